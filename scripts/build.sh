@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# scripts/build.sh [BUILD_DIR [BUILD_TYPE [cmake options...] [-- targets...]]]
+# Configures (once) and builds CSP with CMake + Ninja.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build}; shift || true
+type=${1:-Release}; shift || true
+opts=(); targets=()
+while [[ $# -gt 0 ]]; do
+  if [[ "$1" == "--" ]]; then shift; targets=("$@"); break; fi
+  opts+=("$1"); shift
+done
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "${opts[@]}" >/dev/null
+jobs=$(nproc)
+ninja -C "$dir" -j "$jobs" "${targets[@]}"

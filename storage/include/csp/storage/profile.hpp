@@ -1,0 +1,156 @@
+// The per-thread profile: what one measured thread (an "execution context") recorded.
+//
+// This is the in-memory form of the on-disk format described in docs/profile-format.md and
+// storage/schema/profile.capnp. It is plain data: the measurement library and csp-gen fill it,
+// the reader returns it, csp-prof-mpi consumes it. Lists that describe nodes are column-wise,
+// mirroring the file.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace csp {
+
+inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
+
+enum class IdKind : std::uint8_t { Node = 0, Rank = 1, Thread = 2, Core = 3, Process = 4 };
+
+struct IdElement {
+  IdKind kind = IdKind::Thread;
+  std::uint64_t value = 0;
+  auto operator<=>(const IdElement&) const = default;
+};
+using IdTuple = std::vector<IdElement>;
+
+const char* toString(IdKind kind);
+// "rank 3 thread 1" style rendering for messages and views.
+std::string formatIdTuple(const IdTuple& tuple);
+
+struct Setting {
+  std::string key;
+  std::string value;
+  bool operator==(const Setting&) const = default;
+};
+
+struct Identity {
+  IdTuple idTuple;
+  std::uint32_t pid = 0;
+  std::string hostname;
+  std::string executable;
+  std::vector<std::string> commandLine;
+  std::uint64_t startTimeNs = 0;
+  std::uint64_t endTimeNs = 0;
+  std::vector<Setting> settings;
+  bool operator==(const Identity&) const = default;
+};
+
+enum class MetricKind : std::uint8_t { Sampled = 0, Counted = 1 };
+const char* toString(MetricKind kind);
+
+struct MetricDescriptor {
+  std::string name;
+  std::string unit;
+  MetricKind kind = MetricKind::Sampled;
+  std::uint64_t period = 1;  // value of one count
+  std::string description;
+  bool operator==(const MetricDescriptor&) const = default;
+};
+
+struct LoadModule {
+  std::string path;
+  std::vector<std::uint8_t> buildId;
+  std::uint64_t loadBegin = 0;
+  std::uint64_t loadEnd = 0;
+  std::uint64_t loadBias = 0;
+  bool operator==(const LoadModule&) const = default;
+};
+
+enum class FrameKind : std::uint8_t { Address = 0, Symbolic = 1 };
+
+// The scopes of the canonical CCT (DESIGN.md 3.2). Symbolic frames name them directly; address
+// frames become chains of them after attribution.
+enum class ScopeKind : std::uint8_t { Root = 0, ProcFrame = 1, Alien = 2, Loop = 3, CallSite = 4, Stmt = 5 };
+const char* toString(ScopeKind kind);
+
+struct AddressFrame {
+  std::uint32_t module = 0;  // index into ThreadProfile::modules
+  std::uint64_t offset = 0;  // relative to the module's load bias
+  auto operator<=>(const AddressFrame&) const = default;
+};
+
+struct SymbolicFrame {
+  ScopeKind scope = ScopeKind::Stmt;
+  std::uint32_t name = 0;    // string id: procedure (ProcFrame, Alien)
+  std::uint32_t file = 0;    // string id
+  std::uint32_t line = 0;
+  std::uint32_t module = 0;  // string id: load module (ProcFrame)
+  auto operator<=>(const SymbolicFrame&) const = default;
+};
+
+// Raw calling context tree; node 0 is the root. parent[i] < i for every i > 0.
+struct RawCct {
+  std::vector<std::uint32_t> parent;
+  std::vector<std::uint32_t> frame;
+  std::size_t size() const { return parent.size(); }
+  bool operator==(const RawCct&) const = default;
+};
+
+// Sparse counts sorted by (node, metric); no zeros, no duplicates.
+struct SparseValues {
+  std::vector<std::uint32_t> node;
+  std::vector<std::uint16_t> metric;
+  std::vector<std::uint64_t> count;
+  std::size_t size() const { return node.size(); }
+  bool operator==(const SparseValues&) const = default;
+};
+
+// Per-thread region tree (DESIGN.md 8); node 0 is the root and is no region.
+struct RegionProfile {
+  std::vector<std::string> names;  // static id -> name
+  std::vector<std::uint32_t> parent;
+  std::vector<std::uint32_t> staticId;
+  std::vector<std::uint64_t> dynamicId;
+  std::vector<std::uint64_t> count;
+  std::vector<std::uint64_t> inclusiveNs;
+  std::vector<std::uint64_t> exclusiveNs;
+  std::vector<std::uint64_t> eventTimeNs;
+  std::vector<std::uint32_t> eventNode;
+  std::vector<bool> eventIsEnter;
+  std::uint64_t eventsLost = 0;
+  std::uint64_t mismatchedEnds = 0;
+  std::uint64_t unclosedAtExit = 0;
+  std::size_t size() const { return parent.size(); }
+  bool operator==(const RegionProfile&) const = default;
+};
+
+struct MeasurementStats {
+  std::uint64_t samples = 0;
+  std::uint64_t unwindFailures = 0;
+  std::uint64_t droppedSamples = 0;
+  std::uint64_t truncatedPaths = 0;
+  bool operator==(const MeasurementStats&) const = default;
+};
+
+struct ThreadProfile {
+  Identity identity;
+  std::vector<MetricDescriptor> metrics;
+  std::vector<LoadModule> modules;
+  std::vector<std::string> strings;  // index 0 is ""
+  FrameKind frameKind = FrameKind::Symbolic;
+  std::vector<AddressFrame> addressFrames;
+  std::vector<SymbolicFrame> symbolicFrames;
+  RawCct cct;
+  SparseValues values;
+  RegionProfile regions;
+  MeasurementStats stats;
+
+  std::size_t frameCount() const {
+    return frameKind == FrameKind::Address ? addressFrames.size() : symbolicFrames.size();
+  }
+  bool operator==(const ThreadProfile&) const = default;
+};
+
+}  // namespace csp

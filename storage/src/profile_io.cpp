@@ -1,0 +1,450 @@
+#include "csp/storage/profile_io.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <kj/exception.h>
+
+#include "profile.capnp.h"
+
+namespace csp::storage {
+
+namespace {
+
+constexpr char kMagic[8] = {'C', 'S', 'P', 'P', 'R', 'O', 'F', '\x1a'};
+constexpr unsigned kNestingLimit = 16;
+
+// Header layout (little-endian): magic[8], major u16, minor u16, flags u32, payload bytes u64,
+// checksum u64.
+struct Header {
+  char magic[8];
+  std::uint16_t major;
+  std::uint16_t minor;
+  std::uint32_t flags;
+  std::uint64_t payloadBytes;
+  std::uint64_t checksum;
+};
+static_assert(sizeof(Header) == kProfileHeaderBytes);
+
+std::string errnoText() { return std::strerror(errno); }
+
+template <typename T, typename L>
+std::vector<T> toVector(L list) {
+  std::vector<T> out;
+  out.reserve(list.size());
+  for (auto v : list) out.push_back(static_cast<T>(v));
+  return out;
+}
+
+template <typename B, typename T>
+void fillList(B builder, const std::vector<T>& values) {
+  for (unsigned i = 0; i < values.size(); ++i) builder.set(i, values[i]);
+}
+
+void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
+  auto id = root.initIdentity();
+  auto tuple = id.initIdTuple(p.identity.idTuple.size());
+  for (unsigned i = 0; i < p.identity.idTuple.size(); ++i) {
+    tuple[i].setKind(static_cast<schema::IdKind>(p.identity.idTuple[i].kind));
+    tuple[i].setValue(p.identity.idTuple[i].value);
+  }
+  id.setPid(p.identity.pid);
+  id.setHostname(p.identity.hostname);
+  id.setExecutable(p.identity.executable);
+  auto cmd = id.initCommandLine(p.identity.commandLine.size());
+  for (unsigned i = 0; i < p.identity.commandLine.size(); ++i) cmd.set(i, p.identity.commandLine[i]);
+  id.setStartTimeNs(p.identity.startTimeNs);
+  id.setEndTimeNs(p.identity.endTimeNs);
+  auto settings = id.initSettings(p.identity.settings.size());
+  for (unsigned i = 0; i < p.identity.settings.size(); ++i) {
+    settings[i].setKey(p.identity.settings[i].key);
+    settings[i].setValue(p.identity.settings[i].value);
+  }
+
+  auto metrics = root.initMetrics(p.metrics.size());
+  for (unsigned i = 0; i < p.metrics.size(); ++i) {
+    metrics[i].setName(p.metrics[i].name);
+    metrics[i].setUnit(p.metrics[i].unit);
+    metrics[i].setKind(static_cast<schema::MetricKind>(p.metrics[i].kind));
+    metrics[i].setPeriod(p.metrics[i].period);
+    metrics[i].setDescription(p.metrics[i].description);
+  }
+
+  auto modules = root.initModules(p.modules.size());
+  for (unsigned i = 0; i < p.modules.size(); ++i) {
+    const auto& m = p.modules[i];
+    modules[i].setPath(m.path);
+    modules[i].setBuildId(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(m.buildId.data()), m.buildId.size()));
+    modules[i].setLoadBegin(m.loadBegin);
+    modules[i].setLoadEnd(m.loadEnd);
+    modules[i].setLoadBias(m.loadBias);
+  }
+
+  auto strings = root.initStrings(p.strings.size());
+  for (unsigned i = 0; i < p.strings.size(); ++i) strings.set(i, p.strings[i]);
+
+  auto frames = root.initFrames();
+  frames.setKind(static_cast<schema::FrameKind>(p.frameKind));
+  if (p.frameKind == FrameKind::Address) {
+    auto mod = frames.initAddressModule(p.addressFrames.size());
+    auto off = frames.initAddressOffset(p.addressFrames.size());
+    for (unsigned i = 0; i < p.addressFrames.size(); ++i) {
+      mod.set(i, p.addressFrames[i].module);
+      off.set(i, p.addressFrames[i].offset);
+    }
+  } else {
+    const auto n = p.symbolicFrames.size();
+    auto scope = frames.initSymbolicScope(n);
+    auto name = frames.initSymbolicName(n);
+    auto file = frames.initSymbolicFile(n);
+    auto line = frames.initSymbolicLine(n);
+    auto module = frames.initSymbolicModule(n);
+    for (unsigned i = 0; i < n; ++i) {
+      const auto& f = p.symbolicFrames[i];
+      scope.set(i, static_cast<schema::ScopeKind>(f.scope));
+      name.set(i, f.name);
+      file.set(i, f.file);
+      line.set(i, f.line);
+      module.set(i, f.module);
+    }
+  }
+
+  auto cct = root.initCct();
+  fillList(cct.initParent(p.cct.parent.size()), p.cct.parent);
+  fillList(cct.initFrame(p.cct.frame.size()), p.cct.frame);
+
+  auto values = root.initValues();
+  fillList(values.initNode(p.values.node.size()), p.values.node);
+  fillList(values.initMetric(p.values.metric.size()), p.values.metric);
+  fillList(values.initCount(p.values.count.size()), p.values.count);
+
+  const auto& r = p.regions;
+  auto regions = root.initRegions();
+  auto names = regions.initNames(r.names.size());
+  for (unsigned i = 0; i < r.names.size(); ++i) names.set(i, r.names[i]);
+  fillList(regions.initParent(r.parent.size()), r.parent);
+  fillList(regions.initStaticId(r.staticId.size()), r.staticId);
+  fillList(regions.initDynamicId(r.dynamicId.size()), r.dynamicId);
+  fillList(regions.initCount(r.count.size()), r.count);
+  fillList(regions.initInclusiveNs(r.inclusiveNs.size()), r.inclusiveNs);
+  fillList(regions.initExclusiveNs(r.exclusiveNs.size()), r.exclusiveNs);
+  fillList(regions.initEventTimeNs(r.eventTimeNs.size()), r.eventTimeNs);
+  fillList(regions.initEventNode(r.eventNode.size()), r.eventNode);
+  auto enter = regions.initEventIsEnter(r.eventIsEnter.size());
+  for (unsigned i = 0; i < r.eventIsEnter.size(); ++i) enter.set(i, r.eventIsEnter[i]);
+  regions.setEventsLost(r.eventsLost);
+  regions.setMismatchedEnds(r.mismatchedEnds);
+  regions.setUnclosedAtExit(r.unclosedAtExit);
+
+  auto stats = root.initStats();
+  stats.setSamples(p.stats.samples);
+  stats.setUnwindFailures(p.stats.unwindFailures);
+  stats.setDroppedSamples(p.stats.droppedSamples);
+  stats.setTruncatedPaths(p.stats.truncatedPaths);
+}
+
+// Enum values outside the range this reader knows come from a newer minor version or from
+// damage; either way the profile cannot be interpreted.
+template <typename E>
+E checkedEnum(std::uint16_t raw, std::uint16_t limit, const char* what, const std::string& name) {
+  if (raw > limit) throw ProfileError(name, fmt::format("unknown {} value {}", what, raw));
+  return static_cast<E>(raw);
+}
+
+ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string& name) {
+  ThreadProfile p;
+  auto id = root.getIdentity();
+  for (auto e : id.getIdTuple()) {
+    p.identity.idTuple.push_back(
+        {checkedEnum<IdKind>(static_cast<std::uint16_t>(e.getKind()), 4, "id kind", name), e.getValue()});
+  }
+  p.identity.pid = id.getPid();
+  p.identity.hostname = id.getHostname();
+  p.identity.executable = id.getExecutable();
+  for (auto c : id.getCommandLine()) p.identity.commandLine.emplace_back(c);
+  p.identity.startTimeNs = id.getStartTimeNs();
+  p.identity.endTimeNs = id.getEndTimeNs();
+  for (auto s : id.getSettings()) p.identity.settings.push_back({s.getKey(), s.getValue()});
+
+  for (auto m : root.getMetrics()) {
+    p.metrics.push_back({m.getName(), m.getUnit(),
+                         checkedEnum<MetricKind>(static_cast<std::uint16_t>(m.getKind()), 1, "metric kind", name),
+                         m.getPeriod(), m.getDescription()});
+  }
+  for (auto m : root.getModules()) {
+    auto b = m.getBuildId();
+    p.modules.push_back({m.getPath(), std::vector<std::uint8_t>(b.begin(), b.end()), m.getLoadBegin(),
+                         m.getLoadEnd(), m.getLoadBias()});
+  }
+  for (auto s : root.getStrings()) p.strings.emplace_back(s);
+
+  auto frames = root.getFrames();
+  p.frameKind = checkedEnum<FrameKind>(static_cast<std::uint16_t>(frames.getKind()), 1, "frame kind", name);
+  if (p.frameKind == FrameKind::Address) {
+    auto mod = frames.getAddressModule();
+    auto off = frames.getAddressOffset();
+    if (mod.size() != off.size())
+      throw ProfileError(name, fmt::format("address frame table has {} modules but {} offsets", mod.size(), off.size()));
+    p.addressFrames.resize(mod.size());
+    for (unsigned i = 0; i < mod.size(); ++i) p.addressFrames[i] = {mod[i], off[i]};
+  } else {
+    auto scope = frames.getSymbolicScope();
+    auto fname = frames.getSymbolicName();
+    auto file = frames.getSymbolicFile();
+    auto line = frames.getSymbolicLine();
+    auto module = frames.getSymbolicModule();
+    const auto n = scope.size();
+    if (fname.size() != n || file.size() != n || line.size() != n || module.size() != n)
+      throw ProfileError(name, "symbolic frame table columns have different lengths");
+    p.symbolicFrames.resize(n);
+    for (unsigned i = 0; i < n; ++i) {
+      p.symbolicFrames[i] = {checkedEnum<ScopeKind>(static_cast<std::uint16_t>(scope[i]), 5, "scope kind", name),
+                             fname[i], file[i], line[i], module[i]};
+    }
+  }
+
+  auto cct = root.getCct();
+  p.cct.parent = toVector<std::uint32_t>(cct.getParent());
+  p.cct.frame = toVector<std::uint32_t>(cct.getFrame());
+
+  auto values = root.getValues();
+  p.values.node = toVector<std::uint32_t>(values.getNode());
+  p.values.metric = toVector<std::uint16_t>(values.getMetric());
+  p.values.count = toVector<std::uint64_t>(values.getCount());
+
+  auto r = root.getRegions();
+  auto& out = p.regions;
+  for (auto s : r.getNames()) out.names.emplace_back(s);
+  out.parent = toVector<std::uint32_t>(r.getParent());
+  out.staticId = toVector<std::uint32_t>(r.getStaticId());
+  out.dynamicId = toVector<std::uint64_t>(r.getDynamicId());
+  out.count = toVector<std::uint64_t>(r.getCount());
+  out.inclusiveNs = toVector<std::uint64_t>(r.getInclusiveNs());
+  out.exclusiveNs = toVector<std::uint64_t>(r.getExclusiveNs());
+  out.eventTimeNs = toVector<std::uint64_t>(r.getEventTimeNs());
+  out.eventNode = toVector<std::uint32_t>(r.getEventNode());
+  out.eventIsEnter = toVector<bool>(r.getEventIsEnter());
+  out.eventsLost = r.getEventsLost();
+  out.mismatchedEnds = r.getMismatchedEnds();
+  out.unclosedAtExit = r.getUnclosedAtExit();
+
+  auto stats = root.getStats();
+  p.stats = {stats.getSamples(), stats.getUnwindFailures(), stats.getDroppedSamples(), stats.getTruncatedPaths()};
+  return p;
+}
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw ProfileError(path.string(), "cannot open: " + errnoText());
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw ProfileError(path.string(), "cannot stat: " + errnoText());
+    if (!S_ISREG(st.st_mode)) throw ProfileError(path.string(), "not a regular file");
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ == 0) return;
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (data_ == MAP_FAILED) {
+      data_ = nullptr;
+      throw ProfileError(path.string(), "cannot map: " + errnoText());
+    }
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(data_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_}; }
+
+ private:
+  int fd_ = -1;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace
+
+ProfileError::ProfileError(std::string file, std::string defect)
+    : std::runtime_error(file + ": " + defect), file_(std::move(file)), defect_(std::move(defect)) {}
+
+std::uint64_t profileChecksum(std::span<const std::byte> bytes) {
+  // Word-at-a-time multiply/rotate mix over four independent lanes, then a final avalanche.
+  // Not cryptographic: it detects damage, it does not resist forgery.
+  constexpr std::uint64_t k1 = 0x9E3779B185EBCA87ULL, k2 = 0xC2B2AE3D27D4EB4FULL;
+  std::uint64_t lane[4] = {k1, k2, k1 ^ k2, ~k1};
+  const std::size_t words = bytes.size() / 8;
+  const std::byte* p = bytes.data();
+  auto rotl = [](std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  std::size_t i = 0;
+  for (; i + 4 <= words; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      std::uint64_t w;
+      std::memcpy(&w, p + (i + l) * 8, 8);
+      lane[l] = rotl(lane[l] + w * k2, 31) * k1;
+    }
+  }
+  std::uint64_t h = bytes.size() * k1;
+  for (int l = 0; l < 4; ++l) h = rotl(h ^ lane[l], 27) * k1 + k2;
+  for (; i < words; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i * 8, 8);
+    h = rotl(h ^ (w * k2), 29) * k1;
+  }
+  for (std::size_t b = words * 8; b < bytes.size(); ++b) h = (h ^ static_cast<std::uint8_t>(p[b])) * k1;
+  h ^= h >> 33;
+  h *= k2;
+  h ^= h >> 29;
+  return h;
+}
+
+std::vector<std::byte> serializeProfile(const ThreadProfile& profile, const std::string& nameForErrors) {
+  validateProfile(profile, nameForErrors);
+  return serializeProfileUnchecked(profile);
+}
+
+std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
+  capnp::MallocMessageBuilder message;
+  buildMessage(profile, message.initRoot<schema::ThreadProfile>());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto payload = words.asBytes();
+
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.major = kProfileFormatMajor;
+  h.minor = kProfileFormatMinor;
+  h.payloadBytes = payload.size();
+  h.checksum = profileChecksum({reinterpret_cast<const std::byte*>(payload.begin()), payload.size()});
+
+  std::vector<std::byte> image(sizeof h + payload.size());
+  std::memcpy(image.data(), &h, sizeof h);
+  std::memcpy(image.data() + sizeof h, payload.begin(), payload.size());
+  return image;
+}
+
+void writeProfile(const ThreadProfile& profile, const std::filesystem::path& path) {
+  const auto image = serializeProfile(profile, path.string());
+  // Temporary name in the same directory so that rename() is atomic.
+  auto tmp = path;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw ProfileError(path.string(), "cannot create: " + errnoText());
+  std::size_t done = 0;
+  while (done < image.size()) {
+    ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string err = errnoText();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw ProfileError(path.string(), "write failed: " + err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    std::string err = errnoText();
+    ::unlink(tmp.c_str());
+    throw ProfileError(path.string(), "close failed: " + err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string err = errnoText();
+    ::unlink(tmp.c_str());
+    throw ProfileError(path.string(), "rename failed: " + err);
+  }
+}
+
+ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& name, const ParseOptions& options) {
+  if (image.size() < sizeof(Header)) {
+    throw ProfileError(name, fmt::format("truncated: {} bytes, shorter than the {}-byte header", image.size(),
+                                         sizeof(Header)));
+  }
+  Header h;
+  std::memcpy(&h, image.data(), sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw ProfileError(name, "not a CSP profile (bad magic)");
+  if (h.major != kProfileFormatMajor) {
+    throw ProfileError(name, fmt::format("unsupported format version {}.{} (this build reads major version {})",
+                                         h.major, h.minor, kProfileFormatMajor));
+  }
+  const std::size_t available = image.size() - sizeof h;
+  if (h.payloadBytes != available) {
+    throw ProfileError(name, h.payloadBytes > available
+                                 ? fmt::format("truncated: header announces {} payload bytes, file has {}",
+                                               h.payloadBytes, available)
+                                 : fmt::format("{} trailing bytes after the payload", available - h.payloadBytes));
+  }
+  if (available % sizeof(capnp::word) != 0 || available == 0)
+    throw ProfileError(name, fmt::format("payload of {} bytes is not a whole number of words", available));
+  auto payload = image.subspan(sizeof h);
+  if (options.verifyChecksum && profileChecksum(payload) != h.checksum)
+    throw ProfileError(name, "checksum mismatch: the file is damaged");
+
+  // Cap'n Proto wants word alignment; an mmap'ed file is page aligned and the header is 32
+  // bytes. Buffers from elsewhere (the fuzzer) may not be aligned: copy those.
+  kj::Array<capnp::word> aligned;
+  const capnp::word* words = reinterpret_cast<const capnp::word*>(payload.data());
+  const std::size_t wordCount = available / sizeof(capnp::word);
+  if (reinterpret_cast<std::uintptr_t>(payload.data()) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(wordCount);
+    std::memcpy(aligned.begin(), payload.data(), available);
+    words = aligned.begin();
+  }
+
+  ThreadProfile profile;
+  try {
+    capnp::ReaderOptions ro;
+    // A valid message is read once; allow some slack for the segment table and re-reads.
+    ro.traversalLimitInWords = wordCount * 2 + 1024;
+    ro.nestingLimit = kNestingLimit;
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, wordCount), ro);
+    if (reader.getEnd() != words + wordCount) throw ProfileError(name, "extra data after the message");
+    profile = fromMessage(reader.getRoot<schema::ThreadProfile>(), name);
+  } catch (const kj::Exception& e) {
+    throw ProfileError(name, fmt::format("malformed message: {}", e.getDescription().cStr()));
+  }
+  validateProfile(profile, name);
+  return profile;
+}
+
+ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions& options) {
+  MappedFile file(path);
+  return parseProfile(file.bytes(), path.string(), options);
+}
+
+std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw ProfileError(dir.string(), std::filesystem::exists(dir) ? "not a directory" : "no such directory");
+  std::vector<std::filesystem::path> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == kProfileExtension && entry.is_regular_file()) out.push_back(entry.path());
+  }
+  if (ec) throw ProfileError(dir.string(), "cannot list: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string profileFileName(const Identity& identity) {
+  std::string name;
+  for (const auto& e : identity.idTuple) {
+    if (!name.empty()) name += '-';
+    switch (e.kind) {
+      case IdKind::Node: name += fmt::format("n{:04}", e.value); break;
+      case IdKind::Rank: name += fmt::format("r{:06}", e.value); break;
+      case IdKind::Thread: name += fmt::format("t{:04}", e.value); break;
+      case IdKind::Core: name += fmt::format("c{:04}", e.value); break;
+      case IdKind::Process: name += fmt::format("p{:06}", e.value); break;
+    }
+  }
+  if (name.empty()) name = "thread";
+  return fmt::format("{}.{}{}", name, identity.pid, kProfileExtension);
+}
+
+}  // namespace csp::storage

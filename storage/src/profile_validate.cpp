@@ -1,0 +1,195 @@
+// Structural validation of a per-thread profile. Everything downstream (attribution, the CCT
+// union, metric propagation) relies on these invariants instead of re-checking them.
+#include <fmt/format.h>
+
+#include <set>
+
+#include "csp/storage/profile_io.hpp"
+
+namespace csp::storage {
+
+namespace {
+
+__extension__ using Uint128 = unsigned __int128;
+
+[[noreturn]] void fail(const std::string& name, std::string defect) { throw ProfileError(name, std::move(defect)); }
+
+// Checks a parent column: node 0 is the root, every other parent precedes its child. A parent
+// that does not precede its child is reported as a cycle when following parents from the node
+// comes back to it.
+void checkParents(const std::vector<std::uint32_t>& parent, const char* what, const std::string& name) {
+  if (parent.empty()) fail(name, fmt::format("{} has no root node", what));
+  if (parent[0] != kNoIndex) fail(name, fmt::format("{} node 0 must be the root (parent {})", what, parent[0]));
+  const std::size_t n = parent.size();
+  for (std::size_t i = 1; i < n; ++i) {
+    const std::uint32_t p = parent[i];
+    if (p == kNoIndex) fail(name, fmt::format("{} node {} has no parent (only node 0 may be a root)", what, i));
+    if (p >= n) fail(name, fmt::format("{} node {} has parent {}, which does not exist ({} nodes)", what, i, p, n));
+    if (p >= i) {
+      std::uint32_t at = p;
+      for (std::size_t steps = 0; steps <= n && at != kNoIndex && at < n; ++steps) {
+        if (at == i) fail(name, fmt::format("{} has a cycle through node {} and its parent {}", what, i, p));
+        at = parent[at];
+      }
+      fail(name, fmt::format("{} node {} has parent {}, which does not precede it", what, i, p));
+    }
+  }
+}
+
+void checkString(std::uint32_t id, std::size_t strings, const char* what, std::size_t frame, const std::string& name) {
+  if (id >= strings)
+    fail(name, fmt::format("symbolic frame {}: {} string id {} out of range ({} strings)", frame, what, id, strings));
+}
+
+// The typed-path rules of DESIGN.md 3.2 for symbolic profiles, which name scopes directly.
+void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
+  const auto& parent = p.cct.parent;
+  const std::size_t n = parent.size();
+  std::vector<ScopeKind> scope(n, ScopeKind::Root);
+  std::vector<bool> underProc(n, false);
+  for (std::size_t i = 1; i < n; ++i) {
+    const ScopeKind s = p.symbolicFrames[p.cct.frame[i]].scope;
+    const ScopeKind ps = scope[parent[i]];
+    scope[i] = s;
+    if (ps == ScopeKind::Stmt) fail(name, fmt::format("CCT node {} lies below a statement (statements are leaves)", i));
+    switch (s) {
+      case ScopeKind::ProcFrame:
+        if (ps != ScopeKind::Root && ps != ScopeKind::CallSite)
+          fail(name, fmt::format("CCT node {}: a procedure frame must be an outermost frame or follow a call site "
+                                 "(its parent is a {})", i, toString(ps)));
+        underProc[i] = true;
+        break;
+      case ScopeKind::CallSite:
+      case ScopeKind::Stmt:
+      case ScopeKind::Loop:
+      case ScopeKind::Alien:
+        if (!underProc[parent[i]])
+          fail(name, fmt::format("CCT node {}: a {} must lie inside a procedure frame", i, toString(s)));
+        if (ps == ScopeKind::CallSite)
+          fail(name, fmt::format("CCT node {}: a call site may only be followed by a procedure frame, not a {}", i,
+                                 toString(s)));
+        underProc[i] = true;
+        break;
+      case ScopeKind::Root:
+        fail(name, fmt::format("CCT node {} names a root frame", i));
+    }
+  }
+  for (std::size_t v = 0; v < p.values.size(); ++v) {
+    const auto node = p.values.node[v];
+    if (scope[node] != ScopeKind::Stmt)
+      fail(name, fmt::format("sample counts at CCT node {}, a {} (counts belong to statements)", node,
+                             toString(scope[node])));
+  }
+}
+
+void checkRegions(const RegionProfile& r, const std::string& name) {
+  const std::size_t n = r.parent.size();
+  if (n == 0 && r.staticId.empty() && r.dynamicId.empty() && r.count.empty() && r.inclusiveNs.empty() &&
+      r.exclusiveNs.empty() && r.eventTimeNs.empty() && r.eventNode.empty() && r.eventIsEnter.empty())
+    return;  // no regions recorded
+  if (r.staticId.size() != n || r.dynamicId.size() != n || r.count.size() != n || r.inclusiveNs.size() != n ||
+      r.exclusiveNs.size() != n)
+    fail(name, "region tree columns have different lengths");
+  checkParents(r.parent, "region tree", name);
+  for (std::size_t i = 1; i < n; ++i) {
+    if (r.staticId[i] >= r.names.size())
+      fail(name, fmt::format("region node {} has static id {} but only {} region names", i, r.staticId[i],
+                             r.names.size()));
+    if (r.exclusiveNs[i] > r.inclusiveNs[i])
+      fail(name, fmt::format("region node {}: exclusive time {} ns exceeds inclusive time {} ns", i, r.exclusiveNs[i],
+                             r.inclusiveNs[i]));
+  }
+  const std::size_t e = r.eventTimeNs.size();
+  if (r.eventNode.size() != e || r.eventIsEnter.size() != e) fail(name, "region event columns have different lengths");
+  for (std::size_t i = 0; i < e; ++i) {
+    if (r.eventNode[i] == 0 || r.eventNode[i] >= n)
+      fail(name, fmt::format("region event {} refers to region node {} ({} nodes)", i, r.eventNode[i], n));
+    if (i > 0 && r.eventTimeNs[i] < r.eventTimeNs[i - 1])
+      fail(name, fmt::format("region event {} goes back in time ({} ns after {} ns)", i, r.eventTimeNs[i],
+                             r.eventTimeNs[i - 1]));
+  }
+}
+
+}  // namespace
+
+void validateProfile(const ThreadProfile& p, const std::string& name) {
+  // Metrics.
+  if (p.metrics.size() > 0xFFFF) fail(name, fmt::format("{} metrics, at most 65535 allowed", p.metrics.size()));
+  std::set<std::string> metricNames;
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    const auto& d = p.metrics[m];
+    if (d.name.empty()) fail(name, fmt::format("metric {} has no name", m));
+    if (!metricNames.insert(d.name).second) fail(name, fmt::format("metric name '{}' appears twice", d.name));
+    if (d.period == 0) fail(name, fmt::format("metric '{}' has period 0", d.name));
+  }
+
+  // Frames.
+  if (p.frameKind == FrameKind::Address) {
+    if (!p.symbolicFrames.empty()) fail(name, "address profile also holds symbolic frames");
+    for (std::size_t f = 0; f < p.addressFrames.size(); ++f) {
+      if (p.addressFrames[f].module >= p.modules.size())
+        fail(name, fmt::format("address frame {} refers to load module {} ({} modules)", f, p.addressFrames[f].module,
+                               p.modules.size()));
+    }
+  } else {
+    if (!p.addressFrames.empty()) fail(name, "symbolic profile also holds address frames");
+    for (std::size_t f = 0; f < p.symbolicFrames.size(); ++f) {
+      const auto& s = p.symbolicFrames[f];
+      if (s.scope == ScopeKind::Root) fail(name, fmt::format("symbolic frame {} has scope 'root'", f));
+      checkString(s.name, p.strings.size(), "name", f, name);
+      checkString(s.file, p.strings.size(), "file", f, name);
+      checkString(s.module, p.strings.size(), "module", f, name);
+      if ((s.scope == ScopeKind::ProcFrame || s.scope == ScopeKind::Alien) && p.strings[s.name].empty())
+        fail(name, fmt::format("symbolic frame {} ({}) has no procedure name", f, toString(s.scope)));
+    }
+  }
+
+  // CCT.
+  if (p.cct.frame.size() != p.cct.parent.size())
+    fail(name, fmt::format("CCT has {} parents but {} frames", p.cct.parent.size(), p.cct.frame.size()));
+  checkParents(p.cct.parent, "CCT", name);
+  const std::size_t n = p.cct.size();
+  const std::size_t frames = p.frameCount();
+  if (p.cct.frame[0] != kNoIndex) fail(name, "CCT root names a frame");
+  for (std::size_t i = 1; i < n; ++i) {
+    if (p.cct.frame[i] >= frames)
+      fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
+  }
+
+  // Values.
+  const std::size_t v = p.values.node.size();
+  if (p.values.metric.size() != v || p.values.count.size() != v)
+    fail(name, "value columns (node, metric, count) have different lengths");
+  std::vector<Uint128> totals(p.metrics.size(), 0);
+  for (std::size_t i = 0; i < v; ++i) {
+    const auto node = p.values.node[i];
+    const auto metric = p.values.metric[i];
+    if (node >= n) fail(name, fmt::format("value {} is at CCT node {}, which does not exist ({} nodes)", i, node, n));
+    if (node == 0) fail(name, fmt::format("value {} is at the CCT root", i));
+    if (metric >= p.metrics.size())
+      fail(name, fmt::format("value {} has metric id {}, out of range ({} metrics)", i, metric, p.metrics.size()));
+    if (p.values.count[i] == 0) fail(name, fmt::format("value {} is zero (zeros are never stored)", i));
+    if (i > 0) {
+      const auto pn = p.values.node[i - 1];
+      const auto pm = p.values.metric[i - 1];
+      if (node < pn || (node == pn && metric <= pm))
+        fail(name, fmt::format("values are not sorted by (node, metric) or repeat at value {} (node {}, metric {})", i,
+                               node, metric));
+    }
+    totals[metric] += p.values.count[i];
+  }
+  // Each handled sample lands in exactly one sampled metric or is counted as dropped.
+  Uint128 sampled = p.stats.droppedSamples;
+  for (std::size_t m = 0; m < p.metrics.size(); ++m)
+    if (p.metrics[m].kind == MetricKind::Sampled) sampled += totals[m];
+  if (sampled != p.stats.samples) {
+    fail(name, fmt::format("sample counts are inconsistent: {} samples recorded in the header, but the sampled "
+                           "metrics' counts plus {} dropped add up to {}",
+                           p.stats.samples, p.stats.droppedSamples, static_cast<std::uint64_t>(sampled)));
+  }
+
+  if (p.frameKind == FrameKind::Symbolic) checkSymbolicStructure(p, name);
+  checkRegions(p.regions, name);
+}
+
+}  // namespace csp::storage

@@ -1,0 +1,94 @@
+// csp-gen as a user runs it: exit codes, messages, and what it leaves on disk.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "csp/storage/profile_io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(CSP_BINARY_DIR) + "/launcher/csp-gen " + args + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int st = ::pclose(pipe);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+class CspGen : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("csp-gen-cli-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(CspGen, SyntheticDirectoryIsReadable) {
+  const auto out = dir_ / "meas";
+  auto r = run("--ranks 4 --threads 2 --nodes 300 --seed 7 -q -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto files = csp::storage::listProfiles(out);
+  ASSERT_EQ(files.size(), 8u);
+  for (const auto& f : files) EXPECT_NO_THROW(csp::storage::readProfile(f));
+  // Nothing besides the profiles (no staging leftovers next to it).
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1u);
+}
+
+TEST_F(CspGen, RefusesToOverwriteWithoutForce) {
+  const auto out = dir_ / "meas";
+  ASSERT_EQ(run("--ranks 1 --nodes 50 -q -o " + out.string()).status, 0);
+  auto r = run("--ranks 2 --nodes 50 -q -o " + out.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("already exists (use --force to replace it)"), std::string::npos) << r.output;
+  EXPECT_EQ(csp::storage::listProfiles(out).size(), 1u);
+  ASSERT_EQ(run("--ranks 2 --nodes 50 -q --force -o " + out.string()).status, 0);
+  EXPECT_EQ(csp::storage::listProfiles(out).size(), 2u);
+}
+
+TEST_F(CspGen, BadJsonWritesNothing) {
+  const auto spec = dir_ / "bad.json";
+  std::ofstream(spec) << R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"stmt": "a.c:1"}], "counts": {"t": 1}}]}]})";
+  const auto out = dir_ / "meas";
+  auto r = run("--from-json " + spec.string() + " -o " + out.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(spec.string() + ": threads[0]"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1u);  // only the spec
+}
+
+TEST_F(CspGen, ExampleSpecRoundTrips) {
+  const auto out = dir_ / "fig75";
+  auto r = run(std::string("--from-json ") + CSP_TEST_DATA_DIR + "/fig75.json -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote 2 profiles"), std::string::npos) << r.output;
+  EXPECT_EQ(csp::storage::listProfiles(out).size(), 2u);
+}
+
+TEST_F(CspGen, BadOptionsFail) {
+  EXPECT_NE(run("--ranks 0 -o x").status, 0);
+  EXPECT_NE(run("--ranks 2").status, 0);  // no output directory
+  EXPECT_NE(run("--from-json /nonexistent.json -o x").status, 0);
+}
+
+}  // namespace

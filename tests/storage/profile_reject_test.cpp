@@ -1,0 +1,220 @@
+// The reader must reject every kind of damage with a message naming the file and the defect,
+// and never crash (this suite also runs under ASan/UBSan).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+#include "csp/storage/profile_io.hpp"
+#include "storage/profile_fixtures.hpp"
+
+using namespace csp;
+
+namespace {
+
+std::string parseError(const std::vector<std::byte>& image, bool verifyChecksum = true) {
+  try {
+    storage::parseProfile(image, "bad.cspprof", {verifyChecksum});
+  } catch (const storage::ProfileError& e) {
+    EXPECT_EQ(e.file(), "bad.cspprof");
+    EXPECT_EQ(std::string(e.what()).rfind("bad.cspprof: ", 0), 0u) << e.what();
+    return e.defect();
+  }
+  return "";
+}
+
+std::string mutatedError(const std::function<void(ThreadProfile&)>& mutate) {
+  ThreadProfile p = test::fullSymbolicProfile();
+  mutate(p);
+  return parseError(storage::serializeProfileUnchecked(p));
+}
+
+TEST(ProfileReject, EveryTruncationIsReported) {
+  const auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  for (std::size_t len = 0; len < image.size(); ++len) {
+    std::vector<std::byte> cut(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(len));
+    const auto err = parseError(cut);
+    ASSERT_NE(err.find("truncated"), std::string::npos) << "length " << len << ": " << err;
+  }
+}
+
+TEST(ProfileReject, FlippedBytesFailTheChecksum) {
+  const auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  for (std::size_t at = storage::kProfileHeaderBytes; at < image.size(); ++at) {
+    auto bad = image;
+    bad[at] ^= std::byte{0x40};
+    ASSERT_EQ(parseError(bad), "checksum mismatch: the file is damaged") << "byte " << at;
+  }
+}
+
+TEST(ProfileReject, FlippedBytesWithoutChecksumNeverCrash) {
+  // Past the checksum, the message parser and the structural checks must cope on their own.
+  const auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  std::size_t rejected = 0;
+  for (std::size_t at = storage::kProfileHeaderBytes; at < image.size(); ++at) {
+    for (std::byte mask : {std::byte{0x01}, std::byte{0x80}, std::byte{0xFF}}) {
+      auto bad = image;
+      bad[at] ^= mask;
+      if (!parseError(bad, false).empty()) ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0u);
+}
+
+TEST(ProfileReject, WrongMagic) {
+  auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  image[0] = std::byte{'X'};
+  EXPECT_EQ(parseError(image), "not a CSP profile (bad magic)");
+}
+
+TEST(ProfileReject, NewerMajorVersion) {
+  auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  const std::uint16_t major = 2, minor = 3;
+  std::memcpy(image.data() + 8, &major, 2);
+  std::memcpy(image.data() + 10, &minor, 2);
+  EXPECT_EQ(parseError(image), "unsupported format version 2.3 (this build reads major version 1)");
+}
+
+TEST(ProfileReject, NewerMinorVersionIsRead) {
+  auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  const std::uint16_t minor = 9;
+  std::memcpy(image.data() + 10, &minor, 2);
+  EXPECT_EQ(parseError(image), "");
+}
+
+TEST(ProfileReject, TrailingBytes) {
+  auto image = storage::serializeProfile(test::fullSymbolicProfile());
+  image.resize(image.size() + 8);
+  EXPECT_EQ(parseError(image), "8 trailing bytes after the payload");
+}
+
+TEST(ProfileReject, DanglingParent) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent[3] = 999; }),
+            "CCT node 3 has parent 999, which does not exist (" + std::to_string(test::fullSymbolicProfile().cct.size()) +
+                " nodes)");
+}
+
+TEST(ProfileReject, Cycle) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) {
+              p.cct.parent[2] = 3;  // 3's parent is 2
+            }),
+            "CCT has a cycle through node 2 and its parent 3");
+}
+
+TEST(ProfileReject, ParentAfterChildWithoutCycle) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent[2] = 8; }),
+            "CCT node 2 has parent 8, which does not precede it");
+}
+
+TEST(ProfileReject, SecondRoot) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent[2] = kNoIndex; }),
+            "CCT node 2 has no parent (only node 0 may be a root)");
+}
+
+TEST(ProfileReject, MetricIdOutOfRange) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.values.metric.back() = 3; }),
+            "value 4 has metric id 3, out of range (3 metrics)");
+}
+
+TEST(ProfileReject, ValueAtMissingNode) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.values.node.back() = 500; })
+                .find("value 4 is at CCT node 500, which does not exist"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, UnsortedValues) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { std::swap(p.values.node.front(), p.values.node.back()); })
+                .find("not sorted"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, ZeroValue) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) {
+              p.stats.samples -= p.values.count[0];
+              p.values.count[0] = 0;
+            }),
+            "value 0 is zero (zeros are never stored)");
+}
+
+TEST(ProfileReject, InconsistentSampleTotal) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.stats.samples += 1; }),
+            "sample counts are inconsistent: 122 samples recorded in the header, but the sampled metrics' counts "
+            "plus 3 dropped add up to 121");
+}
+
+TEST(ProfileReject, FrameOutOfRange) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.cct.frame[1] = 77; }).find("CCT node 1 refers to frame 77"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, StringOutOfRange) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.symbolicFrames[0].file = 1000; }).find("file string id 1000"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, CountsOnANonStatement) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              // Move the first value to node 1 (main, a procedure frame).
+              p.values.node[0] = 1;
+            }).find("counts belong to statements"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, StatementWithChildren) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              // Hang a statement below the last statement.
+              const auto leaf = static_cast<std::uint32_t>(p.cct.size() - 1);
+              p.cct.parent.push_back(leaf);
+              p.cct.frame.push_back(p.cct.frame[leaf]);
+            }).find("lies below a statement"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, ProcedureWithoutCallSite) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              // main -> main without a call site between.
+              p.cct.parent.push_back(1);
+              p.cct.frame.push_back(p.cct.frame[1]);
+            }).find("must be an outermost frame or follow a call site"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, AddressFrameWithUnknownModule) {
+  ThreadProfile p = test::fullAddressProfile();
+  p.addressFrames[1].module = 9;
+  EXPECT_EQ(parseError(storage::serializeProfileUnchecked(p)), "address frame 1 refers to load module 9 (2 modules)");
+}
+
+TEST(ProfileReject, RegionDefects) {
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.staticId[2] = 9; }).find("static id 9"), std::string::npos);
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.exclusiveNs[1] = 1000; }).find("exceeds inclusive"),
+            std::string::npos);
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.eventTimeNs[2] = 1; }).find("goes back in time"),
+            std::string::npos);
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.eventNode[0] = 0; }).find("refers to region node 0"),
+            std::string::npos);
+  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.parent[1] = 2; }).find("region tree has a cycle"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, DuplicateMetricName) {
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.metrics[1].name = "cpu-time"; }),
+            "metric name 'cpu-time' appears twice");
+}
+
+TEST(ProfileReject, WriterRefusesInvalidProfiles) {
+  ThreadProfile p = test::fullSymbolicProfile();
+  p.cct.parent[2] = 3;
+  EXPECT_THROW(storage::serializeProfile(p, "x"), storage::ProfileError);
+}
+
+TEST(ProfileReject, MissingFile) {
+  try {
+    storage::readProfile("/nonexistent/p.cspprof");
+    FAIL();
+  } catch (const storage::ProfileError& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/p.cspprof: cannot open: No such file or directory");
+  }
+}
+
+}  // namespace
