@@ -1,0 +1,81 @@
+// The canonical calling context tree (DESIGN.md 3.2, thesis 7.2.2): the union of all thread CCTs.
+//
+// Two forms: a LocalCct that threads of one process insert into concurrently (ids in arrival
+// order, meaningless outside the process), and a FinalCct with dense ids that depend only on the
+// structure (children ordered by their keys' text, numbered in preorder), so that the same inputs
+// give the same ids for any process or worker count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <string>
+#include <vector>
+
+#include "csp/reduce/scope.hpp"
+
+namespace csp::reduce {
+
+struct CctNode {
+  std::uint32_t parent = kNoIndex;
+  ScopeKey key;
+};
+
+class LocalCct {
+ public:
+  explicit LocalCct(StringTable& strings);
+  ~LocalCct();
+  LocalCct(const LocalCct&) = delete;
+  LocalCct& operator=(const LocalCct&) = delete;
+
+  // Thread-safe insert-or-find of `parent`'s child with this key. The root is node 0.
+  std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
+  std::size_t size() const;
+  CctNode node(std::uint32_t id) const;
+  StringTable& strings() { return strings_; }
+
+  // Structure only (no metric values), self-contained (strings as text), parent before child.
+  std::vector<std::byte> serialize() const;
+  // Adds every node of a serialized structure. Throws std::runtime_error on malformed bytes.
+  void merge(std::span<const std::byte> bytes);
+
+ private:
+  StringTable& strings_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class FinalCct {
+ public:
+  FinalCct() = default;
+  // Dense deterministic ids from a local CCT's structure.
+  static FinalCct fromLocal(const LocalCct& local, StringTable& strings);
+  // The broadcast form: same encoding as LocalCct::serialize, already in final id order.
+  std::vector<std::byte> serialize(const StringTable& strings) const;
+  static FinalCct deserialize(std::span<const std::byte> bytes, StringTable& strings);
+
+  std::size_t size() const { return nodes_.size(); }
+  const CctNode& node(std::uint32_t id) const { return nodes_[id]; }
+  const std::vector<CctNode>& nodes() const { return nodes_; }
+  // Child with this key, or kNoIndex.
+  std::uint32_t find(std::uint32_t parent, const ScopeKey& key) const;
+  // Children of a node, ascending id.
+  std::span<const std::uint32_t> children(std::uint32_t id) const {
+    return {childList_.data() + childBegin_[id], childBegin_[id + 1] - childBegin_[id]};
+  }
+
+ private:
+  void index();
+  std::vector<CctNode> nodes_;
+  std::vector<std::uint32_t> childBegin_;
+  std::vector<std::uint32_t> childList_;
+  struct EdgeHash {
+    std::size_t operator()(const std::pair<std::uint32_t, ScopeKey>& e) const noexcept {
+      return ScopeKeyHash{}(e.second) ^ (std::size_t{e.first} * 0x9E3779B97F4A7C15ULL);
+    }
+  };
+  std::shared_ptr<const std::unordered_map<std::pair<std::uint32_t, ScopeKey>, std::uint32_t, EdgeHash>> edges_;
+};
+
+}  // namespace csp::reduce

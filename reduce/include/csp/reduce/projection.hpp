@@ -1,0 +1,56 @@
+// Projection of one thread's raw CCT onto the canonical CCT, and the thread's exclusive and
+// inclusive values there (DESIGN.md 3.3; thesis Eq. 7.3, 7.4).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "csp/reduce/attribution.hpp"
+#include "csp/reduce/canonical_cct.hpp"
+#include "csp/storage/profile.hpp"
+
+namespace csp::reduce {
+
+// One raw value moved to its canonical statement: value = count x period.
+struct StmtValue {
+  std::uint32_t node;
+  std::uint16_t metric;
+  std::uint64_t value;
+};
+
+// Step function: the canonical child of `parent` with `key` (inserting or looking up).
+using CctStep = std::function<std::uint32_t(std::uint32_t parent, const ScopeKey& key)>;
+
+// Walks the profile's raw CCT, turning frames into typed scopes (symbolic frames directly,
+// address frames through the attributor) and calling `step` for each canonical edge. Returns the
+// profile's values at their canonical statements, in raw order.
+std::vector<StmtValue> projectProfile(const ThreadProfile& profile, StringTable& strings, Attributor& attributor,
+                                      const CctStep& step);
+
+// Per-thread exclusive and inclusive values at canonical nodes, sorted by (node, metric).
+// Nodes with both values zero are absent; the root carries the thread's totals as inclusive.
+struct ThreadValues {
+  std::vector<std::uint32_t> node;
+  std::vector<std::uint16_t> metric;
+  std::vector<std::uint64_t> exclusive;
+  std::vector<std::uint64_t> inclusive;
+  std::size_t size() const { return node.size(); }
+};
+
+// Reusable per-worker scratch space for computeThreadValues (dense over nodes x metrics, reset
+// through a touched list so a profile costs time proportional to its own size).
+class ValueScratch {
+ public:
+  ValueScratch(std::size_t nodes, std::size_t metrics);
+  ThreadValues compute(const FinalCct& cct, const std::vector<StmtValue>& values);
+
+ private:
+  std::size_t metrics_;
+  std::vector<std::uint64_t> exclusive_;
+  std::vector<std::uint64_t> inclusive_;
+  std::vector<std::uint8_t> touched_;
+  std::vector<std::uint32_t> touchedList_;
+};
+
+}  // namespace csp::reduce

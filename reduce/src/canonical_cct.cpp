@@ -1,0 +1,243 @@
+#include "csp/reduce/canonical_cct.hpp"
+
+#include <fmt/format.h>
+#include <tbb/concurrent_hash_map.h>
+#include <tbb/concurrent_vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace csp::reduce {
+
+namespace {
+
+constexpr std::uint32_t kStructureMagic = 0x31544343;  // "CCT1"
+
+struct Edge {
+  std::uint32_t parent;
+  ScopeKey key;
+};
+
+struct EdgeHashCompare {
+  static std::size_t hash(const Edge& e) { return ScopeKeyHash{}(e.key) ^ (std::size_t{e.parent} * 0x9E3779B97F4A7C15ULL); }
+  static bool equal(const Edge& a, const Edge& b) { return a.parent == b.parent && a.key == b.key; }
+};
+
+class ByteWriter {
+ public:
+  void u8(std::uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
+  }
+  void text(const std::string& s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    out_.insert(out_.end(), p, p + s.size());
+  }
+  std::vector<std::byte> take() { return std::move(out_); }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(std::span<const std::byte> in) : in_(in) {}
+  std::uint8_t u8() {
+    need(1);
+    return static_cast<std::uint8_t>(in_[at_++]);
+  }
+  std::uint32_t u32() {
+    need(4);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in_[at_++]) << (8 * i);
+    return v;
+  }
+  std::string_view text() {
+    const std::uint32_t n = u32();
+    need(n);
+    std::string_view s(reinterpret_cast<const char*>(in_.data() + at_), n);
+    at_ += n;
+    return s;
+  }
+  bool done() const { return at_ == in_.size(); }
+
+ private:
+  void need(std::size_t n) const {
+    if (in_.size() - at_ < n) throw std::runtime_error("CCT structure: truncated");
+  }
+  std::span<const std::byte> in_;
+  std::size_t at_ = 0;
+};
+
+// Encodes nodes (parent before child) with a string list of the texts they use.
+template <typename NodeAt>
+std::vector<std::byte> encode(std::size_t count, NodeAt nodeAt, const StringTable& strings) {
+  std::unordered_map<std::uint32_t, std::uint32_t> local;  // table id -> position in the list
+  std::vector<std::uint32_t> used;
+  auto ref = [&](std::uint32_t id) {
+    auto [it, fresh] = local.try_emplace(id, static_cast<std::uint32_t>(used.size()));
+    if (fresh) used.push_back(id);
+    return it->second;
+  };
+  ref(0);
+  std::vector<std::uint32_t> fields;
+  fields.reserve(count * 6);
+  for (std::size_t i = 0; i < count; ++i) {
+    const CctNode n = nodeAt(i);
+    fields.insert(fields.end(), {n.parent, static_cast<std::uint32_t>(n.key.kind), ref(n.key.name), ref(n.key.file),
+                                 n.key.line, ref(n.key.module)});
+  }
+  ByteWriter w;
+  w.u32(kStructureMagic);
+  w.u32(static_cast<std::uint32_t>(used.size()));
+  for (auto id : used) w.text(strings.text(id));
+  w.u32(static_cast<std::uint32_t>(count));
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t* f = &fields[i * 6];
+    w.u32(f[0]);
+    w.u8(static_cast<std::uint8_t>(f[1]));
+    w.u32(f[2]);
+    w.u32(f[3]);
+    w.u32(f[4]);
+    w.u32(f[5]);
+  }
+  return w.take();
+}
+
+// Decodes into (parent, key) pairs with strings interned into `strings`.
+std::vector<CctNode> decode(std::span<const std::byte> bytes, StringTable& strings) {
+  ByteReader r(bytes);
+  if (r.u32() != kStructureMagic) throw std::runtime_error("CCT structure: bad magic");
+  const std::uint32_t nstrings = r.u32();
+  std::vector<std::uint32_t> ids;
+  ids.reserve(nstrings);
+  for (std::uint32_t i = 0; i < nstrings; ++i) ids.push_back(strings.intern(r.text()));
+  const std::uint32_t count = r.u32();
+  std::vector<CctNode> nodes;
+  nodes.reserve(count);
+  auto str = [&](std::uint32_t i) {
+    if (i >= ids.size()) throw std::runtime_error("CCT structure: string index out of range");
+    return ids[i];
+  };
+  for (std::uint32_t i = 0; i < count; ++i) {
+    CctNode n;
+    n.parent = r.u32();
+    const std::uint8_t kind = r.u8();
+    if (kind > static_cast<std::uint8_t>(ScopeKind::Stmt)) throw std::runtime_error("CCT structure: bad scope kind");
+    n.key.kind = static_cast<ScopeKind>(kind);
+    n.key.name = str(r.u32());
+    n.key.file = str(r.u32());
+    n.key.line = r.u32();
+    n.key.module = str(r.u32());
+    if (i == 0 ? n.parent != kNoIndex : n.parent >= i)
+      throw std::runtime_error(fmt::format("CCT structure: node {} has parent {}", i, n.parent));
+    nodes.push_back(n);
+  }
+  if (!r.done()) throw std::runtime_error("CCT structure: trailing bytes");
+  if (nodes.empty()) throw std::runtime_error("CCT structure: no root");
+  return nodes;
+}
+
+}  // namespace
+
+struct LocalCct::Impl {
+  tbb::concurrent_hash_map<Edge, std::uint32_t, EdgeHashCompare> edges;
+  tbb::concurrent_vector<CctNode> nodes;
+};
+
+LocalCct::LocalCct(StringTable& strings) : strings_(strings), impl_(std::make_unique<Impl>()) {
+  impl_->nodes.push_back(CctNode{kNoIndex, ScopeKey{}});
+}
+
+LocalCct::~LocalCct() = default;
+
+std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) {
+  decltype(impl_->edges)::const_accessor found;
+  if (impl_->edges.find(found, Edge{parent, key})) return found->second;
+  found.release();
+  decltype(impl_->edges)::accessor acc;
+  if (impl_->edges.insert(acc, Edge{parent, key})) {
+    auto it = impl_->nodes.push_back(CctNode{parent, key});
+    acc->second = static_cast<std::uint32_t>(it - impl_->nodes.begin());
+  }
+  return acc->second;
+}
+
+std::size_t LocalCct::size() const { return impl_->nodes.size(); }
+
+CctNode LocalCct::node(std::uint32_t id) const { return impl_->nodes[id]; }
+
+std::vector<std::byte> LocalCct::serialize() const {
+  return encode(impl_->nodes.size(), [&](std::size_t i) { return impl_->nodes[i]; }, strings_);
+}
+
+void LocalCct::merge(std::span<const std::byte> bytes) {
+  const auto nodes = decode(bytes, strings_);
+  std::vector<std::uint32_t> mapped(nodes.size());
+  mapped[0] = 0;
+  for (std::size_t i = 1; i < nodes.size(); ++i) mapped[i] = child(mapped[nodes[i].parent], nodes[i].key);
+}
+
+FinalCct FinalCct::fromLocal(const LocalCct& local, StringTable& strings) {
+  const std::size_t n = local.size();
+  std::vector<CctNode> nodes(n);
+  for (std::size_t i = 0; i < n; ++i) nodes[i] = local.node(static_cast<std::uint32_t>(i));
+  std::vector<std::vector<std::uint32_t>> children(n);
+  for (std::size_t i = 1; i < n; ++i) children[nodes[i].parent].push_back(static_cast<std::uint32_t>(i));
+  for (auto& c : children) {
+    std::sort(c.begin(), c.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return compareByText(nodes[a].key, nodes[b].key, strings) < 0;
+    });
+  }
+  // Preorder numbering; the stack holds children in reverse so the first is visited first.
+  FinalCct out;
+  out.nodes_.reserve(n);
+  std::vector<std::uint32_t> finalId(n, kNoIndex);
+  std::vector<std::uint32_t> stack{0};
+  while (!stack.empty()) {
+    const std::uint32_t id = stack.back();
+    stack.pop_back();
+    finalId[id] = static_cast<std::uint32_t>(out.nodes_.size());
+    out.nodes_.push_back(CctNode{id == 0 ? kNoIndex : finalId[nodes[id].parent], nodes[id].key});
+    for (auto it = children[id].rbegin(); it != children[id].rend(); ++it) stack.push_back(*it);
+  }
+  out.index();
+  return out;
+}
+
+std::vector<std::byte> FinalCct::serialize(const StringTable& strings) const {
+  return encode(nodes_.size(), [&](std::size_t i) { return nodes_[i]; }, strings);
+}
+
+FinalCct FinalCct::deserialize(std::span<const std::byte> bytes, StringTable& strings) {
+  FinalCct out;
+  out.nodes_ = decode(bytes, strings);
+  out.index();
+  return out;
+}
+
+std::uint32_t FinalCct::find(std::uint32_t parent, const ScopeKey& key) const {
+  auto it = edges_->find({parent, key});
+  return it == edges_->end() ? kNoIndex : it->second;
+}
+
+void FinalCct::index() {
+  const std::size_t n = nodes_.size();
+  childBegin_.assign(n + 1, 0);
+  for (std::size_t i = 1; i < n; ++i) ++childBegin_[nodes_[i].parent + 1];
+  for (std::size_t i = 0; i < n; ++i) childBegin_[i + 1] += childBegin_[i];
+  childList_.assign(n > 0 ? n - 1 : 0, 0);
+  std::vector<std::uint32_t> fill(childBegin_.begin(), childBegin_.end() - 1);
+  auto edges = std::make_shared<std::unordered_map<std::pair<std::uint32_t, ScopeKey>, std::uint32_t, EdgeHash>>();
+  edges->reserve(n);
+  for (std::size_t i = 1; i < n; ++i) {
+    childList_[fill[nodes_[i].parent]++] = static_cast<std::uint32_t>(i);
+    edges->emplace(std::make_pair(nodes_[i].parent, nodes_[i].key), static_cast<std::uint32_t>(i));
+  }
+  edges_ = std::move(edges);
+}
+
+}  // namespace csp::reduce

@@ -1,0 +1,156 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "csp/reduce/canonical_cct.hpp"
+#include "csp/reduce/projection.hpp"
+#include "csp/synth/json_spec.hpp"
+#include "csp/synth/synthetic.hpp"
+
+using namespace csp;
+using namespace csp::reduce;
+
+namespace {
+
+struct Reduced {
+  StringTable strings;
+  FinalCct cct;
+  std::vector<std::vector<StmtValue>> values;  // per profile, in final ids
+};
+
+// Pass 1 inserts into a local CCT, pass 2 maps onto the final one: the pipeline's two passes.
+void reduce(Reduced& out, const std::vector<ThreadProfile>& profiles) {
+  Attributor attributor(out.strings);
+  LocalCct local(out.strings);
+  for (const auto& p : profiles)
+    projectProfile(p, out.strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
+  out.cct = FinalCct::fromLocal(local, out.strings);
+  for (const auto& p : profiles) {
+    out.values.push_back(projectProfile(p, out.strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) {
+      const auto id = out.cct.find(parent, k);
+      EXPECT_NE(id, kNoIndex);
+      return id;
+    }));
+  }
+}
+
+std::string pathOf(const Reduced& r, std::uint32_t id) {
+  std::string s;
+  for (; id != 0; id = r.cct.node(id).parent) s = describe(r.cct.node(id).key, r.strings) + (s.empty() ? "" : " / ") + s;
+  return s;
+}
+
+TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
+  Reduced r;
+  reduce(r, synth::profilesFromJsonFile(std::string(CSP_TEST_DATA_DIR) + "/fig75.json"));
+  ASSERT_EQ(r.cct.size(), 11u);  // root main loop10 loop11 stmt12 loop13 stmt14 stmt15 cs16 work stmt3
+  ValueScratch scratch(r.cct.size(), 1);
+  const ThreadValues v = scratch.compute(r.cct, r.values[0]);
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
+  for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};
+  using P = std::pair<std::uint64_t, std::uint64_t>;
+  const std::string main = "procedure main (fig75) main.c:1";
+  EXPECT_EQ(byPath[""], P(0, 111));  // root: the thread's total
+  EXPECT_EQ(byPath[main], P(11, 111));
+  EXPECT_EQ(byPath[main + " / loop main.c:10"], P(0, 111));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11"], P(1, 111));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / statement main.c:12"], P(1, 1));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13"], P(10, 110));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / statement main.c:14"], P(5, 5));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / call site main.c:16"], P(0, 100));
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / call site main.c:16 / procedure work (fig75) work.c:1"],
+            P(100, 100));
+  EXPECT_EQ(v.size(), 11u);
+  // Thread 2 doubles every count.
+  const ThreadValues w = scratch.compute(r.cct, r.values[1]);
+  ASSERT_EQ(w.size(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(w.node[i], v.node[i]);
+    EXPECT_EQ(w.exclusive[i], 2 * v.exclusive[i]);
+    EXPECT_EQ(w.inclusive[i], 2 * v.inclusive[i]);
+  }
+}
+
+TEST(CanonicalCct, RecursionCountsEachSampleOncePerAncestor) {
+  const char* spec = R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "f"}, {"stmt": "f.c:2"}],
+     "counts": {"t": 4}},
+    {"path": [{"proc": "f"}, {"stmt": "f.c:2"}], "counts": {"t": 1}}]}]})";
+  Reduced r;
+  reduce(r, synth::profilesFromJsonText(spec, "rec.json"));
+  ValueScratch scratch(r.cct.size(), 1);
+  const ThreadValues v = scratch.compute(r.cct, r.values[0]);
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
+  for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};
+  using P = std::pair<std::uint64_t, std::uint64_t>;
+  const std::string f = "procedure f (app)";
+  EXPECT_EQ(byPath[f], P(1, 5));
+  EXPECT_EQ(byPath[f + " / call site f.c:3 / " + f], P(0, 4));
+  EXPECT_EQ(byPath[f + " / call site f.c:3 / " + f + " / call site f.c:3 / " + f], P(4, 4));
+}
+
+TEST(CanonicalCct, FinalIdsDoNotDependOnOrderOrSplit) {
+  synth::SyntheticOptions o;
+  o.ranks = 12;
+  o.threads = 2;
+  o.nodes = 800;
+  o.groups = 3;
+  std::vector<ThreadProfile> profiles;
+  for (std::uint32_t r = 0; r < o.ranks; ++r)
+    for (std::uint32_t t = 0; t < o.threads; ++t) profiles.push_back(synth::makeSyntheticProfile(o, r, t));
+
+  auto finalBytes = [](std::vector<ThreadProfile> ps, std::size_t parts) {
+    StringTable strings;
+    Attributor attributor(strings);
+    std::vector<std::unique_ptr<LocalCct>> locals;
+    for (std::size_t i = 0; i < parts; ++i) locals.push_back(std::make_unique<LocalCct>(strings));
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      auto& local = *locals[i % parts];
+      projectProfile(ps[i], strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
+    }
+    // Merge through the serialized form, as processes do.
+    for (std::size_t i = 1; i < parts; ++i) locals[0]->merge(locals[i]->serialize());
+    const FinalCct final = FinalCct::fromLocal(*locals[0], strings);
+    // Re-serialized through a fresh string table so that interning order cannot leak in.
+    StringTable fresh;
+    return FinalCct::deserialize(final.serialize(strings), fresh).serialize(fresh);
+  };
+  const auto reference = finalBytes(profiles, 1);
+  std::mt19937 rng(5);
+  auto shuffled = profiles;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  EXPECT_EQ(finalBytes(shuffled, 1), reference);
+  EXPECT_EQ(finalBytes(shuffled, 3), reference);
+  EXPECT_EQ(finalBytes(profiles, 4), reference);
+}
+
+TEST(CanonicalCct, ChildrenAreListedInIdOrderAndFindable) {
+  Reduced r;
+  reduce(r, synth::profilesFromJsonFile(std::string(CSP_TEST_DATA_DIR) + "/fig75.json"));
+  std::size_t seen = 0;
+  for (std::uint32_t id = 0; id < r.cct.size(); ++id) {
+    auto kids = r.cct.children(id);
+    EXPECT_TRUE(std::is_sorted(kids.begin(), kids.end()));
+    for (auto k : kids) {
+      EXPECT_EQ(r.cct.node(k).parent, id);
+      EXPECT_EQ(r.cct.find(id, r.cct.node(k).key), k);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, r.cct.size() - 1);
+}
+
+TEST(CanonicalCct, MalformedStructureBytesAreRejected) {
+  StringTable s;
+  LocalCct local(s);
+  local.child(0, ScopeKey{ScopeKind::ProcFrame, s.intern("main"), 0, 0, 0});
+  auto bytes = local.serialize();
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    LocalCct other(s);
+    EXPECT_THROW(other.merge(std::span(bytes).first(cut)), std::runtime_error) << cut;
+  }
+}
+
+}  // namespace
