@@ -1,0 +1,132 @@
+// The csp-prof-mpi pipeline (DESIGN.md section 5), SPMD over the processes of a communicator:
+//   discover   rank 0 lists the profiles; ids follow the sorted file list
+//   partition  contiguous id ranges balanced by bytes
+//   structure  read + attribute + union into a local CCT (TBB), tree reduction of the structures,
+//              deterministic final ids broadcast to all
+//   metrics    re-read, map onto the final CCT, per-thread exclusive/inclusive values, handed to
+//              a consumer in profile-id order, batch by batch (memory bounded by the batch)
+// Every stage ends with a collective agreement on errors, so one rank's bad input stops all
+// ranks cleanly with the same message.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include <tbb/task_arena.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "csp/reduce/attribution.hpp"
+#include "csp/reduce/canonical_cct.hpp"
+#include "csp/reduce/mpi_comm.hpp"
+#include "csp/reduce/projection.hpp"
+#include "csp/storage/profile.hpp"
+
+namespace csp::reduce {
+
+class PipelineError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct PipelineOptions {
+  std::vector<std::filesystem::path> inputs;  // measurement directories or profile files
+  unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
+  bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
+  AttributionOptions attribution;
+  std::uint32_t batchProfiles = 128;          // profiles per metrics batch
+};
+
+// Progress of the stages; called on rank 0 only.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void begin(const std::string& phase, std::uint64_t total) = 0;
+  virtual void update(std::uint64_t done) = 0;
+  virtual void end() = 0;
+};
+
+struct InputProfile {
+  std::filesystem::path path;
+  std::uint64_t bytes = 0;
+};
+
+struct SkippedInput {
+  std::string path;
+  std::string reason;
+};
+
+// One profile as the database sees it: dense id among the valid profiles, and its identity.
+struct ProfileInfo {
+  std::uint32_t id = 0;
+  Identity identity;
+  MeasurementStats stats;
+};
+
+// The reduced region tree (DESIGN.md 8): node 0 is the root; a region is identified by its
+// parent and (name, dynamic id). Ids are deterministic: children ordered by (name, dynamic id),
+// numbered in preorder.
+struct RegionTreeNode {
+  std::uint32_t parent = kNoIndex;
+  std::string name;
+  std::uint64_t dynamicId = 0;
+};
+
+// One profile's region values at final region ids, ascending, root excluded.
+struct RegionValues {
+  std::vector<std::uint32_t> region;
+  std::vector<std::uint64_t> count;
+  std::vector<std::uint64_t> inclusiveNs;
+  std::vector<std::uint64_t> exclusiveNs;
+};
+
+struct PhaseTime {
+  std::string phase;
+  double seconds = 0;
+};
+
+class Pipeline {
+ public:
+  Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* progress = nullptr);
+  ~Pipeline();
+
+  // Stages, to be called in order on every rank.
+  void discover();
+  void buildStructure();
+  // Calls `consume(profiles, values)` batch by batch for this rank's profiles in increasing id
+  // order, from the calling thread; values[i] belongs to profiles[i] and uses final CCT ids and
+  // global metric ids.
+  using BatchConsumer =
+      std::function<void(std::span<const ProfileInfo>, std::vector<ThreadValues>&, std::vector<RegionValues>&)>;
+  void computeMetrics(const BatchConsumer& consume);
+  std::size_t localBatchCount() const;  // batches computeMetrics will hand out on this rank
+  tbb::task_arena& arena();
+
+  // Results, valid after the stage that produces them.
+  const std::vector<InputProfile>& inputs() const;          // all ranks, after discover
+  const FinalCct& cct() const;                              // after buildStructure
+  const std::vector<RegionTreeNode>& regions() const;       // after buildStructure
+  StringTable& strings();
+  const std::vector<MetricDescriptor>& metrics() const;     // global metric list, after buildStructure
+  std::uint32_t profileCount() const;                       // valid profiles over all ranks
+  std::uint32_t firstProfileId() const;                     // this rank's first id
+  const std::vector<ProfileInfo>& localProfiles() const;    // this rank's valid profiles
+  const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
+  AttributionStats attributionStats() const;
+  const std::vector<PhaseTime>& phaseTimes() const;
+  const Comm& comm() const;
+
+  // Collective error agreement: if any rank has an error, every rank throws PipelineError with
+  // the collected messages (rank order, at most a few per rank).
+  void agree(const std::vector<std::string>& localErrors) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace csp::reduce

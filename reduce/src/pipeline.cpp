@@ -1,0 +1,541 @@
+#include "csp/reduce/pipeline.hpp"
+
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+#include <thread>
+
+#include "csp/storage/profile_io.hpp"
+
+namespace csp::reduce {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+__extension__ using Uint128 = unsigned __int128;
+
+constexpr int kStructureTag = 7301;
+constexpr std::size_t kMaxErrorsPerRank = 5;
+
+class Stopwatch {
+ public:
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::vector<std::byte> packMetrics(const std::vector<MetricDescriptor>& metrics) {
+  Packer p;
+  p.u64(metrics.size());
+  for (const auto& m : metrics) {
+    p.text(m.name);
+    p.text(m.unit);
+    p.u64(static_cast<std::uint64_t>(m.kind));
+    p.u64(m.period);
+    p.text(m.description);
+  }
+  return p.take();
+}
+
+std::vector<MetricDescriptor> unpackMetrics(const std::vector<std::byte>& bytes) {
+  Unpacker u(bytes);
+  std::vector<MetricDescriptor> out(u.u64());
+  for (auto& m : out) {
+    m.name = u.text();
+    m.unit = u.text();
+    m.kind = static_cast<MetricKind>(u.u64());
+    m.period = u.u64();
+    m.description = u.text();
+  }
+  return out;
+}
+
+// Appends the metrics not yet in `into` (by name), keeping first-appearance order.
+void mergeMetrics(std::vector<MetricDescriptor>& into, const std::vector<MetricDescriptor>& more) {
+  for (const auto& m : more) {
+    const bool known = std::any_of(into.begin(), into.end(), [&](const auto& x) { return x.name == m.name; });
+    if (!known) into.push_back(m);
+  }
+}
+
+// Region trees are small (tens to thousands of nodes): a map under a mutex is enough.
+class RegionUnion {
+ public:
+  RegionUnion() { nodes_.push_back({kNoIndex, "", 0}); }
+  std::uint32_t child(std::uint32_t parent, const std::string& name, std::uint64_t dynamicId) {
+    std::lock_guard lock(mutex_);
+    auto [it, fresh] = index_.try_emplace(std::make_tuple(parent, name, dynamicId), static_cast<std::uint32_t>(nodes_.size()));
+    if (fresh) nodes_.push_back({parent, name, dynamicId});
+    return it->second;
+  }
+  // Adds a profile's region tree; returns the union id of each of its nodes.
+  std::vector<std::uint32_t> add(const RegionProfile& r) {
+    std::vector<std::uint32_t> id(r.size(), 0);
+    for (std::size_t i = 1; i < r.size(); ++i) id[i] = child(id[r.parent[i]], r.names[r.staticId[i]], r.dynamicId[i]);
+    return id;
+  }
+  std::vector<std::byte> serialize() const {
+    Packer p;
+    p.u64(nodes_.size());
+    for (const auto& n : nodes_) {
+      p.u64(n.parent);
+      p.text(n.name);
+      p.u64(n.dynamicId);
+    }
+    return p.take();
+  }
+  static std::vector<RegionTreeNode> deserialize(const std::vector<std::byte>& bytes) {
+    Unpacker u(bytes);
+    std::vector<RegionTreeNode> out(u.u64());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i].parent = static_cast<std::uint32_t>(u.u64());
+      out[i].name = u.text();
+      out[i].dynamicId = u.u64();
+      if (i == 0 ? out[i].parent != kNoIndex : out[i].parent >= i) throw std::runtime_error("region tree: bad parent");
+    }
+    return out;
+  }
+  void merge(const std::vector<RegionTreeNode>& other) {
+    std::vector<std::uint32_t> id(other.size(), 0);
+    for (std::size_t i = 1; i < other.size(); ++i) id[i] = child(id[other[i].parent], other[i].name, other[i].dynamicId);
+  }
+  // Deterministic preorder numbering.
+  std::vector<RegionTreeNode> finalTree() const {
+    std::vector<std::vector<std::uint32_t>> children(nodes_.size());
+    for (std::size_t i = 1; i < nodes_.size(); ++i) children[nodes_[i].parent].push_back(static_cast<std::uint32_t>(i));
+    for (auto& c : children)
+      std::sort(c.begin(), c.end(), [&](auto a, auto b) {
+        return std::tie(nodes_[a].name, nodes_[a].dynamicId) < std::tie(nodes_[b].name, nodes_[b].dynamicId);
+      });
+    std::vector<RegionTreeNode> out;
+    std::vector<std::uint32_t> finalId(nodes_.size(), kNoIndex);
+    std::vector<std::uint32_t> stack{0};
+    while (!stack.empty()) {
+      const auto id = stack.back();
+      stack.pop_back();
+      finalId[id] = static_cast<std::uint32_t>(out.size());
+      out.push_back({id == 0 ? kNoIndex : finalId[nodes_[id].parent], nodes_[id].name, nodes_[id].dynamicId});
+      for (auto it = children[id].rbegin(); it != children[id].rend(); ++it) stack.push_back(*it);
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<RegionTreeNode> nodes_;
+  std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;
+};
+
+}  // namespace
+
+struct Pipeline::Impl {
+  const Comm& comm;
+  PipelineOptions options;
+  ProgressSink* progress;
+  StringTable strings;
+  Attributor attributor;
+  tbb::task_arena arena;
+
+  std::vector<InputProfile> inputs;
+  std::size_t begin = 0, end = 0;  // this rank's input range
+
+  // Per local input (index - begin): set in the structure pass.
+  std::vector<std::optional<ProfileInfo>> local;
+  std::vector<std::vector<MetricDescriptor>> localMetrics;
+  std::vector<ProfileInfo> localProfiles;
+  std::vector<std::size_t> localInputOf;  // local valid profile -> input index
+  std::vector<SkippedInput> skipped;
+  std::vector<MetricDescriptor> metrics;
+  std::uint32_t profileCount = 0;
+  std::uint32_t firstId = 0;
+  FinalCct cct;
+  std::vector<RegionTreeNode> regions;
+  std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> regionIndex;
+  std::vector<PhaseTime> phases;
+
+  Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
+      : comm(c),
+        options(std::move(o)),
+        progress(comm.rank() == 0 ? p : nullptr),
+        attributor(strings, options.attribution),
+        arena(options.jobs ? static_cast<int>(options.jobs) : tbb::task_arena::automatic) {}
+
+  void beginPhase(const std::string& name, std::uint64_t total) {
+    if (progress) progress->begin(name, total);
+  }
+  void endPhase(const std::string& name, const Stopwatch& watch) {
+    if (progress) progress->end();
+    phases.push_back({name, watch.seconds()});
+  }
+
+  // Parallel loop over this rank's inputs [0, count) with progress from rank 0's own share.
+  template <typename F>
+  void parallelOverLocal(std::size_t count, F&& body) {
+    std::atomic<std::uint64_t> done{0};
+    arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          body(i);
+          const auto d = ++done;
+          // Updates come from workers; the sink only redraws when the percentage moves.
+          if (progress && std::this_thread::get_id() == mainThread) progress->update(d);
+        }
+      });
+    });
+    if (progress) progress->update(count);
+  }
+  std::thread::id mainThread = std::this_thread::get_id();
+};
+
+Pipeline::Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* progress)
+    : impl_(std::make_unique<Impl>(comm, std::move(options), progress)) {}
+
+Pipeline::~Pipeline() = default;
+
+void Pipeline::agree(const std::vector<std::string>& localErrors) const {
+  const Comm& comm = impl_->comm;
+  if (comm.sum(localErrors.size()) == 0) return;
+  Packer p;
+  const std::size_t n = std::min(localErrors.size(), kMaxErrorsPerRank);
+  p.u64(n);
+  p.u64(localErrors.size());
+  for (std::size_t i = 0; i < n; ++i) p.text(localErrors[i]);
+  auto all = comm.allgather(p.take());
+  std::string message;
+  std::size_t total = 0;
+  for (const auto& part : all) {
+    Unpacker u(part);
+    const auto shown = u.u64();
+    const auto count = u.u64();
+    total += count;
+    for (std::uint64_t i = 0; i < shown; ++i) {
+      if (!message.empty()) message.push_back('\n');
+      message.append(u.text());
+    }
+    if (count > shown) message += fmt::format("\n(and {} more errors on this process)", count - shown);
+  }
+  if (total > 1) message += fmt::format("\n{} errors in total", total);
+  throw PipelineError(message);
+}
+
+void Pipeline::discover() {
+  Impl& s = *impl_;
+  Stopwatch watch;
+  std::vector<std::string> errors;
+  Packer packed;
+  if (s.comm.rank() == 0) {
+    std::vector<InputProfile> found;
+    for (const auto& input : s.options.inputs) {
+      std::error_code ec;
+      if (fs::is_directory(input, ec)) {
+        try {
+          const auto files = storage::listProfiles(input);
+          if (files.empty()) errors.push_back(fmt::format("{}: no profiles (*.cspprof) in this directory", input.string()));
+          for (const auto& f : files) found.push_back({f, fs::file_size(f, ec)});
+        } catch (const std::exception& e) {
+          errors.push_back(e.what());
+        }
+      } else if (fs::is_regular_file(input, ec) && input.extension() == storage::kProfileExtension) {
+        found.push_back({input, fs::file_size(input, ec)});
+      } else if (!fs::exists(input, ec)) {
+        errors.push_back(fmt::format("{}: no such file or directory", input.string()));
+      } else {
+        errors.push_back(fmt::format("{}: neither a measurement directory nor a {} file", input.string(),
+                                     storage::kProfileExtension));
+      }
+    }
+    if (s.options.inputs.empty()) errors.push_back("no measurement directory given");
+    packed.u64(found.size());
+    for (const auto& f : found) {
+      packed.text(f.path.string());
+      packed.u64(f.bytes);
+    }
+  }
+  agree(errors);
+  auto bytes = packed.take();
+  s.comm.broadcast(bytes);
+  Unpacker u(bytes);
+  s.inputs.resize(u.u64());
+  for (auto& f : s.inputs) {
+    f.path = u.text();
+    f.bytes = u.u64();
+  }
+  // Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch
+  // whose preceding bytes reach r/P of the total. Batches are fixed in input order whatever P
+  // is, and the database's per-node blocks follow them, so the same inputs give the same keys
+  // for any process count. Contiguity keeps ids and key ranges per rank sorted.
+  const std::size_t batch = std::max<std::size_t>(s.options.batchProfiles, 1);
+  std::uint64_t total = 0;
+  for (const auto& f : s.inputs) total += f.bytes;
+  auto startOf = [&](int r) -> std::size_t {
+    if (r >= s.comm.size()) return s.inputs.size();
+    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(s.comm.size());
+    std::uint64_t before = 0;
+    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
+      if (i % batch == 0 && before >= target) return i;
+      before += s.inputs[i].bytes;
+    }
+    return s.inputs.size();
+  };
+  s.begin = startOf(s.comm.rank());
+  s.end = startOf(s.comm.rank() + 1);
+  s.phases.push_back({"discover", watch.seconds()});
+}
+
+void Pipeline::buildStructure() {
+  Impl& s = *impl_;
+  Stopwatch watch;
+  const std::size_t count = s.end - s.begin;
+  s.local.assign(count, std::nullopt);
+  s.localMetrics.assign(count, {});
+  LocalCct localCct(s.strings);
+  RegionUnion regionUnion;
+  std::mutex errorsMutex;
+  std::vector<std::string> errors;
+  std::vector<SkippedInput> skipped;
+
+  s.beginPhase("read + attribute", count);
+  s.parallelOverLocal(count, [&](std::size_t i) {
+    const auto& input = s.inputs[s.begin + i];
+    try {
+      ThreadProfile p = storage::readProfile(input.path);
+      projectProfile(p, s.strings, s.attributor,
+                     [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
+      regionUnion.add(p.regions);
+      s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats};
+      s.localMetrics[i] = std::move(p.metrics);
+    } catch (const storage::ProfileError& e) {
+      std::lock_guard lock(errorsMutex);
+      if (s.options.skipInvalid) skipped.push_back({e.file(), e.defect()});
+      else errors.push_back(e.what());
+    } catch (const std::exception& e) {
+      std::lock_guard lock(errorsMutex);
+      errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
+    }
+  });
+  s.endPhase("read + attribute", watch);
+  std::sort(errors.begin(), errors.end());
+  agree(errors);
+
+  Stopwatch unify;
+  // Skipped inputs, everywhere, in input order.
+  {
+    Packer p;
+    std::sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+    p.u64(skipped.size());
+    for (const auto& k : skipped) {
+      p.text(k.path);
+      p.text(k.reason);
+    }
+    for (const auto& part : s.comm.allgather(p.take())) {
+      Unpacker u(part);
+      for (auto n = u.u64(); n > 0; --n) {
+        SkippedInput k;
+        k.path = u.text();
+        k.reason = u.text();
+        s.skipped.push_back(std::move(k));
+      }
+    }
+  }
+
+  // Dense profile ids among valid profiles, in input order.
+  std::uint32_t valid = 0;
+  for (const auto& l : s.local) valid += l.has_value();
+  {
+    Packer p;
+    p.u64(valid);
+    const auto counts = s.comm.allgather(p.take());
+    std::uint64_t before = 0, all = 0;
+    for (int r = 0; r < s.comm.size(); ++r) {
+      Unpacker u(counts[static_cast<std::size_t>(r)]);
+      const auto c = u.u64();
+      if (r < s.comm.rank()) before += c;
+      all += c;
+    }
+    if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
+    s.firstId = static_cast<std::uint32_t>(before);
+    s.profileCount = static_cast<std::uint32_t>(all);
+  }
+  if (s.profileCount == 0) throw PipelineError("no readable profiles in the input");
+  std::uint32_t next = s.firstId;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!s.local[i]) continue;
+    s.local[i]->id = next++;
+    s.localProfiles.push_back(*s.local[i]);
+    s.localInputOf.push_back(s.begin + i);
+  }
+
+  // Global metric list: first appearance in profile-id order, which is rank order of the
+  // ranks' own first-appearance lists.
+  {
+    std::vector<MetricDescriptor> mine;
+    for (std::size_t i = 0; i < count; ++i)
+      if (s.local[i]) mergeMetrics(mine, s.localMetrics[i]);
+    const auto parts = s.comm.gather(packMetrics(mine));
+    std::vector<std::byte> merged;
+    if (s.comm.rank() == 0) {
+      std::vector<MetricDescriptor> all;
+      for (const auto& part : parts) mergeMetrics(all, unpackMetrics(part));
+      merged = packMetrics(all);
+    }
+    s.comm.broadcast(merged);
+    s.metrics = unpackMetrics(merged);
+    if (s.metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
+  }
+
+  // Binomial-tree reduction of the CCT structures towards rank 0.
+  for (int step = 1; step < s.comm.size(); step <<= 1) {
+    if (s.comm.rank() & step) {
+      s.comm.send(s.comm.rank() - step, localCct.serialize(), kStructureTag);
+      break;
+    }
+    if (s.comm.rank() + step < s.comm.size()) localCct.merge(s.comm.recv(s.comm.rank() + step, kStructureTag));
+  }
+  std::vector<std::byte> finalBytes;
+  if (s.comm.rank() == 0) {
+    s.cct = FinalCct::fromLocal(localCct, s.strings);
+    if (s.comm.size() > 1) finalBytes = s.cct.serialize(s.strings);
+  }
+  if (s.comm.size() > 1) {
+    s.comm.broadcast(finalBytes);
+    if (s.comm.rank() != 0) s.cct = FinalCct::deserialize(finalBytes, s.strings);
+  }
+  // Region trees: small, so gathered at the root, merged, and broadcast.
+  {
+    const auto parts = s.comm.gather(regionUnion.serialize());
+    std::vector<std::byte> merged;
+    if (s.comm.rank() == 0) {
+      RegionUnion all;
+      for (const auto& part : parts) all.merge(RegionUnion::deserialize(part));
+      Packer p;
+      const auto tree = all.finalTree();
+      p.u64(tree.size());
+      for (const auto& n : tree) {
+        p.u64(n.parent);
+        p.text(n.name);
+        p.u64(n.dynamicId);
+      }
+      merged = p.take();
+    }
+    s.comm.broadcast(merged);
+    s.regions = RegionUnion::deserialize(merged);
+    for (std::size_t i = 1; i < s.regions.size(); ++i)
+      s.regionIndex[{s.regions[i].parent, s.regions[i].name, s.regions[i].dynamicId}] = static_cast<std::uint32_t>(i);
+  }
+  s.phases.push_back({"unify structure", unify.seconds()});
+}
+
+void Pipeline::computeMetrics(const BatchConsumer& consume) {
+  Impl& s = *impl_;
+  Stopwatch watch;
+  std::map<std::string, std::uint16_t> globalMetric;
+  for (std::size_t m = 0; m < s.metrics.size(); ++m) globalMetric[s.metrics[m].name] = static_cast<std::uint16_t>(m);
+
+  tbb::enumerable_thread_specific<std::unique_ptr<ValueScratch>> scratch;
+  const std::size_t total = s.localProfiles.size();
+  const std::size_t batch = std::max<std::size_t>(s.options.batchProfiles, 1);
+  std::vector<std::string> errors;
+  std::mutex errorsMutex;
+  s.beginPhase("metrics", total);
+  for (std::size_t first = 0; first < total;) {
+    // The batch is the input batch of this profile: profiles whose inputs share index / batch.
+    const std::size_t batchIndex = s.localInputOf[first] / batch;
+    std::size_t n = 1;
+    while (first + n < total && s.localInputOf[first + n] / batch == batchIndex) ++n;
+    std::vector<ThreadValues> values(n);
+    std::vector<RegionValues> regionValues(n);
+    s.arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          const auto& path = s.inputs[s.localInputOf[first + i]].path;
+          try {
+            // Re-reading keeps memory flat in the number of profiles; the attribution cache
+            // makes the second walk cheap.
+            ThreadProfile p = storage::readProfile(path);
+            auto stmt = projectProfile(p, s.strings, s.attributor, [&](std::uint32_t parent, const ScopeKey& key) {
+              const auto id = s.cct.find(parent, key);
+              if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");
+              return id;
+            });
+            for (auto& v : stmt) v.metric = globalMetric.at(p.metrics[v.metric].name);
+            auto& mine = scratch.local();
+            if (!mine) mine = std::make_unique<ValueScratch>(s.cct.size(), s.metrics.size());
+            values[i] = mine->compute(s.cct, stmt);
+            const auto& r = p.regions;
+            std::vector<std::uint32_t> rid(r.size(), 0);
+            auto& rv = regionValues[i];
+            for (std::size_t k = 1; k < r.size(); ++k) {
+              rid[k] = s.regionIndex.at({rid[r.parent[k]], r.names[r.staticId[k]], r.dynamicId[k]});
+              rv.region.push_back(rid[k]);
+            }
+            std::vector<std::size_t> order(rv.region.size());
+            for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+            std::sort(order.begin(), order.end(), [&](auto a, auto b) { return rv.region[a] < rv.region[b]; });
+            std::vector<std::uint32_t> sorted;
+            for (auto k : order) {
+              // Two nodes of one profile can name the same region (a name registered twice).
+              if (!sorted.empty() && sorted.back() == rv.region[k]) {
+                rv.count.back() += r.count[k + 1];
+                rv.inclusiveNs.back() += r.inclusiveNs[k + 1];
+                rv.exclusiveNs.back() += r.exclusiveNs[k + 1];
+                continue;
+              }
+              sorted.push_back(rv.region[k]);
+              rv.count.push_back(r.count[k + 1]);
+              rv.inclusiveNs.push_back(r.inclusiveNs[k + 1]);
+              rv.exclusiveNs.push_back(r.exclusiveNs[k + 1]);
+            }
+            rv.region = std::move(sorted);
+          } catch (const std::exception& e) {
+            std::lock_guard lock(errorsMutex);
+            errors.push_back(fmt::format("{}: {}", path.string(), e.what()));
+          }
+        }
+      });
+    });
+    if (!errors.empty()) break;
+    consume(std::span<const ProfileInfo>(s.localProfiles).subspan(first, n), values, regionValues);
+    first += n;
+    if (s.progress) s.progress->update(first);
+  }
+  s.endPhase("metrics", watch);
+  agree(errors);
+}
+
+const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->inputs; }
+const FinalCct& Pipeline::cct() const { return impl_->cct; }
+const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions; }
+StringTable& Pipeline::strings() { return impl_->strings; }
+const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->metrics; }
+std::uint32_t Pipeline::profileCount() const { return impl_->profileCount; }
+std::uint32_t Pipeline::firstProfileId() const { return impl_->firstId; }
+const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->localProfiles; }
+const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->skipped; }
+AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
+const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->phases; }
+const Comm& Pipeline::comm() const { return impl_->comm; }
+tbb::task_arena& Pipeline::arena() { return impl_->arena; }
+std::size_t Pipeline::localBatchCount() const {
+  const std::size_t batch = std::max<std::size_t>(impl_->options.batchProfiles, 1);
+  std::size_t count = 0, last = SIZE_MAX;
+  for (auto input : impl_->localInputOf) {
+    if (input / batch != last) ++count;
+    last = input / batch;
+  }
+  return count;
+}
+
+}  // namespace csp::reduce
