@@ -212,8 +212,13 @@ void RealAccumulator::merge(const RealAccumulator& other) {
       const double nb = static_cast<double>(other.count_);
       const double n = na + nb;
       const double delta = other.mean_ - mean_;
-      mean_ = (na * mean_ + nb * other.mean_) / n;
-      m2_ = (m2_ + other.m2_) + delta * delta * (na * nb / n);
+      const double mean = (na * mean_ + nb * other.mean_) / n;
+      const double m2 = (m2_ + other.m2_) + delta * delta * (na * nb / n);
+      // Only values beyond ~1e150 get here; refusing keeps the state valid and encodable.
+      if (!std::isfinite(mean) || !std::isfinite(m2))
+        throw std::overflow_error("real accumulator: mean or M2 overflows a double");
+      mean_ = mean;
+      m2_ = m2;
       count_ += other.count_;
     }
   }

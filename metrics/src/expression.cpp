@@ -424,7 +424,6 @@ SummaryFormula SummaryFormula::parse(std::string_view definition) {
       else return false;
       return true;
     });
-    if (rest.empty()) throw ExpressionError(e.column(i), "reference without a metric name");
     ref.metric = std::string(rest);
     f.references_.push_back(std::move(ref));
   }

@@ -109,13 +109,15 @@ class IntAccumulator {
 // bit-identical results accumulate values in profile-id order and combine partials in a fixed
 // tree over profile-id ranges (docs/metrics.md, "Determinism").
 //
-// Unlike IntAccumulator every accumulated value is present, zero included; NaN is rejected.
+// Unlike IntAccumulator every accumulated value is present, zero included. Non-finite values
+// are rejected, and so is any accumulate/combine whose mean or M2 would overflow (|values| beyond
+// about 1e150): std::overflow_error, the accumulator left unchanged.
 class RealAccumulator {
  public:
   RealAccumulator() = default;
   static RealAccumulator forCombinedNode();
 
-  // Throws std::invalid_argument for NaN or infinite values.
+  // Throws std::invalid_argument for NaN or infinite values, std::overflow_error (see above).
   void accumulate(std::uint32_t profile, double value);
   void combine(const RealAccumulator& other);  // same instances required, as IntAccumulator
   void combineInstance(const RealAccumulator& other);
