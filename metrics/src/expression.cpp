@@ -293,6 +293,7 @@ double Expression::evaluate(std::span<const double> values) const {
   if (values.size() != names_.size())
     throw std::invalid_argument("expression: " + std::to_string(names_.size()) + " values expected, got " +
                                 std::to_string(values.size()));
+  if (code_.empty()) return kNaN;  // a default-constructed Expression
   std::array<double, kMaxStack> stack;
   std::size_t top = 0;  // number of entries
   for (const auto& ins : code_) {
