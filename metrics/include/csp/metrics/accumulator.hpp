@@ -1,0 +1,151 @@
+// Summary accumulators over the per-thread values of one (node, metric, scope): the four-stage
+// algebra of DESIGN.md 3.3 (thesis Alg. 7.1, Figs. 7.2-7.4, 7.7).
+//
+//   IntAccumulator acc;                  // initialize
+//   acc.accumulate(profile, value);      // once per profile holding the node
+//   acc.combine(partialFromElsewhere);   // any order, any grouping
+//   Statistics s = acc.finalize(N, Population::All);
+//
+// Never combine finalized values: Statistics are for display only. The exact semantics of every
+// field, of both populations and of combined (Flat/Callers) nodes are in docs/metrics.md.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "csp/storage/profile.hpp"  // kNoIndex
+
+namespace csp::metrics {
+
+__extension__ using Uint128 = unsigned __int128;
+
+// Which profiles a statistic is taken over.
+enum class Population : std::uint8_t {
+  All = 0,      // every profile counts; a profile where the node is absent contributes 0
+  Present = 1,  // only the profiles where the node is present
+};
+const char* toString(Population population);
+
+// Finalized, display-only statistics. Undefined values (an empty population, a ratio over a zero
+// mean) are NaN so that renderers can show them blank instead of a misleading 0.
+struct Statistics {
+  std::uint64_t inputs = 0;  // size of the population: instances x N (All) or count (Present)
+  std::uint64_t count = 0;   // (instance, profile) pairs where the node is present
+  double sum = 0;
+  double mean = 0;
+  double min = 0;
+  double max = 0;
+  double stddev = 0;     // population standard deviation (divides by `inputs`, not inputs - 1)
+  double cfvar = 0;      // stddev / mean
+  double imbalance = 0;  // max / mean
+  std::uint32_t argmin = kNoIndex;  // smallest profile id holding min; kNoIndex if an absent one does
+  std::uint32_t argmax = kNoIndex;  // smallest profile id holding max; kNoIndex if an absent one does
+};
+
+// Exact accumulator for raw integer metric values (count x period). Every field is an integer,
+// so combine is commutative and associative bit for bit: the same inputs give the same bytes
+// whatever the partitioning over processes and threads.
+//
+// Width: values are < 2^64, so the sum of n values is < n * 2^64 and fits 128 bits for any
+// n < 2^64; the sum of squares is < n * 2^128 and is kept in 192 bits (a 128-bit low part plus a
+// 64-bit high part), exact for any n < 2^64. Nothing saturates.
+//
+// "Present" means a non-zero value: per-thread values are stored sparsely without zeros, so a
+// zero cannot be told from absence downstream; accumulate() ignores it.
+class IntAccumulator {
+ public:
+  // A fresh accumulator stands for one CCT node (one instance).
+  IntAccumulator() = default;
+
+  // The starting point of a Flat/Callers node: zero instances, to be fed with combineInstance().
+  static IntAccumulator forCombinedNode();
+
+  void accumulate(std::uint32_t profile, std::uint64_t value);
+
+  // Merges a partial over other profiles of the same CCT instances. Throws std::invalid_argument
+  // if the instance counts differ (that would be combineInstance's job).
+  void combine(const IntAccumulator& other);
+
+  // Merges the accumulator of another CCT node into a Flat/Callers node (thesis Fig. 7.7): as
+  // combine(), but the instance counts add up.
+  void combineInstance(const IntAccumulator& other);
+
+  // `profiles` is N, the number of profiles of the run (not multiplied by instances).
+  Statistics finalize(std::uint64_t profiles, Population population) const;
+
+  std::uint64_t count() const { return count_; }
+  std::uint64_t instances() const { return instances_; }
+  Uint128 sum() const { return sum_; }
+  Uint128 sumSquaresLow() const { return sumSqLow_; }
+  std::uint64_t sumSquaresHigh() const { return sumSqHigh_; }
+  std::uint64_t min() const { return min_; }  // over present values; UINT64_MAX when empty
+  std::uint64_t max() const { return max_; }  // over present values; 0 when empty
+  std::uint32_t argmin() const { return argmin_; }
+  std::uint32_t argmax() const { return argmax_; }
+
+  bool operator==(const IntAccumulator&) const = default;
+
+ private:
+  friend class AccumulatorCodec;
+  void merge(const IntAccumulator& other);
+
+  std::uint64_t count_ = 0;
+  std::uint64_t instances_ = 1;
+  Uint128 sum_ = 0;
+  Uint128 sumSqLow_ = 0;
+  std::uint64_t sumSqHigh_ = 0;
+  std::uint64_t min_ = UINT64_MAX;
+  std::uint64_t max_ = 0;
+  std::uint32_t argmin_ = kNoIndex;
+  std::uint32_t argmax_ = kNoIndex;
+};
+
+// Accumulator for real-valued per-thread inputs (per-thread derived metrics): count, mean and M2
+// with the parallel-variance combine of Chan, Golub and LeVeque, which stays accurate where a raw
+// sum of squares would cancel.
+//
+// Determinism: combine is commutative bit for bit (operands are put in a canonical order) but,
+// being floating point, not associative: different groupings can differ in the last bits. For
+// bit-identical results accumulate values in profile-id order and combine partials in a fixed
+// tree over profile-id ranges (docs/metrics.md, "Determinism").
+//
+// Unlike IntAccumulator every accumulated value is present, zero included. Non-finite values
+// are rejected, and so is any accumulate/combine whose mean or M2 would overflow (|values| beyond
+// about 1e150): std::overflow_error, the accumulator left unchanged.
+class RealAccumulator {
+ public:
+  RealAccumulator() = default;
+  static RealAccumulator forCombinedNode();
+
+  // Throws std::invalid_argument for NaN or infinite values, std::overflow_error (see above).
+  void accumulate(std::uint32_t profile, double value);
+  void combine(const RealAccumulator& other);  // same instances required, as IntAccumulator
+  void combineInstance(const RealAccumulator& other);
+  Statistics finalize(std::uint64_t profiles, Population population) const;
+
+  std::uint64_t count() const { return count_; }
+  std::uint64_t instances() const { return instances_; }
+  double mean() const { return mean_; }  // over present values
+  double m2() const { return m2_; }      // sum of squared deviations from mean()
+  double min() const { return min_; }    // +inf when empty
+  double max() const { return max_; }    // -inf when empty
+  std::uint32_t argmin() const { return argmin_; }
+  std::uint32_t argmax() const { return argmax_; }
+
+  bool operator==(const RealAccumulator&) const = default;
+
+ private:
+  friend class AccumulatorCodec;
+  void merge(const RealAccumulator& other);
+
+  std::uint64_t count_ = 0;
+  std::uint64_t instances_ = 1;
+  double mean_ = 0;
+  double m2_ = 0;
+  double min_ = std::numeric_limits<double>::infinity();
+  double max_ = -std::numeric_limits<double>::infinity();
+  std::uint32_t argmin_ = kNoIndex;
+  std::uint32_t argmax_ = kNoIndex;
+};
+
+}  // namespace csp::metrics

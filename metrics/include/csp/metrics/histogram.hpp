@@ -1,0 +1,52 @@
+// Mergeable log-linear ("8-wide") histogram of per-thread integer values, for percentiles.
+//
+// Bins are fixed for all inputs, so histograms built anywhere merge by element-wise addition
+// (commutative and associative, exact). Values 0..15 have a bin each; above that, every
+// power-of-two range [2^e, 2^(e+1)) is split into 8 equal sub-bins of width 2^(e-3), so a bin's
+// width is at most 1/8 of its lower bound. 496 bins cover all of uint64; storage is sparse.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace csp::metrics {
+
+class LogLinearHistogram {
+ public:
+  static constexpr std::uint32_t kBinCount = 496;
+
+  static std::uint32_t binOf(std::uint64_t value);
+  static std::uint64_t binLower(std::uint32_t bin);  // smallest value in the bin
+  static std::uint64_t binUpper(std::uint32_t bin);  // largest value in the bin (inclusive)
+
+  // Adds `times` occurrences of `value`. Zeros are accepted (a present zero); absent profiles are
+  // not added here but at query time (see percentile).
+  void add(std::uint64_t value, std::uint64_t times = 1);
+  void merge(const LogLinearHistogram& other);
+
+  std::uint64_t total() const { return total_; }
+
+  // The value at percentile p in [0, 100] by the nearest-rank rule (the smallest value v with at
+  // least ceil(p/100 * M) of the M values <= v; p = 0 gives the minimum), reported as the
+  // midpoint of v's bin, hence exact for values below 16 and within 1/16 relative above.
+  // `population` is M: total() for the present population, instances x N for "all", in which
+  // case population - total() absent zeros are counted. Returns NaN when M is 0; throws
+  // std::invalid_argument if p is out of range or population < total().
+  double percentile(double p, std::uint64_t population) const;
+  double percentile(double p) const { return percentile(p, total_); }
+  // The bin holding that value, for callers that want the bounds.
+  std::uint32_t percentileBin(double p, std::uint64_t population) const;
+
+  // (bin, count) pairs in increasing bin order, counts > 0.
+  const std::vector<std::pair<std::uint32_t, std::uint64_t>>& bins() const { return bins_; }
+
+  bool operator==(const LogLinearHistogram&) const = default;
+
+ private:
+  friend class AccumulatorCodec;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> bins_;
+  std::uint64_t total_ = 0;
+};
+
+}  // namespace csp::metrics

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <random>
+
+#include "csp/metrics/histogram.hpp"
+
+using namespace csp::metrics;
+using H = LogLinearHistogram;
+
+TEST(Histogram, SmallValuesHaveExactBins) {
+  for (std::uint64_t v = 0; v < 16; ++v) {
+    EXPECT_EQ(H::binOf(v), v);
+    EXPECT_EQ(H::binLower(static_cast<std::uint32_t>(v)), v);
+    EXPECT_EQ(H::binUpper(static_cast<std::uint32_t>(v)), v);
+  }
+}
+
+TEST(Histogram, EachPowerOfTwoRangeHasEightEqualSubBins) {
+  EXPECT_EQ(H::binOf(16), 16u);
+  EXPECT_EQ(H::binOf(17), 16u);
+  EXPECT_EQ(H::binOf(18), 17u);
+  EXPECT_EQ(H::binOf(31), 23u);
+  EXPECT_EQ(H::binOf(32), 24u);
+  EXPECT_EQ(H::binLower(24), 32u);
+  EXPECT_EQ(H::binUpper(24), 35u);
+  EXPECT_EQ(H::binOf(1000), H::binOf(1023));  // [512, 1024) in widths of 64: 960..1023
+  EXPECT_EQ(H::binLower(H::binOf(1000)), 960u);
+  EXPECT_EQ(H::binOf(UINT64_MAX), H::kBinCount - 1);
+  EXPECT_EQ(H::binUpper(H::kBinCount - 1), UINT64_MAX);
+  EXPECT_THROW(H::binLower(H::kBinCount), std::out_of_range);
+}
+
+TEST(Histogram, BinsTileTheWholeRange) {
+  for (std::uint32_t b = 0; b < H::kBinCount; ++b) {
+    ASSERT_EQ(H::binOf(H::binLower(b)), b);
+    ASSERT_EQ(H::binOf(H::binUpper(b)), b);
+    if (b + 1 < H::kBinCount) {
+      ASSERT_EQ(H::binLower(b + 1), H::binUpper(b) + 1);
+    }
+    if (b >= 16) {  // width at most 1/8 of the lower bound
+      ASSERT_LE((H::binUpper(b) - H::binLower(b) + 1) * 8, H::binLower(b));
+    }
+  }
+}
+
+TEST(Histogram, PercentilesOfOneToHundred) {
+  H h;
+  for (std::uint64_t v = 1; v <= 100; ++v) h.add(v);
+  EXPECT_EQ(h.total(), 100u);
+  EXPECT_EQ(h.percentile(5), 5);     // rank 5, exact bin
+  EXPECT_EQ(h.percentile(50), 49.5);  // rank 50, bin [48, 51]
+  EXPECT_EQ(h.percentile(95), 91.5);  // rank 95, bin [88, 95]
+  EXPECT_EQ(h.percentile(0), 1);
+  EXPECT_EQ(h.percentile(100), 99.5);  // bin [96, 103]
+  EXPECT_THROW(h.percentile(101), std::invalid_argument);
+  EXPECT_THROW(h.percentile(-1), std::invalid_argument);
+  EXPECT_THROW(h.percentile(std::nan("")), std::invalid_argument);
+}
+
+TEST(Histogram, AllPopulationAddsAbsentZeros) {
+  H h;
+  h.add(100, 10);
+  EXPECT_EQ(h.percentile(50), 99.5);       // present: all ten in [96, 103]
+  EXPECT_EQ(h.percentile(50, 40), 0);      // all: 30 zeros first, rank 20
+  EXPECT_EQ(h.percentile(75, 40), 0);      // rank 30: still a zero
+  EXPECT_EQ(h.percentile(76, 40), 99.5);   // rank 31
+  EXPECT_EQ(h.percentile(95, 40), 99.5);   // rank 38
+  EXPECT_THROW(h.percentile(50, 5), std::invalid_argument);
+  EXPECT_TRUE(std::isnan(H().percentile(50)));
+  EXPECT_EQ(H().percentile(50, 7), 0);
+}
+
+TEST(Histogram, MergeIsElementWiseAndOrderFree) {
+  std::mt19937_64 rng(11);
+  H whole, a, b, c;
+  for (int i = 0; i < 2000; ++i) {
+    const std::uint64_t v = rng() >> (rng() % 64);
+    whole.add(v);
+    (i % 3 == 0 ? a : i % 3 == 1 ? b : c).add(v);
+  }
+  H abc = a;
+  abc.merge(b);
+  abc.merge(c);
+  H cba = c;
+  H ba = b;
+  ba.merge(a);
+  cba.merge(ba);
+  EXPECT_EQ(abc, whole);
+  EXPECT_EQ(cba, whole);
+  for (std::size_t i = 1; i < whole.bins().size(); ++i)
+    EXPECT_LT(whole.bins()[i - 1].first, whole.bins()[i].first);
+}
+
+TEST(Histogram, PercentileWithinOneSixteenthOfTheTrueValue) {
+  std::mt19937_64 rng(5);
+  std::vector<std::uint64_t> values;
+  H h;
+  for (int i = 0; i < 999; ++i) {
+    const std::uint64_t v = 16 + (rng() >> (rng() % 50));
+    values.push_back(v);
+    h.add(v);
+  }
+  std::sort(values.begin(), values.end());
+  for (double p : {5.0, 50.0, 95.0}) {
+    const auto rank = static_cast<std::size_t>(std::ceil(p / 100 * 999));
+    const double truth = static_cast<double>(values[rank - 1]);
+    EXPECT_LE(std::fabs(h.percentile(p) - truth), truth / 16) << p;
+  }
+}
