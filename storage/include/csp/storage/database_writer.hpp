@@ -1,0 +1,112 @@
+// Building a database in parallel and publishing it atomically (docs/database-format.md).
+//
+//   root:            DatabaseBuilder b(target, {.force = f});   // temp dir + RocksDB instance
+//                    hand b.stagingDir() to every writer process
+//   every writer k:  ShardWriter w(stagingDir, k); w.put...(); w.finish();
+//   root:            b.writeMetadata(meta); b.ingestShards(n); b.publish();
+//
+// Writers own disjoint key ranges per column family (e.g. a profile range for values by
+// profile, a node range for values by node and summaries); ingestShards() rejects overlaps.
+// Nothing here knows about MPI: processes only share the staging directory path.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "csp/storage/database.hpp"
+
+namespace csp::storage {
+
+// Sorted puts of one shard, written as SST files (one per column family) into the staging
+// directory. Within a column family keys must ascend; families may interleave. Usable from any
+// process that sees the staging directory. Programming errors (wrong order, writing after
+// finish) throw std::logic_error; I/O failures throw DatabaseError.
+class ShardWriter {
+ public:
+  ShardWriter(std::filesystem::path stagingDir, std::uint32_t shardIndex);
+  ~ShardWriter();  // an unfinished shard leaves no files that ingestShards() would accept
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  void putNode(NodeId id, const CctNode& node);
+  void putChild(NodeId parent, NodeId child);
+  // The whole canonical CCT (node ids = positions) and its children index.
+  void putCct(std::span<const CctNode> nodes);
+  void putSummary(NodeId node, MetricId metric, MetricScope scope, std::string_view bytes);
+
+  // One profile's values sorted by (node, metric, scope), no duplicates. Zeros are dropped.
+  void putProfileValues(ProfileId profile, std::span<const ProfileValue> values);
+  // One node's values across profiles sorted by (metric, scope, profile). Zeros are dropped.
+  void putNodeValues(NodeId node, std::span<const NodeValue> values);
+
+  void putRegion(RegionId id, const RegionNode& region);
+  void putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes);
+
+  // Closes the SST files and marks the shard complete (an atomic rename of its index file).
+  void finish();
+
+  std::uint64_t valuesWritten() const;  // non-zero per-thread values, both orders
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct BuildOptions {
+  bool force = false;  // replace an existing database at the target
+  // Called at each step of building and publishing ("created", "ingested", "closed",
+  // "manifest", "published", ...): progress output, and crash tests kill the process there.
+  std::function<void(std::string_view step)> onStep;
+};
+
+// What the builder found next to the target from earlier runs.
+struct LeftoverReport {
+  std::filesystem::path path;
+  bool removed = false;  // false: its owner may still be running, left alone
+  std::string reason;
+};
+
+class DatabaseBuilder {
+ public:
+  // Fails (DatabaseError) if the target exists and force is off, or if the target exists and is
+  // not a CSP database (never replaced, even with force). Cleans up temporary directories of
+  // dead earlier runs (see leftovers()), then creates ".<name>.tmp-<pid>" next to the target
+  // with the RocksDB instance and its staging area.
+  DatabaseBuilder(std::filesystem::path target, BuildOptions options = {});
+  ~DatabaseBuilder();  // removes the temporary directory unless published
+  DatabaseBuilder(const DatabaseBuilder&) = delete;
+  DatabaseBuilder& operator=(const DatabaseBuilder&) = delete;
+
+  const std::filesystem::path& target() const;
+  const std::filesystem::path& tempDir() const;
+  std::filesystem::path stagingDir() const;
+  const std::vector<LeftoverReport>& leftovers() const;
+
+  // Small metadata, written directly. Call once.
+  void writeMetadata(const DatabaseMetadata& metadata);
+  // Ingests the SST files of shards 0 .. shardCount-1, all column families in one atomic step.
+  // Every shard must have finished; key ranges of different shards must not overlap.
+  void ingestShards(std::uint32_t shardCount);
+  // Flushes, closes, writes the manifest and renames the directory into place (an atomic
+  // exchange when the target exists and force is on). After this the builder is spent.
+  void publish();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Cleans up what interrupted builds of `target` left behind: ".<name>.tmp-<pid>" directories
+// whose process is dead on this host are removed, others reported. Called by DatabaseBuilder;
+// public for tools that want to report without building.
+std::vector<LeftoverReport> cleanupLeftovers(const std::filesystem::path& target);
+
+}  // namespace csp::storage

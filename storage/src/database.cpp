@@ -1,0 +1,253 @@
+// The reader: opening, checking and querying a database.
+#include <fmt/format.h>
+#include <rocksdb/db.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "csp/storage/database.hpp"
+#include "db_format.hpp"
+
+namespace csp::storage {
+
+namespace fs = std::filesystem;
+
+DatabaseError::DatabaseError(fs::path directory, std::string problem)
+    : std::runtime_error(fmt::format("{}: {}", directory.string(), problem)),
+      directory_(std::move(directory)),
+      problem_(std::move(problem)) {}
+
+const std::vector<std::string>& databaseColumnFamilies() {
+  static const std::vector<std::string> families = [] {
+    std::vector<std::string> f{format::kMetadata};
+    for (const auto& s : format::shardFamilies()) f.push_back(s);
+    f.push_back(format::kViewCache);
+    return f;
+  }();
+  return families;
+}
+
+struct Database::Impl {
+  fs::path dir;
+  Mode mode = Mode::ReadOnly;
+  FormatVersion version;
+  DatabaseMetadata metadata;
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> families;
+
+  ~Impl() {
+    if (!db) return;
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    db->Close();
+  }
+
+  [[noreturn]] void damaged(const std::string& what) const { throw DatabaseError(dir, "damaged database: " + what); }
+
+  void check(const rocksdb::Status& s, std::string_view doing) const {
+    if (!s.ok()) damaged(fmt::format("{}: {}", doing, s.ToString()));
+  }
+
+  rocksdb::ColumnFamilyHandle* family(std::string_view name) const {
+    const auto it = families.find(name);
+    if (it == families.end()) throw std::invalid_argument(fmt::format("no column family '{}'", name));
+    return it->second;
+  }
+
+  // Every entry whose key starts with `prefix`, in key order.
+  template <typename Fn>
+  void scan(std::string_view familyName, const std::string& prefix, Fn&& fn) const {
+    rocksdb::ReadOptions ro;
+    const std::string end = format::prefixEnd(prefix);
+    rocksdb::Slice upper(end);
+    if (!end.empty()) ro.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, family(familyName)));
+    try {
+      for (it->Seek(prefix); it->Valid(); it->Next())
+        fn(std::string_view(it->key().data(), it->key().size()),
+           std::string_view(it->value().data(), it->value().size()));
+    } catch (const format::FormatError& e) {
+      damaged(fmt::format("column family {}: {}", familyName, e.what()));
+    }
+    check(it->status(), fmt::format("reading column family {}", familyName));
+  }
+
+  std::optional<std::string> get(std::string_view familyName, const std::string& key) const {
+    std::string value;
+    const auto s = db->Get(rocksdb::ReadOptions(), family(familyName), key, &value);
+    if (s.IsNotFound()) return std::nullopt;
+    check(s, fmt::format("reading column family {}", familyName));
+    return value;
+  }
+
+  template <typename T, typename Decode>
+  std::optional<T> decodeOne(std::string_view familyName, const std::string& key, Decode&& decode) const {
+    auto value = get(familyName, key);
+    if (!value) return std::nullopt;
+    try {
+      return decode(*value);
+    } catch (const format::FormatError& e) {
+      damaged(fmt::format("column family {}: {}", familyName, e.what()));
+    }
+  }
+
+  std::vector<Accumulator> accumulators(std::string_view familyName, std::uint32_t id) const {
+    std::vector<Accumulator> out;
+    scan(familyName, format::nodeKey(id), [&](std::string_view key, std::string_view value) {
+      format::Reader r(key, "accumulator key");
+      r.be32();
+      Accumulator a;
+      a.metric = r.be16();
+      const std::uint8_t scope = r.u8();
+      if (scope > 1) r.fail("unknown scope");
+      r.expectDone();
+      a.scope = static_cast<MetricScope>(scope);
+      a.bytes = std::string(value);
+      out.push_back(std::move(a));
+    });
+    return out;
+  }
+};
+
+namespace {
+
+FormatVersion readManifest(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw DatabaseError(dir, "no such database (the directory does not exist)");
+  if (!fs::is_directory(dir, ec)) throw DatabaseError(dir, "not a CSP database (not a directory)");
+  const fs::path manifest = dir / kDatabaseManifestName;
+  std::ifstream in(manifest, std::ios::binary);
+  if (!in)
+    throw DatabaseError(dir, fmt::format("not a CSP database (no {} manifest; an interrupted build leaves none)",
+                                         kDatabaseManifestName));
+  std::ostringstream text;
+  text << in.rdbuf();
+  const auto version = format::parseManifest(text.str());
+  if (!version)
+    throw DatabaseError(dir, fmt::format("not a CSP database ({} is not a CSP manifest)", kDatabaseManifestName));
+  if (version->major > kDatabaseFormatMajor)
+    throw DatabaseError(dir, fmt::format("database format {}.{} is newer than this CSP reads ({}.x); use a newer CSP",
+                                         version->major, version->minor, kDatabaseFormatMajor));
+  if (version->major < kDatabaseFormatMajor)
+    throw DatabaseError(dir, fmt::format("database format {}.{} is older than this CSP reads ({}.x); rebuild it",
+                                         version->major, version->minor, kDatabaseFormatMajor));
+  return *version;
+}
+
+}  // namespace
+
+std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->mode = mode;
+  impl->version = readManifest(dir);
+
+  rocksdb::DBOptions options = format::instanceOptions();
+  std::vector<std::string> present;
+  impl->check(rocksdb::DB::ListColumnFamilies(options, dir.string(), &present), "listing column families");
+  for (const auto& name : databaseColumnFamilies())
+    if (std::find(present.begin(), present.end(), name) == present.end())
+      impl->damaged(fmt::format("column family '{}' is missing", name));
+
+  // Open every family present: a read-write open requires it, and families added by a newer
+  // minor version are harmless.
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const auto& name : present) descriptors.emplace_back(name, format::familyOptions(name));
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status s = mode == Mode::ReadOnly
+                                ? rocksdb::DB::OpenForReadOnly(options, dir.string(), descriptors, &impl->handles, &raw)
+                                : rocksdb::DB::Open(options, dir.string(), descriptors, &impl->handles, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
+      throw DatabaseError(dir, "is open for writing by another process: " + s.ToString());
+    impl->damaged("opening: " + s.ToString());
+  }
+  impl->db.reset(raw);
+  for (std::size_t i = 0; i < present.size(); ++i) impl->families[present[i]] = impl->handles[i];
+
+  format::MetadataDecoder decoder;
+  impl->scan(format::kMetadata, "", [&](std::string_view k, std::string_view v) { decoder.add(k, v); });
+  try {
+    impl->metadata = decoder.finish();
+  } catch (const format::FormatError& e) {
+    impl->damaged(e.what());
+  }
+  const FormatVersion stored = decoder.version();
+  if (stored.major != impl->version.major)
+    impl->damaged(fmt::format("manifest says format {}.{}, metadata says {}.{}", impl->version.major,
+                              impl->version.minor, stored.major, stored.minor));
+  return std::unique_ptr<Database>(new Database(std::move(impl)));
+}
+
+Database::Database(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Database::~Database() = default;
+
+const fs::path& Database::directory() const { return impl_->dir; }
+FormatVersion Database::formatVersion() const { return impl_->version; }
+const DatabaseMetadata& Database::metadata() const { return impl_->metadata; }
+
+std::optional<CctNode> Database::node(NodeId id) const {
+  return impl_->decodeOne<CctNode>(format::kCctNodes, format::nodeKey(id), format::decodeCctNode);
+}
+
+std::vector<NodeId> Database::children(NodeId id) const {
+  std::vector<NodeId> out;
+  impl_->scan(format::kCctChildren, format::nodeKey(id), [&](std::string_view key, std::string_view) {
+    format::Reader r(key, "children index key");
+    r.be32();
+    out.push_back(r.be32());
+    r.expectDone();
+  });
+  return out;
+}
+
+std::vector<Accumulator> Database::summaries(NodeId id) const { return impl_->accumulators(format::kSummaries, id); }
+
+std::vector<ProfileValue> Database::profileValues(ProfileId profile) const {
+  std::vector<ProfileValue> out;
+  impl_->scan(format::kValuesByProfile, format::nodeKey(profile),
+              [&](std::string_view k, std::string_view v) { format::decodeProfileBlock(k, v, out); });
+  return out;
+}
+
+std::vector<NodeValue> Database::nodeValues(NodeId node) const {
+  std::vector<NodeValue> out;
+  impl_->scan(format::kValuesByNode, format::nodeKey(node),
+              [&](std::string_view k, std::string_view v) { format::decodeNodeBlock(k, v, out); });
+  return out;
+}
+
+std::vector<NodeValue> Database::nodeValues(NodeId node, MetricId metric, MetricScope scope) const {
+  std::vector<NodeValue> out;
+  impl_->scan(format::kValuesByNode, format::summaryKey(node, metric, scope),
+              [&](std::string_view k, std::string_view v) { format::decodeNodeBlock(k, v, out); });
+  return out;
+}
+
+std::optional<RegionNode> Database::region(RegionId id) const {
+  return impl_->decodeOne<RegionNode>(format::kRegionNodes, format::nodeKey(id), format::decodeRegionNode);
+}
+
+std::vector<Accumulator> Database::regionSummaries(RegionId id) const {
+  return impl_->accumulators(format::kRegionSummaries, id);
+}
+
+std::optional<std::string> Database::cachedView(std::string_view key) const {
+  return impl_->get(format::kViewCache, std::string(key));
+}
+
+void Database::cacheView(std::string_view key, std::string_view blob) {
+  if (impl_->mode != Mode::ReadWrite)
+    throw DatabaseError(impl_->dir, "opened read-only: the view cache cannot be written");
+  const auto s = impl_->db->Put(rocksdb::WriteOptions(), impl_->family(format::kViewCache), key, blob);
+  if (!s.ok()) throw DatabaseError(impl_->dir, "writing the view cache: " + s.ToString());
+}
+
+void Database::forEachEntry(const std::string& columnFamily,
+                            const std::function<void(std::string_view, std::string_view)>& fn) const {
+  impl_->scan(columnFamily, "", fn);
+}
+
+}  // namespace csp::storage

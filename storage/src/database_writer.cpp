@@ -1,0 +1,537 @@
+// Writing: shard SST files, ingestion, atomic publication, cleanup of interrupted builds.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <rocksdb/db.h>
+#include <rocksdb/sst_file_writer.h>
+#include <rocksdb/write_batch.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "csp/storage/database_writer.hpp"
+#include "db_format.hpp"
+
+namespace csp::storage {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStagingName = "staging";
+constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
+constexpr const char* kOwnerName = "OWNER";      // "pid <pid>\nhost <host>\n" of the building process
+
+std::string hostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+void fsyncPath(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0) | O_CLOEXEC);
+  if (fd < 0) throw DatabaseError(path, "cannot open to sync: " + errnoText(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw DatabaseError(path, "fsync failed: " + errnoText(err));
+}
+
+// Writes `text` to dir/name so that it appears complete or not at all.
+void writeFileAtomically(const fs::path& dir, const std::string& name, const std::string& text) {
+  const fs::path tmp = dir / (name + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw DatabaseError(dir, fmt::format("cannot write {}", tmp.filename().string()));
+  }
+  fsyncPath(tmp, false);
+  std::error_code ec;
+  fs::rename(tmp, dir / name, ec);
+  if (ec) throw DatabaseError(dir, fmt::format("cannot rename {}: {}", tmp.filename().string(), ec.message()));
+  fsyncPath(dir, true);
+}
+
+std::string hex(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+std::string unhex(const std::string& text) {
+  if (text == "-") return {};
+  std::string out;
+  for (std::size_t i = 0; i + 1 < text.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(text.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+fs::path shardDir(const fs::path& stagingDir, std::uint32_t shard) {
+  return stagingDir / fmt::format("shard-{:06}", shard);
+}
+
+bool isCspDatabase(const fs::path& dir) {
+  std::ifstream in(dir / kDatabaseManifestName, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return format::parseManifest(text.str()).has_value();
+}
+
+fs::path normalizedTarget(fs::path target) {
+  if (target.filename().empty()) target = target.parent_path();
+  return target;
+}
+
+fs::path parentOf(const fs::path& target) { return target.has_parent_path() ? target.parent_path() : fs::path("."); }
+
+}  // namespace
+
+// --- ShardWriter -----------------------------------------------------------------------------
+
+struct ShardWriter::Impl {
+  struct Family {
+    std::string name;
+    std::unique_ptr<rocksdb::SstFileWriter> writer;
+    std::string lastKey;
+    std::uint64_t entries = 0;
+  };
+
+  fs::path dir;
+  std::uint32_t shard = 0;
+  std::vector<Family> families;
+  bool finished = false;
+  std::uint64_t values = 0;
+  std::optional<ProfileId> lastProfile;
+  std::optional<NodeId> lastValueNode;
+
+  Family& family(const char* name) {
+    for (auto& f : families)
+      if (f.name == name) return f;
+    throw std::logic_error(fmt::format("no shard family {}", name));
+  }
+
+  void put(const char* familyName, const std::string& key, std::string_view value) {
+    if (finished) throw std::logic_error("ShardWriter: put after finish()");
+    Family& f = family(familyName);
+    if (f.entries > 0 && key <= f.lastKey)
+      throw std::logic_error(fmt::format("ShardWriter: keys of column family {} must ascend ({} after {})", f.name,
+                                         hex(key), hex(f.lastKey)));
+    if (!f.writer) {
+      const rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
+      f.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
+      const fs::path file = dir / (f.name + ".sst");
+      const auto s = f.writer->Open(file.string());
+      if (!s.ok()) throw DatabaseError(dir, fmt::format("cannot create {}: {}", file.filename().string(), s.ToString()));
+    }
+    const auto s = f.writer->Put(key, rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) throw DatabaseError(dir, fmt::format("writing {}.sst: {}", f.name, s.ToString()));
+    f.lastKey = key;
+    ++f.entries;
+  }
+};
+
+ShardWriter::ShardWriter(fs::path stagingDir, std::uint32_t shardIndex) : impl_(std::make_unique<Impl>()) {
+  impl_->dir = shardDir(stagingDir, shardIndex);
+  impl_->shard = shardIndex;
+  for (const auto& name : format::shardFamilies()) impl_->families.push_back({name, nullptr, {}, 0});
+  std::error_code ec;
+  if (!fs::is_directory(stagingDir, ec))
+    throw DatabaseError(stagingDir, "staging directory does not exist (was the database builder created?)");
+  // A shard index is written once: a rerun of the same shard starts from scratch.
+  fs::remove_all(impl_->dir, ec);
+  fs::create_directory(impl_->dir, ec);
+  if (ec) throw DatabaseError(impl_->dir, "cannot create shard directory: " + ec.message());
+}
+
+ShardWriter::~ShardWriter() {
+  if (impl_ && !impl_->finished) {
+    impl_->families.clear();  // closes open files before removing them
+    std::error_code ec;
+    fs::remove_all(impl_->dir, ec);
+  }
+}
+
+void ShardWriter::putNode(NodeId id, const CctNode& node) {
+  impl_->put(format::kCctNodes, format::nodeKey(id), format::encodeCctNode(node));
+}
+
+void ShardWriter::putChild(NodeId parent, NodeId child) {
+  impl_->put(format::kCctChildren, format::childKey(parent, child), {});
+}
+
+void ShardWriter::putCct(std::span<const CctNode> nodes) {
+  std::vector<std::vector<NodeId>> children(nodes.size());
+  for (NodeId id = 0; id < nodes.size(); ++id) {
+    const NodeId parent = nodes[id].parent;
+    if (id == 0 ? parent != kNoIndex : parent >= id)
+      throw std::logic_error(fmt::format("ShardWriter::putCct: node {} has parent {}; parents must precede children",
+                                         id, parent));
+    putNode(id, nodes[id]);
+    if (id != 0) children[parent].push_back(id);
+  }
+  for (NodeId parent = 0; parent < children.size(); ++parent)
+    for (NodeId child : children[parent]) putChild(parent, child);
+}
+
+void ShardWriter::putSummary(NodeId node, MetricId metric, MetricScope scope, std::string_view bytes) {
+  impl_->put(format::kSummaries, format::summaryKey(node, metric, scope), bytes);
+}
+
+void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileValue> values) {
+  if (impl_->lastProfile && profile <= *impl_->lastProfile)
+    throw std::logic_error(fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile,
+                                       *impl_->lastProfile));
+  impl_->lastProfile = profile;
+  std::vector<ProfileValue> nonZero;
+  nonZero.reserve(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto& v = values[i];
+    if (i > 0) {
+      const auto& p = values[i - 1];
+      if (std::tie(p.node, p.metric, p.scope) >= std::tie(v.node, v.metric, v.scope))
+        throw std::logic_error(
+            fmt::format("ShardWriter: values of profile {} not strictly sorted by (node, metric, scope)", profile));
+    }
+    if (v.value != 0) nonZero.push_back(v);
+  }
+  impl_->values += nonZero.size();
+  format::encodeProfileBlocks(profile, nonZero, [&](const std::string& k, const std::string& v) {
+    impl_->put(format::kValuesByProfile, k, v);
+  });
+}
+
+void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) {
+  if (impl_->lastValueNode && node <= *impl_->lastValueNode)
+    throw std::logic_error(
+        fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
+  impl_->lastValueNode = node;
+  std::vector<NodeValue> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    impl_->values += run.size();
+    format::encodeNodeBlocks(node, run.front().metric, run.front().scope, run,
+                             [&](const std::string& k, const std::string& v) { impl_->put(format::kValuesByNode, k, v); });
+    run.clear();
+  };
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto& v = values[i];
+    if (i > 0) {
+      const auto& p = values[i - 1];
+      if (std::tie(p.metric, p.scope, p.profile) >= std::tie(v.metric, v.scope, v.profile))
+        throw std::logic_error(
+            fmt::format("ShardWriter: values of node {} not strictly sorted by (metric, scope, profile)", node));
+      if (p.metric != v.metric || p.scope != v.scope) flush();
+    }
+    if (v.value != 0) run.push_back(v);
+  }
+  flush();
+}
+
+void ShardWriter::putRegion(RegionId id, const RegionNode& region) {
+  impl_->put(format::kRegionNodes, format::nodeKey(id), format::encodeRegionNode(region));
+}
+
+void ShardWriter::putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes) {
+  impl_->put(format::kRegionSummaries, format::summaryKey(id, metric, scope), bytes);
+}
+
+std::uint64_t ShardWriter::valuesWritten() const { return impl_->values; }
+
+void ShardWriter::finish() {
+  if (impl_->finished) throw std::logic_error("ShardWriter: finish() called twice");
+  // INDEX lines: "<family> <file> <smallest key hex> <largest key hex> <entries>".
+  std::string index;
+  for (auto& f : impl_->families) {
+    if (!f.writer) continue;
+    rocksdb::ExternalSstFileInfo info;
+    const auto s = f.writer->Finish(&info);
+    if (!s.ok()) throw DatabaseError(impl_->dir, fmt::format("finishing {}.sst: {}", f.name, s.ToString()));
+    f.writer.reset();
+    index += fmt::format("{} {}.sst {} {} {}\n", f.name, f.name, hex(info.smallest_key), hex(info.largest_key),
+                         info.num_entries);
+  }
+  writeFileAtomically(impl_->dir, kShardIndexName, index.empty() ? std::string() : index);
+  impl_->finished = true;
+}
+
+// --- leftovers -------------------------------------------------------------------------------
+
+std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
+  const fs::path target = normalizedTarget(targetIn);
+  const fs::path parent = parentOf(target);
+  const std::string name = target.filename().string();
+  const std::string tmpPrefix = "." + name + ".tmp-";
+  const std::string oldPrefix = "." + name + ".old-";
+  const std::string host = hostName();
+  std::vector<LeftoverReport> reports;
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    const bool isTmp = entry.starts_with(tmpPrefix);
+    const bool isOld = entry.starts_with(oldPrefix);
+    if (!isTmp && !isOld) continue;
+    const std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
+    if (pidText.empty() || pidText.size() > 9 || !std::all_of(pidText.begin(), pidText.end(), ::isdigit)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pidText));
+
+    LeftoverReport r{it->path(), false, {}};
+    std::string ownerHost = host;
+    if (std::ifstream owner(it->path() / kOwnerName); owner) {
+      std::string key, value;
+      while (owner >> key >> value)
+        if (key == "host") ownerHost = value;
+    }
+    const bool alive = pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM;
+    if (ownerHost != host) {
+      r.reason = fmt::format("left alone: written by pid {} on host {}; remove it by hand if that run is over", pid,
+                             ownerHost);
+    } else if (alive) {
+      r.reason = fmt::format("left alone: process {} is still running", pid);
+    } else if (isOld && !fs::exists(target)) {
+      // A replacement was interrupted between its two renames: the old database is complete.
+      fs::rename(it->path(), target, ec);
+      r.removed = !ec;
+      r.reason = ec ? "could not restore the previous database: " + ec.message()
+                    : fmt::format("restored as {} (interrupted replacement by dead process {})", target.string(), pid);
+      ec.clear();
+    } else {
+      fs::remove_all(it->path(), ec);
+      r.removed = !ec;
+      r.reason = ec ? "could not remove: " + ec.message() : fmt::format("removed (process {} is dead)", pid);
+      ec.clear();
+    }
+    reports.push_back(std::move(r));
+  }
+  return reports;
+}
+
+// --- DatabaseBuilder -------------------------------------------------------------------------
+
+struct DatabaseBuilder::Impl {
+  fs::path target;
+  fs::path temp;
+  BuildOptions options;
+  std::vector<LeftoverReport> leftovers;
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*, std::less<>> families;
+  bool metadataWritten = false;
+  bool ingested = false;
+  bool published = false;
+
+  void step(std::string_view name) const {
+    if (options.onStep) options.onStep(name);
+  }
+
+  void check(const rocksdb::Status& s, std::string_view doing) const {
+    if (!s.ok()) throw DatabaseError(temp, fmt::format("{}: {}", doing, s.ToString()));
+  }
+
+  void closeDb() {
+    if (!db) return;
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    handles.clear();
+    families.clear();
+    const auto s = db->Close();
+    db.reset();
+    check(s, "closing the database");
+  }
+
+  void requireOpen(const char* what) const {
+    if (!db) throw std::logic_error(fmt::format("DatabaseBuilder::{} after publish()", what));
+  }
+
+  // Checks made at construction and again just before the rename.
+  void checkTarget() const {
+    std::error_code ec;
+    if (!fs::exists(target, ec)) return;
+    if (!isCspDatabase(target))
+      throw DatabaseError(target, "exists and is not a CSP database; it is never replaced, even with --force");
+    if (!options.force) throw DatabaseError(target, "already exists (use --force to replace it)");
+  }
+};
+
+DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(std::make_unique<Impl>()) {
+  auto& d = *impl_;
+  d.target = normalizedTarget(std::move(target));
+  d.options = std::move(options);
+  d.checkTarget();
+  const fs::path parent = parentOf(d.target);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw DatabaseError(parent, "cannot create: " + ec.message());
+  d.leftovers = cleanupLeftovers(d.target);
+
+  d.temp = parent / fmt::format(".{}.tmp-{}", d.target.filename().string(), ::getpid());
+  if (fs::exists(d.temp, ec))
+    throw DatabaseError(d.temp, "another build of this database is under way in this process");
+  if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
+  writeFileAtomically(d.temp, kOwnerName, fmt::format("pid {}\nhost {}\n", ::getpid(), hostName()));
+  fs::create_directory(d.temp / kStagingName, ec);
+  if (ec) throw DatabaseError(d.temp, "cannot create the staging directory: " + ec.message());
+
+  rocksdb::DBOptions dbOptions = format::instanceOptions();
+  dbOptions.create_if_missing = true;
+  dbOptions.create_missing_column_families = true;
+  dbOptions.error_if_exists = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, format::familyOptions(rocksdb::kDefaultColumnFamilyName));
+  for (const auto& name : databaseColumnFamilies()) descriptors.emplace_back(name, format::familyOptions(name));
+  rocksdb::DB* raw = nullptr;
+  d.check(rocksdb::DB::Open(dbOptions, d.temp.string(), descriptors, &d.handles, &raw), "creating the database");
+  d.db.reset(raw);
+  for (std::size_t i = 0; i < descriptors.size(); ++i) d.families[descriptors[i].name] = d.handles[i];
+  d.step("created");
+}
+
+DatabaseBuilder::~DatabaseBuilder() {
+  if (!impl_ || impl_->published) return;
+  try {
+    impl_->closeDb();
+  } catch (...) {
+    // The directory goes away regardless.
+  }
+  std::error_code ec;
+  fs::remove_all(impl_->temp, ec);
+}
+
+const fs::path& DatabaseBuilder::target() const { return impl_->target; }
+const fs::path& DatabaseBuilder::tempDir() const { return impl_->temp; }
+fs::path DatabaseBuilder::stagingDir() const { return impl_->temp / kStagingName; }
+const std::vector<LeftoverReport>& DatabaseBuilder::leftovers() const { return impl_->leftovers; }
+
+void DatabaseBuilder::writeMetadata(const DatabaseMetadata& metadata) {
+  auto& d = *impl_;
+  d.requireOpen("writeMetadata");
+  if (d.metadataWritten) throw std::logic_error("DatabaseBuilder::writeMetadata called twice");
+  if (metadata.metrics.size() > UINT16_MAX + 1u) throw std::invalid_argument("more than 65,536 metrics");
+  rocksdb::WriteBatch batch;
+  auto* family = d.families.at(format::kMetadata);
+  format::encodeMetadata(metadata, [&](const std::string& k, const std::string& v) { batch.Put(family, k, v); });
+  // No WAL: publish() flushes, and an unpublished database is thrown away anyway.
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  d.check(d.db->Write(wo, &batch), "writing metadata");
+  d.metadataWritten = true;
+  d.step("metadata");
+}
+
+void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
+  auto& d = *impl_;
+  d.requireOpen("ingestShards");
+  if (d.ingested) throw std::logic_error("DatabaseBuilder::ingestShards called twice");
+  struct File {
+    std::string smallest, largest, path;
+    std::uint32_t shard;
+  };
+  std::map<std::string, std::vector<File>> byFamily;
+  for (std::uint32_t k = 0; k < shardCount; ++k) {
+    const fs::path dir = shardDir(stagingDir(), k);
+    std::ifstream index(dir / kShardIndexName);
+    if (!index) throw DatabaseError(d.temp, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
+    std::string line;
+    while (std::getline(index, line)) {
+      std::istringstream fields(line);
+      std::string family, file, smallest, largest;
+      std::uint64_t entries = 0;
+      if (!(fields >> family >> file >> smallest >> largest >> entries) ||
+          std::find(format::shardFamilies().begin(), format::shardFamilies().end(), family) ==
+              format::shardFamilies().end())
+        throw DatabaseError(d.temp, fmt::format("shard {}: unreadable index line '{}'", k, line));
+      byFamily[family].push_back({unhex(smallest), unhex(largest), (dir / file).string(), k});
+    }
+  }
+  std::vector<rocksdb::IngestExternalFileArg> args;
+  for (auto& [family, files] : byFamily) {
+    std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.smallest < b.smallest; });
+    for (std::size_t i = 1; i < files.size(); ++i)
+      if (files[i].smallest <= files[i - 1].largest)
+        throw DatabaseError(d.temp, fmt::format("shards {} and {} overlap in column family {}: every key range must "
+                                                "have one owner",
+                                                files[i - 1].shard, files[i].shard, family));
+    rocksdb::IngestExternalFileArg arg;
+    arg.column_family = d.families.at(family);
+    for (const auto& f : files) arg.external_files.push_back(f.path);
+    arg.options.move_files = true;  // hard links: the staging copies cost no space or time
+    arg.options.write_global_seqno = false;
+    arg.options.verify_checksums_before_ingest = false;
+    args.push_back(std::move(arg));
+  }
+  if (!args.empty()) d.check(d.db->IngestExternalFiles(args), "ingesting shard files");
+  std::error_code ec;
+  fs::remove_all(stagingDir(), ec);
+  d.ingested = true;
+  d.step("ingested");
+}
+
+void DatabaseBuilder::publish() {
+  auto& d = *impl_;
+  d.requireOpen("publish");
+  if (!d.metadataWritten) throw std::logic_error("DatabaseBuilder::publish before writeMetadata");
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  d.check(d.db->Flush(fo, d.handles), "flushing");
+  d.closeDb();
+  d.step("closed");
+
+  std::error_code ec;
+  fs::remove_all(d.temp / kStagingName, ec);
+  // Without OWNER a leftover is judged by the pid in its name alone, which is right here.
+  fs::remove(d.temp / kOwnerName, ec);
+  // The manifest goes last: a directory with a manifest is a complete database.
+  writeFileAtomically(d.temp, kDatabaseManifestName, format::manifestText());
+  d.step("manifest");
+
+  d.checkTarget();
+  const fs::path parent = parentOf(d.target);
+  if (fs::exists(d.target, ec)) {
+    // Swap in one step so that the target name always holds a complete database. The previous
+    // database ends up under the temporary name, which the next build cleans up if we die now.
+    if (::renameat2(AT_FDCWD, d.temp.c_str(), AT_FDCWD, d.target.c_str(), RENAME_EXCHANGE) == 0) {
+      fsyncPath(parent, true);
+      d.step("exchanged");
+      fs::remove_all(d.temp, ec);
+    } else if (errno == EINVAL || errno == ENOSYS) {
+      // File systems without RENAME_EXCHANGE: two renames; cleanupLeftovers() restores ".old-"
+      // if we die between them.
+      const fs::path old = parent / fmt::format(".{}.old-{}", d.target.filename().string(), ::getpid());
+      fs::rename(d.target, old, ec);
+      if (ec) throw DatabaseError(d.target, "cannot move the previous database aside: " + ec.message());
+      fs::rename(d.temp, d.target, ec);
+      if (ec) {
+        std::error_code ignore;
+        fs::rename(old, d.target, ignore);
+        throw DatabaseError(d.target, "cannot publish: " + ec.message());
+      }
+      fsyncPath(parent, true);
+      d.step("exchanged");
+      fs::remove_all(old, ec);
+    } else {
+      throw DatabaseError(d.target, "cannot replace: " + errnoText(errno));
+    }
+  } else {
+    // NOREPLACE: a directory that appeared meanwhile (another run) is not silently replaced.
+    if (::renameat2(AT_FDCWD, d.temp.c_str(), AT_FDCWD, d.target.c_str(), RENAME_NOREPLACE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS)
+        throw DatabaseError(d.target, "cannot publish: " + errnoText(errno));
+      fs::rename(d.temp, d.target, ec);
+      if (ec) throw DatabaseError(d.target, "cannot publish: " + ec.message());
+    }
+    fsyncPath(parent, true);
+  }
+  d.published = true;
+  d.step("published");
+}
+
+}  // namespace csp::storage

@@ -1,0 +1,552 @@
+#include "db_format.hpp"
+
+#include <fmt/format.h>
+#include <rocksdb/convenience.h>
+#include <rocksdb/env.h>
+#include <rocksdb/table.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <optional>
+
+namespace csp::storage::format {
+
+const std::vector<std::string>& shardFamilies() {
+  static const std::vector<std::string> families = {kCctNodes,       kCctChildren,   kSummaries,
+                                                    kValuesByProfile, kValuesByNode, kRegionNodes,
+                                                    kRegionSummaries};
+  return families;
+}
+
+// --- primitives ------------------------------------------------------------------------------
+
+void putBe16(std::string& out, std::uint16_t v) {
+  out.push_back(static_cast<char>(v >> 8));
+  out.push_back(static_cast<char>(v));
+}
+
+void putBe32(std::string& out, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+
+void putVarint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void putBytes(std::string& out, std::string_view bytes) {
+  putVarint(out, bytes.size());
+  out.append(bytes);
+}
+
+void Reader::fail(const std::string& problem) const {
+  throw FormatError(fmt::format("{}: {} at byte {}", what_, problem, pos_));
+}
+
+std::uint8_t Reader::u8() {
+  if (pos_ >= data_.size()) fail("truncated");
+  return static_cast<std::uint8_t>(data_[pos_++]);
+}
+
+std::uint16_t Reader::be16() {
+  const std::uint16_t hi = u8();
+  return static_cast<std::uint16_t>(hi << 8 | u8());
+}
+
+std::uint32_t Reader::be32() {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = v << 8 | u8();
+  return v;
+}
+
+std::uint64_t Reader::varint() {
+  std::uint64_t v = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    const std::uint8_t byte = u8();
+    if (shift == 63 && byte > 1) fail("varint overflows 64 bits");
+    v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return v;
+  }
+  fail("varint longer than 10 bytes");
+}
+
+std::uint32_t Reader::varint32() {
+  const std::uint64_t v = varint();
+  if (v > UINT32_MAX) fail("value exceeds 32 bits");
+  return static_cast<std::uint32_t>(v);
+}
+
+std::string Reader::bytes() {
+  const std::uint64_t n = varint();
+  if (n > data_.size() - pos_) fail("truncated string");
+  std::string s(data_.substr(pos_, n));
+  pos_ += n;
+  return s;
+}
+
+void Reader::expectDone() {
+  if (!done()) fail("trailing bytes");
+}
+
+// --- keys ------------------------------------------------------------------------------------
+
+std::string nodeKey(NodeId id) {
+  std::string k;
+  putBe32(k, id);
+  return k;
+}
+
+std::string childKey(NodeId parent, NodeId child) {
+  std::string k;
+  putBe32(k, parent);
+  putBe32(k, child);
+  return k;
+}
+
+std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope) {
+  std::string k;
+  putBe32(k, id);
+  putBe16(k, metric);
+  k.push_back(static_cast<char>(scope));
+  return k;
+}
+
+std::string profileBlockKey(ProfileId profile, NodeId firstNode) { return childKey(profile, firstNode); }
+
+std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile) {
+  std::string k = summaryKey(node, metric, scope);
+  putBe32(k, firstProfile);
+  return k;
+}
+
+std::string prefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;  // empty: no upper bound
+}
+
+// --- node and region values ------------------------------------------------------------------
+
+std::string encodeCctNode(const CctNode& n) {
+  std::string v;
+  v.push_back(static_cast<char>(n.kind));
+  putVarint(v, n.parent == kNoIndex ? 0 : std::uint64_t{n.parent} + 1);
+  putVarint(v, n.name);
+  putVarint(v, n.file);
+  putVarint(v, n.module);
+  putVarint(v, n.line);
+  return v;
+}
+
+CctNode decodeCctNode(std::string_view value) {
+  Reader r(value, "CCT node");
+  CctNode n;
+  const std::uint8_t kind = r.u8();
+  if (kind > static_cast<std::uint8_t>(ScopeKind::Stmt)) r.fail(fmt::format("unknown scope kind {}", kind));
+  n.kind = static_cast<ScopeKind>(kind);
+  const std::uint64_t parent = r.varint();
+  if (parent > UINT32_MAX) r.fail("parent out of range");
+  n.parent = parent == 0 ? kNoIndex : static_cast<NodeId>(parent - 1);
+  n.name = r.varint32();
+  n.file = r.varint32();
+  n.module = r.varint32();
+  n.line = r.varint32();
+  r.expectDone();
+  return n;
+}
+
+std::string encodeRegionNode(const RegionNode& n) {
+  std::string v;
+  putVarint(v, n.parent == kNoIndex ? 0 : std::uint64_t{n.parent} + 1);
+  putVarint(v, n.name);
+  putVarint(v, n.dynamicId);
+  return v;
+}
+
+RegionNode decodeRegionNode(std::string_view value) {
+  Reader r(value, "region node");
+  RegionNode n;
+  const std::uint64_t parent = r.varint();
+  if (parent > UINT32_MAX) r.fail("parent out of range");
+  n.parent = parent == 0 ? kNoIndex : static_cast<RegionId>(parent - 1);
+  n.name = r.varint32();
+  n.dynamicId = r.varint();
+  r.expectDone();
+  return n;
+}
+
+// --- per-thread value blocks -----------------------------------------------------------------
+
+namespace {
+
+// Metric and scope folded into one small integer so that a block lists a node's values compactly.
+std::uint32_t column(MetricId metric, MetricScope scope) {
+  return std::uint32_t{metric} << 1 | static_cast<std::uint32_t>(scope);
+}
+
+}  // namespace
+
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const Emit& emit) {
+  std::string block;
+  NodeId first = 0, previous = 0;
+  std::size_t inBlock = 0;
+  std::size_t i = 0;
+  while (i < values.size()) {
+    const NodeId node = values[i].node;
+    std::size_t end = i;
+    while (end < values.size() && values[end].node == node) ++end;
+    if (inBlock == 0) first = previous = node;
+    putVarint(block, node - previous);
+    putVarint(block, end - i);
+    std::uint32_t lastColumn = 0;
+    for (std::size_t j = i; j < end; ++j) {
+      const std::uint32_t c = column(values[j].metric, values[j].scope);
+      putVarint(block, j == i ? c : c - lastColumn - 1);
+      putVarint(block, values[j].value);
+      lastColumn = c;
+    }
+    inBlock += end - i;
+    previous = node;
+    i = end;
+    if (inBlock >= kProfileBlockValues || i == values.size()) {
+      emit(profileBlockKey(profile, first), block);
+      block.clear();
+      inBlock = 0;
+    }
+  }
+}
+
+void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out) {
+  Reader k(key, "values_by_profile key");
+  k.be32();
+  std::uint64_t node = k.be32();
+  k.expectDone();
+  Reader r(value, "values_by_profile block");
+  bool firstGroup = true;
+  while (!r.done()) {
+    const std::uint64_t delta = r.varint();
+    if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
+    node += delta;
+    if (node > UINT32_MAX) r.fail("node id out of range");
+    firstGroup = false;
+    const std::uint64_t count = r.varint();
+    if (count == 0) r.fail("node without values");
+    std::uint64_t c = 0;
+    for (std::uint64_t j = 0; j < count; ++j) {
+      const std::uint64_t step = r.varint();
+      c = j == 0 ? step : c + step + 1;
+      if (c > (std::uint64_t{UINT16_MAX} << 1 | 1)) r.fail("metric id out of range");
+      const std::uint64_t v = r.varint();
+      if (v == 0) r.fail("stored zero value");
+      out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
+    }
+  }
+}
+
+void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std::vector<NodeValue>& values,
+                      const Emit& emit) {
+  std::string block;
+  ProfileId first = 0, previous = 0;
+  std::size_t inBlock = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const ProfileId p = values[i].profile;
+    if (inBlock == 0) first = previous = p;
+    putVarint(block, p - previous);
+    putVarint(block, values[i].value);
+    previous = p;
+    if (++inBlock >= kNodeBlockValues || i + 1 == values.size()) {
+      emit(nodeBlockKey(node, metric, scope, first), block);
+      block.clear();
+      inBlock = 0;
+    }
+  }
+}
+
+void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out) {
+  Reader k(key, "values_by_node key");
+  k.be32();
+  const MetricId metric = k.be16();
+  const std::uint8_t scope = k.u8();
+  if (scope > 1) k.fail("unknown scope");
+  std::uint64_t profile = k.be32();
+  k.expectDone();
+  Reader r(value, "values_by_node block");
+  bool firstEntry = true;
+  while (!r.done()) {
+    const std::uint64_t delta = r.varint();
+    if (firstEntry ? delta != 0 : delta == 0) r.fail("profile ids not strictly ascending");
+    firstEntry = false;
+    profile += delta;
+    if (profile > UINT32_MAX) r.fail("profile id out of range");
+    const std::uint64_t v = r.varint();
+    if (v == 0) r.fail("stored zero value");
+    out.push_back({metric, static_cast<MetricScope>(scope), static_cast<ProfileId>(profile), v});
+  }
+}
+
+// --- metadata --------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kVersionKey = "version";
+constexpr std::string_view kExperimentKey = "experiment";
+constexpr std::string_view kMetricPrefix = "metric/";
+constexpr std::string_view kProfilePrefix = "profile/";
+constexpr std::string_view kStringPrefix = "string/";
+constexpr std::string_view kSkippedPrefix = "skipped/";
+constexpr std::string_view kPropertyPrefix = "property/";
+
+std::string keyWithBe32(std::string_view prefix, std::uint32_t id) {
+  std::string k(prefix);
+  putBe32(k, id);
+  return k;
+}
+
+void putList(std::string& out, const std::vector<std::string>& list) {
+  putVarint(out, list.size());
+  for (const auto& s : list) putBytes(out, s);
+}
+
+std::vector<std::string> readList(Reader& r) {
+  const std::uint64_t n = r.varint();
+  std::vector<std::string> list;
+  for (std::uint64_t i = 0; i < n; ++i) list.push_back(r.bytes());
+  return list;
+}
+
+}  // namespace
+
+void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
+  std::string v;
+  putVarint(v, kDatabaseFormatMajor);
+  putVarint(v, kDatabaseFormatMinor);
+  emit(std::string(kVersionKey), v);
+
+  v.clear();
+  putBytes(v, m.title);
+  putBytes(v, m.executable);
+  putList(v, m.commandLine);
+  putList(v, m.hostnames);
+  putVarint(v, m.processCount);
+  putVarint(v, m.threadCount);
+  putVarint(v, m.nodeCount);
+  putVarint(v, m.regionCount);
+  putVarint(v, m.metrics.size());
+  putVarint(v, m.profiles.size());
+  putVarint(v, m.strings.size());
+  putVarint(v, m.skipped.size());
+  emit(std::string(kExperimentKey), v);
+
+  for (std::size_t i = 0; i < m.metrics.size(); ++i) {
+    const auto& d = m.metrics[i].descriptor;
+    v.clear();
+    putBytes(v, d.name);
+    putBytes(v, d.unit);
+    v.push_back(static_cast<char>(d.kind));
+    putVarint(v, d.period);
+    putBytes(v, d.description);
+    v.push_back(static_cast<char>(m.metrics[i].valueType));
+    std::string k(kMetricPrefix);
+    putBe16(k, static_cast<std::uint16_t>(i));
+    emit(k, v);
+  }
+  for (std::size_t i = 0; i < m.profiles.size(); ++i) {
+    v.clear();
+    putVarint(v, m.profiles[i].size());
+    for (const auto& e : m.profiles[i]) {
+      v.push_back(static_cast<char>(e.kind));
+      putVarint(v, e.value);
+    }
+    emit(keyWithBe32(kProfilePrefix, static_cast<std::uint32_t>(i)), v);
+  }
+  for (std::size_t i = 0; i < m.strings.size(); ++i)
+    emit(keyWithBe32(kStringPrefix, static_cast<std::uint32_t>(i)), m.strings[i]);
+  for (std::size_t i = 0; i < m.skipped.size(); ++i) {
+    v.clear();
+    putBytes(v, m.skipped[i].path);
+    putBytes(v, m.skipped[i].reason);
+    emit(keyWithBe32(kSkippedPrefix, static_cast<std::uint32_t>(i)), v);
+  }
+  for (const auto& p : m.properties) emit(std::string(kPropertyPrefix) + p.key, p.value);
+}
+
+namespace {
+
+// Index of a dense-table entry: the 4 (or 2) big-endian bytes after the prefix.
+std::uint32_t tableIndex(std::string_view key, std::string_view prefix, std::size_t width) {
+  Reader r(key.substr(prefix.size()), "metadata key");
+  const std::uint32_t id = width == 2 ? r.be16() : r.be32();
+  r.expectDone();
+  return id;
+}
+
+template <typename T>
+void placeAt(std::vector<T>& table, std::uint32_t id, T value) {
+  if (table.size() <= id) table.resize(std::size_t{id} + 1);
+  table[id] = std::move(value);
+}
+
+}  // namespace
+
+void MetadataDecoder::add(std::string_view key, std::string_view value) {
+  if (key == kVersionKey) {
+    Reader r(value, "format version");
+    version_.major = r.varint32();
+    version_.minor = r.varint32();
+    r.expectDone();
+    sawVersion_ = true;
+  } else if (key == kExperimentKey) {
+    Reader r(value, "experiment record");
+    m_.title = r.bytes();
+    m_.executable = r.bytes();
+    m_.commandLine = readList(r);
+    m_.hostnames = readList(r);
+    m_.processCount = r.varint();
+    m_.threadCount = r.varint();
+    m_.nodeCount = r.varint32();
+    m_.regionCount = r.varint32();
+    // Sizes of the dense tables, so that finish() detects a missing tail.
+    expected_.metrics = r.varint();
+    expected_.profiles = r.varint();
+    expected_.strings = r.varint();
+    expected_.skipped = r.varint();
+    r.expectDone();
+    sawExperiment_ = true;
+  } else if (key.starts_with(kMetricPrefix)) {
+    Reader r(value, "metric descriptor");
+    StoredMetric s;
+    s.descriptor.name = r.bytes();
+    s.descriptor.unit = r.bytes();
+    const std::uint8_t kind = r.u8();
+    if (kind > 1) r.fail("unknown metric kind");
+    s.descriptor.kind = static_cast<MetricKind>(kind);
+    s.descriptor.period = r.varint();
+    s.descriptor.description = r.bytes();
+    const std::uint8_t type = r.u8();
+    if (type > 1) r.fail("unknown value type");
+    s.valueType = static_cast<ValueType>(type);
+    r.expectDone();
+    placeAt(m_.metrics, tableIndex(key, kMetricPrefix, 2), std::move(s));
+    ++seen_.metrics;
+  } else if (key.starts_with(kProfilePrefix)) {
+    Reader r(value, "profile id tuple");
+    IdTuple t(r.varint32());
+    for (auto& e : t) {
+      const std::uint8_t kind = r.u8();
+      if (kind > static_cast<std::uint8_t>(IdKind::Process)) r.fail("unknown id kind");
+      e.kind = static_cast<IdKind>(kind);
+      e.value = r.varint();
+    }
+    r.expectDone();
+    placeAt(m_.profiles, tableIndex(key, kProfilePrefix, 4), std::move(t));
+    ++seen_.profiles;
+  } else if (key.starts_with(kStringPrefix)) {
+    placeAt(m_.strings, tableIndex(key, kStringPrefix, 4), std::string(value));
+    ++seen_.strings;
+  } else if (key.starts_with(kSkippedPrefix)) {
+    Reader r(value, "skipped input");
+    SkippedInput s;
+    s.path = r.bytes();
+    s.reason = r.bytes();
+    r.expectDone();
+    placeAt(m_.skipped, tableIndex(key, kSkippedPrefix, 4), std::move(s));
+    ++seen_.skipped;
+  } else if (key.starts_with(kPropertyPrefix)) {
+    m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});
+  }
+  // Unknown keys belong to a newer minor version: ignored by design.
+}
+
+DatabaseMetadata MetadataDecoder::finish() {
+  if (!sawVersion_) throw FormatError("metadata has no format version");
+  if (!sawExperiment_) throw FormatError("metadata has no experiment record");
+  auto check = [](const char* table, std::uint64_t expected, std::uint64_t seen, std::size_t size) {
+    if (seen != expected || size != expected)
+      throw FormatError(fmt::format("metadata {} table has {} of {} entries", table, seen, expected));
+  };
+  check("metric", expected_.metrics, seen_.metrics, m_.metrics.size());
+  check("profile", expected_.profiles, seen_.profiles, m_.profiles.size());
+  check("string", expected_.strings, seen_.strings, m_.strings.size());
+  check("skipped-input", expected_.skipped, seen_.skipped, m_.skipped.size());
+  return std::move(m_);
+}
+
+// --- RocksDB options -------------------------------------------------------------------------
+
+namespace {
+
+// RocksDB's info log would be written into the database directory, even by read-only opens;
+// readers must leave the directory untouched, and a finished database has no use for it.
+class NullLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
+
+rocksdb::CompressionType bestCompression() {
+  static const rocksdb::CompressionType best = [] {
+    const auto supported = rocksdb::GetSupportedCompressions();
+    for (auto c : {rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression})
+      if (std::find(supported.begin(), supported.end(), c) != supported.end()) return c;
+    return rocksdb::kNoCompression;
+  }();
+  return best;
+}
+
+}  // namespace
+
+rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
+  rocksdb::ColumnFamilyOptions o;
+  rocksdb::BlockBasedTableOptions t;
+  t.format_version = 5;
+  // Value blocks are scanned whole; bigger table blocks compress better and cost little.
+  const bool values = family == kValuesByProfile || family == kValuesByNode;
+  t.block_size = values ? 64 * 1024 : 16 * 1024;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  o.compression = bestCompression();
+  o.bottommost_compression = bestCompression();
+  return o;
+}
+
+rocksdb::DBOptions instanceOptions() {
+  rocksdb::DBOptions o;
+  o.info_log = std::make_shared<NullLogger>();
+  o.max_open_files = -1;
+  o.paranoid_checks = true;
+  return o;
+}
+
+// --- manifest --------------------------------------------------------------------------------
+
+namespace {
+constexpr std::string_view kManifestFirstLine = "CSP experiment database";
+}
+
+std::string manifestText() {
+  return fmt::format(
+      "{}\n"
+      "format {}.{}\n"
+      "\n"
+      "This directory holds one RocksDB instance written by CSP. The key layout is documented\n"
+      "in docs/database-format.md of the CSP sources. Read it with csp-views; do not edit it.\n",
+      kManifestFirstLine, kDatabaseFormatMajor, kDatabaseFormatMinor);
+}
+
+std::optional<FormatVersion> parseManifest(std::string_view text) {
+  const auto firstEnd = text.find('\n');
+  if (firstEnd == std::string_view::npos || text.substr(0, firstEnd) != kManifestFirstLine) return std::nullopt;
+  std::string_view rest = text.substr(firstEnd + 1);
+  const auto lineEnd = rest.find('\n');
+  std::string line(rest.substr(0, lineEnd));
+  FormatVersion v;
+  char tail = 0;
+  if (std::sscanf(line.c_str(), "format %u.%u%c", &v.major, &v.minor, &tail) != 2) return std::nullopt;
+  return v;
+}
+
+}  // namespace csp::storage::format

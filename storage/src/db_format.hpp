@@ -1,0 +1,127 @@
+// Key layout, value encodings and RocksDB options of the database (docs/database-format.md is
+// the reference; keep the two in step). Shared by the reader and the writers.
+#pragma once
+
+#include <rocksdb/options.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "csp/storage/database.hpp"
+
+namespace csp::storage::format {
+
+// Column family names. "default" exists in every RocksDB instance and stays empty.
+inline constexpr const char* kMetadata = "metadata";
+inline constexpr const char* kCctNodes = "cct_nodes";
+inline constexpr const char* kCctChildren = "cct_children";
+inline constexpr const char* kSummaries = "summaries";
+inline constexpr const char* kValuesByProfile = "values_by_profile";
+inline constexpr const char* kValuesByNode = "values_by_node";
+inline constexpr const char* kRegionNodes = "region_nodes";
+inline constexpr const char* kRegionSummaries = "region_summaries";
+inline constexpr const char* kViewCache = "view_cache";
+
+// Families written by ShardWriter (everything but metadata and the view cache), in a fixed
+// order that is also the order of the shard index file.
+const std::vector<std::string>& shardFamilies();
+
+// A value that does not decode: the database is damaged.
+class FormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Blocks are cut after this many values so that a block stays a few KiB.
+inline constexpr std::size_t kProfileBlockValues = 512;
+inline constexpr std::size_t kNodeBlockValues = 1024;
+
+// --- primitive encodings --------------------------------------------------------------------
+void putBe16(std::string& out, std::uint16_t v);
+void putBe32(std::string& out, std::uint32_t v);
+void putVarint(std::string& out, std::uint64_t v);
+void putBytes(std::string& out, std::string_view bytes);  // varint length + bytes
+
+class Reader {
+ public:
+  explicit Reader(std::string_view data, const char* what) : data_(data), what_(what) {}
+  bool done() const { return pos_ == data_.size(); }
+  std::uint8_t u8();
+  std::uint16_t be16();
+  std::uint32_t be32();
+  std::uint64_t varint();
+  std::uint32_t varint32();
+  std::string bytes();
+  void expectDone();
+  [[noreturn]] void fail(const std::string& problem) const;
+
+ private:
+  std::string_view data_;
+  std::size_t pos_ = 0;
+  const char* what_;
+};
+
+// --- keys ------------------------------------------------------------------------------------
+std::string nodeKey(NodeId id);                                   // be32
+std::string childKey(NodeId parent, NodeId child);                // be32 be32
+std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);  // be32 be16 u8
+std::string profileBlockKey(ProfileId profile, NodeId firstNode);  // be32 be32
+std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile);  // be32 be16 u8 be32
+
+// The smallest key greater than every key starting with `prefix` (an exclusive upper bound).
+std::string prefixEnd(std::string_view prefix);
+
+// --- values ----------------------------------------------------------------------------------
+std::string encodeCctNode(const CctNode& node);
+CctNode decodeCctNode(std::string_view value);
+std::string encodeRegionNode(const RegionNode& region);
+RegionNode decodeRegionNode(std::string_view value);
+
+// Calls emit(key, value) for each block of one profile's values (sorted, zeros already dropped).
+using Emit = std::function<void(const std::string& key, const std::string& value)>;
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const Emit& emit);
+void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out);
+// One node's values of one (metric, scope), sorted by profile.
+void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std::vector<NodeValue>& values,
+                      const Emit& emit);
+void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);
+
+// Metadata column family: every entry of the metadata, keyed as documented.
+void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);
+// Builds the metadata from the metadata family's entries in key order.
+class MetadataDecoder {
+ public:
+  void add(std::string_view key, std::string_view value);
+  DatabaseMetadata finish();  // checks that dense tables have no gaps
+  FormatVersion version() const { return version_; }
+  bool sawVersion() const { return sawVersion_; }
+
+ private:
+  struct Counts {
+    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0;
+  };
+  DatabaseMetadata m_;
+  FormatVersion version_;
+  bool sawVersion_ = false;
+  bool sawExperiment_ = false;
+  Counts expected_, seen_;
+};
+
+// --- RocksDB options -------------------------------------------------------------------------
+// Options of a family, identical for the instance and for SstFileWriter so that ingested files
+// are what the instance itself would have written.
+rocksdb::ColumnFamilyOptions familyOptions(const std::string& family);
+// Instance options; `readOnly` disables everything that would touch the directory.
+rocksdb::DBOptions instanceOptions();
+
+// The manifest text for the current version, and its parser (nullopt: not a CSP manifest).
+std::string manifestText();
+std::optional<FormatVersion> parseManifest(std::string_view text);
+
+}  // namespace csp::storage::format
