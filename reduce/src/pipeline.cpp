@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <future>
 #include <optional>
 #include <tuple>
 #include <thread>
@@ -450,6 +451,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   std::vector<std::string> errors;
   std::mutex errorsMutex;
   s.beginPhase("metrics", total);
+  std::future<void> pending;
   for (std::size_t first = 0; first < total;) {
     // The batch is the input batch of this profile: profiles whose inputs share index / batch.
     const std::size_t batchIndex = s.localInputOf[first] / batch;
@@ -507,10 +509,18 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
       });
     });
     if (!errors.empty()) break;
-    consume(std::span<const ProfileInfo>(s.localProfiles).subspan(first, n), values, regionValues);
+    // The consumer (database writing) of this batch overlaps the computation of the next one;
+    // at most two batches are alive at a time.
+    if (pending.valid()) pending.get();
+    pending = std::async(std::launch::async,
+                         [&consume, profiles = std::span<const ProfileInfo>(s.localProfiles).subspan(first, n),
+                          values = std::move(values), regionValues = std::move(regionValues)]() mutable {
+                           consume(profiles, values, regionValues);
+                         });
     first += n;
     if (s.progress) s.progress->update(first);
   }
+  if (pending.valid()) pending.get();
   s.endPhase("metrics", watch);
   agree(errors);
 }

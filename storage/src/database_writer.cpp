@@ -455,7 +455,12 @@ void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
   std::vector<rocksdb::IngestExternalFileArg> args;
   for (auto& [family, files] : byFamily) {
     std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.smallest < b.smallest; });
-    for (std::size_t i = 1; i < files.size(); ++i)
+    // Values by node may come from many shards over the same node range (csp-prof-mpi writes one
+    // per batch of profiles, which keeps its memory flat); their keys cannot collide because
+    // every block key ends with the block's first profile id. Such files go to level 0 and are
+    // compacted into one sorted run before publication.
+    const bool overlapAllowed = family == format::kValuesByNode;
+    for (std::size_t i = 1; i < files.size() && !overlapAllowed; ++i)
       if (files[i].smallest <= files[i - 1].largest)
         throw DatabaseError(d.temp, fmt::format("shards {} and {} overlap in column family {}: every key range must "
                                                 "have one owner",
@@ -469,6 +474,12 @@ void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
     args.push_back(std::move(arg));
   }
   if (!args.empty()) d.check(d.db->IngestExternalFiles(args), "ingesting shard files");
+  if (byFamily[format::kValuesByNode].size() > 1) {
+    rocksdb::CompactRangeOptions co;
+    co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+    d.check(d.db->CompactRange(co, d.families.at(format::kValuesByNode), nullptr, nullptr),
+            "compacting values by node");
+  }
   std::error_code ec;
   fs::remove_all(stagingDir(), ec);
   d.ingested = true;

@@ -1,0 +1,118 @@
+// csp-prof-mpi: parallel post-processing of per-thread profiles into a CSP database.
+//   [srun|mpirun -np P] csp-prof-mpi [options] MEASUREMENT_DIR... -o DB
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "csp/reduce/prof.hpp"
+#include "progress.hpp"
+
+namespace {
+
+// Progress on rank 0: the launcher's Progress for each phase.
+class PhaseProgress : public csp::reduce::ProgressSink {
+ public:
+  explicit PhaseProgress(bool enabled) : enabled_(enabled) {}
+  void begin(const std::string& phase, std::uint64_t total) override {
+    current_.emplace("csp-prof-mpi: " + phase, total, enabled_);
+  }
+  void update(std::uint64_t done) override {
+    if (current_) current_->update(done);
+  }
+  void end() override {
+    if (current_) current_->finish();
+    current_.reset();
+  }
+
+ private:
+  bool enabled_;
+  std::optional<csp::cli::Progress> current_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  CLI::App app{
+      "csp-prof-mpi: reduce per-thread profiles into a CSP database (canonical CCT, summary statistics, "
+      "per-thread values). Run it under srun or mpirun for parallel post-processing; without a launcher it "
+      "runs as one process.",
+      "csp-prof-mpi"};
+  csp::reduce::ProfOptions o;
+  std::vector<std::string> inputs, replace;
+  std::string output;
+  bool quiet = false;
+  app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files)")->required();
+  app.add_option("-o,--output", output, "database directory to create")->required();
+  app.add_flag("--force", o.force, "replace an existing database");
+  app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
+      ->capture_default_str();
+  app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
+               "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
+  app.add_option("--replace-path", replace,
+                 "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable");
+  app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--title", o.title, "description stored in the database");
+  app.add_flag("-q,--quiet", quiet, "no progress output (errors only)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = 0;
+    if (rank == 0) code = app.exit(e);
+    else code = e.get_exit_code();
+    MPI_Finalize();
+    return code;
+  }
+  for (const auto& r : replace) {
+    auto eq = r.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --replace-path '{}': expected OLD=NEW\n", r);
+      MPI_Finalize();
+      return 2;
+    }
+    o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
+  }
+  for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
+  o.output = output;
+
+  const auto start = std::chrono::steady_clock::now();
+  PhaseProgress progress(!quiet);
+  int status = 0;
+  try {
+    csp::reduce::Comm comm(MPI_COMM_WORLD);
+    const auto s = csp::reduce::runProf(comm, o, &progress);
+    if (rank == 0 && !quiet) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fmt::print("csp-prof-mpi: wrote {}\n", output);
+      fmt::print("  processes {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs, s.skipped.size());
+      for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
+      fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics, s.regions > 0 ? s.regions - 1 : 0);
+      fmt::print("  per-thread values {} (both orders), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
+                 s.databaseBytes / 1048576.0, s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
+      if (s.attribution.lookups)
+        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} unknown\n",
+                   s.attribution.lookups, s.attribution.withLines, s.attribution.symbolOnly, s.attribution.unknown);
+      for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
+      std::string phases;
+      for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
+      if (!phases.empty()) phases.pop_back();
+      fmt::print("  time {:.2f} s:{}\n", secs, phases);
+    }
+  } catch (const std::exception& e) {
+    if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", e.what());
+    status = 1;
+  }
+  MPI_Finalize();
+  return status;
+}

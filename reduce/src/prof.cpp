@@ -1,0 +1,427 @@
+#include "csp/reduce/prof.hpp"
+
+#include <fmt/format.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "csp/metrics/accumulator.hpp"
+#include "csp/metrics/encoding.hpp"
+#include "csp/storage/database_writer.hpp"
+
+namespace csp::reduce {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Region summaries use their own small metric table (docs/database-format.md):
+//   metric 0 "visits": completed visits, exclusive scope;
+//   metric 1 "time": ns, exclusive and inclusive scopes.
+constexpr std::uint16_t kRegionVisits = 0;
+constexpr std::uint16_t kRegionTime = 1;
+
+// Deterministic string table for the database: texts in order of first use by the final CCT,
+// then region names.
+class DbStrings {
+ public:
+  DbStrings() { table_.push_back(""); }
+  std::uint32_t id(const std::string& text) {
+    auto [it, fresh] = ids_.try_emplace(text, static_cast<std::uint32_t>(table_.size()));
+    if (fresh) table_.push_back(text);
+    return it->second;
+  }
+  std::vector<std::string> take() { return std::move(table_); }
+
+ private:
+  std::vector<std::string> table_;
+  std::map<std::string, std::uint32_t> ids_;
+};
+
+// Summary accumulators of this rank, dense over (node, metric, scope).
+class Summaries {
+ public:
+  Summaries(std::size_t nodes, std::size_t metrics) : metrics_(metrics), acc_(nodes * metrics * 2) {}
+  metrics::IntAccumulator& at(std::uint32_t node, std::uint16_t metric, storage::MetricScope scope) {
+    return acc_[(std::size_t{node} * metrics_ + metric) * 2 + static_cast<std::size_t>(scope)];
+  }
+  std::size_t metricCount() const { return metrics_; }
+
+ private:
+  std::size_t metrics_;
+  std::vector<metrics::IntAccumulator> acc_;
+};
+
+std::uint32_t ownerStart(std::uint32_t nodes, int rank, int size) {
+  return static_cast<std::uint32_t>(std::uint64_t{nodes} * static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(size));
+}
+
+std::vector<std::byte> toBytes(const std::string& s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+std::string toString(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+
+std::uint64_t directoryBytes(const fs::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  return total;
+}
+
+}  // namespace
+
+ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* progress) {
+  const bool root = comm.rank() == 0;
+  std::vector<PhaseTime> extraPhases;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto since = [&](auto t0) { return std::chrono::duration<double>(now() - t0).count(); };
+  double writeSeconds = 0, accumulateSeconds = 0;
+  Pipeline pipeline(comm, options.pipeline, progress);
+
+  // Fail fast on the output before any heavy work.
+  std::optional<storage::DatabaseBuilder> builder;
+  std::vector<std::string> errors;
+  std::vector<std::byte> staging;
+  if (root) {
+    try {
+      builder.emplace(options.output, storage::BuildOptions{options.force, {}});
+      staging = toBytes(builder->stagingDir().string());
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  }
+  pipeline.agree(errors);
+  comm.broadcast(staging);
+  const fs::path stagingDir = toString(staging);
+
+  pipeline.discover();
+  pipeline.buildStructure();
+
+  const FinalCct& cct = pipeline.cct();
+  const auto nodeCount = static_cast<std::uint32_t>(cct.size());
+  const std::size_t metricCount = pipeline.metrics().size();
+  const std::uint32_t profiles = pipeline.profileCount();
+
+  // Shard numbering: per rank one main shard (its profiles by profile, its node range's
+  // summaries, and on the root the CCT and regions), then one shard per batch (values by node).
+  const std::size_t batches = pipeline.localBatchCount();
+  std::uint32_t shardBase = 0, shardTotal = 0;
+  {
+    Packer p;
+    p.u64(1 + batches);
+    const auto all = comm.allgather(p.take());
+    for (int r = 0; r < comm.size(); ++r) {
+      Unpacker u(all[static_cast<std::size_t>(r)]);
+      const auto n = static_cast<std::uint32_t>(u.u64());
+      if (r < comm.rank()) shardBase += n;
+      shardTotal += n;
+    }
+  }
+
+  std::uint64_t valuesWritten = 0;
+  Summaries summaries(nodeCount, metricCount);
+  std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * 3);  // visits E, time E, time I
+  std::uint32_t nextShard = shardBase + 1;
+  std::optional<storage::ShardWriter> mainShard;
+  errors.clear();
+  try {
+    mainShard.emplace(stagingDir, shardBase);
+    pipeline.computeMetrics([&](std::span<const ProfileInfo> batch, std::vector<ThreadValues>& values,
+                                std::vector<RegionValues>& regionValues) {
+      const auto writeStart = now();
+      // Values by profile, in id order.
+      std::vector<storage::ProfileValue> pv;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const ThreadValues& v = values[i];
+        pv.clear();
+        for (std::size_t k = 0; k < v.size(); ++k) {
+          if (v.exclusive[k]) pv.push_back({v.node[k], v.metric[k], storage::MetricScope::Exclusive, v.exclusive[k]});
+          if (v.inclusive[k]) pv.push_back({v.node[k], v.metric[k], storage::MetricScope::Inclusive, v.inclusive[k]});
+        }
+        mainShard->putProfileValues(batch[i].id, pv);
+      }
+      // Values by node: one shard per batch. Cursors walk every profile's sorted values node
+      // by node, so each node's list comes out sorted by (metric, scope, profile).
+      storage::ShardWriter nodeShard(stagingDir, nextShard++);
+      std::vector<std::size_t> cursor(batch.size(), 0);
+      std::vector<std::vector<storage::NodeValue>> buckets(metricCount * 2);
+      std::vector<storage::NodeValue> nv;
+      for (;;) {
+        std::uint32_t node = kNoIndex;
+        for (std::size_t i = 0; i < batch.size(); ++i)
+          if (cursor[i] < values[i].size()) node = std::min(node, values[i].node[cursor[i]]);
+        if (node == kNoIndex) break;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          const ThreadValues& v = values[i];
+          for (auto& k = cursor[i]; k < v.size() && v.node[k] == node; ++k) {
+            const std::size_t m = v.metric[k];
+            if (v.exclusive[k])
+              buckets[m * 2].push_back({v.metric[k], storage::MetricScope::Exclusive, batch[i].id, v.exclusive[k]});
+            if (v.inclusive[k])
+              buckets[m * 2 + 1].push_back({v.metric[k], storage::MetricScope::Inclusive, batch[i].id, v.inclusive[k]});
+          }
+        }
+        nv.clear();
+        for (auto& b : buckets) {
+          nv.insert(nv.end(), b.begin(), b.end());
+          b.clear();
+        }
+        nodeShard.putNodeValues(node, nv);
+      }
+      nodeShard.finish();
+      valuesWritten += nodeShard.valuesWritten();
+      writeSeconds += since(writeStart);
+      const auto accumulateStart = now();
+
+      // Summary accumulation, parallel over node ranges (each task owns its nodes, so no
+      // per-worker copies of the summaries and no locks).
+      constexpr std::uint32_t kChunk = 256;
+      pipeline.arena().execute([&] {
+        tbb::parallel_for(std::uint32_t{0}, (nodeCount + kChunk - 1) / kChunk, [&](std::uint32_t c) {
+          const std::uint32_t lo = c * kChunk, hi = std::min(nodeCount, lo + kChunk);
+          for (std::size_t i = 0; i < batch.size(); ++i) {
+            const ThreadValues& v = values[i];
+            auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
+            for (; k < v.size() && v.node[k] < hi; ++k) {
+              if (v.exclusive[k]) summaries.at(v.node[k], v.metric[k], storage::MetricScope::Exclusive).accumulate(batch[i].id, v.exclusive[k]);
+              if (v.inclusive[k]) summaries.at(v.node[k], v.metric[k], storage::MetricScope::Inclusive).accumulate(batch[i].id, v.inclusive[k]);
+            }
+          }
+        });
+      });
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const RegionValues& r = regionValues[i];
+        for (std::size_t k = 0; k < r.region.size(); ++k) {
+          const std::size_t at = std::size_t{r.region[k]} * 3;
+          regionAcc[at].accumulate(batch[i].id, r.count[k]);
+          regionAcc[at + 1].accumulate(batch[i].id, r.exclusiveNs[k]);
+          regionAcc[at + 2].accumulate(batch[i].id, r.inclusiveNs[k]);
+        }
+      }
+      values.clear();
+      accumulateSeconds += since(accumulateStart);
+    });
+  } catch (const PipelineError&) {
+    throw;
+  } catch (const std::exception& e) {
+    errors.push_back(e.what());
+  }
+  pipeline.agree(errors);
+  extraPhases.push_back({"  of which: write values", writeSeconds});
+  extraPhases.push_back({"  of which: accumulate", accumulateSeconds});
+  const auto combineStart = now();
+
+  // Partial summaries to the owners of their node ranges (reduce-scatter by node range).
+  std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    Packer p;
+    for (std::uint32_t n = ownerStart(nodeCount, r, comm.size()); n < ownerStart(nodeCount, r + 1, comm.size()); ++n) {
+      for (std::uint16_t m = 0; m < metricCount; ++m) {
+        for (auto scope : {storage::MetricScope::Exclusive, storage::MetricScope::Inclusive}) {
+          const auto& a = summaries.at(n, m, scope);
+          if (a.count() == 0) continue;
+          p.u64((std::uint64_t{n} << 24) | (std::uint64_t{m} << 8) | static_cast<std::uint64_t>(scope));
+          p.text(metrics::encode(a));
+        }
+      }
+    }
+    outgoing[static_cast<std::size_t>(r)] = p.take();
+  }
+  const auto incoming = comm.alltoall(outgoing);
+  outgoing.clear();
+  const std::uint32_t myFirst = ownerStart(nodeCount, comm.rank(), comm.size());
+  const std::uint32_t myEnd = ownerStart(nodeCount, comm.rank() + 1, comm.size());
+  errors.clear();
+  try {
+    std::map<std::uint64_t, metrics::IntAccumulator> owned;
+    for (const auto& part : incoming) {
+      Unpacker u(part);
+      while (!u.done()) {
+        const auto key = u.u64();
+        auto acc = metrics::decodeIntAccumulator(u.text());
+        auto [it, fresh] = owned.try_emplace(key, acc);
+        if (!fresh) it->second.combine(acc);
+      }
+    }
+    for (const auto& [key, acc] : owned) {
+      const auto node = static_cast<std::uint32_t>(key >> 24);
+      if (node < myFirst || node >= myEnd) throw std::logic_error("summary for a node outside this rank's range");
+      mainShard->putSummary(node, static_cast<std::uint16_t>((key >> 8) & 0xFFFF),
+                            static_cast<storage::MetricScope>(key & 0xFF), metrics::encode(acc));
+    }
+  } catch (const std::exception& e) {
+    errors.push_back(e.what());
+  }
+
+  // Region summaries are small: gathered at the root.
+  std::vector<std::byte> regionPart;
+  {
+    Packer p;
+    for (std::size_t i = 0; i < regionAcc.size(); ++i) {
+      if (regionAcc[i].count() == 0) continue;
+      p.u64(i);
+      p.text(metrics::encode(regionAcc[i]));
+    }
+    regionPart = p.take();
+  }
+  const auto regionParts = comm.gather(regionPart);
+
+  // Profile identities for the metadata, gathered at the root in id order.
+  std::vector<std::byte> identityPart;
+  {
+    Packer p;
+    p.u64(pipeline.localProfiles().size());
+    for (const auto& info : pipeline.localProfiles()) {
+      p.u64(info.id);
+      p.u64(info.identity.idTuple.size());
+      for (const auto& e : info.identity.idTuple) {
+        p.u64(static_cast<std::uint64_t>(e.kind));
+        p.u64(e.value);
+      }
+      p.text(info.identity.hostname);
+      p.u64(info.identity.pid);
+      p.text(info.identity.executable);
+      p.u64(info.identity.commandLine.size());
+      for (const auto& a : info.identity.commandLine) p.text(a);
+    }
+    identityPart = p.take();
+  }
+  const auto identityParts = comm.gather(identityPart);
+
+  ProfSummary summary;
+  if (root) {
+    try {
+      // Canonical CCT and regions.
+      DbStrings strings;
+      std::vector<storage::CctNode> nodes(nodeCount);
+      for (std::uint32_t i = 0; i < nodeCount; ++i) {
+        const auto& n = cct.node(i);
+        const auto& text = pipeline.strings();
+        nodes[i] = {n.parent, n.key.kind, strings.id(text.text(n.key.name)), strings.id(text.text(n.key.file)),
+                    strings.id(text.text(n.key.module)), n.key.line};
+      }
+      mainShard->putCct(nodes);
+      const auto& regions = pipeline.regions();
+      std::vector<std::uint32_t> regionName(regions.size());
+      for (std::size_t i = 0; i < regions.size(); ++i) regionName[i] = strings.id(regions[i].name);
+      std::map<std::size_t, metrics::IntAccumulator> regionAll;
+      for (const auto& part : regionParts) {
+        Unpacker u(part);
+        while (!u.done()) {
+          const auto index = u.u64();
+          auto acc = metrics::decodeIntAccumulator(u.text());
+          auto [it, fresh] = regionAll.try_emplace(index, acc);
+          if (!fresh) it->second.combine(acc);
+        }
+      }
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        mainShard->putRegion(static_cast<std::uint32_t>(i), {regions[i].parent, regionName[i], regions[i].dynamicId});
+        const std::pair<std::uint16_t, storage::MetricScope> slots[3] = {{kRegionVisits, storage::MetricScope::Exclusive},
+                                                                          {kRegionTime, storage::MetricScope::Exclusive},
+                                                                          {kRegionTime, storage::MetricScope::Inclusive}};
+        for (std::size_t k = 0; k < 3; ++k) {
+          auto it = regionAll.find(i * 3 + k);
+          if (it != regionAll.end())
+            mainShard->putRegionSummary(static_cast<std::uint32_t>(i), slots[k].first, slots[k].second,
+                                        metrics::encode(it->second));
+        }
+      }
+
+      // Metadata.
+      storage::DatabaseMetadata meta;
+      meta.title = options.title;
+      meta.profiles.resize(profiles);
+      std::set<std::string> hosts;
+      std::set<std::pair<std::string, std::uint64_t>> processes;
+      bool first = true;
+      for (const auto& part : identityParts) {
+        Unpacker u(part);
+        for (auto n = u.u64(); n > 0; --n) {
+          const auto id = u.u64();
+          IdTuple tuple(u.u64());
+          for (auto& e : tuple) {
+            e.kind = static_cast<IdKind>(u.u64());
+            e.value = u.u64();
+          }
+          const std::string host = u.text();
+          const auto pid = u.u64();
+          const std::string exe = u.text();
+          std::vector<std::string> cmd(u.u64());
+          for (auto& a : cmd) a = u.text();
+          meta.profiles.at(id) = std::move(tuple);
+          hosts.insert(host);
+          processes.insert({host, pid});
+          if (first) {
+            meta.executable = exe;
+            meta.commandLine = cmd;
+            first = false;
+          }
+        }
+      }
+      meta.hostnames.assign(hosts.begin(), hosts.end());
+      meta.processCount = processes.size();
+      meta.threadCount = profiles;
+      meta.nodeCount = nodeCount;
+      meta.regionCount = static_cast<std::uint32_t>(regions.size());
+      for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, storage::ValueType::Count});
+      meta.strings = strings.take();
+      for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
+      meta.properties = {{"generator", "csp-prof-mpi"},
+                         {"region.metrics", "0=visits(E) 1=time-ns(E,I)"},
+                         {"inputs", std::to_string(pipeline.inputs().size())}};
+      mainShard->finish();
+      valuesWritten += mainShard->valuesWritten();
+      mainShard.reset();
+      // Everyone's shards must be complete before ingestion.
+      summary.metrics = meta.metrics.size();
+      builder->writeMetadata(meta);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  } else {
+    try {
+      mainShard->finish();
+      valuesWritten += mainShard->valuesWritten();
+      mainShard.reset();
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  }
+  pipeline.agree(errors);
+  extraPhases.push_back({"combine + metadata", since(combineStart)});
+  const auto publishStart = now();
+
+  summary.valuesWritten = comm.sum(valuesWritten);
+  errors.clear();
+  if (root) {
+    try {
+      builder->ingestShards(shardTotal);
+      builder->publish();
+      summary.databaseBytes = directoryBytes(options.output);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  }
+  pipeline.agree(errors);
+  extraPhases.push_back({"ingest + publish", since(publishStart)});
+
+  summary.inputs = pipeline.inputs().size();
+  summary.profiles = profiles;
+  summary.skipped = pipeline.skipped();
+  summary.cctNodes = nodeCount;
+  summary.metrics = metricCount;
+  summary.regions = static_cast<std::uint32_t>(pipeline.regions().size());
+  summary.phases = pipeline.phaseTimes();
+  summary.phases.insert(summary.phases.end(), extraPhases.begin(), extraPhases.end());
+  summary.attribution = pipeline.attributionStats();
+  return summary;
+}
+
+}  // namespace csp::reduce
