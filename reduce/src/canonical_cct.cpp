@@ -220,8 +220,12 @@ FinalCct FinalCct::deserialize(std::span<const std::byte> bytes, StringTable& st
 }
 
 std::uint32_t FinalCct::find(std::uint32_t parent, const ScopeKey& key) const {
-  auto it = edges_->find({parent, key});
-  return it == edges_->end() ? kNoIndex : it->second;
+  if (table_.empty()) return kNoIndex;
+  for (std::size_t slot = edgeHash(parent, key) & mask_;; slot = (slot + 1) & mask_) {
+    const std::uint32_t id = table_[slot];
+    if (id == kNoIndex) return kNoIndex;
+    if (nodes_[id].parent == parent && nodes_[id].key == key) return id;
+  }
 }
 
 void FinalCct::index() {
@@ -231,13 +235,16 @@ void FinalCct::index() {
   for (std::size_t i = 0; i < n; ++i) childBegin_[i + 1] += childBegin_[i];
   childList_.assign(n > 0 ? n - 1 : 0, 0);
   std::vector<std::uint32_t> fill(childBegin_.begin(), childBegin_.end() - 1);
-  auto edges = std::make_shared<std::unordered_map<std::pair<std::uint32_t, ScopeKey>, std::uint32_t, EdgeHash>>();
-  edges->reserve(n);
+  std::size_t capacity = 16;
+  while (capacity < 2 * n) capacity <<= 1;
+  table_.assign(capacity, kNoIndex);
+  mask_ = capacity - 1;
   for (std::size_t i = 1; i < n; ++i) {
     childList_[fill[nodes_[i].parent]++] = static_cast<std::uint32_t>(i);
-    edges->emplace(std::make_pair(nodes_[i].parent, nodes_[i].key), static_cast<std::uint32_t>(i));
+    std::size_t slot = edgeHash(nodes_[i].parent, nodes_[i].key) & mask_;
+    while (table_[slot] != kNoIndex) slot = (slot + 1) & mask_;
+    table_[slot] = static_cast<std::uint32_t>(i);
   }
-  edges_ = std::move(edges);
 }
 
 }  // namespace csp::reduce

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
 
 #include <algorithm>
 #include <chrono>
@@ -82,7 +83,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   std::vector<PhaseTime> extraPhases;
   auto now = [] { return std::chrono::steady_clock::now(); };
   auto since = [&](auto t0) { return std::chrono::duration<double>(now() - t0).count(); };
-  double writeSeconds = 0, accumulateSeconds = 0;
+  double writeSeconds = 0;
   Pipeline pipeline(comm, options.pipeline, progress);
 
   // Fail fast on the output before any heavy work.
@@ -136,7 +137,9 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     pipeline.computeMetrics([&](std::span<const ProfileInfo> batch, std::vector<ThreadValues>& values,
                                 std::vector<RegionValues>& regionValues) {
       const auto writeStart = now();
-      // Values by profile, in id order.
+      // Three independent jobs on the batch, run side by side: values by profile (main shard),
+      // values by node (this batch's shard), summary accumulation.
+      auto writeByProfile = [&] {
       std::vector<storage::ProfileValue> pv;
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const ThreadValues& v = values[i];
@@ -147,43 +150,50 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
         }
         mainShard->putProfileValues(batch[i].id, pv);
       }
+      };
+      auto writeByNode = [&] {
       // Values by node: one shard per batch. Cursors walk every profile's sorted values node
       // by node, so each node's list comes out sorted by (metric, scope, profile).
       storage::ShardWriter nodeShard(stagingDir, nextShard++);
-      std::vector<std::size_t> cursor(batch.size(), 0);
-      std::vector<std::vector<storage::NodeValue>> buckets(metricCount * 2);
+      // Counting sort of the batch's entries by node; scattering profiles in id order keeps each
+      // node's entries sorted by profile.
+      std::vector<std::uint32_t> start(std::size_t{nodeCount} + 1, 0);
+      std::size_t entries = 0;
+      for (const auto& v : values) {
+        for (auto n : v.node) ++start[n + 1];
+        entries += v.size();
+      }
+      for (std::uint32_t n = 0; n < nodeCount; ++n) start[n + 1] += start[n];
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> items(entries);  // (profile in batch, entry)
+      {
+        std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
+        for (std::uint32_t i = 0; i < batch.size(); ++i)
+          for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].node[k]]++] = {i, k};
+      }
       std::vector<storage::NodeValue> nv;
-      for (;;) {
-        std::uint32_t node = kNoIndex;
-        for (std::size_t i = 0; i < batch.size(); ++i)
-          if (cursor[i] < values[i].size()) node = std::min(node, values[i].node[cursor[i]]);
-        if (node == kNoIndex) break;
-        for (std::size_t i = 0; i < batch.size(); ++i) {
-          const ThreadValues& v = values[i];
-          for (auto& k = cursor[i]; k < v.size() && v.node[k] == node; ++k) {
-            const std::size_t m = v.metric[k];
-            if (v.exclusive[k])
-              buckets[m * 2].push_back({v.metric[k], storage::MetricScope::Exclusive, batch[i].id, v.exclusive[k]});
-            if (v.inclusive[k])
-              buckets[m * 2 + 1].push_back({v.metric[k], storage::MetricScope::Inclusive, batch[i].id, v.inclusive[k]});
-          }
-        }
+      for (std::uint32_t node = 0; node < nodeCount; ++node) {
+        if (start[node] == start[node + 1]) continue;
         nv.clear();
-        for (auto& b : buckets) {
-          nv.insert(nv.end(), b.begin(), b.end());
-          b.clear();
+        for (std::uint16_t m = 0; m < metricCount; ++m) {
+          for (auto scope : {storage::MetricScope::Exclusive, storage::MetricScope::Inclusive}) {
+            for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
+              const auto [i, k] = items[at];
+              const ThreadValues& v = values[i];
+              if (v.metric[k] != m) continue;
+              const std::uint64_t value = scope == storage::MetricScope::Exclusive ? v.exclusive[k] : v.inclusive[k];
+              if (value) nv.push_back({m, scope, batch[i].id, value});
+            }
+          }
         }
         nodeShard.putNodeValues(node, nv);
       }
       nodeShard.finish();
       valuesWritten += nodeShard.valuesWritten();
-      writeSeconds += since(writeStart);
-      const auto accumulateStart = now();
-
+      };
+      auto accumulate = [&] {
       // Summary accumulation, parallel over node ranges (each task owns its nodes, so no
       // per-worker copies of the summaries and no locks).
       constexpr std::uint32_t kChunk = 256;
-      pipeline.arena().execute([&] {
         tbb::parallel_for(std::uint32_t{0}, (nodeCount + kChunk - 1) / kChunk, [&](std::uint32_t c) {
           const std::uint32_t lo = c * kChunk, hi = std::min(nodeCount, lo + kChunk);
           for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -195,7 +205,6 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
             }
           }
         });
-      });
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const RegionValues& r = regionValues[i];
         for (std::size_t k = 0; k < r.region.size(); ++k) {
@@ -205,8 +214,10 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
           regionAcc[at + 2].accumulate(batch[i].id, r.inclusiveNs[k]);
         }
       }
+      };
+      pipeline.arena().execute([&] { tbb::parallel_invoke(writeByProfile, writeByNode, accumulate); });
       values.clear();
-      accumulateSeconds += since(accumulateStart);
+      writeSeconds += since(writeStart);
     });
   } catch (const PipelineError&) {
     throw;
@@ -214,8 +225,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     errors.push_back(e.what());
   }
   pipeline.agree(errors);
-  extraPhases.push_back({"  of which: write values", writeSeconds});
-  extraPhases.push_back({"  of which: accumulate", accumulateSeconds});
+  extraPhases.push_back({"  of which: write + accumulate", writeSeconds});
   const auto combineStart = now();
 
   // Partial summaries to the owners of their node ranges (reduce-scatter by node range).

@@ -51,35 +51,38 @@ ValueScratch::ValueScratch(std::size_t nodes, std::size_t metrics)
     : metrics_(metrics), exclusive_(nodes * metrics, 0), inclusive_(nodes * metrics, 0), touched_(nodes, 0) {}
 
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
-  auto touch = [&](std::uint32_t node) {
-    if (!touched_[node]) {
-      touched_[node] = 1;
-      touchedList_.push_back(node);
-    }
-  };
+  // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
+  // propagate in one pass over the touched nodes in decreasing id order.
   for (const StmtValue& v : values) {
     const std::size_t m = v.metric;
-    // Statement (dynamic scope): its own value.
-    touch(v.node);
-    exclusive_[v.node * metrics_ + m] += v.value;
+    exclusive_[v.node * metrics_ + m] += v.value;  // a statement (dynamic scope): its own value
+    inclusive_[v.node * metrics_ + m] += v.value;
     // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
-    // ProcFrame counts every statement not behind a call site, which is every statement whose
-    // nearest enclosing procedure frame it is.
+    // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
+    // procedure frame of (only loops and inlined scopes lie between).
     const std::uint32_t parent = cct.node(v.node).parent;
     const ScopeKind pk = cct.node(parent).key.kind;
     if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) exclusive_[parent * metrics_ + m] += v.value;
-    bool procSeen = false;
-    for (std::uint32_t a = v.node; a != kNoIndex; a = cct.node(a).parent) {
-      touch(a);
-      inclusive_[a * metrics_ + m] += v.value;
-      if (!procSeen && cct.node(a).key.kind == ScopeKind::ProcFrame) {
-        exclusive_[a * metrics_ + m] += v.value;
-        procSeen = true;
-      }
+    std::uint32_t proc = parent;
+    while (proc != kNoIndex && cct.node(proc).key.kind != ScopeKind::ProcFrame) proc = cct.node(proc).parent;
+    if (proc != kNoIndex) exclusive_[proc * metrics_ + m] += v.value;
+    // Mark the path to the root; stop at the first node already on a marked path.
+    for (std::uint32_t a = v.node; a != kNoIndex && !touched_[a]; a = cct.node(a).parent) {
+      touched_[a] = 1;
+      touchedList_.push_back(a);
     }
   }
   std::sort(touchedList_.begin(), touchedList_.end());
+  for (auto it = touchedList_.rbegin(); it != touchedList_.rend(); ++it) {
+    const std::uint32_t parent = cct.node(*it).parent;
+    if (parent == kNoIndex) continue;
+    for (std::size_t m = 0; m < metrics_; ++m) inclusive_[parent * metrics_ + m] += inclusive_[*it * metrics_ + m];
+  }
   ThreadValues out;
+  out.node.reserve(touchedList_.size() * metrics_);
+  out.metric.reserve(touchedList_.size() * metrics_);
+  out.exclusive.reserve(touchedList_.size() * metrics_);
+  out.inclusive.reserve(touchedList_.size() * metrics_);
   for (auto node : touchedList_) {
     for (std::size_t m = 0; m < metrics_; ++m) {
       const std::size_t at = node * metrics_ + m;

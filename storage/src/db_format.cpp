@@ -1,6 +1,7 @@
 #include "db_format.hpp"
 
 #include <fmt/format.h>
+#include <thread>
 #include <rocksdb/convenience.h>
 #include <rocksdb/env.h>
 #include <rocksdb/table.h>
@@ -510,6 +511,9 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   o.compression = bestCompression();
   o.bottommost_compression = bestCompression();
+  // Databases are written once (bulk ingestion, one explicit compaction) and then read: no
+  // background compaction, neither while building nor when a reader opens one to cache views.
+  o.disable_auto_compactions = true;
   return o;
 }
 
@@ -518,6 +522,10 @@ rocksdb::DBOptions instanceOptions() {
   o.info_log = std::make_shared<NullLogger>();
   o.max_open_files = -1;
   o.paranoid_checks = true;
+  // The one big compaction (values by node, after ingestion) may use every core.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.max_subcompactions = static_cast<std::uint32_t>(cores);
+  o.max_background_jobs = std::max(2, cores);
   return o;
 }
 

@@ -70,12 +70,13 @@ class FinalCct {
   std::vector<CctNode> nodes_;
   std::vector<std::uint32_t> childBegin_;
   std::vector<std::uint32_t> childList_;
-  struct EdgeHash {
-    std::size_t operator()(const std::pair<std::uint32_t, ScopeKey>& e) const noexcept {
-      return ScopeKeyHash{}(e.second) ^ (std::size_t{e.first} * 0x9E3779B97F4A7C15ULL);
-    }
-  };
-  std::shared_ptr<const std::unordered_map<std::pair<std::uint32_t, ScopeKey>, std::uint32_t, EdgeHash>> edges_;
+  static std::size_t edgeHash(std::uint32_t parent, const ScopeKey& key) {
+    return ScopeKeyHash{}(key) ^ (std::size_t{parent} * 0x9E3779B97F4A7C15ULL);
+  }
+  // Open addressing over node ids (kNoIndex = empty): lookups compare against nodes_ directly,
+  // so the index costs 8 bytes per node and one cache line per probe.
+  std::vector<std::uint32_t> table_;
+  std::size_t mask_ = 0;
 };
 
 }  // namespace csp::reduce
