@@ -8,26 +8,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;
-};
+using Result = csp::test::RunResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(CSP_BINARY_DIR) + "/launcher/csp-gen " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int st = ::pclose(pipe);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Result run(const std::string& args) { return csp::test::run(csp::test::tool("csp-gen") + " " + args); }
 
 class CspGen : public ::testing::Test {
  protected:

@@ -1,0 +1,252 @@
+// csp-prof-mpi end to end: csp-gen inputs, real mpirun, real RocksDB; results checked against
+// hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "common/test_support.hpp"
+#include "csp/metrics/accumulator.hpp"
+#include "csp/metrics/encoding.hpp"
+#include "csp/storage/database.hpp"
+
+using namespace csp;
+using csp::test::run;
+using csp::test::TempDir;
+using csp::test::tool;
+
+namespace {
+
+// "main / loop main.c:10 / call main.c:16 / work / stmt work.c:3" -> node id.
+std::map<std::string, storage::NodeId> pathIndex(const storage::Database& db) {
+  const auto& s = db.metadata().strings;
+  std::map<std::string, storage::NodeId> out;
+  std::vector<std::pair<storage::NodeId, std::string>> stack{{0, ""}};
+  while (!stack.empty()) {
+    auto [id, path] = stack.back();
+    stack.pop_back();
+    out[path] = id;
+    for (auto child : db.children(id)) {
+      const auto n = *db.node(child);
+      std::string label;
+      switch (n.kind) {
+        case ScopeKind::ProcFrame: label = s[n.name]; break;
+        case ScopeKind::Alien: label = "inlined " + s[n.name]; break;
+        case ScopeKind::Loop: label = "loop " + s[n.file] + ":" + std::to_string(n.line); break;
+        case ScopeKind::CallSite: label = "call " + s[n.file] + ":" + std::to_string(n.line); break;
+        case ScopeKind::Stmt: label = "stmt " + s[n.file] + ":" + std::to_string(n.line); break;
+        case ScopeKind::Root: label = "root"; break;
+      }
+      stack.emplace_back(child, path.empty() ? label : path + " / " + label);
+    }
+  }
+  return out;
+}
+
+metrics::IntAccumulator summary(const storage::Database& db, storage::NodeId node, storage::MetricScope scope,
+                                storage::MetricId metric = 0) {
+  for (const auto& a : db.summaries(node))
+    if (a.metric == metric && a.scope == scope) return metrics::decodeIntAccumulator(a.bytes);
+  return {};
+}
+
+constexpr auto E = storage::MetricScope::Exclusive;
+constexpr auto I = storage::MetricScope::Inclusive;
+
+class Prof : public ::testing::Test {
+ protected:
+  TempDir dir{"prof"};
+
+  std::filesystem::path fromJson(const std::string& name, const std::string& json) {
+    const auto spec = dir / (name + ".json");
+    std::ofstream(spec) << json;
+    const auto meas = dir / (name + "-meas");
+    auto r = run(tool("csp-gen") + " -q --from-json " + spec.string() + " -o " + meas.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return meas;
+  }
+
+  std::unique_ptr<storage::Database> prof(const std::filesystem::path& meas, const std::string& name, int ranks = 1,
+                                          const std::string& extra = "") {
+    const auto db = dir / name;
+    auto r = run(csp::test::mpirun(ranks) + tool("csp-prof-mpi") + " -q " + extra + " " + meas.string() + " -o " +
+                 db.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return storage::Database::open(db);
+  }
+};
+
+TEST_F(Prof, Figure75ExclusiveInclusiveAndStatistics) {
+  const auto meas = dir / "fig75";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --from-json " + std::string(CSP_TEST_DATA_DIR) + "/fig75.json -o " + meas.string()).status, 0);
+  auto db = prof(meas, "db");
+  ASSERT_TRUE(db);
+  EXPECT_EQ(db->metadata().profiles.size(), 2u);
+  EXPECT_EQ(db->metadata().nodeCount, 11u);
+  auto at = pathIndex(*db);
+  const std::string main = "main", lx = main + " / loop main.c:10", ly = lx + " / loop main.c:11",
+                    lz = ly + " / loop main.c:13", cs = lz + " / call main.c:16", work = cs + " / work";
+  // Thread 1 has the counts of Fig. 7.5, thread 2 twice those: sums are 3x the figure.
+  struct Expect {
+    std::string path;
+    std::uint64_t e, i;
+  };
+  for (const auto& x : {Expect{main, 11, 111}, Expect{lx, 0, 111}, Expect{ly, 1, 111}, Expect{lz, 10, 110},
+                        Expect{cs, 0, 100}, Expect{work, 100, 100}, Expect{ly + " / stmt main.c:12", 1, 1},
+                        Expect{lz + " / stmt main.c:14", 5, 5}}) {
+    ASSERT_TRUE(at.count(x.path)) << x.path;
+    const auto node = at[x.path];
+    EXPECT_EQ(summary(*db, node, E).sum(), 3 * x.e) << x.path;
+    EXPECT_EQ(summary(*db, node, I).sum(), 3 * x.i) << x.path;
+  }
+  const auto s = summary(*db, at[main], I).finalize(2, metrics::Population::All);
+  EXPECT_DOUBLE_EQ(s.mean, 166.5);
+  EXPECT_DOUBLE_EQ(s.min, 111);
+  EXPECT_DOUBLE_EQ(s.max, 222);
+  EXPECT_EQ(s.argmin, 0u);
+  EXPECT_EQ(s.argmax, 1u);
+  EXPECT_DOUBLE_EQ(s.stddev, 55.5);
+  EXPECT_DOUBLE_EQ(s.imbalance, 222 / 166.5);
+  // The root's inclusive value is the run's total; per-thread values in both orders agree.
+  EXPECT_EQ(summary(*db, 0, I).sum(), 333u);
+  const auto byNode = db->nodeValues(at[main], 0, I);
+  ASSERT_EQ(byNode.size(), 2u);
+  EXPECT_EQ(byNode[0].profile, 0u);
+  EXPECT_EQ(byNode[0].value, 111u);
+  EXPECT_EQ(byNode[1].value, 222u);
+  std::uint64_t fromProfile = 0;
+  for (const auto& v : db->profileValues(1))
+    if (v.node == at[main] && v.scope == I) fromProfile = v.value;
+  EXPECT_EQ(fromProfile, 222u);
+}
+
+TEST_F(Prof, RecursionCountsEverySampleOnce) {
+  auto meas = fromJson("rec", R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "g"}, {"callsite": "g.c:7"}, {"proc": "f"}, {"stmt": "f.c:2"}],
+     "counts": {"t": 4}},
+    {"path": [{"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "g"}, {"stmt": "g.c:5"}], "counts": {"t": 2}},
+    {"path": [{"proc": "f"}, {"stmt": "f.c:2"}], "counts": {"t": 1}}]}]})");
+  auto db = prof(meas, "db");
+  auto at = pathIndex(*db);
+  EXPECT_EQ(summary(*db, at["f"], I).sum(), 7u);
+  EXPECT_EQ(summary(*db, at["f"], E).sum(), 1u);
+  EXPECT_EQ(summary(*db, at["f / call f.c:3 / g"], I).sum(), 6u);
+  EXPECT_EQ(summary(*db, at["f / call f.c:3 / g"], E).sum(), 2u);
+  EXPECT_EQ(summary(*db, at["f / call f.c:3 / g / call g.c:7 / f"], I).sum(), 4u);
+  EXPECT_EQ(summary(*db, at["f / call f.c:3 / g / call g.c:7 / f"], E).sum(), 4u);
+  EXPECT_EQ(summary(*db, 0, I).sum(), 7u);
+}
+
+TEST_F(Prof, NodePresentInOneThreadOfFour) {
+  std::string threads;
+  for (int r = 0; r < 4; ++r) {
+    threads += std::string(r ? "," : "") + R"({"id": {"rank": )" + std::to_string(r) +
+               R"(}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"t": 10}})";
+    if (r == 2) threads += R"(, {"path": [{"proc": "main"}, {"stmt": "m.c:9"}], "counts": {"t": 8}})";
+    threads += "]}";
+  }
+  auto db = prof(fromJson("one", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}"), "db");
+  auto at = pathIndex(*db);
+  const auto acc = summary(*db, at["main / stmt m.c:9"], E);
+  const auto present = acc.finalize(4, metrics::Population::Present);
+  EXPECT_EQ(present.count, 1u);
+  EXPECT_DOUBLE_EQ(present.mean, 8);
+  EXPECT_DOUBLE_EQ(present.stddev, 0);
+  const auto all = acc.finalize(4, metrics::Population::All);
+  EXPECT_DOUBLE_EQ(all.mean, 2);
+  EXPECT_DOUBLE_EQ(all.min, 0);
+  EXPECT_DOUBLE_EQ(all.stddev, std::sqrt(12.0));
+  EXPECT_EQ(all.argmax, 2u);
+}
+
+TEST_F(Prof, StragglerRankIsTheArgmax) {
+  std::string threads;
+  for (int r = 0; r < 6; ++r) {
+    const int wait = r == 4 ? 50 : 10;
+    threads += std::string(r ? "," : "") + R"({"id": {"rank": )" + std::to_string(r) + R"(, "thread": 0},
+      "samples": [{"path": [{"proc": "main"}, {"callsite": "m.c:5"}, {"proc": "MPI_Wait", "module": "libmpi.so"}, {"stmt": "w.c:1"}],
+                   "counts": {"t": )" + std::to_string(wait) + "}}]}";
+  }
+  auto db = prof(fromJson("straggler", R"({"metrics": [{"name": "t", "period": 1000}], "threads": [)" + threads + "]}"),
+                 "db", 2);
+  auto at = pathIndex(*db);
+  const auto s = summary(*db, at["main / call m.c:5 / MPI_Wait"], I).finalize(6, metrics::Population::All);
+  EXPECT_DOUBLE_EQ(s.max, 50000);
+  EXPECT_DOUBLE_EQ(s.min, 10000);
+  EXPECT_EQ(s.argmax, 4u);
+  EXPECT_EQ(s.argmin, 0u);
+  EXPECT_DOUBLE_EQ(s.mean, 100000.0 / 6);
+  EXPECT_EQ(db->metadata().profiles[4], (IdTuple{{IdKind::Rank, 4}, {IdKind::Thread, 0}}));
+}
+
+// Every column family, entry by entry.
+std::vector<std::pair<std::string, std::string>> dump(const std::filesystem::path& dir) {
+  auto db = storage::Database::open(dir);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& family : storage::databaseColumnFamilies()) {
+    db->forEachEntry(family, [&](std::string_view k, std::string_view v) {
+      out.emplace_back(family + ":" + std::string(k), std::string(v));
+    });
+  }
+  return out;
+}
+
+TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
+  const auto meas = dir / "meas";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 256 --threads 4 --nodes 300 --groups 3 --regions --seed 3 -o " +
+                meas.string()).status, 0);
+  prof(meas, "np1", 1, "-j 2 --batch 64");
+  const auto reference = dump(dir / "np1");
+  ASSERT_GT(reference.size(), 1000u);
+  for (const auto& [ranks, extra, name] : {std::tuple{1, "-j 1 --batch 64", "np1j1"}, std::tuple{2, "-j 1 --batch 64", "np2"},
+                                           std::tuple{4, "-j 1 --batch 64", "np4"}, std::tuple{2, "-j 2 --batch 64", "np2j2"}}) {
+    prof(meas, name, ranks, extra);
+    const auto other = dump(dir / name);
+    ASSERT_EQ(other.size(), reference.size()) << name;
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      ASSERT_EQ(other[i].first, reference[i].first) << name << " entry " << i;
+      ASSERT_EQ(other[i].second, reference[i].second) << name << " key " << reference[i].first;
+    }
+  }
+}
+
+TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {
+  const auto meas = dir / "meas";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 6 --nodes 100 -o " + meas.string()).status, 0);
+  const auto victim = meas / "n0000-r000003-t0000.100003.cspprof";
+  ASSERT_TRUE(std::filesystem::exists(victim));
+  std::filesystem::resize_file(victim, std::filesystem::file_size(victim) / 2);
+  const auto db = dir / "db";
+  auto r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("csp-prof-mpi: error: " + victim.string() + ": truncated"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(db));
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".db.tmp"), std::string::npos) << e.path();
+
+  r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " --skip-invalid " + meas.string() + " -o " + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("skipped " + victim.string() + ": truncated"), std::string::npos) << r.output;
+  auto opened = storage::Database::open(db);
+  EXPECT_EQ(opened->metadata().profiles.size(), 5u);
+  ASSERT_EQ(opened->metadata().skipped.size(), 1u);
+  EXPECT_EQ(opened->metadata().skipped[0].path, victim.string());
+  EXPECT_NE(opened->metadata().skipped[0].reason.find("truncated"), std::string::npos);
+}
+
+TEST_F(Prof, BadArgumentsAndExistingOutput) {
+  auto r = run(tool("csp-prof-mpi") + " " + (dir / "nothing").string() + " -o " + (dir / "db").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find((dir / "nothing").string() + ": no such file or directory"), std::string::npos) << r.output;
+  EXPECT_NE(run(tool("csp-prof-mpi") + " " + dir.path().string()).status, 0);  // no -o
+  const auto meas = dir / "meas";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 2 --nodes 50 -o " + meas.string()).status, 0);
+  ASSERT_EQ(run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + (dir / "db").string()).status, 0);
+  r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + (dir / "db").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("already exists"), std::string::npos) << r.output;
+  EXPECT_EQ(run(tool("csp-prof-mpi") + " -q --force " + meas.string() + " -o " + (dir / "db").string()).status, 0);
+}
+
+}  // namespace
