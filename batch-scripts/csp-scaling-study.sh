@@ -27,7 +27,8 @@
 #                                             cpus-per-task [2]
 #   --strong | --weak      (CSP_SCALING)      strong: same total problem at p and q; weak:
 #                                             same problem per process [strong]
-#   --mode M               (CSP_MODE)         auto | slurm | local [auto: slurm if sbatch exists]
+#   --mode M               (CSP_MODE)         auto | slurm | local [auto: slurm if sbatch exists
+#                                             and `scontrol ping` finds a controller, else local]
 #   --launcher L           (CSP_LAUNCHER)     inside Slurm jobs: srun | mpirun [srun]
 #   --mpi TYPE             (CSP_SRUN_MPI)     srun --mpi=TYPE [the cluster's MpiDefault]
 #   --sbatch-args "ARGS"   (CSP_SBATCH_ARGS)  added to every sbatch (e.g. "-p debug -A proj -t 30")
@@ -102,7 +103,13 @@ done
 [[ "$scaling" == strong || "$scaling" == weak ]] || die "CSP_SCALING: '$scaling' is not strong or weak"
 [[ "$launcher" == srun || "$launcher" == mpirun ]] || die "--launcher: '$launcher' is not srun or mpirun"
 case "$mode" in
-  auto) if command -v sbatch >/dev/null; then mode=slurm; else mode=local; fi ;;
+  auto) # Slurm if sbatch is installed and a controller answers (an installed but unconfigured
+        # Slurm, as on a workstation, means: no Slurm).
+        if command -v sbatch >/dev/null && timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; then
+          mode=slurm
+        else
+          mode=local
+        fi ;;
   slurm) command -v sbatch >/dev/null || die "--mode slurm: sbatch not found" ;;
   local) ;;
   *) die "--mode: '$mode' is not auto, slurm or local" ;;
