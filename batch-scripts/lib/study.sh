@@ -71,7 +71,9 @@ study_wait() {
   printf '%-14s %-10s %-22s %-9s %s\n' step job state exit log
   for i in "${!ids[@]}"; do
     read -r state exitcode reason <<<"$(study_job_info "${ids[$i]}")"
-    printf '%-14s %-10s %-22s %-9s %s\n' "${steps[$i]}" "${ids[$i]}" "$state" "$exitcode" "${jlogs[$i]}"
+    log=${jlogs[$i]}
+    [[ -e "$log" ]] || log="(none: the job never ran)"
+    printf '%-14s %-10s %-22s %-9s %s\n' "${steps[$i]}" "${ids[$i]}" "$state" "$exitcode" "$log"
   done
   for i in "${!ids[@]}"; do
     read -r state exitcode reason <<<"$(study_job_info "${ids[$i]}")"
