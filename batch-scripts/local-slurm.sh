@@ -12,6 +12,8 @@
 #   --cpus N      (CSP_SLURM_CPUS)  CPUs the node advertises (may exceed the real ones) [8]
 #   --port P      (CSP_SLURM_PORT)  slurmctld port; slurmd uses P+1 [16817]
 #   --timeout S   (CSP_SLURM_TIMEOUT) seconds to wait for the node to become idle [60]
+#   --stop-with PID   start: also start a watchdog that stops this instance as soon as process
+#                 PID has ended (e.g. a test killed by a timeout before it could clean up)
 #
 # Everything lives under DIR: slurm.conf, a munge key and socket of its own, state and spool
 # directories, logs, and the PIDs of the three daemons. The system's /etc/slurm and
@@ -42,12 +44,14 @@ dir=${CSP_SLURM_DIR:-/tmp/csp-slurm-$(id -u)}
 cpus=${CSP_SLURM_CPUS:-8}
 port=${CSP_SLURM_PORT:-16817}
 timeout=${CSP_SLURM_TIMEOUT:-60}
+stop_with=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
     --cpus) cpus=${2:?--cpus needs a value}; shift 2 ;;
     --port) port=${2:?--port needs a value}; shift 2 ;;
     --timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
+    --stop-with) stop_with=${2:?--stop-with needs a value}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "$prog: error: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -55,11 +59,22 @@ done
 [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus: '$cpus' is not a positive integer"
 [[ "$port" =~ ^[1-9][0-9]*$ && "$port" -lt 65535 ]] || die "--port: '$port' is not a port number"
 [[ "$timeout" =~ ^[1-9][0-9]*$ ]] || die "--timeout: '$timeout' is not a positive integer"
+[[ -z "$stop_with" || "$stop_with" =~ ^[1-9][0-9]*$ ]] || die "--stop-with: '$stop_with' is not a PID"
 [[ "$dir" = /* ]] || dir="$PWD/$dir"
 
 conf="$dir/slurm.conf"
 socket="$dir/munge/munge.socket"
 daemons=(slurmd slurmctld munged)   # stop order
+
+# Whether process PID exists and is not a zombie (an orphaned daemon that has exited stays a
+# zombie until init reaps it, which in some containers takes a while).
+alive() {
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ "${stat%% *}" != Z ]]
+}
 
 # The PID recorded for DAEMON, if that process is still alive (and is that daemon).
 live_pid() {
@@ -67,8 +82,12 @@ live_pid() {
   [[ -f "$f" ]] || return 1
   pid=$(<"$f")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  grep -q "$1" "/proc/$pid/comm" 2>/dev/null || return 1
+  alive "$pid" || return 1
+  if [[ "$1" == watchdog ]]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "local-slurm-watchdog $dir" || return 1
+  else
+    grep -q "$1" "/proc/$pid/comm" 2>/dev/null || return 1
+  fi
   echo "$pid"
 }
 
@@ -88,6 +107,11 @@ marked_pids() {
 
 stop_all() {
   local name pid i any
+  # The watchdog first (unless it is the one stopping us: it execs this script).
+  if pid=$(live_pid watchdog) && [[ "$pid" != "$$" ]]; then
+    kill -TERM "$pid" 2>/dev/null || true
+  fi
+  rm -f "$dir/pids/watchdog.pid"
   if live_pid slurmctld >/dev/null && command -v scancel >/dev/null; then
     SLURM_CONF="$conf" timeout 10 scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
     for ((i = 0; i < 20; i++)); do
@@ -98,8 +122,8 @@ stop_all() {
   for name in "${daemons[@]}"; do
     if pid=$(live_pid "$name"); then
       kill -TERM "$pid" 2>/dev/null || true
-      for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-      if kill -0 "$pid" 2>/dev/null; then
+      for ((i = 0; i < 40; i++)); do alive "$pid" || break; sleep 0.25; done
+      if alive "$pid"; then
         echo "$prog: $name (pid $pid) ignored SIGTERM; killing it" >&2
         kill -KILL "$pid" 2>/dev/null || true
       fi
@@ -236,6 +260,14 @@ start() {
     sleep 0.5
   done
   [[ "$state" == idle* ]] || fail_start "node localhost did not become idle within ${timeout} s (state: ${state:-unknown})"
+  if [[ -n "$stop_with" ]]; then
+    # shellcheck disable=SC2016  # expanded by the watchdog's shell
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; exec bash "$2" stop --dir "$3"' \
+      local-slurm-watchdog "$stop_with" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$dir" \
+      local-slurm-watchdog "$dir" </dev/null >>"$dir/log/watchdog.log" 2>&1 &
+    echo $! >"$dir/pids/watchdog.pid"
+    echo "$prog: a watchdog (pid $!) stops this instance when process $stop_with ends"
+  fi
   pid=$(live_pid slurmctld)
   echo "$prog: running in $dir: slurmctld pid $pid, slurmd pid $(live_pid slurmd), munged pid $(live_pid munged)"
   echo "$prog: node localhost, $cpus CPUs, partition 'local'; use it with: export SLURM_CONF=$conf"

@@ -32,7 +32,7 @@ case "${CSP_DEMO_SLURM:-auto}" in
   local)
     slurm_dir=$(mktemp -d /tmp/csp-demo-slurm.XXXXXX)
     trap 'bash batch-scripts/local-slurm.sh stop --dir "$slurm_dir" >/dev/null || true; rm -rf "$slurm_dir"' EXIT
-    bash batch-scripts/local-slurm.sh start --dir "$slurm_dir" --port $((20000 + (RANDOM % 2000) * 2))
+    bash batch-scripts/local-slurm.sh start --dir "$slurm_dir" --port $((20000 + (RANDOM % 2000) * 2)) --stop-with $$
     export SLURM_CONF="$slurm_dir/slurm.conf"
     mode=slurm ;;
   no) ;;

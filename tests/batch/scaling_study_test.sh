@@ -120,7 +120,7 @@ slurm_dir=$(mktemp -d /tmp/csp-slurm.XXXXXX)
 started=0
 for _ in 1 2 3 4 5; do
   port=$(( 20000 + (RANDOM % 2000) * 2 ))
-  if bash "$src/batch-scripts/local-slurm.sh" start --dir "$slurm_dir" --port "$port" --cpus 8 >"$work/slurm-start.out" 2>&1; then
+  if bash "$src/batch-scripts/local-slurm.sh" start --dir "$slurm_dir" --port "$port" --cpus 8 --stop-with $$ >"$work/slurm-start.out" 2>&1; then
     started=1; break
   fi
   grep -q 'is in use' "$work/slurm-start.out" || break
