@@ -180,7 +180,7 @@ EOF
 if [[ $mode == slurm ]]; then
   # shellcheck disable=SC2206  # word splitting of a user-given option string is intended
   common=(--parsable --kill-on-invalid-dep=yes $sbatch_args)
-  : >"$study/jobs.tsv.tmp" 2>/dev/null || [[ $dry == 1 ]]
+  [[ $dry == 1 ]] || : >"$study/jobs.tsv.tmp"
   submit() {  # submit STEP DESCRIPTION SBATCH-ARGS... -- SCRIPT ARGS...
     local step=$1 desc=$2; shift 2
     local -a sargs=()
@@ -250,7 +250,7 @@ mpirun_for() {  # mpirun_for NPROCS: the mpirun arguments for a step of NPROCS p
   echo "$args"
 }
 steps_total=5 step_no=0
-: >"$study/jobs.tsv.tmp" 2>/dev/null || [[ $dry == 1 ]]
+[[ $dry == 1 ]] || : >"$study/jobs.tsv.tmp"
 run_step() {  # run_step STEP DESCRIPTION COMMAND...
   local step=$1 desc=$2; shift 2
   local log="$logs/$step.out" t0 status=0

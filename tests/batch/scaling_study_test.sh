@@ -156,5 +156,9 @@ for step in prof-p2 prof-p4 diff; do
 done
 check "no database written" test ! -e "$work/bad/run-p2/db"
 
+echo "== sbatch refusing a job fails the driver clearly"
+check "unknown partition" fails_with "sbatch refused the measure-p2 job" \
+  bash "$driver" --mode slurm --sbatch-args "--partition=no-such-partition" "$work/refused" -- "$app"
+
 echo "scaling_study_test (slurm): $fails failure(s), $(( $(date +%s) - t0 )) s"
 [[ $fails -eq 0 ]]
