@@ -61,6 +61,8 @@ check_study() {
   check "database run-p2/db" test -d "$s/run-p2/db"
   check "database run-p4/db" test -d "$s/run-p4/db"
   check "scaling-loss database" test -d "$s/scaling-db"
+  # csp-diff's report (in the diff step's log) puts the replicated setup among the losses.
+  check "csp-diff report: replicated_setup loses" bash -c 'grep -A 12 "^Top .* by inclusive loss" "$@" | grep -q replicated_setup' _ "$s"/logs/diff*.out
   for f in "$s/views/flat-run-p2.txt" "$s/views/callers-scaling-db.txt"; do
     check "view $(basename "$f") written" test -s "$f"
   done
