@@ -176,6 +176,9 @@ Then look at them with:
 EOF
 }
 
+# The csp-diff report from the diff step's log (the views that follow it are in $views).
+report_of() { sed -n '/^csp-diff-job: views written/q; p' "$1"; }
+
 # ---------------------------------------------------------------------------- with Slurm
 if [[ $mode == slurm ]]; then
   # shellcheck disable=SC2206  # word splitting of a user-given option string is intended
@@ -231,7 +234,7 @@ if [[ $mode == slurm ]]; then
     study_wait "$study" "$timeout" 2 || status=$?
     if [[ $status -eq 0 ]]; then
       echo "$prog: all five jobs completed; the scaling-loss database is $out_db"
-      [[ -f "$logs/diff-$dj.out" ]] && { echo; cat "$logs/diff-$dj.out"; }
+      [[ -f "$logs/diff-$dj.out" ]] && { echo; report_of "$logs/diff-$dj.out"; }
     fi
     exit $status
   else
@@ -290,4 +293,4 @@ mv "$study/jobs.tsv.tmp" "$study/jobs.tsv"
 echo "$prog: all five steps completed"
 print_results
 echo
-cat "$logs/diff.out"
+report_of "$logs/diff.out"

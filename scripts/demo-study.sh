@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 study=${1:?usage: demo-study.sh STUDY_DIR}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CSP_BIN="$PWD/build/launcher"
+export CSP_BIN="${CSP_BIN:-$PWD/build/launcher}"
 app="$PWD/build/tests/batch/csp-app-scaling"
 lines=${CSP_DEMO_VIEW_LINES:-40}
 
@@ -54,9 +54,11 @@ show() {  # show TITLE COMMAND...: the first $lines lines of a view
   local n; n=$(wc -l <<<"$out")
   [[ $n -le $lines ]] || echo "... ($((n - lines)) more lines)"
 }
-show "Flat view of the 2-process run: where the time goes" "$CSP_BIN/csp-views" --flat "$study/run-p2/db"
-show "Callers view of the scaling loss from 2 to 4 processes: replicated_setup and combine_on_root do not scale" \
-  "$CSP_BIN/csp-views" --callers "$study/scaling-db"
+show "Flat view of the 2-process run: where the time goes (solve_share: the divided work)" \
+  "$CSP_BIN/csp-views" --flat --top 8 "$study/run-p2/db"
+show "Callers view of the scaling loss from 2 to 4 processes, by exclusive loss: replicated_setup,
+   repeated by every rank, does not scale; nor does the waiting in MPI" \
+  "$CSP_BIN/csp-views" --callers --sort sum:exclusive --top 6 "$study/scaling-db"
 
 cat <<EOT
 
@@ -64,7 +66,9 @@ The demo's results are in $study (databases, scaling-loss database, job logs). T
   $CSP_BIN/csp-views --help
   $CSP_BIN/csp-views --flat $study/run-p4/db
   $CSP_BIN/csp-views --callers $study/scaling-db
+  $CSP_BIN/csp-views --hot-path $study/run-p4/db       # top-down, following the hottest path
   batch-scripts/csp-scaling-study.sh --help          # the same study on your program, with sbatch
+  CSP_DEMO_SLURM=local bash scripts/demo.sh          # this demo through sbatch on a private local Slurm
   mpirun -np 4 $CSP_BIN/csp-run -o my-run/meas -- ./my_app   # measure your own MPI program
   mpirun -np 2 $CSP_BIN/csp-prof-mpi my-run/meas -o my-run/db
 EOT
