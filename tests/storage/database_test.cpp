@@ -28,9 +28,9 @@ void writeText(const fs::path& file, const std::string& text) {
 }
 
 // Expects Database::open to fail with a DatabaseError whose message contains `needle`.
-void expectOpenFails(const fs::path& dir, const std::string& needle) {
+void expectOpenFailsWith(const fs::path& dir, Database::Mode mode, const std::string& needle) {
   try {
-    auto db = Database::open(dir);
+    auto db = Database::open(dir, mode);
     // Damage in table blocks may surface only when they are read.
     for (const auto& family : databaseColumnFamilies()) db->forEachEntry(family, [](auto, auto) {});
     ADD_FAILURE() << "opening " << dir << " succeeded";
@@ -39,6 +39,10 @@ void expectOpenFails(const fs::path& dir, const std::string& needle) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos) << e.what();
   }
+}
+
+void expectOpenFails(const fs::path& dir, const std::string& needle) {
+  expectOpenFailsWith(dir, Database::Mode::ReadOnly, needle);
 }
 
 }  // namespace
@@ -332,4 +336,14 @@ TEST(DatabaseOpen, ManyReadersAtOnce) {
   for (const auto& r : readers) test::expectContent(*r, s, "A");
   readers.clear();
   EXPECT_EQ(dirEntries(target), before);  // read-only opens leave the directory untouched
+}
+
+TEST(DatabaseOpen, OneWriterAtATime) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, Synthetic{}, "A");
+  auto writer = Database::open(target, Database::Mode::ReadWrite);
+  expectOpenFailsWith(target, Database::Mode::ReadWrite, "is open for writing by another process");
+  // Readers are not locked out.
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");
 }

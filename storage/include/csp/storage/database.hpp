@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "csp/storage/profile.hpp"
@@ -166,6 +167,9 @@ class Database {
   std::optional<std::string> cachedView(std::string_view key) const;
   // Only for databases opened ReadWrite; throws DatabaseError otherwise.
   void cacheView(std::string_view key, std::string_view blob);
+
+  // Bytes of table files per column family (after compression): for statistics and benchmarks.
+  std::vector<std::pair<std::string, std::uint64_t>> columnFamilySizes() const;
 
   // Every key/value of one column family in key order: for tools, dumps and tests.
   void forEachEntry(const std::string& columnFamily,
