@@ -62,7 +62,9 @@ void writeFileAtomically(const fs::path& dir, const std::string& name, const std
   fsyncPath(dir, true);
 }
 
+// Keys in shard INDEX files; "-" stands for the empty key so that fields never vanish.
 std::string hex(std::string_view bytes) {
+  if (bytes.empty()) return "-";
   std::string out;
   for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
   return out;

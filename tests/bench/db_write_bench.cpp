@@ -34,7 +34,6 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 struct WriterResult {  // in shared memory, one per writer
   std::uint64_t values = 0;
   double seconds = 0;
-  int ok = 0;
 };
 
 struct Latency {
@@ -106,31 +105,18 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   Clock::duration writeTime{}, ingestTime{}, publishTime{};
   try {
+    test::ForkedWriters writerProcesses(writers, [&](const fs::path& staging, std::uint32_t k) {
+      const auto t0 = Clock::now();
+      ShardWriter w(staging, k);
+      s.writeShard(w, k, writers);
+      w.finish();
+      results[k].values = w.valuesWritten();
+      results[k].seconds = seconds(Clock::now() - t0);
+    });
     DatabaseBuilder builder(target, BuildOptions{.force = true, .onStep = {}});
-    std::vector<pid_t> children;
-    for (std::uint32_t k = 0; k < writers; ++k) {
-      const pid_t pid = ::fork();
-      if (pid < 0) return 1;
-      if (pid == 0) {
-        const auto t0 = Clock::now();
-        try {
-          ShardWriter w(builder.stagingDir(), k);
-          s.writeShard(w, k, writers);
-          w.finish();
-          results[k].values = w.valuesWritten();
-          results[k].ok = 1;
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "writer %u: %s\n", k, e.what());
-        }
-        results[k].seconds = seconds(Clock::now() - t0);
-        ::_exit(0);
-      }
-      children.push_back(pid);
-    }
+    writerProcesses.start(builder.stagingDir());
     builder.writeMetadata(s.metadata("db_write_bench"));
-    for (pid_t pid : children) ::waitpid(pid, nullptr, 0);
-    for (std::uint32_t k = 0; k < writers; ++k)
-      if (!results[k].ok) return 1;
+    if (!writerProcesses.join()) throw std::runtime_error("a writer process failed");
     writeTime = Clock::now() - start;
     auto t = Clock::now();
     builder.ingestShards(writers);

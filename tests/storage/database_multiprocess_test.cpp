@@ -20,38 +20,6 @@ using csp::test::TempDir;
 
 namespace {
 
-// Builds `target` with `writers` forked writer processes; this process ingests and publishes.
-void buildWithForkedWriters(const fs::path& target, const Synthetic& s, const std::string& title,
-                            std::uint32_t writers) {
-  DatabaseBuilder builder(target);
-  std::vector<pid_t> children;
-  for (std::uint32_t k = 0; k < writers; ++k) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int status = 0;
-      try {
-        ShardWriter w(builder.stagingDir(), k);
-        s.writeShard(w, k, writers);
-        w.finish();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "writer %u: %s\n", k, e.what());
-        status = 1;
-      }
-      ::_exit(status);  // skip destructors: the builder and gtest belong to the parent
-    }
-    children.push_back(pid);
-  }
-  builder.writeMetadata(s.metadata(title));
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer process failed";
-  }
-  builder.ingestShards(writers);
-  builder.publish();
-}
-
 std::vector<std::string> dirEntries(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -134,6 +102,14 @@ class WriterProcess {
   std::string buffer_;
   std::vector<std::string> seen_;
 };
+
+// Builds `target` with `writers` forked writer processes, in a csp_db_test_writer process: this
+// test process already runs RocksDB threads, and a fork of it could inherit a held lock.
+void buildWithForkedWriters(const fs::path& target, const Synthetic& s, const std::string& title,
+                            std::uint32_t writers) {
+  WriterProcess w(target, title, s, writers, false, "-");
+  ASSERT_EQ(w.wait(), 0) << "building " << target << " with " << writers << " writers failed";
+}
 
 // After a kill: the target is absent or a complete database with one of the expected contents;
 // only clearly named temporary directories are left, and the next cleanup removes them all.

@@ -5,10 +5,14 @@
 
 #include <fmt/format.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <stdexcept>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -157,6 +161,75 @@ inline void buildInProcess(const std::filesystem::path& target, const Synthetic&
   b.ingestShards(shards);
   b.publish();
 }
+
+// Writer processes, forked before this process creates the database and so before RocksDB starts
+// any thread (forking a threaded process can leave a lock held in the child forever). Like MPI
+// ranks they learn the staging directory from the root, here through a pipe.
+class ForkedWriters {
+ public:
+  using Work = std::function<void(const std::filesystem::path& stagingDir, std::uint32_t shard)>;
+
+  ForkedWriters(std::uint32_t count, const Work& work) {
+    for (std::uint32_t k = 0; k < count; ++k) {
+      int fds[2];
+      if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+      std::fflush(nullptr);  // or the children print our buffered output again
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("fork failed");
+      if (pid == 0) {
+        ::close(fds[1]);
+        std::string path;
+        char buf[256];
+        for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) path.append(buf, static_cast<std::size_t>(n));
+        int status = 1;
+        if (!path.empty()) {
+          try {
+            work(path, k);
+            status = 0;
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "writer %u: %s\n", k, e.what());
+          }
+        }
+        std::fflush(stdout);
+        ::_exit(status);  // no destructors or atexit handlers of the parent's objects
+      }
+      ::close(fds[0]);
+      pids_.push_back(pid);
+      pipes_.push_back(fds[1]);
+    }
+  }
+  ~ForkedWriters() { join(); }
+  ForkedWriters(const ForkedWriters&) = delete;
+  ForkedWriters& operator=(const ForkedWriters&) = delete;
+
+  void start(const std::filesystem::path& stagingDir) {
+    const std::string path = stagingDir.string();
+    for (int& fd : pipes_) {
+      if (::write(fd, path.data(), path.size()) != static_cast<ssize_t>(path.size()))
+        throw std::runtime_error("cannot reach a writer process");
+      ::close(fd);
+      fd = -1;
+    }
+  }
+
+  // True if every writer exited with status 0. Writers never started get EOF and fail.
+  bool join() {
+    for (int& fd : pipes_)
+      if (fd >= 0) ::close(fd), fd = -1;
+    bool ok = true;
+    for (pid_t pid : pids_) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    pids_.clear();
+    return ok;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<int> pipes_;
+};
 
 class TempDir {
  public:

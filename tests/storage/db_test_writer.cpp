@@ -5,8 +5,8 @@
 //
 // Prints each step on stdout as it is reached ("created", "shard-written", "metadata",
 // "ingested", "closed", "manifest", "exchanged", "published"); at STOP_AT ("-": nowhere) it
-// stops and waits to be killed. Writers are forked after the builder exists, as with MPI ranks.
-#include <sys/wait.h>
+// stops and waits to be killed. Writers are forked first, as MPI ranks exist before the root
+// creates the database, and receive the staging directory from it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,35 +44,16 @@ int main(int argc, char** argv) {
   const bool force = std::string(argv[7]) == "1";
   stopAt = argv[8];
   try {
+    ForkedWriters writerProcesses(writers, [&](const std::filesystem::path& staging, std::uint32_t k) {
+      ShardWriter w(staging, k);
+      s.writeShard(w, k, writers);
+      reached("shard-written");
+      w.finish();
+    });
     DatabaseBuilder builder(target, BuildOptions{.force = force, .onStep = reached});
-    std::vector<pid_t> children;
-    for (std::uint32_t k = 0; k < writers; ++k) {
-      const pid_t pid = ::fork();
-      if (pid < 0) throw std::runtime_error("fork failed");
-      if (pid == 0) {
-        int status = 0;
-        try {
-          ShardWriter w(builder.stagingDir(), k);
-          s.writeShard(w, k, writers);
-          reached("shard-written");
-          w.finish();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "writer %u: %s\n", k, e.what());
-          status = 1;
-        }
-        std::fflush(stdout);
-        ::_exit(status);  // no destructors: the parent's RocksDB instance is not ours
-      }
-      children.push_back(pid);
-    }
+    writerProcesses.start(builder.stagingDir());
     builder.writeMetadata(s.metadata(title));
-    bool ok = true;
-    for (pid_t pid : children) {
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    }
-    if (!ok) throw std::runtime_error("a writer process failed");
+    if (!writerProcesses.join()) throw std::runtime_error("a writer process failed");
     builder.ingestShards(writers);
     builder.publish();
   } catch (const std::exception& e) {

@@ -133,7 +133,8 @@ struct FormatVersion {
 const std::vector<std::string>& databaseColumnFamilies();
 
 // An open database. Read-only opens never modify the directory, so any number of readers may
-// share one database while other databases are being written.
+// share one database while other databases are being written. The const members may be called
+// from several threads at once.
 class Database {
  public:
   enum class Mode { ReadOnly, ReadWrite };
