@@ -39,14 +39,15 @@ class WriterProcess {
                                            std::to_string(s.profiles), std::to_string(s.nodes),
                                            std::to_string(writers),   force ? "1" : "0",
                                            stopAt};
+    // Everything the child needs is prepared here: between fork and exec it may not allocate.
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
       ::setpgid(0, 0);
       ::dup2(fds[1], 1);
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
