@@ -178,6 +178,9 @@ class ForkedWriters {
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
         ::close(fds[1]);
+        // The write ends of earlier writers' pipes too: held open here they would keep those
+        // writers waiting for the end of the path until this one exits.
+        for (int fd : pipes_) ::close(fd);
         std::string path;
         char buf[256];
         for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) path.append(buf, static_cast<std::size_t>(n));
