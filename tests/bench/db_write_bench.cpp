@@ -196,6 +196,12 @@ int main(int argc, char** argv) {
   for (std::uint32_t k = 0; k < writers; ++k)
     std::printf("  writer %u                  %8.2f s  (%.2f s generating values, %.2f s in ShardWriter)\n", k,
                 results[k].seconds, results[k].generating, results[k].seconds - results[k].generating);
+  auto cpu = [](const rusage& r) {
+    return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + double(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+  };
+  std::printf("  CPU time                  %8.2f s  (root %.2f s, writers %.2f s; wall exceeds CPU / writers when\n"
+              "                                       the cores are shared)\n",
+              cpu(self) + cpu(kids), cpu(self), cpu(kids));
   std::printf("  peak RSS                  %8.1f MiB root, %.1f MiB largest writer\n", self.ru_maxrss / 1024.0,
               kids.ru_maxrss / 1024.0);
   std::printf("\nsize\n");

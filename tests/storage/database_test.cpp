@@ -230,9 +230,12 @@ TEST(DatabasePublication, LeftoversOfDeadRunsAreRemovedLiveOnesReported) {
   const fs::path deadTmp = tmp.path() / fmt::format(".db.tmp-{}", dead);
   const fs::path liveTmp = tmp.path() / fmt::format(".db.tmp-{}", ::getppid());
   const fs::path unrelated = tmp.path() / ".db.tmp-notapid";
-  for (const auto& d : {deadTmp, liveTmp, unrelated}) fs::create_directories(d / "staging");
+  // Our own pid but no builder of ours: an earlier process had the same pid (containers).
+  const fs::path samePidTmp = tmp.path() / fmt::format(".db.tmp-{}", ::getpid());
+  for (const auto& d : {deadTmp, liveTmp, unrelated, samePidTmp}) fs::create_directories(d / "staging");
   test::buildInProcess(target, Synthetic{}, "A");
   EXPECT_FALSE(fs::exists(deadTmp));
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");  // built in place of samePidTmp
   EXPECT_TRUE(fs::exists(liveTmp));
   EXPECT_TRUE(fs::exists(unrelated));
   const auto reports = cleanupLeftovers(target);
@@ -346,4 +349,11 @@ TEST(DatabaseOpen, OneWriterAtATime) {
   expectOpenFailsWith(target, Database::Mode::ReadWrite, "is open for writing by another process");
   // Readers are not locked out.
   EXPECT_EQ(Database::open(target)->metadata().title, "A");
+}
+
+TEST(DatabasePublication, OneBuildOfATargetPerProcess) {
+  TempDir tmp;
+  DatabaseBuilder first(tmp.path() / "db");
+  EXPECT_THROW(DatabaseBuilder(tmp.path() / "db"), DatabaseError);
+  EXPECT_TRUE(fs::is_directory(first.tempDir()));  // the failed second build took nothing with it
 }
