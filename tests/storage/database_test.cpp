@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <atomic>
 #include <bit>
+#include <thread>
 #include <fstream>
 
 #include "storage/db_expect.hpp"
@@ -337,6 +339,16 @@ TEST(DatabaseOpen, ManyReadersAtOnce) {
   // ... also while another database is being built next to it.
   DatabaseBuilder other(tmp.path() / "other");
   for (const auto& r : readers) test::expectContent(*r, s, "A");
+  // One database shared by several threads.
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (NodeId n = static_cast<NodeId>(t); n < s.nodes; n += 4)
+        if (readers[0]->nodeValues(n) != s.nodeValues(n) || readers[0]->children(n) != s.children(n)) ++mismatches;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
   readers.clear();
   EXPECT_EQ(dirEntries(target), before);  // read-only opens leave the directory untouched
 }
