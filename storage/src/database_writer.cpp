@@ -454,6 +454,9 @@ void DatabaseBuilder::writeMetadata(const DatabaseMetadata& metadata) {
   d.requireOpen("writeMetadata");
   if (d.metadataWritten) throw std::logic_error("DatabaseBuilder::writeMetadata called twice");
   if (metadata.metrics.size() > UINT16_MAX + 1u) throw std::invalid_argument("more than 65,536 metrics");
+  std::set<std::string_view> keys;
+  for (const auto& p : metadata.properties)
+    if (!keys.insert(p.key).second) throw std::invalid_argument(fmt::format("property '{}' given twice", p.key));
   rocksdb::WriteBatch batch;
   auto* family = d.families.at(format::kMetadata);
   format::encodeMetadata(metadata, [&](const std::string& k, const std::string& v) { batch.Put(family, k, v); });

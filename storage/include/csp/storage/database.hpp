@@ -75,7 +75,7 @@ struct DatabaseMetadata {
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
-  std::vector<Setting> properties;   // free key/value, keys unique
+  std::vector<Setting> properties;   // free key/value, keys unique; read back sorted by key
   bool operator==(const DatabaseMetadata&) const = default;
 };
 
