@@ -1,0 +1,207 @@
+// The sampling signal handler and the per-thread timers.
+//
+// Everything reachable from onSample() is async-signal-safe: it touches only the interrupted
+// thread's pre-mapped arena, unwinds with libunwind's local-only unwinder (documented as
+// signal-safe when its cache is per-thread), and neither allocates nor locks.
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "runtime.hpp"
+
+namespace csp::measure {
+
+thread_local ThreadState* tlsThread __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local int tlsUnsafe __attribute__((tls_model("initial-exec"))) = 0;
+
+namespace {
+
+constexpr std::uint32_t kFull = 0xFFFFFFFFu;
+
+inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
+  std::uint64_t h = address * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{parent} + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+  return h ^ (h >> 29);
+}
+
+// The child of `parent` for `address`, inserted if new; kFull when the arena has no room.
+inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t address) {
+  for (std::uint32_t i = static_cast<std::uint32_t>(mix(parent, address)) & a.tableMask;; i = (i + 1) & a.tableMask) {
+    const std::uint32_t e = a.table[i];
+    if (e == 0) {
+      if (a.size == a.capacity) return kFull;
+      const std::uint32_t n = a.size++;
+      CctNode& node = a.nodes[n];
+      node.address = address;
+      node.parent = parent;
+      for (auto& c : node.count) c = 0;
+      a.table[i] = n + 1;
+      return n;
+    }
+    const CctNode& node = a.nodes[e - 1];
+    if (node.address == address && node.parent == parent) return e - 1;
+  }
+}
+
+void onSample(int, siginfo_t* info, void* ucontext) {
+  const int savedErrno = errno;
+  ThreadState* t = tlsThread;
+  if (t == nullptr) {
+    errno = savedErrno;
+    return;
+  }
+  // Our timers carry the event index; anything else (kill, raise) is not a sample.
+  const int event = info->si_code == SI_TIMER ? info->si_value.sival_int : -1;
+  if (event < 0 || event >= t->timerCount) {
+    ++t->foreignSignals;
+    errno = savedErrno;
+    return;
+  }
+  int expected = static_cast<int>(Phase::Active);
+  if (!t->phase.compare_exchange_strong(expected, static_cast<int>(Phase::Busy), std::memory_order_acquire)) {
+    errno = savedErrno;  // being written: the profile is final
+    return;
+  }
+  ++t->samples;
+  CctArena& a = t->cct;
+  if (tlsUnsafe != 0) {
+    ++t->droppedSamples;
+  } else {
+    unw_cursor_t cursor;
+    std::uint32_t depth = 0;
+    bool failed = false, truncated = false;
+    if (unw_init_local2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
+      failed = true;
+    } else {
+      for (;;) {
+        unw_word_t ip = 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0) {
+          failed = true;
+          break;
+        }
+        if (ip == 0) break;  // some outermost frames end the chain with a null return address
+        a.path[depth++] = ip;
+        const int step = unw_step(&cursor);
+        if (step == 0) break;
+        if (step < 0) {
+          failed = true;
+          break;
+        }
+        if (depth == a.maxDepth) {
+          truncated = true;
+          break;
+        }
+      }
+    }
+    if (depth == 0) {
+      // Nothing to attribute the sample to.
+      ++t->unwindFailures;
+      ++t->droppedSamples;
+    } else {
+      if (failed) ++t->unwindFailures;
+      if (truncated) ++t->truncatedPaths;
+      std::uint32_t node = 0;
+      for (std::uint32_t i = depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
+      if (node == kFull)
+        ++t->droppedSamples;
+      else
+        ++a.nodes[node].count[event];
+    }
+  }
+  t->phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
+  errno = savedErrno;
+}
+
+struct sigaction g_ourAction;
+
+}  // namespace
+
+bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
+  std::uint32_t tableSize = 1;
+  while (tableSize < 2 * maxNodes) tableSize <<= 1;  // load factor <= 1/2 keeps probes short
+  const std::size_t nodeBytes = std::size_t{maxNodes} * sizeof(CctNode);
+  const std::size_t tableBytes = std::size_t{tableSize} * sizeof(std::uint32_t);
+  const std::size_t pathBytes = std::size_t{maxDepth} * sizeof(std::uint64_t);
+  const std::size_t bytes = nodeBytes + tableBytes + pathBytes;
+  // NORESERVE: only the pages a thread touches cost memory, so the limit can be generous.
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return false;
+  auto* base = static_cast<char*>(m);
+  a.mapping = m;
+  a.mappingBytes = bytes;
+  a.nodes = reinterpret_cast<CctNode*>(base);
+  a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
+  a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
+  a.capacity = maxNodes;
+  a.tableMask = tableSize - 1;
+  a.maxDepth = maxDepth;
+  a.size = 1;  // the root, never in the table
+  a.nodes[0].address = 0;
+  a.nodes[0].parent = 0xFFFFFFFFu;
+  return true;
+}
+
+void unmapArena(CctArena& a) {
+  if (a.mapping != nullptr) munmap(a.mapping, a.mappingBytes);
+  a = CctArena{};
+}
+
+void installSampler() {
+  // The global cache takes a lock; per-thread caching is the signal-safe choice.
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  memset(&g_ourAction, 0, sizeof g_ourAction);
+  g_ourAction.sa_sigaction = onSample;
+  // SA_RESTART: a sample must not make the program's system calls fail with EINTR.
+  g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&g_ourAction.sa_mask);
+  sigaction(kSampleSignal, &g_ourAction, nullptr);
+}
+
+bool samplerStillInstalled() {
+  struct sigaction current;
+  if (sigaction(kSampleSignal, nullptr, &current) != 0) return true;
+  return (current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == onSample;
+}
+
+bool startTimers(ThreadState& t) {
+  const auto& events = config().events;
+  t.tid = static_cast<pid_t>(syscall(SYS_gettid));
+  t.timerCount = 0;
+  for (std::size_t e = 0; e < events.size() && e < static_cast<std::size_t>(kMaxEvents); ++e) {
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = kSampleSignal;
+    sev.sigev_value.sival_int = static_cast<int>(e);
+    sev._sigev_un._tid = t.tid;
+    timer_t timer;
+    if (timer_create(events[e].clock, &sev, &timer) != 0) {
+      reportOnce("timer_create", std::string("csp: warning: timer_create failed (") + strerror(errno) +
+                                     "); some threads are not sampled\n");
+      break;
+    }
+    t.timers[t.timerCount++] = timer;
+  }
+  // Arm only after every timer exists, so that sival_int always indexes a live timer.
+  for (int e = 0; e < t.timerCount; ++e) {
+    const std::uint64_t p = events[static_cast<std::size_t>(e)].periodNs;
+    struct itimerspec spec;
+    spec.it_interval.tv_sec = static_cast<time_t>(p / 1'000'000'000u);
+    spec.it_interval.tv_nsec = static_cast<long>(p % 1'000'000'000u);
+    spec.it_value = spec.it_interval;
+    timer_settime(t.timers[e], 0, &spec, nullptr);
+  }
+  return t.timerCount > 0;
+}
+
+void stopTimers(ThreadState& t) {
+  for (int e = 0; e < t.timerCount; ++e) timer_delete(t.timers[e]);
+  // timerCount stays: a signal already pending still carries a valid index and is ignored by
+  // the phase check.
+}
+
+}  // namespace csp::measure
