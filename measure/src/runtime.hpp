@@ -45,7 +45,7 @@ Config readConfig();
 struct CctNode {
   std::uint64_t address;  // leaf: interrupted PC; interior: return address
   std::uint32_t parent;
-  std::uint32_t count[kMaxEvents];
+  std::uint64_t count[kMaxEvents];
 };
 
 struct CctArena {

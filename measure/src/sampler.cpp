@@ -66,10 +66,13 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     errno = savedErrno;  // being written: the profile is final
     return;
   }
-  ++t->samples;
+  // A timer signal that arrives late (CPU-clock timers are checked at the kernel tick) carries
+  // the periods it missed; counting them keeps value = count x period right at high rates.
+  const std::uint64_t weight = 1 + static_cast<std::uint64_t>(info->si_overrun > 0 ? info->si_overrun : 0);
+  t->samples += weight;
   CctArena& a = t->cct;
   if (tlsUnsafe != 0) {
-    ++t->droppedSamples;
+    t->droppedSamples += weight;
   } else {
     unw_cursor_t cursor;
     std::uint32_t depth = 0;
@@ -100,16 +103,16 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     if (depth == 0) {
       // Nothing to attribute the sample to.
       ++t->unwindFailures;
-      ++t->droppedSamples;
+      t->droppedSamples += weight;
     } else {
       if (failed) ++t->unwindFailures;
       if (truncated) ++t->truncatedPaths;
       std::uint32_t node = 0;
       for (std::uint32_t i = depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
       if (node == kFull)
-        ++t->droppedSamples;
+        t->droppedSamples += weight;
       else
-        ++a.nodes[node].count[event];
+        a.nodes[node].count[event] += weight;
     }
   }
   t->phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
@@ -153,6 +156,14 @@ void unmapArena(CctArena& a) {
 void installSampler() {
   // The global cache takes a lock; per-thread caching is the signal-safe choice.
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  // libunwind initializes itself on first use; let that happen here, in normal context, rather
+  // than inside the first signal handler.
+  unw_context_t context;
+  unw_cursor_t cursor;
+  if (unw_getcontext(&context) == 0 && unw_init_local(&cursor, &context) == 0) {
+    for (int i = 0; i < 64 && unw_step(&cursor) > 0; ++i) {
+    }
+  }
   memset(&g_ourAction, 0, sizeof g_ourAction);
   g_ourAction.sa_sigaction = onSample;
   // SA_RESTART: a sample must not make the program's system calls fail with EINTR.
