@@ -288,10 +288,12 @@ TEST(MeasureIntegration, RegionsWithStraggler) {
     EXPECT_EQ(iterationIds.size(), 10u);
     for (const char* name : {"iteration", "compute"}) {
       EXPECT_EQ(got[name].count, want.at(name).count) << name << " thread " << thread;
-      // The program's own clock reads bracket the region calls, so they can only be longer.
+      // The program's own clock reads bracket the region calls, so they can only be longer; by
+      // little, unless the thread is preempted between a clock read and a region call (the
+      // test runs 8 threads on 2 shared cores), hence the slack.
       const double w = static_cast<double>(want.at(name).ns), g = static_cast<double>(got[name].ns);
       EXPECT_LE(g, w + 1e3) << name << " thread " << thread;
-      EXPECT_NEAR(g, w, 0.02 * w + 1e6) << name << " thread " << thread;
+      EXPECT_NEAR(g, w, 0.05 * w + 5e6) << name << " thread " << thread;
     }
     computeNsByThread[thread] = got["compute"].ns;
     // The log: an enter and an exit per visit, in time order, nothing lost.
