@@ -32,6 +32,7 @@ pthread_key_t g_threadKey;
 constinit PthreadCreate g_realPthreadCreate = nullptr;
 constinit Dlclose g_realDlclose = nullptr;
 constinit std::atomic<std::uint32_t> g_nextThreadIndex{0};
+constinit bool g_descendant = false;  // see isDescendantProcess()
 
 // Threads whose profile is not written yet. Touched at thread start and end only.
 // Leaked on purpose (as are all containers of this library): exit handlers registered after
@@ -145,6 +146,14 @@ void initialize() {
   g_realPthreadCreate = reinterpret_cast<PthreadCreate>(dlsym(RTLD_NEXT, "pthread_create"));
   g_realDlclose = reinterpret_cast<Dlclose>(dlsym(RTLD_NEXT, "dlclose"));
   g_config = new Config(readConfig());
+  // The first measured process of a lineage leaves its pid in the environment; a process that
+  // finds another pid there was started (fork + exec) by a measured one. Under mpirun each rank
+  // is a first process: the launcher's daemons are not measured.
+  const std::string self = std::to_string(getpid());
+  if (const char* root = std::getenv("CSP_ROOT_PID"); root != nullptr && *root != '\0')
+    g_descendant = self != root;
+  else
+    setenv("CSP_ROOT_PID", self.c_str(), 1);
   if (pthread_key_create(&g_threadKey, onThreadKeyDestroyed) != 0) return;
   installSampler();
   refreshLoadMap();
@@ -160,10 +169,7 @@ __attribute__((constructor)) void onLoad() { ensureInitialized(); }
 
 }  // namespace
 
-std::vector<std::uint32_t>& forkChain() {
-  static auto* chain = new std::vector<std::uint32_t>;
-  return *chain;
-}
+bool isDescendantProcess() { return g_descendant; }
 
 namespace {
 
@@ -176,7 +182,7 @@ void atforkChild() {
     unmapArena(t->cct);
   }
   registry().clear();
-  forkChain().push_back(static_cast<std::uint32_t>(getpid()));
+  g_descendant = true;
   g_nextThreadIndex.store(0);
   if (self == nullptr) return;
   // POSIX timers are not inherited; the arena is, with the parent's samples in it.

@@ -149,9 +149,9 @@ std::vector<ModuleRecord> loadMapSnapshot();
 // Process identity (rank, fork generation) used for id tuples.
 
 void setMpiRank(long rank);
-// Pids of the fork generations this process descends from (outermost first); empty in the
-// process csp-run started.
-std::vector<std::uint32_t>& forkChain();
+// True in a process that descends (by fork, or fork + exec) from the one first measured: its
+// id tuples then carry its pid, so that they never repeat the first process's (or the rank's).
+bool isDescendantProcess();
 void writeThreadProfile(ThreadState& t);  // t must be Closed
 void reportOnce(const char* key, const std::string& message);
 // Writes to stderr, ignoring failure: the program may have closed it (gawk does at exit), and a

@@ -41,7 +41,7 @@ IdTuple idTupleOf(const ThreadState& t) {
     tuple.push_back({IdKind::Rank, static_cast<std::uint64_t>(rank)});
   else
     tuple.push_back({IdKind::Process, 0});
-  for (std::uint32_t pid : forkChain()) tuple.push_back({IdKind::Process, pid});
+  if (isDescendantProcess()) tuple.push_back({IdKind::Process, static_cast<std::uint64_t>(getpid())});
   tuple.push_back({IdKind::Thread, t.index});
   return tuple;
 }

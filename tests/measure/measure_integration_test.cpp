@@ -392,3 +392,42 @@ TEST(MeasureIntegration, CspRunDefaultDirectoryAndErrors) {
   EXPECT_EQ(run(kCspRun + " 2> /dev/null"), 2);
   EXPECT_EQ(run(kCspRun + " -o " + base.string() + "/x -- /nonexistent/program 2> /dev/null"), 127);
 }
+
+// exec is survived: a shell that runs the app in a child and then execs it leaves two profiles
+// of the app, the exec'd child's marked with its pid so that the id tuples stay unique.
+TEST(MeasureIntegration, ExecIsSurvived) {
+  const fs::path dir = scratch("exec") / "meas";
+  const std::string app = kApps + "csp-app-compute";
+  ASSERT_EQ(run(kCspRun + " -o " + dir.string() + " -- /bin/sh -c '" + app + " 20 >/dev/null; exec " + app +
+                " 20 >/dev/null'"),
+            0);
+  const auto profiles = readAll(dir);
+  ASSERT_EQ(profiles.size(), 2u);
+  std::set<IdTuple> tuples;
+  for (const auto& p : profiles) {
+    EXPECT_EQ(fs::path(p.identity.executable).filename(), "csp-app-compute");
+    EXPECT_GT(sampleCount(p), 5u);
+    tuples.insert(p.identity.idTuple);
+  }
+  EXPECT_EQ(tuples.size(), 2u);
+  EXPECT_TRUE(tuples.count(IdTuple{{IdKind::Process, 0}, {IdKind::Thread, 0}}));
+}
+
+// Unusable events are reported and skipped; the rest are used.
+TEST(MeasureIntegration, BadEventInEnvironmentIsSkipped) {
+  const fs::path base = scratch("bad-event");
+  const fs::path dir = base / "meas";
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("LD_PRELOAD=" + kBin + "/measure/libcsp-measure.so CSP_OUTPUT=" + dir.string() +
+                " CSP_EVENTS=bogus,real-time@1ms " + kApps + "csp-app-compute 10 > /dev/null 2> " + err),
+            0);
+  const auto profiles = readAll(dir);
+  ASSERT_EQ(profiles.size(), 1u);
+  ASSERT_EQ(profiles[0].metrics.size(), 1u);
+  EXPECT_EQ(profiles[0].metrics[0].name, "real-time");
+  EXPECT_EQ(profiles[0].metrics[0].period, 1'000'000u);
+  std::ifstream in(err);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("ignoring event 'bogus'"), std::string::npos) << text.str();
+}
