@@ -132,6 +132,9 @@ void installSampler();             // once per process, before any timer starts
 bool startTimers(ThreadState& t);  // in the thread itself
 void stopTimers(ThreadState& t);
 bool samplerStillInstalled();      // false if the program took over the sampling signal
+// "no"; "intercepted" (the program asked for SIGPROF, csp kept it and forwards foreign
+// SIGPROFs); "yes" (the handler was replaced behind the interposer: samples are lost).
+const char* samplingSignalState();
 
 // ---------------------------------------------------------------------------------------------
 // Load map: every module seen in this process (kept after dlclose so that old samples still

@@ -6,6 +6,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -47,10 +48,42 @@ inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t addr
   }
 }
 
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+SigactionFn realSigaction() {
+  static SigactionFn real = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
+  return real;
+}
+
+// What the program asked for the sampling signal. Written by the sigaction/signal interposers
+// (normal context) into the slot the handler is not reading, then published.
+struct sigaction g_programActions[2];
+std::atomic<int> g_programSlot{0};
+std::atomic<bool> g_installed{false};
+std::atomic<bool> g_intercepted{false};
+
+void setProgramAction(const struct sigaction& a) {
+  const int next = 1 - g_programSlot.load(std::memory_order_relaxed);
+  g_programActions[next] = a;
+  g_programSlot.store(next, std::memory_order_release);
+}
+
+// A SIGPROF that our timers did not send (kill, setitimer) belongs to the program: run its
+// handler if it installed one. Its default action (terminate) is not reproduced: a stray
+// signal must not end a measured run.
+void forwardToProgram(siginfo_t* info, void* ucontext) {
+  const struct sigaction& a = g_programActions[g_programSlot.load(std::memory_order_acquire)];
+  if ((a.sa_flags & SA_SIGINFO) != 0) {
+    if (a.sa_sigaction != nullptr) a.sa_sigaction(kSampleSignal, info, ucontext);
+  } else if (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr) {
+    a.sa_handler(kSampleSignal);
+  }
+}
+
 void onSample(int, siginfo_t* info, void* ucontext) {
   const int savedErrno = errno;
   ThreadState* t = tlsThread;
   if (t == nullptr) {
+    if (info->si_code != SI_TIMER) forwardToProgram(info, ucontext);
     errno = savedErrno;
     return;
   }
@@ -59,6 +92,7 @@ void onSample(int, siginfo_t* info, void* ucontext) {
   if (event < 0 || event >= t->timerCount) {
     ++t->foreignSignals;
     errno = savedErrno;
+    forwardToProgram(info, ucontext);
     return;
   }
   int expected = static_cast<int>(Phase::Active);
@@ -169,12 +203,21 @@ void installSampler() {
   // SA_RESTART: a sample must not make the program's system calls fail with EINTR.
   g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&g_ourAction.sa_mask);
-  sigaction(kSampleSignal, &g_ourAction, nullptr);
+  struct sigaction previous;
+  memset(&previous, 0, sizeof previous);
+  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, &g_ourAction, &previous) != 0) return;
+  setProgramAction(previous);  // a handler installed before we were loaded still gets its signals
+  g_installed.store(true);
+}
+
+const char* samplingSignalState() {
+  if (g_installed.load() && !samplerStillInstalled()) return "yes";
+  return g_intercepted.load() ? "intercepted" : "no";
 }
 
 bool samplerStillInstalled() {
   struct sigaction current;
-  if (sigaction(kSampleSignal, nullptr, &current) != 0) return true;
+  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, nullptr, &current) != 0) return true;
   return (current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == onSample;
 }
 
@@ -216,3 +259,37 @@ void stopTimers(ThreadState& t) {
 }
 
 }  // namespace csp::measure
+
+// The program installing a handler for the sampling signal would end sampling, or, with the
+// default action, kill the program at the next sample (GNU sort catches SIGPROF to clean up and
+// re-raises it). So the interposers keep our handler in place, remember the program's, and
+// hand it the SIGPROFs our timers did not send. The takeover attempt is reported.
+extern "C" __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction* act,
+                                                                struct sigaction* old) {
+  using namespace csp::measure;
+  SigactionFn real = realSigaction();
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if (sig != kSampleSignal || !g_installed.load()) return real(sig, act, old);
+  if (old != nullptr) *old = g_programActions[g_programSlot.load(std::memory_order_acquire)];
+  if (act != nullptr) {
+    setProgramAction(*act);
+    if (!g_intercepted.exchange(true)) {
+      say("csp: warning: the program installs its own SIGPROF handler; csp keeps SIGPROF for sampling and "
+          "passes it the SIGPROF signals that csp's timers did not send\n");
+    }
+  }
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  act.sa_flags = SA_RESTART;  // glibc's signal() has BSD semantics
+  sigemptyset(&act.sa_mask);
+  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;  // shares storage with sa_sigaction, as signal() callers expect
+}

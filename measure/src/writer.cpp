@@ -172,12 +172,13 @@ void writeThreadProfile(ThreadState& t) {
     p.identity.startTimeNs = t.startNs;
     p.identity.endTimeNs = std::max(t.endNs, t.startNs);
     const Config& c = config();
-    const bool takenOver = !samplerStillInstalled();
+    const std::string signalState = samplingSignalState();
+    const bool takenOver = signalState == "yes";
     auto& settings = p.identity.settings;
     settings.push_back({"measurer", "libcsp-measure"});
     settings.push_back({"events", c.eventsText});
     settings.push_back({"sampling-signal", "SIGPROF"});
-    settings.push_back({"sampling-signal-taken-over", takenOver ? "yes" : "no"});
+    settings.push_back({"sampling-signal-taken-over", signalState});
     settings.push_back({"region-log", c.regionLog ? "on" : "off"});
     settings.push_back({"max-depth", std::to_string(c.maxDepth)});
     settings.push_back({"max-nodes", std::to_string(c.maxNodes)});

@@ -357,21 +357,41 @@ TEST(MeasureIntegration, EnvironmentOnlyWithRealTime) {
   EXPECT_EQ(setting(p, "events"), "cpu-time@200,real-time@100");
 }
 
-// A program that takes over SIGPROF is reported, in the profile and on stderr.
-TEST(MeasureIntegration, SamplingSignalTakeoverIsReported) {
+// A program that installs its own SIGPROF handler keeps being sampled and is reported. GNU sort
+// catches SIGPROF (to remove temporary files) and re-raises it with the default action: without
+// the interposition the first sample would kill it.
+TEST(MeasureIntegration, SamplingSignalTakeoverIsIntercepted) {
   const fs::path base = scratch("takeover");
   const fs::path dir = base / "meas";
   const std::string err = (base / "stderr.txt").string();
-  ASSERT_EQ(run(kCspRun + " -o " + dir.string() + " -- bash -c 'trap \"\" PROF; i=0; while [ $i -lt 20000 ]; do "
-                "i=$((i+1)); done' 2> " + err),
+  const std::string in = (base / "in.txt").string(), out = (base / "out.txt").string();
+  ASSERT_EQ(run("seq 1 200000 | sort -R > " + in), 0);
+  ASSERT_EQ(run(kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- sort -n --parallel=2 " +
+                in + " -o " + out + " 2> " + err),
             0);
+  EXPECT_EQ(run("seq 1 200000 | cmp - " + out), 0) << "sort's output must be complete";
   const auto profiles = readAll(dir);
   ASSERT_FALSE(profiles.empty());
-  EXPECT_EQ(setting(profiles[0], "sampling-signal-taken-over"), "yes");
-  std::ifstream in(err);
+  std::uint64_t samples = 0;
+  for (const auto& p : profiles) {
+    EXPECT_EQ(setting(p, "sampling-signal-taken-over"), "intercepted");
+    samples += sampleCount(p);
+  }
+  EXPECT_GT(samples, 10u);
+  std::ifstream errIn(err);
   std::stringstream text;
-  text << in.rdbuf();
-  EXPECT_NE(text.str().find("replaced the SIGPROF handler"), std::string::npos) << text.str();
+  text << errIn.rdbuf();
+  EXPECT_NE(text.str().find("installs its own SIGPROF handler"), std::string::npos) << text.str();
+
+  // A SIGPROF the program sends itself reaches the program's handler (bash's trap).
+  const std::string trapOut = (base / "trap.txt").string();
+  ASSERT_EQ(run(kCspRun + " -o " + (base / "meas2").string() + " -- bash -c 'trap \"echo caught\" PROF; kill -PROF $$; "
+                "true' > " + trapOut + " 2> /dev/null"),
+            0);
+  std::ifstream trapIn(trapOut);
+  std::stringstream trapText;
+  trapText << trapIn.rdbuf();
+  EXPECT_NE(trapText.str().find("caught"), std::string::npos);
 }
 
 // csp-run names the default directory after the program and the job (here: the pid).
