@@ -26,7 +26,7 @@ using Dlclose = int (*)(void*);
 // file's dynamic initializers, and pthread_create may be called even earlier by another
 // library's constructor.
 constinit Config* g_config = nullptr;
-constinit bool g_ready = false;  // sampling set up (constructor ran and at least one event)
+constinit bool g_ready = false;  // initialization succeeded: threads can be measured
 constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
 pthread_key_t g_threadKey;
 constinit PthreadCreate g_realPthreadCreate = nullptr;
@@ -52,8 +52,10 @@ ThreadState* beginThread(std::uint32_t index) {
   if (t == nullptr) return nullptr;
   t->index = index;
   t->startNs = realtimeNs();
+  t->regions = createRegionState();
   if (!mapArena(t->cct, g_config->maxNodes, g_config->maxDepth)) {
     reportOnce("mmap", "csp: warning: cannot map a sample arena; a thread is not measured\n");
+    destroyRegionState(t->regions);
     delete t;
     return nullptr;
   }
@@ -80,7 +82,7 @@ bool claim(ThreadState* t) {
 }
 
 // Waits for an in-flight sample of `t` to finish, then keeps the handler out for good.
-void close(ThreadState* t) {
+void closeToHandler(ThreadState* t) {
   for (int spins = 0;; ++spins) {
     int expected = static_cast<int>(Phase::Active);
     if (t->phase.compare_exchange_strong(expected, static_cast<int>(Phase::Closed))) return;
@@ -92,7 +94,8 @@ void close(ThreadState* t) {
 
 void finalize(ThreadState* t) {
   stopTimers(*t);
-  close(t);
+  closeToHandler(t);
+  closeRegionState(t->regions);
   t->endNs = realtimeNs();
   writeThreadProfile(*t);
 }
@@ -188,7 +191,6 @@ void atforkChild() {
   // POSIX timers are not inherited; the arena is, with the parent's samples in it.
   unmapArena(self->cct);
   destroyRegionState(self->regions);
-  self->regions = nullptr;
   tlsThread = nullptr;
   delete self;
   beginThread(g_nextThreadIndex.fetch_add(1));

@@ -1,6 +1,7 @@
 // The recording region API (interposes libcsp-regions' no-ops). Per-thread state only, except
 // for the process-wide name table, which is locked when a thread meets a name for the first
 // time.
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -65,6 +66,10 @@ struct OpenRegion {
 }  // namespace
 
 struct RegionThreadState {
+  // Active (0) / in a region call (1) / closed (2). A thread still running at process exit may
+  // be inside a region call while the exit handler writes its profile: the writer closes the
+  // state first, and calls after that do nothing.
+  std::atomic<int> phase{0};
   std::vector<RegionNode> nodes;
   std::unordered_map<ChildKey, std::uint32_t, ChildKeyHash> children;
   std::unordered_map<const char*, CachedName> byPointer;
@@ -131,14 +136,40 @@ struct RegionThreadState {
 
 namespace {
 
-RegionThreadState* regionState() {
-  ThreadState* t = tlsThread;
-  if (t == nullptr) return nullptr;
-  if (t->regions == nullptr) t->regions = new (std::nothrow) RegionThreadState;
-  return t->regions;
-}
+// The calling thread's region state, entered for one API call; null when the thread is not
+// measured or its profile is being written.
+class RegionCall {
+ public:
+  RegionCall() {
+    ThreadState* t = tlsThread;
+    if (t == nullptr || t->regions == nullptr) return;
+    int expected = 0;
+    if (t->regions->phase.compare_exchange_strong(expected, 1, std::memory_order_acquire)) state_ = t->regions;
+  }
+  ~RegionCall() {
+    if (state_ != nullptr) state_->phase.store(0, std::memory_order_release);
+  }
+  RegionCall(const RegionCall&) = delete;
+  RegionCall& operator=(const RegionCall&) = delete;
+  RegionThreadState* operator->() const { return state_; }
+  explicit operator bool() const { return state_ != nullptr; }
+
+ private:
+  RegionThreadState* state_ = nullptr;
+};
 
 }  // namespace
+
+RegionThreadState* createRegionState() { return new (std::nothrow) RegionThreadState; }
+
+void closeRegionState(RegionThreadState* r) {
+  if (r == nullptr) return;
+  for (int spins = 0; spins < 100000; ++spins) {
+    int expected = 0;
+    if (r->phase.compare_exchange_strong(expected, 2, std::memory_order_acquire) || expected == 2) return;
+    sched_yield();
+  }
+}
 
 void destroyRegionState(RegionThreadState* r) { delete r; }
 
@@ -164,8 +195,8 @@ std::vector<std::string> regionNames() {
 using namespace csp::measure;
 
 CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) {
-  RegionThreadState* r = regionState();
-  if (r == nullptr) return;
+  RegionCall r;
+  if (!r) return;
   if (name == nullptr) name = "(null)";
   try {
     auto it = r->byPointer.find(name);
@@ -181,8 +212,8 @@ CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) {
 }
 
 CSP_EXPORT void csp_region_begin_id(uint32_t static_id, uint64_t dynamic_id) {
-  RegionThreadState* r = regionState();
-  if (r == nullptr) return;
+  RegionCall r;
+  if (!r) return;
   try {
     auto it = r->byStaticId.find(static_id);
     if (it == r->byStaticId.end()) {
@@ -211,8 +242,8 @@ CSP_EXPORT void csp_region_register(uint32_t static_id, const char* name) {
 }
 
 CSP_EXPORT void csp_region_end(void) {
-  RegionThreadState* r = regionState();
-  if (r == nullptr) return;
+  RegionCall r;
+  if (!r) return;
   try {
     r->leave();
   } catch (...) {

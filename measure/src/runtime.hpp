@@ -82,6 +82,8 @@ struct RegionEvent {
 };
 
 struct RegionThreadState;  // regions.cpp
+RegionThreadState* createRegionState();
+void closeRegionState(RegionThreadState* r);  // waits out a region call in progress
 void destroyRegionState(RegionThreadState* r);
 // Fills the region part of a profile and the names it uses.
 struct RegionSnapshot {
@@ -113,7 +115,7 @@ struct ThreadState {
   std::uint64_t truncatedPaths = 0;
   std::uint64_t foreignSignals = 0;  // SIGPROF not sent by our timers
   CctArena cct;
-  RegionThreadState* regions = nullptr;
+  RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
 };
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never
