@@ -1,5 +1,6 @@
-// Test application (c): many short-lived threads, fork, dlopen/dlclose of a working plugin, and a
-// handler of its own for SIGUSR1 (the measurement must coexist with it).
+// Test application (c): many short-lived threads, fork, dlopen/dlclose of a working plugin, a
+// handler of its own for SIGUSR1 (the measurement must coexist with it), and a detached thread
+// that is still running (inside regions) when the process exits.
 //   usage: churn PLUGIN.so [threads=64]
 //   Threads are created in batches of 4 and joined; every 8th ends with pthread_exit. The
 //   child process forked halfway does work in churn_child_work and exits normally.
@@ -10,9 +11,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
+#include "csp/measure/regions.h"
 #include "kernel.hpp"
 
 namespace {
@@ -30,6 +33,17 @@ static void* threadMain(void* arg) {
   volatile double x = churn_thread_work(1.0 + static_cast<double>(i));
   (void)x;
   if (i % 8 == 7) pthread_exit(nullptr);
+  return nullptr;
+}
+
+// Never returns: the exit handler must write its profile while it runs.
+static void* spinner(void*) {
+  double x = 1.0;
+  for (std::uint64_t i = 0;; ++i) {
+    csp_region_begin("spin", i);
+    x = churn_thread_work(x);
+    csp_region_end();
+  }
   return nullptr;
 }
 
@@ -76,6 +90,10 @@ int main(int argc, char** argv) {
   volatile double y = work(3.0, 60);
   (void)y;
   dlclose(plugin);
+  pthread_t spin;
+  pthread_create(&spin, nullptr, spinner, nullptr);
+  pthread_detach(spin);
+  usleep(100'000);
   std::printf("churn: %ld threads, 1 fork, plugin done, %d SIGUSR1 handled\n", threads, g_usr1.load());
   return g_usr1.load() == (threads + 3) / 4 ? 0 : 1;
 }

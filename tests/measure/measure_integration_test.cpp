@@ -180,7 +180,8 @@ TEST(MeasureIntegration, DeepRecursion) {
   EXPECT_LE(p.stats.unwindFailures, p.stats.samples / 1000);
 }
 
-// (c) 64 short-lived threads, a fork, dlopen + dlclose of a working plugin, a SIGUSR1 handler.
+// (c) 64 short-lived threads, a fork, dlopen + dlclose of a working plugin, a SIGUSR1 handler,
+// and a detached thread still running in regions at exit.
 TEST(MeasureIntegration, ThreadChurnForkDlopen) {
   const fs::path dir = scratch("churn") / "meas";
   ASSERT_EQ(run(kCspRun + " -o " + dir.string() + " -- " + kApps + "csp-app-churn " + kBin +
@@ -204,6 +205,12 @@ TEST(MeasureIntegration, ThreadChurnForkDlopen) {
       if (parentPid == 0) parentPid = p.identity.pid;
       EXPECT_EQ(p.identity.pid, parentPid);
       if (leaves.count("plugin_work")) pluginWork += leaves.at("plugin_work");
+      if (t[1].value == 65) {
+        ASSERT_GE(p.regions.size(), 2u) << "the spinner's regions";
+        EXPECT_EQ(p.regions.names.at(p.regions.staticId[1]), "spin");
+        EXPECT_GT(p.regions.count[1], 0u);
+        EXPECT_LE(p.regions.unclosedAtExit, 1u);
+      }
       for (const auto& m : p.modules)
         pluginInMap = pluginInMap || (m.path.find("csp-app-plugin.so") != std::string::npos && !m.buildId.empty());
     } else {
@@ -215,8 +222,8 @@ TEST(MeasureIntegration, ThreadChurnForkDlopen) {
       if (leaves.count("churn_child_work")) childWork += leaves.at("churn_child_work");
     }
   }
-  EXPECT_EQ(parentThreads.size(), 65u) << "main thread + 64 threads";
-  EXPECT_EQ(*parentThreads.rbegin(), 64u);
+  EXPECT_EQ(parentThreads.size(), 66u) << "main thread + 64 threads + the spinner";
+  EXPECT_EQ(*parentThreads.rbegin(), 65u);
   EXPECT_EQ(children, 1);
   EXPECT_GT(childWork, 10u) << "the child's own work must be in the child's profile";
   EXPECT_TRUE(pluginInMap) << "the dlclosed plugin must stay in the load map with its build-id";
