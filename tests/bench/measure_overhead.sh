@@ -40,6 +40,11 @@ plain=$(cut -d' ' -f1 "$work/plain" | median)
 measured=$(cut -d' ' -f1 "$work/measured" | median)
 plainCpu=$(cut -d' ' -f2 "$work/plain" | median)
 measuredCpu=$(cut -d' ' -f2 "$work/measured" | median)
+# Run i of both kinds ran back to back: the median of the paired ratios cancels slow drifts in
+# machine load; the minimum is the run least disturbed by other jobs.
+paired=$(paste -d' ' "$work/plain" "$work/measured" | awk '{ print 100 * ($3 - $1) / $1 }' | median)
+plainMin=$(cut -d' ' -f1 "$work/plain" | sort -g | head -1)
+measuredMin=$(cut -d' ' -f1 "$work/measured" | sort -g | head -1)
 read -r samples failures < <(sed -n 's/^csp: .*: \([0-9]*\) samples, \([0-9]*\) unwind failures.*/\1 \2/p' "$work/verbose" |
   awk '{ s += $1; f += $2 } END { print s + 0, f + 0 }')
 printf 'compute app, %s units, %s runs each, cpu-time@%s\n' "$units" "$runs" "$rate"
@@ -47,6 +52,9 @@ printf '  runs (wall cpu), uninstrumented: %s\n' "$(tr '\n' ',' <"$work/plain")"
 printf '  runs (wall cpu), under csp-run:  %s\n' "$(tr '\n' ',' <"$work/measured")"
 printf '  median wall      %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plain" "$measured" \
   "$(echo "100 * ($measured - $plain) / $plain" | bc -l)"
+printf '  min wall         %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plainMin" "$measuredMin" \
+  "$(echo "100 * ($measuredMin - $plainMin) / $plainMin" | bc -l)"
+printf '  paired wall      median of per-pair overheads %+.2f %%\n' "$paired"
 printf '  median cpu       %.3f s  vs  %.3f s   overhead %+.2f %%   (target < 3 %%)\n' "$plainCpu" "$measuredCpu" \
   "$(echo "100 * ($measuredCpu - $plainCpu) / $plainCpu" | bc -l)"
 if [[ $samples -gt 0 ]]; then
