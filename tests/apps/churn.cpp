@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "csp/measure/regions.h"
 #include "kernel.hpp"
@@ -23,6 +24,16 @@ namespace {
 std::atomic<int> g_usr1{0};
 void onUsr1(int) { g_usr1.fetch_add(1); }
 
+// C++ exceptions and pthread_exit's forced unwinding run through the unwinder of the C++
+// runtime while the measurement library (and its libunwind) are loaded: both must still work.
+std::atomic<long> g_caught{0}, g_cleanups{0};
+struct Cleanup {
+  ~Cleanup() { g_cleanups.fetch_add(1); }
+};
+__attribute__((noinline)) void mayThrow(long i) {
+  if (i % 2 == 0) throw std::runtime_error("even");
+}
+
 }  // namespace
 
 extern "C" __attribute__((noinline)) double churn_thread_work(double x) { return csp_test::spin(1'500'000, x); }
@@ -30,9 +41,15 @@ extern "C" __attribute__((noinline)) double churn_child_work(double x) { return 
 
 static void* threadMain(void* arg) {
   const long i = reinterpret_cast<long>(arg);
+  Cleanup cleanup;
   volatile double x = churn_thread_work(1.0 + static_cast<double>(i));
   (void)x;
-  if (i % 8 == 7) pthread_exit(nullptr);
+  try {
+    mayThrow(i);
+  } catch (const std::exception&) {
+    g_caught.fetch_add(1);
+  }
+  if (i % 8 == 7) pthread_exit(nullptr);  // must still run ~Cleanup
   return nullptr;
 }
 
@@ -94,6 +111,8 @@ int main(int argc, char** argv) {
   pthread_create(&spin, nullptr, spinner, nullptr);
   pthread_detach(spin);
   usleep(100'000);
-  std::printf("churn: %ld threads, 1 fork, plugin done, %d SIGUSR1 handled\n", threads, g_usr1.load());
-  return g_usr1.load() == (threads + 3) / 4 ? 0 : 1;
+  std::printf("churn: %ld threads, 1 fork, plugin done, %d SIGUSR1 handled, %ld exceptions caught, %ld cleanups\n",
+              threads, g_usr1.load(), g_caught.load(), g_cleanups.load());
+  const bool ok = g_usr1.load() == (threads + 3) / 4 && g_caught.load() == (threads + 1) / 2 && g_cleanups.load() == threads;
+  return ok ? 0 : 1;
 }
