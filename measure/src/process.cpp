@@ -2,6 +2,8 @@
 // dlclose interposers, fork, exit, and the MPI wrappers that learn the rank.
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -100,9 +102,36 @@ void finalize(ThreadState* t) {
   writeThreadProfile(*t);
 }
 
+// Writing a profile (Cap'n Proto, file system) needs more stack than a thread created with a
+// minimal stack (PTHREAD_STACK_MIN = 16 KiB) has left when it exits, so the exiting thread
+// writes on a stack of our own.
+constexpr std::size_t kWriterStackBytes = 1u << 20;
+thread_local ThreadState* tlsWriting = nullptr;
+
+void finalizeOnPrivateStack() { finalize(tlsWriting); }
+
+void finalizeWithRoomToWrite(ThreadState* t) {
+  void* stack = mmap(nullptr, kWriterStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  ucontext_t caller, writer;
+  if (stack == MAP_FAILED || getcontext(&writer) != 0) {
+    if (stack != MAP_FAILED) munmap(stack, kWriterStackBytes);
+    finalize(t);
+    return;
+  }
+  writer.uc_stack.ss_sp = stack;
+  writer.uc_stack.ss_size = kWriterStackBytes;
+  writer.uc_link = &caller;  // return here when the writer function ends
+  tlsWriting = t;
+  makecontext(&writer, finalizeOnPrivateStack, 0);
+  if (swapcontext(&caller, &writer) != 0) finalize(t);
+  tlsWriting = nullptr;
+  munmap(stack, kWriterStackBytes);
+}
+
 void finalizeOwnThread(ThreadState* t) {
   if (t == nullptr || !claim(t)) return;
-  finalize(t);
+  finalizeWithRoomToWrite(t);
   tlsThread = nullptr;
   // The arena goes only now that this thread's handler can no longer see it.
   unmapArena(t->cct);

@@ -2,8 +2,9 @@
 // handler of its own for SIGUSR1 (the measurement must coexist with it), and a detached thread
 // that is still running (inside regions) when the process exits.
 //   usage: churn PLUGIN.so [threads=64]
-//   Threads are created in batches of 4 and joined; every 8th ends with pthread_exit. The
-//   child process forked halfway does work in churn_child_work and exits normally.
+//   Threads are created in batches of 4 (one of them with a minimal stack) and joined; every
+//   8th ends with pthread_exit. The child process forked halfway does work in
+//   churn_child_work and exits normally.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -78,7 +80,13 @@ int main(int argc, char** argv) {
   for (long i = 0; i < threads; i += 4) {
     pthread_t t[4];
     const long n = threads - i < 4 ? threads - i : 4;
-    for (long k = 0; k < n; ++k) pthread_create(&t[k], nullptr, threadMain, reinterpret_cast<void*>(i + k));
+    // One thread per batch gets the smallest stack allowed: the profile must still be written.
+    pthread_attr_t small;
+    pthread_attr_init(&small);
+    pthread_attr_setstacksize(&small, PTHREAD_STACK_MIN);
+    for (long k = 0; k < n; ++k)
+      pthread_create(&t[k], k == 3 ? &small : nullptr, threadMain, reinterpret_cast<void*>(i + k));
+    pthread_attr_destroy(&small);
     for (long k = 0; k < n; ++k) pthread_join(t[k], nullptr);
     raise(SIGUSR1);
     if (i == threads / 2) {
