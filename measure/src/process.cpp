@@ -187,7 +187,7 @@ void initialize() {
   else
     setenv("CSP_ROOT_PID", self.c_str(), 1);
   if (pthread_key_create(&g_threadKey, onThreadKeyDestroyed) != 0) return;
-  installSampler();
+  if (!installSampler()) g_config->events.clear();  // regions still work
   refreshLoadMap();
   pthread_atfork(atforkPrepare, atforkParent, atforkChild);
   g_ready = true;

@@ -130,7 +130,7 @@ const Config& config();
 std::uint64_t realtimeNs();
 std::uint64_t monotonicNs();
 
-void installSampler();             // once per process, before any timer starts
+bool installSampler();             // once per process, before any timer starts; false: no sampling
 bool startTimers(ThreadState& t);  // in the thread itself
 void stopTimers(ThreadState& t);
 bool samplerStillInstalled();      // false if the program took over the sampling signal

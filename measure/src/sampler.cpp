@@ -3,12 +3,19 @@
 // Everything reachable from onSample() is async-signal-safe: it touches only the interrupted
 // thread's pre-mapped arena, unwinds with libunwind's local-only unwinder (documented as
 // signal-safe when its cache is per-thread), and neither allocates nor locks.
+//
+// libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: a linked dependency of a
+// preloaded library joins the program's global scope, where libunwind's _Unwind_* compatibility
+// symbols would replace the C++ runtime's exception unwinder (libgcc's, or LLVM's libunwind)
+// for the whole program.
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
+
+#include <string>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,6 +30,42 @@ thread_local int tlsUnsafe __attribute__((tls_model("initial-exec"))) = 0;
 namespace {
 
 constexpr std::uint32_t kFull = 0xFFFFFFFFu;
+
+// The entry points we use, by their real (target-specific) names: the libunwind.h macros map
+// unw_step to _ULx86_64_step and so on.
+#define CSP_STRINGIFY2(x) #x
+#define CSP_STRINGIFY(x) CSP_STRINGIFY2(x)
+struct Unwinder {
+  int (*initLocal2)(unw_cursor_t*, unw_context_t*, int) = nullptr;
+  int (*initLocal)(unw_cursor_t*, unw_context_t*) = nullptr;
+  int (*step)(unw_cursor_t*) = nullptr;
+  int (*getReg)(unw_cursor_t*, unw_regnum_t, unw_word_t*) = nullptr;
+  int (*setCachingPolicy)(unw_addr_space_t, unw_caching_policy_t) = nullptr;
+  int (*getContext)(unw_context_t*) = nullptr;
+  unw_addr_space_t* localAddrSpace = nullptr;
+};
+constinit Unwinder g_unwinder;
+
+template <class T>
+bool resolve(void* lib, const char* name, T& out) {
+  out = reinterpret_cast<T>(dlsym(lib, name));
+  return out != nullptr;
+}
+
+bool loadUnwinder() {
+  void* lib = dlopen(CSP_LIBUNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  Unwinder u;
+  const bool ok = resolve(lib, CSP_STRINGIFY(unw_init_local2), u.initLocal2) &&
+                  resolve(lib, CSP_STRINGIFY(unw_init_local), u.initLocal) &&
+                  resolve(lib, CSP_STRINGIFY(unw_step), u.step) && resolve(lib, CSP_STRINGIFY(unw_get_reg), u.getReg) &&
+                  resolve(lib, CSP_STRINGIFY(unw_set_caching_policy), u.setCachingPolicy) &&
+                  resolve(lib, CSP_STRINGIFY(unw_tdep_getcontext), u.getContext) &&
+                  resolve(lib, CSP_STRINGIFY(unw_local_addr_space), u.localAddrSpace);
+  if (!ok) return false;
+  g_unwinder = u;
+  return true;
+}
 
 inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
   std::uint64_t h = address * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{parent} + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
@@ -111,18 +154,18 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     unw_cursor_t cursor;
     std::uint32_t depth = 0;
     bool failed = false, truncated = false;
-    if (unw_init_local2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
+    if (g_unwinder.initLocal2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
       failed = true;
     } else {
       for (;;) {
         unw_word_t ip = 0;
-        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0) {
+        if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0) {
           failed = true;
           break;
         }
         if (ip == 0) break;  // some outermost frames end the chain with a null return address
         a.path[depth++] = ip;
-        const int step = unw_step(&cursor);
+        const int step = g_unwinder.step(&cursor);
         if (step == 0) break;
         if (step < 0) {
           failed = true;
@@ -187,15 +230,21 @@ void unmapArena(CctArena& a) {
   a = CctArena{};
 }
 
-void installSampler() {
+bool installSampler() {
+  if (!loadUnwinder()) {
+    const char* why = dlerror();
+    say(std::string("csp: error: cannot use " CSP_LIBUNWIND_SONAME ": ") + (why != nullptr ? why : "symbols missing") +
+        "; threads are not sampled\n");
+    return false;
+  }
   // The global cache takes a lock; per-thread caching is the signal-safe choice.
-  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  g_unwinder.setCachingPolicy(*g_unwinder.localAddrSpace, UNW_CACHE_PER_THREAD);
   // libunwind initializes itself on first use; let that happen here, in normal context, rather
   // than inside the first signal handler.
   unw_context_t context;
   unw_cursor_t cursor;
-  if (unw_getcontext(&context) == 0 && unw_init_local(&cursor, &context) == 0) {
-    for (int i = 0; i < 64 && unw_step(&cursor) > 0; ++i) {
+  if (g_unwinder.getContext(&context) == 0 && g_unwinder.initLocal(&cursor, &context) == 0) {
+    for (int i = 0; i < 64 && g_unwinder.step(&cursor) > 0; ++i) {
     }
   }
   memset(&g_ourAction, 0, sizeof g_ourAction);
@@ -205,9 +254,10 @@ void installSampler() {
   sigemptyset(&g_ourAction.sa_mask);
   struct sigaction previous;
   memset(&previous, 0, sizeof previous);
-  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, &g_ourAction, &previous) != 0) return;
+  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, &g_ourAction, &previous) != 0) return false;
   setProgramAction(previous);  // a handler installed before we were loaded still gets its signals
   g_installed.store(true);
+  return true;
 }
 
 const char* samplingSignalState() {
