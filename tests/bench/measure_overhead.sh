@@ -28,6 +28,7 @@ timed() {
   awk '{ printf "%s %.3f\n", $1, $2 + $3 }' "$work/time.tmp" >>"$file"
   rm -f "$work/time.tmp"
 }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { print 100 * (b - a) / a }'; }  # overhead of b over a
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 "$app" 10 >/dev/null  # warm the page cache
@@ -51,13 +52,13 @@ printf 'compute app, %s units, %s runs each, cpu-time@%s\n' "$units" "$runs" "$r
 printf '  runs (wall cpu), uninstrumented: %s\n' "$(tr '\n' ',' <"$work/plain")"
 printf '  runs (wall cpu), under csp-run:  %s\n' "$(tr '\n' ',' <"$work/measured")"
 printf '  median wall      %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plain" "$measured" \
-  "$(echo "100 * ($measured - $plain) / $plain" | bc -l)"
+  "$(pct "$plain" "$measured")"
 printf '  min wall         %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plainMin" "$measuredMin" \
-  "$(echo "100 * ($measuredMin - $plainMin) / $plainMin" | bc -l)"
+  "$(pct "$plainMin" "$measuredMin")"
 printf '  paired wall      median of per-pair overheads %+.2f %%\n' "$paired"
 printf '  median cpu       %.3f s  vs  %.3f s   overhead %+.2f %%   (target < 3 %%)\n' "$plainCpu" "$measuredCpu" \
-  "$(echo "100 * ($measuredCpu - $plainCpu) / $plainCpu" | bc -l)"
+  "$(pct "$plainCpu" "$measuredCpu")"
 if [[ $samples -gt 0 ]]; then
   printf '  unwind failures  %d of %d samples = %.4f %%   (target < 0.1 %%)\n' "$failures" "$samples" \
-    "$(echo "100 * $failures / $samples" | bc -l)"
+    "$(awk -v f="$failures" -v s="$samples" 'BEGIN { print 100 * f / s }')"
 fi
