@@ -458,3 +458,34 @@ TEST(MeasureIntegration, BadEventInEnvironmentIsSkipped) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("ignoring event 'bogus'"), std::string::npos) << text.str();
 }
+
+// The per-thread limits hold and are reported: deeper samples keep their innermost frames and
+// count as truncated; samples that need more CCT nodes than allowed are counted as dropped.
+TEST(MeasureIntegration, DepthAndNodeLimits) {
+  const fs::path base = scratch("limits");
+  ASSERT_EQ(run(kCspRun + " --max-depth 100 -o " + (base / "depth").string() + " -- " + kApps +
+                "csp-app-recursion 1000 40 > /dev/null"),
+            0);
+  auto profiles = readAll(base / "depth");
+  ASSERT_EQ(profiles.size(), 1u);
+  const auto& d = profiles[0];
+  EXPECT_GT(d.stats.truncatedPaths, 0u);
+  test::LeafSymbolizer sym;
+  for (std::size_t v = 0; v < d.values.size(); ++v) {
+    EXPECT_LE(depthOf(d, d.values.node[v]), 100u);
+    if (depthOf(d, d.values.node[v]) == 100u) {  // a truncated path still ends at the real leaf
+      EXPECT_EQ(sym.procedure(d, d.cct.frame[d.values.node[v]]), "bottom_work");
+    }
+  }
+
+  // A path of ~2000 frames cannot fit into 1024 nodes.
+  ASSERT_EQ(run(kCspRun + " --max-nodes 1024 -o " + (base / "nodes").string() + " -- " + kApps +
+                "csp-app-recursion 2000 40 > /dev/null"),
+            0);
+  profiles = readAll(base / "nodes");
+  ASSERT_EQ(profiles.size(), 1u);
+  const auto& n = profiles[0];
+  EXPECT_LE(n.cct.size(), 1024u);
+  EXPECT_GT(n.stats.droppedSamples, 0u);
+  EXPECT_EQ(n.stats.samples, sampleCount(n) + n.stats.droppedSamples);
+}
