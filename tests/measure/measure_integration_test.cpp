@@ -137,6 +137,8 @@ TEST(MeasureIntegration, MpiSplitAndImbalance) {
   // The imbalance: rank r / rank 0 = 1 + r/4.
   for (std::uint64_t r = 1; r < 4; ++r) {
     const double ratio = static_cast<double>(workByRank[r]) / static_cast<double>(workByRank[0]);
+    std::printf("mpi_split: rank %llu / rank 0 = %.3f (expected %.2f)\n", static_cast<unsigned long long>(r), ratio,
+                1.0 + static_cast<double>(r) / 4.0);
     EXPECT_NEAR(ratio, 1.0 + static_cast<double>(r) / 4.0, 0.15) << "rank " << r;
   }
   const double failureRate = static_cast<double>(failures) / static_cast<double>(total);
