@@ -84,23 +84,24 @@ Config readConfig() {
   const char* events = std::getenv("CSP_EVENTS");
   c.eventsText = events != nullptr && *events != '\0' ? events : "cpu-time@200";
   if (c.eventsText != "none") {
-    std::string_view rest = c.eventsText;
+    const std::string given = c.eventsText;
+    std::string_view rest = given;
+    c.eventsText.clear();  // becomes the events actually used, recorded in every profile
     while (!rest.empty()) {
       const auto comma = rest.find(',');
       const std::string_view item = rest.substr(0, comma);
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
       EventConfig e;
-      bool duplicate = false;
-      if (parseEvent(item, e)) {
-        for (const auto& other : c.events) duplicate = duplicate || other.name == e.name;
-      }
-      if (!parseEvent(item, e) || duplicate || c.events.size() == static_cast<std::size_t>(kMaxEvents)) {
+      bool usable = parseEvent(item, e) && c.events.size() < static_cast<std::size_t>(kMaxEvents);
+      for (const auto& other : c.events) usable = usable && other.name != e.name;
+      if (!usable) {
         std::fprintf(stderr, "csp: warning: ignoring event '%.*s' in CSP_EVENTS (known: cpu-time, real-time; "
-                             "rate in samples/s or a period like 1ms; each event once)\n",
-                     static_cast<int>(item.size()), item.data());
+                             "rate in samples/s or a period like 1ms; each event once, at most %d)\n",
+                     static_cast<int>(item.size()), item.data(), kMaxEvents);
         continue;
       }
       c.events.push_back(e);
+      c.eventsText += (c.eventsText.empty() ? "" : ",") + std::string(item);
     }
     if (c.events.empty()) {
       std::fprintf(stderr, "csp: warning: no usable event in CSP_EVENTS; sampling cpu-time@200\n");

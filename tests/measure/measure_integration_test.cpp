@@ -455,6 +455,7 @@ TEST(MeasureIntegration, BadEventInEnvironmentIsSkipped) {
   ASSERT_EQ(profiles[0].metrics.size(), 1u);
   EXPECT_EQ(profiles[0].metrics[0].name, "real-time");
   EXPECT_EQ(profiles[0].metrics[0].period, 1'000'000u);
+  EXPECT_EQ(setting(profiles[0], "events"), "real-time@1ms") << "the events actually used";
   std::ifstream in(err);
   std::stringstream text;
   text << in.rdbuf();
