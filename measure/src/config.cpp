@@ -101,7 +101,8 @@ Config readConfig() {
         continue;
       }
       c.events.push_back(e);
-      c.eventsText += (c.eventsText.empty() ? "" : ",") + std::string(item);
+      if (!c.eventsText.empty()) c.eventsText.push_back(',');
+      c.eventsText.append(item);
     }
     if (c.events.empty()) {
       std::fprintf(stderr, "csp: warning: no usable event in CSP_EVENTS; sampling cpu-time@200\n");
