@@ -1,0 +1,206 @@
+// The Calling Context view: the canonical CCT as stored, read lazily node by node so that a
+// pruned view of a million-node CCT touches only what it shows (and those nodes' children).
+#include <fmt/format.h>
+
+#include <map>
+#include <unordered_map>
+
+#include "csp/metrics/encoding.hpp"
+#include "sources.hpp"
+
+namespace csp::views::detail {
+
+NodeKind kindOf(ScopeKind kind) {
+  switch (kind) {
+    case ScopeKind::Root: return NodeKind::Root;
+    case ScopeKind::ProcFrame: return NodeKind::Procedure;
+    case ScopeKind::Alien: return NodeKind::Inlined;
+    case ScopeKind::Loop: return NodeKind::Loop;
+    case ScopeKind::CallSite: return NodeKind::CallSite;
+    case ScopeKind::Stmt: return NodeKind::Statement;
+  }
+  return NodeKind::Statement;
+}
+
+ModelNode labelOf(const storage::Database& db, storage::NodeId id, const storage::CctNode& n) {
+  const auto& s = db.metadata().strings;
+  ModelNode m;
+  m.kind = kindOf(n.kind);
+  m.name = s.at(n.name);
+  m.file = s.at(n.file);
+  m.module = s.at(n.module);
+  m.line = n.line;
+  m.cctNode = id;
+  m.viewId = id;
+  return m;
+}
+
+std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& metrics, storage::NodeId id) {
+  std::vector<Acc> acc;
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m)
+    for (int s = 0; s < 2; ++s) acc.push_back(Acc::emptyInstance(metrics.types[m]));
+  for (const auto& a : db.summaries(id)) {
+    for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
+      if (metrics.ids[m] != a.metric) continue;
+      try {
+        acc[MetricSet::slot(m, a.scope)] = Acc::decode(metrics.types[m], a.bytes);
+      } catch (const metrics::DecodeError& e) {
+        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", id, e.what()));
+      }
+    }
+  }
+  return acc;
+}
+
+void scanSummaries(const storage::Database& db, const MetricSet& metrics, const std::vector<char>& wanted,
+                   const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn) {
+  const std::size_t slots = metrics.slots();
+  std::vector<char> seen(wanted.size() * slots, 0);
+  // metric id -> index in the set
+  std::vector<int> index;
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
+    if (index.size() <= metrics.ids[m]) index.resize(metrics.ids[m] + 1u, -1);
+    index[metrics.ids[m]] = static_cast<int>(m);
+  }
+  db.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
+    if (key.size() != 7) throw storage::DatabaseError(db.directory(), "damaged database: bad summary key");
+    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+    const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
+    const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
+    if (node >= wanted.size() || !wanted[node] || metric >= index.size() || index[metric] < 0) return;
+    if (k[6] > 1) throw storage::DatabaseError(db.directory(), "damaged database: bad summary scope");
+    const auto m = static_cast<std::size_t>(index[metric]);
+    const std::size_t slot = MetricSet::slot(m, static_cast<storage::MetricScope>(k[6]));
+    Acc acc;
+    try {
+      acc = Acc::decode(metrics.types[m], value);
+    } catch (const metrics::DecodeError& e) {
+      throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", node, e.what()));
+    }
+    seen[std::size_t{node} * slots + slot] = 1;
+    fn(node, slot, acc);
+  });
+  std::vector<Acc> empty;
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m)
+    for (int s = 0; s < 2; ++s) empty.push_back(Acc::emptyInstance(metrics.types[m]));
+  for (std::size_t n = 0; n < wanted.size(); ++n) {
+    if (!wanted[n]) continue;
+    for (std::size_t s = 0; s < slots; ++s)
+      if (!seen[n * slots + s]) fn(static_cast<storage::NodeId>(n), s, empty[s]);
+  }
+}
+
+namespace {
+
+class CallingContextModel final : public ViewModel {
+ public:
+  CallingContextModel(const storage::Database& db, const MetricSet& metrics) : db_(db), metrics_(metrics) {}
+
+  std::uint32_t root() override { return load(0); }
+
+  std::vector<std::uint32_t> children(std::uint32_t h) override {
+    const storage::NodeId id = *nodes_[h].cctNode;
+    std::vector<std::uint32_t> out;
+    if (index_) {
+      for (auto c = index_->childBegin[id]; c < index_->childBegin[id + 1]; ++c) out.push_back(load(index_->child[c]));
+    } else {
+      for (auto c : db_.children(id)) out.push_back(load(c));
+    }
+    return out;
+  }
+
+  const ModelNode& node(std::uint32_t h) const override { return nodes_[h]; }
+
+  bool hasChildren(std::uint32_t h) override {
+    const storage::NodeId id = *nodes_[h].cctNode;
+    if (index_) return index_->childBegin[id + 1] > index_->childBegin[id];
+    return !db_.children(id).empty();
+  }
+
+  std::optional<std::uint32_t> byId(std::uint64_t id) override {
+    if (id >= db_.metadata().nodeCount) return std::nullopt;
+    return load(static_cast<storage::NodeId>(id));
+  }
+
+  std::vector<std::uint32_t> find(const std::string& pattern) override {
+    const auto& idx = index();
+    std::vector<std::uint32_t> out;
+    // Outermost matches: a preorder walk that does not descend below a match.
+    std::vector<storage::NodeId> stack{0};
+    while (!stack.empty()) {
+      const auto id = stack.back();
+      stack.pop_back();
+      if (id != 0 && nameMatches(matchLabel(labelOf(db_, id, idx.nodes[id])), pattern)) {
+        out.push_back(load(id));
+        continue;
+      }
+      for (auto c = idx.childBegin[id + 1]; c > idx.childBegin[id]; --c) stack.push_back(idx.child[c - 1]);
+    }
+    return out;
+  }
+
+  bool subtreeMatches(std::uint32_t h, const std::string& pattern) override {
+    auto& memo = matches_[pattern];
+    if (memo.empty()) {
+      const auto& idx = index();
+      memo.assign(idx.size(), 0);
+      const auto& s = db_.metadata().strings;
+      // Children have larger preorder positions; walk a preorder list backwards to fold upwards.
+      std::vector<storage::NodeId> order;
+      order.reserve(idx.size());
+      std::vector<storage::NodeId> stack{0};
+      while (!stack.empty()) {
+        const auto id = stack.back();
+        stack.pop_back();
+        order.push_back(id);
+        for (auto c = idx.childBegin[id]; c < idx.childBegin[id + 1]; ++c) stack.push_back(idx.child[c]);
+      }
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        const auto& n = idx.nodes[*it];
+        bool self = false;
+        if (n.kind == ScopeKind::ProcFrame || n.kind == ScopeKind::Alien) self = nameMatches(s[n.name], pattern);
+        if (self) memo[*it] = 1;
+        if (memo[*it] && *it != 0) memo[n.parent] = 1;
+      }
+    }
+    return memo[*nodes_[h].cctNode] != 0;
+  }
+
+ private:
+  const CctIndex& index() {
+    if (!index_) index_ = CctIndex::read(db_);
+    return *index_;
+  }
+
+  std::uint32_t load(storage::NodeId id) {
+    auto [it, fresh] = handles_.try_emplace(id, static_cast<std::uint32_t>(nodes_.size()));
+    if (!fresh) return it->second;
+    storage::CctNode n;
+    if (index_) {
+      n = index_->nodes[id];
+    } else {
+      auto stored = db_.node(id);
+      if (!stored) throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: CCT node {} is missing", id));
+      n = *stored;
+    }
+    ModelNode m = labelOf(db_, id, n);
+    m.acc = nodeAccumulators(db_, metrics_, id);
+    nodes_.push_back(std::move(m));
+    return it->second;
+  }
+
+  const storage::Database& db_;
+  MetricSet metrics_;
+  std::optional<CctIndex> index_;
+  std::vector<ModelNode> nodes_;
+  std::unordered_map<storage::NodeId, std::uint32_t> handles_;
+  std::map<std::string, std::vector<char>> matches_;
+};
+
+}  // namespace
+
+std::unique_ptr<ViewModel> makeCallingContext(const storage::Database& db, const MetricSet& metrics) {
+  return std::make_unique<CallingContextModel>(db, metrics);
+}
+
+}  // namespace csp::views::detail
