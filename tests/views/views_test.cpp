@@ -349,8 +349,11 @@ TEST_F(Views, DepthFocusHideKeepHotPathTop) {
   r.keep = {"work"};
   t = buildView(*open(), r);
   // Paths to work and work's own subtree: main's statements are gone.
-  for (const auto& n : t.nodes)
-    if (n.kind == NodeKind::Statement) EXPECT_EQ(n.file, "work.c") << n.file << ":" << n.line << " is not on a path to work";
+  for (const auto& n : t.nodes) {
+    if (n.kind == NodeKind::Statement) {
+      EXPECT_EQ(n.file, "work.c") << n.file << ":" << n.line << " is not on a path to work";
+    }
+  }
   EXPECT_EQ(t.nodes[t.nodes.back().parent].name, "work");
   EXPECT_EQ(t.nodes.size(), 8u);  // root main loop loop loop call work work.c:3
 

@@ -64,7 +64,7 @@ class Selector {
         tree_.pruned.beyondTop += procs.size() - *request_.top;
         procs.resize(*request_.top);
       }
-      for (const auto& p : procs) expand(p, rootIndex, 1, false);
+      for (const auto& p : procs) expand(p, rootIndex, 1);
       return;
     } else {
       tops = {root};
@@ -82,6 +82,7 @@ class Selector {
     double sortValue;
     double share;  // of the root, percent
     bool imbalanceOnly;
+    double maxShare;
     bool inKept;
   };
 
@@ -157,7 +158,7 @@ class Selector {
       }
       const auto& col = tree_.columns[sortColumn_];
       const auto s = n.acc[slots_[sortColumn_]].finalize(profiles_, request_.population);
-      out.push_back({h, value(s, col.statistic), share, imbalanceOnly, kept});
+      out.push_back({h, value(s, col.statistic), share, imbalanceOnly, maxShare, kept});
     }
     std::stable_sort(out.begin(), out.end(), [&](const Candidate& a, const Candidate& b) {
       if (!request_.sortByName) {
@@ -196,9 +197,10 @@ class Selector {
     return index;
   }
 
-  void expand(const Candidate& c, std::uint32_t parent, unsigned depth, bool) {
+  void expand(const Candidate& c, std::uint32_t parent, unsigned depth) {
     const auto index = emit(c.handle, parent, depth);
     tree_.nodes[index].imbalanceOnly = c.imbalanceOnly;
+    tree_.nodes[index].maxThreadPercent = c.maxShare;
     descend(c.handle, index, depth, c.inKept);
   }
 
@@ -230,7 +232,7 @@ class Selector {
       if (!follow) return;
       kids = {kids[best]};
     }
-    for (const auto& k : kids) expand(k, index, depth + 1, false);
+    for (const auto& k : kids) expand(k, index, depth + 1);
   }
 
   ViewModel& model_;

@@ -103,6 +103,7 @@ struct TreeNode {
   std::vector<std::uint64_t> instances;  // per column: CCT instances combined (1 in Calling Context)
   std::vector<metrics::Statistics> stats; // per column, the full statistics behind values
   bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
+  double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
   bool truncated = false;                // has children that are not shown
 };
 
