@@ -90,7 +90,11 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     const auto& col = tree.columns[c];
     const auto scope = col.scope == storage::MetricScope::Inclusive ? "(I)" : "(E)";
     h1 += fmt::format("{:>{}} ", fmt::format("{} {}", col.metric, scope), width[c]);
-    h2 += fmt::format("{:>{}} ", toString(col.statistic), width[c]);
+    // Units only where the value is in them (not for ratios and counts), and only if they fit.
+    std::string stat = toString(col.statistic);
+    if (pct[c] && !tree.units[c].empty() && stat.size() + tree.units[c].size() + 3 <= width[c])
+      stat += " [" + tree.units[c] + "]";
+    h2 += fmt::format("{:>{}} ", stat, width[c]);
   }
   out << style(h1, "1") << "\n" << style(h2 + " scope", "1") << "\n";
 
