@@ -126,6 +126,11 @@ class CallersModel final : public ViewModel {
   // Whether the chain of `length` callers ending in `frame` occurs again higher up its path
   // (thesis Alg. 7.3, is-outermost-instance).
   bool recurs(storage::NodeId frame, unsigned length) const {
+    if (length == 0) {  // the procedure alone: any frame of it further up
+      for (auto f = callerOf(frame); f != kNoIndex; f = callerOf(f))
+        if (idx_.procedure[f] == idx_.procedure[frame]) return true;
+      return false;
+    }
     // path[i]: i-th frame up from `frame` (path[0] = frame); site[i]: the call site from
     // path[i] into path[i-1].
     std::vector<storage::NodeId> path{frame};

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <unordered_map>
 #include <tuple>
 
 #include "csp/metrics/encoding.hpp"
@@ -196,7 +197,13 @@ CctIndex CctIndex::read(const storage::Database& db) {
   // preorder in databases written by other tools).
   idx.procedure.assign(n, kNoIndex);
   idx.frame.assign(n, kNoIndex);
-  std::map<std::tuple<StringId, StringId, StringId, std::uint32_t>, std::uint32_t> procIds;
+  // (module, name) << 64 | (file, line) -> procedure id
+  struct ProcHash {
+    std::size_t operator()(const std::pair<std::uint64_t, std::uint64_t>& k) const {
+      return std::hash<std::uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+    }
+  };
+  std::unordered_map<std::pair<std::uint64_t, std::uint64_t>, std::uint32_t, ProcHash> procIds;
   std::vector<storage::NodeId> stack;
   if (n > 0) stack.push_back(0);
   std::size_t visited = 0;
@@ -206,7 +213,7 @@ CctIndex CctIndex::read(const storage::Database& db) {
     ++visited;
     const auto& node = idx.nodes[id];
     if (node.kind == ScopeKind::ProcFrame) {
-      auto [it, fresh] = procIds.try_emplace(std::tuple{node.module, node.name, node.file, node.line},
+      auto [it, fresh] = procIds.try_emplace({std::uint64_t{node.module} << 32 | node.name, std::uint64_t{node.file} << 32 | node.line},
                                              static_cast<std::uint32_t>(idx.procOf.size()));
       if (fresh) idx.procOf.push_back(id);
       idx.procedure[id] = it->second;
