@@ -32,24 +32,29 @@ make_db() {  # name, csp-gen options...
 make_db wide --ranks 4096 --threads 4 --nodes 5000 --seed 1
 make_db deep --ranks 8 --threads 1 --nodes 1000000 --groups 1 --seed 1
 
-# time_cmd label args...: best and median of $repeat runs, output discarded.
+# time_cmd label args...: best and median wall-clock time of $repeat runs (output discarded),
+# the smallest CPU time (user + sys: what the run costs without other load on the machine) and
+# the peak resident memory.
 time_cmd() {
   local label=$1; shift
-  local times=() rss
+  local walls=() cpus=() rss=0
   for ((i = 0; i < repeat; ++i)); do
     local out
-    out=$( { /usr/bin/time -f '%e %M' "$views" "$@" > /dev/null; } 2>&1 | tail -1)
-    times+=("${out% *}")
-    rss=${out#* }
+    out=$( { /usr/bin/time -f '%e %M %U %S' "$views" "$@" > /dev/null; } 2>&1 | tail -1)
+    read -r wall mem user sys <<< "$out"
+    walls+=("$wall")
+    cpus+=("$(echo "$user + $sys" | bc)")
+    (( mem > rss )) && rss=$mem
   done
-  local sorted
-  sorted=$(printf '%s\n' "${times[@]}" | sort -g)
-  local best median
-  best=$(echo "$sorted" | head -1)
-  median=$(echo "$sorted" | sed -n "$(( (repeat + 1) / 2 ))p")
-  printf '%-7s %-38s best %6.2f s  median %6.2f s  peak %6d MB\n' "$shape" "$label" "$best" "$median" $((rss / 1024))
+  local best median cpu
+  best=$(printf '%s\n' "${walls[@]}" | sort -g | head -1)
+  median=$(printf '%s\n' "${walls[@]}" | sort -g | sed -n "$(( (repeat + 1) / 2 ))p")
+  cpu=$(printf '%s\n' "${cpus[@]}" | sort -g | head -1)
+  printf '%-5s %-36s wall best %6.2f s median %6.2f s | cpu %5.2f s | peak %5d MB\n' \
+    "$shape" "$label" "$best" "$median" "$cpu" $((rss / 1024))
 }
 
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for shape in wide deep; do
   db=$work/$shape-db
   nodes=$("$views" --info --format json "$db" | sed -n 's/.*"cct_nodes": \([0-9]*\).*/\1/p')

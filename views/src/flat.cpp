@@ -178,6 +178,10 @@ class FlatModel final : public ViewModel {
   void build(const storage::Database& db) {
     const CctIndex idx = CctIndex::read(db);
     const std::size_t n = idx.size();
+    // At most one Flat node per CCT node plus modules and files: reserving address space up front
+    // avoids copying hundreds of MB while growing (pages are touched only when used).
+    nodes_.reserve(n + 1);
+    acc_.reserve((n + 1) * metrics_.slots());
     make({});
 
     // Per CCT node: its Flat node, and for frames their module and file nodes.

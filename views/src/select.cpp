@@ -150,7 +150,6 @@ class Selector {
       if (request_.thresholdPercent > 0 && share < request_.thresholdPercent) {
         if (maxShare >= request_.thresholdPercent) {
           imbalanceOnly = true;
-          ++tree_.pruned.keptForImbalance;
         } else {
           ++tree_.pruned.belowThreshold;
           continue;
@@ -200,6 +199,7 @@ class Selector {
   void expand(const Candidate& c, std::uint32_t parent, unsigned depth) {
     const auto index = emit(c.handle, parent, depth);
     tree_.nodes[index].imbalanceOnly = c.imbalanceOnly;
+    if (c.imbalanceOnly) ++tree_.pruned.keptForImbalance;
     tree_.nodes[index].maxThreadPercent = c.maxShare;
     descend(c.handle, index, depth, c.inKept);
   }
