@@ -338,6 +338,14 @@ TEST_F(Views, DepthFocusHideKeepHotPathTop) {
   EXPECT_EQ(t.nodes[t.roots[0]].name, "work");
   EXPECT_NEAR(t.percent(t.nodes[t.roots[0]], 0), 100.0 * 300 / 333, 1e-9);
 
+  // An exact name wins over substring matches: "main" is the procedure, not the file main.c.
+  r = {};
+  r.kind = ViewKind::Flat;
+  r.focus = "main";
+  t = buildView(*open(), r);
+  ASSERT_EQ(t.roots.size(), 1u);
+  EXPECT_EQ(t.nodes[t.roots[0]].kind, NodeKind::Procedure);
+
   r = {};
   r.hide = {"work"};
   t = buildView(*open(), r);

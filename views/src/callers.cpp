@@ -47,10 +47,10 @@ class CallersModel final : public ViewModel {
 
   std::vector<std::uint32_t> procedures() override { return nodes_[0].children; }
 
-  std::vector<std::uint32_t> find(const std::string& pattern) override {
+  std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
     std::vector<std::uint32_t> out;
     for (auto h : nodes_[0].children)
-      if (nameMatches(nodes_[h].model.name, pattern)) out.push_back(h);
+      if (labelMatches(nodes_[h].model.name, pattern, exact)) out.push_back(h);
     return out;
   }
 

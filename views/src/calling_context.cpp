@@ -122,7 +122,7 @@ class CallingContextModel final : public ViewModel {
     return load(static_cast<storage::NodeId>(id));
   }
 
-  std::vector<std::uint32_t> find(const std::string& pattern) override {
+  std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
     const auto& idx = index();
     std::vector<std::uint32_t> out;
     // Outermost matches: a preorder walk that does not descend below a match.
@@ -130,7 +130,7 @@ class CallingContextModel final : public ViewModel {
     while (!stack.empty()) {
       const auto id = stack.back();
       stack.pop_back();
-      if (id != 0 && nameMatches(matchLabel(labelOf(db_, id, idx.nodes[id])), pattern)) {
+      if (id != 0 && labelMatches(matchLabel(labelOf(db_, id, idx.nodes[id])), pattern, exact)) {
         out.push_back(load(id));
         continue;
       }

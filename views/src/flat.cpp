@@ -120,13 +120,13 @@ class FlatModel final : public ViewModel {
     return m;
   }
 
-  std::vector<std::uint32_t> find(const std::string& pattern) override {
+  std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
     std::vector<std::uint32_t> out;
     std::vector<std::uint32_t> stack{0};
     while (!stack.empty()) {
       const auto h = stack.back();
       stack.pop_back();
-      if (h != 0 && nameMatches(matchLabel(node(h)), pattern)) {
+      if (h != 0 && labelMatches(label(h), pattern, exact)) {
         out.push_back(h);
         continue;
       }

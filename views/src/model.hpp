@@ -66,8 +66,9 @@ class ViewModel {
   virtual bool hasChildren(std::uint32_t node) = 0;
   // The node with this view id (TreeNode::viewId), for --focus ID.
   virtual std::optional<std::uint32_t> byId(std::uint64_t viewId) = 0;
-  // Nodes whose name (or label) matches, for --focus by name: outermost matches only.
-  virtual std::vector<std::uint32_t> find(const std::string& pattern) = 0;
+  // Nodes whose name (or label) matches, for --focus by name: outermost matches only. `exact`:
+  // the label equals the pattern (tried first, so that "main" does not pick the file main.c).
+  virtual std::vector<std::uint32_t> find(const std::string& pattern, bool exact) = 0;
   // Whether a node or anything below it matches (for --keep). Lazy models may answer for the
   // node alone.
   virtual bool subtreeMatches(std::uint32_t node, const std::string& pattern) = 0;
@@ -89,6 +90,9 @@ struct CctIndex {
 };
 
 bool nameMatches(const std::string& name, const std::string& pattern);
+inline bool labelMatches(const std::string& label, const std::string& pattern, bool exact) {
+  return exact ? label == pattern : nameMatches(label, pattern);
+}
 // Label used for matching and folded stacks: procedure name, or "kind file:line".
 std::string matchLabel(const ModelNode& node);
 std::string fileLine(const std::string& file, std::uint32_t line);

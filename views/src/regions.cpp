@@ -54,13 +54,13 @@ class RegionsModel final : public ViewModel {
     if (id >= nodes_.size()) return std::nullopt;
     return static_cast<std::uint32_t>(id);
   }
-  std::vector<std::uint32_t> find(const std::string& pattern) override {
+  std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
     std::vector<std::uint32_t> out;
     std::vector<std::uint32_t> stack{0};
     while (!stack.empty()) {
       const auto h = stack.back();
       stack.pop_back();
-      if (h != 0 && nameMatches(nodes_[h].name, pattern)) {
+      if (h != 0 && labelMatches(nodes_[h].name, pattern, exact)) {
         out.push_back(h);
         continue;
       }

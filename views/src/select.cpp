@@ -100,7 +100,8 @@ class Selector {
       if (!h) throw ViewError(fmt::format("--focus {}: no node with this id in the {} view", f, toString(tree_.kind)));
       out.push_back(*h);
     } else {
-      out = model_.find(f);
+      out = model_.find(f, true);
+      if (out.empty()) out = model_.find(f, false);
       if (out.empty()) throw ViewError(fmt::format("--focus {}: no node of this name in the {} view", f, toString(tree_.kind)));
     }
     return out;
