@@ -19,8 +19,9 @@ namespace {
 class CallersModel final : public ViewModel {
  public:
   CallersModel(const storage::Database& db, const MetricSet& metrics)
-      : db_(db), metrics_(metrics), idx_(CctIndex::read(db)) {
+      : db_(db), metrics_(metrics), summaries_(std::make_unique<SummaryScan>(db, metrics)), idx_(CctIndex::read(db)) {
     loadFrames();
+    summaries_.reset();
     buildRoots();
   }
 
@@ -98,7 +99,7 @@ class CallersModel final : public ViewModel {
         frameSlot_[i] = frames++;
       }
     frameAcc_.resize(std::size_t{frames} * metrics_.slots());
-    scanSummaries(db_, metrics_, wanted, [&](storage::NodeId id, std::size_t slot, const Acc& a) {
+    summaries_->forEach(wanted, [&](storage::NodeId id, std::size_t slot, const Acc& a) {
       frameAcc_[std::size_t{frameSlot_[id]} * metrics_.slots() + slot] = a;
     });
   }
@@ -202,6 +203,7 @@ class CallersModel final : public ViewModel {
 
   const storage::Database& db_;
   MetricSet metrics_;
+  std::unique_ptr<SummaryScan> summaries_;  // declared before idx_: starts before the CCT is read
   CctIndex idx_;
   std::vector<std::uint32_t> frameSlot_;
   std::vector<Acc> frameAcc_;

@@ -52,37 +52,55 @@ std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& 
   return acc;
 }
 
-void scanSummaries(const storage::Database& db, const MetricSet& metrics, const std::vector<char>& wanted,
-                   const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn) {
-  const std::size_t slots = metrics.slots();
-  std::vector<char> seen(wanted.size() * slots, 0);
-  // metric id -> index in the set
-  std::vector<int> index;
-  for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
-    if (index.size() <= metrics.ids[m]) index.resize(metrics.ids[m] + 1u, -1);
-    index[metrics.ids[m]] = static_cast<int>(m);
+SummaryScan::SummaryScan(const storage::Database& db, const MetricSet& metrics) : db_(db), metrics_(metrics) {
+  done_ = std::async(std::launch::async, [this] { run(); });
+}
+
+SummaryScan::~SummaryScan() {
+  if (done_.valid()) done_.wait();
+}
+
+void SummaryScan::run() {
+  std::vector<int> index;  // metric id -> index in the set
+  for (std::size_t m = 0; m < metrics_.ids.size(); ++m) {
+    if (index.size() <= metrics_.ids[m]) index.resize(metrics_.ids[m] + 1u, -1);
+    index[metrics_.ids[m]] = static_cast<int>(m);
   }
-  db.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
-    if (key.size() != 7) throw storage::DatabaseError(db.directory(), "damaged database: bad summary key");
+  db_.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
+    if (key.size() != 7) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary key");
     const auto* k = reinterpret_cast<const unsigned char*>(key.data());
     const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
     const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
-    if (node >= wanted.size() || !wanted[node] || metric >= index.size() || index[metric] < 0) return;
-    if (k[6] > 1) throw storage::DatabaseError(db.directory(), "damaged database: bad summary scope");
-    const auto m = static_cast<std::size_t>(index[metric]);
-    const std::size_t slot = MetricSet::slot(m, static_cast<storage::MetricScope>(k[6]));
+    if (metric >= index.size() || index[metric] < 0) return;
+    if (k[6] > 1) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary scope");
+    const auto slot = MetricSet::slot(static_cast<std::size_t>(index[metric]), static_cast<storage::MetricScope>(k[6]));
+    entries_.push_back({node, static_cast<std::uint32_t>(slot), bytes_.size(), static_cast<std::uint32_t>(value.size())});
+    bytes_.append(value);
+  });
+}
+
+void SummaryScan::forEach(const std::vector<char>& wanted,
+                          const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn) {
+  done_.get();
+  const std::size_t slots = metrics_.slots();
+  std::vector<char> seen(wanted.size() * slots, 0);
+  for (const auto& e : entries_) {
+    if (e.node >= wanted.size() || !wanted[e.node]) continue;
+    const std::string_view value(bytes_.data() + e.offset, e.size);
     Acc acc;
     try {
-      acc = Acc::decode(metrics.types[m], value);
-    } catch (const metrics::DecodeError& e) {
-      throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", node, e.what()));
+      acc = Acc::decode(metrics_.types[e.slot / 2], value);
+    } catch (const metrics::DecodeError& err) {
+      throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", e.node, err.what()));
     }
-    seen[std::size_t{node} * slots + slot] = 1;
-    fn(node, slot, acc);
-  });
+    seen[std::size_t{e.node} * slots + e.slot] = 1;
+    fn(e.node, e.slot, acc);
+  }
+  entries_ = {};
+  bytes_ = {};
   std::vector<Acc> empty;
-  for (std::size_t m = 0; m < metrics.ids.size(); ++m)
-    for (int s = 0; s < 2; ++s) empty.push_back(Acc::emptyInstance(metrics.types[m]));
+  for (std::size_t m = 0; m < metrics_.ids.size(); ++m)
+    for (int s = 0; s < 2; ++s) empty.push_back(Acc::emptyInstance(metrics_.types[m]));
   for (std::size_t n = 0; n < wanted.size(); ++n) {
     if (!wanted[n]) continue;
     for (std::size_t s = 0; s < slots; ++s)

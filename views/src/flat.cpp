@@ -176,6 +176,7 @@ class FlatModel final : public ViewModel {
   }
 
   void build(const storage::Database& db) {
+    SummaryScan summaries(db, metrics_);
     const CctIndex idx = CctIndex::read(db);
     const std::size_t n = idx.size();
     // At most one Flat node per CCT node plus modules and files: reserving address space up front
@@ -259,7 +260,7 @@ class FlatModel final : public ViewModel {
 
     const std::size_t slots = metrics_.slots();
     std::vector<char> wanted(n, 1);
-    scanSummaries(db, metrics_, wanted, [&](storage::NodeId id, std::size_t slot, const Acc& acc) {
+    summaries.forEach(wanted, [&](storage::NodeId id, std::size_t slot, const Acc& acc) {
       const bool inclusive = slot % 2 == 1;
       const auto f = flags[id];
       if (!inclusive || (f & kIncl)) acc_[flat[id] * slots + slot].add(acc);
