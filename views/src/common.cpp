@@ -128,7 +128,7 @@ std::uint64_t Acc::instances() const {
 
 namespace {
 
-// The node family's value (storage's db_format.cpp, "CCT node"): kind u8, then varints parent+1
+// The cct_nodes value (docs/database-format.md): kind u8, then varints parent+1
 // (0 = none), name, file, module, line. Read here in one forward scan because the reader API
 // offers only per-node lookups, which cost a seek each on a million-node CCT.
 struct ByteReader {
