@@ -69,3 +69,23 @@ for shape in wide deep; do
   time_cmd "--node 1 (per-thread drill-down)" --node 1 "$db"
   time_cmd "--regions" --regions "$db"
 done
+
+# Every view and format must run on both shapes (exit status only; outputs discarded).
+failures=0
+for shape in wide deep; do
+  db=$work/$shape-db
+  for args in "" "--flat" "--callers" "--regions"; do
+    for format in text csv json folded speedscope; do
+      if [[ ( $format == folded || $format == speedscope ) && ( $args == --flat || $args == --callers ) ]]; then continue; fi
+      # shellcheck disable=SC2086
+      "$views" $args --format "$format" "$db" > /dev/null || { echo "FAILED: $shape $args --format $format"; failures=1; }
+    done
+  done
+  for args in "--info" "--info --format json" "--node 1" "--node 1 --format csv" "--node 1 --format json" "--hot-path" \
+              "--flat --top 20 --stat mean,max,imbalance" "--callers --top 10 --depth 3"; do
+    # shellcheck disable=SC2086
+    "$views" $args "$db" > /dev/null || { echo "FAILED: $shape $args"; failures=1; }
+  done
+done
+echo "# every view and format: $([[ $failures == 0 ]] && echo ok || echo FAILURES)"
+exit $failures

@@ -444,6 +444,16 @@ TEST_F(Views, CliEveryViewAndFormatRuns) {
         EXPECT_TRUE(nlohmann::json::accept(r.output)) << r.output;
       }
     }
+  r = views("--flat -t 0 " + db);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("module fig75"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("file main.c"), std::string::npos) << r.output;
+  r = views("--callers -t 0 " + db);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("300  90.1%      <- main  at main.c:16  #3"), std::string::npos) << r.output;
+  r = views("-t 0 --depth 1 " + db);
+  EXPECT_NE(r.output.find("pruned: 1 not expanded at the depth limit"), std::string::npos) << r.output;
+
   r = views("--format csv " + db);
   EXPECT_EQ(r.output.substr(0, 40), "id,parent,depth,kind,name,file,line,modu");
 
