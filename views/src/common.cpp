@@ -47,8 +47,8 @@ std::optional<Statistic> parseStatistic(std::string_view text) {
 }
 
 bool hasPercent(Statistic s) {
-  return s == Statistic::Sum || s == Statistic::Mean || s == Statistic::Min || s == Statistic::Max ||
-         s == Statistic::Stddev;
+  // A spread (stddev) is no share of anything; ratios and counts neither.
+  return s == Statistic::Sum || s == Statistic::Mean || s == Statistic::Min || s == Statistic::Max;
 }
 
 const char* toString(NodeKind kind) {

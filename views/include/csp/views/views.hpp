@@ -37,7 +37,7 @@ const char* toString(ViewKind kind);
 enum class Statistic : std::uint8_t { Sum, Mean, Min, Max, Stddev, CfVar, Imbalance, Count };
 const char* toString(Statistic statistic);
 std::optional<Statistic> parseStatistic(std::string_view text);
-// Ratios and counts have no meaningful share of the root.
+// Whether a column also gets a share of the root: not for spreads, ratios and counts.
 bool hasPercent(Statistic statistic);
 
 // Kinds of a view node: the CCT's scopes plus the Flat view's module and file levels and the
