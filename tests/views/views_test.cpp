@@ -396,6 +396,13 @@ TEST_F(Views, CallersAreBuiltOnlyAsDeepAsShown) {
   for (auto c : t.nodes[0].children) EXPECT_TRUE(t.nodes[c].children.empty());
   EXPECT_TRUE(at(t, {"f"}).truncated);
   EXPECT_FALSE(at(t, {"main"}).truncated);
+
+  // A procedure's id is stable across runs: focusing it shows the same procedure.
+  r.depth = 2;
+  r.focus = std::to_string(at(t, {"f"}).viewId);
+  const auto focused = buildView(*storage::Database::open(db), r);
+  EXPECT_EQ(focused.nodes[focused.roots.at(0)].name, "f");
+  EXPECT_EQ(focused.nodes[focused.roots.at(0)].children.size(), 2u);
 }
 
 TEST_F(Views, DrillDownShowsThreadsAndOutliers) {

@@ -41,8 +41,10 @@ class CallersModel final : public ViewModel {
     return false;
   }
 
+  // Procedures are numbered before anything else, so their ids are the same in every run; the
+  // ids of caller chains depend on what was expanded before and cannot be looked up afresh.
   std::optional<std::uint32_t> byId(std::uint64_t id) override {
-    if (id >= nodes_.size()) return std::nullopt;
+    if (id == 0 || id >= nodes_.size() || nodes_[id].chainLength != 0) return std::nullopt;
     return static_cast<std::uint32_t>(id);
   }
 

@@ -97,7 +97,9 @@ class Selector {
     std::vector<std::uint32_t> out;
     if (!f.empty() && std::all_of(f.begin(), f.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       auto h = model_.byId(std::stoull(f));
-      if (!h) throw ViewError(fmt::format("--focus {}: no node with this id in the {} view", f, toString(tree_.kind)));
+      if (!h)
+        throw ViewError(fmt::format("--focus {}: no node with this id in the {} view{}", f, toString(tree_.kind),
+                                    tree_.kind == ViewKind::Callers ? " (callers: procedure ids only)" : ""));
       out.push_back(*h);
     } else {
       out = model_.find(f, true);

@@ -97,7 +97,9 @@ struct TreeNode {
   std::uint32_t line = 0;
   std::string module;
   std::optional<std::uint32_t> cctNode;  // Calling Context view: the CCT node id
-  std::uint64_t viewId = 0;              // stable id within this view (CCT id, region id, ...)
+  // Id within this view, usable with --focus: the CCT node id, the Flat node, the region id;
+  // in the Callers view stable for procedures only (caller chains are numbered as built).
+  std::uint64_t viewId = 0;
   // Per column, finalized; NaN when undefined (see metrics::Statistics).
   std::vector<double> values;
   std::vector<std::uint64_t> instances;  // per column: CCT instances combined (1 in Calling Context)
