@@ -175,9 +175,9 @@ class CallingContextModel final : public ViewModel {
       }
       for (auto it = order.rbegin(); it != order.rend(); ++it) {
         const auto& n = idx.nodes[*it];
-        bool self = false;
-        if (n.kind == ScopeKind::ProcFrame || n.kind == ScopeKind::Alien) self = nameMatches(s[n.name], pattern);
-        if (self) memo[*it] = 1;
+        // The same labels as the selection matches a node itself against.
+        const bool named = n.kind == ScopeKind::ProcFrame || n.kind == ScopeKind::Alien;
+        if (*it != 0 && nameMatches(named ? s[n.name] : matchLabel(labelOf(db_, *it, n)), pattern)) memo[*it] = 1;
         if (memo[*it] && *it != 0) memo[n.parent] = 1;
       }
     }
