@@ -1,0 +1,156 @@
+// The csp-diff terminal report (docs/diff.md "Report").
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "csp/reduce/diff.hpp"
+
+namespace csp::reduce {
+
+namespace {
+
+// Keeps the tail of long paths: the innermost frames are the ones to act on.
+constexpr std::size_t kMaxLabel = 110;
+
+std::string segment(const DiffNode& n) {
+  switch (n.kind) {
+    case ScopeKind::Root: return "<program root>";
+    case ScopeKind::ProcFrame: return n.name.empty() ? "<unknown procedure>" : n.name;
+    case ScopeKind::Alien: return "inlined " + n.name;
+    case ScopeKind::Loop: return fmt::format("loop {}:{}", n.file, n.line);
+    case ScopeKind::CallSite:
+    case ScopeKind::Stmt: return fmt::format("{}:{}", n.file, n.line);
+  }
+  return "?";
+}
+
+// Sums can be large counts of nanoseconds: show those in seconds.
+std::string amount(double v, const std::string& unit) {
+  if (unit == "ns") return fmt::format("{:.4g} s", v / 1e9);
+  if (unit.empty()) return fmt::format("{:.6g}", v);
+  return fmt::format("{:.6g} {}", v, unit);
+}
+
+std::string percent(double v) { return std::isfinite(v) ? fmt::format("{:.2f}%", v) : std::string("-"); }
+
+char mark(const DiffNode& n) {
+  if (n.presence == Presence::OnlyQ) return '+';
+  if (n.presence == Presence::OnlyP) return '-';
+  return n.inclusive.withinNoise ? '~' : ' ';
+}
+
+// Contexts worth listing: CallSite nodes repeat their callees' values and the root is the total.
+bool listable(const DiffNode& n) {
+  return n.kind != ScopeKind::Root && n.kind != ScopeKind::CallSite && n.inclusive.measured;
+}
+
+}  // namespace
+
+std::string contextLabel(const ScalingDiff& diff, storage::NodeId node) {
+  if (node == 0) return segment(diff.nodes[0]);
+  std::vector<std::string> parts;
+  for (storage::NodeId at = node; at != 0 && at != kNoIndex; at = diff.nodes[at].parent)
+    parts.push_back(segment(diff.nodes[at]));
+  std::string out;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) out += (out.empty() ? "" : " > ") + *it;
+  if (out.size() > kMaxLabel) {
+    // Cut at a separator so that no frame name is shown half.
+    auto cut = out.find(" > ", out.size() - kMaxLabel);
+    out = "... > " + (cut == std::string::npos ? out.substr(out.size() - kMaxLabel) : out.substr(cut + 3));
+  }
+  return out;
+}
+
+std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
+  const bool strong = d.study.mode == metrics::ScalingMode::Strong;
+  const std::string excessUnit = strong ? d.unit : d.unit + "/process";
+  std::string out;
+  auto line = [&out](const std::string& text) { out += text + '\n'; };
+  auto sameFrom = d.runP.processesFrom == d.runQ.processesFrom;
+  line(fmt::format("csp-diff: {} scaling of {}, p = {} -> q = {} ({})", strong ? "strong" : "weak", d.metric,
+                   d.study.p, d.study.q,
+                   sameFrom ? d.runP.processesFrom : d.runP.processesFrom + " / " + d.runQ.processesFrom));
+  for (const DiffRun* r : {&d.runP, &d.runQ}) {
+    const double sum = r == &d.runP ? d.total().sumP : d.total().sumQ;
+    line(fmt::format("  run {}  {}  {} profiles, {} contexts, total {}", r == &d.runP ? 'P' : 'Q',
+                     r->database.string(), r->profiles, r->nodes, amount(sum, d.unit)));
+    if (r->skippedInputs)
+      line(fmt::format("  warning: {} profiles of this run were skipped by csp-prof-mpi; its sums miss their costs",
+                       r->skippedInputs));
+  }
+  const auto& total = d.total();
+  line(fmt::format("  excess {}: scaling loss {} of the q run{}", amount(total.excess, excessUnit),
+                   percent(total.loss), total.withinNoise ? " (within sampling error)" : ""));
+  line(strong ? "  (strong: ideal is equal total cost; excess = sum q - sum p)"
+              : "  (weak: ideal is equal cost per process; excess = sum q/q - sum p/p)");
+
+  std::vector<storage::NodeId> order;
+  for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
+    if (listable(d.nodes[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
+    return d.nodes[a].inclusive.loss > d.nodes[b].inclusive.loss;
+  });
+
+  const auto row = [&](storage::NodeId id) {
+    const DiffNode& n = d.nodes[id];
+    return fmt::format("  {:>9} {:>9} {:>9} {:>14}  {} {}", percent(n.inclusive.loss),
+                       n.exclusive.measured ? percent(n.exclusive.loss) : std::string("-"), percent(n.inclusive.share),
+                       amount(n.inclusive.excess, excessUnit), mark(n), contextLabel(d, id));
+  };
+  const std::string header =
+      fmt::format("  {:>9} {:>9} {:>9} {:>14}  context", "loss I", "loss E", "share I", "excess I");
+
+  line("");
+  line(fmt::format("Top {} contexts by inclusive loss (loss I >> loss E: look at the callees)",
+                   std::min(top, order.size())));
+  line(header);
+  bool anyNoise = false;
+  for (std::size_t k = 0; k < order.size() && k < top; ++k) {
+    line(row(order[k]));
+    anyNoise |= mark(d.nodes[order[k]]) == '~';
+  }
+
+  // Gains explain losses above 100 % of the total loss elsewhere.
+  std::vector<storage::NodeId> gains;
+  for (auto it = order.rbegin(); it != order.rend() && gains.size() < std::min<std::size_t>(top, 3); ++it)
+    if (d.nodes[*it].inclusive.excess < 0) gains.push_back(*it);
+  if (!gains.empty()) {
+    line("");
+    line("Largest gains (negative loss)");
+    line(header);
+    for (auto id : gains) {
+      line(row(id));
+      anyNoise |= mark(d.nodes[id]) == '~';
+    }
+  }
+
+  // One-run-only contexts: only the outermost of each such subtree, by inclusive cost.
+  std::vector<storage::NodeId> alone;
+  for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
+    if (d.nodes[i].presence != Presence::Both && d.nodes[d.nodes[i].parent].presence == Presence::Both)
+      alone.push_back(i);
+  std::stable_sort(alone.begin(), alone.end(), [&](auto a, auto b) {
+    return std::fabs(d.nodes[a].inclusive.loss) > std::fabs(d.nodes[b].inclusive.loss);
+  });
+  line("");
+  if (d.onlyP + d.onlyQ == 0) {
+    line("Every context occurs in both runs.");
+  } else {
+    line(fmt::format("Contexts in one run only: {} only in run Q (+), {} only in run P (-); outermost {} of {}:",
+                     d.onlyQ, d.onlyP, std::min(top, alone.size()), alone.size()));
+    line(header);
+    for (std::size_t k = 0; k < alone.size() && k < top; ++k) line(row(alone[k]));
+  }
+  line("");
+  line(fmt::format("loss: % of the q run's {}total {}; share: % of the total loss (over 100 % where other contexts "
+                   "gained)",
+                   strong ? "" : "per-process ", d.metric));
+  if (anyNoise || d.runP.sampled || d.runQ.sampled)
+    line("~: within sampling error (|excess| <= the worst-case error of thesis Eq. A.10): may be noise");
+  else
+    line(fmt::format("{} is not sampled: no sampling error", d.metric));
+  return out;
+}
+
+}  // namespace csp::reduce
