@@ -111,10 +111,14 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
     anyNoise |= mark(d.nodes[order[k]]) == '~';
   }
 
-  // Gains explain losses above 100 % of the total loss elsewhere.
+  // Gains explain shares above 100 % of the total loss elsewhere.
   std::vector<storage::NodeId> gains;
-  for (auto it = order.rbegin(); it != order.rend() && gains.size() < std::min<std::size_t>(top, 3); ++it)
-    if (d.nodes[*it].inclusive.excess < 0) gains.push_back(*it);
+  for (auto id : order)
+    if (d.nodes[id].inclusive.excess < 0) gains.push_back(id);
+  std::stable_sort(gains.begin(), gains.end(), [&](auto a, auto b) {
+    return d.nodes[a].inclusive.loss < d.nodes[b].inclusive.loss;
+  });
+  gains.resize(std::min<std::size_t>(gains.size(), std::min<std::size_t>(top, 3)));
   if (!gains.empty()) {
     line("");
     line("Largest gains (negative loss)");
@@ -125,11 +129,15 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
     }
   }
 
-  // One-run-only contexts: only the outermost of each such subtree, by inclusive cost.
+  // One-run-only contexts: the outermost listable node of each such subtree (a new call site is
+  // shown by its callees), by inclusive loss.
   std::vector<storage::NodeId> alone;
-  for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
-    if (d.nodes[i].presence != Presence::Both && d.nodes[d.nodes[i].parent].presence == Presence::Both)
-      alone.push_back(i);
+  for (storage::NodeId i = 1; i < d.nodes.size(); ++i) {
+    if (d.nodes[i].presence == Presence::Both || d.nodes[i].kind == ScopeKind::CallSite) continue;
+    storage::NodeId up = d.nodes[i].parent;
+    while (up != 0 && d.nodes[up].kind == ScopeKind::CallSite) up = d.nodes[up].parent;
+    if (d.nodes[up].presence == Presence::Both) alone.push_back(i);
+  }
   std::stable_sort(alone.begin(), alone.end(), [&](auto a, auto b) {
     return std::fabs(d.nodes[a].inclusive.loss) > std::fabs(d.nodes[b].inclusive.loss);
   });

@@ -446,6 +446,19 @@ TEST_F(Diff, ResultDatabaseOpensWithTheRightContent) {
   EXPECT_EQ(storage::Database::open(out)->metadata().properties[1].value, "weak");
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".scaling-db.tmp"), std::string::npos) << e.path();
+  // The same runs give the same database, entry for entry.
+  const auto twin = dir / "twin-db";
+  csp_diff(p.string() + " " + q.string() + " --weak --quiet -o " + twin.string(), 0);
+  auto dump = [](const std::filesystem::path& path) {
+    const auto d = storage::Database::open(path);
+    std::vector<std::string> entries;
+    for (const auto& family : storage::databaseColumnFamilies())
+      d->forEachEntry(family, [&](std::string_view k, std::string_view v) {
+        entries.push_back(family + ":" + std::string(k) + "=" + std::string(v));
+      });
+    return entries;
+  };
+  EXPECT_EQ(dump(out), dump(twin));  // the metadata names the inputs, never the output
   // A diff database is no run.
   const auto again = csp_diff(out.string() + " " + q.string(), 1);
   EXPECT_NE(again.find("is a csp-diff result, not a run"), std::string::npos) << again;
