@@ -13,6 +13,7 @@
 #include "csp/metrics/encoding.hpp"
 #include "csp/reduce/diff.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/database_writer.hpp"
 
 using namespace csp;
 using csp::test::run;
@@ -497,6 +498,49 @@ TEST_F(Diff, Refusals) {
   const auto both = run(tool("csp-diff") + " --strong --weak " + p.string() + " " + q.string());
   EXPECT_NE(both.status, 0);
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
+}
+
+// Databases that open but whose content is inconsistent: written with the storage API directly,
+// the way a buggy or interrupted writer could have.
+TEST_F(Diff, InconsistentDatabasesAreDamaged) {
+  const auto [p, q] = runs(kStrong, "inconsistent");
+  enum class Defect { ParentCycle, MissingNode, GarbageSummary };
+  auto write = [&](const std::string& name, Defect defect) {
+    const auto target = dir / name;
+    storage::DatabaseBuilder builder(target);
+    storage::ShardWriter shard(builder.stagingDir(), 0);
+    shard.putNode(0, {});
+    shard.putNode(1, {defect == Defect::ParentCycle ? 2u : 0u, ScopeKind::ProcFrame, 1, 0, 0, 0});
+    if (defect != Defect::MissingNode) shard.putNode(2, {1, ScopeKind::Stmt, 0, 0, 0, 5});
+    shard.putSummary(0, 0, I, defect == Defect::GarbageSummary ? std::string("\x11\xff") : [] {
+      metrics::IntAccumulator a;
+      a.accumulate(0, 7);
+      return metrics::encode(a);
+    }());
+    shard.finish();
+    storage::DatabaseMetadata meta;
+    meta.nodeCount = 3;
+    meta.processCount = 1;
+    meta.threadCount = 1;
+    meta.metrics = {{{"cpu-time", "units", MetricKind::Sampled, 1, ""}, storage::ValueType::Count}};
+    meta.profiles = {IdTuple{{IdKind::Rank, 0}}};
+    meta.strings = {"", "main"};
+    builder.writeMetadata(meta);
+    builder.ingestShards(1);
+    builder.publish();
+    return target;
+  };
+  const std::pair<Defect, std::string> cases[] = {
+      {Defect::ParentCycle, "damaged database: 2 of 3 CCT nodes are not below the root"},
+      {Defect::MissingNode, "damaged database: CCT node 2 of 3 is missing"},
+      {Defect::GarbageSummary, "damaged database: summary of CCT node 0 (cpu-time, I)"},
+  };
+  int k = 0;
+  for (const auto& [defect, message] : cases) {
+    const auto bad = write("bad" + std::to_string(k++), defect);
+    const auto text = csp_diff(p.string() + " " + bad.string() + " --q 8", 1);
+    EXPECT_NE(text.find(message), std::string::npos) << text;
+  }
 }
 
 }  // namespace
