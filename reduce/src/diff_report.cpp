@@ -154,10 +154,12 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
   line(fmt::format("loss: % of the q run's {}total {}; share: % of the total loss (over 100 % where other contexts "
                    "gained)",
                    strong ? "" : "per-process ", d.metric));
-  if (anyNoise || d.runP.sampled || d.runQ.sampled)
+  // Period 1 samples are exact counts: nothing can be noise.
+  const auto noisy = [](const DiffRun& r) { return r.sampled && r.period > 1; };
+  if (anyNoise || noisy(d.runP) || noisy(d.runQ))
     line("~: within sampling error (|excess| <= the worst-case error of thesis Eq. A.10): may be noise");
   else
-    line(fmt::format("{} is not sampled: no sampling error", d.metric));
+    line(fmt::format("{} is exact in both runs (counted, or period 1): no sampling error", d.metric));
   return out;
 }
 
