@@ -84,6 +84,8 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
                    percent(total.loss), total.withinNoise ? " (within sampling error)" : ""));
   line(strong ? "  (strong: ideal is equal total cost; excess = sum q - sum p)"
               : "  (weak: ideal is equal cost per process; excess = sum q/q - sum p/p)");
+  if (!(total.excess > 0))
+    line("  the q run lost nothing overall: shares of the total loss are undefined or inverted");
 
   std::vector<storage::NodeId> order;
   for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
@@ -94,12 +96,12 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
 
   const auto row = [&](storage::NodeId id) {
     const DiffNode& n = d.nodes[id];
-    return fmt::format("  {:>9} {:>9} {:>9} {:>14}  {} {}", percent(n.inclusive.loss),
+    return fmt::format("  {:>9} {:>9} {:>9} {:>18}  {} {}", percent(n.inclusive.loss),
                        n.exclusive.measured ? percent(n.exclusive.loss) : std::string("-"), percent(n.inclusive.share),
                        amount(n.inclusive.excess, excessUnit), mark(n), contextLabel(d, id));
   };
   const std::string header =
-      fmt::format("  {:>9} {:>9} {:>9} {:>14}  context", "loss I", "loss E", "share I", "excess I");
+      fmt::format("  {:>9} {:>9} {:>9} {:>18}  context", "loss I", "loss E", "share I", "excess I");
 
   line("");
   line(fmt::format("Top {} contexts by inclusive loss (loss I >> loss E: look at the callees)",
