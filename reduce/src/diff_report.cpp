@@ -13,23 +13,30 @@ namespace {
 // Keeps the tail of long paths: the innermost frames are the ones to act on.
 constexpr std::size_t kMaxLabel = 110;
 
+// Labels show file base names: full paths are in the database, and a path of paths is unreadable.
+std::string baseName(const std::string& file) {
+  const auto slash = file.rfind('/');
+  return slash == std::string::npos ? file : file.substr(slash + 1);
+}
+
 std::string segment(const DiffNode& n) {
   switch (n.kind) {
     case ScopeKind::Root: return "<program root>";
     case ScopeKind::ProcFrame: return n.name.empty() ? "<unknown procedure>" : n.name;
     case ScopeKind::Alien: return "inlined " + n.name;
-    case ScopeKind::Loop: return fmt::format("loop {}:{}", n.file, n.line);
+    case ScopeKind::Loop: return fmt::format("loop {}:{}", baseName(n.file), n.line);
     case ScopeKind::CallSite:
-    case ScopeKind::Stmt: return fmt::format("{}:{}", n.file, n.line);
+    case ScopeKind::Stmt: return n.file.empty() ? std::string() : fmt::format("{}:{}", baseName(n.file), n.line);
   }
   return "?";
 }
 
-// Sums can be large counts of nanoseconds: show those in seconds.
-std::string amount(double v, const std::string& unit) {
-  if (unit == "ns") return fmt::format("{:.4g} s", v / 1e9);
-  if (unit.empty()) return fmt::format("{:.6g}", v);
-  return fmt::format("{:.6g} {}", v, unit);
+// Sums can be large counts of nanoseconds: show those in seconds. `perProcess` for weak excess.
+std::string amount(double v, const std::string& unit, bool perProcess = false) {
+  const std::string suffix = perProcess ? "/process" : "";
+  if (unit == "ns") return fmt::format("{:.4g} s{}", v / 1e9, suffix);
+  if (unit.empty()) return fmt::format("{:.6g}{}", v, perProcess ? " per process" : "");
+  return fmt::format("{:.6g} {}{}", v, unit, suffix);
 }
 
 std::string percent(double v) { return std::isfinite(v) ? fmt::format("{:.2f}%", v) : std::string("-"); }
@@ -45,13 +52,63 @@ bool listable(const DiffNode& n) {
   return n.kind != ScopeKind::Root && n.kind != ScopeKind::CallSite && n.inclusive.measured;
 }
 
+// Pass-through contexts (_start, wrappers, a procedure whose only cost is one statement) have a
+// child with the same inclusive sums in both runs (costs are non-negative, so they have nothing
+// else): the child's path names them, so listing both would only repeat a row. A frame whose
+// only child is a call site is caught at the call site's level.
+std::vector<bool> passThrough(const ScalingDiff& d) {
+  std::vector<bool> out(d.nodes.size(), false);
+  for (storage::NodeId i = 1; i < d.nodes.size(); ++i) {
+    const auto& child = d.nodes[i].inclusive;
+    const auto& parent = d.nodes[d.nodes[i].parent].inclusive;
+    if (child.sumP == parent.sumP && child.sumQ == parent.sumQ) out[d.nodes[i].parent] = true;
+  }
+  return out;
+}
+
+// The loss hot path: from the root, step into the child (through call sites) that holds at
+// least half of the current context's inclusive excess, as long as there is one. Its end is where
+// the loss concentrates; the procedures on the way say how the program got there.
+std::vector<storage::NodeId> hotPath(const ScalingDiff& d) {
+  std::vector<std::vector<storage::NodeId>> children(d.nodes.size());
+  for (storage::NodeId i = 1; i < d.nodes.size(); ++i) children[d.nodes[i].parent].push_back(i);
+  std::vector<storage::NodeId> path;
+  storage::NodeId at = 0;
+  while (d.nodes[at].inclusive.excess > 0) {
+    storage::NodeId best = kNoIndex;
+    for (auto c : children[at])
+      if (best == kNoIndex || d.nodes[c].inclusive.excess > d.nodes[best].inclusive.excess) best = c;
+    if (best == kNoIndex || !(d.nodes[best].inclusive.excess >= 0.5 * d.nodes[at].inclusive.excess)) break;
+    at = best;
+    path.push_back(at);
+  }
+  return path;
+}
+
+// Procedure-level rendering of a path: frames, inlined code and loops; lines only at the end.
+std::string pathLabel(const ScalingDiff& d, const std::vector<storage::NodeId>& path) {
+  std::string out;
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    const DiffNode& n = d.nodes[path[k]];
+    const bool last = k + 1 == path.size();
+    if (!last && (n.kind == ScopeKind::CallSite || n.kind == ScopeKind::Stmt)) continue;
+    const auto part = segment(n);
+    if (!part.empty()) out += (out.empty() ? "" : " > ") + part;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string contextLabel(const ScalingDiff& diff, storage::NodeId node) {
   if (node == 0) return segment(diff.nodes[0]);
   std::vector<std::string> parts;
-  for (storage::NodeId at = node; at != 0 && at != kNoIndex; at = diff.nodes[at].parent)
-    parts.push_back(segment(diff.nodes[at]));
+  // A call site without line information is just an edge: it says nothing.
+  for (storage::NodeId at = node; at != 0 && at != kNoIndex; at = diff.nodes[at].parent) {
+    auto part = segment(diff.nodes[at]);
+    if (!part.empty()) parts.push_back(std::move(part));
+    else if (diff.nodes[at].kind == ScopeKind::Stmt) parts.emplace_back("<unknown line>");
+  }
   std::string out;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) out += (out.empty() ? "" : " > ") + *it;
   if (out.size() > kMaxLabel) {
@@ -64,7 +121,6 @@ std::string contextLabel(const ScalingDiff& diff, storage::NodeId node) {
 
 std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
   const bool strong = d.study.mode == metrics::ScalingMode::Strong;
-  const std::string excessUnit = strong ? d.unit : d.unit + "/process";
   std::string out;
   auto line = [&out](const std::string& text) { out += text + '\n'; };
   auto sameFrom = d.runP.processesFrom == d.runQ.processesFrom;
@@ -80,16 +136,24 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
                        r->skippedInputs));
   }
   const auto& total = d.total();
-  line(fmt::format("  excess {}: scaling loss {} of the q run{}", amount(total.excess, excessUnit),
+  line(fmt::format("  excess {}: scaling loss {} of the q run{}", amount(total.excess, d.unit, !strong),
                    percent(total.loss), total.withinNoise ? " (within sampling error)" : ""));
   line(strong ? "  (strong: ideal is equal total cost; excess = sum q - sum p)"
               : "  (weak: ideal is equal cost per process; excess = sum q/q - sum p/p)");
-  if (!(total.excess > 0))
+  if (!(total.excess > 0)) {
     line("  the q run lost nothing overall: shares of the total loss are undefined or inverted");
+  } else if (const auto hot = hotPath(d); !hot.empty()) {
+    const auto& end = d.nodes[hot.back()].inclusive;
+    line(fmt::format("  loss hot path (each step holds at least half of the loss above it; ends at loss I {}, "
+                     "share {}):",
+                     percent(end.loss), percent(end.share)));
+    line("    " + pathLabel(d, hot));
+  }
 
+  const auto repeated = passThrough(d);
   std::vector<storage::NodeId> order;
   for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
-    if (listable(d.nodes[i])) order.push_back(i);
+    if (listable(d.nodes[i]) && !repeated[i]) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
     return d.nodes[a].inclusive.loss > d.nodes[b].inclusive.loss;
   });
@@ -98,7 +162,7 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
     const DiffNode& n = d.nodes[id];
     return fmt::format("  {:>9} {:>9} {:>9} {:>18}  {} {}", percent(n.inclusive.loss),
                        n.exclusive.measured ? percent(n.exclusive.loss) : std::string("-"), percent(n.inclusive.share),
-                       amount(n.inclusive.excess, excessUnit), mark(n), contextLabel(d, id));
+                       amount(n.inclusive.excess, d.unit, !strong), mark(n), contextLabel(d, id));
   };
   const std::string header =
       fmt::format("  {:>9} {:>9} {:>9} {:>18}  context", "loss I", "loss E", "share I", "excess I");
