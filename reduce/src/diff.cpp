@@ -39,7 +39,6 @@ struct RunTree {
   std::vector<storage::CctNode> nodes;
   std::vector<std::vector<NodeId>> children;
   std::vector<std::array<Cost, 2>> cost;  // per node: E, I
-  storage::MetricId metric = 0;
 };
 
 [[noreturn]] void damaged(const storage::Database& db, const std::string& what) {
@@ -84,7 +83,6 @@ double processCount(const storage::Database& db, std::string& from) {
 RunTree loadRun(const storage::Database& db, storage::MetricId metric) {
   RunTree run;
   run.db = &db;
-  run.metric = metric;
   const auto count = db.metadata().nodeCount;
   if (count == 0) damaged(db, "the canonical CCT is empty (node count 0)");
   run.nodes.resize(count);
