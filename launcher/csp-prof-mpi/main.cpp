@@ -59,11 +59,16 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
                "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
   app.add_option("--replace-path", replace,
-                 "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable");
+                 "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable")
+      ->allow_extra_args(false);
   app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
   app.add_option("--title", o.title, "description stored in the database");
+  app.add_option("--derive", o.pipeline.derive,
+                 "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
+                 "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
+      ->allow_extra_args(false);
   app.add_flag("-q,--quiet", quiet, "no progress output (errors only)");
   try {
     app.parse(argc, argv);

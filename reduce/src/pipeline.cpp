@@ -6,6 +6,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -15,6 +16,7 @@
 #include <tuple>
 #include <thread>
 
+#include "csp/metrics/expression.hpp"
 #include "csp/storage/profile_io.hpp"
 
 namespace csp::reduce {
@@ -140,6 +142,59 @@ class RegionUnion {
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;
 };
 
+// Appends per-thread derived metrics to a profile's values, node by node: inputs are the raw
+// values of the same node and scope (absent = 0), evaluated where at least one input is
+// present; a non-finite result leaves the metric absent there.
+template <typename Derived>
+ThreadValues withDerived(const ThreadValues& v, const std::vector<Derived>& derived, std::size_t rawMetrics) {
+  ThreadValues out;
+  std::vector<double> e(rawMetrics), inc(rawMetrics), args;
+  std::vector<bool> presentE(rawMetrics), presentI(rawMetrics);
+  auto bits = [](double x) {
+    std::uint64_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
+  for (std::size_t k = 0; k < v.size();) {
+    const auto node = v.node[k];
+    std::fill(e.begin(), e.end(), 0.0);
+    std::fill(inc.begin(), inc.end(), 0.0);
+    std::fill(presentE.begin(), presentE.end(), false);
+    std::fill(presentI.begin(), presentI.end(), false);
+    for (; k < v.size() && v.node[k] == node; ++k) {
+      out.node.push_back(node);
+      out.metric.push_back(v.metric[k]);
+      out.exclusive.push_back(v.exclusive[k]);
+      out.inclusive.push_back(v.inclusive[k]);
+      e[v.metric[k]] = static_cast<double>(v.exclusive[k]);
+      inc[v.metric[k]] = static_cast<double>(v.inclusive[k]);
+      presentE[v.metric[k]] = v.exclusive[k] != 0;
+      presentI[v.metric[k]] = v.inclusive[k] != 0;
+    }
+    for (std::size_t d = 0; d < derived.size(); ++d) {
+      std::optional<double> de, di;
+      const auto& inputs = derived[d].inputs;
+      if (std::any_of(inputs.begin(), inputs.end(), [&](auto m) { return presentE[m]; })) {
+        args.clear();
+        for (auto m : inputs) args.push_back(e[m]);
+        de = derived[d].metric.evaluate(args);
+      }
+      if (std::any_of(inputs.begin(), inputs.end(), [&](auto m) { return presentI[m]; })) {
+        args.clear();
+        for (auto m : inputs) args.push_back(inc[m]);
+        di = derived[d].metric.evaluate(args);
+      }
+      const std::uint64_t be = de ? bits(*de) : 0, bi = di ? bits(*di) : 0;
+      if (be == 0 && bi == 0) continue;  // +0.0 is absence, like a raw zero
+      out.node.push_back(node);
+      out.metric.push_back(static_cast<std::uint16_t>(rawMetrics + d));
+      out.exclusive.push_back(be);
+      out.inclusive.push_back(bi);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Pipeline::Impl {
@@ -160,6 +215,12 @@ struct Pipeline::Impl {
   std::vector<std::size_t> localInputOf;  // local valid profile -> input index
   std::vector<SkippedInput> skipped;
   std::vector<MetricDescriptor> metrics;
+  std::size_t rawMetrics = 0;
+  struct Derived {
+    metrics::PerThreadDerivedMetric metric;
+    std::vector<std::uint16_t> inputs;  // raw metric ids
+  };
+  std::vector<Derived> derived;
   std::uint32_t profileCount = 0;
   std::uint32_t firstId = 0;
   FinalCct cct;
@@ -394,6 +455,35 @@ void Pipeline::buildStructure() {
     }
     s.comm.broadcast(merged);
     s.metrics = unpackMetrics(merged);
+    s.rawMetrics = s.metrics.size();
+    std::vector<std::string> defects;
+    for (const auto& text : s.options.derive) {
+      try {
+        Impl::Derived d{metrics::PerThreadDerivedMetric::parse(text), {}};
+        for (std::size_t i = 0; i < d.metric.inputs().size(); ++i) {
+          const auto& name = d.metric.inputs()[i];
+          auto it = std::find_if(s.metrics.begin(), s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics),
+                                 [&](const auto& m) { return m.name == name; });
+          if (it == s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics))
+            throw metrics::ExpressionError(d.metric.expression().column(i),
+                                           fmt::format("unknown metric '{}' (the profiles have: {})", name, [&] {
+                                             std::string all;
+                                             for (std::size_t m = 0; m < s.rawMetrics; ++m)
+                                               all += (m ? ", " : "") + s.metrics[m].name;
+                                             return all;
+                                           }()));
+          d.inputs.push_back(static_cast<std::uint16_t>(it - s.metrics.begin()));
+        }
+        const bool clash = std::any_of(s.metrics.begin(), s.metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
+        if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
+        s.metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1,
+                             "derived per thread: " + d.metric.expression().text()});
+        s.derived.push_back(std::move(d));
+      } catch (const metrics::ExpressionError& e) {
+        defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
+      }
+    }
+    if (!defects.empty()) throw PipelineError(defects.front());
     if (s.metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
   }
 
@@ -476,6 +566,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
             auto& mine = scratch.local();
             if (!mine) mine = std::make_unique<ValueScratch>(s.cct.size(), s.metrics.size());
             values[i] = mine->compute(s.cct, stmt);
+            if (!s.derived.empty()) values[i] = withDerived(values[i], s.derived, s.rawMetrics);
             const auto& r = p.regions;
             std::vector<std::uint32_t> rid(r.size(), 0);
             auto& rv = regionValues[i];
@@ -513,9 +604,9 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
     // at most two batches are alive at a time.
     if (pending.valid()) pending.get();
     pending = std::async(std::launch::async,
-                         [&consume, profiles = std::span<const ProfileInfo>(s.localProfiles).subspan(first, n),
+                         [&consume, batchIndex, profiles = std::span<const ProfileInfo>(s.localProfiles).subspan(first, n),
                           values = std::move(values), regionValues = std::move(regionValues)]() mutable {
-                           consume(profiles, values, regionValues);
+                           consume(batchIndex, profiles, values, regionValues);
                          });
     first += n;
     if (s.progress) s.progress->update(first);
@@ -530,6 +621,7 @@ const FinalCct& Pipeline::cct() const { return impl_->cct; }
 const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions; }
 StringTable& Pipeline::strings() { return impl_->strings; }
 const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->metrics; }
+std::size_t Pipeline::rawMetricCount() const { return impl_->rawMetrics; }
 std::uint32_t Pipeline::profileCount() const { return impl_->profileCount; }
 std::uint32_t Pipeline::firstProfileId() const { return impl_->firstId; }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->localProfiles; }

@@ -5,6 +5,7 @@
 #include <tbb/parallel_invoke.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -56,6 +57,38 @@ class Summaries {
   std::size_t metrics_;
   std::vector<metrics::IntAccumulator> acc_;
 };
+
+// Real-valued (derived) summaries combined in a fixed binary tree over the global batch
+// numbers, so that the floating-point result does not depend on how batches are spread over
+// processes: every process folds its batches into aligned dyadic blocks, owners continue the
+// same folding with the blocks of all processes in batch order.
+struct Piece {
+  std::uint32_t level = 0;
+  std::uint64_t index = 0;  // block covers batches [index << level, (index + 1) << level)
+  metrics::RealAccumulator acc;
+};
+
+void pushPiece(std::vector<Piece>& stack, Piece piece) {
+  while (!stack.empty() && stack.back().level == piece.level && (piece.index & 1) && stack.back().index + 1 == piece.index) {
+    Piece left = std::move(stack.back());
+    stack.pop_back();
+    left.acc.combine(piece.acc);
+    piece = {piece.level + 1, piece.index >> 1, std::move(left.acc)};
+  }
+  stack.push_back(std::move(piece));
+}
+
+metrics::RealAccumulator foldPieces(const std::vector<Piece>& stack) {
+  metrics::RealAccumulator out;
+  for (const auto& p : stack) out.combine(p.acc);
+  return out;
+}
+
+double fromBits(std::uint64_t bits) {
+  double x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
 
 std::uint32_t ownerStart(std::uint32_t nodes, int rank, int size) {
   return static_cast<std::uint32_t>(std::uint64_t{nodes} * static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(size));
@@ -127,15 +160,19 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   }
 
   std::uint64_t valuesWritten = 0;
-  Summaries summaries(nodeCount, metricCount);
+  const std::size_t rawCount = pipeline.rawMetricCount();
+  const std::size_t derivedCount = metricCount - rawCount;
+  Summaries summaries(nodeCount, rawCount);
+  // Per (node, derived metric, scope): the dyadic blocks folded so far.
+  std::vector<std::vector<Piece>> derivedStacks(derivedCount ? std::size_t{nodeCount} * derivedCount * 2 : 0);
   std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * 3);  // visits E, time E, time I
   std::uint32_t nextShard = shardBase + 1;
   std::optional<storage::ShardWriter> mainShard;
   errors.clear();
   try {
     mainShard.emplace(stagingDir, shardBase);
-    pipeline.computeMetrics([&](std::span<const ProfileInfo> batch, std::vector<ThreadValues>& values,
-                                std::vector<RegionValues>& regionValues) {
+    pipeline.computeMetrics([&](std::size_t batchIndex, std::span<const ProfileInfo> batch,
+                                std::vector<ThreadValues>& values, std::vector<RegionValues>& regionValues) {
       const auto writeStart = now();
       // Three independent jobs on the batch, run side by side: values by profile (main shard),
       // values by node (this batch's shard), summary accumulation.
@@ -200,10 +237,27 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
             const ThreadValues& v = values[i];
             auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
             for (; k < v.size() && v.node[k] < hi; ++k) {
+              if (v.metric[k] >= rawCount) continue;
               if (v.exclusive[k]) summaries.at(v.node[k], v.metric[k], storage::MetricScope::Exclusive).accumulate(batch[i].id, v.exclusive[k]);
               if (v.inclusive[k]) summaries.at(v.node[k], v.metric[k], storage::MetricScope::Inclusive).accumulate(batch[i].id, v.inclusive[k]);
             }
           }
+          if (derivedCount == 0) return;
+          // This batch's leaf per (node, derived metric, scope), accumulated in profile order.
+          std::vector<metrics::RealAccumulator> leaf(std::size_t{hi - lo} * derivedCount * 2);
+          std::vector<std::uint8_t> used(leaf.size(), 0);
+          for (std::size_t i = 0; i < batch.size(); ++i) {
+            const ThreadValues& v = values[i];
+            auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
+            for (; k < v.size() && v.node[k] < hi; ++k) {
+              if (v.metric[k] < rawCount) continue;
+              const std::size_t at = ((v.node[k] - lo) * derivedCount + (v.metric[k] - rawCount)) * 2;
+              if (v.exclusive[k]) leaf[at].accumulate(batch[i].id, fromBits(v.exclusive[k])), used[at] = 1;
+              if (v.inclusive[k]) leaf[at + 1].accumulate(batch[i].id, fromBits(v.inclusive[k])), used[at + 1] = 1;
+            }
+          }
+          for (std::size_t at = 0; at < leaf.size(); ++at)
+            if (used[at]) pushPiece(derivedStacks[std::size_t{lo} * derivedCount * 2 + at], {0, batchIndex, std::move(leaf[at])});
         });
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const RegionValues& r = regionValues[i];
@@ -233,12 +287,26 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   for (int r = 0; r < comm.size(); ++r) {
     Packer p;
     for (std::uint32_t n = ownerStart(nodeCount, r, comm.size()); n < ownerStart(nodeCount, r + 1, comm.size()); ++n) {
-      for (std::uint16_t m = 0; m < metricCount; ++m) {
+      for (std::uint16_t m = 0; m < rawCount; ++m) {
         for (auto scope : {storage::MetricScope::Exclusive, storage::MetricScope::Inclusive}) {
           const auto& a = summaries.at(n, m, scope);
           if (a.count() == 0) continue;
           p.u64((std::uint64_t{n} << 24) | (std::uint64_t{m} << 8) | static_cast<std::uint64_t>(scope));
+          p.u64(1);
           p.text(metrics::encode(a));
+        }
+      }
+      for (std::size_t d = 0; d < derivedCount; ++d) {
+        for (std::size_t scope = 0; scope < 2; ++scope) {
+          const auto& stack = derivedStacks[(std::size_t{n} * derivedCount + d) * 2 + scope];
+          if (stack.empty()) continue;
+          p.u64((std::uint64_t{n} << 24) | (std::uint64_t{rawCount + d} << 8) | scope);
+          p.u64(stack.size());
+          for (const auto& piece : stack) {
+            p.u64(piece.level);
+            p.u64(piece.index);
+            p.text(metrics::encode(piece.acc));
+          }
         }
       }
     }
@@ -250,21 +318,39 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   const std::uint32_t myEnd = ownerStart(nodeCount, comm.rank() + 1, comm.size());
   errors.clear();
   try {
+    // Parts arrive in rank order, which is batch order: folding derived pieces in that order
+    // repeats exactly what one process would have done.
     std::map<std::uint64_t, metrics::IntAccumulator> owned;
+    std::map<std::uint64_t, std::vector<Piece>> ownedDerived;
     for (const auto& part : incoming) {
       Unpacker u(part);
       while (!u.done()) {
         const auto key = u.u64();
-        auto acc = metrics::decodeIntAccumulator(u.text());
-        auto [it, fresh] = owned.try_emplace(key, acc);
-        if (!fresh) it->second.combine(acc);
+        const auto pieces = u.u64();
+        if (((key >> 8) & 0xFFFF) < rawCount) {
+          auto acc = metrics::decodeIntAccumulator(u.text());
+          auto [it, fresh] = owned.try_emplace(key, acc);
+          if (!fresh) it->second.combine(acc);
+          continue;
+        }
+        auto& stack = ownedDerived[key];
+        for (std::uint64_t i = 0; i < pieces; ++i) {
+          Piece piece;
+          piece.level = static_cast<std::uint32_t>(u.u64());
+          piece.index = u.u64();
+          piece.acc = metrics::decodeRealAccumulator(u.text());
+          pushPiece(stack, std::move(piece));
+        }
       }
     }
-    for (const auto& [key, acc] : owned) {
+    std::map<std::uint64_t, std::string> encoded;
+    for (const auto& [key, acc] : owned) encoded[key] = metrics::encode(acc);
+    for (const auto& [key, stack] : ownedDerived) encoded[key] = metrics::encode(foldPieces(stack));
+    for (const auto& [key, bytes] : encoded) {
       const auto node = static_cast<std::uint32_t>(key >> 24);
       if (node < myFirst || node >= myEnd) throw std::logic_error("summary for a node outside this rank's range");
       mainShard->putSummary(node, static_cast<std::uint16_t>((key >> 8) & 0xFFFF),
-                            static_cast<storage::MetricScope>(key & 0xFF), metrics::encode(acc));
+                            static_cast<storage::MetricScope>(key & 0xFF), bytes);
     }
   } catch (const std::exception& e) {
     errors.push_back(e.what());
@@ -380,7 +466,8 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       meta.threadCount = profiles;
       meta.nodeCount = nodeCount;
       meta.regionCount = static_cast<std::uint32_t>(regions.size());
-      for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, storage::ValueType::Count});
+      for (std::size_t m = 0; m < metricCount; ++m)
+        meta.metrics.push_back({pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
       meta.strings = strings.take();
       for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
       meta.properties = {{"generator", "csp-prof-mpi"},

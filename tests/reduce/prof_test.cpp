@@ -196,12 +196,14 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
   const auto meas = dir / "meas";
   ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 256 --threads 4 --nodes 300 --groups 3 --regions --seed 3 -o " +
                 meas.string()).status, 0);
-  prof(meas, "np1", 1, "-j 2 --batch 64");
+  // A per-thread derived metric too: its real-valued summaries must not depend on the split.
+  const std::string derive = " --derive 'wait = `real-time` - `cpu-time`' --derive 'share = `cpu-time` / `real-time`'";
+  prof(meas, "np1", 1, "-j 2 --batch 64" + derive);
   const auto reference = dump(dir / "np1");
   ASSERT_GT(reference.size(), 1000u);
   for (const auto& [ranks, extra, name] : {std::tuple{1, "-j 1 --batch 64", "np1j1"}, std::tuple{2, "-j 1 --batch 64", "np2"},
                                            std::tuple{4, "-j 1 --batch 64", "np4"}, std::tuple{2, "-j 2 --batch 64", "np2j2"}}) {
-    prof(meas, name, ranks, extra);
+    prof(meas, name, ranks, extra + derive);
     const auto other = dump(dir / name);
     ASSERT_EQ(other.size(), reference.size()) << name;
     for (std::size_t i = 0; i < reference.size(); ++i) {
@@ -209,6 +211,37 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
       ASSERT_EQ(other[i].second, reference[i].second) << name << " key " << reference[i].first;
     }
   }
+}
+
+TEST_F(Prof, PerThreadDerivedMetric) {
+  // Two threads: cpu 6/real 8 and cpu 2/real 8 at the same statement; the derived share is
+  // computed per thread (0.75 and 0.25), then aggregated: its mean is 0.5 — not the ratio of
+  // sums (8/16 happens to agree) and not 6+2 over anything.
+  auto meas = fromJson("derive", R"({"metrics": [{"name": "cpu"}, {"name": "real"}], "threads": [
+    {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu": 6, "real": 8}}]},
+    {"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu": 1, "real": 4}},
+                                     {"path": [{"proc": "main"}, {"stmt": "m.c:2"}], "counts": {"cpu": 1, "real": 4}}]}]})");
+  auto db = prof(meas, "db", 2, "--derive 'share = cpu / real' --derive 'idle = real - cpu'");
+  ASSERT_EQ(db->metrics().size(), 4u);
+  EXPECT_EQ(db->metrics()[2].descriptor.name, "share");
+  EXPECT_EQ(db->metrics()[2].valueType, storage::ValueType::Real);
+  auto at = pathIndex(*db);
+  auto real = [&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope) {
+    for (const auto& a : db->summaries(node))
+      if (a.metric == metric && a.scope == scope) return metrics::decodeRealAccumulator(a.bytes);
+    return metrics::RealAccumulator{};
+  };
+  const auto share = real(at["main"], 2, I).finalize(2, metrics::Population::All);
+  EXPECT_DOUBLE_EQ(share.mean, 0.5);  // thread 0: 6/8, thread 1: 2/8
+  EXPECT_DOUBLE_EQ(share.max, 0.75);
+  EXPECT_EQ(share.argmax, 0u);
+  const auto idle = real(at["main / stmt m.c:1"], 3, E).finalize(2, metrics::Population::All);
+  EXPECT_DOUBLE_EQ(idle.sum, 2 + 3);
+  // A bad expression is refused before any work, naming the option.
+  auto r = run(tool("csp-prof-mpi") + " -q --derive 'x = cpu +' " + meas.string() + " -o " + (dir / "bad").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--derive 'x = cpu +'"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad"));
 }
 
 TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {

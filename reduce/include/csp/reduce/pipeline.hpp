@@ -39,6 +39,8 @@ struct PipelineOptions {
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
   AttributionOptions attribution;
   std::uint32_t batchProfiles = 128;          // profiles per metrics batch
+  // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
+  std::vector<std::string> derive;
 };
 
 // Progress of the stages; called on rank 0 only.
@@ -100,8 +102,10 @@ class Pipeline {
   // Calls `consume(profiles, values)` batch by batch for this rank's profiles in increasing id
   // order, from the calling thread; values[i] belongs to profiles[i] and uses final CCT ids and
   // global metric ids.
-  using BatchConsumer =
-      std::function<void(std::span<const ProfileInfo>, std::vector<ThreadValues>&, std::vector<RegionValues>&)>;
+  // `batchIndex` is the global batch number (input index / batchProfiles), the same for any
+  // process count. Derived metrics' values are doubles stored as their bit patterns.
+  using BatchConsumer = std::function<void(std::size_t batchIndex, std::span<const ProfileInfo>,
+                                           std::vector<ThreadValues>&, std::vector<RegionValues>&)>;
   void computeMetrics(const BatchConsumer& consume);
   std::size_t localBatchCount() const;  // batches computeMetrics will hand out on this rank
   tbb::task_arena& arena();
@@ -111,7 +115,9 @@ class Pipeline {
   const FinalCct& cct() const;                              // after buildStructure
   const std::vector<RegionTreeNode>& regions() const;       // after buildStructure
   StringTable& strings();
-  const std::vector<MetricDescriptor>& metrics() const;     // global metric list, after buildStructure
+  // Global metric list, after buildStructure: raw metrics, then the derived ones.
+  const std::vector<MetricDescriptor>& metrics() const;
+  std::size_t rawMetricCount() const;
   std::uint32_t profileCount() const;                       // valid profiles over all ranks
   std::uint32_t firstProfileId() const;                     // this rank's first id
   const std::vector<ProfileInfo>& localProfiles() const;    // this rank's valid profiles
