@@ -222,7 +222,7 @@ start() {
 
   rm -rf "$dir/state" "$dir/spool" "$dir/run" "$dir/log" "$dir/munge"
   mkdir -p "$dir"/{state,spool,run,log,pids,munge}
-  chmod 700 "$dir" "$dir/munge"
+  chmod 711 "$dir" "$dir/munge"   # munged wants its socket directory searchable by all
 
   mungekey --create --keyfile="$dir/munge/munge.key" --bits=1024 >/dev/null 2>&1 ||
     dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
