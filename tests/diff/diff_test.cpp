@@ -451,7 +451,9 @@ TEST_F(Diff, ResultDatabaseOpensWithTheRightContent) {
   csp_diff(p.string() + " " + q.string() + " --weak --quiet --force -o " + out.string(), 0);
   {
     std::map<std::string, std::string> replaced;
-    for (const auto& setting : storage::Database::open(out)->metadata().properties) replaced[setting.key] = setting.value;
+    // The database must outlive the loop: a range-for over a member of a temporary would not.
+    const auto reopened = storage::Database::open(out);
+    for (const auto& setting : reopened->metadata().properties) replaced[setting.key] = setting.value;
     EXPECT_EQ(replaced["diff.mode"], "weak");
   }
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
