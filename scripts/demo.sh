@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo main job. On a fresh Debian 12 machine it installs what CSP needs, builds it, and runs
-# the part of the CSP workflow that exists so far: it writes measurement directories with
+# the CSP workflow: it writes measurement directories with
 # csp-gen (a synthetic SPMD run at two scales and the exact profiles of thesis Fig. 7.5), then
 # runs the scaling study of batch-scripts/ on an MPI program with a known scaling problem
 # (tests/batch/scaling_app.cpp): measured at 2 and 4 processes, post-processed in parallel,
