@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The demo main job. On a fresh Debian 12 machine it installs what CSP needs, builds it, and runs
-# the CSP workflow: it writes measurement directories with
-# csp-gen (a synthetic SPMD run at two scales and the exact profiles of thesis Fig. 7.5), then
-# runs the scaling study of batch-scripts/ on an MPI program with a known scaling problem
+# the CSP workflow: first the exclusive/inclusive example of thesis Fig. 7.5 from exact profiles
+# (csp-gen -> csp-prof-mpi -> csp-views), then the scaling study of batch-scripts/ on an MPI program with a known scaling problem
 # (tests/batch/scaling_app.cpp): measured at 2 and 4 processes, post-processed in parallel,
 # diffed, with the Flat view of one run and the Callers view of the scaling loss. The study uses
 # Slurm when a Slurm controller answers (CSP_DEMO_SLURM=local starts a private one with
@@ -17,12 +16,10 @@ out=${CSP_DEMO_DIR:-demo-output}
 mkdir -p "$out"
 bin=build/launcher
 echo
-echo "== synthetic SPMD measurements at two scales (64 and 256 ranks x 2 threads)"
-"$bin/csp-gen" --force --ranks 64 --threads 2 --nodes 2000 --imbalance 0.3 --regions --seed 1 -o "$out/run-p64/meas"
-"$bin/csp-gen" --force --ranks 256 --threads 2 --nodes 2000 --imbalance 0.3 --regions --seed 1 -o "$out/run-p256/meas"
-echo
-echo "== exact profiles from a JSON description (thesis Fig. 7.5)"
-"$bin/csp-gen" --force --from-json tests/data/fig75.json -o "$out/fig75/meas"
+echo "== the exclusive/inclusive example of thesis Fig. 7.5, from exact profiles (csp-gen --from-json)"
+"$bin/csp-gen" -q --force --from-json tests/data/fig75.json -o "$out/fig75/meas"
+"$bin/csp-prof-mpi" -q --force "$out/fig75/meas" -o "$out/fig75/db"
+"$bin/csp-views" "$out/fig75/db"
 
 echo
 echo "== scaling study: csp-app-scaling at 2 and 4 processes (batch-scripts/csp-scaling-study.sh)"
