@@ -371,8 +371,10 @@ class Suite:
                 ts = [s["by_np"][str(np)]["wall_s"]["median"] for s in post["sizes"]]
                 ms = [s["by_np"][str(np)]["peak_rss_per_process_mib"]["median"] for s in post["sizes"]]
                 fs = [s["by_np"][str(np)]["time_over_floor"]["median"] for s in post["sizes"]]
+                it = [s["by_np"][str(np)].get("internal_s", {}).get("median") for s in post["sizes"]]
                 by_np[str(np)] = {"profiles": xs, "wall_s": ts, "peak_rss_mib": ms, "time_over_floor": fs,
-                                  "time_slope": loglog_slope(xs, ts), "memory_slope": loglog_slope(xs, ms)}
+                                  "time_slope": loglog_slope(xs, ts), "memory_slope": loglog_slope(xs, ms),
+                                  "internal_time_slope": loglog_slope(xs, it) if None not in it else None}
             out["over_profiles"] = by_np
         else:
             out["over_profiles"] = None
@@ -743,9 +745,18 @@ def markdown(rep):
         out.append(table(["profiles", "input MiB", "-np", "wall s", "floor s", "time / floor", "speed-up vs np 1",
                           "profiles/s/core", "CCT nodes/s/core", "peak MiB per process", "database MiB",
                           "bytes per non-zero value"], rows))
-        out.append("\nPhases (median s, rank 0's summary): " + "; ".join(
-            f"{size['profiles']:,}/np {np}: " + ", ".join(f"{k} {v:.2f}" for k, v in f.get("phases_s", {}).items())
-            for size in s["sizes"] for np, f in size["by_np"].items()) + "\n")
+        phases = []
+        for size in s["sizes"]:
+            for np, f in size["by_np"].items():
+                for k in f.get("phases_s", {}):
+                    if k not in phases:
+                        phases.append(k)
+        if phases:
+            out.append("csp-prof-mpi's own time and phases (rank 0's summary; medians, s):\n")
+            rows = [[f"{size['profiles']:,}", np, fmt(f.get("internal_s", {}).get("median"))] +
+                    [fmt(f.get("phases_s", {}).get(k)) for k in phases]
+                    for size in s["sizes"] for np, f in size["by_np"].items()]
+            out.append(table(["profiles", "-np", "total"] + phases, rows))
         r = rep["reference"]
         out.append(f"\nFor comparison, not measured in this run (DESIGN.md section 10, hpcprof on this kind of "
                    f"machine): 4,096 profiles {r['hpcprof']['profiles_4096_s']} s, 1,024 profiles "
@@ -760,10 +771,11 @@ def markdown(rep):
         out.append(f"{s['note']}.\n\n")
         if s.get("over_profiles"):
             rows = [[np, ", ".join(f"{x:,}" for x in g["profiles"]), ", ".join(fmt(t) for t in g["wall_s"]),
-                     fmt(g["time_slope"]), ", ".join(fmt(x) for x in g["peak_rss_mib"]), fmt(g["memory_slope"])]
+                     fmt(g["time_slope"]), fmt(g.get("internal_time_slope")),
+                     ", ".join(fmt(x) for x in g["peak_rss_mib"]), fmt(g["memory_slope"])]
                     for np, g in s["over_profiles"].items()]
-            out.append(table(["-np", "profiles", "wall s", "time slope", "peak MiB per process", "memory slope"],
-                             rows))
+            out.append(table(["-np", "profiles", "wall s", "time slope", "time slope (own total, no mpirun start-up)",
+                              "peak MiB per process", "memory slope"], rows))
         c = s["over_cct_size"]
         out.append(f"\nOver the CCT size ({c['profiles']:,} profiles, -np {c['processes']}):\n\n")
         rows = [[fmt(p["input_cct_nodes"] / c["profiles"]), fmt(p["canonical_cct_nodes"]), fmt(p["input_mib"]),
@@ -802,7 +814,24 @@ def markdown(rep):
 
     if rep["problems"]:
         out.append("\n## Problems\n\n" + "\n".join(f"- {p}" for p in rep["problems"]) + "\n")
-    return "".join(x if x.endswith("\n") else x + "\n" for x in out)
+    return paragraphs("".join(x if x.endswith("\n") else x + "\n" for x in out))
+
+
+def paragraphs(text):
+    """One blank line between paragraphs, headings and tables (Markdown needs it around tables)."""
+    lines, prev = [], None
+    for line in text.splitlines():
+        kind = None if not line.strip() else "table" if line.startswith("|") else "heading" if line.startswith("#") \
+            else "text"
+        if kind and prev and (kind != "table" or prev != "table") and lines and lines[-1] != "":
+            lines.append("")
+        if kind is None:
+            if lines and lines[-1] != "":
+                lines.append("")
+        else:
+            lines.append(line)
+        prev = kind or prev
+    return "\n".join(lines).strip() + "\n"
 
 
 def main():
