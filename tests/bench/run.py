@@ -77,7 +77,12 @@ class BenchError(Exception):
 
 
 class NotRun(Exception):
-    """A scenario or variant that cannot run here (a tool is missing); not a failure."""
+    """A scenario or variant that cannot run here (a tool is missing); not a failure unless the
+    tool was expected (--expect)."""
+
+    def __init__(self, msg, tool=None):
+        super().__init__(msg)
+        self.tool = tool
 
 
 def log(msg):
@@ -171,6 +176,7 @@ class Suite:
             self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         self.cores = len(os.sched_getaffinity(0))
+        self.expect = set(t for t in (args.expect or "").split(",") if t)
         self.databases = {}  # profiles -> database directory (np 2) kept for views and diff
         self.report = {"scenarios": {}}
 
@@ -180,7 +186,7 @@ class Suite:
         path = os.path.join(self.build, rel)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise NotRun(f"tool missing: {os.path.relpath(path, REPO) if path.startswith(REPO) else path}"
-                         f" ({hint})")
+                         f" ({hint})", tool=os.path.basename(rel))
         return path
 
     def gen_tool(self):
@@ -609,8 +615,12 @@ class Suite:
                     body = getattr(self, f"scenario_{name}")()
                     entry = {"status": "ok", **body}
                 except NotRun as e:
-                    entry = {"status": "not run", "reason": str(e)}
-                    log(f"{name}: not run: {e}")
+                    if e.tool and e.tool in self.expect:
+                        entry = {"status": "failed", "reason": f"{e} (a tool this build has: --expect)"}
+                        log(f"{name}: FAILED: {entry['reason']}")
+                    else:
+                        entry = {"status": "not run", "reason": str(e)}
+                        log(f"{name}: not run: {e}")
                 except BenchError as e:
                     entry = {"status": "failed", "reason": str(e)}
                     log(f"{name}: FAILED: {e}")
@@ -847,6 +857,10 @@ def main():
     ap.add_argument("--runs", type=int, help="runs per figure (default: 3 full and quick, 5 for views and overhead "
                                              "in full mode, 2 tiny)")
     ap.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)")
+    ap.add_argument("--expect", metavar="TOOLS",
+                    help="comma-separated tools (csp-views, csp-run, ...) that must be present: a scenario "
+                         "not run for want of one of them counts as failed (the smoke test passes the tools "
+                         "its build defines)")
     ap.add_argument("--keep", action="store_true", help="keep temporary data (databases, measurements)")
     ap.add_argument("--regenerate", action="store_true", help="regenerate cached inputs")
     args = ap.parse_args()
