@@ -169,6 +169,8 @@ class Suite:
         self.args = args
         self.mode = "tiny" if args.tiny else "quick" if args.quick else "full"
         self.p = dict(MODES[self.mode])
+        if args.profiles:
+            self.p["profiles"] = args.profiles
         if args.runs:
             self.p["runs"] = self.p["view_runs"] = self.p["overhead_runs"] = args.runs
         self.build = os.path.abspath(args.build)
@@ -180,6 +182,7 @@ class Suite:
             self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         self.cores = len(os.sched_getaffinity(0))
+        self.workers = args.workers
         self.expect = set(t for t in (args.expect or "").split(",") if t)
         self.databases = {}  # profiles -> database directory (np 2) kept for views and diff
         self.report = {"scenarios": {}}
@@ -199,14 +202,21 @@ class Suite:
     def prof_tool(self):
         return self.tool("launcher/csp-prof-mpi", "ninja -C build csp-prof-mpi")
 
+    def cores_used(self, np):
+        return min(np * self.workers, self.cores)
+
     def mpirun(self, np):
         mpirun = shutil.which("mpirun", path=self.env.get("PATH"))
         if not mpirun:
             raise NotRun("tool missing: mpirun (Open MPI, package openmpi-bin)")
         cmd = [mpirun, "-np", str(np)]
-        # One worker thread per process, one core per process when the machine has them: -np is
-        # the number of cores used. More processes than cores: oversubscribed, unbound.
-        cmd += ["--bind-to", "core"] if np <= self.cores else ["--oversubscribe", "--bind-to", "none"]
+        # By default one worker thread per process, one core per process when the machine has
+        # them: -np is the number of cores used. More workers or more processes than cores:
+        # unbound (and oversubscribed if need be).
+        if self.workers == 1 and np <= self.cores:
+            cmd += ["--bind-to", "core"]
+        else:
+            cmd += ["--oversubscribe", "--bind-to", "none"]
         return cmd
 
     # inputs -----------------------------------------------------------------------------------
@@ -280,7 +290,7 @@ class Suite:
             os.remove(old)
         wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
                 gnu_time, stamp]
-        cmd = self.mpirun(np) + wrap + [prof, "-j", "1", meas, "-o", db, "--force"]
+        cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force"]
         r = timed(cmd, f"csp-prof-mpi -np {np} on {os.path.basename(meas)}", env=self.env, capture=True)
         rss = []
         for f in self.glob_prefix(stamp):
@@ -334,12 +344,14 @@ class Suite:
             distinct = both / 2 if both else None
             fig = {
                 "processes": np,
-                "cores": min(np, self.cores),
+                "cores": self.cores_used(np),
                 "wall_s": stat(walls, "s"),
                 "floor_s": stat(floors[np], "s"),
                 "time_over_floor": stat(ratios(walls, floors[np]), "x"),
-                "profiles_per_s_per_core": stat([info["profiles"] / w / np for w in walls], "profiles/s"),
-                "cct_nodes_per_s_per_core": stat([info["cct_nodes"] / w / np for w in walls], "nodes/s"),
+                "profiles_per_s_per_core": stat([info["profiles"] / w / self.cores_used(np) for w in walls],
+                                                "profiles/s"),
+                "cct_nodes_per_s_per_core": stat([info["cct_nodes"] / w / self.cores_used(np) for w in walls],
+                                                 "nodes/s"),
                 "peak_rss_per_process_mib": stat([x["peak_rss_mib"] for x in rs], "MiB"),
                 "database_mib": dbb / 1048576.0,
                 "canonical_cct_nodes": rs[-1]["canonical_nodes"],
@@ -373,7 +385,7 @@ class Suite:
                           "by_np": {str(k): v for k, v in per_np.items()}})
         return {"baseline": "floor: cat of all input files to /dev/null from the page cache",
                 "shape": {"threads_per_rank": self.p["threads"], "nodes": self.p["nodes"], "metrics": 2,
-                          "workers_per_process": 1},
+                          "workers_per_process": self.workers},
                 "sizes": sizes}
 
     def scenario_growth(self):
@@ -888,6 +900,13 @@ def paragraphs(text):
     return "\n".join(lines).strip() + "\n"
 
 
+def int_list(text):
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected comma-separated integers")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -900,6 +919,10 @@ def main():
     ap.add_argument("--work", help="inputs cache and temporary data (default: BUILD/bench-work)")
     ap.add_argument("--runs", type=int, help="runs per figure (default: 3 full and quick, 5 for views and overhead "
                                              "in full mode, 2 tiny)")
+    ap.add_argument("--profiles", type=int_list, metavar="LIST",
+                    help="profile counts of postproc (comma-separated multiples of 4), instead of the mode's")
+    ap.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="csp-prof-mpi -j N: worker threads per process (default 1, so that -np is the core count)")
     ap.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)")
     ap.add_argument("--expect", metavar="TOOLS",
                     help="comma-separated tools (csp-views, csp-run, ...) that must be present: a scenario "
@@ -910,6 +933,10 @@ def main():
     args = ap.parse_args()
     if args.runs is not None and args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.workers < 1:
+        ap.error("--workers must be at least 1")
+    if args.profiles and any(p < 1 for p in args.profiles):
+        ap.error("--profiles: counts must be positive")
     if not os.path.isdir(args.build):
         ap.error(f"--build {args.build}: no such directory (bash scripts/build.sh build Release)")
     try:
