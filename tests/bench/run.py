@@ -438,13 +438,16 @@ class Suite:
         return profiles, db
 
     def interleaved(self, variants, runs, what):
-        """runs x (each variant in order); variants: [(name, cmd, env)]; the first is the baseline.
-        Returns {name: {"wall": [...], "cpu": [...], "rss": [...]}} or raises on failure."""
+        """runs x (the baseline, then every other variant); variants: [(name, cmd, env)], the
+        baseline first. The order of the others rotates from round to round so that none always
+        follows the same one. Returns {name: {"wall": [...], "cpu": [...], "rss": [...]}}."""
         res = {name: {"wall": [], "cpu": [], "rss": []} for name, _, _ in variants}
         for name, cmd, env in variants:  # warm-up: page cache, dynamic loader
             timed(cmd, f"{what} {name}", env=env)
+        base, others = variants[0], variants[1:]
         for r in range(runs):
-            for name, cmd, env in variants:
+            k = r % len(others) if others else 0
+            for name, cmd, env in [base] + others[k:] + others[:k]:
                 x = timed(cmd, f"{what} {name}", env=env)
                 res[name]["wall"].append(x.wall)
                 res[name]["cpu"].append(x.cpu)
