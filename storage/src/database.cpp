@@ -1,6 +1,7 @@
 // The reader: opening, checking and querying a database.
 #include <fmt/format.h>
 #include <rocksdb/db.h>
+#include <rocksdb/metadata.h>
 
 #include <algorithm>
 #include <fstream>
@@ -243,6 +244,16 @@ void Database::cacheView(std::string_view key, std::string_view blob) {
     throw DatabaseError(impl_->dir, "opened read-only: the view cache cannot be written");
   const auto s = impl_->db->Put(rocksdb::WriteOptions(), impl_->family(format::kViewCache), key, blob);
   if (!s.ok()) throw DatabaseError(impl_->dir, "writing the view cache: " + s.ToString());
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> Database::columnFamilySizes() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (const auto& [name, handle] : impl_->families) {
+    rocksdb::ColumnFamilyMetaData meta;
+    impl_->db->GetColumnFamilyMetaData(handle, &meta);
+    out.emplace_back(name, meta.size);
+  }
+  return out;
 }
 
 void Database::forEachEntry(const std::string& columnFamily,

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -63,7 +65,9 @@ void writeFileAtomically(const fs::path& dir, const std::string& name, const std
   fsyncPath(dir, true);
 }
 
+// Keys in shard INDEX files; "-" stands for the empty key so that fields never vanish.
 std::string hex(std::string_view bytes) {
+  if (bytes.empty()) return "-";
   std::string out;
   for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
   return out;
@@ -95,6 +99,33 @@ fs::path normalizedTarget(fs::path target) {
 }
 
 fs::path parentOf(const fs::path& target) { return target.has_parent_path() ? target.parent_path() : fs::path("."); }
+
+// Temporary directories of the builders alive in this process. A leftover carrying our own pid
+// but absent here comes from an earlier process that had the same pid (containers reuse small
+// pids from run to run) and is as dead as any other.
+class LiveBuilds {
+ public:
+  static LiveBuilds& instance() {
+    static LiveBuilds live;
+    return live;
+  }
+  bool add(const fs::path& dir) {
+    std::lock_guard lock(mutex_);
+    return dirs_.insert(fs::absolute(dir).lexically_normal()).second;
+  }
+  void remove(const fs::path& dir) {
+    std::lock_guard lock(mutex_);
+    dirs_.erase(fs::absolute(dir).lexically_normal());
+  }
+  bool contains(const fs::path& dir) {
+    std::lock_guard lock(mutex_);
+    return dirs_.count(fs::absolute(dir).lexically_normal()) != 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<fs::path> dirs_;
+};
 
 }  // namespace
 
@@ -293,7 +324,8 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
       while (owner >> key >> value)
         if (key == "host") ownerHost = value;
     }
-    const bool alive = pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM;
+    const bool alive = pid == ::getpid() ? LiveBuilds::instance().contains(it->path())
+                                         : ::kill(pid, 0) == 0 || errno == EPERM;
     if (ownerHost != host) {
       r.reason = fmt::format("left alone: written by pid {} on host {}; remove it by hand if that run is over", pid,
                              ownerHost);
@@ -330,6 +362,11 @@ struct DatabaseBuilder::Impl {
   bool metadataWritten = false;
   bool ingested = false;
   bool published = false;
+  bool registered = false;  // d.temp is in LiveBuilds
+
+  ~Impl() {
+    if (registered) LiveBuilds::instance().remove(temp);
+  }
 
   void step(std::string_view name) const {
     if (options.onStep) options.onStep(name);
@@ -375,8 +412,9 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
   d.leftovers = cleanupLeftovers(d.target);
 
   d.temp = parent / fmt::format(".{}.tmp-{}", d.target.filename().string(), ::getpid());
-  if (fs::exists(d.temp, ec))
-    throw DatabaseError(d.temp, "another build of this database is under way in this process");
+  if (!LiveBuilds::instance().add(d.temp))
+    throw DatabaseError(d.target, "another build of this database is under way in this process");
+  d.registered = true;
   if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
   writeFileAtomically(d.temp, kOwnerName, fmt::format("pid {}\nhost {}\n", ::getpid(), hostName()));
   fs::create_directory(d.temp / kStagingName, ec);
@@ -417,6 +455,9 @@ void DatabaseBuilder::writeMetadata(const DatabaseMetadata& metadata) {
   d.requireOpen("writeMetadata");
   if (d.metadataWritten) throw std::logic_error("DatabaseBuilder::writeMetadata called twice");
   if (metadata.metrics.size() > UINT16_MAX + 1u) throw std::invalid_argument("more than 65,536 metrics");
+  std::set<std::string_view> keys;
+  for (const auto& p : metadata.properties)
+    if (!keys.insert(p.key).second) throw std::invalid_argument(fmt::format("property '{}' given twice", p.key));
   rocksdb::WriteBatch batch;
   auto* family = d.families.at(format::kMetadata);
   format::encodeMetadata(metadata, [&](const std::string& k, const std::string& v) { batch.Put(family, k, v); });

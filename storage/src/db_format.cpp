@@ -511,6 +511,12 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   o.compression = bestCompression();
   o.bottommost_compression = bestCompression();
+  // Ingested files land in the bottommost level, so its options are the ones that count. Level 1
+  // (ZSTD's fastest positive level) measured as small as the default level 3 on packed value
+  // blocks, at about two thirds of the writing time.
+  o.compression_opts.level = 1;
+  o.bottommost_compression_opts = o.compression_opts;
+  o.bottommost_compression_opts.enabled = true;
   // Databases are written once (bulk ingestion, one explicit compaction) and then read: no
   // background compaction, neither while building nor when a reader opens one to cache views.
   o.disable_auto_compactions = true;

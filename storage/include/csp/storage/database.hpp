@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "csp/storage/profile.hpp"
@@ -74,7 +75,7 @@ struct DatabaseMetadata {
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
-  std::vector<Setting> properties;   // free key/value, keys unique
+  std::vector<Setting> properties;   // free key/value, keys unique; read back sorted by key
   bool operator==(const DatabaseMetadata&) const = default;
 };
 
@@ -132,7 +133,8 @@ struct FormatVersion {
 const std::vector<std::string>& databaseColumnFamilies();
 
 // An open database. Read-only opens never modify the directory, so any number of readers may
-// share one database while other databases are being written.
+// share one database while other databases are being written. The const members may be called
+// from several threads at once.
 class Database {
  public:
   enum class Mode { ReadOnly, ReadWrite };
@@ -166,6 +168,9 @@ class Database {
   std::optional<std::string> cachedView(std::string_view key) const;
   // Only for databases opened ReadWrite; throws DatabaseError otherwise.
   void cacheView(std::string_view key, std::string_view blob);
+
+  // Bytes of table files per column family (after compression): for statistics and benchmarks.
+  std::vector<std::pair<std::string, std::uint64_t>> columnFamilySizes() const;
 
   // Every key/value of one column family in key order: for tools, dumps and tests.
   void forEachEntry(const std::string& columnFamily,

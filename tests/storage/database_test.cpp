@@ -1,0 +1,371 @@
+// The database in one process: round trips, writer contract, publication, errors on open.
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <atomic>
+#include <bit>
+#include <thread>
+#include <fstream>
+
+#include "storage/db_expect.hpp"
+
+namespace fs = std::filesystem;
+using namespace csp;
+using namespace csp::storage;
+using csp::test::Synthetic;
+using csp::test::TempDir;
+
+namespace {
+
+std::vector<std::string> dirEntries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void writeText(const fs::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Expects Database::open to fail with a DatabaseError whose message contains `needle`.
+void expectOpenFailsWith(const fs::path& dir, Database::Mode mode, const std::string& needle) {
+  try {
+    auto db = Database::open(dir, mode);
+    // Damage in table blocks may surface only when they are read.
+    for (const auto& family : databaseColumnFamilies()) db->forEachEntry(family, [](auto, auto) {});
+    ADD_FAILURE() << "opening " << dir << " succeeded";
+  } catch (const DatabaseError& e) {
+    std::printf("  error: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos) << e.what();
+  }
+}
+
+void expectOpenFails(const fs::path& dir, const std::string& needle) {
+  expectOpenFailsWith(dir, Database::Mode::ReadOnly, needle);
+}
+
+}  // namespace
+
+TEST(DatabaseRoundTrip, EveryColumnFamilySurvives) {
+  TempDir tmp;
+  const Synthetic s{.seed = 3, .profiles = 12, .nodes = 150};
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, s, "round trip");
+  auto db = Database::open(target);
+  EXPECT_EQ(db->formatVersion().major, kDatabaseFormatMajor);
+  test::expectContent(*db, s, "round trip");
+  auto expected = s.nodeValues(5);
+  std::erase_if(expected, [](const NodeValue& v) { return v.metric != 1 || v.scope != MetricScope::Inclusive; });
+  EXPECT_EQ(db->nodeValues(5, 1, MetricScope::Inclusive), expected);
+  // Only the manifest and RocksDB's own files: no staging area, owner file or info log.
+  for (const auto& name : dirEntries(target)) {
+    EXPECT_TRUE(name == kDatabaseManifestName || name == "CURRENT" || name == "IDENTITY" || name == "LOCK" ||
+                name.starts_with("MANIFEST-") || name.starts_with("OPTIONS-") || name.ends_with(".sst") ||
+                name.ends_with(".log"))
+        << name;
+  }
+  // No temporary directory left next to the database.
+  EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+}
+
+TEST(DatabaseRoundTrip, ViewCacheNeedsReadWrite) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, Synthetic{}, "cache");
+  {
+    auto ro = Database::open(target);
+    EXPECT_FALSE(ro->cachedView("flat/cpu").has_value());
+    EXPECT_THROW(ro->cacheView("flat/cpu", "x"), DatabaseError);
+  }
+  {
+    auto rw = Database::open(target, Database::Mode::ReadWrite);
+    rw->cacheView("flat/cpu", std::string("blob\0with nul", 13));
+  }
+  auto ro = Database::open(target);
+  EXPECT_EQ(ro->cachedView("flat/cpu"), std::string("blob\0with nul", 13));
+}
+
+TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  // One profile with 3,000 nodes (several blocks), huge and real values, zeros to be dropped;
+  // one node across 5,000 sparse profile ids (several blocks).
+  std::vector<ProfileValue> profile;
+  for (NodeId n = 0; n < 3000; ++n) {
+    profile.push_back({n * 3 + 1, 0, MetricScope::Exclusive, n % 5 == 0 ? 0 : UINT64_MAX - n});
+    profile.push_back({n * 3 + 1, 0, MetricScope::Inclusive, 1});
+    profile.push_back({n * 3 + 1, 700, MetricScope::Inclusive, std::bit_cast<std::uint64_t>(0.25 * n)});
+  }
+  std::vector<NodeValue> node;
+  for (ProfileId p = 0; p < 5000; ++p)
+    node.push_back({3, MetricScope::Inclusive, p * 7 + 100, p % 3 == 0 ? 0 : std::uint64_t{p} << 40});
+  {
+    DatabaseBuilder b(target);
+    ShardWriter w(b.stagingDir(), 0);
+    w.putProfileValues(UINT32_MAX - 1, profile);
+    w.putNodeValues(UINT32_MAX, node);
+    w.finish();
+    DatabaseMetadata m;
+    m.strings = {""};
+    b.writeMetadata(m);
+    b.ingestShards(1);
+    b.publish();
+  }
+  auto keepNonZero = [](auto values) {
+    std::erase_if(values, [](const auto& v) { return v.value == 0; });
+    return values;
+  };
+  auto db = Database::open(target);
+  EXPECT_EQ(db->profileValues(UINT32_MAX - 1), keepNonZero(profile));
+  EXPECT_EQ(db->nodeValues(UINT32_MAX), keepNonZero(node));
+  EXPECT_TRUE(db->profileValues(0).empty());
+  EXPECT_TRUE(db->nodeValues(0).empty());
+}
+
+TEST(ShardWriterContract, RejectsUnsortedInput) {
+  TempDir tmp;
+  DatabaseBuilder b(tmp.path() / "db");
+  ShardWriter w(b.stagingDir(), 0);
+  w.putNode(5, CctNode{});
+  EXPECT_THROW(w.putNode(5, CctNode{}), std::logic_error);
+  EXPECT_THROW(w.putNode(4, CctNode{}), std::logic_error);
+  w.putProfileValues(2, std::vector<ProfileValue>{{1, 0, MetricScope::Exclusive, 1}});
+  EXPECT_THROW(w.putProfileValues(1, {}), std::logic_error);
+  const std::vector<ProfileValue> unsorted{{2, 0, MetricScope::Exclusive, 1}, {1, 0, MetricScope::Exclusive, 1}};
+  EXPECT_THROW(w.putProfileValues(3, unsorted), std::logic_error);
+  const std::vector<NodeValue> duplicate{{0, MetricScope::Inclusive, 4, 1}, {0, MetricScope::Inclusive, 4, 2}};
+  EXPECT_THROW(w.putNodeValues(1, duplicate), std::logic_error);
+  const std::vector<CctNode> badTree{CctNode{}, CctNode{.parent = 2}, CctNode{.parent = 0}};
+  ShardWriter w2(b.stagingDir(), 1);
+  EXPECT_THROW(w2.putCct(badTree), std::logic_error);
+  w.finish();
+  EXPECT_THROW(w.putNode(9, CctNode{}), std::logic_error);
+}
+
+TEST(ShardWriterContract, OverlappingShardsAreRejected) {
+  TempDir tmp;
+  DatabaseBuilder b(tmp.path() / "db");
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    ShardWriter w(b.stagingDir(), k);
+    w.putNode(10 * k, CctNode{});
+    w.putNode(10 * k + 15, CctNode{});  // shard 0: 0..15, shard 1: 10..25
+    w.finish();
+  }
+  try {
+    b.ingestShards(2);
+    FAIL() << "overlap accepted";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("shards 0 and 1 overlap in column family cct_nodes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShardWriterContract, UnfinishedShardIsRejected) {
+  TempDir tmp;
+  DatabaseBuilder b(tmp.path() / "db");
+  {
+    ShardWriter w(b.stagingDir(), 0);
+    w.putNode(0, CctNode{});
+    w.finish();
+  }
+  {
+    ShardWriter w(b.stagingDir(), 1);
+    w.putNode(1, CctNode{});
+    // destroyed without finish(): as if its process died
+  }
+  EXPECT_THROW(b.ingestShards(2), DatabaseError);
+}
+
+TEST(DatabasePublication, ExistingDatabaseNeedsForce) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  const Synthetic a{.seed = 1}, b{.seed = 2};
+  test::buildInProcess(target, a, "A");
+  EXPECT_THROW(test::buildInProcess(target, b, "B"), DatabaseError);
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");
+  test::buildInProcess(target, b, "B", 1, /*force=*/true);
+  test::expectContent(*Database::open(target), b, "B");
+  EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+}
+
+TEST(DatabasePublication, ForeignDirectoryIsNeverReplaced) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "important";
+  fs::create_directory(target);
+  writeText(target / "thesis.tex", "do not lose me");
+  try {
+    DatabaseBuilder builder(target, {.force = true, .onStep = {}});
+    FAIL() << "a foreign directory would be replaced";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a CSP database"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(target / "thesis.tex"));
+}
+
+TEST(DatabasePublication, AbandonedBuildLeavesNothing) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  std::vector<std::string> steps;
+  {
+    DatabaseBuilder b(target, {.force = false, .onStep = [&](std::string_view s) { steps.emplace_back(s); }});
+    EXPECT_TRUE(fs::is_directory(b.tempDir()));
+    EXPECT_EQ(b.tempDir().filename().string(), fmt::format(".db.tmp-{}", ::getpid()));
+    ShardWriter w(b.stagingDir(), 0);
+    Synthetic{}.writeShard(w, 0, 1);
+    w.finish();
+    b.writeMetadata(Synthetic{}.metadata("x"));
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"created", "metadata"}));
+  EXPECT_TRUE(dirEntries(tmp.path()).empty());
+}
+
+TEST(DatabasePublication, LeftoversOfDeadRunsAreRemovedLiveOnesReported) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  // A pid that is certainly dead: a child we have reaped.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const fs::path deadTmp = tmp.path() / fmt::format(".db.tmp-{}", dead);
+  const fs::path liveTmp = tmp.path() / fmt::format(".db.tmp-{}", ::getppid());
+  const fs::path unrelated = tmp.path() / ".db.tmp-notapid";
+  // Our own pid but no builder of ours: an earlier process had the same pid (containers).
+  const fs::path samePidTmp = tmp.path() / fmt::format(".db.tmp-{}", ::getpid());
+  for (const auto& d : {deadTmp, liveTmp, unrelated, samePidTmp}) fs::create_directories(d / "staging");
+  test::buildInProcess(target, Synthetic{}, "A");
+  EXPECT_FALSE(fs::exists(deadTmp));
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");  // built in place of samePidTmp
+  EXPECT_TRUE(fs::exists(liveTmp));
+  EXPECT_TRUE(fs::exists(unrelated));
+  const auto reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].path, liveTmp);
+  EXPECT_FALSE(reports[0].removed);
+  EXPECT_NE(reports[0].reason.find("still running"), std::string::npos) << reports[0].reason;
+}
+
+TEST(DatabasePublication, InterruptedTwoRenameReplacementIsRestored) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, Synthetic{}, "A");
+  // What a replacement on a file system without RENAME_EXCHANGE leaves if it dies between renames.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  fs::rename(target, tmp.path() / fmt::format(".db.old-{}", dead));
+  const auto reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].removed) << reports[0].reason;
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");
+}
+
+TEST(DatabaseOpen, MissingDirectory) {
+  TempDir tmp;
+  expectOpenFails(tmp.path() / "nowhere", "does not exist");
+}
+
+TEST(DatabaseOpen, ForeignDirectories) {
+  TempDir tmp;
+  fs::create_directory(tmp.path() / "empty");
+  expectOpenFails(tmp.path() / "empty", "not a CSP database (no CSP-DATABASE manifest");
+  fs::create_directory(tmp.path() / "other");
+  writeText(tmp.path() / "other" / kDatabaseManifestName, "something else\n");
+  expectOpenFails(tmp.path() / "other", "is not a CSP manifest");
+  writeText(tmp.path() / "file", "x");
+  expectOpenFails(tmp.path() / "file", "not a directory");
+  // A bare RocksDB instance with a manifest but without our column families.
+  const fs::path bare = tmp.path() / "bare";
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, bare.string(), &raw).ok());
+    delete raw;
+  }
+  writeText(bare / kDatabaseManifestName, "CSP experiment database\nformat 1.0\n");
+  expectOpenFails(bare, "damaged database: column family 'metadata' is missing");
+}
+
+TEST(DatabaseOpen, NewerFormat) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, Synthetic{}, "A");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 2.1\n");
+  expectOpenFails(target, "database format 2.1 is newer than this CSP reads (1.x)");
+  // A newer minor version is readable.
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 1.7\n");
+  EXPECT_EQ(Database::open(target)->formatVersion().minor, 7u);
+}
+
+TEST(DatabaseOpen, DamagedDatabases) {
+  TempDir tmp;
+  const Synthetic s{.profiles = 40, .nodes = 400};
+  const fs::path noCurrent = tmp.path() / "no-current";
+  test::buildInProcess(noCurrent, s, "A");
+  fs::remove(noCurrent / "CURRENT");
+  expectOpenFails(noCurrent, "damaged database");
+
+  const fs::path noTable = tmp.path() / "no-table";
+  test::buildInProcess(noTable, s, "A");
+  for (const auto& e : fs::directory_iterator(noTable))
+    if (e.path().extension() == ".sst") fs::remove(e.path());
+  expectOpenFails(noTable, "damaged database");
+
+  // Every table file overwritten in its middle: checksums catch it at open or on first read.
+  const fs::path garbled = tmp.path() / "garbled";
+  test::buildInProcess(garbled, s, "A");
+  for (const auto& e : fs::directory_iterator(garbled)) {
+    if (e.path().extension() != ".sst") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = fs::file_size(e.path());
+    f.seekp(static_cast<std::streamoff>(size / 4));
+    const std::string junk(static_cast<std::size_t>(size / 4), '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  expectOpenFails(garbled, "damaged database");
+}
+
+TEST(DatabaseOpen, ManyReadersAtOnce) {
+  TempDir tmp;
+  const Synthetic s{};
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, s, "A");
+  const auto before = dirEntries(target);
+  std::vector<std::unique_ptr<Database>> readers;
+  for (int i = 0; i < 4; ++i) readers.push_back(Database::open(target));
+  // ... also while another database is being built next to it.
+  DatabaseBuilder other(tmp.path() / "other");
+  for (const auto& r : readers) test::expectContent(*r, s, "A");
+  // One database shared by several threads.
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (NodeId n = static_cast<NodeId>(t); n < s.nodes; n += 4)
+        if (readers[0]->nodeValues(n) != s.nodeValues(n) || readers[0]->children(n) != s.children(n)) ++mismatches;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  readers.clear();
+  EXPECT_EQ(dirEntries(target), before);  // read-only opens leave the directory untouched
+}
+
+TEST(DatabaseOpen, OneWriterAtATime) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, Synthetic{}, "A");
+  auto writer = Database::open(target, Database::Mode::ReadWrite);
+  expectOpenFailsWith(target, Database::Mode::ReadWrite, "is open for writing by another process");
+  // Readers are not locked out.
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");
+}
+
+TEST(DatabasePublication, OneBuildOfATargetPerProcess) {
+  TempDir tmp;
+  DatabaseBuilder first(tmp.path() / "db");
+  EXPECT_THROW(DatabaseBuilder(tmp.path() / "db"), DatabaseError);
+  EXPECT_TRUE(fs::is_directory(first.tempDir()));  // the failed second build took nothing with it
+}

@@ -1,0 +1,256 @@
+// Synthetic database content for the database tests, the crash-test writer and the benchmark.
+// Everything is a pure function of (seed, profile, node, ...) so that any process can produce
+// exactly its share, and the tests can check any entry without keeping the whole tensor.
+#pragma once
+
+#include <fmt/format.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "csp/storage/database.hpp"
+#include "csp/storage/database_writer.hpp"
+
+namespace csp::test {
+
+using namespace csp::storage;
+
+inline std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+struct Synthetic {
+  std::uint64_t seed = 1;
+  std::uint32_t profiles = 16;
+  std::uint32_t nodes = 200;
+  std::uint16_t metrics = 2;
+  bool bothScopes = true;  // false: inclusive values only (the benchmark's shape)
+  std::uint32_t regions = 5;
+
+  std::uint64_t hash(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0) const {
+    return mix(seed * 0x100000001b3ULL ^ mix(a * 0x9e3779b1ULL ^ mix(b * 31 + c)));
+  }
+  // About half of the nodes occur in a profile; the root occurs everywhere.
+  bool present(ProfileId p, NodeId n) const { return n == 0 || (hash(p, n) & 1) == 0; }
+  std::uint64_t value(ProfileId p, NodeId n, MetricId m, MetricScope s) const {
+    if (!present(p, n)) return 0;
+    const std::uint64_t h = hash(p, n, 2u * m + static_cast<unsigned>(s) + 1);
+    if (s == MetricScope::Exclusive && (h & 3) == 0) return 0;  // some zeros to drop
+    return 1 + (h >> 8) % 1000;
+  }
+
+  std::vector<MetricScope> scopes() const {
+    if (bothScopes) return {MetricScope::Exclusive, MetricScope::Inclusive};
+    return {MetricScope::Inclusive};
+  }
+
+  std::vector<ProfileValue> profileValues(ProfileId p) const {
+    std::vector<ProfileValue> out;
+    for (NodeId n = 0; n < nodes; ++n) {
+      if (!present(p, n)) continue;
+      for (MetricId m = 0; m < metrics; ++m)
+        for (MetricScope s : scopes())
+          if (const auto v = value(p, n, m, s)) out.push_back({n, m, s, v});
+    }
+    return out;
+  }
+
+  std::vector<NodeValue> nodeValues(NodeId n) const {
+    std::vector<NodeValue> out;
+    for (MetricId m = 0; m < metrics; ++m)
+      for (MetricScope s : scopes())
+        for (ProfileId p = 0; p < profiles; ++p)
+          if (const auto v = value(p, n, m, s)) out.push_back({m, s, p, v});
+    return out;
+  }
+
+  // A 4-ary tree: parent(i) = (i - 1) / 4.
+  CctNode node(NodeId n) const {
+    if (n == 0) return CctNode{};
+    static constexpr ScopeKind kinds[] = {ScopeKind::ProcFrame, ScopeKind::CallSite, ScopeKind::Loop, ScopeKind::Stmt};
+    return CctNode{(n - 1) / 4, kinds[n % 4], 1 + n % 7, 1 + n % 5, 1 + n % 3, n * 10};
+  }
+  std::vector<NodeId> children(NodeId n) const {
+    std::vector<NodeId> out;
+    for (std::uint64_t c = 4ull * n + 1; c <= 4ull * n + 4 && c < nodes; ++c) out.push_back(static_cast<NodeId>(c));
+    return out;
+  }
+
+  std::string summary(std::uint32_t id, MetricId m, MetricScope s) const {
+    return fmt::format("acc:{}:{}:{}:{:x}", id, m, static_cast<int>(s), hash(id, m, 77));
+  }
+  std::vector<Accumulator> summaries(NodeId n) const {
+    std::vector<Accumulator> out;
+    for (MetricId m = 0; m < metrics; ++m)
+      for (MetricScope s : {MetricScope::Exclusive, MetricScope::Inclusive}) out.push_back({m, s, summary(n, m, s)});
+    return out;
+  }
+
+  RegionNode region(RegionId r) const {
+    return r == 0 ? RegionNode{kNoIndex, 0, 0} : RegionNode{(r - 1) / 2, 1 + r % 7, hash(r, 5) % 100};
+  }
+
+  DatabaseMetadata metadata(const std::string& title) const {
+    DatabaseMetadata m;
+    m.title = title;
+    m.executable = "/opt/app/bin/solver";
+    m.commandLine = {"solver", "-n", "64", "in.deck"};
+    m.hostnames = {"nid00001", "nid00002"};
+    m.processCount = (profiles + 1) / 2;
+    m.threadCount = profiles;
+    m.nodeCount = nodes;
+    m.regionCount = regions;
+    for (MetricId i = 0; i < metrics; ++i)
+      m.metrics.push_back({{fmt::format("metric-{}", i), "ns", MetricKind::Sampled, 5'000'000, "synthetic"},
+                           i == 1 ? ValueType::Real : ValueType::Count});
+    for (ProfileId p = 0; p < profiles; ++p)
+      m.profiles.push_back({{IdKind::Node, p / 8}, {IdKind::Rank, p / 2}, {IdKind::Thread, p % 2}});
+    m.strings = {"", "main", "solve", "f.cpp", "libm.so", "kernel", "g.c", "region-x"};
+    m.skipped = {{"meas/r000009-t0000.99.cspprof", "truncated: header announces 100 bytes, file has 10"}};
+    m.properties = {{"generator", "db_fixtures"}, {"seed", std::to_string(seed)}};
+    return m;
+  }
+
+  // Contiguous share `shard` of `shards` for an id space of `count` ids.
+  static std::pair<std::uint32_t, std::uint32_t> range(std::uint32_t count, std::uint32_t shard, std::uint32_t shards) {
+    return {static_cast<std::uint32_t>(std::uint64_t{count} * shard / shards),
+            static_cast<std::uint32_t>(std::uint64_t{count} * (shard + 1) / shards)};
+  }
+
+  // Everything shard `shard` of `shards` owns: profiles and nodes by contiguous ranges, the
+  // regions on shard 0.
+  void writeShard(ShardWriter& w, std::uint32_t shard, std::uint32_t shards) const {
+    const auto [n0, n1] = range(nodes, shard, shards);
+    const auto [p0, p1] = range(profiles, shard, shards);
+    for (NodeId n = n0; n < n1; ++n) w.putNode(n, node(n));
+    for (NodeId n = n0; n < n1; ++n)
+      for (NodeId c : children(n)) w.putChild(n, c);
+    for (NodeId n = n0; n < n1; ++n)
+      for (const auto& a : summaries(n)) w.putSummary(n, a.metric, a.scope, a.bytes);
+    for (NodeId n = n0; n < n1; ++n) w.putNodeValues(n, nodeValues(n));
+    for (ProfileId p = p0; p < p1; ++p) w.putProfileValues(p, profileValues(p));
+    if (shard == 0)
+      for (RegionId r = 0; r < regions; ++r) {
+        w.putRegion(r, region(r));
+        w.putRegionSummary(r, 0, MetricScope::Inclusive, summary(r, 0, MetricScope::Inclusive));
+      }
+  }
+};
+
+// Builds a whole database in this process with `shards` shard writers run one after the other.
+inline void buildInProcess(const std::filesystem::path& target, const Synthetic& s, const std::string& title,
+                           std::uint32_t shards = 1, bool force = false) {
+  DatabaseBuilder b(target, BuildOptions{.force = force, .onStep = {}});
+  for (std::uint32_t k = 0; k < shards; ++k) {
+    ShardWriter w(b.stagingDir(), k);
+    s.writeShard(w, k, shards);
+    w.finish();
+  }
+  b.writeMetadata(s.metadata(title));
+  b.ingestShards(shards);
+  b.publish();
+}
+
+// Writer processes, forked before this process creates the database and so before RocksDB starts
+// any thread (forking a threaded process can leave a lock held in the child forever). Like MPI
+// ranks they learn the staging directory from the root, here through a pipe.
+class ForkedWriters {
+ public:
+  using Work = std::function<void(const std::filesystem::path& stagingDir, std::uint32_t shard)>;
+
+  ForkedWriters(std::uint32_t count, const Work& work) {
+    for (std::uint32_t k = 0; k < count; ++k) {
+      int fds[2];
+      if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+      std::fflush(nullptr);  // or the children print our buffered output again
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("fork failed");
+      if (pid == 0) {
+        ::close(fds[1]);
+        // The write ends of earlier writers' pipes too: held open here they would keep those
+        // writers waiting for the end of the path until this one exits.
+        for (int fd : pipes_) ::close(fd);
+        std::string path;
+        char buf[256];
+        for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) path.append(buf, static_cast<std::size_t>(n));
+        int status = 1;
+        if (!path.empty()) {
+          try {
+            work(path, k);
+            status = 0;
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "writer %u: %s\n", k, e.what());
+          }
+        }
+        std::fflush(stdout);
+        ::_exit(status);  // no destructors or atexit handlers of the parent's objects
+      }
+      ::close(fds[0]);
+      pids_.push_back(pid);
+      pipes_.push_back(fds[1]);
+    }
+  }
+  ~ForkedWriters() { join(); }
+  ForkedWriters(const ForkedWriters&) = delete;
+  ForkedWriters& operator=(const ForkedWriters&) = delete;
+
+  void start(const std::filesystem::path& stagingDir) {
+    const std::string path = stagingDir.string();
+    for (int& fd : pipes_) {
+      if (::write(fd, path.data(), path.size()) != static_cast<ssize_t>(path.size()))
+        throw std::runtime_error("cannot reach a writer process");
+      ::close(fd);
+      fd = -1;
+    }
+  }
+
+  // True if every writer exited with status 0. Writers never started get EOF and fail.
+  bool join() {
+    for (int& fd : pipes_)
+      if (fd >= 0) ::close(fd), fd = -1;
+    bool ok = true;
+    for (pid_t pid : pids_) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    pids_.clear();
+    return ok;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<int> pipes_;
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "csp-db-test-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace csp::test
