@@ -1,0 +1,203 @@
+// csp-run: runs a program under libcsp-measure.so. It only prepares the environment (the
+// preload and CSP_* settings) and then becomes the program with execvp, so that it can sit
+// between mpirun/srun and the application without adding a process.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kHelp =
+    "csp-run: measure a program with CSP's sampling profiler (libcsp-measure.so).\n"
+    "\n"
+    "  csp-run [options] -- program [args...]\n"
+    "  mpirun -np 4 csp-run -o meas -- ./app     (or srun ... csp-run ...)\n"
+    "\n"
+    "Every thread of the program (and of processes it forks or execs) is sampled; each thread's\n"
+    "profile is written to the measurement directory when it ends. Each option has an\n"
+    "environment variable that the library reads directly, for launchers that cannot wrap the\n"
+    "program: LD_PRELOAD=<path>/libcsp-measure.so plus the CSP_* variables below. Options win\n"
+    "over variables already set.\n"
+    "\n"
+    "Environment: CSP_EVENTS, CSP_OUTPUT, CSP_REGION_LOG, CSP_REGION_LOG_EVENTS, CSP_VERBOSE,\n"
+    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_MEASURE_LIBRARY (see docs/measurement.md).";
+
+std::string sanitize(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  return s;
+}
+
+// All ranks of one job must pick the same directory, so the default is named after the job,
+// not the process; the pid is used only when no launcher identifies a job.
+std::string defaultOutput(const std::string& program) {
+  std::string job;
+  if (const char* slurm = std::getenv("SLURM_JOB_ID"); slurm != nullptr && *slurm != '\0') {
+    job = slurm;
+    if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && *step != '\0') job += fmt::format(".{}", step);
+  } else {
+    for (const char* name : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID"}) {
+      if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+        job = v;
+        break;
+      }
+    }
+  }
+  if (job.empty()) job = std::to_string(getpid());  // execvp keeps the pid: it is the program's
+  return fmt::format("csp-{}-{}", sanitize(fs::path(program).filename().string()), sanitize(job));
+}
+
+fs::path selfDirectory() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path{} : self.parent_path();
+}
+
+std::optional<fs::path> findLibrary(const std::string& explicitPath) {
+  if (!explicitPath.empty()) return fs::exists(explicitPath) ? std::optional(fs::absolute(explicitPath)) : std::nullopt;
+  if (const char* env = std::getenv("CSP_MEASURE_LIBRARY"); env != nullptr && *env != '\0')
+    return fs::exists(env) ? std::optional(fs::absolute(env)) : std::nullopt;
+  const fs::path dir = selfDirectory();
+  // Installed (bin/ next to lib/), or the build tree (launcher/ next to measure/).
+  for (const fs::path& candidate : {dir / "libcsp-measure.so", dir / ".." / "lib" / "libcsp-measure.so",
+                                   dir / ".." / "lib64" / "libcsp-measure.so",
+                                   dir / ".." / "measure" / "libcsp-measure.so"}) {
+    std::error_code ec;
+    if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec);
+  }
+  return std::nullopt;
+}
+
+bool validEvent(const std::string& e) {
+  static const std::regex kEvent(R"((cpu-time|cpu|real-time|real|wall)(@([0-9]+|[0-9]+(ns|us|ms|s)))?)");
+  return std::regex_match(e, kEvent);
+}
+
+void setEnv(const char* name, const std::string& value, bool verbose) {
+  setenv(name, value.c_str(), 1);
+  if (verbose) fmt::print(stderr, "csp-run: {}={}\n", name, value);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Everything after "--" is the program; without "--", the first non-option starts it.
+  std::vector<std::string> command;
+  int ownArgs = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      command.assign(argv + i + 1, argv + argc);
+      ownArgs = i;
+      break;
+    }
+  }
+
+  CLI::App app{kHelp, "csp-run"};
+  std::vector<std::string> events;
+  std::string output, library;
+  bool regionLog = false, noRegionLog = false;
+  std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
+  int verbose = 0;
+  app.add_option("-e,--event", events,
+                 "event to sample, repeatable: NAME[@RATE], NAME = cpu-time (thread CPU time) or real-time "
+                 "(wall-clock time, also while blocked); RATE = samples per second or a period with unit "
+                 "(ns, us, ms, s). Default cpu-time@200. Env: CSP_EVENTS=cpu-time@200,real-time@1000")
+      ->allow_extra_args(false);
+  app.add_option("-o,--output", output,
+                 "measurement directory (created; existing profiles of the same threads are replaced). Default "
+                 "csp-<program>-<job id>, the job id from SLURM_JOB_ID[.SLURM_STEP_ID], Open MPI/PMIx, else the "
+                 "pid. Env: CSP_OUTPUT");
+  app.add_flag("--region-log", regionLog, "record the timestamped region enter/exit log. Env: CSP_REGION_LOG=1");
+  app.add_flag("--no-region-log", noRegionLog, "do not record the region log (default)");
+  app.add_option("--region-log-events", regionLogEvents,
+                 "region log capacity per thread; later events are counted as lost (default 1048576). "
+                 "Env: CSP_REGION_LOG_EVENTS")
+      ->check(CLI::Range(1u, 1u << 28));
+  app.add_option("--max-depth", maxDepth, "deepest call path kept; deeper samples keep their innermost frames "
+                                          "and count as truncated (default 4096). Env: CSP_MAX_DEPTH")
+      ->check(CLI::Range(16u, 1u << 20));
+  app.add_option("--max-nodes", maxNodes, "CCT nodes per thread; samples beyond are counted as dropped "
+                                          "(default 262144). Env: CSP_MAX_NODES")
+      ->check(CLI::Range(1024u, 1u << 28));
+  app.add_option("--library", library, "libcsp-measure.so to preload (default: found next to csp-run, in "
+                                       "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
+  app.add_flag("-v,--verbose", verbose, "report settings, and per thread the samples, unwind failures and drops "
+                                        "when its profile is written. Env: CSP_VERBOSE=1");
+  if (command.empty()) app.prefix_command();
+  try {
+    app.parse(ownArgs, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (command.empty()) command = app.remaining();
+  if (command.empty()) {
+    fmt::print(stderr, "csp-run: error: no program given (usage: csp-run [options] -- program [args...])\n");
+    return 2;
+  }
+  if (regionLog && noRegionLog) {
+    fmt::print(stderr, "csp-run: error: --region-log and --no-region-log contradict each other\n");
+    return 2;
+  }
+  for (const auto& e : events) {
+    if (!validEvent(e)) {
+      fmt::print(stderr, "csp-run: error: --event {}: expected cpu-time or real-time, optionally @RATE "
+                         "(samples/s) or @PERIOD with unit ns/us/ms/s\n", e);
+      return 2;
+    }
+  }
+
+  const auto lib = findLibrary(library);
+  if (!lib) {
+    fmt::print(stderr, "csp-run: error: {}: libcsp-measure.so not found (use --library or CSP_MEASURE_LIBRARY)\n",
+               library.empty() ? selfDirectory().string() : library);
+    return 2;
+  }
+
+  const bool talk = verbose > 0;
+  if (!events.empty()) {
+    std::string joined;
+    for (const auto& e : events) joined += (joined.empty() ? "" : ",") + e;
+    setEnv("CSP_EVENTS", joined, talk);
+  }
+  if (output.empty()) {
+    const char* env = std::getenv("CSP_OUTPUT");
+    output = env != nullptr && *env != '\0' ? env : defaultOutput(command.front());
+  }
+  std::error_code ec;
+  const fs::path outDir = fs::absolute(output, ec);  // the program may change directory
+  fs::create_directories(outDir, ec);
+  if (ec || !fs::is_directory(outDir)) {
+    fmt::print(stderr, "csp-run: error: {}: cannot create the measurement directory{}\n", outDir.string(),
+               ec ? ": " + ec.message() : "");
+    return 2;
+  }
+  setEnv("CSP_OUTPUT", outDir.string(), talk);
+  if (regionLog) setEnv("CSP_REGION_LOG", "1", talk);
+  if (noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
+  if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);
+  if (maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(maxDepth), talk);
+  if (maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(maxNodes), talk);
+  if (verbose > 0) setEnv("CSP_VERBOSE", std::to_string(verbose), talk);
+  std::string preload = lib->string();
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
+  setEnv("LD_PRELOAD", preload, talk);
+
+  std::vector<char*> args;
+  for (auto& a : command) args.push_back(a.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  fmt::print(stderr, "csp-run: error: {}: cannot run: {}\n", command.front(), std::strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,122 @@
+// Measurement settings from the environment (csp-run sets them; launchers that cannot wrap the
+// program set them directly). Documented in docs/measurement.md.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "runtime.hpp"
+
+namespace csp::measure {
+
+namespace {
+
+bool parseUnsigned(std::string_view text, std::uint64_t& out) {
+  if (text.empty()) return false;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    if (v > (~std::uint64_t{0} - 9) / 10) return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+// "<event>[@<rate>]": rate in samples per second, or a period with a unit suffix
+// (ns, us, ms, s), e.g. "cpu-time@200", "real-time@1ms".
+bool parseEvent(std::string_view spec, EventConfig& e) {
+  std::string_view name = spec, rate;
+  if (auto at = spec.find('@'); at != std::string_view::npos) {
+    name = spec.substr(0, at);
+    rate = spec.substr(at + 1);
+  }
+  if (name == "cpu-time" || name == "cpu")
+    e = {"cpu-time", CLOCK_THREAD_CPUTIME_ID, 5'000'000};
+  else if (name == "real-time" || name == "wall" || name == "real")
+    e = {"real-time", CLOCK_MONOTONIC, 5'000'000};
+  else
+    return false;
+  if (rate.empty()) return true;
+  static constexpr struct {
+    std::string_view suffix;
+    std::uint64_t ns;
+  } kUnits[] = {{"ns", 1}, {"us", 1'000}, {"ms", 1'000'000}, {"s", 1'000'000'000}};
+  for (const auto& u : kUnits) {
+    if (rate.size() > u.suffix.size() && rate.substr(rate.size() - u.suffix.size()) == u.suffix) {
+      std::uint64_t v = 0;
+      if (!parseUnsigned(rate.substr(0, rate.size() - u.suffix.size()), v) || v == 0) return false;
+      e.periodNs = v * u.ns;
+      // A period below 10 us would spend most of the time in the handler.
+      return e.periodNs >= 10'000;
+    }
+  }
+  std::uint64_t hz = 0;
+  if (!parseUnsigned(rate, hz) || hz == 0 || hz > 100'000) return false;
+  e.periodNs = 1'000'000'000u / hz;
+  return true;
+}
+
+std::uint64_t envNumber(const char* name, std::uint64_t fallback, std::uint64_t lo, std::uint64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  std::uint64_t n = 0;
+  if (!parseUnsigned(v, n) || n < lo || n > hi) {
+    std::fprintf(stderr, "csp: warning: %s=%s is not a number in [%llu, %llu]; using %llu\n", name, v,
+                 static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi),
+                 static_cast<unsigned long long>(fallback));
+    return fallback;
+  }
+  return n;
+}
+
+bool envFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "no") != 0 &&
+         std::strcmp(v, "off") != 0;
+}
+
+}  // namespace
+
+Config readConfig() {
+  Config c;
+  const char* events = std::getenv("CSP_EVENTS");
+  c.eventsText = events != nullptr && *events != '\0' ? events : "cpu-time@200";
+  if (c.eventsText != "none") {
+    const std::string given = c.eventsText;
+    std::string_view rest = given;
+    c.eventsText.clear();  // becomes the events actually used, recorded in every profile
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      EventConfig e;
+      bool usable = parseEvent(item, e) && c.events.size() < static_cast<std::size_t>(kMaxEvents);
+      for (const auto& other : c.events) usable = usable && other.name != e.name;
+      if (!usable) {
+        std::fprintf(stderr, "csp: warning: ignoring event '%.*s' in CSP_EVENTS (known: cpu-time, real-time; "
+                             "rate in samples/s or a period like 1ms; each event once, at most %d)\n",
+                     static_cast<int>(item.size()), item.data(), kMaxEvents);
+        continue;
+      }
+      c.events.push_back(e);
+      if (!c.eventsText.empty()) c.eventsText.push_back(',');
+      c.eventsText.append(item);
+    }
+    if (c.events.empty()) {
+      std::fprintf(stderr, "csp: warning: no usable event in CSP_EVENTS; sampling cpu-time@200\n");
+      c.events.push_back({"cpu-time", CLOCK_THREAD_CPUTIME_ID, 5'000'000});
+      c.eventsText = "cpu-time@200";
+    }
+  }
+  if (const char* out = std::getenv("CSP_OUTPUT"); out != nullptr) c.output = out;
+  c.regionLog = envFlag("CSP_REGION_LOG");
+  c.regionLogCapacity = static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
+  c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));
+  c.maxDepth = static_cast<std::uint32_t>(envNumber("CSP_MAX_DEPTH", c.maxDepth, 16, 1u << 20));
+  c.maxNodes = static_cast<std::uint32_t>(envNumber("CSP_MAX_NODES", c.maxNodes, 1024, 1u << 28));
+  return c;
+}
+
+}  // namespace csp::measure

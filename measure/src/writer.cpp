@@ -1,0 +1,225 @@
+// Turning a closed thread's arena into a csp::ThreadProfile and writing it. Runs in normal
+// context (thread exit, process exit), where allocation is fine.
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "csp/storage/profile_io.hpp"
+#include "runtime.hpp"
+
+namespace csp::measure {
+
+namespace {
+
+constinit std::atomic<long> g_mpiRank{-1};
+
+// The launcher's rank when the program never calls MPI_Init (or uses an MPI whose handles we
+// cannot pass): Open MPI, PMIx, MPICH/Hydra, Slurm.
+long rankFromEnvironment() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0) return r;
+  }
+  return -1;
+}
+
+IdTuple idTupleOf(const ThreadState& t) {
+  IdTuple tuple;
+  long rank = g_mpiRank.load();
+  if (rank < 0) rank = rankFromEnvironment();
+  if (rank >= 0)
+    tuple.push_back({IdKind::Rank, static_cast<std::uint64_t>(rank)});
+  else
+    tuple.push_back({IdKind::Process, 0});
+  if (isDescendantProcess()) tuple.push_back({IdKind::Process, static_cast<std::uint64_t>(getpid())});
+  tuple.push_back({IdKind::Thread, t.index});
+  return tuple;
+}
+
+std::vector<std::string> commandLine() {
+  std::vector<std::string> args;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string executable() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// The measurement directory: CSP_OUTPUT (csp-run always sets it), else csp-<program>-<pid>.
+std::string outputDirectory() {
+  if (!config().output.empty()) return config().output;
+  std::string prog = executable();
+  if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
+  return fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+}
+
+bool makeDirectories(const std::string& dir) {
+  // Several ranks may race to create it: EEXIST is success.
+  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos == dir.size() || dir[pos] == '/') {
+      const std::string prefix = dir.substr(0, pos);
+      if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) return false;
+    }
+  }
+  struct stat st;
+  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
+  const auto modules = loadMapSnapshot();
+  for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
+  std::uint32_t unknownModule = kNoIndex;
+  std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
+  const CctArena& a = t.cct;
+  p.cct.parent.reserve(a.size);
+  p.cct.frame.reserve(a.size);
+  p.cct.parent.push_back(kNoIndex);
+  p.cct.frame.push_back(kNoIndex);
+  for (std::uint32_t i = 1; i < a.size; ++i) {
+    const std::uint64_t address = a.nodes[i].address;
+    auto [it, inserted] = frameOf.try_emplace(address, static_cast<std::uint32_t>(p.addressFrames.size()));
+    if (inserted) {
+      // The latest module covering the address wins: a range reused after dlclose belongs to
+      // the module loaded last (docs/measurement.md, limits).
+      AddressFrame f;
+      bool found = false;
+      for (std::size_t m = modules.size(); m-- > 0;) {
+        if (address >= modules[m].begin && address < modules[m].end) {
+          f = {static_cast<std::uint32_t>(m), address - modules[m].bias};
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        if (unknownModule == kNoIndex) {
+          unknownModule = static_cast<std::uint32_t>(p.modules.size());
+          p.modules.push_back({"[unknown]", {}, 0, 0, 0});
+        }
+        f = {unknownModule, address};
+      }
+      p.addressFrames.push_back(f);
+    }
+    p.cct.parent.push_back(a.nodes[i].parent);
+    p.cct.frame.push_back(it->second);
+  }
+  const auto events = static_cast<std::uint32_t>(std::min<std::size_t>(config().events.size(), kMaxEvents));
+  for (std::uint32_t i = 1; i < a.size; ++i) {
+    for (std::uint32_t e = 0; e < events; ++e) {
+      if (a.nodes[i].count[e] == 0) continue;
+      p.values.node.push_back(i);
+      p.values.metric.push_back(static_cast<std::uint16_t>(e));
+      p.values.count.push_back(a.nodes[i].count[e]);
+    }
+  }
+}
+
+void fillRegions(const ThreadState& t, ThreadProfile& p) {
+  if (t.regions == nullptr) return;
+  RegionSnapshot s = snapshotRegions(t.regions);
+  RegionProfile& r = p.regions;
+  r.names = regionNames();
+  r.eventsLost = s.eventsLost;
+  r.mismatchedEnds = s.mismatchedEnds;
+  r.unclosedAtExit = s.unclosedAtExit;
+  for (const auto& n : s.nodes) {
+    r.parent.push_back(n.parent);
+    r.staticId.push_back(n.name);
+    r.dynamicId.push_back(n.dynamicId);
+    r.count.push_back(n.count);
+    r.inclusiveNs.push_back(n.inclusiveNs);
+    r.exclusiveNs.push_back(std::min(n.exclusiveNs, n.inclusiveNs));
+  }
+  for (const auto& e : s.events) {
+    r.eventTimeNs.push_back(e.timeNs);
+    r.eventNode.push_back(e.node);
+    r.eventIsEnter.push_back(e.isEnter != 0);
+  }
+}
+
+}  // namespace
+
+void setMpiRank(long rank) { g_mpiRank.store(rank); }
+
+void writeThreadProfile(ThreadState& t) {
+  try {
+    ThreadProfile p;
+    p.identity.idTuple = idTupleOf(t);
+    p.identity.pid = static_cast<std::uint32_t>(getpid());
+    p.identity.hostname = hostname();
+    p.identity.executable = executable();
+    p.identity.commandLine = commandLine();
+    p.identity.startTimeNs = t.startNs;
+    p.identity.endTimeNs = std::max(t.endNs, t.startNs);
+    const Config& c = config();
+    const std::string signalState = samplingSignalState();
+    const bool takenOver = signalState == "yes";
+    auto& settings = p.identity.settings;
+    settings.push_back({"measurer", "libcsp-measure"});
+    settings.push_back({"events", c.eventsText});
+    settings.push_back({"sampling-signal", "SIGPROF"});
+    settings.push_back({"sampling-signal-taken-over", signalState});
+    settings.push_back({"region-log", c.regionLog ? "on" : "off"});
+    settings.push_back({"max-depth", std::to_string(c.maxDepth)});
+    settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
+    settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+    if (takenOver) {
+      reportOnce("takeover", fmt::format("csp: warning: the program replaced the SIGPROF handler, which csp uses "
+                                         "for sampling; samples taken after that are missing (pid {})\n",
+                                         getpid()));
+    }
+    for (const auto& e : c.events) {
+      p.metrics.push_back({e.name, "ns", MetricKind::Sampled, e.periodNs,
+                           e.name == "cpu-time" ? "thread CPU time, sampled by a per-thread CPU-clock timer"
+                                                : "elapsed (wall-clock) time, sampled by a per-thread monotonic timer"});
+    }
+    p.strings.push_back("");
+    p.frameKind = FrameKind::Address;
+    refreshLoadMap();
+    fillAddressProfile(t, p);
+    fillRegions(t, p);
+    p.stats.samples = t.samples;
+    p.stats.unwindFailures = t.unwindFailures;
+    p.stats.droppedSamples = t.droppedSamples;
+    p.stats.truncatedPaths = t.truncatedPaths;
+
+    const std::string dir = outputDirectory();
+    if (!makeDirectories(dir)) {
+      reportOnce("outdir", fmt::format("csp: error: cannot create measurement directory {}; profiles are lost\n", dir));
+      return;
+    }
+    const std::string file = dir + "/" + storage::profileFileName(p.identity);
+    storage::writeProfile(p, file);
+    if (c.verbose > 0) {
+      say(fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
+                         "{} regions -> {}\n",
+                 formatIdTuple(p.identity.idTuple), p.identity.pid, t.samples, t.unwindFailures, t.droppedSamples,
+                 t.truncatedPaths, p.cct.size(), p.regions.size() > 0 ? p.regions.size() - 1 : 0, file));
+    }
+  } catch (const std::exception& e) {
+    // The program must go on: a lost profile is reported, never fatal.
+    say(std::string("csp: error: a thread profile was not written: ") + e.what() + "\n");
+  }
+}
+
+}  // namespace csp::measure

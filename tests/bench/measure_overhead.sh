@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tests/bench/measure_overhead.sh [BUILD_DIR [RUNS [UNITS [RATE]]]]
+# Overhead of csp-run on the compute-bound test app (tests/apps/compute.cpp): the program is run
+# uninstrumented and under csp-run (cpu-time at RATE samples/s, default 200), alternately so that
+# both see the same machine conditions, RUNS times each (default 5). Prints the median wall
+# wall and CPU times side by side, the overhead in percent, and the unwind-failure rate over all measured
+# samples (from csp-run --verbose). Targets: overhead < 3 %, unwind failures < 0.1 %.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+runs=${2:-5}
+units=${3:-200}
+rate=${4:-200}
+app=$build/tests/apps/csp-app-compute
+csprun=$build/launcher/csp-run
+for f in "$app" "$csprun"; do
+  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute)" >&2; exit 1; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Appends "wall cpu" seconds of "$@" to file $1 (cpu = user + system of the program). On a
+# shared machine wall time also measures the neighbours; CPU time is the steadier figure.
+timed() {
+  local file=$1; shift
+  local TIMEFORMAT='%R %U %S'
+  { time "$@" >/dev/null 2>>"$work/verbose"; } 2>>"$work/time.tmp"
+  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' "$work/time.tmp" >>"$file"
+  rm -f "$work/time.tmp"
+}
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { print 100 * (b - a) / a }'; }  # overhead of b over a
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+"$app" 10 >/dev/null  # warm the page cache
+: >"$work/plain" ; : >"$work/measured" ; : >"$work/verbose"
+for ((i = 1; i <= runs; i++)); do
+  timed "$work/plain" "$app" "$units"
+  timed "$work/measured" "$csprun" -v -e "cpu-time@$rate" -o "$work/meas-$i" -- "$app" "$units"
+done
+plain=$(cut -d' ' -f1 "$work/plain" | median)
+measured=$(cut -d' ' -f1 "$work/measured" | median)
+plainCpu=$(cut -d' ' -f2 "$work/plain" | median)
+measuredCpu=$(cut -d' ' -f2 "$work/measured" | median)
+# Run i of both kinds ran back to back: the median of the paired ratios cancels slow drifts in
+# machine load; the minimum is the run least disturbed by other jobs.
+paired=$(paste -d' ' "$work/plain" "$work/measured" | awk '{ print 100 * ($3 - $1) / $1 }' | median)
+plainMin=$(cut -d' ' -f1 "$work/plain" | sort -g | head -1)
+measuredMin=$(cut -d' ' -f1 "$work/measured" | sort -g | head -1)
+read -r samples failures < <(sed -n 's/^csp: .*: \([0-9]*\) samples, \([0-9]*\) unwind failures.*/\1 \2/p' "$work/verbose" |
+  awk '{ s += $1; f += $2 } END { print s + 0, f + 0 }')
+printf 'compute app, %s units, %s runs each, cpu-time@%s\n' "$units" "$runs" "$rate"
+printf '  runs (wall cpu), uninstrumented: %s\n' "$(tr '\n' ',' <"$work/plain")"
+printf '  runs (wall cpu), under csp-run:  %s\n' "$(tr '\n' ',' <"$work/measured")"
+printf '  median wall      %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plain" "$measured" \
+  "$(pct "$plain" "$measured")"
+printf '  min wall         %.3f s  vs  %.3f s   overhead %+.2f %%\n' "$plainMin" "$measuredMin" \
+  "$(pct "$plainMin" "$measuredMin")"
+printf '  paired wall      median of per-pair overheads %+.2f %%\n' "$paired"
+printf '  median cpu       %.3f s  vs  %.3f s   overhead %+.2f %%   (target < 3 %%)\n' "$plainCpu" "$measuredCpu" \
+  "$(pct "$plainCpu" "$measuredCpu")"
+if [[ $samples -gt 0 ]]; then
+  printf '  unwind failures  %d of %d samples = %.4f %%   (target < 0.1 %%)\n' "$failures" "$samples" \
+    "$(awk -v f="$failures" -v s="$samples" 'BEGIN { print 100 * f / s }')"
+fi
