@@ -525,6 +525,16 @@ class Suite:
                              [perf, "record", "-q", "-g", "-F", str(rate), "-o", os.path.join(self.tmp, f"perf-{rate}.data"),
                               "--", app, units], self.env))
         res = self.interleaved(variants, self.p["overhead_runs"], "overhead")
+        # An overhead is only meaningful if the profiler profiled: every one must have written output.
+        for rate in self.p["rates"]:
+            meas = os.path.join(self.tmp, f"csp-run-{rate}")
+            if not (os.path.isdir(meas) and any(f.endswith(".cspprof") for f in os.listdir(meas))):
+                raise BenchError(f"csp-run -e cpu-time@{rate} wrote no profile into {meas}")
+            for name, out in [(f"gperftools {rate}/s", f"gperf-{rate}.prof"),
+                              (f"perf record -g {rate}/s", f"perf-{rate}.data")]:
+                path = os.path.join(self.tmp, out)
+                if name in res and not (os.path.isfile(path) and os.path.getsize(path) > 0):
+                    raise BenchError(f"{name} wrote no profile ({path})")
         rows = {}
         base = res["uninstrumented"]
         for name, v in res.items():
