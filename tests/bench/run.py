@@ -129,12 +129,23 @@ class Result:
         self.wall, self.cpu, self.maxrss_kb, self.stdout, self.stderr = wall, cpu, maxrss_kb, stdout, stderr
 
 
-def timed(cmd, what, env=None, capture=False):
+GNU_TIME = "/usr/bin/time"
+
+
+def timed(cmd, what, env=None, capture=False, rss=False):
     """Runs cmd; returns its wall time, CPU time (user + system of it and of the descendants it
-    reaped) and peak RSS (KiB, the largest of them), with stdout if capture. Output goes to
-    anonymous files, not pipes, so that the process can be reaped with wait4 for its resource
-    usage. A non-zero exit raises BenchError with the end of stderr."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    reaped), with stdout if capture, and with rss its peak RSS (KiB). Output goes to anonymous
+    files, not pipes, so that the process can be reaped with wait4 for its resource usage. The
+    peak RSS comes from GNU time, which forks the command from a small process: Linux carries a
+    process's RSS high-water mark across exec, so wait4's figure for a child forked from this
+    Python would never be below Python's own size. A non-zero exit raises BenchError with the
+    end of stderr."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("w+", prefix="csp-bench-rss-") as rss_file:
+        if rss:
+            if not os.access(GNU_TIME, os.X_OK):
+                raise NotRun(f"tool missing: {GNU_TIME} (package time)")
+            cmd = [GNU_TIME, "-f", "%M", "-o", rss_file.name] + list(cmd)
         t0 = time.monotonic()
         try:
             p = subprocess.Popen(cmd, stdout=out if capture else subprocess.DEVNULL, stderr=err, env=env)
@@ -154,10 +165,14 @@ def timed(cmd, what, env=None, capture=False):
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
+        peak = 0
+        if rss and p.returncode == 0:
+            lines = rss_file.read().split()
+            peak = int(lines[-1]) if lines and lines[-1].isdigit() else 0
     if p.returncode != 0:
         tail = "\n".join(stderr.strip().splitlines()[-6:])
         raise BenchError(f"{what}: exit status {p.returncode}: {' '.join(map(str, cmd))}\n{tail}")
-    return Result(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, stdout, stderr)
+    return Result(wall, ru.ru_utime + ru.ru_stime, peak, stdout, stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,9 +297,9 @@ class Suite:
         """One csp-prof-mpi run under mpirun. Each rank runs under /usr/bin/time so that its own
         peak RSS is known; wall time is measured here (mpirun start-up included)."""
         prof = self.prof_tool()
-        gnu_time = shutil.which("time", path="/usr/bin:/bin") or "/usr/bin/time"
+        gnu_time = GNU_TIME
         if not os.access(gnu_time, os.X_OK):
-            raise NotRun("tool missing: /usr/bin/time (package time)")
+            raise NotRun(f"tool missing: {GNU_TIME} (package time)")
         stamp = os.path.join(self.tmp, f"rank-time-{label}")
         for old in self.glob_prefix(stamp):
             os.remove(old)
@@ -448,7 +463,7 @@ class Suite:
         for r in range(runs):
             k = r % len(others) if others else 0
             for name, cmd, env in [base] + others[k:] + others[:k]:
-                x = timed(cmd, f"{what} {name}", env=env)
+                x = timed(cmd, f"{what} {name}", env=env, rss=True)
                 res[name]["wall"].append(x.wall)
                 res[name]["cpu"].append(x.cpu)
                 res[name]["rss"].append(x.maxrss_kb / 1024.0)
@@ -540,7 +555,8 @@ class Suite:
         for name, v in res.items():
             rows[name] = {"wall_s": stat(v["wall"], "s"), "cpu_s": stat(v["cpu"], "s"),
                           "wall_over_uninstrumented": stat(ratios(v["wall"], base["wall"]), "x"),
-                          "cpu_over_uninstrumented": stat(ratios(v["cpu"], base["cpu"]), "x")}
+                          "cpu_over_uninstrumented": stat(ratios(v["cpu"], base["cpu"]), "x"),
+                          "peak_rss_mib": stat(v["rss"], "MiB")}
         return {"baseline": "the same app uninstrumented, run just before each instrumented run",
                 "app": f"csp-app-compute {units}", "variants": rows, "not_run": skipped,
                 "note": "cpu = user + system time of the command and its children (perf's own process "
@@ -884,9 +900,10 @@ def markdown(rep):
     if s:
         out.append(f"App: `{s['app']}`; {s['note']}.\n\n")
         rows = [[k, mmm(v["wall_s"]), mmm(v["wall_over_uninstrumented"]), mmm(v["cpu_s"]),
-                 mmm(v["cpu_over_uninstrumented"])] for k, v in s["variants"].items()]
-        rows += [[k, why, "", "", ""] for k, why in s["not_run"].items()]
-        out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented"], rows))
+                 mmm(v["cpu_over_uninstrumented"]), mmm(v.get("peak_rss_mib"))] for k, v in s["variants"].items()]
+        rows += [[k, why, "", "", "", ""] for k, why in s["not_run"].items()]
+        out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented",
+                          "peak MiB (largest process)"], rows))
 
     s = header("dbwrite", "Database writer alone (db_write_bench)")
     if s:
