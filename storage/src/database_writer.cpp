@@ -1,6 +1,7 @@
 // Writing: shard SST files, ingestion, atomic publication, cleanup of interrupted builds.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
@@ -27,6 +28,15 @@ namespace csp::storage {
 namespace fs = std::filesystem;
 
 namespace {
+
+bool hasLz4() {
+  static const bool yes = [] {
+    const auto supported = rocksdb::GetSupportedCompressions();
+    return std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
+  }();
+  return yes;
+}
+
 
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
@@ -160,7 +170,14 @@ struct ShardWriter::Impl {
       throw std::logic_error(fmt::format("ShardWriter: keys of column family {} must ascend ({} after {})", f.name,
                                          hex(key), hex(f.lastKey)));
     if (!f.writer) {
-      const rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
+      rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
+      if (f.name == format::kValuesByNode && hasLz4()) {
+        // Values by node arrive in many overlapping shards that ingestion compacts into one
+        // sorted run, which gets the family's real compression: the shards only need to be
+        // cheap to write and to read back.
+        options.compression = rocksdb::kLZ4Compression;
+        options.bottommost_compression = rocksdb::kDisableCompressionOption;
+      }
       f.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
       const fs::path file = dir / (f.name + ".sst");
       const auto s = f.writer->Open(file.string());
