@@ -601,11 +601,11 @@ class Suite:
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
             x = timed([bench, "--profiles", str(s["profiles"]), "--nodes", str(s["nodes"]), "--writers",
-                       str(s["writers"]), "--dir", d, "--keep"], "db_write_bench", env=self.env, capture=True)
+                       str(s["writers"]), "--dir", d, "--keep"], "db_write_bench", env=self.env, capture=True,
+                      rss=True)
             m = re.search(r"wall time\s+([\d.]+) s", x.stdout)
             b = re.search(r"both orders\s+([\d.]+) bytes/value", x.stdout)
             k = re.search(r"kept (\S+)", x.stdout)
-            pr = re.search(r"peak RSS\s+([\d.]+) MiB root, ([\d.]+) MiB", x.stdout)
             cpu = re.search(r"CPU time\s+([\d.]+) s", x.stdout)
             if cpu:
                 cpus.append(float(cpu.group(1)))
@@ -617,16 +617,14 @@ class Suite:
                                 "cp -r database", env=self.env).wall)
             walls.append(float(m.group(1)))
             bpv.append(float(b.group(1)))
-            if pr:
-                rss.append(max(float(pr.group(1)), float(pr.group(2))))
+            rss.append(x.maxrss_kb / 1024.0)  # the largest of the root and its writers
             shutil.rmtree(copy, ignore_errors=True)
             shutil.rmtree(d, ignore_errors=True)
         out = {"baseline": "cp -r of the written database and fsync of every copied file (sync FILE...)", "shape": s,
                "write_s": stat(walls, "s"), "copy_s": stat(copies, "s"),
                "write_over_copy": stat(ratios(walls, copies), "x"),
                "bytes_per_value_both_orders": stat(bpv, "bytes")}
-        if rss:
-            out["peak_rss_mib"] = stat(rss, "MiB")
+        out["peak_rss_mib"] = stat(rss, "MiB")
         if len(cpus) == len(walls):
             out["cpu_s"] = stat(cpus, "s")
         return out
