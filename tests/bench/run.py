@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -973,6 +974,10 @@ def main():
         ap.error("--profiles: counts must be positive")
     if not os.path.isdir(args.build):
         ap.error(f"--build {args.build}: no such directory (bash scripts/build.sh build Release)")
+    def terminate(signum, frame):  # SIGTERM: stop like Ctrl-C, so that temporary data is removed
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         return Suite(args).run()
     except KeyboardInterrupt:
