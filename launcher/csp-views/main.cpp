@@ -1,0 +1,232 @@
+// csp-views: look at a CSP database in a terminal (docs/views.md). Argument parsing only; the
+// views and renderers live in views/.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "csp/storage/database.hpp"
+#include "csp/views/views.hpp"
+
+namespace {
+
+using csp::views::Column;
+using csp::views::Statistic;
+using csp::views::ViewError;
+using csp::storage::MetricScope;
+
+std::vector<std::string> splitList(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const auto& v : values) {
+    std::stringstream in(v);
+    std::string item;
+    while (std::getline(in, item, ','))
+      if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::optional<MetricScope> parseScope(const std::string& s) {
+  if (s == "inclusive" || s == "I" || s == "i" || s == "incl") return MetricScope::Inclusive;
+  if (s == "exclusive" || s == "E" || s == "e" || s == "excl") return MetricScope::Exclusive;
+  return std::nullopt;
+}
+
+// "[metric:]statistic[:scope]" in any order of parts, defaults from the first column.
+Column parseSortColumn(const std::string& spec, const Column& first, const std::vector<std::string>& metricNames) {
+  Column c = first;
+  std::stringstream in(spec);
+  std::string part;
+  while (std::getline(in, part, ':')) {
+    if (auto s = csp::views::parseStatistic(part)) {
+      c.statistic = *s;
+    } else if (auto sc = parseScope(part)) {
+      c.scope = *sc;
+    } else if (std::find(metricNames.begin(), metricNames.end(), part) != metricNames.end()) {
+      c.metric = part;
+    } else {
+      throw ViewError(fmt::format("--sort {}: '{}' is no metric, statistic (sum, mean, min, max, stddev, cfvar, "
+                                  "imbalance, count) or scope (inclusive, exclusive)", spec, part));
+    }
+  }
+  return c;
+}
+
+bool colorWanted(const std::string& mode) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const char* term = std::getenv("TERM");
+  return ::isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr && !(term && std::string(term) == "dumb");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "csp-views: Calling Context (default), Callers, Flat and Regions views of a CSP database.\n"
+      "  csp-views DB                        top-down calling context tree\n"
+      "  csp-views --flat --top 20 DB        the 20 hottest procedures\n"
+      "  csp-views --callers DB              who calls what, bottom-up\n"
+      "  csp-views --node main/solve DB      one node across all threads\n"
+      "Reference: docs/views.md",
+      "csp-views"};
+  std::string dbPath, format = "text", color = "auto", population = "all", sort, nodeSpec, focus;
+  bool callers = false, flat = false, regions = false, info = false, cc = false, noColor = false, fullNames = false;
+  std::vector<std::string> metricArgs, statArgs, scopeArgs, hide, keep;
+  std::optional<unsigned> depth;
+  std::optional<double> threshold;
+  std::optional<std::size_t> top;
+  double hotPath = 50;
+  std::size_t bins = 16, nameWidth = 72;
+
+  app.add_option("DB", dbPath, "the database directory")->required();
+  auto* oCc = app.add_flag("--cc,--calling-context", cc, "Calling Context view (top-down; the default)");
+  auto* oCallers = app.add_flag("--callers", callers, "Callers view (bottom-up; built lazily)");
+  auto* oFlat = app.add_flag("--flat", flat, "Flat view (module, file, procedure, loop, line)");
+  auto* oRegions = app.add_flag("--regions", regions, "Regions view (user-annotated regions)");
+  auto* oInfo = app.add_flag("--info", info, "experiment metadata: command, processes, threads, metrics, skipped inputs");
+  auto* oNode = app.add_option("--node", nodeSpec, "per-thread distribution of one CCT node: an id or a call path main/solve");
+  const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oNode};
+  for (auto* a : views)
+    for (auto* b : views)
+      if (a != b) a->excludes(b);
+
+  app.add_option("-m,--metric", metricArgs, "metrics to show (repeat or comma-separate; default: the first)");
+  app.add_option("-s,--stat", statArgs, "statistics: sum mean min max stddev cfvar imbalance count (default sum)");
+  app.add_option("--scope", scopeArgs, "scopes: inclusive, exclusive (default both; --node: inclusive)");
+  app.add_option("--population", population, "all (absent threads count as 0) or present")
+      ->check(CLI::IsMember({"all", "present"}))
+      ->capture_default_str();
+  app.add_option("--sort", sort, "sort by a column [metric:]stat[:scope], or 'name'");
+  app.add_option("-d,--depth", depth, "levels shown below the top (callers default: 2)");
+  app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)");
+  auto* oHot = app.add_option("--hot-path", hotPath, "follow the hottest child while it holds >= H % of its parent")
+                   ->expected(0, 1)
+                   ->default_str("50");
+  app.add_option("--focus", focus, "re-root at a node id or at the nodes of this name");
+  app.add_option("--hide", hide, "hide nodes (and their subtrees) whose name matches a glob or substring");
+  app.add_option("--keep", keep, "show only nodes matching, their callers/ancestors and their subtrees");
+  app.add_option("--top", top, "flat/callers: only the N hottest procedures");
+  app.add_option("--format", format, "text, csv, json, folded or speedscope")
+      ->check(CLI::IsMember({"text", "csv", "json", "folded", "speedscope"}))
+      ->capture_default_str();
+  app.add_option("--color", color, "auto, always or never")->check(CLI::IsMember({"auto", "always", "never"}));
+  app.add_flag("--no-color", noColor, "no colour (also: NO_COLOR set, or output is no terminal)");
+  app.add_flag("--full-names", fullNames, "do not shorten long procedure names");
+  app.add_option("--name-width", nameWidth, "shorten names to this many characters")->capture_default_str();
+  app.add_option("--bins", bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "csp-views: " << e.what() << " (csp-views --help shows the options)\n";
+    return 2;
+  }
+
+  try {
+    if (noColor) color = "never";
+    csp::views::TextOptions text{colorWanted(color), fullNames, nameWidth};
+    const auto db = csp::storage::Database::open(dbPath);
+
+    const auto metricNames = splitList(metricArgs);
+    const auto statNames = splitList(statArgs);
+    const auto scopeNames = splitList(scopeArgs);
+    std::vector<Statistic> stats;
+    for (const auto& s : statNames) {
+      auto st = csp::views::parseStatistic(s);
+      if (!st) throw ViewError(fmt::format("unknown statistic '{}' (sum, mean, min, max, stddev, cfvar, imbalance, count)", s));
+      stats.push_back(*st);
+    }
+    std::vector<MetricScope> scopes;
+    for (const auto& s : scopeNames) {
+      auto sc = parseScope(s);
+      if (!sc) throw ViewError(fmt::format("unknown scope '{}' (inclusive or exclusive)", s));
+      scopes.push_back(*sc);
+    }
+
+    if (info) {
+      if (format == "json")
+        csp::views::renderInfoJson(*db, std::cout);
+      else if (format == "text")
+        csp::views::renderInfoText(*db, std::cout);
+      else
+        throw ViewError("--info is available as text or json");
+      return 0;
+    }
+
+    if (!nodeSpec.empty()) {
+      if (format == "folded" || format == "speedscope") throw ViewError("--node is available as text, csv or json");
+      if (metricNames.size() > 1 || scopes.size() > 1) throw ViewError("--node shows one metric in one scope");
+      const auto node = csp::views::resolveNode(*db, nodeSpec);
+      const std::string metric = metricNames.empty() ? db->metrics().at(0).descriptor.name : metricNames[0];
+      const auto d = csp::views::drillDown(*db, node, metric, scopes.empty() ? MetricScope::Inclusive : scopes[0], bins);
+      if (format == "csv")
+        csp::views::renderDistributionCsv(d, std::cout);
+      else if (format == "json")
+        csp::views::renderDistributionJson(d, std::cout);
+      else
+        csp::views::renderDistributionText(d, std::cout, text);
+      return 0;
+    }
+
+    csp::views::ViewRequest request;
+    request.kind = callers ? csp::views::ViewKind::Callers
+                   : flat  ? csp::views::ViewKind::Flat
+                   : regions ? csp::views::ViewKind::Regions
+                             : csp::views::ViewKind::CallingContext;
+    std::vector<std::string> available;
+    if (regions)
+      available = {"time", "visits"};
+    else
+      for (const auto& m : db->metrics()) available.push_back(m.descriptor.name);
+    const auto shownMetrics = metricNames.empty() ? std::vector<std::string>{available.at(0)} : metricNames;
+    if (stats.empty()) stats = {Statistic::Sum};
+    if (scopes.empty()) scopes = {MetricScope::Inclusive, MetricScope::Exclusive};
+    for (const auto& m : shownMetrics)
+      for (auto st : stats)
+        for (auto sc : scopes) request.columns.push_back({m, st, sc});
+    request.population = population == "present" ? csp::metrics::Population::Present : csp::metrics::Population::All;
+    if (sort == "name")
+      request.sortByName = true;
+    else if (!sort.empty())
+      request.sortBy = parseSortColumn(sort, request.columns.front(), available);
+    request.depth = depth;
+    if (!depth && callers) request.depth = 2;
+    if (threshold) request.thresholdPercent = *threshold;
+    if (oHot->count() > 0) request.hotPathPercent = hotPath;
+    request.focus = focus;
+    request.hide = hide;
+    request.keep = keep;
+    request.top = top;
+    if (request.top && *request.top == 0) throw ViewError("--top needs a positive number");
+
+    const auto tree = csp::views::buildView(*db, request);
+    if (format == "csv")
+      csp::views::renderCsv(tree, std::cout);
+    else if (format == "json")
+      csp::views::renderJson(tree, std::cout);
+    else if (format == "folded")
+      csp::views::renderFolded(tree, std::cout);
+    else if (format == "speedscope")
+      csp::views::renderSpeedscope(tree, std::cout, db->metadata().executable.empty() ? dbPath : db->metadata().executable);
+    else
+      csp::views::renderText(tree, std::cout, text);
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "csp-views: writing the output failed\n";
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "csp-views: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,189 @@
+// The presentation side of CSP (DESIGN.md 7): Calling Context, Callers, Flat and Regions views
+// built on demand from a database, selected and pruned for display, then handed to a renderer.
+//
+//   auto db = storage::Database::open(dir);
+//   ViewRequest request;                       // what to show
+//   request.kind = ViewKind::Flat;
+//   ViewTree tree = buildView(*db, request);   // built, finalized, pruned, sorted
+//   renderText(tree, std::cout, {});          // or CSV, JSON, folded stacks, speedscope
+//
+// A ViewTree holds only what is shown. Callers and Flat values are combined from the stored
+// non-finalized accumulators with instance counting (thesis Fig. 7.7); docs/views.md says what
+// every statistic means for a combined node.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "csp/metrics/accumulator.hpp"
+#include "csp/storage/database.hpp"
+
+namespace csp::views {
+
+// A request that cannot be served: unknown metric or node, conflicting options. what() is one
+// line for the user.
+class ViewError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ViewKind : std::uint8_t { CallingContext, Callers, Flat, Regions };
+const char* toString(ViewKind kind);
+
+enum class Statistic : std::uint8_t { Sum, Mean, Min, Max, Stddev, CfVar, Imbalance, Count };
+const char* toString(Statistic statistic);
+std::optional<Statistic> parseStatistic(std::string_view text);
+// Whether a column also gets a share of the root: not for spreads, ratios and counts.
+bool hasPercent(Statistic statistic);
+
+// Kinds of a view node: the CCT's scopes plus the Flat view's module and file levels and the
+// Regions view's regions. In the Callers view a caller is a Procedure whose file:line is the call
+// site in the caller.
+enum class NodeKind : std::uint8_t { Root, Module, File, Procedure, Inlined, Loop, CallSite, Statement, Region };
+const char* toString(NodeKind kind);
+
+// One displayed column: a statistic of one metric in one scope.
+struct Column {
+  std::string metric;  // metric name as in the database (Regions: "visits" or "time")
+  Statistic statistic = Statistic::Sum;
+  storage::MetricScope scope = storage::MetricScope::Inclusive;
+  std::string title() const;  // "time:sum:I"
+  bool operator==(const Column&) const = default;
+};
+
+struct ViewRequest {
+  ViewKind kind = ViewKind::CallingContext;
+  std::vector<Column> columns;  // empty: the first metric, sum, inclusive and exclusive
+  metrics::Population population = metrics::Population::All;
+
+  // Ordering: by a column (descending) or by name (ascending).
+  std::optional<Column> sortBy;  // empty: the first column
+  bool sortByName = false;
+
+  // Navigation.
+  std::optional<unsigned> depth;        // levels shown below the top level; empty: unlimited
+  double thresholdPercent = 1.0;        // hide nodes below this share of the root (0: show all)
+  std::optional<double> hotPathPercent; // descend while a child holds >= this share of its parent
+  std::string focus;                    // re-root at a node id or at nodes of this name
+  std::vector<std::string> hide;        // glob patterns (a plain word matches as a substring)
+  std::vector<std::string> keep;
+  std::optional<std::size_t> top;       // Flat/Callers: only the N hottest procedures
+};
+
+// What selection left out, for the summary line.
+struct PruneSummary {
+  std::uint64_t belowThreshold = 0;  // nodes (with their subtrees) under the threshold
+  std::uint64_t keptForImbalance = 0;  // shown only because one thread exceeds the threshold
+  std::uint64_t beyondDepth = 0;     // nodes not expanded because of the depth limit
+  std::uint64_t hidden = 0;          // removed by --hide / --keep
+  std::uint64_t beyondTop = 0;       // procedures beyond --top
+  std::uint64_t offHotPath = 0;      // siblings left out by --hot-path
+  bool any() const {
+    return belowThreshold || beyondDepth || hidden || beyondTop || offHotPath;
+  }
+};
+
+struct TreeNode {
+  std::uint32_t parent = kNoIndex;  // index into ViewTree::nodes
+  std::vector<std::uint32_t> children;       // in display order
+  unsigned depth = 0;
+  NodeKind kind = NodeKind::Root;
+  std::string name;    // procedure, inlined procedure, module, file or region; empty otherwise
+  std::string file;
+  std::uint32_t line = 0;
+  std::string module;
+  std::optional<std::uint32_t> cctNode;  // Calling Context view: the CCT node id
+  // Id within this view, usable with --focus: the CCT node id, the Flat node, the region id;
+  // in the Callers view stable for procedures only (caller chains are numbered as built).
+  std::uint64_t viewId = 0;
+  // Per column, finalized; NaN when undefined (see metrics::Statistics).
+  std::vector<double> values;
+  std::vector<std::uint64_t> instances;  // per column: CCT instances combined (1 in Calling Context)
+  std::vector<metrics::Statistics> stats; // per column, the full statistics behind values
+  bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
+  double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
+  bool truncated = false;                // has children that are not shown
+};
+
+struct ViewTree {
+  ViewKind kind = ViewKind::CallingContext;
+  std::vector<Column> columns;
+  std::vector<std::string> units;        // per column, the metric's unit
+  // Per column: the root's total (sum) and the average thread's total (all-population mean) of
+  // the column's metric and scope, the bases of percentages.
+  std::vector<double> rootSum, rootMean;
+  std::vector<std::uint32_t> roots;      // top-level nodes shown (indices into nodes)
+  std::vector<TreeNode> nodes;           // preorder
+  PruneSummary pruned;
+  std::uint64_t profiles = 0;            // N
+  // Share of the root for column c of node n, NaN where no percentage makes sense.
+  double percent(const TreeNode& node, std::size_t column) const;
+};
+
+// Builds, finalizes, prunes and sorts a view. Throws ViewError for a request that cannot be
+// served and storage::DatabaseError for a damaged database.
+ViewTree buildView(const storage::Database& db, const ViewRequest& request);
+
+// --- drill-down ---------------------------------------------------------------------------------
+// A node given as a CCT id ("42") or as a call path of procedure names ("main/solve/axpy", each
+// name a procedure called, possibly indirectly through loops and call sites, from the previous).
+// Throws ViewError if nothing or more than one node matches.
+storage::NodeId resolveNode(const storage::Database& db, const std::string& spec);
+
+struct ThreadValue {
+  storage::ProfileId profile = 0;
+  std::string who;  // "rank 3 thread 1"
+  double value = 0;
+};
+
+struct Distribution {
+  storage::NodeId node = 0;
+  std::string label;       // "solve (solve.c:40)"
+  std::string metric, unit;
+  storage::MetricScope scope = storage::MetricScope::Inclusive;
+  std::uint64_t profiles = 0;           // N
+  std::vector<ThreadValue> values;      // present profiles, by value descending
+  metrics::Statistics all, present;     // over all N profiles (absent = 0) / present ones only
+  std::vector<ThreadValue> outliers;    // |value - mean| > 3 stddev (all population), descending
+  struct Bin {
+    double low = 0, high = 0;
+    std::uint64_t count = 0;
+  };
+  std::vector<Bin> histogram;           // linear bins over [0, max]; absent profiles in bin 0
+};
+
+// Reads one node's per-thread values (the only place views read them).
+Distribution drillDown(const storage::Database& db, storage::NodeId node, const std::string& metric,
+                       storage::MetricScope scope, std::size_t bins = 16);
+
+// --- renderers ----------------------------------------------------------------------------------
+struct TextOptions {
+  bool color = false;
+  bool fullNames = false;    // no shortening of long (C++) names
+  std::size_t nameWidth = 72;
+};
+
+void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& options);
+void renderCsv(const ViewTree& tree, std::ostream& out);
+void renderJson(const ViewTree& tree, std::ostream& out);
+// Flame-graph input: one line "frame;frame;... value" per stack, value = the first column's
+// self cost (inclusive sum minus the shown children's). Calling Context and Regions only.
+void renderFolded(const ViewTree& tree, std::ostream& out);
+void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string& title);
+
+void renderDistributionText(const Distribution& d, std::ostream& out, const TextOptions& options);
+void renderDistributionCsv(const Distribution& d, std::ostream& out);
+void renderDistributionJson(const Distribution& d, std::ostream& out);
+
+void renderInfoText(const storage::Database& db, std::ostream& out);
+void renderInfoJson(const storage::Database& db, std::ostream& out);
+
+// Shortens a demangled name for a terminal: template arguments and parameter lists collapse to
+// "<…>" and "(…)", and what is still too long loses its middle.
+std::string shortenName(const std::string& name, std::size_t width);
+
+}  // namespace csp::views

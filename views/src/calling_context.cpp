@@ -1,0 +1,224 @@
+// The Calling Context view: the canonical CCT as stored, read lazily node by node so that a
+// pruned view of a million-node CCT touches only what it shows (and those nodes' children).
+#include <fmt/format.h>
+
+#include <map>
+#include <unordered_map>
+
+#include "csp/metrics/encoding.hpp"
+#include "sources.hpp"
+
+namespace csp::views::detail {
+
+NodeKind kindOf(ScopeKind kind) {
+  switch (kind) {
+    case ScopeKind::Root: return NodeKind::Root;
+    case ScopeKind::ProcFrame: return NodeKind::Procedure;
+    case ScopeKind::Alien: return NodeKind::Inlined;
+    case ScopeKind::Loop: return NodeKind::Loop;
+    case ScopeKind::CallSite: return NodeKind::CallSite;
+    case ScopeKind::Stmt: return NodeKind::Statement;
+  }
+  return NodeKind::Statement;
+}
+
+ModelNode labelOf(const storage::Database& db, storage::NodeId id, const storage::CctNode& n) {
+  const auto& s = db.metadata().strings;
+  ModelNode m;
+  m.kind = kindOf(n.kind);
+  m.name = s.at(n.name);
+  m.file = s.at(n.file);
+  m.module = s.at(n.module);
+  m.line = n.line;
+  m.cctNode = id;
+  m.viewId = id;
+  return m;
+}
+
+std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& metrics, storage::NodeId id) {
+  std::vector<Acc> acc;
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m)
+    for (int s = 0; s < 2; ++s) acc.push_back(Acc::emptyInstance(metrics.types[m]));
+  for (const auto& a : db.summaries(id)) {
+    for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
+      if (metrics.ids[m] != a.metric) continue;
+      try {
+        acc[MetricSet::slot(m, a.scope)] = Acc::decode(metrics.types[m], a.bytes);
+      } catch (const metrics::DecodeError& e) {
+        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", id, e.what()));
+      }
+    }
+  }
+  return acc;
+}
+
+SummaryScan::SummaryScan(const storage::Database& db, const MetricSet& metrics) : db_(db), metrics_(metrics) {
+  done_ = std::async(std::launch::async, [this] { run(); });
+}
+
+SummaryScan::~SummaryScan() {
+  if (done_.valid()) done_.wait();
+}
+
+void SummaryScan::run() {
+  std::vector<int> index;  // metric id -> index in the set
+  for (std::size_t m = 0; m < metrics_.ids.size(); ++m) {
+    if (index.size() <= metrics_.ids[m]) index.resize(metrics_.ids[m] + 1u, -1);
+    index[metrics_.ids[m]] = static_cast<int>(m);
+  }
+  db_.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
+    if (key.size() != 7) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary key");
+    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+    const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
+    const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
+    if (metric >= index.size() || index[metric] < 0) return;
+    if (k[6] > 1) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary scope");
+    const auto slot = MetricSet::slot(static_cast<std::size_t>(index[metric]), static_cast<storage::MetricScope>(k[6]));
+    entries_.push_back({node, static_cast<std::uint32_t>(slot), bytes_.size(), static_cast<std::uint32_t>(value.size())});
+    bytes_.append(value);
+  });
+}
+
+void SummaryScan::forEach(const std::vector<char>& wanted,
+                          const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn) {
+  done_.get();
+  const std::size_t slots = metrics_.slots();
+  std::vector<char> seen(wanted.size() * slots, 0);
+  for (const auto& e : entries_) {
+    if (e.node >= wanted.size() || !wanted[e.node]) continue;
+    const std::string_view value(bytes_.data() + e.offset, e.size);
+    Acc acc;
+    try {
+      acc = Acc::decode(metrics_.types[e.slot / 2], value);
+    } catch (const metrics::DecodeError& err) {
+      throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", e.node, err.what()));
+    }
+    seen[std::size_t{e.node} * slots + e.slot] = 1;
+    fn(e.node, e.slot, acc);
+  }
+  entries_ = {};
+  bytes_ = {};
+  std::vector<Acc> empty;
+  for (std::size_t m = 0; m < metrics_.ids.size(); ++m)
+    for (int s = 0; s < 2; ++s) empty.push_back(Acc::emptyInstance(metrics_.types[m]));
+  for (std::size_t n = 0; n < wanted.size(); ++n) {
+    if (!wanted[n]) continue;
+    for (std::size_t s = 0; s < slots; ++s)
+      if (!seen[n * slots + s]) fn(static_cast<storage::NodeId>(n), s, empty[s]);
+  }
+}
+
+namespace {
+
+class CallingContextModel final : public ViewModel {
+ public:
+  CallingContextModel(const storage::Database& db, const MetricSet& metrics) : db_(db), metrics_(metrics) {}
+
+  std::uint32_t root() override { return load(0); }
+
+  std::vector<std::uint32_t> children(std::uint32_t h) override {
+    const storage::NodeId id = *nodes_[h].cctNode;
+    std::vector<std::uint32_t> out;
+    if (index_) {
+      for (auto c = index_->childBegin[id]; c < index_->childBegin[id + 1]; ++c) out.push_back(load(index_->child[c]));
+    } else {
+      for (auto c : db_.children(id)) out.push_back(load(c));
+    }
+    return out;
+  }
+
+  const ModelNode& node(std::uint32_t h) const override { return nodes_[h]; }
+
+  bool hasChildren(std::uint32_t h) override {
+    const storage::NodeId id = *nodes_[h].cctNode;
+    if (index_) return index_->childBegin[id + 1] > index_->childBegin[id];
+    return !db_.children(id).empty();
+  }
+
+  std::optional<std::uint32_t> byId(std::uint64_t id) override {
+    if (id >= db_.metadata().nodeCount) return std::nullopt;
+    return load(static_cast<storage::NodeId>(id));
+  }
+
+  std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
+    const auto& idx = index();
+    std::vector<std::uint32_t> out;
+    // Outermost matches: a preorder walk that does not descend below a match.
+    std::vector<storage::NodeId> stack{0};
+    while (!stack.empty()) {
+      const auto id = stack.back();
+      stack.pop_back();
+      if (id != 0 && labelMatches(matchLabel(labelOf(db_, id, idx.nodes[id])), pattern, exact)) {
+        out.push_back(load(id));
+        continue;
+      }
+      for (auto c = idx.childBegin[id + 1]; c > idx.childBegin[id]; --c) stack.push_back(idx.child[c - 1]);
+    }
+    return out;
+  }
+
+  bool subtreeMatches(std::uint32_t h, const std::string& pattern) override {
+    auto& memo = matches_[pattern];
+    if (memo.empty()) {
+      const auto& idx = index();
+      memo.assign(idx.size(), 0);
+      const auto& s = db_.metadata().strings;
+      // Children have larger preorder positions; walk a preorder list backwards to fold upwards.
+      std::vector<storage::NodeId> order;
+      order.reserve(idx.size());
+      std::vector<storage::NodeId> stack{0};
+      while (!stack.empty()) {
+        const auto id = stack.back();
+        stack.pop_back();
+        order.push_back(id);
+        for (auto c = idx.childBegin[id]; c < idx.childBegin[id + 1]; ++c) stack.push_back(idx.child[c]);
+      }
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        const auto& n = idx.nodes[*it];
+        // The same labels as the selection matches a node itself against.
+        const bool named = n.kind == ScopeKind::ProcFrame || n.kind == ScopeKind::Alien;
+        if (*it != 0 && nameMatches(named ? s[n.name] : matchLabel(labelOf(db_, *it, n)), pattern)) memo[*it] = 1;
+        if (memo[*it] && *it != 0) memo[n.parent] = 1;
+      }
+    }
+    return memo[*nodes_[h].cctNode] != 0;
+  }
+
+ private:
+  const CctIndex& index() {
+    if (!index_) index_ = CctIndex::read(db_);
+    return *index_;
+  }
+
+  std::uint32_t load(storage::NodeId id) {
+    auto [it, fresh] = handles_.try_emplace(id, static_cast<std::uint32_t>(nodes_.size()));
+    if (!fresh) return it->second;
+    storage::CctNode n;
+    if (index_) {
+      n = index_->nodes[id];
+    } else {
+      auto stored = db_.node(id);
+      if (!stored) throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: CCT node {} is missing", id));
+      n = *stored;
+    }
+    ModelNode m = labelOf(db_, id, n);
+    m.acc = nodeAccumulators(db_, metrics_, id);
+    nodes_.push_back(std::move(m));
+    return it->second;
+  }
+
+  const storage::Database& db_;
+  MetricSet metrics_;
+  std::optional<CctIndex> index_;
+  std::vector<ModelNode> nodes_;
+  std::unordered_map<storage::NodeId, std::uint32_t> handles_;
+  std::map<std::string, std::vector<char>> matches_;
+};
+
+}  // namespace
+
+std::unique_ptr<ViewModel> makeCallingContext(const storage::Database& db, const MetricSet& metrics) {
+  return std::make_unique<CallingContextModel>(db, metrics);
+}
+
+}  // namespace csp::views::detail

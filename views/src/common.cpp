@@ -1,0 +1,297 @@
+// Shared pieces of the view sources: accumulators of either type, the CCT index, matching.
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <cmath>
+#include <map>
+#include <unordered_map>
+#include <tuple>
+
+#include "csp/metrics/encoding.hpp"
+#include "model.hpp"
+
+namespace csp::views {
+
+const char* toString(ViewKind kind) {
+  switch (kind) {
+    case ViewKind::CallingContext: return "calling-context";
+    case ViewKind::Callers: return "callers";
+    case ViewKind::Flat: return "flat";
+    case ViewKind::Regions: return "regions";
+  }
+  return "unknown";
+}
+
+const char* toString(Statistic s) {
+  switch (s) {
+    case Statistic::Sum: return "sum";
+    case Statistic::Mean: return "mean";
+    case Statistic::Min: return "min";
+    case Statistic::Max: return "max";
+    case Statistic::Stddev: return "stddev";
+    case Statistic::CfVar: return "cfvar";
+    case Statistic::Imbalance: return "imbalance";
+    case Statistic::Count: return "count";
+  }
+  return "unknown";
+}
+
+std::optional<Statistic> parseStatistic(std::string_view text) {
+  for (auto s : {Statistic::Sum, Statistic::Mean, Statistic::Min, Statistic::Max, Statistic::Stddev,
+                 Statistic::CfVar, Statistic::Imbalance, Statistic::Count})
+    if (text == toString(s)) return s;
+  if (text == "std" || text == "sd") return Statistic::Stddev;
+  if (text == "cv") return Statistic::CfVar;
+  if (text == "imb") return Statistic::Imbalance;
+  return std::nullopt;
+}
+
+bool hasPercent(Statistic s) {
+  // A spread (stddev) is no share of anything; ratios and counts neither.
+  return s == Statistic::Sum || s == Statistic::Mean || s == Statistic::Min || s == Statistic::Max;
+}
+
+const char* toString(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::Root: return "root";
+    case NodeKind::Module: return "module";
+    case NodeKind::File: return "file";
+    case NodeKind::Procedure: return "procedure";
+    case NodeKind::Inlined: return "inlined";
+    case NodeKind::Loop: return "loop";
+    case NodeKind::CallSite: return "callsite";
+    case NodeKind::Statement: return "statement";
+    case NodeKind::Region: return "region";
+  }
+  return "unknown";
+}
+
+std::string Column::title() const {
+  return fmt::format("{}:{}:{}", metric, toString(statistic), scope == storage::MetricScope::Inclusive ? "I" : "E");
+}
+
+double ViewTree::percent(const TreeNode& node, std::size_t c) const {
+  const Statistic s = columns[c].statistic;
+  if (!hasPercent(s)) return NAN;
+  // Sums against the root's total; per-thread statistics against the average thread's total, so
+  // that "max 40 %" reads "one thread spends here 40 % of what a thread spends in all".
+  const double base = s == Statistic::Sum ? rootSum[c] : rootMean[c];
+  if (!(base > 0) || std::isnan(node.values[c])) return NAN;
+  return 100.0 * node.values[c] / base;
+}
+
+}  // namespace csp::views
+
+namespace csp::views::detail {
+
+using storage::ValueType;
+
+Acc Acc::emptyInstance(ValueType type) {
+  Acc a;
+  if (type == ValueType::Real) a.v_ = metrics::RealAccumulator();
+  return a;
+}
+
+Acc Acc::combined(ValueType type) {
+  Acc a;
+  if (type == ValueType::Real)
+    a.v_ = metrics::RealAccumulator::forCombinedNode();
+  else
+    a.v_ = metrics::IntAccumulator::forCombinedNode();
+  return a;
+}
+
+Acc Acc::decode(ValueType type, std::string_view bytes) {
+  Acc a;
+  if (type == ValueType::Real)
+    a.v_ = metrics::decodeRealAccumulator(bytes);
+  else
+    a.v_ = metrics::decodeIntAccumulator(bytes);
+  return a;
+}
+
+void Acc::add(const Acc& instance) {
+  if (v_.index() != instance.v_.index()) throw std::logic_error("combining accumulators of different value types");
+  if (auto* i = std::get_if<metrics::IntAccumulator>(&v_))
+    i->combineInstance(std::get<metrics::IntAccumulator>(instance.v_));
+  else
+    std::get<metrics::RealAccumulator>(v_).combineInstance(std::get<metrics::RealAccumulator>(instance.v_));
+}
+
+metrics::Statistics Acc::finalize(std::uint64_t profiles, metrics::Population population) const {
+  return std::visit([&](const auto& a) { return a.finalize(profiles, population); }, v_);
+}
+
+std::uint64_t Acc::instances() const {
+  return std::visit([](const auto& a) { return a.instances(); }, v_);
+}
+
+namespace {
+
+// The cct_nodes value (docs/database-format.md): kind u8, then varints parent+1
+// (0 = none), name, file, module, line. Read here in one forward scan because the reader API
+// offers only per-node lookups, which cost a seek each on a million-node CCT.
+struct ByteReader {
+  std::string_view data;
+  std::size_t pos = 0;
+  bool ok = true;
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos >= data.size()) break;
+      const auto b = static_cast<std::uint8_t>(data[pos++]);
+      v |= std::uint64_t{b & 0x7Fu} << shift;
+      if (!(b & 0x80)) return v;
+    }
+    ok = false;
+    return 0;
+  }
+};
+
+}  // namespace
+
+CctIndex CctIndex::read(const storage::Database& db) {
+  const auto& meta = db.metadata();
+  CctIndex idx;
+  idx.nodes.resize(meta.nodeCount);
+  std::vector<char> seen(meta.nodeCount, 0);
+  auto damaged = [&](const std::string& what) {
+    throw storage::DatabaseError(db.directory(), "damaged database: CCT nodes: " + what);
+  };
+  db.forEachEntry("cct_nodes", [&](std::string_view key, std::string_view value) {
+    if (key.size() != 4) damaged("bad key length");
+    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+    const std::uint32_t id = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
+    if (id >= meta.nodeCount) damaged(fmt::format("node {} beyond the node count {}", id, meta.nodeCount));
+    if (value.empty() || static_cast<std::uint8_t>(value[0]) > static_cast<std::uint8_t>(ScopeKind::Stmt))
+      damaged(fmt::format("node {}: bad kind", id));
+    ByteReader r{value, 1};
+    storage::CctNode n;
+    n.kind = static_cast<ScopeKind>(value[0]);
+    const std::uint64_t parent = r.varint();
+    n.parent = parent == 0 ? kNoIndex : static_cast<storage::NodeId>(parent - 1);
+    n.name = static_cast<StringId>(r.varint());
+    n.file = static_cast<StringId>(r.varint());
+    n.module = static_cast<StringId>(r.varint());
+    n.line = static_cast<std::uint32_t>(r.varint());
+    if (!r.ok || r.pos != value.size()) damaged(fmt::format("node {}: undecodable", id));
+    if (std::max({n.name, n.file, n.module}) >= meta.strings.size()) damaged(fmt::format("node {}: bad string id", id));
+    if (id != 0 && n.parent >= meta.nodeCount) damaged(fmt::format("node {}: bad parent", id));
+    idx.nodes[id] = n;
+    seen[id] = 1;
+  });
+  for (std::uint32_t i = 0; i < meta.nodeCount; ++i)
+    if (!seen[i]) damaged(fmt::format("node {} is missing", i));
+
+  const std::size_t n = idx.nodes.size();
+  idx.childBegin.assign(n + 1, 0);
+  for (std::size_t i = 1; i < n; ++i) idx.childBegin[idx.nodes[i].parent + 1]++;
+  for (std::size_t i = 0; i < n; ++i) idx.childBegin[i + 1] += idx.childBegin[i];
+  idx.child.resize(n > 0 ? n - 1 : 0);
+  {
+    std::vector<std::uint32_t> fill(idx.childBegin.begin(), idx.childBegin.end() - 1);
+    for (std::size_t i = 1; i < n; ++i) idx.child[fill[idx.nodes[i].parent]++] = static_cast<storage::NodeId>(i);
+  }
+
+  // Procedures and enclosing frames need parents first: a preorder walk (ids need not be
+  // preorder in databases written by other tools).
+  idx.procedure.assign(n, kNoIndex);
+  idx.frame.assign(n, kNoIndex);
+  // (module, name) << 64 | (file, line) -> procedure id
+  struct ProcHash {
+    std::size_t operator()(const std::pair<std::uint64_t, std::uint64_t>& k) const {
+      return std::hash<std::uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+    }
+  };
+  std::unordered_map<std::pair<std::uint64_t, std::uint64_t>, std::uint32_t, ProcHash> procIds;
+  std::vector<storage::NodeId> stack;
+  if (n > 0) stack.push_back(0);
+  std::size_t visited = 0;
+  while (!stack.empty()) {
+    const auto id = stack.back();
+    stack.pop_back();
+    ++visited;
+    const auto& node = idx.nodes[id];
+    if (node.kind == ScopeKind::ProcFrame) {
+      auto [it, fresh] = procIds.try_emplace({std::uint64_t{node.module} << 32 | node.name, std::uint64_t{node.file} << 32 | node.line},
+                                             static_cast<std::uint32_t>(idx.procOf.size()));
+      if (fresh) idx.procOf.push_back(id);
+      idx.procedure[id] = it->second;
+      idx.frame[id] = id;
+    } else if (id != 0) {
+      idx.frame[id] = idx.frame[node.parent];
+    }
+    for (auto c = idx.childBegin[id]; c < idx.childBegin[id + 1]; ++c) stack.push_back(idx.child[c]);
+  }
+  if (visited != n) damaged("the parent links do not form a tree");
+  return idx;
+}
+
+bool nameMatches(const std::string& name, const std::string& pattern) {
+  if (pattern.find_first_of("*?[") == std::string::npos) return name.find(pattern) != std::string::npos;
+  return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+std::string fileLine(const std::string& file, std::uint32_t line) {
+  if (file.empty()) return line ? fmt::format("?:{}", line) : "";
+  return line ? fmt::format("{}:{}", file, line) : file;
+}
+
+std::string matchLabel(const ModelNode& n) {
+  switch (n.kind) {
+    case NodeKind::Root: return "<program root>";
+    case NodeKind::Module:
+    case NodeKind::File:
+    case NodeKind::Procedure:
+    case NodeKind::Inlined:
+    case NodeKind::Region: return n.name;
+    case NodeKind::Loop: return "loop " + fileLine(n.file, n.line);
+    case NodeKind::CallSite: return "call " + fileLine(n.file, n.line);
+    case NodeKind::Statement: return fileLine(n.file, n.line);
+  }
+  return n.name;
+}
+
+MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& columns) {
+  const auto& metrics = db.metrics();
+  if (metrics.empty()) throw ViewError(db.directory().string() + ": the database has no metrics");
+  if (columns.empty()) {
+    const auto& name = metrics[0].descriptor.name;
+    columns = {{name, Statistic::Sum, storage::MetricScope::Inclusive}, {name, Statistic::Sum, storage::MetricScope::Exclusive}};
+  }
+  MetricSet set;
+  for (const auto& c : columns) {
+    std::optional<storage::MetricId> id;
+    for (std::size_t m = 0; m < metrics.size(); ++m)
+      if (metrics[m].descriptor.name == c.metric) id = static_cast<storage::MetricId>(m);
+    if (!id) {
+      std::string known;
+      for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m.descriptor.name;
+      throw ViewError(fmt::format("unknown metric '{}' (the database has: {})", c.metric, known));
+    }
+    if (std::find(set.ids.begin(), set.ids.end(), *id) != set.ids.end()) continue;
+    set.ids.push_back(*id);
+    set.types.push_back(metrics[*id].valueType);
+    set.names.push_back(metrics[*id].descriptor.name);
+    set.units.push_back(metrics[*id].descriptor.unit);
+  }
+  return set;
+}
+
+MetricSet regionMetrics(std::vector<Column>& columns) {
+  MetricSet set;
+  set.ids = {0, 1};
+  set.types = {ValueType::Count, ValueType::Count};
+  set.names = {"visits", "time"};
+  set.units = {"visits", "ns"};
+  if (columns.empty())
+    columns = {{"time", Statistic::Sum, storage::MetricScope::Inclusive},
+               {"time", Statistic::Sum, storage::MetricScope::Exclusive},
+               {"visits", Statistic::Sum, storage::MetricScope::Exclusive}};
+  for (const auto& c : columns)
+    if (c.metric != "visits" && c.metric != "time")
+      throw ViewError(fmt::format("unknown region metric '{}' (regions have: visits, time)", c.metric));
+  return set;
+}
+
+}  // namespace csp::views::detail

@@ -1,0 +1,110 @@
+// Internals of views/: the sources of the view pipeline. A ViewModel is a lazily expandable tree
+// whose nodes carry non-finalized accumulators; select.cpp finalizes, prunes and sorts it into a
+// ViewTree; the renderers print that.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "csp/metrics/accumulator.hpp"
+#include "csp/views/views.hpp"
+
+namespace csp::views::detail {
+
+using storage::StringId;
+using storage::RegionId;
+
+// A summary accumulator of either value type. Metrics stored as counts use the exact integer
+// accumulator, per-thread derived (real) metrics the mergeable mean/M2 form.
+class Acc {
+ public:
+  // One CCT instance without values (a node absent from every profile for this metric).
+  static Acc emptyInstance(storage::ValueType type);
+  // A Flat/Callers node: zero instances, fed with add().
+  static Acc combined(storage::ValueType type);
+  static Acc decode(storage::ValueType type, std::string_view bytes);
+
+  void add(const Acc& instance);  // combineInstance (thesis Fig. 7.7)
+  metrics::Statistics finalize(std::uint64_t profiles, metrics::Population population) const;
+  std::uint64_t instances() const;
+
+ private:
+  std::variant<metrics::IntAccumulator, metrics::RealAccumulator> v_;
+};
+
+// The metrics a view loads: the distinct metrics of the requested columns.
+struct MetricSet {
+  std::vector<storage::MetricId> ids;          // database metric ids, in slot order
+  std::vector<storage::ValueType> types;
+  std::vector<std::string> names, units;
+  // slot of (metric index, scope) in a node's accumulator vector
+  static std::size_t slot(std::size_t metricIndex, storage::MetricScope scope) {
+    return metricIndex * 2 + static_cast<std::size_t>(scope);
+  }
+  std::size_t slots() const { return ids.size() * 2; }
+};
+
+struct ModelNode {
+  NodeKind kind = NodeKind::Root;
+  std::string name, file, module;
+  std::uint32_t line = 0;
+  std::optional<std::uint32_t> cctNode;
+  std::uint64_t viewId = 0;
+  std::vector<Acc> acc;  // MetricSet::slot order
+};
+
+class ViewModel {
+ public:
+  virtual ~ViewModel() = default;
+  virtual std::uint32_t root() = 0;
+  // Children of a node; built on first request by lazy models. Handles stay valid.
+  virtual std::vector<std::uint32_t> children(std::uint32_t node) = 0;
+  virtual const ModelNode& node(std::uint32_t handle) const = 0;
+  // Cheap test used at the depth limit, where children are not built.
+  virtual bool hasChildren(std::uint32_t node) = 0;
+  // The node with this view id (TreeNode::viewId), for --focus ID.
+  virtual std::optional<std::uint32_t> byId(std::uint64_t viewId) = 0;
+  // Nodes whose name (or label) matches, for --focus by name: outermost matches only. `exact`:
+  // the label equals the pattern (tried first, so that "main" does not pick the file main.c).
+  virtual std::vector<std::uint32_t> find(const std::string& pattern, bool exact) = 0;
+  // Whether a node or anything below it matches (for --keep). Lazy models may answer for the
+  // node alone.
+  virtual bool subtreeMatches(std::uint32_t node, const std::string& pattern) = 0;
+  // Flat/Callers: the procedure nodes, for --top.
+  virtual std::vector<std::uint32_t> procedures() { return {}; }
+};
+
+// The whole canonical CCT structure, read with one scan of the node family.
+struct CctIndex {
+  std::vector<storage::CctNode> nodes;
+  std::vector<std::uint32_t> childBegin;  // CSR: children of n are child[childBegin[n] .. childBegin[n+1])
+  std::vector<storage::NodeId> child;
+  std::vector<std::uint32_t> procedure;   // ProcFrame: dense procedure id; others kNoIndex
+  std::vector<storage::NodeId> frame;     // enclosing ProcFrame (itself for a ProcFrame); kNoIndex above any
+  std::vector<storage::NodeId> procOf;    // procedure id -> one CCT node of it (for labels)
+
+  static CctIndex read(const storage::Database& db);
+  std::size_t size() const { return nodes.size(); }
+};
+
+bool nameMatches(const std::string& name, const std::string& pattern);
+inline bool labelMatches(const std::string& label, const std::string& pattern, bool exact) {
+  return exact ? label == pattern : nameMatches(label, pattern);
+}
+// Label used for matching and folded stacks: procedure name, or "kind file:line".
+std::string matchLabel(const ModelNode& node);
+std::string fileLine(const std::string& file, std::uint32_t line);
+
+MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& columns);
+
+std::unique_ptr<ViewModel> makeCallingContext(const storage::Database& db, const MetricSet& metrics);
+std::unique_ptr<ViewModel> makeFlat(const storage::Database& db, const MetricSet& metrics);
+std::unique_ptr<ViewModel> makeCallers(const storage::Database& db, const MetricSet& metrics);
+std::unique_ptr<ViewModel> makeRegions(const storage::Database& db, const MetricSet& metrics);
+
+// Region summaries have their own metric table (reduce/src/prof.cpp): visits (E), time ns (E, I).
+MetricSet regionMetrics(std::vector<Column>& columns);
+
+}  // namespace csp::views::detail

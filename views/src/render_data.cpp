@@ -1,0 +1,310 @@
+// Machine-readable renderers: CSV, JSON, folded stacks, speedscope, and the experiment info.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "render_util.hpp"
+
+namespace csp::views {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string csvNumber(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
+
+Json jsonNumber(double v) { return std::isnan(v) ? Json(nullptr) : Json(v); }
+
+const char* scopeName(storage::MetricScope s) { return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive"; }
+
+std::int64_t parentId(const ViewTree& tree, const TreeNode& n) {
+  return n.parent == kNoIndex ? -1 : static_cast<std::int64_t>(tree.nodes[n.parent].viewId);
+}
+
+// The column whose sums make flame-graph weights: the first inclusive one.
+std::size_t weightColumn(const ViewTree& tree) {
+  if (tree.kind != ViewKind::CallingContext && tree.kind != ViewKind::Regions)
+    throw ViewError("folded stacks and speedscope need the calling context or regions view (Flat and Callers values do not nest)");
+  for (std::size_t c = 0; c < tree.columns.size(); ++c)
+    if (tree.columns[c].scope == storage::MetricScope::Inclusive) return c;
+  throw ViewError("folded stacks and speedscope need an inclusive column (--scope inclusive)");
+}
+
+struct Frame {
+  std::string name, file;
+  std::uint32_t line = 0;
+  auto operator<=>(const Frame&) const = default;
+};
+
+// Stacks of procedure (and inlined, region) frames with their self cost: a node's inclusive sum
+// minus its shown children's, so that pruned subtrees stay in their parent's frame.
+std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
+  const std::size_t c = weightColumn(tree);
+  std::map<std::vector<Frame>, double> out;
+  std::vector<std::vector<Frame>> path(tree.nodes.size());
+  for (std::size_t i = 0; i < tree.nodes.size(); ++i) {
+    const auto& n = tree.nodes[i];
+    if (n.parent != kNoIndex) path[i] = path[n.parent];
+    if (n.kind == NodeKind::Procedure || n.kind == NodeKind::Region)
+      path[i].push_back({n.name, n.file, n.line});
+    else if (n.kind == NodeKind::Inlined)
+      path[i].push_back({n.name + " [inlined]", n.file, n.line});
+    double self = n.stats[c].sum;
+    for (auto k : n.children) self -= tree.nodes[k].stats[c].sum;
+    if (self > 0 && !path[i].empty()) out[path[i]] += self;
+  }
+  return out;
+}
+
+std::string speedscopeUnit(const std::string& unit) {
+  if (unit == "ns" || unit == "nanoseconds") return "nanoseconds";
+  if (unit == "us" || unit == "microseconds") return "microseconds";
+  if (unit == "ms" || unit == "milliseconds") return "milliseconds";
+  if (unit == "s" || unit == "seconds") return "seconds";
+  if (unit == "bytes" || unit == "B") return "bytes";
+  return "none";
+}
+
+}  // namespace
+
+void renderCsv(const ViewTree& tree, std::ostream& out) {
+  out << "id,parent,depth,kind,name,file,line,module";
+  for (const auto& c : tree.columns) {
+    out << "," << csvField(c.title());
+    if (hasPercent(c.statistic)) out << "," << csvField(c.title() + ":percent");
+  }
+  out << ",instances,imbalanced,truncated\n";
+  for (const auto& n : tree.nodes) {
+    out << n.viewId << "," << parentId(tree, n) << "," << n.depth << "," << toString(n.kind) << "," << csvField(n.name)
+        << "," << csvField(n.file) << "," << n.line << "," << csvField(n.module);
+    for (std::size_t c = 0; c < tree.columns.size(); ++c) {
+      out << "," << csvNumber(n.values[c]);
+      if (hasPercent(tree.columns[c].statistic)) out << "," << csvNumber(tree.percent(n, c));
+    }
+    out << "," << (n.instances.empty() ? 0 : n.instances[0]) << "," << (n.imbalanceOnly ? 1 : 0) << ","
+        << (n.truncated ? 1 : 0) << "\n";
+  }
+}
+
+void renderJson(const ViewTree& tree, std::ostream& out) {
+  Json j;
+  j["view"] = toString(tree.kind);
+  j["profiles"] = tree.profiles;
+  Json cols = Json::array();
+  for (std::size_t c = 0; c < tree.columns.size(); ++c) {
+    const auto& col = tree.columns[c];
+    cols.push_back({{"title", col.title()},
+                    {"metric", col.metric},
+                    {"statistic", toString(col.statistic)},
+                    {"scope", scopeName(col.scope)},
+                    {"unit", tree.units[c]},
+                    {"root_sum", jsonNumber(tree.rootSum[c])}});
+  }
+  j["columns"] = std::move(cols);
+  Json nodes = Json::array();
+  for (const auto& n : tree.nodes) {
+    Json node;
+    node["id"] = n.viewId;
+    node["parent"] = parentId(tree, n);
+    node["depth"] = n.depth;
+    node["kind"] = toString(n.kind);
+    node["name"] = n.name;
+    node["file"] = n.file;
+    node["line"] = n.line;
+    node["module"] = n.module;
+    if (n.cctNode) node["cct_node"] = *n.cctNode;
+    Json values = Json::object(), percents = Json::object(), instances = Json::object();
+    for (std::size_t c = 0; c < tree.columns.size(); ++c) {
+      values[tree.columns[c].title()] = jsonNumber(n.values[c]);
+      if (hasPercent(tree.columns[c].statistic)) percents[tree.columns[c].title()] = jsonNumber(tree.percent(n, c));
+      instances[tree.columns[c].title()] = n.instances[c];
+    }
+    node["values"] = std::move(values);
+    node["percent"] = std::move(percents);
+    node["instances"] = std::move(instances);
+    node["imbalanced"] = n.imbalanceOnly;
+    node["truncated"] = n.truncated;
+    nodes.push_back(std::move(node));
+  }
+  j["nodes"] = std::move(nodes);
+  const auto& p = tree.pruned;
+  j["pruned"] = {{"below_threshold", p.belowThreshold}, {"kept_for_imbalance", p.keptForImbalance},
+                 {"beyond_depth", p.beyondDepth},        {"hidden", p.hidden},
+                 {"beyond_top", p.beyondTop},            {"off_hot_path", p.offHotPath}};
+  out << j.dump(1) << "\n";
+}
+
+void renderFolded(const ViewTree& tree, std::ostream& out) {
+  for (const auto& [stack, weight] : stacks(tree)) {
+    const auto w = std::llround(weight);
+    if (w <= 0) continue;
+    std::string line;
+    for (const auto& f : stack) {
+      if (!line.empty()) line += ';';
+      // ';' separates frames and a space ends the stack in this format.
+      for (char ch : f.name) line += (ch == ';' || ch == '\n') ? ':' : ch;
+    }
+    out << line << " " << w << "\n";
+  }
+}
+
+void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string& title) {
+  const auto all = stacks(tree);
+  std::map<Frame, std::size_t> frameIds;
+  Json frames = Json::array(), samples = Json::array(), weights = Json::array();
+  double total = 0;
+  for (const auto& [stack, weight] : all) {
+    Json sample = Json::array();
+    for (const auto& f : stack) {
+      auto [it, fresh] = frameIds.try_emplace(f, frameIds.size());
+      if (fresh) {
+        Json fr = {{"name", f.name}};
+        if (!f.file.empty()) fr["file"] = f.file;
+        if (f.line) fr["line"] = f.line;
+        frames.push_back(std::move(fr));
+      }
+      sample.push_back(it->second);
+    }
+    samples.push_back(std::move(sample));
+    weights.push_back(weight);
+    total += weight;
+  }
+  const std::size_t c = weightColumn(tree);
+  Json j;
+  j["$schema"] = "https://www.speedscope.app/file-format-schema.json";
+  j["shared"] = {{"frames", std::move(frames)}};
+  j["profiles"] = Json::array({{{"type", "sampled"},
+                                {"name", fmt::format("{} ({} over {} profiles)", title, tree.columns[c].metric, tree.profiles)},
+                                {"unit", speedscopeUnit(tree.units[c])},
+                                {"startValue", 0},
+                                {"endValue", total},
+                                {"samples", std::move(samples)},
+                                {"weights", std::move(weights)}}});
+  j["name"] = title;
+  j["activeProfileIndex"] = 0;
+  j["exporter"] = "csp-views";
+  out << j.dump() << "\n";
+}
+
+void renderDistributionCsv(const Distribution& d, std::ostream& out) {
+  out << "profile,id_tuple,value\n";
+  for (const auto& v : d.values) out << v.profile << "," << csvField(v.who) << "," << csvNumber(v.value) << "\n";
+}
+
+void renderDistributionJson(const Distribution& d, std::ostream& out) {
+  auto stats = [](const metrics::Statistics& s) {
+    return Json{{"inputs", s.inputs},          {"count", s.count},         {"sum", jsonNumber(s.sum)},
+                {"mean", jsonNumber(s.mean)},  {"min", jsonNumber(s.min)}, {"max", jsonNumber(s.max)},
+                {"stddev", jsonNumber(s.stddev)}, {"cfvar", jsonNumber(s.cfvar)}, {"imbalance", jsonNumber(s.imbalance)}};
+  };
+  auto list = [](const std::vector<ThreadValue>& values) {
+    Json a = Json::array();
+    for (const auto& v : values) a.push_back({{"profile", v.profile}, {"id", v.who}, {"value", v.value}});
+    return a;
+  };
+  Json hist = Json::array();
+  for (const auto& b : d.histogram) hist.push_back({{"low", b.low}, {"high", b.high}, {"count", b.count}});
+  Json j{{"node", d.node},
+         {"label", d.label},
+         {"metric", d.metric},
+         {"unit", d.unit},
+         {"scope", scopeName(d.scope)},
+         {"profiles", d.profiles},
+         {"all", stats(d.all)},
+         {"present", stats(d.present)},
+         {"outliers", list(d.outliers)},
+         {"histogram", std::move(hist)},
+         {"values", list(d.values)}};
+  out << j.dump(1) << "\n";
+}
+
+namespace {
+
+std::uint64_t directoryBytes(const std::filesystem::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  return total;
+}
+
+}  // namespace
+
+void renderInfoText(const storage::Database& db, std::ostream& out) {
+  const auto& m = db.metadata();
+  const auto version = db.formatVersion();
+  std::string command;
+  for (const auto& a : m.commandLine) command += (command.empty() ? "" : " ") + a;
+  out << fmt::format("database     {} (format {}.{}, {} on disk)\n", db.directory().string(), version.major, version.minor,
+                     formatNumber(static_cast<double>(directoryBytes(db.directory())), Statistic::Sum) + "B");
+  if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
+  out << fmt::format("executable   {}\n", m.executable);
+  out << fmt::format("command      {}\n", command);
+  out << fmt::format("processes    {}\n", m.processCount);
+  out << fmt::format("threads      {} profiles\n", m.profiles.size());
+  std::string hosts;
+  for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i) hosts += (i ? ", " : "") + m.hostnames[i];
+  if (m.hostnames.size() > 8) hosts += fmt::format(", ... ({} hosts)", m.hostnames.size());
+  out << fmt::format("hosts        {}\n", hosts);
+  out << fmt::format("CCT          {} nodes\n", m.nodeCount);
+  out << fmt::format("regions      {}\n", m.regionCount);
+  out << "metrics\n";
+  for (std::size_t i = 0; i < m.metrics.size(); ++i) {
+    const auto& d = m.metrics[i].descriptor;
+    out << fmt::format("  {:<3} {:<20} {:<10} {:<8} period {:<10} {}{}\n", i, d.name, d.unit, toString(d.kind), d.period,
+                       m.metrics[i].valueType == storage::ValueType::Real ? "real " : "", d.description);
+  }
+  out << fmt::format("skipped      {} inputs\n", m.skipped.size());
+  for (const auto& s : m.skipped) out << fmt::format("  {}: {}\n", s.path, s.reason);
+  if (!m.properties.empty()) {
+    out << "properties\n";
+    for (const auto& p : m.properties) out << fmt::format("  {} = {}\n", p.key, p.value);
+  }
+}
+
+void renderInfoJson(const storage::Database& db, std::ostream& out) {
+  const auto& m = db.metadata();
+  Json metrics = Json::array();
+  for (const auto& sm : m.metrics)
+    metrics.push_back({{"name", sm.descriptor.name},
+                       {"unit", sm.descriptor.unit},
+                       {"kind", toString(sm.descriptor.kind)},
+                       {"period", sm.descriptor.period},
+                       {"value_type", sm.valueType == storage::ValueType::Real ? "real" : "count"},
+                       {"description", sm.descriptor.description}});
+  Json skipped = Json::array();
+  for (const auto& s : m.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
+  Json props = Json::object();
+  for (const auto& p : m.properties) props[p.key] = p.value;
+  Json j{{"database", db.directory().string()},
+         {"format", fmt::format("{}.{}", db.formatVersion().major, db.formatVersion().minor)},
+         {"bytes", directoryBytes(db.directory())},
+         {"title", m.title},
+         {"executable", m.executable},
+         {"command", m.commandLine},
+         {"processes", m.processCount},
+         {"threads", m.profiles.size()},
+         {"hosts", m.hostnames},
+         {"cct_nodes", m.nodeCount},
+         {"regions", m.regionCount},
+         {"metrics", std::move(metrics)},
+         {"skipped", std::move(skipped)},
+         {"properties", std::move(props)}};
+  out << j.dump(1) << "\n";
+}
+
+}  // namespace csp::views

@@ -1,0 +1,227 @@
+// The terminal renderer: numbers first in fixed-width columns (so they align whatever the
+// depth), then the indented tree with source locations and node ids for --node/--focus.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ostream>
+
+#include "render_util.hpp"
+
+namespace csp::views {
+
+namespace {
+
+struct Style {
+  bool on;
+  std::string operator()(const std::string& text, const char* code) const {
+    if (!on || text.empty()) return text;
+    return fmt::format("\x1b[{}m{}\x1b[0m", code, text);
+  }
+};
+
+constexpr std::size_t kValueWidth = 9;
+constexpr std::size_t kPercentWidth = 7;
+
+std::string baseName(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string label(const ViewTree& tree, const TreeNode& n, const TextOptions& o) {
+  const auto name = [&](const std::string& s) { return o.fullNames ? s : shortenName(s, o.nameWidth); };
+  switch (n.kind) {
+    case NodeKind::Root: return n.name;
+    case NodeKind::Module: return "module " + name(n.name);
+    case NodeKind::File: return "file " + n.name;
+    case NodeKind::Procedure:
+      if (tree.kind == ViewKind::Callers && n.depth >= 2) return "<- " + name(n.name);
+      return name(n.name);
+    case NodeKind::Inlined: return "[inlined] " + name(n.name);
+    case NodeKind::Loop: return "loop";
+    case NodeKind::CallSite: return "call";
+    case NodeKind::Statement: return "line";
+    case NodeKind::Region: return name(n.name);
+  }
+  return n.name;
+}
+
+std::string location(const ViewTree& tree, const TreeNode& n) {
+  switch (n.kind) {
+    case NodeKind::Root:
+    case NodeKind::Module:
+    case NodeKind::File:
+    case NodeKind::Region: return "";
+    case NodeKind::Procedure:
+      if (tree.kind == ViewKind::Callers && n.depth >= 2) return "at " + detail::fileLine(baseName(n.file), n.line);
+      [[fallthrough]];
+    default: return detail::fileLine(baseName(n.file), n.line);
+  }
+}
+
+}  // namespace
+
+std::string formatNumber(double v, Statistic s) {
+  if (std::isnan(v)) return "";
+  if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
+  if (s == Statistic::CfVar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
+  const double a = std::fabs(v);
+  if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
+  if (a < 1e3) return fmt::format("{:.4g}", v);
+  static const char* suffix[] = {"k", "M", "G", "T", "P", "E"};
+  double scaled = v / 1e3;
+  std::size_t i = 0;
+  while (std::fabs(scaled) >= 1e3 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
+  return fmt::format("{:.3g}{}", scaled, suffix[i]);
+}
+
+void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
+  const Style style{o.color};
+  const std::size_t columns = tree.columns.size();
+  std::vector<bool> pct(columns);
+  std::vector<std::size_t> width(columns);
+  for (std::size_t c = 0; c < columns; ++c) {
+    pct[c] = hasPercent(tree.columns[c].statistic);
+    width[c] = kValueWidth + (pct[c] ? kPercentWidth : 0);
+  }
+
+  // Two header lines: metric and scope, then statistic.
+  std::string h1, h2;
+  for (std::size_t c = 0; c < columns; ++c) {
+    const auto& col = tree.columns[c];
+    const auto scope = col.scope == storage::MetricScope::Inclusive ? "(I)" : "(E)";
+    h1 += fmt::format("{:>{}} ", fmt::format("{} {}", col.metric, scope), width[c]);
+    // Units only where the value is in them (not for ratios and counts), and only if they fit.
+    std::string stat = toString(col.statistic);
+    if (pct[c] && !tree.units[c].empty() && stat.size() + tree.units[c].size() + 3 <= width[c])
+      stat += " [" + tree.units[c] + "]";
+    h2 += fmt::format("{:>{}} ", stat, width[c]);
+  }
+  out << style(h1, "1") << "\n" << style(h2 + " scope", "1") << "\n";
+
+  for (const auto& n : tree.nodes) {
+    std::string line;
+    for (std::size_t c = 0; c < columns; ++c) {
+      line += fmt::format("{:>{}}", formatNumber(n.values[c], tree.columns[c].statistic), kValueWidth);
+      if (pct[c]) {
+        const double p = tree.percent(n, c);
+        std::string ptext = std::isnan(p) ? "" : fmt::format("{:.1f}%", p);
+        ptext = fmt::format("{:>{}}", ptext, kPercentWidth);
+        if (!std::isnan(p)) ptext = style(ptext, p >= 10 ? "1;31" : p >= 1 ? "33" : "2");
+        line += ptext;
+      }
+      line += ' ';
+    }
+    const unsigned indent = n.depth;
+    line += " " + std::string(2 * indent, ' ');
+    std::string text = label(tree, n, o);
+    if (n.kind == NodeKind::Procedure || n.kind == NodeKind::Inlined) text = style(text, "1");
+    line += text;
+    const auto where = location(tree, n);
+    if (!where.empty()) line += "  " + style(where, "36");
+    if (n.imbalanceOnly) line += "  " + style(fmt::format("[one thread {:.1f}%]", n.maxThreadPercent), "35");
+    if (n.truncated) line += style(" ...", "2");
+    if (n.kind != NodeKind::Root) line += "  " + style(fmt::format("#{}", n.viewId), "2");
+    out << line << "\n";
+  }
+
+  const auto& p = tree.pruned;
+  if (p.any() || p.keptForImbalance) {
+    std::vector<std::string> parts;
+    if (p.belowThreshold) parts.push_back(fmt::format("{} below the threshold", p.belowThreshold));
+    if (p.beyondDepth) parts.push_back(fmt::format("{} not expanded at the depth limit", p.beyondDepth));
+    if (p.hidden) parts.push_back(fmt::format("{} hidden by --hide/--keep", p.hidden));
+    if (p.beyondTop) parts.push_back(fmt::format("{} beyond --top", p.beyondTop));
+    if (p.offHotPath) parts.push_back(fmt::format("{} off the hot path", p.offHotPath));
+    std::string s = "pruned: ";
+    for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+    if (parts.empty()) s = "pruned: nothing";
+    if (p.keptForImbalance) s += fmt::format("; {} shown only because one thread exceeds the threshold", p.keptForImbalance);
+    out << style(s, "2") << "\n";
+  }
+}
+
+std::string shortenName(const std::string& name, std::size_t width) {
+  // Collapse nested template arguments and parameter lists: the outermost names say what it is.
+  std::string s;
+  int angle = 0, paren = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char ch = name[i];
+    // "operator<", "operator()" and friends are names, not brackets.
+    if (name.compare(i, 8, "operator") == 0) {
+      const auto end = name.find_first_of("(", i + 8 + 1);
+      const auto stop = end == std::string::npos ? name.size() : end;
+      if (angle == 0 && paren == 0) s += name.substr(i, stop - i);
+      i = stop - 1;
+      continue;
+    }
+    if (ch == '<') {
+      if (angle == 0 && paren == 0) s += "<...>";
+      ++angle;
+      continue;
+    }
+    if (ch == '>' && angle > 0) {
+      --angle;
+      continue;
+    }
+    if (ch == '(' && angle == 0) {
+      if (paren == 0) s += i + 1 < name.size() && name[i + 1] == ')' ? "()" : "(...)";
+      ++paren;
+      continue;
+    }
+    if (ch == ')' && angle == 0 && paren > 0) {
+      --paren;
+      continue;
+    }
+    if (angle == 0 && paren == 0) s += ch;
+  }
+  if (angle != 0 || paren != 0) s = name;  // unbalanced: not a C++ signature, keep it whole
+  if (width < 8 || s.size() <= width) return s;
+  const std::size_t keep = width - 3;
+  const std::size_t head = keep / 3, tail = keep - head;
+  return s.substr(0, head) + "..." + s.substr(s.size() - tail);
+}
+
+void renderDistributionText(const Distribution& d, std::ostream& out, const TextOptions& o) {
+  const Style style{o.color};
+  const auto scope = d.scope == storage::MetricScope::Inclusive ? "inclusive" : "exclusive";
+  out << style(fmt::format("node #{}: {}", d.node, d.label), "1") << "\n";
+  out << fmt::format("{} {} ({}), {} profiles, present in {}\n", d.metric, scope, d.unit, d.profiles, d.values.size());
+  auto num = [](double v) { return formatNumber(v, Statistic::Sum); };
+  out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
+                     num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),
+                     formatNumber(d.all.cfvar, Statistic::CfVar), formatNumber(d.all.imbalance, Statistic::Imbalance));
+  out << fmt::format("  present: mean {}  min {}  max {}  stddev {}\n", num(d.present.mean), num(d.present.min),
+                     num(d.present.max), num(d.present.stddev));
+  if (!d.values.empty()) {
+    out << fmt::format("  max: {} = {}\n", d.values.front().who, num(d.values.front().value));
+    if (d.values.size() < d.profiles)
+      out << fmt::format("  min: 0 in {} profiles without a value\n", d.profiles - d.values.size());
+    else
+      out << fmt::format("  min: {} = {}\n", d.values.back().who, num(d.values.back().value));
+  }
+  if (!d.outliers.empty()) {
+    out << style(fmt::format("outliers (more than 3 stddev from the mean): {}", d.outliers.size()), "35") << "\n";
+    for (std::size_t i = 0; i < std::min<std::size_t>(d.outliers.size(), 10); ++i)
+      out << fmt::format("  {:>12}  {}\n", num(d.outliers[i].value), d.outliers[i].who);
+  }
+  const bool all = d.values.size() <= 32;
+  out << (all ? "values:\n" : "highest 10:\n");
+  const std::size_t shown = all ? d.values.size() : 10;
+  for (std::size_t i = 0; i < shown; ++i) out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), d.values[i].who);
+  if (!all) {
+    out << "lowest 10 present:\n";
+    for (std::size_t i = d.values.size() - 10; i < d.values.size(); ++i)
+      out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), d.values[i].who);
+  }
+  std::uint64_t most = 1;
+  for (const auto& b : d.histogram) most = std::max(most, b.count);
+  out << "histogram (profiles per value range, absent profiles count as 0):\n";
+  for (const auto& b : d.histogram) {
+    const auto bar = static_cast<std::size_t>(std::llround(40.0 * static_cast<double>(b.count) / static_cast<double>(most)));
+    std::string bars;
+    for (std::size_t i = 0; i < bar; ++i) bars += "#";
+    out << fmt::format("  [{:>9}, {:>9}) {:>8} {}\n", num(b.low), num(b.high), b.count, style(bars, "32"));
+  }
+}
+
+}  // namespace csp::views

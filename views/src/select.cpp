@@ -1,0 +1,287 @@
+// From a view model to what is shown: finalize, filter, prune, sort. Only nodes that are shown
+// (and their siblings, to decide which are) are ever built by the lazy models.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model.hpp"
+
+namespace csp::views {
+
+namespace {
+
+using detail::MetricSet;
+using detail::ModelNode;
+using detail::ViewModel;
+
+class Selector {
+ public:
+  Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles, ViewTree& tree)
+      : model_(model), request_(request), metrics_(metrics), profiles_(profiles), tree_(tree) {
+    for (const auto& c : tree_.columns) {
+      const auto m = metricIndex(c.metric);
+      slots_.push_back(MetricSet::slot(m, c.scope));
+      tree_.units.push_back(metrics_.units[m]);
+    }
+    sortColumn_ = 0;
+    if (request_.sortBy) {
+      const auto it = std::find(tree_.columns.begin(), tree_.columns.end(), *request_.sortBy);
+      sortColumn_ = static_cast<std::size_t>(it - tree_.columns.begin());
+    }
+    // Shares (threshold, hot path) are measured on the sort column's metric, inclusive.
+    primary_ = MetricSet::slot(metricIndex(tree_.columns[sortColumn_].metric), storage::MetricScope::Inclusive);
+  }
+
+  void run() {
+    const auto root = model_.root();
+    const ModelNode& r = model_.node(root);
+    // Percent bases: the root's inclusive total of each column's metric. A region tree's root is
+    // no region and carries nothing: then the top-level regions' total.
+    for (std::size_t c = 0; c < tree_.columns.size(); ++c) {
+      const auto inclusive = MetricSet::slot(metricIndex(tree_.columns[c].metric), storage::MetricScope::Inclusive);
+      auto s = r.acc[inclusive].finalize(profiles_, metrics::Population::All);
+      double sum = s.sum;
+      if (!(sum > 0) && tree_.kind == ViewKind::Regions) {
+        sum = 0;
+        for (auto k : model_.children(root)) sum += model_.node(k).acc[inclusive].finalize(profiles_, metrics::Population::All).sum;
+      }
+      tree_.rootSum.push_back(sum);
+      tree_.rootMean.push_back(profiles_ ? sum / static_cast<double>(profiles_) : NAN);
+    }
+    primarySum_ = tree_.rootSum[sortColumn_];
+    primaryMean_ = tree_.rootMean[sortColumn_];
+
+    std::vector<std::uint32_t> tops;
+    if (!request_.focus.empty()) {
+      tops = focusNodes();
+    } else if (request_.top) {
+      // The root, then the N hottest procedures directly below it.
+      const auto rootIndex = emit(root, kNoIndex, 0);
+      tree_.roots.push_back(rootIndex);
+      auto procs = candidates(model_.procedures(), false);
+      if (procs.size() > *request_.top) {
+        tree_.pruned.beyondTop += procs.size() - *request_.top;
+        procs.resize(*request_.top);
+      }
+      for (const auto& p : procs) expand(p, rootIndex, 1);
+      return;
+    } else {
+      tops = {root};
+    }
+    for (auto h : tops) {
+      const auto index = emit(h, kNoIndex, 0);
+      tree_.roots.push_back(index);
+      descend(h, index, 0, false);
+    }
+  }
+
+ private:
+  struct Candidate {
+    std::uint32_t handle;
+    double sortValue;
+    double share;  // of the root, percent
+    bool imbalanceOnly;
+    double maxShare;
+    bool inKept;
+  };
+
+  std::size_t metricIndex(const std::string& name) const {
+    for (std::size_t m = 0; m < metrics_.names.size(); ++m)
+      if (metrics_.names[m] == name) return m;
+    throw ViewError(fmt::format("unknown metric '{}'", name));
+  }
+
+  std::vector<std::uint32_t> focusNodes() {
+    const auto& f = request_.focus;
+    std::vector<std::uint32_t> out;
+    if (!f.empty() && std::all_of(f.begin(), f.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      auto h = model_.byId(std::stoull(f));
+      if (!h)
+        throw ViewError(fmt::format("--focus {}: no node with this id in the {} view{}", f, toString(tree_.kind),
+                                    tree_.kind == ViewKind::Callers ? " (callers: procedure ids only)" : ""));
+      out.push_back(*h);
+    } else {
+      out = model_.find(f, true);
+      if (out.empty()) out = model_.find(f, false);
+      if (out.empty()) throw ViewError(fmt::format("--focus {}: no node of this name in the {} view", f, toString(tree_.kind)));
+    }
+    return out;
+  }
+
+  double value(const metrics::Statistics& s, Statistic stat) const {
+    switch (stat) {
+      case Statistic::Sum: return s.sum;
+      case Statistic::Mean: return s.mean;
+      case Statistic::Min: return s.min;
+      case Statistic::Max: return s.max;
+      case Statistic::Stddev: return s.stddev;
+      case Statistic::CfVar: return s.cfvar;
+      case Statistic::Imbalance: return s.imbalance;
+      case Statistic::Count: return static_cast<double>(s.count);
+    }
+    return NAN;
+  }
+
+  bool matchesAny(const std::string& label, const std::vector<std::string>& patterns) const {
+    return std::any_of(patterns.begin(), patterns.end(), [&](const auto& p) { return detail::nameMatches(label, p); });
+  }
+
+  // Filters and orders children; `inKept`: an ancestor matched --keep.
+  std::vector<Candidate> candidates(const std::vector<std::uint32_t>& handles, bool inKept) {
+    std::vector<Candidate> out;
+    for (auto h : handles) {
+      const ModelNode& n = model_.node(h);
+      const std::string label = detail::matchLabel(n);
+      if (!request_.hide.empty() && matchesAny(label, request_.hide)) {
+        ++tree_.pruned.hidden;
+        continue;
+      }
+      bool kept = inKept;
+      if (!request_.keep.empty() && !kept) {
+        kept = matchesAny(label, request_.keep);
+        if (!kept && !std::any_of(request_.keep.begin(), request_.keep.end(),
+                                  [&](const auto& p) { return model_.subtreeMatches(h, p); })) {
+          ++tree_.pruned.hidden;
+          continue;
+        }
+      }
+      const auto p = n.acc[primary_].finalize(profiles_, metrics::Population::All);
+      const double share = primarySum_ > 0 ? 100.0 * p.sum / primarySum_ : 0;
+      const double maxShare = primaryMean_ > 0 ? 100.0 * p.max / primaryMean_ : 0;
+      bool imbalanceOnly = false;
+      if (request_.thresholdPercent > 0 && share < request_.thresholdPercent) {
+        if (maxShare >= request_.thresholdPercent) {
+          imbalanceOnly = true;
+        } else {
+          ++tree_.pruned.belowThreshold;
+          continue;
+        }
+      }
+      const auto& col = tree_.columns[sortColumn_];
+      const auto s = n.acc[slots_[sortColumn_]].finalize(profiles_, request_.population);
+      out.push_back({h, value(s, col.statistic), share, imbalanceOnly, maxShare, kept});
+    }
+    std::stable_sort(out.begin(), out.end(), [&](const Candidate& a, const Candidate& b) {
+      if (!request_.sortByName) {
+        const bool an = std::isnan(a.sortValue), bn = std::isnan(b.sortValue);
+        if (an != bn) return bn;
+        if (!an && a.sortValue != b.sortValue) return a.sortValue > b.sortValue;
+      }
+      return detail::matchLabel(model_.node(a.handle)) < detail::matchLabel(model_.node(b.handle));
+    });
+    return out;
+  }
+
+  std::uint32_t emit(std::uint32_t h, std::uint32_t parent, unsigned depth) {
+    const ModelNode& n = model_.node(h);
+    TreeNode t;
+    t.parent = parent;
+    t.depth = depth;
+    t.kind = n.kind;
+    t.name = n.name;
+    t.file = n.file;
+    t.line = n.line;
+    t.module = n.module;
+    t.cctNode = n.cctNode;
+    t.viewId = n.viewId;
+    if (n.kind == NodeKind::Root) t.name = tree_.kind == ViewKind::Regions ? "<all regions>" : "<program root>";
+    for (std::size_t c = 0; c < tree_.columns.size(); ++c) {
+      const auto& acc = n.acc[slots_[c]];
+      const auto s = acc.finalize(profiles_, request_.population);
+      t.values.push_back(value(s, tree_.columns[c].statistic));
+      t.instances.push_back(acc.instances());
+      t.stats.push_back(s);
+    }
+    const auto index = static_cast<std::uint32_t>(tree_.nodes.size());
+    tree_.nodes.push_back(std::move(t));
+    if (parent != kNoIndex) tree_.nodes[parent].children.push_back(index);
+    return index;
+  }
+
+  void expand(const Candidate& c, std::uint32_t parent, unsigned depth) {
+    const auto index = emit(c.handle, parent, depth);
+    tree_.nodes[index].imbalanceOnly = c.imbalanceOnly;
+    if (c.imbalanceOnly) ++tree_.pruned.keptForImbalance;
+    tree_.nodes[index].maxThreadPercent = c.maxShare;
+    descend(c.handle, index, depth, c.inKept);
+  }
+
+  void descend(std::uint32_t h, std::uint32_t index, unsigned depth, bool inKept) {
+    if (request_.depth && depth >= *request_.depth) {
+      if (model_.hasChildren(h)) {
+        tree_.nodes[index].truncated = true;
+        ++tree_.pruned.beyondDepth;
+      }
+      return;
+    }
+    if (!inKept && !request_.keep.empty()) inKept = matchesAny(detail::matchLabel(model_.node(h)), request_.keep);
+    const auto before = tree_.pruned;
+    auto kids = candidates(model_.children(h), inKept);
+    if (tree_.pruned.belowThreshold != before.belowThreshold || tree_.pruned.hidden != before.hidden)
+      tree_.nodes[index].truncated = true;
+    if (request_.hotPathPercent) {
+      // Follow the hottest child while it holds enough of this node.
+      const auto here = model_.node(h).acc[primary_].finalize(profiles_, metrics::Population::All).sum;
+      std::size_t best = kids.size();
+      double bestSum = -1;
+      for (std::size_t i = 0; i < kids.size(); ++i) {
+        const auto s = model_.node(kids[i].handle).acc[primary_].finalize(profiles_, metrics::Population::All).sum;
+        if (s > bestSum) bestSum = s, best = i;
+      }
+      const bool follow = best < kids.size() && here > 0 && 100.0 * bestSum / here >= *request_.hotPathPercent;
+      tree_.pruned.offHotPath += follow ? kids.size() - 1 : kids.size();
+      if (!kids.empty()) tree_.nodes[index].truncated = true;
+      if (!follow) return;
+      kids = {kids[best]};
+    }
+    for (const auto& k : kids) expand(k, index, depth + 1);
+  }
+
+  ViewModel& model_;
+  const ViewRequest& request_;
+  const MetricSet& metrics_;
+  std::uint64_t profiles_;
+  ViewTree& tree_;
+  std::vector<std::size_t> slots_;
+  std::size_t sortColumn_ = 0;
+  std::size_t primary_ = 1;
+  double primarySum_ = 0, primaryMean_ = 0;
+};
+
+}  // namespace
+
+ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
+  ViewTree tree;
+  tree.kind = request.kind;
+  tree.columns = request.columns;
+  tree.profiles = db.metadata().profiles.size();
+  if (request.top && request.kind != ViewKind::Flat && request.kind != ViewKind::Callers)
+    throw ViewError("--top applies to the flat and callers views only");
+  if (request.top && !request.focus.empty()) throw ViewError("--top and --focus cannot be combined");
+  if (request.top && request.hotPathPercent) throw ViewError("--top and --hot-path cannot be combined");
+  if (request.thresholdPercent < 0 || request.thresholdPercent > 100) throw ViewError("--threshold must be between 0 and 100");
+  if (request.hotPathPercent && (*request.hotPathPercent <= 0 || *request.hotPathPercent > 100))
+    throw ViewError("--hot-path must be above 0 and at most 100");
+
+  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(tree.columns)
+                                                        : detail::resolveMetrics(db, tree.columns);
+  ViewRequest effective = request;
+  if (request.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *request.sortBy) == tree.columns.end()) {
+    tree.columns.push_back(*request.sortBy);
+    if (request.kind != ViewKind::Regions) metrics = detail::resolveMetrics(db, tree.columns);
+  }
+  effective.columns = tree.columns;
+
+  std::unique_ptr<ViewModel> model;
+  switch (request.kind) {
+    case ViewKind::CallingContext: model = detail::makeCallingContext(db, metrics); break;
+    case ViewKind::Flat: model = detail::makeFlat(db, metrics); break;
+    case ViewKind::Callers: model = detail::makeCallers(db, metrics); break;
+    case ViewKind::Regions: model = detail::makeRegions(db, metrics); break;
+  }
+  Selector(*model, effective, metrics, tree.profiles, tree).run();
+  return tree;
+}
+
+}  // namespace csp::views
