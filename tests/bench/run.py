@@ -304,20 +304,24 @@ class Suite:
         stamp = os.path.join(self.tmp, f"rank-time-{label}")
         for old in self.glob_prefix(stamp):
             os.remove(old)
-        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
+        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
                 gnu_time, stamp]
         cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force"]
         r = timed(cmd, f"csp-prof-mpi -np {np} on {os.path.basename(meas)}", env=self.env, capture=True)
-        rss = []
+        rss, busy = [], []
         for f in self.glob_prefix(stamp):
             with open(f) as fh:
-                last = fh.read().strip().splitlines()[-1].split()
-            rss.append(int(last[1]))
+                rank_wall, rank_rss, user, system = fh.read().strip().splitlines()[-1].split()
+            rss.append(int(rank_rss))
+            # The share of its time a rank spends on a CPU (its threads together; with -j 1 and
+            # binding, at most about 1): low values mean waiting for other ranks or for I/O.
+            busy.append((float(user) + float(system)) / max(float(rank_wall), 0.01))
             os.remove(f)
         if len(rss) != np:
             raise BenchError(f"csp-prof-mpi -np {np}: peak memory of {len(rss)} of {np} ranks found")
         out = r.stdout
         res = {"wall": r.wall, "peak_rss_mib": max(rss) / 1024.0, "rss_per_rank_mib": [x / 1024.0 for x in rss],
+               "cpu_busy_mean": sum(busy) / len(busy),
                "db_bytes": self.dir_bytes(db)}
         m = re.search(r"canonical CCT (\d+) nodes", out)
         res["canonical_nodes"] = int(m.group(1)) if m else None
@@ -369,6 +373,7 @@ class Suite:
                 "cct_nodes_per_s_per_core": stat([info["cct_nodes"] / w / self.cores_used(np) for w in walls],
                                                  "nodes/s"),
                 "peak_rss_per_process_mib": stat([x["peak_rss_mib"] for x in rs], "MiB"),
+                "cpu_busy_per_process": stat([x["cpu_busy_mean"] for x in rs], "CPU s / wall s"),
                 "database_mib": dbb / 1048576.0,
                 "canonical_cct_nodes": rs[-1]["canonical_nodes"],
                 "nonzero_values": distinct,
@@ -846,10 +851,12 @@ def markdown(rep):
                              mmm(f["floor_s"]), mmm(f["time_over_floor"]), mmm(f.get("speedup_over_np1")),
                              fmt(f["profiles_per_s_per_core"]["median"]),
                              fmt(f["cct_nodes_per_s_per_core"]["median"]),
-                             mmm(f["peak_rss_per_process_mib"]), fmt(f["database_mib"]),
+                             mmm(f["peak_rss_per_process_mib"]), fmt(f["cpu_busy_per_process"]["median"]),
+                             fmt(f["database_mib"]),
                              fmt(f["bytes_per_nonzero_value"])])
         out.append(table(["profiles", "input MiB", "-np", "wall s", "floor s", "time / floor", "speed-up vs np 1",
-                          "profiles/s/core", "CCT nodes/s/core", "peak MiB per process", "database MiB",
+                          "profiles/s/core", "CCT nodes/s/core", "peak MiB per process", "CPU busy per process",
+                          "database MiB",
                           "bytes per non-zero value"], rows))
         phases = []
         for size in s["sizes"]:
