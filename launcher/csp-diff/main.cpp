@@ -1,0 +1,54 @@
+// csp-diff: where scaling is lost between a run on p and a run on q > p processes.
+//   csp-diff [--strong|--weak] [--p N --q M] [--metric NAME] RUN_P RUN_Q [-o OUT_DB [--force]] [--top K]
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "csp/reduce/diff.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "csp-diff: where scaling is lost between two runs of the same program (DESIGN.md 9, docs/diff.md).\n"
+      "  csp-diff run-p64 run-p4096 [-o scaling-db]\n"
+      "Each run is a CSP database or a run directory holding db/; RUN_P is the smaller run.",
+      "csp-diff"};
+  std::string runP, runQ, output;
+  bool strong = false, weak = false, force = false, quiet = false;
+  double p = 0, q = 0;
+  std::size_t top = 10;
+  csp::reduce::DiffOptions o;
+  app.add_option("RUN_P", runP, "the run on p processes (database or run directory)")->required();
+  app.add_option("RUN_Q", runQ, "the run on q > p processes")->required();
+  auto* strongFlag = app.add_flag("--strong", strong, "strong scaling, same total problem (the default)");
+  app.add_flag("--weak", weak, "weak scaling, same problem per process")->excludes(strongFlag);
+  auto* pOption = app.add_option("--p", p, "process count of RUN_P (default: its distinct MPI ranks, else processes)")
+      ->check(CLI::PositiveNumber);
+  auto* qOption = app.add_option("--q", q, "process count of RUN_Q (default: as for --p)")->check(CLI::PositiveNumber);
+  app.add_option("--metric", o.metric, "metric to compare (default: cpu-time, else real-time, else the first in common)");
+  app.add_option("-o,--output", output, "write the result as a CSP database to this directory");
+  app.add_flag("--force", force, "replace an existing output database");
+  app.add_option("--top", top, "contexts to list in each part of the report")->capture_default_str();
+  app.add_flag("--quiet", quiet, "no report (errors only)");
+  CLI11_PARSE(app, argc, argv);
+  o.mode = weak ? csp::metrics::ScalingMode::Weak : csp::metrics::ScalingMode::Strong;
+  if (*pOption) o.p = p;
+  if (*qOption) o.q = q;
+
+  try {
+    const auto dbP = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runP));
+    const auto dbQ = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runQ));
+    const auto diff = csp::reduce::computeScalingDiff(*dbP, *dbQ, o);
+    // Written before the report so that a refused output does not look like success.
+    if (!output.empty()) csp::reduce::writeDiffDatabase(diff, output, force);
+    if (!quiet) {
+      fmt::print("{}", csp::reduce::formatDiffReport(diff, top));
+      if (!output.empty()) fmt::print("\ncsp-diff: wrote {}\n", output);
+    }
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "csp-diff: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

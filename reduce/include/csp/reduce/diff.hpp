@@ -1,0 +1,113 @@
+// Scaling-loss analysis between two runs (DESIGN.md 9, thesis §7.2.1): csp-diff as a library.
+//
+//   auto p = storage::Database::open(resolveRunDatabase("run-p64"));
+//   auto q = storage::Database::open(resolveRunDatabase("run-p4096"));
+//   ScalingDiff d = computeScalingDiff(*p, *q, {});
+//   fmt::print("{}", formatDiffReport(d, 10));
+//   writeDiffDatabase(d, "scaling-db", /*force=*/false);
+//
+// The two canonical CCTs are matched by symbolic path (kinds, names, files, lines and module
+// base names; never addresses) into their union; every union node gets both runs' sums, the
+// excess work and the loss. docs/diff.md is the reference for the formulas, the significance
+// rule and the layout of the result database.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "csp/metrics/scaling.hpp"
+#include "csp/storage/database.hpp"
+
+namespace csp::reduce {
+
+// Inputs csp-diff refuses (same run twice, p >= q, no common metric, damaged or unsuitable
+// databases). what() is one line naming the run and the problem.
+class DiffError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A run argument is either a database directory or a run directory holding `db/` (the batch
+// scripts' layout). Returns the database directory; throws DiffError if it is neither.
+std::filesystem::path resolveRunDatabase(const std::filesystem::path& run);
+
+struct DiffOptions {
+  metrics::ScalingMode mode = metrics::ScalingMode::Strong;
+  std::optional<double> p;  // overrides run P's process count
+  std::optional<double> q;  // overrides run Q's process count
+  std::string metric;       // empty: cpu-time, else real-time, else run P's first common metric
+};
+
+// Which runs a union node occurs in (as a CCT node, whatever its value of the chosen metric).
+enum class Presence : std::uint8_t { Both = 0, OnlyP = 1, OnlyQ = 2 };
+
+// One scope (E or I) of a union node. Sums are over all profiles of a run, 0 where absent.
+struct ScopeDiff {
+  double sumP = 0;
+  double sumQ = 0;
+  double excess = 0;       // strong: sumQ - sumP; weak: sumQ/q - sumP/p
+  double loss = 0;         // % of the q run: 100 * excess / reference (DESIGN.md 9)
+  double share = 0;        // % of the total loss: 100 * excess / excess(root, I); NaN if that is 0
+  double noise = 0;        // worst-case sampling error of excess (thesis Eq. A.10), same unit
+  bool withinNoise = false;  // |excess| <= noise: sampling alone could explain the difference
+  bool measured = false;     // some profile of either run has a value here
+};
+
+struct DiffNode {
+  storage::NodeId parent = kNoIndex;  // kNoIndex for the root
+  ScopeKind kind = ScopeKind::Root;
+  std::string name, file, module;     // module: full path as stored by the run (Q's if in both)
+  std::uint32_t line = 0;
+  Presence presence = Presence::Both;
+  ScopeDiff exclusive, inclusive;
+};
+
+struct DiffRun {
+  std::filesystem::path database;
+  std::string title;
+  double processes = 0;        // p or q as used
+  std::string processesFrom;   // "ranks", "processes" or "option": where `processes` came from
+  std::uint64_t profiles = 0;
+  std::uint64_t nodes = 0;
+  std::uint64_t skippedInputs = 0;  // profiles csp-prof-mpi skipped: their costs are missing
+  std::uint64_t period = 1;         // of the chosen metric
+  bool sampled = false;             // the chosen metric is sampled (has sampling error)
+};
+
+struct ScalingDiff {
+  metrics::ScalingStudy study;  // mode, p, q and the q run's root (inclusive) sum
+  std::string metric;           // name of the compared metric
+  std::string unit;             // its unit in the runs
+  DiffRun runP, runQ;
+  // The union CCT: id = index, root 0, children ordered by their keys' text and numbered in
+  // preorder (so parent < child and a subtree is a contiguous id range).
+  std::vector<DiffNode> nodes;
+  std::uint64_t onlyP = 0, onlyQ = 0;  // union nodes present in one run only
+
+  const ScopeDiff& total() const { return nodes.front().inclusive; }
+};
+
+// Matches the two runs and computes every node's loss. Throws DiffError for unsuitable inputs
+// and storage::DatabaseError for damaged ones.
+ScalingDiff computeScalingDiff(const storage::Database& runP, const storage::Database& runQ,
+                               const DiffOptions& options);
+
+// Writes the result as a normal CSP database (docs/diff.md "The diff database"), built under a
+// temporary name and published atomically; an existing target is replaced only with `force`.
+void writeDiffDatabase(const ScalingDiff& diff, const std::filesystem::path& target, bool force);
+
+// The names of the metrics of a diff database, in metric-id order.
+const std::vector<std::string>& diffMetricNames();
+
+// The terminal report: the total loss, the `top` contexts by inclusive loss with their exclusive
+// loss beside, and the contexts present in one run only. Plain text, no colour.
+std::string formatDiffReport(const ScalingDiff& diff, std::size_t top);
+
+// "main > solve.c:12 > MPI_Allreduce" style label of a union node, for reports and tests.
+std::string contextLabel(const ScalingDiff& diff, storage::NodeId node);
+
+}  // namespace csp::reduce
