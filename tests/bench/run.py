@@ -55,7 +55,7 @@ MODES = {
                  dbwrite=dict(profiles=16384, nodes=5000, writers=2)),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
-                  view_runs=3, overhead_units=50, overhead_runs=3, rates=[200, 1000],
+                  view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000],
                   dbwrite=dict(profiles=1024, nodes=5000, writers=2)),
     "tiny": dict(runs=2, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
@@ -563,7 +563,7 @@ class Suite:
                           "wall_over_uninstrumented": stat(ratios(v["wall"], base["wall"]), "x"),
                           "cpu_over_uninstrumented": stat(ratios(v["cpu"], base["cpu"]), "x"),
                           "peak_rss_mib": stat(v["rss"], "MiB")}
-        return {"baseline": "the same app uninstrumented, run just before each instrumented run",
+        return {"baseline": "the same app uninstrumented, first in every round",
                 "app": f"csp-app-compute {units}", "variants": rows, "not_run": skipped,
                 "note": "cpu = user + system time of the command and its children (perf's own process "
                         "included for perf record)"}
@@ -826,8 +826,9 @@ def markdown(rep):
            f"{m.get('mem_total_gib', 0):.0f} GiB; load average at start "
            f"{', '.join(f'{x:.1f}' for x in rep['load_average_start'])}, at end "
            f"{', '.join(f'{x:.1f}' for x in rep['load_average_end'])}; {rep['seconds']:.0f} s in all.\n",
-           "Figures are median (min–max) over the runs; ratios are taken per run against the baseline "
-           "run just before it. Nothing here is compared to a target automatically.\n"]
+           "Figures are median (min–max) over the runs; a ratio to a baseline is taken within each round "
+           "(the baseline runs first in every round), then the median over the rounds. Nothing here is "
+           "compared to a target automatically.\n"]
     sc = rep["scenarios"]
 
     def header(name, title):
