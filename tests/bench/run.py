@@ -51,7 +51,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODES = {
     "full": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096, 16384], nps=[1, 2],
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
-                 view_runs=5, overhead_units=200, overhead_runs=5, rates=[200, 1000],
+                 view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000],
                  dbwrite=dict(profiles=16384, nodes=5000, writers=2)),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
