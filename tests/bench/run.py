@@ -478,7 +478,8 @@ class Suite:
     def latency_table(self, res, base):
         rows = {}
         for name, v in res.items():
-            rows[name] = {"wall_s": stat(v["wall"], "s"), "over_baseline": stat(ratios(v["wall"], res[base]["wall"]), "x"),
+            rows[name] = {"wall_s": stat(v["wall"], "s"),
+                          "over_baseline": stat(ratios(v["wall"], res[base]["wall"]), "x"),
                           "peak_rss_mib": stat(v["rss"], "MiB")}
         return rows
 
@@ -543,7 +544,8 @@ class Suite:
                 skipped[f"perf record -g {rate}/s"] = perf_reason
                 continue
             variants.append((f"perf record -g {rate}/s",
-                             [perf, "record", "-q", "-g", "-F", str(rate), "-o", os.path.join(self.tmp, f"perf-{rate}.data"),
+                             [perf, "record", "-q", "-g", "-F", str(rate),
+                              "-o", os.path.join(self.tmp, f"perf-{rate}.data"),
                               "--", app, units], self.env))
         res = self.interleaved(variants, self.p["overhead_runs"], "overhead")
         # An overhead is only meaningful if the profiler profiled: every one must have written output.
@@ -591,7 +593,8 @@ class Suite:
         small, large = sorted(self.databases)[-2:]
         a, b = self.databases[small], self.databases[large]
         out_db = os.path.join(self.tmp, "diff-db")
-        variants = [("info of both (baseline)", ["sh", "-c", '"$0" --info "$1" && "$0" --info "$2"', views, a, b], self.env),
+        both_info = ["sh", "-c", '"$0" --info "$1" && "$0" --info "$2"', views, a, b]
+        variants = [("info of both (baseline)", both_info, self.env),
                     ("csp-diff --weak (report)", [diff, "--weak", a, b], self.env),
                     ("csp-diff --weak -o (result database)", [diff, "--weak", a, b, "-o", out_db, "--force"], self.env)]
         res = self.interleaved(variants, self.p["view_runs"], "csp-diff")
@@ -619,8 +622,8 @@ class Suite:
                 raise BenchError("db_write_bench: unexpected output (no wall time, bytes/value or kept path)")
             copy = os.path.join(self.tmp, "dbwrite-copy")
             shutil.rmtree(copy, ignore_errors=True)
-            copies.append(timed(["sh", "-c", 'cp -r "$1" "$2" && find "$2" -type f -exec sync {} +', "sh", k.group(1), copy],
-                                "cp -r database", env=self.env).wall)
+            copy_cmd = ["sh", "-c", 'cp -r "$1" "$2" && find "$2" -type f -exec sync {} +', "sh", k.group(1), copy]
+            copies.append(timed(copy_cmd, "cp -r database", env=self.env).wall)
             walls.append(float(m.group(1)))
             bpv.append(float(b.group(1)))
             rss.append(x.maxrss_kb / 1024.0)  # the largest of the root and its writers
@@ -790,7 +793,8 @@ def reference_table(post, ref):
 
     if np2(1024):
         w = np2(1024)["wall_s"]["median"]
-        rows.append(["1,024 profiles, -np 2: wall s", fmt(w), "", f"{h['profiles_1024_s']} s (CSP × {fmt(h['profiles_1024_s'] / w)})"])
+        rows.append(["1,024 profiles, -np 2: wall s", fmt(w), "",
+                     f"{h['profiles_1024_s']} s (CSP × {fmt(h['profiles_1024_s'] / w)})"])
     if np2(4096):
         f = np2(4096)
         w = f["wall_s"]["median"]
