@@ -263,7 +263,6 @@ TEST(MeasureIntegration, RegionsWithStraggler) {
   const auto profiles = readAll(dir);
   ASSERT_EQ(profiles.size(), 9u);
   std::map<std::uint64_t, std::uint64_t> samplesByThread;
-  std::map<std::uint64_t, std::uint64_t> computeNsByThread;
   for (const auto& p : profiles) {
     const auto thread = idOf(p, IdKind::Thread);
     const auto& r = p.regions;
@@ -304,21 +303,21 @@ TEST(MeasureIntegration, RegionsWithStraggler) {
       EXPECT_LE(g, w + 1e3) << name << " thread " << thread;
       EXPECT_NEAR(g, w, 0.05 * w + 5e6) << name << " thread " << thread;
     }
-    computeNsByThread[thread] = got["compute"].ns;
     // The log: an enter and an exit per visit, in time order, nothing lost.
     EXPECT_EQ(r.eventTimeNs.size(), 40u);
     EXPECT_EQ(r.eventsLost, 0u);
     EXPECT_EQ(r.mismatchedEnds, 0u);
     EXPECT_EQ(r.unclosedAtExit, 0u);
   }
-  // The straggler (worker 7 = thread 8) does double work: about twice the CPU samples, and the
-  // longest time in "compute".
+  // The straggler (worker 7 = thread 8) does double work: about twice the CPU samples. (Its wall
+  // time in "compute" is not a reliable oracle: with 9 threads on 2 shared cores the others'
+  // regions stretch while they wait for a core, and the straggler's last iterations run alone.
+  // Each thread's region times are checked against the program's own clock above.)
   std::vector<std::uint64_t> others;
   for (std::uint64_t t = 1; t < 8; ++t) others.push_back(samplesByThread[t]);
   std::sort(others.begin(), others.end());
   const double ratio = static_cast<double>(samplesByThread[8]) / static_cast<double>(others[3]);
   EXPECT_NEAR(ratio, 2.0, 0.5) << "straggler samples " << samplesByThread[8] << " median " << others[3];
-  for (std::uint64_t t = 1; t < 8; ++t) EXPECT_GT(computeNsByThread[8], computeNsByThread[t]);
 }
 
 // The event log is bounded: with room for 10 events, the rest are counted as lost.
