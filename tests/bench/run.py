@@ -133,6 +133,16 @@ class Result:
 GNU_TIME = "/usr/bin/time"
 
 
+def error_line(stderr):
+    """The line of a failed command's stderr that says what went wrong: the first with "error"
+    (CSP's tools write `tool: error: ...`; mpirun adds a banner after it), else the last."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("---")]
+    for line in lines:
+        if "error" in line.lower():
+            return line
+    return lines[-1] if lines else "(no message)"
+
+
 def timed(cmd, what, env=None, capture=False, rss=False):
     """Runs cmd; returns its wall time, CPU time (user + system of it and of the descendants it
     reaped), with stdout if capture, and with rss its peak RSS (KiB). Output goes to anonymous
@@ -171,8 +181,8 @@ def timed(cmd, what, env=None, capture=False, rss=False):
             lines = rss_file.read().split()
             peak = int(lines[-1]) if lines and lines[-1].isdigit() else 0
     if p.returncode != 0:
-        tail = "\n".join(stderr.strip().splitlines()[-6:])
-        raise BenchError(f"{what}: exit status {p.returncode}: {' '.join(map(str, cmd))}\n{tail}")
+        raise BenchError(f"{what}: exit status {p.returncode}: {error_line(stderr)}\n"
+                         f"  command: {' '.join(map(str, cmd))}")
     return Result(wall, ru.ru_utime + ru.ru_stime, peak, stdout, stderr)
 
 
@@ -842,7 +852,10 @@ def markdown(rep):
             out.append("not selected\n")
             return None
         if s["status"] != "ok":
-            out.append(f"**{s['status']}**: {s['reason']}\n")
+            first, _, rest = s["reason"].partition("\n")
+            out.append(f"**{s['status']}**: {first}\n")
+            if rest:  # the command, as a code block
+                out.append("".join(f"    {line.strip()}\n" for line in rest.splitlines()))
             return None
         out.append(f"Baseline: {s['baseline']}.\n")
         return s
