@@ -15,6 +15,7 @@ packages=(
   libbenchmark-dev
   clang
   time procps
+  python3 libgoogle-perftools-dev linux-perf
 )
 if [[ "${CSP_WITH_SLURM:-1}" == 1 ]]; then
   packages+=(slurm-wlm munge)
