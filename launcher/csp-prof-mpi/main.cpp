@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       fmt::print("  processes {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs, s.skipped.size());
       for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
       fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics, s.regions > 0 ? s.regions - 1 : 0);
-      fmt::print("  per-thread values {} (both orders), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
+      fmt::print("  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
                  s.databaseBytes / 1048576.0, s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
       if (s.attribution.lookups)
         fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} unknown\n",

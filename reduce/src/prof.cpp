@@ -225,7 +225,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
         nodeShard.putNodeValues(node, nv);
       }
       nodeShard.finish();
-      valuesWritten += nodeShard.valuesWritten();
+      // Counted once, from the by-profile order: the by-node order holds the same values.
       };
       auto accumulate = [&] {
       // Summary accumulation, parallel over node ranges (each task owns its nodes, so no

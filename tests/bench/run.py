@@ -335,10 +335,9 @@ class Suite:
                "db_bytes": self.dir_bytes(db)}
         m = re.search(r"canonical CCT (\d+) nodes", out)
         res["canonical_nodes"] = int(m.group(1)) if m else None
-        m = re.search(r"per-thread values (\d+) \(both orders\)", out)
-        # The summary counts every value once per order it is stored in; a distinct non-zero
-        # per-thread value is stored twice.
-        res["values_both_orders"] = int(m.group(1)) if m else None
+        m = re.search(r"per-thread values (\d+) \(each stored by profile and by node\)", out)
+        # Distinct non-zero per-thread values; each is stored in both orders.
+        res["values_distinct"] = int(m.group(1)) if m else None
         m = re.search(r"time ([\d.]+) s:(.*)", out)
         if m:
             res["internal_s"] = float(m.group(1))
@@ -370,8 +369,7 @@ class Suite:
             rs = raw[np]
             walls = [x["wall"] for x in rs]
             dbb = rs[-1]["db_bytes"]
-            both = rs[-1]["values_both_orders"]
-            distinct = both / 2 if both else None
+            distinct = rs[-1]["values_distinct"]
             fig = {
                 "processes": np,
                 "cores": self.cores_used(np),

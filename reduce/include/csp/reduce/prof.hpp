@@ -25,7 +25,7 @@ struct ProfSummary {
   std::uint32_t cctNodes = 0;
   std::size_t metrics = 0;
   std::uint32_t regions = 0;
-  std::uint64_t valuesWritten = 0;  // non-zero per-thread values over all processes, both orders
+  std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
   std::uint64_t databaseBytes = 0;
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
