@@ -143,21 +143,13 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   const std::size_t metricCount = pipeline.metrics().size();
   const std::uint32_t profiles = pipeline.profileCount();
 
-  // Shard numbering: per rank one main shard (its profiles by profile, its node range's
-  // summaries, and on the root the CCT and regions), then one shard per batch (values by node).
-  const std::size_t batches = pipeline.localBatchCount();
-  std::uint32_t shardBase = 0, shardTotal = 0;
-  {
-    Packer p;
-    p.u64(1 + batches);
-    const auto all = comm.allgather(p.take());
-    for (int r = 0; r < comm.size(); ++r) {
-      Unpacker u(all[static_cast<std::size_t>(r)]);
-      const auto n = static_cast<std::uint32_t>(u.u64());
-      if (r < comm.rank()) shardBase += n;
-      shardTotal += n;
-    }
-  }
+  // Shard numbering: rank r owns shard 2r (its profiles' values by profile, its node range's
+  // summaries, and on the root the CCT and regions) and shard 2r+1 (its values by node). The
+  // latter is merged from provisional per-batch shards, numbered past every final shard.
+  const std::uint32_t shardBase = 2 * static_cast<std::uint32_t>(comm.rank());
+  const std::uint32_t shardTotal = 2 * static_cast<std::uint32_t>(comm.size());
+  const std::uint32_t batchShardBase = shardTotal + static_cast<std::uint32_t>(comm.rank()) * 1'000'000u;
+  std::vector<std::uint32_t> batchShards;
 
   std::uint64_t valuesWritten = 0;
   const std::size_t rawCount = pipeline.rawMetricCount();
@@ -166,7 +158,6 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   // Per (node, derived metric, scope): the dyadic blocks folded so far.
   std::vector<std::vector<Piece>> derivedStacks(derivedCount ? std::size_t{nodeCount} * derivedCount * 2 : 0);
   std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * 3);  // visits E, time E, time I
-  std::uint32_t nextShard = shardBase + 1;
   std::optional<storage::ShardWriter> mainShard;
   errors.clear();
   try {
@@ -191,7 +182,8 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       auto writeByNode = [&] {
       // Values by node: one shard per batch. Cursors walk every profile's sorted values node
       // by node, so each node's list comes out sorted by (metric, scope, profile).
-      storage::ShardWriter nodeShard(stagingDir, nextShard++);
+      batchShards.push_back(batchShardBase + static_cast<std::uint32_t>(batchShards.size()));
+      storage::ShardWriter nodeShard(stagingDir, batchShards.back(), {.provisional = true});
       // Counting sort of the batch's entries by node; scattering profiles in id order keeps each
       // node's entries sorted by profile.
       std::vector<std::uint32_t> start(std::size_t{nodeCount} + 1, 0);
@@ -273,6 +265,8 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       values.clear();
       writeSeconds += since(writeStart);
     });
+    // Every process merges its batches' values by node into one sorted run, in parallel.
+    storage::mergeShards(stagingDir, batchShards, shardBase + 1);
   } catch (const PipelineError&) {
     throw;
   } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <rocksdb/convenience.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
@@ -40,6 +41,7 @@ bool hasLz4() {
 
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
+constexpr std::size_t kMaxOverlappingRuns = 4;
 constexpr const char* kOwnerName = "OWNER";      // "pid <pid>\nhost <host>\n" of the building process
 
 std::string hostName() {
@@ -151,6 +153,7 @@ struct ShardWriter::Impl {
 
   fs::path dir;
   std::uint32_t shard = 0;
+  bool provisional = false;
   std::vector<Family> families;
   bool finished = false;
   std::uint64_t values = 0;
@@ -171,10 +174,9 @@ struct ShardWriter::Impl {
                                          hex(key), hex(f.lastKey)));
     if (!f.writer) {
       rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
-      if (f.name == format::kValuesByNode && hasLz4()) {
-        // Values by node arrive in many overlapping shards that ingestion compacts into one
-        // sorted run, which gets the family's real compression: the shards only need to be
-        // cheap to write and to read back.
+      if (provisional && hasLz4()) {
+        // Merged or compacted later, where the family's real compression is applied: until
+        // then the data only needs to be cheap to write and to read back.
         options.compression = rocksdb::kLZ4Compression;
         options.bottommost_compression = rocksdb::kDisableCompressionOption;
       }
@@ -190,9 +192,11 @@ struct ShardWriter::Impl {
   }
 };
 
-ShardWriter::ShardWriter(fs::path stagingDir, std::uint32_t shardIndex) : impl_(std::make_unique<Impl>()) {
+ShardWriter::ShardWriter(fs::path stagingDir, std::uint32_t shardIndex, ShardOptions options)
+    : impl_(std::make_unique<Impl>()) {
   impl_->dir = shardDir(stagingDir, shardIndex);
   impl_->shard = shardIndex;
+  impl_->provisional = options.provisional;
   for (const auto& name : format::shardFamilies()) impl_->families.push_back({name, nullptr, {}, 0});
   std::error_code ec;
   if (!fs::is_directory(stagingDir, ec))
@@ -312,6 +316,66 @@ void ShardWriter::finish() {
   }
   writeFileAtomically(impl_->dir, kShardIndexName, index.empty() ? std::string() : index);
   impl_->finished = true;
+}
+
+void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output) {
+  struct Source {
+    std::unique_ptr<rocksdb::SstFileReader> reader;
+    std::unique_ptr<rocksdb::Iterator> it;
+  };
+  std::map<std::string, std::vector<fs::path>> filesByFamily;
+  for (auto k : inputs) {
+    const fs::path dir = shardDir(stagingDir, k);
+    std::ifstream index(dir / kShardIndexName);
+    if (!index) throw DatabaseError(dir, fmt::format("shard {} did not finish (no {})", k, kShardIndexName));
+    std::string line;
+    while (std::getline(index, line)) {
+      std::istringstream fields(line);
+      std::string family, file;
+      if (!(fields >> family >> file)) throw DatabaseError(dir, fmt::format("unreadable index line '{}'", line));
+      filesByFamily[family].push_back(dir / file);
+    }
+  }
+  ShardWriter out(stagingDir, output);
+  for (const auto& family : format::shardFamilies()) {
+    auto found = filesByFamily.find(family);
+    if (found == filesByFamily.end()) continue;
+    const rocksdb::Options options(format::instanceOptions(), format::familyOptions(family));
+    std::vector<Source> sources;
+    for (const auto& file : found->second) {
+      Source src;
+      src.reader = std::make_unique<rocksdb::SstFileReader>(options);
+      const auto st = src.reader->Open(file.string());
+      if (!st.ok()) throw DatabaseError(file, "cannot read shard file: " + st.ToString());
+      rocksdb::ReadOptions ro;
+      ro.verify_checksums = false;  // written moments ago by this program
+      ro.fill_cache = false;
+      src.it.reset(src.reader->NewIterator(ro));
+      src.it->SeekToFirst();
+      sources.push_back(std::move(src));
+    }
+    // Keys compare bytewise (the families use RocksDB's default comparator).
+    auto greater = [&](std::size_t a, std::size_t b) { return sources[a].it->key().compare(sources[b].it->key()) > 0; };
+    std::vector<std::size_t> heap;
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      if (sources[i].it->Valid()) heap.push_back(i);
+    std::make_heap(heap.begin(), heap.end(), greater);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), greater);
+      auto& it = sources[heap.back()].it;
+      out.impl_->put(family.c_str(), it->key().ToString(), std::string_view(it->value().data(), it->value().size()));
+      it->Next();
+      if (it->Valid()) {
+        std::push_heap(heap.begin(), heap.end(), greater);
+      } else {
+        if (!it->status().ok()) throw DatabaseError(stagingDir, "reading shard files: " + it->status().ToString());
+        heap.pop_back();
+      }
+    }
+  }
+  out.finish();
+  std::error_code ec;
+  for (auto k : inputs) fs::remove_all(shardDir(stagingDir, k), ec);
 }
 
 // --- leftovers -------------------------------------------------------------------------------
@@ -533,7 +597,8 @@ void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
     args.push_back(std::move(arg));
   }
   if (!args.empty()) d.check(d.db->IngestExternalFiles(args), "ingesting shard files");
-  if (byFamily[format::kValuesByNode].size() > 1) {
+  // A few overlapping runs read fast enough; many are compacted into one.
+  if (byFamily[format::kValuesByNode].size() > kMaxOverlappingRuns) {
     rocksdb::CompactRangeOptions co;
     co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
     d.check(d.db->CompactRange(co, d.families.at(format::kValuesByNode), nullptr, nullptr),

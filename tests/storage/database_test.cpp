@@ -1,5 +1,8 @@
 // The database in one process: round trips, writer contract, publication, errors on open.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <fmt/format.h>
 #include <rocksdb/db.h>
 
 #include <atomic>
@@ -161,6 +164,46 @@ TEST(ShardWriterContract, OverlappingShardsAreRejected) {
     EXPECT_NE(std::string(e.what()).find("shards 0 and 1 overlap in column family cct_nodes"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(ShardWriterContract, MergedShardsHoldEverythingInOrder) {
+  // Three provisional shards over the same nodes (as csp-prof-mpi writes values by node, batch
+  // by batch), merged into one; plus an ordinary shard. Everything reads back, nothing is left.
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  std::map<NodeId, std::vector<NodeValue>> expected;
+  {
+    DatabaseBuilder b(target);
+    std::vector<std::uint32_t> batches{100, 101, 102};
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      ShardWriter w(b.stagingDir(), batches[k], {.provisional = true});
+      for (NodeId n = 0; n < 50; ++n) {
+        std::vector<NodeValue> v;
+        for (ProfileId p = k * 10; p < k * 10 + 10; ++p) v.push_back({0, MetricScope::Inclusive, p, 1 + n * 100 + p});
+        w.putNodeValues(n, v);
+        expected[n].insert(expected[n].end(), v.begin(), v.end());
+      }
+      w.putNode(k + 1, CctNode{});  // another family, also interleaved across the inputs
+      w.finish();
+    }
+    mergeShards(b.stagingDir(), batches, 1);
+    for (auto k : batches) EXPECT_FALSE(fs::exists(b.stagingDir() / fmt::format("shard-{:06}", k)));
+    ShardWriter main(b.stagingDir(), 0);
+    main.putNode(0, CctNode{});
+    main.finish();
+    DatabaseMetadata m;
+    m.strings = {""};
+    b.writeMetadata(m);
+    b.ingestShards(2);
+    b.publish();
+  }
+  auto db = Database::open(target);
+  for (NodeId n = 0; n < 50; ++n) EXPECT_EQ(db->nodeValues(n), expected[n]) << n;
+  for (NodeId n = 0; n < 4; ++n) EXPECT_TRUE(db->node(n).has_value()) << n;
+  // Unfinished inputs are refused.
+  DatabaseBuilder b(tmp.path() / "db2");
+  { ShardWriter abandoned(b.stagingDir(), 7); }
+  EXPECT_THROW(mergeShards(b.stagingDir(), std::vector<std::uint32_t>{7}, 0), DatabaseError);
 }
 
 TEST(ShardWriterContract, UnfinishedShardIsRejected) {

@@ -27,9 +27,15 @@ namespace csp::storage {
 // directory. Within a column family keys must ascend; families may interleave. Usable from any
 // process that sees the staging directory. Programming errors (wrong order, writing after
 // finish) throw std::logic_error; I/O failures throw DatabaseError.
+struct ShardOptions {
+  // The shard will be merged into another one (mergeShards) or compacted at ingestion: write it
+  // with a fast compression instead of the family's final one.
+  bool provisional = false;
+};
+
 class ShardWriter {
  public:
-  ShardWriter(std::filesystem::path stagingDir, std::uint32_t shardIndex);
+  ShardWriter(std::filesystem::path stagingDir, std::uint32_t shardIndex, ShardOptions options = {});
   ~ShardWriter();  // an unfinished shard leaves no files that ingestShards() would accept
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -56,8 +62,17 @@ class ShardWriter {
   struct Impl;
 
  private:
+  friend void mergeShards(const std::filesystem::path&, std::span<const std::uint32_t>, std::uint32_t);
   std::unique_ptr<Impl> impl_;
 };
+
+// Merges finished shards into the new shard `output`: each column family's files are k-way
+// merged into one sorted file; keys must not repeat across the inputs. The inputs are removed.
+// A writer process that produced many partial shards over overlapping key ranges (csp-prof-mpi
+// writes values by node batch by batch) merges them itself, in parallel with the other
+// processes, instead of leaving the whole merge to the compaction of the ingesting process.
+void mergeShards(const std::filesystem::path& stagingDir, std::span<const std::uint32_t> inputs,
+                 std::uint32_t output);
 
 struct BuildOptions {
   bool force = false;  // replace an existing database at the target
