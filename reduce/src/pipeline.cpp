@@ -377,6 +377,13 @@ void Pipeline::buildStructure() {
       projectProfile(p, s.strings, s.attributor,
                      [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
       regionUnion.add(p.regions);
+      // Kept for every profile until the database is written, so only what the metadata needs:
+      // the command line once per process range, never the settings.
+      p.identity.settings.clear();
+      if (i != 0) {
+        p.identity.commandLine.clear();
+        p.identity.executable.clear();
+      }
       s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats};
       s.localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
@@ -446,6 +453,7 @@ void Pipeline::buildStructure() {
     std::vector<MetricDescriptor> mine;
     for (std::size_t i = 0; i < count; ++i)
       if (s.local[i]) mergeMetrics(mine, s.localMetrics[i]);
+    s.localMetrics = {};  // each profile's own list is not needed any more
     const auto parts = s.comm.gather(packMetrics(mine));
     std::vector<std::byte> merged;
     if (s.comm.rank() == 0) {

@@ -448,7 +448,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
           meta.profiles.at(id) = std::move(tuple);
           hosts.insert(host);
           processes.insert({host, pid});
-          if (first) {
+          if (first && !exe.empty()) {
             meta.executable = exe;
             meta.commandLine = cmd;
             first = false;
