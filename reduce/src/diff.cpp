@@ -15,6 +15,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
+#include "string_ids.hpp"
 
 namespace csp::reduce {
 
@@ -348,21 +349,6 @@ ScalingDiff computeScalingDiff(const storage::Database& dbP, const storage::Data
 namespace {
 
 enum DiffMetric : storage::MetricId { kLoss, kShare, kExcess, kSumP, kSumQ, kNoise, kOnlyP, kOnlyQ, kMetricCount };
-
-class StringIds {
- public:
-  StringIds() { table_.push_back(""); }
-  storage::StringId id(const std::string& text) {
-    auto [it, fresh] = ids_.try_emplace(text, static_cast<storage::StringId>(table_.size()));
-    if (fresh) table_.push_back(text);
-    return it->second;
-  }
-  std::vector<std::string> take() { return std::move(table_); }
-
- private:
-  std::vector<std::string> table_;
-  std::map<std::string, storage::StringId> ids_;
-};
 
 std::string modeName(metrics::ScalingMode mode) { return mode == metrics::ScalingMode::Strong ? "strong" : "weak"; }
 

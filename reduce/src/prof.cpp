@@ -14,6 +14,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
+#include "string_ids.hpp"
 
 namespace csp::reduce {
 
@@ -26,23 +27,6 @@ namespace {
 //   metric 1 "time": ns, exclusive and inclusive scopes.
 constexpr std::uint16_t kRegionVisits = 0;
 constexpr std::uint16_t kRegionTime = 1;
-
-// Deterministic string table for the database: texts in order of first use by the final CCT,
-// then region names.
-class DbStrings {
- public:
-  DbStrings() { table_.push_back(""); }
-  std::uint32_t id(const std::string& text) {
-    auto [it, fresh] = ids_.try_emplace(text, static_cast<std::uint32_t>(table_.size()));
-    if (fresh) table_.push_back(text);
-    return it->second;
-  }
-  std::vector<std::string> take() { return std::move(table_); }
-
- private:
-  std::vector<std::string> table_;
-  std::map<std::string, std::uint32_t> ids_;
-};
 
 // Summary accumulators of this rank, dense over (node, metric, scope).
 class Summaries {
@@ -389,7 +373,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   if (root) {
     try {
       // Canonical CCT and regions.
-      DbStrings strings;
+      StringIds strings;  // texts in order of first use by the final CCT, then region names
       std::vector<storage::CctNode> nodes(nodeCount);
       for (std::uint32_t i = 0; i < nodeCount; ++i) {
         const auto& n = cct.node(i);

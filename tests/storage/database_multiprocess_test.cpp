@@ -17,15 +17,9 @@ using namespace csp;
 using namespace csp::storage;
 using csp::test::Synthetic;
 using csp::test::TempDir;
+using csp::test::dirEntries;
 
 namespace {
-
-std::vector<std::string> dirEntries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // A csp_db_test_writer process in its own process group (it forks writers of its own).
 class WriterProcess {

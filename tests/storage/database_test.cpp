@@ -17,15 +17,9 @@ using namespace csp;
 using namespace csp::storage;
 using csp::test::Synthetic;
 using csp::test::TempDir;
+using csp::test::dirEntries;
 
 namespace {
-
-std::vector<std::string> dirEntries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 void writeText(const fs::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);

@@ -1,6 +1,9 @@
 // GoogleTest checks of a database against its Synthetic description.
 #pragma once
 
+#include <algorithm>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -33,6 +36,14 @@ inline std::map<std::string, std::vector<std::pair<std::string, std::string>>> d
   for (const auto& family : databaseColumnFamilies())
     db.forEachEntry(family, [&](std::string_view k, std::string_view v) { out[family].emplace_back(k, v); });
   return out;
+}
+
+// The names in a directory, sorted.
+inline std::vector<std::string> dirEntries(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace csp::test
