@@ -390,7 +390,7 @@ const char* toString(Statistic statistic) {
   return "?";
 }
 
-double select(const Statistics& s, Statistic statistic) {
+double valueOf(const Statistics& s, Statistic statistic) {
   switch (statistic) {
     case Statistic::Count: return static_cast<double>(s.count);
     case Statistic::Sum: return s.sum;
@@ -440,7 +440,7 @@ double SummaryFormula::evaluate(
     const auto s = statisticsOf(ref.metric, ref.population);
     if (!s)
       throw ExpressionError(definition_.expression.column(i), "unknown metric '" + ref.metric + "'");
-    values.push_back(select(*s, ref.statistic));
+    values.push_back(valueOf(*s, ref.statistic));
   }
   return evaluate(values);
 }

@@ -198,7 +198,7 @@ TEST(SummaryFormula, SelectsEveryStatistic) {
                            Statistic::Max,   Statistic::Stddev, Statistic::Cfvar, Statistic::Imbalance};
   const double expected[] = {3, 1, 2, 3, 4, 5, 6, 7};
   for (std::size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(select(s, all[i]), expected[i]);
+    EXPECT_EQ(valueOf(s, all[i]), expected[i]);
     const auto f = SummaryFormula::parse(std::string("v = m.") + toString(all[i]));
     EXPECT_EQ(f.references()[0].statistic, all[i]);
   }

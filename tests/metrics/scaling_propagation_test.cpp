@@ -153,3 +153,21 @@ TEST(Propagation, PerThreadValuesThenAccumulators) {
   EXPECT_EQ(e[Fig75::Call16].count(), 0u);
   EXPECT_EQ(i[Fig75::Call16].finalize(2, Population::All).sum, 300);
 }
+
+TEST(Propagation, PropagatorIsReusableAcrossProfiles) {
+  const Fig75 f;
+  const Propagator propagator(f.parent, f.kind);
+  EXPECT_EQ(propagator.size(), f.parent.size());
+  std::vector<std::uint64_t> e(f.parent.size(), 777), i(f.parent.size(), 777);  // overwritten
+  propagator.run(f.raw, e, i);
+  EXPECT_EQ(e[Fig75::Main], 11u);
+  EXPECT_EQ(i[Fig75::Main], 111u);
+  std::vector<std::uint64_t> other(f.parent.size(), 0);
+  other[Fig75::Stmt3] = 7;
+  propagator.run(other, e, i);
+  EXPECT_EQ(e[Fig75::Main], 0u);
+  EXPECT_EQ(i[Fig75::Main], 7u);
+  EXPECT_EQ(e[Fig75::Work], 7u);
+  std::vector<std::uint64_t> shortE(2);
+  EXPECT_THROW(propagator.run(f.raw, shortE, i), std::invalid_argument);
+}
