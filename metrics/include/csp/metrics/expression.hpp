@@ -59,6 +59,9 @@ class Expression {
 
   // values[i] is the value of names()[i]. Throws std::invalid_argument on a size mismatch.
   double evaluate(std::span<const double> values) const;
+  // The error to report when names()[nameIndex] names no metric; it hints at quoting when the
+  // name is directly followed by '-' (as in cpu-time, which parses as cpu - time).
+  ExpressionError unknownName(std::size_t nameIndex, std::string_view what = "metric") const;
   // Convenience: looks each name up; an unknown name (nullopt) throws ExpressionError.
   double evaluate(const std::function<std::optional<double>(std::string_view)>& lookup) const;
 
@@ -74,6 +77,7 @@ class Expression {
   };
 
   std::string text_;
+  std::string source_;  // all the parsed text (a definition's too); columns index into it
   std::vector<std::string> names_;
   std::vector<std::size_t> columns_;
   std::vector<Instruction> code_;
