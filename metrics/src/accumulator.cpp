@@ -100,6 +100,15 @@ void requireSameInstances(std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
+std::string toDecimalString(Uint128 value) {
+  std::string digits;
+  do {
+    digits.push_back(static_cast<char>('0' + static_cast<int>(value % 10)));
+    value /= 10;
+  } while (value != 0);
+  return {digits.rbegin(), digits.rend()};
+}
+
 const char* toString(Population population) {
   return population == Population::All ? "all" : "present";
 }

@@ -56,6 +56,7 @@ class ExpressionParser {
     std::string_view body = text_.substr(offset);
     while (!body.empty() && (body.front() == ' ' || body.front() == '\t')) body.remove_prefix(1);
     e.text_ = std::string(body);
+    e.source_ = std::string(text_);
     finishStackDepth(e);
     return e;
   }
@@ -334,10 +335,26 @@ double Expression::evaluate(const std::function<std::optional<double>(std::strin
   values.reserve(names_.size());
   for (std::size_t i = 0; i < names_.size(); ++i) {
     const auto v = lookup(names_[i]);
-    if (!v) throw ExpressionError(columns_[i], "unknown metric '" + names_[i] + "'");
+    if (!v) throw unknownName(i);
     values.push_back(*v);
   }
   return evaluate(values);
+}
+
+ExpressionError Expression::unknownName(std::size_t nameIndex, std::string_view what) const {
+  const std::string& name = names_.at(nameIndex);
+  const std::size_t column = columns_.at(nameIndex);
+  std::string message = "unknown " + std::string(what) + " '" + name + "'";
+  // Only a bare name can run into a '-': the column points at its first character.
+  const std::size_t after = column - 1 + name.size();
+  if (after + 1 < source_.size() && source_.compare(column - 1, name.size(), name) == 0 &&
+      source_[after] == '-' && isNameChar(source_[after + 1])) {
+    std::size_t end = after + 1;
+    while (end < source_.size() && (isNameChar(source_[end]) || source_[end] == '-')) ++end;
+    message += " (names containing '-' must be quoted: `" + source_.substr(column - 1, end - column + 1) +
+               "`; write a - b with spaces for a subtraction)";
+  }
+  return ExpressionError(column, message);
 }
 
 Definition parseDefinition(std::string_view text) {
@@ -390,7 +407,7 @@ const char* toString(Statistic statistic) {
   return "?";
 }
 
-double select(const Statistics& s, Statistic statistic) {
+double valueOf(const Statistics& s, Statistic statistic) {
   switch (statistic) {
     case Statistic::Count: return static_cast<double>(s.count);
     case Statistic::Sum: return s.sum;
@@ -439,8 +456,8 @@ double SummaryFormula::evaluate(
     const auto& ref = references_[i];
     const auto s = statisticsOf(ref.metric, ref.population);
     if (!s)
-      throw ExpressionError(definition_.expression.column(i), "unknown metric '" + ref.metric + "'");
-    values.push_back(select(*s, ref.statistic));
+      throw definition_.expression.unknownName(i, "metric '" + ref.metric + "' in");
+    values.push_back(valueOf(*s, ref.statistic));
   }
   return evaluate(values);
 }

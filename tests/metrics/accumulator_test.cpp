@@ -152,9 +152,15 @@ TEST(IntAccumulator, HugeValuesStayExact) {
   EXPECT_EQ(t.argmin, 1u);
 }
 
+TEST(IntAccumulator, ExactSumsPrintInDecimal) {
+  EXPECT_EQ(toDecimalString(0), "0");
+  EXPECT_EQ(toDecimalString(1234567890), "1234567890");
+  EXPECT_EQ(toDecimalString(static_cast<Uint128>(UINT64_MAX) * 3), "55340232221128654845");
+  EXPECT_EQ(toDecimalString(~Uint128{0}), "340282366920938463463374607431768211455");
+}
+
 TEST(IntAccumulator, ManyHugeValuesDoNotOverflow) {
   // 2^20 values near 2^64: the sum of squares needs ~148 bits.
-  IntAccumulator a;
   const std::uint64_t v = UINT64_MAX - 12345;
   IntAccumulator one;
   one.accumulate(0, v);

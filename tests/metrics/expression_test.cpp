@@ -125,6 +125,26 @@ TEST(Expression, UnknownMetricAtEvaluationNamesTheColumn) {
   }
 }
 
+TEST(Expression, UnquotedDashedNameGetsAHint) {
+  try {
+    eval("2 * cpu-time", {{"cpu-time", 1}});
+    FAIL();
+  } catch (const ExpressionError& e) {
+    EXPECT_EQ(e.column(), 5u);
+    EXPECT_NE(std::string(e.what()).find("unknown metric 'cpu' (names containing '-' must be quoted: `cpu-time`"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    SummaryFormula::parse("r = cpu-time.sum / 2").evaluate(
+        [](std::string_view, Population) -> std::optional<Statistics> { return std::nullopt; });
+    FAIL();
+  } catch (const ExpressionError& e) {
+    EXPECT_EQ(e.column(), 5u);
+    EXPECT_NE(std::string(e.what()).find("quoted: `cpu-time.sum`"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Expression, Definitions) {
   const Definition d = parseDefinition("ipc = instructions / cycles");
   EXPECT_EQ(d.name, "ipc");
@@ -198,7 +218,7 @@ TEST(SummaryFormula, SelectsEveryStatistic) {
                            Statistic::Max,   Statistic::Stddev, Statistic::Cfvar, Statistic::Imbalance};
   const double expected[] = {3, 1, 2, 3, 4, 5, 6, 7};
   for (std::size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(select(s, all[i]), expected[i]);
+    EXPECT_EQ(valueOf(s, all[i]), expected[i]);
     const auto f = SummaryFormula::parse(std::string("v = m.") + toString(all[i]));
     EXPECT_EQ(f.references()[0].statistic, all[i]);
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/propagation.hpp"
 #include "csp/metrics/scaling.hpp"
 
@@ -120,4 +121,53 @@ TEST(Propagation, RejectsMalformedTrees) {
   EXPECT_THROW(propagate(parent, kind, raw), std::invalid_argument);
   EXPECT_THROW(propagate(parent, kind, std::vector<std::uint64_t>{0}), std::invalid_argument);
   EXPECT_TRUE(propagate({}, {}, {}).exclusive.empty());
+}
+
+TEST(Propagation, PerThreadValuesThenAccumulators) {
+  // tests/data/fig75.json: thread 1 does exactly twice the work of thread 0. E and I are
+  // propagated per thread, then each gets its own accumulator (never derived from one another).
+  const Fig75 f;
+  std::vector<std::uint64_t> raw1 = f.raw;
+  for (auto& v : raw1) v *= 2;
+  const std::vector<std::uint64_t> raw0 = f.raw;
+  const std::vector<std::uint64_t>& twice = raw1;
+  std::vector<IntAccumulator> e(f.parent.size()), i(f.parent.size());
+  std::uint32_t profile = 0;
+  for (const std::vector<std::uint64_t>* raw : {&raw0, &twice}) {
+    const ExclusiveInclusive r = propagate(f.parent, f.kind, *raw);
+    for (std::size_t n = 0; n < f.parent.size(); ++n) {
+      e[n].accumulate(profile, r.exclusive[n]);
+      i[n].accumulate(profile, r.inclusive[n]);
+    }
+    ++profile;
+  }
+  const Statistics mainI = i[Fig75::Main].finalize(2, Population::All);
+  EXPECT_EQ(mainI.sum, 333);
+  EXPECT_EQ(mainI.mean, 166.5);
+  EXPECT_EQ(mainI.stddev, 55.5);
+  EXPECT_EQ(mainI.argmax, 1u);
+  EXPECT_EQ(mainI.argmin, 0u);
+  const Statistics loopZE = e[Fig75::LoopZ].finalize(2, Population::All);
+  EXPECT_EQ(loopZE.sum, 30);
+  // The CallSite has no exclusive value anywhere: absent in both profiles.
+  EXPECT_EQ(e[Fig75::Call16].count(), 0u);
+  EXPECT_EQ(i[Fig75::Call16].finalize(2, Population::All).sum, 300);
+}
+
+TEST(Propagation, PropagatorIsReusableAcrossProfiles) {
+  const Fig75 f;
+  const Propagator propagator(f.parent, f.kind);
+  EXPECT_EQ(propagator.size(), f.parent.size());
+  std::vector<std::uint64_t> e(f.parent.size(), 777), i(f.parent.size(), 777);  // overwritten
+  propagator.run(f.raw, e, i);
+  EXPECT_EQ(e[Fig75::Main], 11u);
+  EXPECT_EQ(i[Fig75::Main], 111u);
+  std::vector<std::uint64_t> other(f.parent.size(), 0);
+  other[Fig75::Stmt3] = 7;
+  propagator.run(other, e, i);
+  EXPECT_EQ(e[Fig75::Main], 0u);
+  EXPECT_EQ(i[Fig75::Main], 7u);
+  EXPECT_EQ(e[Fig75::Work], 7u);
+  std::vector<std::uint64_t> shortE(2);
+  EXPECT_THROW(propagator.run(f.raw, shortE, i), std::invalid_argument);
 }

@@ -12,12 +12,15 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "csp/storage/profile.hpp"  // kNoIndex
 
 namespace csp::metrics {
 
 __extension__ using Uint128 = unsigned __int128;
+// Decimal digits of an exact 128-bit sum, for renderers (iostreams and fmt cannot print it).
+std::string toDecimalString(Uint128 value);
 
 // Which profiles a statistic is taken over.
 enum class Population : std::uint8_t {
