@@ -19,6 +19,6 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 fuzz_seconds=${CSP_FUZZ_SECONDS:-30}
 if [[ "$fuzz_seconds" -gt 0 ]]; then
-  echo "== fuzzing the profile reader for ${fuzz_seconds} s"
+  echo "== fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s each"
   bash scripts/fuzz.sh "$fuzz_seconds"
 fi
