@@ -558,7 +558,7 @@ TEST_F(Diff, InconsistentDatabasesAreDamaged) {
 // the same work on every rank (its total doubles), solve splits a fixed total. The report must
 // name replicated_setup as where the loss is. Skipped until csp-run is built in this tree.
 TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
-  if (!std::filesystem::exists(tool("csp-run"))) GTEST_SKIP() << "csp-run is not built here";
+  ASSERT_TRUE(std::filesystem::exists(tool("csp-run"))) << "csp-run is not built";
   const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
   for (int ranks : {2, 4}) {
     const auto runDir = dir / ("run-p" + std::to_string(ranks));
