@@ -384,7 +384,7 @@ void Pipeline::buildStructure() {
         p.identity.commandLine.clear();
         p.identity.executable.clear();
       }
-      s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats};
+      s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats, s.begin + i, !p.regions.eventTimeNs.empty()};
       s.localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
@@ -627,6 +627,12 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
 const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->inputs; }
 const FinalCct& Pipeline::cct() const { return impl_->cct; }
 const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions; }
+std::vector<std::uint32_t> Pipeline::regionIds(const RegionProfile& r) const {
+  std::vector<std::uint32_t> id(r.size(), 0);
+  for (std::size_t k = 1; k < r.size(); ++k)
+    id[k] = impl_->regionIndex.at({id[r.parent[k]], r.names[r.staticId[k]], r.dynamicId[k]});
+  return id;
+}
 StringTable& Pipeline::strings() { return impl_->strings; }
 const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->metrics; }
 std::size_t Pipeline::rawMetricCount() const { return impl_->rawMetrics; }

@@ -14,6 +14,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
+#include "csp/storage/profile_io.hpp"
 #include "string_ids.hpp"
 
 namespace csp::reduce {
@@ -25,8 +26,66 @@ namespace {
 // Region summaries use their own small metric table (docs/database-format.md):
 //   metric 0 "visits": completed visits, exclusive scope;
 //   metric 1 "time": ns, exclusive and inclusive scopes.
+//   metrics 2-6, from the region event logs of each process (DESIGN.md 8; Benavides' frames),
+//   one value per process: 2 "any-time" (ns with at least one thread in the region), 3
+//   "all-time" (ns with every logging thread in it), 4 "area" (thread-ns), 5 "straggler-time"
+//   (ns with exactly one thread in it while the process has others), 6 "max-parallelism".
 constexpr std::uint16_t kRegionVisits = 0;
 constexpr std::uint16_t kRegionTime = 1;
+constexpr std::size_t kRegionSlots = 8;  // visits E, time E, time I, and the five above
+
+// Concurrency of regions within one process, from its threads' enter/exit logs merged in time
+// order. A thread is in a region while the region is on its stack (nested regions included).
+struct RegionConcurrency {
+  std::uint64_t anyNs = 0, allNs = 0, areaNs = 0, stragglerNs = 0, maxParallelism = 0;
+};
+
+std::vector<RegionConcurrency> regionConcurrency(const std::vector<std::vector<std::uint32_t>>& threadRegions,
+                                                 const std::vector<const RegionProfile*>& threads,
+                                                 std::size_t regionCount) {
+  struct Event {
+    std::uint64_t t;
+    std::uint32_t thread;
+    std::uint32_t region;
+    bool enter;
+  };
+  std::vector<Event> events;
+  for (std::uint32_t th = 0; th < threads.size(); ++th) {
+    const RegionProfile& r = *threads[th];
+    for (std::size_t e = 0; e < r.eventTimeNs.size(); ++e)
+      events.push_back({r.eventTimeNs[e], th, threadRegions[th][r.eventNode[e]], static_cast<bool>(r.eventIsEnter[e])});
+  }
+  // Stable: each thread's own order is kept for equal times.
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.t < b.t; });
+  const std::uint64_t threadCount = threads.size();
+  std::vector<RegionConcurrency> out(regionCount);
+  std::vector<std::uint64_t> inside(regionCount, 0), since(regionCount, 0);
+  std::vector<std::vector<std::uint32_t>> stack(threads.size());
+  auto flush = [&](std::uint32_t r, std::uint64_t t) {
+    const std::uint64_t dt = t - since[r];
+    if (inside[r] >= 1) {
+      out[r].anyNs += dt;
+      out[r].areaNs += inside[r] * dt;
+      if (inside[r] == threadCount) out[r].allNs += dt;
+      if (inside[r] == 1 && threadCount > 1) out[r].stragglerNs += dt;
+    }
+    since[r] = t;
+  };
+  for (const Event& e : events) {
+    auto& st = stack[e.thread];
+    if (e.enter) {
+      flush(e.region, e.t);
+      ++inside[e.region];
+      out[e.region].maxParallelism = std::max(out[e.region].maxParallelism, inside[e.region]);
+      st.push_back(e.region);
+    } else if (!st.empty() && st.back() == e.region) {  // unmatched exits were counted at measurement
+      flush(e.region, e.t);
+      --inside[e.region];
+      st.pop_back();
+    }
+  }
+  return out;
+}
 
 // Summary accumulators of this rank, dense over (node, metric, scope).
 class Summaries {
@@ -141,7 +200,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   Summaries summaries(nodeCount, rawCount);
   // Per (node, derived metric, scope): the dyadic blocks folded so far.
   std::vector<std::vector<Piece>> derivedStacks(derivedCount ? std::size_t{nodeCount} * derivedCount * 2 : 0);
-  std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * 3);  // visits E, time E, time I
+  std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * kRegionSlots);
   std::optional<storage::ShardWriter> mainShard;
   errors.clear();
   try {
@@ -238,7 +297,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const RegionValues& r = regionValues[i];
         for (std::size_t k = 0; k < r.region.size(); ++k) {
-          const std::size_t at = std::size_t{r.region[k]} * 3;
+          const std::size_t at = std::size_t{r.region[k]} * kRegionSlots;
           regionAcc[at].accumulate(batch[i].id, r.count[k]);
           regionAcc[at + 1].accumulate(batch[i].id, r.exclusiveNs[k]);
           regionAcc[at + 2].accumulate(batch[i].id, r.inclusiveNs[k]);
@@ -251,6 +310,53 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     });
     // Every process merges its batches' values by node into one sorted run, in parallel.
     storage::mergeShards(stagingDir, batchShards, shardBase + 1);
+
+    // Region concurrency per process (host, pid). A process's threads may straddle ranks: the
+    // rank holding its first profile reads the event logs of all of them.
+    Packer mine;
+    for (const auto& info : pipeline.localProfiles()) {
+      mine.u64(info.id);
+      mine.u64(info.input);
+      mine.text(info.identity.hostname);
+      mine.u64(info.identity.pid);
+      mine.u64(info.hasRegionEvents);
+    }
+    std::map<std::pair<std::string, std::uint64_t>, std::vector<std::pair<std::uint32_t, std::size_t>>> processes;
+    for (const auto& part : comm.allgather(mine.take())) {
+      Unpacker u(part);
+      while (!u.done()) {
+        const auto id = static_cast<std::uint32_t>(u.u64());
+        const auto input = static_cast<std::size_t>(u.u64());
+        auto host = u.text();
+        const auto pid = u.u64();
+        if (u.u64()) processes[{std::move(host), pid}].emplace_back(id, input);
+      }
+    }
+    const std::uint32_t myFirstProfile = pipeline.firstProfileId();
+    const std::uint32_t myEndProfile = myFirstProfile + static_cast<std::uint32_t>(pipeline.localProfiles().size());
+    for (auto& [process, members] : processes) {
+      std::sort(members.begin(), members.end());
+      const std::uint32_t first = members.front().first;
+      if (first < myFirstProfile || first >= myEndProfile) continue;
+      std::vector<ThreadProfile> threads;
+      std::vector<const RegionProfile*> logs;
+      std::vector<std::vector<std::uint32_t>> ids;
+      for (const auto& [id, input] : members) threads.push_back(storage::readProfile(pipeline.inputs()[input].path));
+      for (const auto& t : threads) {
+        logs.push_back(&t.regions);
+        ids.push_back(pipeline.regionIds(t.regions));
+      }
+      const auto c = regionConcurrency(ids, logs, pipeline.regions().size());
+      for (std::size_t r = 1; r < c.size(); ++r) {
+        if (c[r].maxParallelism == 0) continue;
+        const std::size_t at = r * kRegionSlots;
+        regionAcc[at + 3].accumulate(first, c[r].anyNs);
+        regionAcc[at + 4].accumulate(first, c[r].allNs);
+        regionAcc[at + 5].accumulate(first, c[r].areaNs);
+        regionAcc[at + 6].accumulate(first, c[r].stragglerNs);
+        regionAcc[at + 7].accumulate(first, c[r].maxParallelism);
+      }
+    }
   } catch (const PipelineError&) {
     throw;
   } catch (const std::exception& e) {
@@ -397,11 +503,12 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       }
       for (std::size_t i = 0; i < regions.size(); ++i) {
         mainShard->putRegion(static_cast<std::uint32_t>(i), {regions[i].parent, regionName[i], regions[i].dynamicId});
-        const std::pair<std::uint16_t, storage::MetricScope> slots[3] = {{kRegionVisits, storage::MetricScope::Exclusive},
-                                                                          {kRegionTime, storage::MetricScope::Exclusive},
-                                                                          {kRegionTime, storage::MetricScope::Inclusive}};
-        for (std::size_t k = 0; k < 3; ++k) {
-          auto it = regionAll.find(i * 3 + k);
+        constexpr auto E = storage::MetricScope::Exclusive;
+        const std::pair<std::uint16_t, storage::MetricScope> slots[kRegionSlots] = {
+            {kRegionVisits, E}, {kRegionTime, E}, {kRegionTime, storage::MetricScope::Inclusive},
+            {2, E}, {3, E}, {4, E}, {5, E}, {6, E}};
+        for (std::size_t k = 0; k < kRegionSlots; ++k) {
+          auto it = regionAll.find(i * kRegionSlots + k);
           if (it != regionAll.end())
             mainShard->putRegionSummary(static_cast<std::uint32_t>(i), slots[k].first, slots[k].second,
                                         metrics::encode(it->second));
@@ -449,7 +556,9 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       meta.strings = strings.take();
       for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
       meta.properties = {{"generator", "csp-prof-mpi"},
-                         {"region.metrics", "0=visits(E) 1=time-ns(E,I)"},
+                         {"region.metrics",
+                          "0=visits(E) 1=time-ns(E,I) 2=any-time-ns 3=all-time-ns 4=area-thread-ns "
+                          "5=straggler-time-ns 6=max-parallelism (2-6: one value per process)"},
                          {"inputs", std::to_string(pipeline.inputs().size())}};
       mainShard->finish();
       valuesWritten += mainShard->valuesWritten();

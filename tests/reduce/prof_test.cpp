@@ -51,6 +51,12 @@ metrics::IntAccumulator summary(const storage::Database& db, storage::NodeId nod
   return {};
 }
 
+std::uint64_t summaryOfVisits(const storage::Database& db, storage::RegionId region) {
+  for (const auto& a : db.regionSummaries(region))
+    if (a.metric == 0) return static_cast<std::uint64_t>(metrics::decodeIntAccumulator(a.bytes).sum());
+  return 0;
+}
+
 constexpr auto E = storage::MetricScope::Exclusive;
 constexpr auto I = storage::MetricScope::Inclusive;
 
@@ -242,6 +248,43 @@ TEST_F(Prof, PerThreadDerivedMetric) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("--derive 'x = cpu +'"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "bad"));
+}
+
+TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
+  // One process, 8 threads in region "work": seven for 100 ns, the straggler for 200 ns (the
+  // microbenchmark of Benavides Ch. 4: straggler degree 1/2). A second process runs "work" on
+  // one thread only. Threads of the first process straddle the two ranks' ranges.
+  std::string threads;
+  for (int t = 0; t < 8; ++t) {
+    const int end = t == 7 ? 200 : 100;
+    threads += std::string(t ? "," : "") + R"({"id": {"rank": 0, "thread": )" + std::to_string(t) +
+               R"(}, "pid": 11, "hostname": "n1", "events": [{"t": 1000, "enter": "work"}, {"t": )" +
+               std::to_string(1000 + end) + R"(, "exit": "work"}]})";
+  }
+  threads += R"(, {"id": {"rank": 1, "thread": 0}, "pid": 12, "hostname": "n1",
+                   "events": [{"t": 5, "enter": "work"}, {"t": 55, "exit": "work"}]})";
+  auto db = prof(fromJson("conc", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}"), "db", 2,
+                 "--batch 4");
+  storage::RegionId work = 0;
+  for (storage::RegionId r = 1; r < db->metadata().regionCount; ++r)
+    if (db->metadata().strings[db->region(r)->name] == "work") work = r;
+  ASSERT_NE(work, 0u);
+  std::map<storage::MetricId, metrics::IntAccumulator> acc;
+  for (const auto& a : db->regionSummaries(work))
+    if (a.scope == E) acc[a.metric] = metrics::decodeIntAccumulator(a.bytes);
+  ASSERT_EQ(acc.count(2), 1u);
+  // Per process: any-time, all-time, area, straggler time, max parallelism.
+  EXPECT_EQ(acc[2].sum(), 200u + 50u);
+  EXPECT_EQ(acc[3].sum(), 100u + 50u);      // the single-thread process is "all threads" all along
+  EXPECT_EQ(acc[4].sum(), 7u * 100 + 200 + 50);
+  EXPECT_EQ(acc[5].sum(), 100u);            // no straggling in a process of one thread
+  EXPECT_EQ(acc[6].max(), 8u);
+  EXPECT_EQ(acc[6].min(), 1u);
+  EXPECT_EQ(acc[2].count(), 2u);            // one value per process
+  EXPECT_EQ(acc[2].argmax(), 0u);           // the first process, by its first profile
+  // Straggler degree of the 8-thread process: 100 / 200.
+  EXPECT_DOUBLE_EQ(static_cast<double>(acc[5].max()) / static_cast<double>(acc[2].max()), 0.5);
+  EXPECT_EQ(summaryOfVisits(*db, work), 9u);
 }
 
 TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {

@@ -1,5 +1,7 @@
 // Shared pieces of the view sources: accumulators of either type, the CCT index, matching.
+#include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fnmatch.h>
 
 #include <cmath>
@@ -279,18 +281,20 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
 }
 
 MetricSet regionMetrics(std::vector<Column>& columns) {
+  // csp-prof-mpi's region metrics (docs/postprocessing.md): visits and time per thread, then the
+  // concurrency metrics computed per process from the region event logs.
   MetricSet set;
-  set.ids = {0, 1};
-  set.types = {ValueType::Count, ValueType::Count};
-  set.names = {"visits", "time"};
-  set.units = {"visits", "ns"};
+  set.ids = {0, 1, 2, 3, 4, 5, 6};
+  set.types.assign(set.ids.size(), ValueType::Count);
+  set.names = {"visits", "time", "any-time", "all-time", "area", "straggler-time", "max-parallelism"};
+  set.units = {"visits", "ns", "ns", "ns", "thread-ns", "ns", "threads"};
   if (columns.empty())
     columns = {{"time", Statistic::Sum, storage::MetricScope::Inclusive},
                {"time", Statistic::Sum, storage::MetricScope::Exclusive},
                {"visits", Statistic::Sum, storage::MetricScope::Exclusive}};
   for (const auto& c : columns)
-    if (c.metric != "visits" && c.metric != "time")
-      throw ViewError(fmt::format("unknown region metric '{}' (regions have: visits, time)", c.metric));
+    if (std::find(set.names.begin(), set.names.end(), c.metric) == set.names.end())
+      throw ViewError(fmt::format("unknown region metric '{}' (regions have: {})", c.metric, fmt::join(set.names, ", ")));
   return set;
 }
 

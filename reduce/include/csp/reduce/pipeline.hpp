@@ -67,6 +67,8 @@ struct ProfileInfo {
   std::uint32_t id = 0;
   Identity identity;
   MeasurementStats stats;
+  std::size_t input = 0;          // index into inputs()
+  bool hasRegionEvents = false;   // the profile carries a region event log
 };
 
 // The reduced region tree (DESIGN.md 8): node 0 is the root; a region is identified by its
@@ -114,6 +116,8 @@ class Pipeline {
   const std::vector<InputProfile>& inputs() const;          // all ranks, after discover
   const FinalCct& cct() const;                              // after buildStructure
   const std::vector<RegionTreeNode>& regions() const;       // after buildStructure
+  // Final region id of every node of a profile's region tree (0 for its root).
+  std::vector<std::uint32_t> regionIds(const RegionProfile& regions) const;
   StringTable& strings();
   // Global metric list, after buildStructure: raw metrics, then the derived ones.
   const std::vector<MetricDescriptor>& metrics() const;
