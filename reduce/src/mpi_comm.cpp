@@ -120,13 +120,6 @@ std::uint64_t Comm::sum(std::uint64_t value) const {
   return out;
 }
 
-std::uint64_t Comm::max(std::uint64_t value) const {
-  std::uint64_t out = 0;
-  check(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_MAX, comm_), "Allreduce");
-  return out;
-}
-
-void Comm::barrier() const { check(MPI_Barrier(comm_), "Barrier"); }
 
 void Packer::u64(std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));

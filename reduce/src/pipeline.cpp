@@ -642,7 +642,6 @@ const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->skipped; }
 AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
 const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->phases; }
-const Comm& Pipeline::comm() const { return impl_->comm; }
 tbb::task_arena& Pipeline::arena() { return impl_->arena; }
 std::size_t Pipeline::localBatchCount() const {
   const std::size_t batch = std::max<std::size_t>(impl_->options.batchProfiles, 1);

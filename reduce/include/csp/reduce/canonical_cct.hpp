@@ -33,7 +33,6 @@ class LocalCct {
   std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
   std::size_t size() const;
   CctNode node(std::uint32_t id) const;
-  StringTable& strings() { return strings_; }
 
   // Structure only (no metric values), self-contained (strings as text), parent before child.
   std::vector<std::byte> serialize() const;

@@ -32,8 +32,6 @@ class Comm {
   // outgoing[r] goes to rank r; returns what each rank sent here, in rank order.
   std::vector<std::vector<std::byte>> alltoall(const std::vector<std::vector<std::byte>>& outgoing) const;
   std::uint64_t sum(std::uint64_t value) const;
-  std::uint64_t max(std::uint64_t value) const;
-  void barrier() const;
 
  private:
   MPI_Comm comm_;

@@ -128,7 +128,6 @@ class Pipeline {
   const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
   AttributionStats attributionStats() const;
   const std::vector<PhaseTime>& phaseTimes() const;
-  const Comm& comm() const;
 
   // Collective error agreement: if any rank has an error, every rank throws PipelineError with
   // the collected messages (rank order, at most a few per rank).
