@@ -10,6 +10,7 @@
 
 #include "csp/reduce/prof.hpp"
 #include "progress.hpp"
+#include "signal_cleanup.hpp"
 
 namespace {
 
@@ -90,6 +91,15 @@ int main(int argc, char** argv) {
   }
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;
+  // Termination signals and a vanished launcher remove the temporary directory (every rank).
+  csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
+  o.onTempDir = [](const std::filesystem::path& dir) { csp::cli::removeOnTermination(dir); };
+  o.onLeftover = [quiet](bool removed, const std::string& text) {
+    if (!removed) fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
+    else if (!quiet) fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
+  };
+  std::optional<csp::cli::OrphanWatchdog> watchdog;
+  if (size > 1) watchdog.emplace("csp-prof-mpi");
 
   const auto start = std::chrono::steady_clock::now();
   PhaseProgress progress(!quiet);
@@ -97,6 +107,7 @@ int main(int argc, char** argv) {
   try {
     csp::reduce::Comm comm(MPI_COMM_WORLD);
     const auto s = csp::reduce::runProf(comm, o, &progress);
+    csp::cli::removeOnTermination({});  // published: nothing temporary is left
     if (rank == 0 && !quiet) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("csp-prof-mpi: wrote {}\n", output);
@@ -118,6 +129,7 @@ int main(int argc, char** argv) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", e.what());
     status = 1;
   }
+  watchdog.reset();
   MPI_Finalize();
   return status;
 }

@@ -2,15 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <stdexcept>
+#include <thread>
 
 namespace csp::reduce {
 
 namespace {
 
-void check(int rc, const char* what) {
+void mpiCheck(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -19,66 +23,202 @@ void check(int rc, const char* what) {
   }
 }
 
-// MPI counts are ints; large buffers travel as MPI_BYTE-sized chunks of a contiguous type.
+// MPI counts are ints: large buffers travel in chunks.
 constexpr std::size_t kChunk = std::size_t{1} << 30;
+constexpr std::size_t kMaxMessage = 64 * 1024;  // of one rank's failure message
+
+constexpr int kGatherTag = 7101;
+constexpr int kAlltoallTag = 7202;
+constexpr int kTreeTag = 7301;
+
+std::size_t chunks(std::uint64_t n) { return static_cast<std::size_t>((n + kChunk - 1) / kChunk); }
+int chunkLength(std::uint64_t n, std::size_t c) {
+  return static_cast<int>(std::min<std::uint64_t>(kChunk, n - c * kChunk));
+}
+
+std::chrono::milliseconds graceFromEnvironment() {
+  if (const char* v = std::getenv("CSP_FAILURE_GRACE_SECONDS"); v && *v) {
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end && *end == '\0' && s > 0 && s < 1e6) return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  }
+  return std::chrono::milliseconds(10'000);
+}
 
 }  // namespace
 
-Comm::Comm(MPI_Comm comm) : comm_(comm) {
-  check(MPI_Comm_rank(comm, &rank_), "Comm_rank");
-  check(MPI_Comm_size(comm, &size_), "Comm_size");
+Comm::Comm(MPI_Comm comm) : comm_(comm), grace_(graceFromEnvironment()) {
+  mpiCheck(MPI_Comm_rank(comm, &rank_), "Comm_rank");
+  mpiCheck(MPI_Comm_size(comm, &size_), "Comm_size");
 }
 
-void Comm::send(int to, const std::vector<std::byte>& bytes, int tag) const {
+bool Comm::wait(MPI_Request& request, bool bounded) const {
+  if (!bounded) {
+    mpiCheck(MPI_Wait(&request, MPI_STATUS_IGNORE), "Wait");
+    return true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + grace_;
+  for (;;) {
+    int done = 0;
+    mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "Test");
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void Comm::check() const {
+  if (size_ == 1) return;
+  int mine = 0, any = 0;
+  MPI_Request request;
+  mpiCheck(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm_, &request), "Iallreduce");
+  wait(request, false);
+  if (any) {
+    failureAgreed_ = true;
+    throw PeerFailure();
+  }
+}
+
+void Comm::onAbort(std::function<void()> hook) const { abortHooks_.push_back(std::move(hook)); }
+
+void Comm::abortJob(const std::string& why) const {
+  std::fprintf(stderr, "csp-prof-mpi: error: rank %d: %s\n", rank_, why.c_str());
+  std::fprintf(stderr,
+               "csp-prof-mpi: the other processes did not reach the failure agreement within %.0f s; aborting the job\n",
+               static_cast<double>(grace_.count()) / 1000.0);
+  std::fflush(stderr);
+  for (const auto& hook : abortHooks_) {
+    try {
+      hook();
+    } catch (...) {
+    }
+  }
+  MPI_Abort(comm_, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this is for implementations that do
+}
+
+std::vector<Comm::RankMessage> Comm::fail(const std::string& message) const {
+  const std::string mine = message.substr(0, kMaxMessage);
+  if (size_ == 1) return mine.empty() ? std::vector<RankMessage>{} : std::vector<RankMessage>{{0, mine}};
+  const std::string shown = mine.empty() ? "another process failed" : mine;
+  if (!failureAgreed_) {
+    // This rank failed on its own: its flag joins the others' next failure check.
+    int flag = 1, any = 0;
+    MPI_Request request;
+    mpiCheck(MPI_Iallreduce(&flag, &any, 1, MPI_INT, MPI_MAX, comm_, &request), "Iallreduce");
+    if (!wait(request, true)) abortJob(shown);
+    failureAgreed_ = true;
+  }
+  // Every rank is here now (or on its way out of a collective): gather the messages, bounded.
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
+  MPI_Request request;
+  mpiCheck(MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm_, &request), "Igather");
+  if (!wait(request, true)) abortJob(shown);
+  std::vector<int> displacements(lengths.size(), 0);
+  int total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    displacements[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  mpiCheck(MPI_Igatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displacements.data(),
+                                    MPI_CHAR, 0, comm_, &request),
+                       "Igatherv");
+  if (!wait(request, true)) abortJob(shown);
+  std::vector<RankMessage> out;
+  for (std::size_t r = 0; r < lengths.size(); ++r)
+    if (lengths[r] > 0)
+      out.push_back({static_cast<int>(r),
+                     all.substr(static_cast<std::size_t>(displacements[r]), static_cast<std::size_t>(lengths[r]))});
+  return out;
+}
+
+std::string Comm::describe(const std::vector<RankMessage>& failures) const {
+  if (failures.empty()) return "a process failed without a message";
+  std::string text;
+  std::vector<std::string> seen;
+  for (const auto& f : failures) {
+    if (std::find(seen.begin(), seen.end(), f.message) != seen.end()) continue;
+    seen.push_back(f.message);
+    if (!text.empty()) text.push_back('\n');
+    text += f.message;
+  }
+  if (size_ > 1) {
+    std::string ranks;
+    for (const auto& f : failures) ranks += (ranks.empty() ? "" : ", ") + std::to_string(f.rank);
+    text += fmt::format("\n(reported by {} {} of {} processes)", failures.size() == 1 ? "rank" : "ranks", ranks, size_);
+  }
+  return text;
+}
+
+void Comm::sendBytes(int to, const std::vector<std::byte>& bytes, int tag) const {
   std::uint64_t n = bytes.size();
-  check(MPI_Send(&n, 1, MPI_UINT64_T, to, tag, comm_), "Send");
-  for (std::size_t at = 0; at < bytes.size(); at += kChunk) {
-    const int len = static_cast<int>(std::min(kChunk, bytes.size() - at));
-    check(MPI_Send(bytes.data() + at, len, MPI_BYTE, to, tag, comm_), "Send");
-  }
+  mpiCheck(MPI_Send(&n, 1, MPI_UINT64_T, to, tag, comm_), "Send");
+  for (std::size_t c = 0; c < chunks(n); ++c)
+    mpiCheck(MPI_Send(bytes.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, to, tag, comm_), "Send");
 }
 
-std::vector<std::byte> Comm::recv(int from, int tag) const {
+std::vector<std::byte> Comm::recvBytes(int from, int tag) const {
   std::uint64_t n = 0;
-  check(MPI_Recv(&n, 1, MPI_UINT64_T, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+  mpiCheck(MPI_Recv(&n, 1, MPI_UINT64_T, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
   std::vector<std::byte> bytes(n);
-  for (std::size_t at = 0; at < n; at += kChunk) {
-    const int len = static_cast<int>(std::min<std::size_t>(kChunk, n - at));
-    check(MPI_Recv(bytes.data() + at, len, MPI_BYTE, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
-  }
+  for (std::size_t c = 0; c < chunks(n); ++c)
+    mpiCheck(
+        MPI_Recv(bytes.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
   return bytes;
 }
 
 void Comm::broadcast(std::vector<std::byte>& bytes, int root) const {
+  check();
+  broadcastBytes(bytes, root);
+}
+
+void Comm::broadcastBytes(std::vector<std::byte>& bytes, int root) const {
+  if (size_ == 1) return;
   std::uint64_t n = bytes.size();
-  check(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_), "Bcast");
+  mpiCheck(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_), "Bcast");
   bytes.resize(n);
-  for (std::size_t at = 0; at < n; at += kChunk) {
-    const int len = static_cast<int>(std::min<std::size_t>(kChunk, n - at));
-    check(MPI_Bcast(bytes.data() + at, len, MPI_BYTE, root, comm_), "Bcast");
-  }
+  for (std::size_t c = 0; c < chunks(n); ++c)
+    mpiCheck(MPI_Bcast(bytes.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, root, comm_), "Bcast");
 }
 
 std::vector<std::vector<std::byte>> Comm::gather(const std::vector<std::byte>& bytes, int root) const {
-  // Point-to-point keeps per-message sizes unbounded by int displacements.
+  check();
+  return gatherBytes(bytes, root);
+}
+
+std::vector<std::vector<std::byte>> Comm::gatherBytes(const std::vector<std::byte>& bytes, int root) const {
+  // Point to point keeps per-message sizes unbounded by int displacements.
   std::vector<std::vector<std::byte>> out;
-  constexpr int kTag = 7101;
   if (rank_ == root) {
     out.resize(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) out[static_cast<std::size_t>(r)] = r == root ? bytes : recv(r, kTag);
+    for (int r = 0; r < size_; ++r) out[static_cast<std::size_t>(r)] = r == root ? bytes : recvBytes(r, kGatherTag);
   } else {
-    send(root, bytes, kTag);
+    sendBytes(root, bytes, kGatherTag);
   }
   return out;
 }
 
 std::vector<std::vector<std::byte>> Comm::allgather(const std::vector<std::byte>& bytes) const {
-  auto parts = gather(bytes, 0);
-  Packer p;
-  if (rank_ == 0)
-    for (const auto& part : parts) p.bytes(part);
-  auto all = p.take();
-  broadcast(all, 0);
+  check();
+  // At the root, then one broadcast of all parts. If the root cannot pack them it still
+  // broadcasts (nothing), so that no rank is left inside the collective; every rank then fails.
+  auto parts = gatherBytes(bytes, 0);
+  std::vector<std::byte> all;
+  std::exception_ptr error;
+  if (rank_ == 0) {
+    try {
+      Packer p;
+      for (const auto& part : parts) p.bytes(part);
+      all = p.take();
+    } catch (...) {
+      error = std::current_exception();
+      all.clear();
+    }
+  }
+  broadcastBytes(all, 0);
+  if (error) std::rethrow_exception(error);
   Unpacker u(all);
   std::vector<std::vector<std::byte>> out;
   for (int r = 0; r < size_; ++r) out.push_back(u.bytes());
@@ -86,40 +226,90 @@ std::vector<std::vector<std::byte>> Comm::allgather(const std::vector<std::byte>
 }
 
 std::vector<std::vector<std::byte>> Comm::alltoall(const std::vector<std::vector<std::byte>>& outgoing) const {
+  check();
+  if (outgoing.size() != static_cast<std::size_t>(size_)) throw std::logic_error("alltoall: one buffer per rank expected");
   std::vector<std::vector<std::byte>> incoming(static_cast<std::size_t>(size_));
-  // Pairwise exchange in P rounds: in round k, send to rank+k and receive from rank-k. Sizes go
-  // first so that receivers can allocate; Sendrecv avoids deadlock.
-  for (int k = 0; k < size_; ++k) {
-    const int to = (rank_ + k) % size_;
-    const int from = (rank_ - k + size_) % size_;
-    const auto& out = outgoing[static_cast<std::size_t>(to)];
-    if (k == 0) {
-      incoming[static_cast<std::size_t>(rank_)] = out;
-      continue;
-    }
-    std::uint64_t sendN = out.size(), recvN = 0;
-    check(MPI_Sendrecv(&sendN, 1, MPI_UINT64_T, to, 7201, &recvN, 1, MPI_UINT64_T, from, 7201, comm_,
-                       MPI_STATUS_IGNORE), "Sendrecv");
-    auto& in = incoming[static_cast<std::size_t>(from)];
-    in.resize(recvN);
-    const std::size_t rounds = std::max((sendN + kChunk - 1) / kChunk, (recvN + kChunk - 1) / kChunk);
-    for (std::size_t c = 0; c < rounds; ++c) {
-      const std::size_t at = c * kChunk;
-      const int sl = at < sendN ? static_cast<int>(std::min<std::size_t>(kChunk, sendN - at)) : 0;
-      const int rl = at < recvN ? static_cast<int>(std::min<std::size_t>(kChunk, recvN - at)) : 0;
-      check(MPI_Sendrecv(sl ? out.data() + at : nullptr, sl, MPI_BYTE, to, 7202, rl ? in.data() + at : nullptr, rl,
-                         MPI_BYTE, from, 7202, comm_, MPI_STATUS_IGNORE), "Sendrecv");
+  incoming[static_cast<std::size_t>(rank_)] = outgoing[static_cast<std::size_t>(rank_)];
+  if (size_ == 1) return incoming;
+  // Each side knows both sizes before any data moves, so the number of chunk messages between
+  // two ranks is computed identically by the sender and the receiver.
+  std::vector<std::uint64_t> sendSizes(static_cast<std::size_t>(size_)), recvSizes(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) sendSizes[static_cast<std::size_t>(r)] = outgoing[static_cast<std::size_t>(r)].size();
+  mpiCheck(MPI_Alltoall(sendSizes.data(), 1, MPI_UINT64_T, recvSizes.data(), 1, MPI_UINT64_T, comm_),
+                       "Alltoall");
+  std::vector<MPI_Request> requests;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    auto& in = incoming[static_cast<std::size_t>(r)];
+    const auto n = recvSizes[static_cast<std::size_t>(r)];
+    in.resize(n);
+    for (std::size_t c = 0; c < chunks(n); ++c) {
+      requests.emplace_back();
+      mpiCheck(
+          MPI_Irecv(in.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_, &requests.back()),
+          "Irecv");
     }
   }
+  for (int k = 1; k < size_; ++k) {
+    const int r = (rank_ + k) % size_;  // staggered, so that no rank is everyone's first target
+    const auto& out = outgoing[static_cast<std::size_t>(r)];
+    const auto n = sendSizes[static_cast<std::size_t>(r)];
+    for (std::size_t c = 0; c < chunks(n); ++c) {
+      requests.emplace_back();
+      mpiCheck(MPI_Isend(out.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_,
+                                     &requests.back()),
+                           "Isend");
+    }
+  }
+  mpiCheck(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                       "Waitall");
   return incoming;
 }
 
 std::uint64_t Comm::sum(std::uint64_t value) const {
-  std::uint64_t out = 0;
-  check(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "Allreduce");
+  check();
+  std::uint64_t out = value;
+  if (size_ > 1) mpiCheck(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "Allreduce");
   return out;
 }
 
+void Comm::barrier() const { check(); }
+
+void Comm::reduceTree(const std::function<void(const std::vector<std::byte>&)>& absorb,
+                      const std::function<std::vector<std::byte>()>& produce) const {
+  check();
+  std::exception_ptr error;
+  for (int step = 1; step < size_; step <<= 1) {
+    if (rank_ & step) {
+      // A one-word status first: 0 = bytes follow, 1 = this subtree failed, nothing follows.
+      std::vector<std::byte> mine;
+      if (!error) {
+        try {
+          mine = produce();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      std::uint64_t failed = error ? 1 : 0;
+      mpiCheck(MPI_Send(&failed, 1, MPI_UINT64_T, rank_ - step, kTreeTag, comm_), "Send");
+      if (!failed) sendBytes(rank_ - step, mine, kTreeTag);
+      break;
+    }
+    if (rank_ + step < size_) {
+      std::uint64_t failed = 0;
+      mpiCheck(MPI_Recv(&failed, 1, MPI_UINT64_T, rank_ + step, kTreeTag, comm_, MPI_STATUS_IGNORE), "Recv");
+      if (failed) continue;  // that rank fails at its next check; the job fails with its message
+      const auto theirs = recvBytes(rank_ + step, kTreeTag);
+      if (error) continue;  // keep receiving: the children must not block on this rank
+      try {
+        absorb(theirs);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 void Packer::u64(std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
@@ -161,6 +351,31 @@ std::vector<std::byte> Unpacker::bytes() {
   std::vector<std::byte> b(in_.begin() + static_cast<std::ptrdiff_t>(at_), in_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
   at_ += n;
   return b;
+}
+
+void faultPoint(const Comm& comm, const char* phase) {
+  const char* spec = std::getenv("CSP_FAULT_INJECT");
+  if (!spec || !*spec) return;
+  std::string all(spec);
+  std::size_t at = 0;
+  while (at <= all.size()) {
+    const auto end = std::min(all.find(',', at), all.size());
+    const std::string item = all.substr(at, end - at);
+    at = end + 1;
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    const auto colon2 = item.find(':', colon + 1);
+    const std::string rank = item.substr(0, colon);
+    const std::string where = item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1);
+    const std::string action = colon2 == std::string::npos ? "fail" : item.substr(colon2 + 1);
+    if (rank != std::to_string(comm.rank()) || where != phase) continue;
+    if (action == "stall") {
+      std::this_thread::sleep_for(std::chrono::minutes(10));
+      return;
+    }
+    if (action == "kill") std::raise(SIGKILL);
+    throw std::runtime_error(fmt::format("injected failure in phase '{}' (CSP_FAULT_INJECT)", phase));
+  }
 }
 
 }  // namespace csp::reduce

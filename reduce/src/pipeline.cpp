@@ -27,7 +27,6 @@ namespace {
 
 __extension__ using Uint128 = unsigned __int128;
 
-constexpr int kStructureTag = 7301;
 constexpr std::size_t kMaxErrorsPerRank = 5;
 
 class Stopwatch {
@@ -267,31 +266,23 @@ Pipeline::Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* prog
 
 Pipeline::~Pipeline() = default;
 
-void Pipeline::agree(const std::vector<std::string>& localErrors) const {
-  const Comm& comm = impl_->comm;
-  if (comm.sum(localErrors.size()) == 0) return;
-  Packer p;
-  const std::size_t n = std::min(localErrors.size(), kMaxErrorsPerRank);
-  p.u64(n);
-  p.u64(localErrors.size());
-  for (std::size_t i = 0; i < n; ++i) p.text(localErrors[i]);
-  auto all = comm.allgather(p.take());
+namespace {
+
+// A stage's local errors end it on this rank: thrown as one PipelineError (the first few
+// messages), which runProf turns into the job-wide failure (mpi_comm.hpp).
+void throwIfAny(const std::vector<std::string>& errors) {
+  if (errors.empty()) return;
   std::string message;
-  std::size_t total = 0;
-  for (const auto& part : all) {
-    Unpacker u(part);
-    const auto shown = u.u64();
-    const auto count = u.u64();
-    total += count;
-    for (std::uint64_t i = 0; i < shown; ++i) {
-      if (!message.empty()) message.push_back('\n');
-      message.append(u.text());
-    }
-    if (count > shown) message += fmt::format("\n(and {} more errors on this process)", count - shown);
+  const std::size_t shown = std::min(errors.size(), kMaxErrorsPerRank);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (i) message.push_back('\n');
+    message += errors[i];
   }
-  if (total > 1) message += fmt::format("\n{} errors in total", total);
+  if (errors.size() > shown) message += fmt::format("\n(and {} more errors on this process)", errors.size() - shown);
   throw PipelineError(message);
 }
+
+}  // namespace
 
 void Pipeline::discover() {
   Impl& s = *impl_;
@@ -326,7 +317,7 @@ void Pipeline::discover() {
       packed.u64(f.bytes);
     }
   }
-  agree(errors);
+  throwIfAny(errors);
   auto bytes = packed.take();
   s.comm.broadcast(bytes);
   Unpacker u(bytes);
@@ -359,6 +350,7 @@ void Pipeline::discover() {
 
 void Pipeline::buildStructure() {
   Impl& s = *impl_;
+  faultPoint(s.comm, "read");
   Stopwatch watch;
   const std::size_t count = s.end - s.begin;
   s.local.assign(count, std::nullopt);
@@ -397,7 +389,7 @@ void Pipeline::buildStructure() {
   });
   s.endPhase("read + attribute", watch);
   std::sort(errors.begin(), errors.end());
-  agree(errors);
+  throwIfAny(errors);
 
   Stopwatch unify;
   // Skipped inputs, everywhere, in input order.
@@ -496,13 +488,9 @@ void Pipeline::buildStructure() {
   }
 
   // Binomial-tree reduction of the CCT structures towards rank 0.
-  for (int step = 1; step < s.comm.size(); step <<= 1) {
-    if (s.comm.rank() & step) {
-      s.comm.send(s.comm.rank() - step, localCct.serialize(), kStructureTag);
-      break;
-    }
-    if (s.comm.rank() + step < s.comm.size()) localCct.merge(s.comm.recv(s.comm.rank() + step, kStructureTag));
-  }
+  faultPoint(s.comm, "structure");
+  s.comm.reduceTree([&](const std::vector<std::byte>& theirs) { localCct.merge(theirs); },
+                    [&] { return localCct.serialize(); });
   std::vector<std::byte> finalBytes;
   if (s.comm.rank() == 0) {
     s.cct = FinalCct::fromLocal(localCct, s.strings);
@@ -539,6 +527,7 @@ void Pipeline::buildStructure() {
 
 void Pipeline::computeMetrics(const BatchConsumer& consume) {
   Impl& s = *impl_;
+  faultPoint(s.comm, "metrics");
   Stopwatch watch;
   std::map<std::string, std::uint16_t> globalMetric;
   for (std::size_t m = 0; m < s.metrics.size(); ++m) globalMetric[s.metrics[m].name] = static_cast<std::uint16_t>(m);
@@ -621,7 +610,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   }
   if (pending.valid()) pending.get();
   s.endPhase("metrics", watch);
-  agree(errors);
+  throwIfAny(errors);
 }
 
 const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->inputs; }

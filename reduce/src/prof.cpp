@@ -152,9 +152,11 @@ std::uint64_t directoryBytes(const fs::path& dir) {
   return total;
 }
 
-}  // namespace
-
-ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* progress) {
+// The stages of runProf on this rank. Any exception ends them here; runProf turns it into the
+// job-wide failure. `builder` lives in the caller so that the temporary directory is removed
+// only once every rank has stopped writing into it.
+ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink* progress,
+                      std::optional<storage::DatabaseBuilder>& builder) {
   const bool root = comm.rank() == 0;
   std::vector<PhaseTime> extraPhases;
   auto now = [] { return std::chrono::steady_clock::now(); };
@@ -163,20 +165,23 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   Pipeline pipeline(comm, options.pipeline, progress);
 
   // Fail fast on the output before any heavy work.
-  std::optional<storage::DatabaseBuilder> builder;
-  std::vector<std::string> errors;
   std::vector<std::byte> staging;
   if (root) {
-    try {
-      builder.emplace(options.output, storage::BuildOptions{options.force, {}});
-      staging = toBytes(builder->stagingDir().string());
-    } catch (const std::exception& e) {
-      errors.push_back(e.what());
-    }
+    builder.emplace(options.output, storage::BuildOptions{options.force, {}});
+    staging = toBytes(builder->stagingDir().string());
+    if (options.onTempDir) options.onTempDir(builder->tempDir());
+    if (options.onLeftover)
+      for (const auto& l : builder->leftovers()) options.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
   }
-  pipeline.agree(errors);
   comm.broadcast(staging);
   const fs::path stagingDir = toString(staging);
+  const fs::path tempDir = stagingDir.parent_path();
+  // If this job is aborted (mpi_comm.hpp) or killed, every rank removes what was staged.
+  comm.onAbort([tempDir] {
+    std::error_code ec;
+    fs::remove_all(tempDir, ec);
+  });
+  if (options.onTempDir) options.onTempDir(tempDir);
 
   pipeline.discover();
   pipeline.buildStructure();
@@ -202,8 +207,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   std::vector<std::vector<Piece>> derivedStacks(derivedCount ? std::size_t{nodeCount} * derivedCount * 2 : 0);
   std::vector<metrics::IntAccumulator> regionAcc(pipeline.regions().size() * kRegionSlots);
   std::optional<storage::ShardWriter> mainShard;
-  errors.clear();
-  try {
+  {
     mainShard.emplace(stagingDir, shardBase);
     pipeline.computeMetrics([&](std::size_t batchIndex, std::span<const ProfileInfo> batch,
                                 std::vector<ThreadValues>& values, std::vector<RegionValues>& regionValues) {
@@ -309,6 +313,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       writeSeconds += since(writeStart);
     });
     // Every process merges its batches' values by node into one sorted run, in parallel.
+    faultPoint(comm, "merge");
     storage::mergeShards(stagingDir, batchShards, shardBase + 1);
 
     // Region concurrency per process (host, pid). A process's threads may straddle ranks: the
@@ -357,12 +362,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
         regionAcc[at + 7].accumulate(first, c[r].maxParallelism);
       }
     }
-  } catch (const PipelineError&) {
-    throw;
-  } catch (const std::exception& e) {
-    errors.push_back(e.what());
   }
-  pipeline.agree(errors);
   extraPhases.push_back({"  of which: write + accumulate", writeSeconds});
   const auto combineStart = now();
 
@@ -396,12 +396,12 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     }
     outgoing[static_cast<std::size_t>(r)] = p.take();
   }
+  faultPoint(comm, "exchange");
   const auto incoming = comm.alltoall(outgoing);
   outgoing.clear();
   const std::uint32_t myFirst = ownerStart(nodeCount, comm.rank(), comm.size());
   const std::uint32_t myEnd = ownerStart(nodeCount, comm.rank() + 1, comm.size());
-  errors.clear();
-  try {
+  {
     // Parts arrive in rank order, which is batch order: folding derived pieces in that order
     // repeats exactly what one process would have done.
     std::map<std::uint64_t, metrics::IntAccumulator> owned;
@@ -436,8 +436,6 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       mainShard->putSummary(node, static_cast<std::uint16_t>((key >> 8) & 0xFFFF),
                             static_cast<storage::MetricScope>(key & 0xFF), bytes);
     }
-  } catch (const std::exception& e) {
-    errors.push_back(e.what());
   }
 
   // Region summaries are small: gathered at the root.
@@ -477,7 +475,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
 
   ProfSummary summary;
   if (root) {
-    try {
+    {
       // Canonical CCT and regions.
       StringIds strings;  // texts in order of first use by the final CCT, then region names
       std::vector<storage::CctNode> nodes(nodeCount);
@@ -566,34 +564,25 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       // Everyone's shards must be complete before ingestion.
       summary.metrics = meta.metrics.size();
       builder->writeMetadata(meta);
-    } catch (const std::exception& e) {
-      errors.push_back(e.what());
     }
   } else {
-    try {
-      mainShard->finish();
-      valuesWritten += mainShard->valuesWritten();
-      mainShard.reset();
-    } catch (const std::exception& e) {
-      errors.push_back(e.what());
-    }
+    mainShard->finish();
+    valuesWritten += mainShard->valuesWritten();
+    mainShard.reset();
   }
-  pipeline.agree(errors);
   extraPhases.push_back({"combine + metadata", since(combineStart)});
   const auto publishStart = now();
 
+  // Every rank's shards are complete once the sum is through; then the root publishes and the
+  // last check tells the others whether it did.
+  faultPoint(comm, "publish");
   summary.valuesWritten = comm.sum(valuesWritten);
-  errors.clear();
   if (root) {
-    try {
-      builder->ingestShards(shardTotal);
-      builder->publish();
-      summary.databaseBytes = directoryBytes(options.output);
-    } catch (const std::exception& e) {
-      errors.push_back(e.what());
-    }
+    builder->ingestShards(shardTotal);
+    builder->publish();
+    summary.databaseBytes = directoryBytes(options.output);
   }
-  pipeline.agree(errors);
+  comm.barrier();
   extraPhases.push_back({"ingest + publish", since(publishStart)});
 
   summary.inputs = pipeline.inputs().size();
@@ -606,6 +595,30 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   summary.phases.insert(summary.phases.end(), extraPhases.begin(), extraPhases.end());
   summary.attribution = pipeline.attributionStats();
   return summary;
+}
+
+}  // namespace
+
+ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* progress) {
+  std::optional<storage::DatabaseBuilder> builder;
+  try {
+    return runStages(comm, options, progress, builder);
+  } catch (...) {
+    std::string message;
+    try {
+      throw;
+    } catch (const PeerFailure&) {
+      // another rank failed; it reports why
+    } catch (const std::exception& e) {
+      message = e.what();
+      if (message.empty()) message = "unknown error";
+    } catch (...) {
+      message = "unknown error";
+    }
+    const auto failures = comm.fail(message);
+    builder.reset();  // every rank has stopped writing: the temporary directory goes
+    throw PipelineError(comm.rank() == 0 ? comm.describe(failures) : std::string("failed; rank 0 reports why"));
+  }
 }
 
 }  // namespace csp::reduce

@@ -42,7 +42,7 @@ bool hasLz4() {
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
 constexpr std::size_t kMaxOverlappingRuns = 4;
-constexpr const char* kOwnerName = "OWNER";      // "pid <pid>\nhost <host>\n" of the building process
+constexpr const char* kOwnerName = "OWNER";  // "pid P\nhost H\nstart TICKS\nboot ID\n" of the building process
 
 std::string hostName() {
   char buf[256] = {};
@@ -51,6 +51,33 @@ std::string hostName() {
 }
 
 std::string errnoText(int err) { return std::strerror(err); }
+
+// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat); 0 if unknown.
+// With the boot id it tells a live owner from an unrelated process that reuses its pid.
+std::uint64_t processStartTicks(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(rest >> field)) return 0;
+  std::uint64_t ticks = 0;
+  for (char c : field) {
+    if (c < '0' || c > '9') return 0;
+    ticks = ticks * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return ticks;
+}
+
+std::string bootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  in >> id;
+  return id;
+}
 
 void fsyncPath(const fs::path& path, bool directory) {
   const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0) | O_CLOEXEC);
@@ -399,19 +426,38 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     const pid_t pid = static_cast<pid_t>(std::stol(pidText));
 
     LeftoverReport r{it->path(), false, {}};
-    std::string ownerHost = host;
+    std::string ownerHost = host, ownerBoot;
+    std::uint64_t ownerStart = 0;
     if (std::ifstream owner(it->path() / kOwnerName); owner) {
       std::string key, value;
-      while (owner >> key >> value)
+      while (owner >> key >> value) {
         if (key == "host") ownerHost = value;
+        if (key == "boot") ownerBoot = value;
+        if (key == "start") ownerStart = std::strtoull(value.c_str(), nullptr, 10);
+      }
     }
-    const bool alive = pid == ::getpid() ? LiveBuilds::instance().contains(it->path())
-                                         : ::kill(pid, 0) == 0 || errno == EPERM;
+    bool alive = false;
+    if (pid == ::getpid()) {
+      alive = LiveBuilds::instance().contains(it->path());
+    } else {
+      alive = ::kill(pid, 0) == 0 || errno == EPERM;
+      // A reboot since, or another process under the same pid, means the owner is gone.
+      if (alive && !ownerBoot.empty() && ownerBoot != bootId()) alive = false;
+      if (alive && ownerStart != 0) {
+        const auto start = processStartTicks(pid);
+        if (start != 0 && start != ownerStart) alive = false;
+      }
+    }
     if (ownerHost != host) {
-      r.reason = fmt::format("left alone: written by pid {} on host {}; remove it by hand if that run is over", pid,
-                             ownerHost);
+      r.reason = fmt::format(
+          "left alone: written by pid {} on host {}; if no csp-prof-mpi or csp-diff run writing {} is active there, "
+          "remove it with: rm -rf '{}'",
+          pid, ownerHost, target.string(), it->path().string());
     } else if (alive) {
-      r.reason = fmt::format("left alone: process {} is still running", pid);
+      r.reason = fmt::format(
+          "left alone: its owner, process {}, is still running (another build of {}?); if that process is stuck, "
+          "stop it and the next build removes this directory",
+          pid, target.string());
     } else if (isOld && !fs::exists(target)) {
       // A replacement was interrupted between its two renames: the old database is complete.
       fs::rename(it->path(), target, ec);
@@ -497,7 +543,9 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
     throw DatabaseError(d.target, "another build of this database is under way in this process");
   d.registered = true;
   if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
-  writeFileAtomically(d.temp, kOwnerName, fmt::format("pid {}\nhost {}\n", ::getpid(), hostName()));
+  writeFileAtomically(d.temp, kOwnerName,
+                      fmt::format("pid {}\nhost {}\nstart {}\nboot {}\n", ::getpid(), hostName(),
+                                  processStartTicks(::getpid()), bootId()));
   fs::create_directory(d.temp / kStagingName, ec);
   if (ec) throw DatabaseError(d.temp, "cannot create the staging directory: " + ec.message());
 

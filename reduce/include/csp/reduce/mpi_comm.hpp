@@ -1,5 +1,17 @@
-// The few MPI operations the pipeline needs, on byte buffers, with errors turned into
-// exceptions. Works with a single process and no launcher (MPI singleton).
+// The MPI operations csp-prof-mpi needs, on byte buffers, and the one failure discipline that
+// keeps every rank in step when any of them fails (docs/postprocessing.md, "Failures"):
+//
+//  * Every collective below begins with a failure check: a non-blocking allreduce of one flag.
+//  * A rank whose own work throws calls fail(message) instead of its next collective. Its flag
+//    joins the other ranks' next check, which throws PeerFailure there; they unwind and call
+//    fail("") too. Each rank has then made the same number of checks, whatever phase it was in.
+//  * fail() collects the failing ranks' messages at rank 0, bounded in time. If the others do not
+//    reach a check within the grace period (long local work, a stuck peer), the failing rank prints
+//    its message, runs the abort hooks (removing temporary files) and calls MPI_Abort.
+//  * Callbacks that run between the MPI calls of one collective (the merge of reduceTree) are
+//    caught inside it, so a collective is never left half done.
+// No other code calls MPI, so a new phase cannot desynchronize the ranks. Works with a single
+// process and no launcher (MPI singleton).
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -7,22 +19,35 @@
 #endif
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace csp::reduce {
 
+// Thrown by a collective on the healthy ranks when another rank has failed.
+class PeerFailure : public std::runtime_error {
+ public:
+  PeerFailure() : std::runtime_error("another process failed") {}
+};
+
 class Comm {
  public:
+  // `grace`: how long fail() waits for the other ranks before aborting the job
+  // (CSP_FAILURE_GRACE_SECONDS overrides the default of 10 s).
   explicit Comm(MPI_Comm comm);
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
-  MPI_Comm raw() const { return comm_; }
+  std::chrono::milliseconds grace() const { return grace_; }
 
-  void send(int to, const std::vector<std::byte>& bytes, int tag) const;
-  std::vector<std::byte> recv(int from, int tag) const;
+  // Collectives: every rank calls them in the same order. Each may throw PeerFailure.
   // Root's bytes to everyone.
   void broadcast(std::vector<std::byte>& bytes, int root = 0) const;
   // Every rank's bytes at the root, in rank order (empty elsewhere).
@@ -32,11 +57,45 @@ class Comm {
   // outgoing[r] goes to rank r; returns what each rank sent here, in rank order.
   std::vector<std::vector<std::byte>> alltoall(const std::vector<std::vector<std::byte>>& outgoing) const;
   std::uint64_t sum(std::uint64_t value) const;
+  // Binomial-tree reduction towards rank 0: `absorb(theirs)` folds a child's bytes into this
+  // rank's state, `produce()` serializes that state for the parent (called once, on every rank
+  // but 0, after its children). If either throws, the tree still completes (the parent is told
+  // that nothing comes and skips it) and the exception is rethrown afterwards on that rank only.
+  void reduceTree(const std::function<void(const std::vector<std::byte>&)>& absorb,
+                  const std::function<std::vector<std::byte>()>& produce) const;
+  // A check with no data: every rank is past the same point without failure.
+  void barrier() const;
+
+  // The failure path, called once on every rank after its work threw (`message` says why) or a
+  // collective threw PeerFailure (`message` empty). Returns, on rank 0, the non-empty messages of
+  // the ranks that failed, in rank order; empty elsewhere. Aborts the job (after printing and the
+  // abort hooks) if the ranks do not all arrive within the grace period.
+  struct RankMessage {
+    int rank = 0;
+    std::string message;
+  };
+  std::vector<RankMessage> fail(const std::string& message) const;
+  // One text for rank 0 to show: the distinct messages in rank order, and with several processes
+  // the ranks they came from.
+  std::string describe(const std::vector<RankMessage>& failures) const;
+  // Run on this rank just before MPI_Abort (in registration order); must not throw.
+  void onAbort(std::function<void()> hook) const;
 
  private:
+  void check() const;                   // the failure check every collective begins with
+  bool wait(MPI_Request& request, bool bounded) const;  // false: the grace period ran out
+  [[noreturn]] void abortJob(const std::string& why) const;
+  void broadcastBytes(std::vector<std::byte>& bytes, int root) const;  // without the check
+  std::vector<std::vector<std::byte>> gatherBytes(const std::vector<std::byte>& bytes, int root) const;
+  void sendBytes(int to, const std::vector<std::byte>& bytes, int tag) const;
+  std::vector<std::byte> recvBytes(int from, int tag) const;
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  std::chrono::milliseconds grace_{10'000};
+  mutable bool failureAgreed_ = false;  // a check has already seen a failure
+  mutable std::vector<std::function<void()>> abortHooks_;
 };
 
 // Little helpers to build and parse the byte messages.
@@ -64,5 +123,11 @@ class Unpacker {
   const std::vector<std::byte>& in_;
   std::size_t at_ = 0;
 };
+
+// Test hook (docs/postprocessing.md): CSP_FAULT_INJECT="RANK:PHASE[:ACTION],..." makes rank RANK
+// fail at the start of PHASE (read, structure, metrics, exchange, merge, publish). ACTION is
+// `fail` (throw, the default), `stall` (sleep for 10 minutes: long local work) or `kill`
+// (SIGKILL itself).
+void faultPoint(const Comm& comm, const char* phase);
 
 }  // namespace csp::reduce

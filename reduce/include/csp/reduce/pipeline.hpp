@@ -5,8 +5,9 @@
 //              deterministic final ids broadcast to all
 //   metrics    re-read, map onto the final CCT, per-thread exclusive/inclusive values, handed to
 //              a consumer in profile-id order, batch by batch (memory bounded by the batch)
-// Every stage ends with a collective agreement on errors, so one rank's bad input stops all
-// ranks cleanly with the same message.
+// A stage that fails on one rank throws there (PipelineError for bad input); the caller turns it
+// into the job-wide failure of mpi_comm.hpp (Comm::fail), which stops every rank at its next
+// collective. runProf (prof.hpp) does that.
 #pragma once
 
 #include <cstdint>
@@ -128,10 +129,6 @@ class Pipeline {
   const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
   AttributionStats attributionStats() const;
   const std::vector<PhaseTime>& phaseTimes() const;
-
-  // Collective error agreement: if any rank has an error, every rank throws PipelineError with
-  // the collected messages (rank order, at most a few per rank).
-  void agree(const std::vector<std::string>& localErrors) const;
 
  private:
   struct Impl;

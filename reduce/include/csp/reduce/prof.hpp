@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ struct ProfOptions {
   std::filesystem::path output;
   bool force = false;
   std::string title;  // free description stored in the database
+  // Rank 0: what the builder found of earlier interrupted builds of the same target
+  // (`removed` = cleaned up, otherwise left alone; the text says why and what to do).
+  std::function<void(bool removed, const std::string& text)> onLeftover;
+  // Every rank, once the temporary directory is known (for signal handlers that remove it).
+  std::function<void(const std::filesystem::path&)> onTempDir;
 };
 
 struct ProfSummary {
@@ -31,8 +37,10 @@ struct ProfSummary {
   AttributionStats attribution;     // rank 0's
 };
 
-// Throws PipelineError (the same on every rank) for bad input or output; the target is then
-// untouched and no temporary directory is left behind.
+// Throws PipelineError on every rank if any rank fails (bad input or output, a lost peer), after
+// the failure discipline of mpi_comm.hpp: rank 0's message names every failing rank's reason,
+// the target is untouched and the temporary directory is removed. If the ranks cannot agree
+// within the grace period the job is aborted instead (after removing the temporary directory).
 ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* progress = nullptr);
 
 }  // namespace csp::reduce

@@ -1,0 +1,137 @@
+#include "signal_cleanup.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+namespace csp::cli {
+
+namespace {
+
+constexpr std::size_t kPathMax = 4096;
+char g_dir[kPathMax];              // the directory to remove, NUL-terminated
+std::atomic<bool> g_armed{false};  // g_dir is complete
+const char* g_tool = "csp";
+bool g_report = true;             // print the one line (rank 0 only)
+
+void writeText(const char* s) {
+  const auto n = std::strlen(s);
+  [[maybe_unused]] auto rc = ::write(STDERR_FILENO, s, n);
+}
+
+// getdents64 records, as the kernel lays them out.
+struct LinuxDirent64 {
+  unsigned long long ino;
+  long long off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[1];
+};
+
+void removeEntries(int dirFd, int depth) {
+  if (depth > 32) return;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, dirFd, buffer, sizeof buffer);
+    if (n <= 0) return;
+    bool removedAny = false;
+    for (long at = 0; at < n;) {
+      auto* d = reinterpret_cast<LinuxDirent64*>(buffer + at);
+      at += d->reclen;
+      const char* name = d->name;
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+      if (::unlinkat(dirFd, name, 0) == 0) {
+        removedAny = true;
+        continue;
+      }
+      const int child = ::openat(dirFd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (child >= 0) {
+        removeEntries(child, depth + 1);
+        ::close(child);
+      }
+      if (::unlinkat(dirFd, name, AT_REMOVEDIR) == 0) removedAny = true;
+    }
+    // Entries were removed under the cursor: start the listing over until nothing goes.
+    if (removedAny) ::lseek(dirFd, 0, SEEK_SET);
+    else return;
+  }
+}
+
+void onTerminate(int sig) {
+  const int saved = errno;
+  if (g_armed.load()) {
+    removeTreeNoAlloc(g_dir);
+    if (g_report) {
+      writeText(g_tool);
+      writeText(": stopped by a termination signal; removed the temporary directory ");
+      writeText(g_dir);
+      writeText("\n");
+    }
+  }
+  errno = saved;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+void removeTreeNoAlloc(const char* dir) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    removeEntries(fd, 0);
+    ::close(fd);
+  }
+  ::rmdir(dir);
+}
+
+void installTerminationCleanup(const char* tool, bool report) {
+  g_tool = tool;
+  g_report = report;
+  struct sigaction sa {};
+  sa.sa_handler = onTerminate;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXCPU}) sigaddset(&sa.sa_mask, sig);
+  sa.sa_flags = 0;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXCPU}) ::sigaction(sig, &sa, nullptr);
+}
+
+void removeOnTermination(const std::filesystem::path& dir) {
+  g_armed.store(false);
+  const std::string text = dir.string();
+  if (text.empty() || text.size() >= kPathMax) return;
+  std::memcpy(g_dir, text.c_str(), text.size() + 1);
+  g_armed.store(true);
+}
+
+struct OrphanWatchdog::Impl {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+OrphanWatchdog::OrphanWatchdog(const char* tool) : impl_(new Impl) {
+  const pid_t parent = ::getppid();
+  impl_->thread = std::thread([this, parent, tool] {
+    while (!impl_->stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (::getppid() == parent) continue;
+      if (g_armed.load()) removeTreeNoAlloc(g_dir);
+      writeText(tool);
+      writeText(": the launcher of this process is gone (killed?); exiting\n");
+      ::_exit(1);
+    }
+  });
+}
+
+OrphanWatchdog::~OrphanWatchdog() {
+  impl_->stop.store(true);
+  impl_->thread.join();
+  delete impl_;
+}
+
+}  // namespace csp::cli
