@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 
+#include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
@@ -187,16 +188,7 @@ TEST_F(Prof, StragglerRankIsTheArgmax) {
 }
 
 // Every column family, entry by entry.
-std::vector<std::pair<std::string, std::string>> dump(const std::filesystem::path& dir) {
-  auto db = storage::Database::open(dir);
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& family : storage::databaseColumnFamilies()) {
-    db->forEachEntry(family, [&](std::string_view k, std::string_view v) {
-      out.emplace_back(family + ":" + std::string(k), std::string(v));
-    });
-  }
-  return out;
-}
+using csp::test::dumpDatabase;
 
 TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
   const auto meas = dir / "meas";
@@ -205,12 +197,12 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
   // A per-thread derived metric too: its real-valued summaries must not depend on the split.
   const std::string derive = " --derive 'wait = `real-time` - `cpu-time`' --derive 'share = `cpu-time` / `real-time`'";
   prof(meas, "np1", 1, "-j 2 --batch 64" + derive);
-  const auto reference = dump(dir / "np1");
+  const auto reference = dumpDatabase(dir / "np1");
   ASSERT_GT(reference.size(), 1000u);
   for (const auto& [ranks, extra, name] : {std::tuple{1, "-j 1 --batch 64", "np1j1"}, std::tuple{2, "-j 1 --batch 64", "np2"},
                                            std::tuple{4, "-j 1 --batch 64", "np4"}, std::tuple{2, "-j 2 --batch 64", "np2j2"}}) {
     prof(meas, name, ranks, extra + derive);
-    const auto other = dump(dir / name);
+    const auto other = dumpDatabase(dir / name);
     ASSERT_EQ(other.size(), reference.size()) << name;
     for (std::size_t i = 0; i < reference.size(); ++i) {
       ASSERT_EQ(other[i].first, reference[i].first) << name << " entry " << i;

@@ -1,5 +1,7 @@
 // The database in one process: round trips, writer contract, publication, errors on open.
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <sstream>
 
 #include <map>
 #include <fmt/format.h>
@@ -282,6 +284,66 @@ TEST(DatabasePublication, LeftoversOfDeadRunsAreRemovedLiveOnesReported) {
   EXPECT_EQ(reports[0].path, liveTmp);
   EXPECT_FALSE(reports[0].removed);
   EXPECT_NE(reports[0].reason.find("still running"), std::string::npos) << reports[0].reason;
+}
+
+TEST(DatabasePublication, LeftoverOwnersAreIdentifiedBeyondTheirPid) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  // Our parent is alive. What its OWNER file says decides whether it is the owner.
+  const pid_t parent = ::getppid();
+  auto field = [](pid_t pid, int n) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    std::getline(in, line);
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string f;
+    for (int i = 3; i <= n; ++i) rest >> f;
+    return f;
+  };
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  const std::string start = field(parent, 22);
+  ASSERT_FALSE(start.empty());
+  auto leftover = [&](const std::string& name, const std::string& owner) {
+    const fs::path d = tmp.path() / name;
+    fs::create_directories(d / "staging");
+    std::ofstream(d / "OWNER") << owner;
+    return d;
+  };
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  // The same pid, but a process that started at another time: the pid was reused, the owner is dead.
+  const auto reused = leftover(fmt::format(".db.tmp-{}", parent),
+                               fmt::format("pid {}\nhost {}\nstart 1\nboot {}\n", parent, host, boot));
+  auto reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].removed) << reports[0].reason;
+  EXPECT_FALSE(fs::exists(reused));
+  // Another boot: dead too.
+  const auto rebooted = leftover(fmt::format(".db.tmp-{}", parent),
+                                 fmt::format("pid {}\nhost {}\nstart {}\nboot other-boot\n", parent, host, start));
+  reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].removed) << reports[0].reason;
+  EXPECT_FALSE(fs::exists(rebooted));
+  // The real owner: left alone, and the report says what to do.
+  const auto live = leftover(fmt::format(".db.tmp-{}", parent),
+                             fmt::format("pid {}\nhost {}\nstart {}\nboot {}\n", parent, host, start, boot));
+  reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_FALSE(reports[0].removed);
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_NE(reports[0].reason.find("still running"), std::string::npos) << reports[0].reason;
+  EXPECT_NE(reports[0].reason.find("stop it"), std::string::npos) << reports[0].reason;
+  fs::remove_all(live);
+  // Another host: left alone, with the command to remove it.
+  const auto remote = leftover(".db.tmp-12345", "pid 12345\nhost some-other-node\n");
+  reports = cleanupLeftovers(target);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_FALSE(reports[0].removed);
+  EXPECT_TRUE(fs::exists(remote));
+  EXPECT_NE(reports[0].reason.find("some-other-node"), std::string::npos) << reports[0].reason;
+  EXPECT_NE(reports[0].reason.find("rm -rf '" + remote.string() + "'"), std::string::npos) << reports[0].reason;
 }
 
 TEST(DatabasePublication, InterruptedTwoRenameReplacementIsRestored) {

@@ -1,0 +1,274 @@
+// csp-prof-mpi never hangs: every process count against every input shape (each run under a
+// timeout, every database identical to the one-process database), and failure injection in every
+// phase on every rank (the whole job ends within seconds, with the failing rank's message, no
+// database and no temporary directory).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "common/db_dump.hpp"
+#include "common/test_support.hpp"
+
+using namespace csp;
+using csp::test::run;
+using csp::test::TempDir;
+using csp::test::tool;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A measurement directory of `n` profiles of very uneven size: profile 0 has thousands of
+// contexts, the others a handful each (1 to 13 samples). Two threads per process, processes
+// spread over hosts; every third thread logs region events, so processes straddle ranks.
+fs::path unevenInput(const TempDir& dir, std::size_t n) {
+  std::ostringstream json;
+  json << R"({"metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1000},
+                          {"name": "real-time", "unit": "ns", "kind": "sampled", "period": 1000}],
+              "threads": [)";
+  for (std::size_t i = 0; i < n; ++i) {
+    json << (i ? ",\n" : "\n") << R"({"id": {"rank": )" << i / 2 << R"(, "thread": )" << i % 2 << R"(}, "hostname": "h)"
+         << i / 8 << R"(", "pid": )" << 1000 + i / 2 << R"(, "samples": [)";
+    const std::size_t samples = i == 0 ? 3000 : (i * 7) % 13 + 1;
+    for (std::size_t k = 0; k < samples; ++k) {
+      const std::size_t f = i == 0 ? k % 50 : (i + k) % 9;
+      const std::size_t line = i == 0 ? k : (i * 3 + k) % 40;
+      json << (k ? "," : "") << R"({"path": [{"proc": "main", "file": "main.c", "line": 1}, {"callsite": "main.c:)"
+           << 10 + f << R"("}, {"proc": "f)" << f << R"(", "file": "f.c", "line": 1}, {"stmt": "f.c:)" << line + 2
+           << R"("}], "counts": {"cpu-time": )" << ((i * 31 + k * 7) % 100 + 1) * 1000 << R"(, "real-time": )"
+           << ((i * 17 + k * 5) % 90 + 11) * 1000 << "}}";
+    }
+    json << "]";
+    if (i % 3 == 0) {
+      const std::size_t t = i * 10;
+      json << R"(, "events": [{"t": )" << t << R"(, "enter": "solve"}, {"t": )" << t + 5 << R"(, "enter": "solve/step"}, {"t": )"
+           << t + 20 + i % 7 << R"(, "exit": "solve/step"}, {"t": )" << t + 50 + i % 11 << R"(, "exit": "solve"}])";
+    }
+    json << "}";
+  }
+  json << "]}";
+  const auto spec = dir / ("uneven-" + std::to_string(n) + ".json");
+  std::ofstream(spec) << json.str();
+  const auto meas = dir / ("meas-" + std::to_string(n));
+  const auto r = run(tool("csp-gen") + " -q --from-json " + spec.string() + " -o " + meas.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  return meas;
+}
+
+// mpirun under a hard time limit: a hang shows as status 124.
+std::string limited(int seconds, int ranks) {
+  return "timeout -k 5 " + std::to_string(seconds) + " " + csp::test::mpirun(ranks);
+}
+
+bool hasTemporary(const fs::path& parent) {
+  for (const auto& e : fs::directory_iterator(parent))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) return true;
+  return false;
+}
+
+std::string views(const fs::path& db, const std::string& options) {
+  const auto r = run(tool("csp-views") + " " + options + " " + db.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  // The database's name and its size on disk (how RocksDB laid out the same keys in files) are
+  // the only things allowed to differ.
+  const auto named = std::regex_replace(r.output, std::regex(db.filename().string()), "DB");
+  return std::regex_replace(named, std::regex(R"(, [0-9.]+[KMG]?i?B on disk)"), "");
+}
+
+class ProfMatrix : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ProfMatrix, EveryProcessCountGivesTheOneProcessDatabase) {
+  const std::size_t profiles = GetParam();
+  TempDir dir("prof-matrix-" + std::to_string(profiles));
+  const auto meas = unevenInput(dir, profiles);
+  // --batch 2: several batches even for few profiles, so that some ranks get work and others none.
+  auto prof = [&](int ranks) {
+    const auto db = dir / ("np" + std::to_string(ranks));
+    const auto r = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + meas.string() + " -o " +
+                       db.string());
+    EXPECT_NE(r.status, 124) << "csp-prof-mpi hung at -np " << ranks << " with " << profiles << " profiles";
+    EXPECT_EQ(r.status, 0) << "-np " << ranks << ": " << r.output;
+    return db;
+  };
+  const auto reference = prof(1);
+  const auto referenceDump = csp::test::dumpDatabase(reference);
+  ASSERT_GT(referenceDump.size(), profiles);
+  const std::string viewOptions[] = {"", "--flat", "--callers", "--regions", "--info"};
+  std::vector<std::string> referenceViews;
+  for (const auto& o : viewOptions) referenceViews.push_back(views(reference, o));
+  for (int ranks = 2; ranks <= 8; ++ranks) {
+    const auto db = prof(ranks);
+    ASSERT_TRUE(fs::exists(db)) << "-np " << ranks;
+    EXPECT_FALSE(hasTemporary(dir.path())) << "-np " << ranks;
+    const auto other = csp::test::dumpDatabase(db);
+    ASSERT_EQ(other.size(), referenceDump.size()) << "-np " << ranks;
+    for (std::size_t i = 0; i < other.size(); ++i) {
+      ASSERT_EQ(other[i].first, referenceDump[i].first) << "-np " << ranks << " entry " << i;
+      ASSERT_EQ(other[i].second, referenceDump[i].second) << "-np " << ranks << " key " << other[i].first;
+    }
+    for (std::size_t v = 0; v < std::size(viewOptions); ++v)
+      EXPECT_EQ(views(db, viewOptions[v]), referenceViews[v]) << "-np " << ranks << " view '" << viewOptions[v] << "'";
+    fs::remove_all(db);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, ProfMatrix, ::testing::Values(1, 2, 3, 7, 64, 1000),
+                         [](const auto& info) { return std::to_string(info.param) + "profiles"; });
+
+class ProfFailure : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("prof-failure");
+    meas_ = unevenInput(*dir_, 64);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  struct Outcome {
+    int status;
+    std::string output;
+    double seconds;
+  };
+  // One run at `ranks` processes with CSP_FAULT_INJECT=`inject`, writing `name`.
+  Outcome prof(int ranks, const std::string& inject, const std::string& name, const std::string& env = "") {
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = run("CSP_FAULT_INJECT=" + inject + " " + env + " " + limited(30, ranks) + tool("csp-prof-mpi") +
+                       " -q -j 1 --batch 8 " + meas_.string() + " -o " + (dir_->path() / name).string());
+    return {r.status, r.output,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  }
+  void expectCleanFailure(const Outcome& o, const std::string& name, const std::string& what) {
+    EXPECT_NE(o.status, 124) << what << ": not over within 30 s\n" << o.output;
+    EXPECT_NE(o.status, 0) << what << "\n" << o.output;
+    EXPECT_FALSE(fs::exists(dir_->path() / name)) << what << ": a database was published";
+    EXPECT_FALSE(hasTemporary(dir_->path())) << what << ": a temporary directory is left";
+  }
+
+  static TempDir* dir_;
+  static fs::path meas_;
+};
+
+TempDir* ProfFailure::dir_ = nullptr;
+fs::path ProfFailure::meas_;
+
+TEST_F(ProfFailure, EachRankFailingInEachPhaseStopsTheJobWithItsMessage) {
+  for (int ranks : {3, 4}) {
+    for (const std::string phase : {"read", "structure", "metrics", "exchange", "merge", "publish"}) {
+      for (int rank = 0; rank < ranks; ++rank) {
+        const std::string what = "-np " + std::to_string(ranks) + ", rank " + std::to_string(rank) + " fails in " + phase;
+        const auto o = prof(ranks, std::to_string(rank) + ":" + phase, "db");
+        expectCleanFailure(o, "db", what);
+        EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase '" + phase + "'"), std::string::npos)
+            << what << "\n" << o.output;
+        EXPECT_NE(o.output.find("(reported by rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                                " processes)"),
+                  std::string::npos)
+            << what << "\n" << o.output;
+      }
+    }
+  }
+}
+
+TEST_F(ProfFailure, SeveralFailingRanks) {
+  // The same phase: both ranks named, the message once.
+  auto o = prof(4, "1:read,3:read", "db");
+  expectCleanFailure(o, "db", "ranks 1 and 3 in read");
+  EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase 'read' (CSP_FAULT_INJECT)\n"
+                          "(reported by ranks 1, 3 of 4 processes)"),
+            std::string::npos)
+      << o.output;
+  // Different phases: the first failure ends the job before the later phase is reached.
+  o = prof(4, "1:structure,3:read", "db");
+  expectCleanFailure(o, "db", "rank 3 in read, rank 1 in structure");
+  EXPECT_NE(o.output.find("injected failure in phase 'read' (CSP_FAULT_INJECT)\n(reported by rank 3 of 4 processes)"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("phase 'structure'"), std::string::npos) << o.output;
+}
+
+TEST_F(ProfFailure, StuckPeerAbortsTheJobAfterTheGracePeriod) {
+  // Rank 1 is busy for minutes while rank 2 fails: rank 2 cannot wait for it and aborts the job.
+  for (const std::string phase : {"metrics", "exchange", "publish"}) {
+    const auto o = prof(3, "1:" + phase + ":stall,2:" + phase, "db", "CSP_FAILURE_GRACE_SECONDS=2");
+    expectCleanFailure(o, "db", "stall in " + phase);
+    EXPECT_NE(o.output.find("rank 2: injected failure in phase '" + phase + "'"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("did not reach the failure agreement within 2 s; aborting"), std::string::npos) << o.output;
+    EXPECT_LT(o.seconds, 20.0) << o.output;
+  }
+}
+
+TEST_F(ProfFailure, KilledRankEndsTheJob) {
+  for (const auto& inject : {"2:metrics:kill", "0:merge:kill", "1:exchange:kill", "0:publish:kill"}) {
+    const auto o = prof(3, inject, "db");
+    expectCleanFailure(o, "db", inject);
+  }
+}
+
+// The processes of a run, found by the unique output name on their command lines.
+int processesWriting(const std::string& name) {
+  const auto r = run("pgrep -f -- '-o [^ ]*/" + name + "$' | wc -l");
+  return std::atoi(r.output.c_str());
+}
+
+TEST_F(ProfFailure, TerminatedOrKilledLauncherLeavesNothingBehind) {
+  for (int sig : {SIGTERM, SIGKILL}) {
+    const std::string name = "db-signal-" + std::to_string(sig);
+    const std::string command = "CSP_FAULT_INJECT=1:metrics:stall " + csp::test::mpirun(3) + tool("csp-prof-mpi") +
+                                " -q -j 1 " + meas_.string() + " -o " + (dir_->path() / name).string() +
+                                " >/dev/null 2>&1 & echo $!";
+    const int launcher = std::atoi(run(command).output.c_str());
+    ASSERT_GT(launcher, 0);
+    // Wait until the run has its temporary directory (the stall holds it in the metrics phase).
+    for (int i = 0; i < 200 && !hasTemporary(dir_->path()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(hasTemporary(dir_->path()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::kill(launcher, sig);
+    int left = -1;
+    for (int i = 0; i < 100; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      left = processesWriting(name);
+      if (left == 0 && !hasTemporary(dir_->path())) break;
+    }
+    EXPECT_EQ(left, 0) << "signal " << sig << ": ranks still running 10 s after the launcher";
+    EXPECT_FALSE(hasTemporary(dir_->path())) << "signal " << sig;
+    EXPECT_FALSE(fs::exists(dir_->path() / name)) << "signal " << sig;
+    ::waitpid(launcher, nullptr, WNOHANG);
+  }
+}
+
+TEST_F(ProfFailure, FullOutputFileSystemStopsEveryRank) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  // File systems too small at different points of the run (staging, merge, ingest), then big enough.
+  const auto small = dir_->path() / "small-fs";
+  fs::create_directories(small);
+  int failures = 0, successes = 0;
+  for (const std::string size : {"64k", "256k", "512k", "1m", "2m", "16m"}) {
+    ASSERT_EQ(::mount("tmpfs", small.c_str(), "tmpfs", 0, ("size=" + size).c_str()), 0) << std::strerror(errno);
+    const auto r = run(limited(30, 3) + tool("csp-prof-mpi") + " -q -j 1 --batch 8 " + meas_.string() + " -o " +
+                       (small / "db").string());
+    const bool temporaryLeft = hasTemporary(small), published = fs::exists(small / "db");
+    ::umount2(small.c_str(), MNT_DETACH);
+    EXPECT_NE(r.status, 124) << size << ": hung on a full file system\n" << r.output;
+    EXPECT_FALSE(temporaryLeft) << size;
+    if (r.status == 0) {
+      ++successes;
+      EXPECT_TRUE(published) << size;
+    } else {
+      ++failures;
+      EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << size << "\n" << r.output;
+      EXPECT_FALSE(published) << size;
+    }
+  }
+  EXPECT_GT(failures, 0);
+  EXPECT_GT(successes, 0);
+}
+
+}  // namespace
