@@ -226,6 +226,19 @@ struct Pipeline::Impl {
   std::vector<RegionTreeNode> regions;
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> regionIndex;
   std::vector<PhaseTime> phases;
+  std::vector<SkippedInput> localSkipped;  // this rank's, until shared
+
+  // The steps of discover() and buildStructure(), in order.
+  std::vector<InputProfile> listInputs() const;  // rank 0
+  std::uint64_t sourceIndex(const ProfileSource* source) const;
+  void partition();
+  void readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion);
+  void shareSkipped();
+  void assignProfileIds();
+  void unifyMetrics();
+  void addDerivedMetrics();
+  void unifyCct(LocalCct& localCct);
+  void unifyRegions(const RegionUnion& regionUnion);
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -287,37 +300,17 @@ void throwIfAny(const std::vector<std::string>& errors) {
 void Pipeline::discover() {
   Impl& s = *impl_;
   Stopwatch watch;
-  std::vector<std::string> errors;
+  // Rank 0 lists, everyone receives the same list: paths, sizes and each file's source.
   Packer packed;
   if (s.comm.rank() == 0) {
-    std::vector<InputProfile> found;
-    for (const auto& input : s.options.inputs) {
-      std::error_code ec;
-      if (fs::is_directory(input, ec)) {
-        try {
-          const auto files = storage::listProfiles(input);
-          if (files.empty()) errors.push_back(fmt::format("{}: no profiles (*.cspprof) in this directory", input.string()));
-          for (const auto& f : files) found.push_back({f, fs::file_size(f, ec)});
-        } catch (const std::exception& e) {
-          errors.push_back(e.what());
-        }
-      } else if (fs::is_regular_file(input, ec) && input.extension() == storage::kProfileExtension) {
-        found.push_back({input, fs::file_size(input, ec)});
-      } else if (!fs::exists(input, ec)) {
-        errors.push_back(fmt::format("{}: no such file or directory", input.string()));
-      } else {
-        errors.push_back(fmt::format("{}: neither a measurement directory nor a {} file", input.string(),
-                                     storage::kProfileExtension));
-      }
-    }
-    if (s.options.inputs.empty()) errors.push_back("no measurement directory given");
+    const auto found = s.listInputs();
     packed.u64(found.size());
     for (const auto& f : found) {
       packed.text(f.path.string());
       packed.u64(f.bytes);
+      packed.u64(s.sourceIndex(f.source));
     }
   }
-  throwIfAny(errors);
   auto bytes = packed.take();
   s.comm.broadcast(bytes);
   Unpacker u(bytes);
@@ -325,48 +318,99 @@ void Pipeline::discover() {
   for (auto& f : s.inputs) {
     f.path = u.text();
     f.bytes = u.u64();
+    f.source = profileSources().at(u.u64());
   }
-  // Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch
-  // whose preceding bytes reach r/P of the total. Batches are fixed in input order whatever P
-  // is, and the database's per-node blocks follow them, so the same inputs give the same keys
-  // for any process count. Contiguity keeps ids and key ranges per rank sorted.
-  const std::size_t batch = std::max<std::size_t>(s.options.batchProfiles, 1);
-  std::uint64_t total = 0;
-  for (const auto& f : s.inputs) total += f.bytes;
-  auto startOf = [&](int r) -> std::size_t {
-    if (r >= s.comm.size()) return s.inputs.size();
-    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(s.comm.size());
-    std::uint64_t before = 0;
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      if (i % batch == 0 && before >= target) return i;
-      before += s.inputs[i].bytes;
-    }
-    return s.inputs.size();
-  };
-  s.begin = startOf(s.comm.rank());
-  s.end = startOf(s.comm.rank() + 1);
+  s.partition();
   s.phases.push_back({"discover", watch.seconds()});
+}
+
+std::vector<InputProfile> Pipeline::Impl::listInputs() const {
+  std::vector<std::string> errors;
+  std::vector<InputProfile> found;
+  for (const auto& input : options.inputs) {
+    std::error_code ec;
+    if (fs::is_directory(input, ec)) {
+      try {
+        std::size_t before = found.size();
+        for (const auto* source : profileSources())
+          for (const auto& f : source->list(input)) found.push_back({f, fs::file_size(f, ec), source});
+        if (found.size() == before)
+          errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
+      } catch (const std::exception& e) {
+        errors.push_back(e.what());
+      }
+    } else if (const auto* source = sourceFor(input); source && fs::is_regular_file(input, ec)) {
+      found.push_back({input, fs::file_size(input, ec), source});
+    } else if (!fs::exists(input, ec)) {
+      errors.push_back(fmt::format("{}: no such file or directory", input.string()));
+    } else {
+      errors.push_back(fmt::format("{}: neither a measurement directory nor a profile ({})", input.string(),
+                                   knownProfilePatterns()));
+    }
+  }
+  if (options.inputs.empty()) errors.push_back("no measurement directory given");
+  throwIfAny(errors);
+  return found;
+}
+
+std::uint64_t Pipeline::Impl::sourceIndex(const ProfileSource* source) const {
+  const auto& all = profileSources();
+  return static_cast<std::uint64_t>(std::find(all.begin(), all.end(), source) - all.begin());
+}
+
+// Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch whose
+// preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
+// database's per-node blocks follow them, so the same inputs give the same keys for any process
+// count. Contiguity keeps ids and key ranges per rank sorted.
+void Pipeline::Impl::partition() {
+  const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+  std::uint64_t total = 0;
+  for (const auto& f : inputs) total += f.bytes;
+  auto startOf = [&](int r) -> std::size_t {
+    if (r >= comm.size()) return inputs.size();
+    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(comm.size());
+    std::uint64_t before = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (i % batch == 0 && before >= target) return i;
+      before += inputs[i].bytes;
+    }
+    return inputs.size();
+  };
+  begin = startOf(comm.rank());
+  end = startOf(comm.rank() + 1);
 }
 
 void Pipeline::buildStructure() {
   Impl& s = *impl_;
   faultPoint(s.comm, "read");
-  Stopwatch watch;
-  const std::size_t count = s.end - s.begin;
-  s.local.assign(count, std::nullopt);
-  s.localMetrics.assign(count, {});
   LocalCct localCct(s.strings);
   RegionUnion regionUnion;
+  s.readAndAttribute(localCct, regionUnion);
+  Stopwatch unify;
+  s.shareSkipped();
+  s.assignProfileIds();
+  s.unifyMetrics();
+  s.unifyCct(localCct);
+  s.unifyRegions(regionUnion);
+  s.phases.push_back({"unify structure", unify.seconds()});
+}
+
+// Reads this rank's profiles in parallel, attributes them and unions their contexts into the
+// local CCT and their region trees into the local region union. Keeps what later stages need
+// of each profile (identity, statistics, metric descriptors).
+void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion) {
+  Stopwatch watch;
+  const std::size_t count = end - begin;
+  local.assign(count, std::nullopt);
+  localMetrics.assign(count, {});
   std::mutex errorsMutex;
   std::vector<std::string> errors;
-  std::vector<SkippedInput> skipped;
-
-  s.beginPhase("read + attribute", count);
-  s.parallelOverLocal(count, [&](std::size_t i) {
-    const auto& input = s.inputs[s.begin + i];
+  beginPhase("read + attribute", count);
+  parallelOverLocal(count, [&](std::size_t i) {
+    const auto& input = inputs[begin + i];
     try {
-      ThreadProfile p = storage::readProfile(input.path);
-      projectProfile(p, s.strings, s.attributor,
+      ThreadProfile p = input.source->read(input.path);
+      projectProfile(p, strings, attributor,
                      [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
@@ -376,153 +420,158 @@ void Pipeline::buildStructure() {
         p.identity.commandLine.clear();
         p.identity.executable.clear();
       }
-      s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats, s.begin + i, !p.regions.eventTimeNs.empty()};
-      s.localMetrics[i] = std::move(p.metrics);
+      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty()};
+      localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
-      if (s.options.skipInvalid) skipped.push_back({e.file(), e.defect()});
+      if (options.skipInvalid) localSkipped.push_back({e.file(), e.defect()});
       else errors.push_back(e.what());
     } catch (const std::exception& e) {
       std::lock_guard lock(errorsMutex);
       errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
     }
   });
-  s.endPhase("read + attribute", watch);
+  endPhase("read + attribute", watch);
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
+}
 
-  Stopwatch unify;
-  // Skipped inputs, everywhere, in input order.
-  {
-    Packer p;
-    std::sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
-    p.u64(skipped.size());
-    for (const auto& k : skipped) {
-      p.text(k.path);
-      p.text(k.reason);
-    }
-    for (const auto& part : s.comm.allgather(p.take())) {
-      Unpacker u(part);
-      for (auto n = u.u64(); n > 0; --n) {
-        SkippedInput k;
-        k.path = u.text();
-        k.reason = u.text();
-        s.skipped.push_back(std::move(k));
-      }
+// Skipped inputs, everywhere, in input order.
+void Pipeline::Impl::shareSkipped() {
+  Packer p;
+  std::sort(localSkipped.begin(), localSkipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  p.u64(localSkipped.size());
+  for (const auto& k : localSkipped) {
+    p.text(k.path);
+    p.text(k.reason);
+  }
+  for (const auto& part : comm.allgather(p.take())) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      SkippedInput k;
+      k.path = u.text();
+      k.reason = u.text();
+      skipped.push_back(std::move(k));
     }
   }
+}
 
-  // Dense profile ids among valid profiles, in input order.
+// Dense profile ids among valid profiles, in input order.
+void Pipeline::Impl::assignProfileIds() {
   std::uint32_t valid = 0;
-  for (const auto& l : s.local) valid += l.has_value();
-  {
-    Packer p;
-    p.u64(valid);
-    const auto counts = s.comm.allgather(p.take());
-    std::uint64_t before = 0, all = 0;
-    for (int r = 0; r < s.comm.size(); ++r) {
-      Unpacker u(counts[static_cast<std::size_t>(r)]);
-      const auto c = u.u64();
-      if (r < s.comm.rank()) before += c;
-      all += c;
-    }
-    if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
-    s.firstId = static_cast<std::uint32_t>(before);
-    s.profileCount = static_cast<std::uint32_t>(all);
+  for (const auto& l : local) valid += l.has_value();
+  Packer p;
+  p.u64(valid);
+  const auto counts = comm.allgather(p.take());
+  std::uint64_t before = 0, all = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    Unpacker u(counts[static_cast<std::size_t>(r)]);
+    const auto c = u.u64();
+    if (r < comm.rank()) before += c;
+    all += c;
   }
-  if (s.profileCount == 0) throw PipelineError("no readable profiles in the input");
-  std::uint32_t next = s.firstId;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (!s.local[i]) continue;
-    s.local[i]->id = next++;
-    s.localProfiles.push_back(*s.local[i]);
-    s.localInputOf.push_back(s.begin + i);
+  if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
+  firstId = static_cast<std::uint32_t>(before);
+  profileCount = static_cast<std::uint32_t>(all);
+  if (profileCount == 0) throw PipelineError("no readable profiles in the input");
+  std::uint32_t next = firstId;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    if (!local[i]) continue;
+    local[i]->id = next++;
+    localProfiles.push_back(*local[i]);
+    localInputOf.push_back(begin + i);
   }
+}
 
-  // Global metric list: first appearance in profile-id order, which is rank order of the
-  // ranks' own first-appearance lists.
-  {
-    std::vector<MetricDescriptor> mine;
-    for (std::size_t i = 0; i < count; ++i)
-      if (s.local[i]) mergeMetrics(mine, s.localMetrics[i]);
-    s.localMetrics = {};  // each profile's own list is not needed any more
-    const auto parts = s.comm.gather(packMetrics(mine));
-    std::vector<std::byte> merged;
-    if (s.comm.rank() == 0) {
-      std::vector<MetricDescriptor> all;
-      for (const auto& part : parts) mergeMetrics(all, unpackMetrics(part));
-      merged = packMetrics(all);
-    }
-    s.comm.broadcast(merged);
-    s.metrics = unpackMetrics(merged);
-    s.rawMetrics = s.metrics.size();
-    std::vector<std::string> defects;
-    for (const auto& text : s.options.derive) {
-      try {
-        Impl::Derived d{metrics::PerThreadDerivedMetric::parse(text), {}};
-        for (std::size_t i = 0; i < d.metric.inputs().size(); ++i) {
-          const auto& name = d.metric.inputs()[i];
-          auto it = std::find_if(s.metrics.begin(), s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics),
-                                 [&](const auto& m) { return m.name == name; });
-          if (it == s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics))
-            throw metrics::ExpressionError(d.metric.expression().column(i),
-                                           fmt::format("unknown metric '{}' (the profiles have: {})", name, [&] {
-                                             std::string all;
-                                             for (std::size_t m = 0; m < s.rawMetrics; ++m)
-                                               all += (m ? ", " : "") + s.metrics[m].name;
-                                             return all;
-                                           }()));
-          d.inputs.push_back(static_cast<std::uint16_t>(it - s.metrics.begin()));
-        }
-        const bool clash = std::any_of(s.metrics.begin(), s.metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
-        if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
-        s.metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1,
-                             "derived per thread: " + d.metric.expression().text()});
-        s.derived.push_back(std::move(d));
-      } catch (const metrics::ExpressionError& e) {
-        defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
+// Global metric list: first appearance in profile-id order, which is rank order of the ranks'
+// own first-appearance lists; then the --derive metrics.
+void Pipeline::Impl::unifyMetrics() {
+  std::vector<MetricDescriptor> mine;
+  for (std::size_t i = 0; i < local.size(); ++i)
+    if (local[i]) mergeMetrics(mine, localMetrics[i]);
+  localMetrics = {};  // each profile's own list is not needed any more
+  const auto parts = comm.gather(packMetrics(mine));
+  std::vector<std::byte> merged;
+  if (comm.rank() == 0) {
+    std::vector<MetricDescriptor> all;
+    for (const auto& part : parts) mergeMetrics(all, unpackMetrics(part));
+    merged = packMetrics(all);
+  }
+  comm.broadcast(merged);
+  metrics = unpackMetrics(merged);
+  rawMetrics = metrics.size();
+  addDerivedMetrics();
+  if (metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
+}
+
+void Pipeline::Impl::addDerivedMetrics() {
+  std::vector<std::string> defects;
+  for (const auto& text : options.derive) {
+    try {
+      Derived d{metrics::PerThreadDerivedMetric::parse(text), {}};
+      for (std::size_t i = 0; i < d.metric.inputs().size(); ++i) {
+        const auto& name = d.metric.inputs()[i];
+        auto it = std::find_if(metrics.begin(), metrics.begin() + static_cast<std::ptrdiff_t>(rawMetrics),
+                               [&](const auto& m) { return m.name == name; });
+        if (it == metrics.begin() + static_cast<std::ptrdiff_t>(rawMetrics))
+          throw metrics::ExpressionError(d.metric.expression().column(i),
+                                         fmt::format("unknown metric '{}' (the profiles have: {})", name, [&] {
+                                           std::string all;
+                                           for (std::size_t m = 0; m < rawMetrics; ++m)
+                                             all += (m ? ", " : "") + metrics[m].name;
+                                           return all;
+                                         }()));
+        d.inputs.push_back(static_cast<std::uint16_t>(it - metrics.begin()));
       }
+      const bool clash = std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
+      if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
+      metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1, "derived per thread: " + d.metric.expression().text()});
+      derived.push_back(std::move(d));
+    } catch (const metrics::ExpressionError& e) {
+      defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
     }
-    if (!defects.empty()) throw PipelineError(defects.front());
-    if (s.metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
   }
+  if (!defects.empty()) throw PipelineError(defects.front());
+}
 
-  // Binomial-tree reduction of the CCT structures towards rank 0.
-  faultPoint(s.comm, "structure");
-  s.comm.reduceTree([&](const std::vector<std::byte>& theirs) { localCct.merge(theirs); },
-                    [&] { return localCct.serialize(); });
+// Binomial-tree reduction of the CCT structures towards rank 0, which numbers the canonical
+// CCT; the result is broadcast.
+void Pipeline::Impl::unifyCct(LocalCct& localCct) {
+  faultPoint(comm, "structure");
+  comm.reduceTree([&](const std::vector<std::byte>& theirs) { localCct.merge(theirs); },
+                  [&] { return localCct.serialize(); });
   std::vector<std::byte> finalBytes;
-  if (s.comm.rank() == 0) {
-    s.cct = FinalCct::fromLocal(localCct, s.strings);
-    if (s.comm.size() > 1) finalBytes = s.cct.serialize(s.strings);
+  if (comm.rank() == 0) {
+    cct = FinalCct::fromLocal(localCct, strings);
+    if (comm.size() > 1) finalBytes = cct.serialize(strings);
   }
-  if (s.comm.size() > 1) {
-    s.comm.broadcast(finalBytes);
-    if (s.comm.rank() != 0) s.cct = FinalCct::deserialize(finalBytes, s.strings);
+  if (comm.size() > 1) {
+    comm.broadcast(finalBytes);
+    if (comm.rank() != 0) cct = FinalCct::deserialize(finalBytes, strings);
   }
-  // Region trees: small, so gathered at the root, merged, and broadcast.
-  {
-    const auto parts = s.comm.gather(regionUnion.serialize());
-    std::vector<std::byte> merged;
-    if (s.comm.rank() == 0) {
-      RegionUnion all;
-      for (const auto& part : parts) all.merge(RegionUnion::deserialize(part));
-      Packer p;
-      const auto tree = all.finalTree();
-      p.u64(tree.size());
-      for (const auto& n : tree) {
-        p.u64(n.parent);
-        p.text(n.name);
-        p.u64(n.dynamicId);
-      }
-      merged = p.take();
+}
+
+// Region trees are small: gathered at the root, merged, numbered and broadcast.
+void Pipeline::Impl::unifyRegions(const RegionUnion& regionUnion) {
+  const auto parts = comm.gather(regionUnion.serialize());
+  std::vector<std::byte> merged;
+  if (comm.rank() == 0) {
+    RegionUnion all;
+    for (const auto& part : parts) all.merge(RegionUnion::deserialize(part));
+    Packer p;
+    const auto tree = all.finalTree();
+    p.u64(tree.size());
+    for (const auto& n : tree) {
+      p.u64(n.parent);
+      p.text(n.name);
+      p.u64(n.dynamicId);
     }
-    s.comm.broadcast(merged);
-    s.regions = RegionUnion::deserialize(merged);
-    for (std::size_t i = 1; i < s.regions.size(); ++i)
-      s.regionIndex[{s.regions[i].parent, s.regions[i].name, s.regions[i].dynamicId}] = static_cast<std::uint32_t>(i);
+    merged = p.take();
   }
-  s.phases.push_back({"unify structure", unify.seconds()});
+  comm.broadcast(merged);
+  regions = RegionUnion::deserialize(merged);
+  for (std::size_t i = 1; i < regions.size(); ++i)
+    regionIndex[{regions[i].parent, regions[i].name, regions[i].dynamicId}] = static_cast<std::uint32_t>(i);
 }
 
 void Pipeline::computeMetrics(const BatchConsumer& consume) {
@@ -549,11 +598,12 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
     s.arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const auto& path = s.inputs[s.localInputOf[first + i]].path;
+          const auto& input = s.inputs[s.localInputOf[first + i]];
+          const auto& path = input.path;
           try {
             // Re-reading keeps memory flat in the number of profiles; the attribution cache
             // makes the second walk cheap.
-            ThreadProfile p = storage::readProfile(path);
+            ThreadProfile p = input.source->read(path);
             auto stmt = projectProfile(p, s.strings, s.attributor, [&](std::uint32_t parent, const ScopeKey& key) {
               const auto id = s.cct.find(parent, key);
               if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");
