@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "csp/reduce/diff.hpp"
+#include "csp/analysis/diff.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   bool strong = false, weak = false, force = false, quiet = false;
   double p = 0, q = 0;
   std::size_t top = 10;
-  csp::reduce::DiffOptions o;
+  csp::analysis::DiffOptions o;
   app.add_option("RUN_P", runP, "the run on p processes (database or run directory)")->required();
   app.add_option("RUN_Q", runQ, "the run on q > p processes")->required();
   auto* strongFlag = app.add_flag("--strong", strong, "strong scaling, same total problem (the default)");
@@ -36,13 +36,13 @@ int main(int argc, char** argv) {
   if (*qOption) o.q = q;
 
   try {
-    const auto dbP = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runP));
-    const auto dbQ = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runQ));
-    const auto diff = csp::reduce::computeScalingDiff(*dbP, *dbQ, o);
+    const auto dbP = csp::storage::Database::open(csp::analysis::resolveRunDatabase(runP));
+    const auto dbQ = csp::storage::Database::open(csp::analysis::resolveRunDatabase(runQ));
+    const auto diff = csp::analysis::computeScalingDiff(*dbP, *dbQ, o);
     // Written before the report so that a refused output does not look like success.
-    if (!output.empty()) csp::reduce::writeDiffDatabase(diff, output, force);
+    if (!output.empty()) csp::analysis::writeDiffDatabase(diff, output, force);
     if (!quiet) {
-      fmt::print("{}", csp::reduce::formatDiffReport(diff, top));
+      fmt::print("{}", csp::analysis::formatDiffReport(diff, top));
       if (!output.empty()) fmt::print("\ncsp-diff: wrote {}\n", output);
     }
   } catch (const std::exception& e) {

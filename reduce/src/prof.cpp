@@ -10,7 +10,7 @@
 
 #include "csp/storage/database_writer.hpp"
 #include "prof_stages.hpp"
-#include "string_ids.hpp"
+#include "csp/storage/string_ids.hpp"
 
 namespace csp::reduce {
 
@@ -118,7 +118,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   const auto regionParts = regions.gather(comm);
   const auto identities = prof::gatherIdentities(comm, pipeline);
   if (root) {
-    StringIds strings;  // texts in order of first use by the final CCT, then region names
+    storage::StringIds strings;  // texts in order of first use by the final CCT, then region names
     mainShard.putCct(prof::cctNodes(pipeline, strings));
     prof::RegionSummaries::write(regionParts, pipeline.regions(), strings, mainShard);
     auto meta = prof::assembleMetadata(options, pipeline, identities);

@@ -25,7 +25,7 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
   return comm.gather(p.take());
 }
 
-std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, StringIds& strings) {
+std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings) {
   const FinalCct& cct = pipeline.cct();
   const auto& text = pipeline.strings();
   std::vector<storage::CctNode> nodes(cct.size());

@@ -188,7 +188,7 @@ std::vector<std::vector<std::byte>> RegionSummaries::gather(const Comm& comm) co
 }
 
 void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts, const std::vector<RegionTreeNode>& regions,
-                            StringIds& strings, storage::ShardWriter& shard) {
+                            storage::StringIds& strings, storage::ShardWriter& shard) {
   const std::size_t width = slots().size();
   std::vector<std::uint32_t> regionName(regions.size());
   for (std::size_t i = 0; i < regions.size(); ++i) regionName[i] = strings.id(regions[i].name);

@@ -23,7 +23,7 @@
 #include "csp/reduce/pipeline.hpp"
 #include "csp/reduce/prof.hpp"
 #include "csp/storage/database_writer.hpp"
-#include "string_ids.hpp"
+#include "csp/storage/string_ids.hpp"
 
 namespace csp::reduce::prof {
 
@@ -112,7 +112,7 @@ class RegionSummaries {
   // Gathered at the root (small), which writes them with the region tree.
   std::vector<std::vector<std::byte>> gather(const Comm& comm) const;
   static void write(const std::vector<std::vector<std::byte>>& parts, const std::vector<RegionTreeNode>& regions,
-                    StringIds& strings, storage::ShardWriter& shard);
+                    storage::StringIds& strings, storage::ShardWriter& shard);
 
  private:
   std::vector<metrics::IntAccumulator> acc_;  // region × slot
@@ -121,7 +121,7 @@ class RegionSummaries {
 // Profile identities, gathered at the root in rank (= id) order.
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline);
 // The canonical CCT with its texts numbered in `strings` (first use order).
-std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, StringIds& strings);
+std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings);
 // The database metadata, at the root, from the gathered identities.
 storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
                                            const std::vector<std::vector<std::byte>>& identities);

@@ -22,7 +22,7 @@
 #include "csp/metrics/scaling.hpp"
 #include "csp/storage/database.hpp"
 
-namespace csp::reduce {
+namespace csp::analysis {
 
 // Inputs csp-diff refuses (same run twice, p >= q, no common metric, damaged or unsuitable
 // databases). what() is one line naming the run and the problem.
@@ -110,4 +110,4 @@ std::string formatDiffReport(const ScalingDiff& diff, std::size_t top);
 // "main > solve.c:12 > MPI_Allreduce" style label of a union node, for reports and tests.
 std::string contextLabel(const ScalingDiff& diff, storage::NodeId node);
 
-}  // namespace csp::reduce
+}  // namespace csp::analysis
