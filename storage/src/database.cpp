@@ -193,6 +193,33 @@ std::optional<CctNode> Database::node(NodeId id) const {
   return impl_->decodeOne<CctNode>(format::kCctNodes, format::nodeKey(id), format::decodeCctNode);
 }
 
+std::vector<CctNode> Database::readCct() const {
+  const auto& meta = metadata();
+  std::vector<CctNode> nodes(meta.nodeCount);
+  std::vector<char> seen(meta.nodeCount, 0);
+  auto damaged = [&](const std::string& what) { impl_->damaged("CCT nodes: " + what); };
+  impl_->scan(format::kCctNodes, std::string(), [&](std::string_view key, std::string_view value) {
+    NodeId id = 0;
+    CctNode n;
+    try {
+      format::Reader r(key, "CCT node key");
+      id = r.be32();
+      r.expectDone();
+      n = format::decodeCctNode(value);
+    } catch (const format::FormatError& e) {
+      damaged(e.what());
+    }
+    if (id >= meta.nodeCount) damaged(fmt::format("node {} beyond the node count {}", id, meta.nodeCount));
+    if (std::max({n.name, n.file, n.module}) >= meta.strings.size()) damaged(fmt::format("node {}: bad string id", id));
+    if (id != 0 && n.parent >= meta.nodeCount) damaged(fmt::format("node {}: bad parent", id));
+    nodes[id] = n;
+    seen[id] = 1;
+  });
+  for (std::uint32_t i = 0; i < meta.nodeCount; ++i)
+    if (!seen[i]) damaged(fmt::format("node {} is missing", i));
+  return nodes;
+}
+
 std::vector<NodeId> Database::children(NodeId id) const {
   std::vector<NodeId> out;
   impl_->scan(format::kCctChildren, format::nodeKey(id), [&](std::string_view key, std::string_view) {

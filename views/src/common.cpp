@@ -128,62 +128,12 @@ std::uint64_t Acc::instances() const {
   return std::visit([](const auto& a) { return a.instances(); }, v_);
 }
 
-namespace {
-
-// The cct_nodes value (docs/database-format.md): kind u8, then varints parent+1
-// (0 = none), name, file, module, line. Read here in one forward scan because the reader API
-// offers only per-node lookups, which cost a seek each on a million-node CCT.
-struct ByteReader {
-  std::string_view data;
-  std::size_t pos = 0;
-  bool ok = true;
-  std::uint64_t varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= data.size()) break;
-      const auto b = static_cast<std::uint8_t>(data[pos++]);
-      v |= std::uint64_t{b & 0x7Fu} << shift;
-      if (!(b & 0x80)) return v;
-    }
-    ok = false;
-    return 0;
-  }
-};
-
-}  // namespace
-
 CctIndex CctIndex::read(const storage::Database& db) {
-  const auto& meta = db.metadata();
   CctIndex idx;
-  idx.nodes.resize(meta.nodeCount);
-  std::vector<char> seen(meta.nodeCount, 0);
+  idx.nodes = db.readCct();
   auto damaged = [&](const std::string& what) {
     throw storage::DatabaseError(db.directory(), "damaged database: CCT nodes: " + what);
   };
-  db.forEachEntry("cct_nodes", [&](std::string_view key, std::string_view value) {
-    if (key.size() != 4) damaged("bad key length");
-    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-    const std::uint32_t id = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
-    if (id >= meta.nodeCount) damaged(fmt::format("node {} beyond the node count {}", id, meta.nodeCount));
-    if (value.empty() || static_cast<std::uint8_t>(value[0]) > static_cast<std::uint8_t>(ScopeKind::Stmt))
-      damaged(fmt::format("node {}: bad kind", id));
-    ByteReader r{value, 1};
-    storage::CctNode n;
-    n.kind = static_cast<ScopeKind>(value[0]);
-    const std::uint64_t parent = r.varint();
-    n.parent = parent == 0 ? kNoIndex : static_cast<storage::NodeId>(parent - 1);
-    n.name = static_cast<StringId>(r.varint());
-    n.file = static_cast<StringId>(r.varint());
-    n.module = static_cast<StringId>(r.varint());
-    n.line = static_cast<std::uint32_t>(r.varint());
-    if (!r.ok || r.pos != value.size()) damaged(fmt::format("node {}: undecodable", id));
-    if (std::max({n.name, n.file, n.module}) >= meta.strings.size()) damaged(fmt::format("node {}: bad string id", id));
-    if (id != 0 && n.parent >= meta.nodeCount) damaged(fmt::format("node {}: bad parent", id));
-    idx.nodes[id] = n;
-    seen[id] = 1;
-  });
-  for (std::uint32_t i = 0; i < meta.nodeCount; ++i)
-    if (!seen[i]) damaged(fmt::format("node {} is missing", i));
 
   const std::size_t n = idx.nodes.size();
   idx.childBegin.assign(n + 1, 0);

@@ -154,6 +154,10 @@ class Database {
   const std::vector<StoredMetric>& metrics() const { return metadata().metrics; }
 
   std::optional<CctNode> node(NodeId id) const;
+  // The whole canonical CCT, node id = position, in one forward scan (a per-node lookup costs a
+  // seek each). Validated: every node present, kinds known, parents and string ids in range;
+  // otherwise DatabaseError ("damaged database: ...").
+  std::vector<CctNode> readCct() const;
   std::vector<NodeId> children(NodeId id) const;  // ascending ids
   std::vector<Accumulator> summaries(NodeId id) const;  // sorted by (metric, scope)
 
