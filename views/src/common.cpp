@@ -24,29 +24,6 @@ const char* toString(ViewKind kind) {
   return "unknown";
 }
 
-const char* toString(Statistic s) {
-  switch (s) {
-    case Statistic::Sum: return "sum";
-    case Statistic::Mean: return "mean";
-    case Statistic::Min: return "min";
-    case Statistic::Max: return "max";
-    case Statistic::Stddev: return "stddev";
-    case Statistic::CfVar: return "cfvar";
-    case Statistic::Imbalance: return "imbalance";
-    case Statistic::Count: return "count";
-  }
-  return "unknown";
-}
-
-std::optional<Statistic> parseStatistic(std::string_view text) {
-  for (auto s : {Statistic::Sum, Statistic::Mean, Statistic::Min, Statistic::Max, Statistic::Stddev,
-                 Statistic::CfVar, Statistic::Imbalance, Statistic::Count})
-    if (text == toString(s)) return s;
-  if (text == "std" || text == "sd") return Statistic::Stddev;
-  if (text == "cv") return Statistic::CfVar;
-  if (text == "imb") return Statistic::Imbalance;
-  return std::nullopt;
-}
 
 bool hasPercent(Statistic s) {
   // A spread (stddev) is no share of anything; ratios and counts neither.

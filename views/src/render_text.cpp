@@ -63,7 +63,7 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
 std::string formatNumber(double v, Statistic s) {
   if (std::isnan(v)) return "";
   if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
-  if (s == Statistic::CfVar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
+  if (s == Statistic::Cfvar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
   if (a < 1e3) return fmt::format("{:.4g}", v);
@@ -189,7 +189,7 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   auto num = [](double v) { return formatNumber(v, Statistic::Sum); };
   out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
                      num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),
-                     formatNumber(d.all.cfvar, Statistic::CfVar), formatNumber(d.all.imbalance, Statistic::Imbalance));
+                     formatNumber(d.all.cfvar, Statistic::Cfvar), formatNumber(d.all.imbalance, Statistic::Imbalance));
   out << fmt::format("  present: mean {}  min {}  max {}  stddev {}\n", num(d.present.mean), num(d.present.min),
                      num(d.present.max), num(d.present.stddev));
   if (!d.values.empty()) {

@@ -109,19 +109,7 @@ class Selector {
     return out;
   }
 
-  double value(const metrics::Statistics& s, Statistic stat) const {
-    switch (stat) {
-      case Statistic::Sum: return s.sum;
-      case Statistic::Mean: return s.mean;
-      case Statistic::Min: return s.min;
-      case Statistic::Max: return s.max;
-      case Statistic::Stddev: return s.stddev;
-      case Statistic::CfVar: return s.cfvar;
-      case Statistic::Imbalance: return s.imbalance;
-      case Statistic::Count: return static_cast<double>(s.count);
-    }
-    return NAN;
-  }
+  double value(const metrics::Statistics& s, Statistic stat) const { return metrics::valueOf(s, stat); }
 
   bool matchesAny(const std::string& label, const std::vector<std::string>& patterns) const {
     return std::any_of(patterns.begin(), patterns.end(), [&](const auto& p) { return detail::nameMatches(label, p); });

@@ -108,9 +108,6 @@ class PerThreadDerivedMetric {
   Definition definition_;
 };
 
-enum class Statistic : std::uint8_t { Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance };
-const char* toString(Statistic statistic);
-double valueOf(const Statistics& statistics, Statistic statistic);
 
 // metric[.all|.present][.statistic]; defaults: population all, statistic sum.
 struct StatisticRef {

@@ -34,9 +34,9 @@ class ViewError : public std::runtime_error {
 enum class ViewKind : std::uint8_t { CallingContext, Callers, Flat, Regions };
 const char* toString(ViewKind kind);
 
-enum class Statistic : std::uint8_t { Sum, Mean, Min, Max, Stddev, CfVar, Imbalance, Count };
-const char* toString(Statistic statistic);
-std::optional<Statistic> parseStatistic(std::string_view text);
+using Statistic = metrics::Statistic;  // one of each: views select the statistics metrics define
+using metrics::parseStatistic;
+using metrics::toString;
 // Whether a column also gets a share of the root: not for spreads, ratios and counts.
 bool hasPercent(Statistic statistic);
 
