@@ -25,14 +25,6 @@ std::vector<std::byte> toBytes(const std::string& s) {
 
 std::string toString(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
-std::uint64_t directoryBytes(const fs::path& dir) {
-  std::uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
-    if (e.is_regular_file(ec)) total += e.file_size(ec);
-  return total;
-}
-
 class PhaseClock {
  public:
   void mark(std::string phase) {
@@ -138,7 +130,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   if (root) {
     builder->ingestShards(plan.total);
     builder->publish();
-    summary.databaseBytes = directoryBytes(options.output);
+    summary.databaseBytes = storage::directoryBytes(options.output);
   }
   comm.barrier();
   clock.mark("ingest + publish");

@@ -193,6 +193,14 @@ std::optional<CctNode> Database::node(NodeId id) const {
   return impl_->decodeOne<CctNode>(format::kCctNodes, format::nodeKey(id), format::decodeCctNode);
 }
 
+std::uint64_t directoryBytes(const std::filesystem::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  return total;
+}
+
 std::vector<CctNode> Database::readCct() const {
   const auto& meta = metadata();
   std::vector<CctNode> nodes(meta.nodeCount);

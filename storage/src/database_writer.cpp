@@ -345,6 +345,41 @@ void ShardWriter::finish() {
   impl_->finished = true;
 }
 
+namespace {
+
+// One line of a finished shard's INDEX ("<family> <file> <smallest key hex> <largest key hex>
+// <entries>", written by ShardWriter::finish): a column family's SST file with its key range.
+struct ShardIndexEntry {
+  std::string family;
+  fs::path file;
+  std::string smallest, largest;  // keys
+  std::uint64_t entries = 0;
+};
+
+// The INDEX of shard `k` in `dir` (its presence marks the shard finished); `where` names the
+// directory in errors.
+std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k, const fs::path& where) {
+  std::ifstream index(dir / kShardIndexName);
+  if (!index) throw DatabaseError(where, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
+  std::vector<ShardIndexEntry> out;
+  std::string line;
+  while (std::getline(index, line)) {
+    std::istringstream fields(line);
+    ShardIndexEntry e;
+    std::string file, smallest, largest;
+    if (!(fields >> e.family >> file >> smallest >> largest >> e.entries) ||
+        std::find(format::shardFamilies().begin(), format::shardFamilies().end(), e.family) == format::shardFamilies().end())
+      throw DatabaseError(where, fmt::format("shard {}: unreadable index line '{}'", k, line));
+    e.file = dir / file;
+    e.smallest = unhex(smallest);
+    e.largest = unhex(largest);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output) {
   struct Source {
     std::unique_ptr<rocksdb::SstFileReader> reader;
@@ -353,15 +388,7 @@ void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inpu
   std::map<std::string, std::vector<fs::path>> filesByFamily;
   for (auto k : inputs) {
     const fs::path dir = shardDir(stagingDir, k);
-    std::ifstream index(dir / kShardIndexName);
-    if (!index) throw DatabaseError(dir, fmt::format("shard {} did not finish (no {})", k, kShardIndexName));
-    std::string line;
-    while (std::getline(index, line)) {
-      std::istringstream fields(line);
-      std::string family, file;
-      if (!(fields >> family >> file)) throw DatabaseError(dir, fmt::format("unreadable index line '{}'", line));
-      filesByFamily[family].push_back(dir / file);
-    }
+    for (const auto& e : readShardIndex(dir, k, dir)) filesByFamily[e.family].push_back(e.file);
   }
   ShardWriter out(stagingDir, output);
   for (const auto& family : format::shardFamilies()) {
@@ -609,19 +636,8 @@ void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
   std::map<std::string, std::vector<File>> byFamily;
   for (std::uint32_t k = 0; k < shardCount; ++k) {
     const fs::path dir = shardDir(stagingDir(), k);
-    std::ifstream index(dir / kShardIndexName);
-    if (!index) throw DatabaseError(d.temp, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
-    std::string line;
-    while (std::getline(index, line)) {
-      std::istringstream fields(line);
-      std::string family, file, smallest, largest;
-      std::uint64_t entries = 0;
-      if (!(fields >> family >> file >> smallest >> largest >> entries) ||
-          std::find(format::shardFamilies().begin(), format::shardFamilies().end(), family) ==
-              format::shardFamilies().end())
-        throw DatabaseError(d.temp, fmt::format("shard {}: unreadable index line '{}'", k, line));
-      byFamily[family].push_back({unhex(smallest), unhex(largest), (dir / file).string(), k});
-    }
+    for (auto& e : readShardIndex(dir, k, d.temp))
+      byFamily[e.family].push_back({std::move(e.smallest), std::move(e.largest), e.file.string(), k});
   }
   std::vector<rocksdb::IngestExternalFileArg> args;
   for (auto& [family, files] : byFamily) {

@@ -232,17 +232,6 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
   out << j.dump(1) << "\n";
 }
 
-namespace {
-
-std::uint64_t directoryBytes(const std::filesystem::path& dir) {
-  std::uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
-    if (e.is_regular_file(ec)) total += e.file_size(ec);
-  return total;
-}
-
-}  // namespace
 
 void renderInfoText(const storage::Database& db, std::ostream& out) {
   const auto& m = db.metadata();
@@ -250,7 +239,7 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   std::string command;
   for (const auto& a : m.commandLine) command += (command.empty() ? "" : " ") + a;
   out << fmt::format("database     {} (format {}.{}, {} on disk)\n", db.directory().string(), version.major, version.minor,
-                     formatNumber(static_cast<double>(directoryBytes(db.directory())), Statistic::Sum) + "B");
+                     formatNumber(static_cast<double>(storage::directoryBytes(db.directory())), Statistic::Sum) + "B");
   if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
   out << fmt::format("executable   {}\n", m.executable);
   out << fmt::format("command      {}\n", command);
@@ -292,7 +281,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
   for (const auto& p : m.properties) props[p.key] = p.value;
   Json j{{"database", db.directory().string()},
          {"format", fmt::format("{}.{}", db.formatVersion().major, db.formatVersion().minor)},
-         {"bytes", directoryBytes(db.directory())},
+         {"bytes", storage::directoryBytes(db.directory())},
          {"title", m.title},
          {"executable", m.executable},
          {"command", m.commandLine},

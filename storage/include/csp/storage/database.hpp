@@ -135,6 +135,9 @@ const std::vector<std::string>& databaseColumnFamilies();
 // An open database. Read-only opens never modify the directory, so any number of readers may
 // share one database while other databases are being written. The const members may be called
 // from several threads at once.
+// Bytes of the regular files under `dir` (a database's size on disk); 0 if unreadable.
+std::uint64_t directoryBytes(const std::filesystem::path& dir);
+
 class Database {
  public:
   enum class Mode { ReadOnly, ReadWrite };
