@@ -183,8 +183,11 @@ int main(int argc, char** argv) {
                    : regions ? csp::views::ViewKind::Regions
                              : csp::views::ViewKind::CallingContext;
     std::vector<std::string> available;
-    if (regions)
-      available = {"time", "visits"};
+    if (regions) {
+      available = {"time"};  // the default column
+      for (const auto& m : csp::views::regionMetricsOf(*db))
+        if (m.name != "time") available.push_back(m.name);
+    }
     else
       for (const auto& m : db->metrics()) available.push_back(m.descriptor.name);
     const auto shownMetrics = metricNames.empty() ? std::vector<std::string>{available.at(0)} : metricNames;

@@ -77,11 +77,10 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   const std::size_t rawCount = pipeline.rawMetricCount();
   for (std::size_t m = 0; m < pipeline.metrics().size(); ++m)
     meta.metrics.push_back({pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
+  for (const auto& r : regionMetrics())
+    meta.regionMetrics.push_back({r.name, r.unit, r.description, r.exclusive, r.inclusive, r.perProcess});
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
   meta.properties = {{"generator", "csp-prof-mpi"},
-                     {"region.metrics",
-                      "0=visits(E) 1=time-ns(E,I) 2=any-time-ns 3=all-time-ns 4=area-thread-ns "
-                      "5=straggler-time-ns 6=max-parallelism (2-6: one value per process)"},
                      {"inputs", std::to_string(pipeline.inputs().size())}};
   return meta;
 }

@@ -11,14 +11,14 @@ namespace csp::reduce::prof {
 namespace {
 
 constexpr RegionMetric kRegionMetrics[] = {
-    {0, "visits", "", true, false, false, "completed visits"},
+    {0, "visits", "visits", true, false, false, "completed visits"},
     {1, "time", "ns", true, true, false, "time in the region"},
     {2, "any-time", "ns", true, false, true, "time with at least one thread of the process in the region"},
     {3, "all-time", "ns", true, false, true, "time with every logging thread of the process in the region"},
     {4, "area", "thread-ns", true, false, true, "thread time in the region (threads x time)"},
     {5, "straggler-time", "ns", true, false, true,
      "time with exactly one thread in the region while the process has others"},
-    {6, "max-parallelism", "", true, false, true, "most threads of the process in the region at once"},
+    {6, "max-parallelism", "threads", true, false, true, "most threads of the process in the region at once"},
 };
 
 // One accumulator per region and stored (metric, scope), in table order.

@@ -277,6 +277,20 @@ TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
   // Straggler degree of the 8-thread process: 100 / 200.
   EXPECT_DOUBLE_EQ(static_cast<double>(acc[5].max()) / static_cast<double>(acc[2].max()), 0.5);
   EXPECT_EQ(summaryOfVisits(*db, work), 9u);
+
+  // The database describes its region metrics, so the Regions view can show and sort by any.
+  const auto& described = db->metadata().regionMetrics;
+  ASSERT_EQ(described.size(), 7u);
+  EXPECT_EQ(described[5].name, "straggler-time");
+  EXPECT_EQ(described[5].unit, "ns");
+  EXPECT_TRUE(described[5].perProcess);
+  EXPECT_FALSE(described[5].inclusive);
+  EXPECT_TRUE(described[1].inclusive);  // time
+  const auto view = run(tool("csp-views") + " --regions --sort straggler-time -m straggler-time -s max --scope E " +
+                        (dir / "db").string());
+  ASSERT_EQ(view.status, 0) << view.output;
+  EXPECT_NE(view.output.find("straggler-time (E)"), std::string::npos) << view.output;
+  EXPECT_NE(view.output.find("100"), std::string::npos) << view.output;
 }
 
 TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {

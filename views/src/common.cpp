@@ -59,6 +59,19 @@ double ViewTree::percent(const TreeNode& node, std::size_t c) const {
   return 100.0 * node.values[c] / base;
 }
 
+std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db) {
+  const auto& stored = db.metadata().regionMetrics;
+  if (!stored.empty()) return stored;
+  return {{"visits", "visits", "completed visits", true, false, false},
+          {"time", "ns", "time in the region", true, true, false},
+          {"any-time", "ns", "time with at least one thread of the process in the region", true, false, true},
+          {"all-time", "ns", "time with every logging thread of the process in the region", true, false, true},
+          {"area", "thread-ns", "thread time in the region (threads x time)", true, false, true},
+          {"straggler-time", "ns", "time with exactly one thread in the region while the process has others", true,
+           false, true},
+          {"max-parallelism", "threads", "most threads of the process in the region at once", true, false, true}};
+}
+
 }  // namespace csp::views
 
 namespace csp::views::detail {
@@ -207,14 +220,16 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
   return set;
 }
 
-MetricSet regionMetrics(std::vector<Column>& columns) {
-  // csp-prof-mpi's region metrics (docs/postprocessing.md): visits and time per thread, then the
-  // concurrency metrics computed per process from the region event logs.
+MetricSet regionMetrics(const storage::Database& db, std::vector<Column>& columns) {
+  // The database describes its region metrics (format 1.1; docs/database-format.md).
   MetricSet set;
-  set.ids = {0, 1, 2, 3, 4, 5, 6};
+  for (const auto& m : regionMetricsOf(db)) {
+    set.ids.push_back(static_cast<storage::MetricId>(set.names.size()));
+    set.names.push_back(m.name);
+    set.units.push_back(m.unit);
+    set.exclusiveOnly.push_back(!m.inclusive);
+  }
   set.types.assign(set.ids.size(), ValueType::Count);
-  set.names = {"visits", "time", "any-time", "all-time", "area", "straggler-time", "max-parallelism"};
-  set.units = {"visits", "ns", "ns", "ns", "thread-ns", "ns", "threads"};
   if (columns.empty())
     columns = {{"time", Statistic::Sum, storage::MetricScope::Inclusive},
                {"time", Statistic::Sum, storage::MetricScope::Exclusive},

@@ -257,6 +257,17 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
     out << fmt::format("  {:<3} {:<20} {:<10} {:<8} period {:<10} {}{}\n", i, d.name, d.unit, toString(d.kind), d.period,
                        m.metrics[i].valueType == storage::ValueType::Real ? "real " : "", d.description);
   }
+  if (m.regionCount > 1) {
+    out << "region metrics\n";
+    const auto described = regionMetricsOf(db);
+    for (std::size_t i = 0; i < described.size(); ++i) {
+      const auto& r = described[i];
+      out << fmt::format("  {:<3} {:<20} {:<10} {:<11} {}\n", i, r.name, r.unit,
+                         std::string(r.exclusive ? "E" : "") + (r.inclusive ? (r.exclusive ? ",I" : "I") : "") +
+                             (r.perProcess ? " process" : " thread"),
+                         r.description);
+    }
+  }
   out << fmt::format("skipped      {} inputs\n", m.skipped.size());
   for (const auto& s : m.skipped) out << fmt::format("  {}: {}\n", s.path, s.reason);
   if (!m.properties.empty()) {
@@ -275,6 +286,14 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
                        {"period", sm.descriptor.period},
                        {"value_type", sm.valueType == storage::ValueType::Real ? "real" : "count"},
                        {"description", sm.descriptor.description}});
+  Json regionMetrics = Json::array();
+  for (const auto& r : regionMetricsOf(db))
+    regionMetrics.push_back({{"name", r.name},
+                             {"unit", r.unit},
+                             {"exclusive", r.exclusive},
+                             {"inclusive", r.inclusive},
+                             {"per", r.perProcess ? "process" : "thread"},
+                             {"description", r.description}});
   Json skipped = Json::array();
   for (const auto& s : m.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
   Json props = Json::object();
@@ -291,6 +310,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
          {"cct_nodes", m.nodeCount},
          {"regions", m.regionCount},
          {"metrics", std::move(metrics)},
+         {"region_metrics", std::move(regionMetrics)},
          {"skipped", std::move(skipped)},
          {"properties", std::move(props)}};
   out << j.dump(1) << "\n";

@@ -29,8 +29,10 @@ class Selector {
       const auto it = std::find(tree_.columns.begin(), tree_.columns.end(), *request_.sortBy);
       sortColumn_ = static_cast<std::size_t>(it - tree_.columns.begin());
     }
-    // Shares (threshold, hot path) are measured on the sort column's metric, inclusive.
-    primary_ = MetricSet::slot(metricIndex(tree_.columns[sortColumn_].metric), storage::MetricScope::Inclusive);
+    // Shares (threshold, hot path) are measured on the sort column's metric, inclusive (exclusive
+    // for metrics that have no inclusive values).
+    const auto primaryMetric = metricIndex(tree_.columns[sortColumn_].metric);
+    primary_ = MetricSet::slot(primaryMetric, metrics_.shareScope(primaryMetric));
   }
 
   void run() {
@@ -39,7 +41,8 @@ class Selector {
     // Percent bases: the root's inclusive total of each column's metric. A region tree's root is
     // no region and carries nothing: then the top-level regions' total.
     for (std::size_t c = 0; c < tree_.columns.size(); ++c) {
-      const auto inclusive = MetricSet::slot(metricIndex(tree_.columns[c].metric), storage::MetricScope::Inclusive);
+      const auto m = metricIndex(tree_.columns[c].metric);
+      const auto inclusive = MetricSet::slot(m, metrics_.shareScope(m));
       auto s = r.acc[inclusive].finalize(profiles_, metrics::Population::All);
       double sum = s.sum;
       if (!(sum > 0) && tree_.kind == ViewKind::Regions) {
@@ -252,7 +255,7 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   if (request.hotPathPercent && (*request.hotPathPercent <= 0 || *request.hotPathPercent > 100))
     throw ViewError("--hot-path must be above 0 and at most 100");
 
-  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(tree.columns)
+  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns)
                                                         : detail::resolveMetrics(db, tree.columns);
   ViewRequest effective = request;
   if (request.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *request.sortBy) == tree.columns.end()) {

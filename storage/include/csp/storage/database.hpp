@@ -21,7 +21,7 @@
 namespace csp::storage {
 
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
-inline constexpr std::uint32_t kDatabaseFormatMinor = 0;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 1;  // 1.1: region metric descriptors
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -56,6 +56,18 @@ struct StoredMetric {
   bool operator==(const StoredMetric&) const = default;
 };
 
+// A metric of the regions (their own small table, ids 0..n-1): which scopes are stored, and
+// whether there is one value per thread or one per process (from the region event logs).
+struct RegionMetricInfo {
+  std::string name;
+  std::string unit;
+  std::string description;
+  bool exclusive = true;
+  bool inclusive = false;
+  bool perProcess = false;
+  bool operator==(const RegionMetricInfo&) const = default;
+};
+
 struct SkippedInput {
   std::string path;
   std::string reason;
@@ -72,6 +84,7 @@ struct DatabaseMetadata {
   std::uint32_t nodeCount = 0;    // canonical CCT nodes (ids 0 .. nodeCount-1)
   std::uint32_t regionCount = 0;  // region tree nodes
   std::vector<StoredMetric> metrics;
+  std::vector<RegionMetricInfo> regionMetrics;  // RegionSummary metric id -> descriptor (format 1.1)
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;

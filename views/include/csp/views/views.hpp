@@ -127,6 +127,9 @@ struct ViewTree {
 // Builds, finalizes, prunes and sorts a view. Throws ViewError for a request that cannot be
 // served and storage::DatabaseError for a damaged database.
 ViewTree buildView(const storage::Database& db, const ViewRequest& request);
+// The region metrics of a database (id = position): from its metadata, or for format 1.0
+// databases, which did not describe them, the table csp-prof-mpi wrote then.
+std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db);
 
 // --- drill-down ---------------------------------------------------------------------------------
 // A node given as a CCT id ("42") or as a call path of procedure names ("main/solve/axpy", each
