@@ -270,17 +270,6 @@ std::vector<Accumulator> Database::regionSummaries(RegionId id) const {
   return impl_->accumulators(format::kRegionSummaries, id);
 }
 
-std::optional<std::string> Database::cachedView(std::string_view key) const {
-  return impl_->get(format::kViewCache, std::string(key));
-}
-
-void Database::cacheView(std::string_view key, std::string_view blob) {
-  if (impl_->mode != Mode::ReadWrite)
-    throw DatabaseError(impl_->dir, "opened read-only: the view cache cannot be written");
-  const auto s = impl_->db->Put(rocksdb::WriteOptions(), impl_->family(format::kViewCache), key, blob);
-  if (!s.ok()) throw DatabaseError(impl_->dir, "writing the view cache: " + s.ToString());
-}
-
 std::vector<std::pair<std::string, std::uint64_t>> Database::columnFamilySizes() const {
   std::vector<std::pair<std::string, std::uint64_t>> out;
   for (const auto& [name, handle] : impl_->families) {

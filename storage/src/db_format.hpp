@@ -26,7 +26,7 @@ inline constexpr const char* kValuesByProfile = "values_by_profile";
 inline constexpr const char* kValuesByNode = "values_by_node";
 inline constexpr const char* kRegionNodes = "region_nodes";
 inline constexpr const char* kRegionSummaries = "region_summaries";
-inline constexpr const char* kViewCache = "view_cache";
+inline constexpr const char* kViewCache = "view_cache";  // reserved, empty (docs/database-format.md)
 
 // Families written by ShardWriter (everything but metadata and the view cache), in a fixed
 // order that is also the order of the shard index file.

@@ -286,6 +286,35 @@ TEST_F(Views, FlatAndCallersStatisticsCountInstances) {
   EXPECT_NEAR(at(flat, {"two", "p.c", "p"}).stats[kI].stddev, std::sqrt(200.0 / 3), 1e-12);
 }
 
+TEST_F(Views, FormulaColumnsOverFinalizedStatistics) {
+  // Two threads: cycles 600/200 and instructions 200/100 at main's only statement. Per node,
+  // cpi = cycles.sum / instructions.sum = 800 / 300 (a ratio of sums, not a mean of ratios 3 and 2),
+  // spread = cycles.max - cycles.min = 400.
+  const auto db = database("cpi", R"({"metrics": [{"name": "cycles", "kind": "counted"}, {"name": "instructions", "kind": "counted"}],
+    "threads": [
+      {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 600, "instructions": 200}}]},
+      {"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 200, "instructions": 100}}]}]})");
+  ViewRequest r;
+  r.columns = {{"cycles", Statistic::Sum, storage::MetricScope::Inclusive},
+               {"", Statistic::Sum, storage::MetricScope::Inclusive, "cpi = cycles.sum / instructions.sum"},
+               {"", Statistic::Sum, storage::MetricScope::Inclusive, "spread = cycles.max - cycles.min"}};
+  const auto t = view(db, ViewKind::CallingContext, r);
+  const auto& main = at(t, {"main"});
+  EXPECT_DOUBLE_EQ(main.values[1], 800.0 / 300.0);
+  EXPECT_DOUBLE_EQ(main.values[2], 400.0);
+  EXPECT_EQ(t.columns[1].metric, "cpi");
+  EXPECT_TRUE(std::isnan(t.percent(main, 1)));
+  // From the command line, sorted by the formula, in every format.
+  const auto out = run(tool("csp-views") + " --flat --formula 'cpi = cycles.sum / instructions.sum' --sort cpi:I --format csv " +
+                       db.string());
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_NE(out.output.find("cpi:I"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("2.666666"), std::string::npos) << out.output;
+  const auto bad = run(tool("csp-views") + " --formula 'x = nope.sum' " + db.string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("unknown metric 'nope'"), std::string::npos) << bad.output;
+}
+
 TEST_F(Views, CalleeFromTwoCallSitesShowsTwoEntries) {
   const auto db = database("two", kTwoContexts);
   const auto t = view(db, ViewKind::Callers);

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "csp/metrics/encoding.hpp"
+#include "csp/metrics/expression.hpp"
 #include "model.hpp"
 
 namespace csp::views {
@@ -46,10 +47,12 @@ const char* toString(NodeKind kind) {
 }
 
 std::string Column::title() const {
+  if (!formula.empty()) return fmt::format("{}:{}", metric, scope == storage::MetricScope::Inclusive ? "I" : "E");
   return fmt::format("{}:{}:{}", metric, toString(statistic), scope == storage::MetricScope::Inclusive ? "I" : "E");
 }
 
 double ViewTree::percent(const TreeNode& node, std::size_t c) const {
+  if (!columns[c].formula.empty()) return NAN;
   const Statistic s = columns[c].statistic;
   if (!hasPercent(s)) return NAN;
   // Sums against the root's total; per-thread statistics against the average thread's total, so
@@ -202,14 +205,28 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
     columns = {{name, Statistic::Sum, storage::MetricScope::Inclusive}, {name, Statistic::Sum, storage::MetricScope::Exclusive}};
   }
   MetricSet set;
-  for (const auto& c : columns) {
+  std::vector<std::string> needed;  // metric names, columns first, then formula references
+  for (auto& c : columns) {
+    if (c.formula.empty()) {
+      needed.push_back(c.metric);
+      continue;
+    }
+    try {
+      const auto f = metrics::SummaryFormula::parse(c.formula);
+      c.metric = f.name();
+      for (const auto& r : f.references()) needed.push_back(r.metric);
+    } catch (const metrics::ExpressionError& e) {
+      throw ViewError(fmt::format("--formula '{}': {}", c.formula, e.what()));
+    }
+  }
+  for (const auto& name : needed) {
     std::optional<storage::MetricId> id;
     for (std::size_t m = 0; m < metrics.size(); ++m)
-      if (metrics[m].descriptor.name == c.metric) id = static_cast<storage::MetricId>(m);
+      if (metrics[m].descriptor.name == name) id = static_cast<storage::MetricId>(m);
     if (!id) {
       std::string known;
       for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m.descriptor.name;
-      throw ViewError(fmt::format("unknown metric '{}' (the database has: {})", c.metric, known));
+      throw ViewError(fmt::format("unknown metric '{}' (the database has: {})", name, known));
     }
     if (std::find(set.ids.begin(), set.ids.end(), *id) != set.ids.end()) continue;
     set.ids.push_back(*id);

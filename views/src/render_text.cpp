@@ -80,7 +80,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   std::vector<bool> pct(columns);
   std::vector<std::size_t> width(columns);
   for (std::size_t c = 0; c < columns; ++c) {
-    pct[c] = hasPercent(tree.columns[c].statistic);
+    pct[c] = tree.columns[c].formula.empty() && hasPercent(tree.columns[c].statistic);
     width[c] = kValueWidth + (pct[c] ? kPercentWidth : 0);
   }
 
@@ -91,7 +91,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     const auto scope = col.scope == storage::MetricScope::Inclusive ? "(I)" : "(E)";
     h1 += fmt::format("{:>{}} ", fmt::format("{} {}", col.metric, scope), width[c]);
     // Units only where the value is in them (not for ratios and counts), and only if they fit.
-    std::string stat = toString(col.statistic);
+    std::string stat = col.formula.empty() ? toString(col.statistic) : "formula";
     if (pct[c] && !tree.units[c].empty() && stat.size() + tree.units[c].size() + 3 <= width[c])
       stat += " [" + tree.units[c] + "]";
     h2 += fmt::format("{:>{}} ", stat, width[c]);
@@ -101,7 +101,10 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   for (const auto& n : tree.nodes) {
     std::string line;
     for (std::size_t c = 0; c < columns; ++c) {
-      line += fmt::format("{:>{}}", formatNumber(n.values[c], tree.columns[c].statistic), kValueWidth);
+      line += fmt::format("{:>{}}",
+                          formatNumber(n.values[c], tree.columns[c].formula.empty() ? tree.columns[c].statistic
+                                                                                  : Statistic::Sum),
+                          kValueWidth);
       if (pct[c]) {
         const double p = tree.percent(n, c);
         std::string ptext = std::isnan(p) ? "" : fmt::format("{:.1f}%", p);

@@ -184,11 +184,6 @@ class Database {
   std::optional<RegionNode> region(RegionId id) const;
   std::vector<Accumulator> regionSummaries(RegionId id) const;
 
-  // Built views, keyed by the caller. Never needed for correctness: a miss means "rebuild".
-  std::optional<std::string> cachedView(std::string_view key) const;
-  // Only for databases opened ReadWrite; throws DatabaseError otherwise.
-  void cacheView(std::string_view key, std::string_view blob);
-
   // Bytes of table files per column family (after compression): for statistics and benchmarks.
   std::vector<std::pair<std::string, std::uint64_t>> columnFamilySizes() const;
 

@@ -51,7 +51,11 @@ struct Column {
   std::string metric;  // metric name as in the database (Regions: "visits" or "time")
   Statistic statistic = Statistic::Sum;
   storage::MetricScope scope = storage::MetricScope::Inclusive;
-  std::string title() const;  // "time:sum:I"
+  // Non-empty: a formula over finalized statistics (metrics::SummaryFormula, docs/metrics.md),
+  // e.g. "cpi = cycles.sum / instructions.sum", evaluated per node on this column's scope;
+  // `metric` is then its name and `statistic` is unused.
+  std::string formula = {};
+  std::string title() const;  // "time:sum:I" ("cpi:I" for a formula)
   bool operator==(const Column&) const = default;
 };
 
