@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "csp-diff: where scaling is lost between two runs of the same program (DESIGN.md 9, docs/diff.md).\n"
+      "csp-diff: where scaling is lost between two runs of the same program (docs/diff.md, docs/diff.md).\n"
       "  csp-diff run-p64 run-p4096 [-o scaling-db]\n"
       "Each run is a CSP database or a run directory holding db/; RUN_P is the smaller run.",
       "csp-diff"};

@@ -1,5 +1,5 @@
 // Region summaries: visits and times from each thread's region tree, concurrency per process
-// from the region event logs (DESIGN of the regions: docs/views.md, "Regions").
+// from the region event logs (docs/views.md, "Regions").
 #include <algorithm>
 #include <map>
 

@@ -41,7 +41,7 @@ void checkString(std::uint32_t id, std::size_t strings, const char* what, std::s
     fail(name, fmt::format("symbolic frame {}: {} string id {} out of range ({} strings)", frame, what, id, strings));
 }
 
-// The typed-path rules of DESIGN.md 3.2 for symbolic profiles, which name scopes directly.
+// The typed-path rules of docs/design.md, "Data model" for symbolic profiles, which name scopes directly.
 void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
   const auto& parent = p.cct.parent;
   const std::size_t n = parent.size();

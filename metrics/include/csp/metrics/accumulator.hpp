@@ -1,5 +1,5 @@
 // Summary accumulators over the per-thread values of one (node, metric, scope): the four-stage
-// algebra of DESIGN.md 3.3 (thesis Alg. 7.1, Figs. 7.2-7.4, 7.7).
+// algebra of docs/design.md, "Data model" (thesis Alg. 7.1, Figs. 7.2-7.4, 7.7).
 //
 //   IntAccumulator acc;                  // initialize
 //   acc.accumulate(profile, value);      // once per profile holding the node

@@ -1,4 +1,4 @@
-// Derived-metric expressions (DESIGN.md 3.3). Grammar, semantics and examples: docs/metrics.md,
+// Derived-metric expressions (docs/design.md, "Data model"). Grammar, semantics and examples: docs/metrics.md,
 // "Derived metrics". In short:
 //
 //   definition := name '=' expr

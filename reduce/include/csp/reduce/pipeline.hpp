@@ -74,7 +74,7 @@ struct ProfileInfo {
   bool hasRegionEvents = false;   // the profile carries a region event log
 };
 
-// The reduced region tree (DESIGN.md 8): node 0 is the root; a region is identified by its
+// The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
 // parent and (name, dynamic id). Ids are deterministic: children ordered by (name, dynamic id),
 // numbered in preorder.
 struct RegionTreeNode {

@@ -92,7 +92,7 @@ struct DatabaseMetadata {
   bool operator==(const DatabaseMetadata&) const = default;
 };
 
-// A canonical CCT node (DESIGN.md 3.2). The root has parent kNoIndex and kind Root.
+// A canonical CCT node (docs/design.md, "Data model"). The root has parent kNoIndex and kind Root.
 struct CctNode {
   NodeId parent = kNoIndex;
   ScopeKind kind = ScopeKind::Root;
@@ -103,7 +103,7 @@ struct CctNode {
   bool operator==(const CctNode&) const = default;
 };
 
-// A non-finalized accumulator of a CCT node or region (DESIGN.md 3.3), encoded by metrics/.
+// A non-finalized accumulator of a CCT node or region (docs/design.md, "Data model"), encoded by metrics/.
 struct Accumulator {
   MetricId metric = 0;
   MetricScope scope = MetricScope::Exclusive;
@@ -129,7 +129,7 @@ struct NodeValue {
   bool operator==(const NodeValue&) const = default;
 };
 
-// A node of the reduced region tree (DESIGN.md 8). The root has parent kNoIndex.
+// A node of the reduced region tree (docs/views.md, "Regions"). The root has parent kNoIndex.
 struct RegionNode {
   RegionId parent = kNoIndex;
   StringId name = 0;

@@ -1,4 +1,4 @@
-// The presentation side of CSP (DESIGN.md 7): Calling Context, Callers, Flat and Regions views
+// The presentation side of CSP (docs/views.md): Calling Context, Callers, Flat and Regions views
 // built on demand from a database, selected and pruned for display, then handed to a renderer.
 //
 //   auto db = storage::Database::open(dir);
