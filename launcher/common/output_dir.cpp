@@ -1,7 +1,11 @@
 #include "output_dir.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace csp::cli {
 
@@ -15,10 +19,14 @@ StagedDirectory::StagedDirectory(fs::path target, bool force) : target_(std::mov
   const fs::path parent = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   if (ec) throw OutputDirError(fmt::format("{}: cannot create: {}", parent.string(), ec.message()));
-  staging_ = parent / fmt::format(".{}.tmp-{}", target_.filename().string(), ::getpid());
-  fs::remove_all(staging_, ec);
-  if (!fs::create_directory(staging_, ec) || ec)
-    throw OutputDirError(fmt::format("{}: cannot create: {}", staging_.string(), ec.message()));
+  // A fresh, exclusively created name: an existing entry (a planted symlink, another run's
+  // staging) is never reused or removed.
+  std::string name = (parent / fmt::format(".{}.tmp-{}-XXXXXX", target_.filename().string(), ::getpid())).string();
+  if (!::mkdtemp(name.data()))
+    throw OutputDirError(fmt::format("{}: cannot create a staging directory next to it: {}", target_.string(),
+                                     std::strerror(errno)));
+  staging_ = name;
+  ::chmod(staging_.c_str(), 0755);
 }
 
 StagedDirectory::~StagedDirectory() {

@@ -7,6 +7,7 @@
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,14 +91,30 @@ void fsyncPath(const fs::path& path, bool directory) {
 
 // Writes `text` to dir/name so that it appears complete or not at all.
 void writeFileAtomically(const fs::path& dir, const std::string& name, const std::string& text) {
-  const fs::path tmp = dir / (name + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw DatabaseError(dir, fmt::format("cannot write {}", tmp.filename().string()));
+  // Created exclusively under a fresh name: nothing that exists already is followed or truncated.
+  std::string tmpName = (dir / (name + ".tmp.XXXXXX")).string();
+  const int fd = ::mkostemp(tmpName.data(), O_CLOEXEC);
+  if (fd < 0) throw DatabaseError(dir, fmt::format("cannot create a temporary file for {}: {}", name, errnoText(errno)));
+  const fs::path tmp = tmpName;
+  ::fchmod(fd, 0644);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw DatabaseError(dir, fmt::format("cannot write {}: {}", tmp.filename().string(), errnoText(err)));
+    }
+    done += static_cast<std::size_t>(n);
   }
-  fsyncPath(tmp, false);
+  const int syncRc = ::fsync(fd);
+  const int syncErr = errno;
+  ::close(fd);
+  if (syncRc != 0) {
+    ::unlink(tmp.c_str());
+    throw DatabaseError(dir, fmt::format("fsync of {} failed: {}", tmp.filename().string(), errnoText(syncErr)));
+  }
   std::error_code ec;
   fs::rename(tmp, dir / name, ec);
   if (ec) throw DatabaseError(dir, fmt::format("cannot rename {}: {}", tmp.filename().string(), ec.message()));

@@ -332,11 +332,13 @@ std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
 
 void writeProfile(const ThreadProfile& profile, const std::filesystem::path& path) {
   const auto image = serializeProfile(profile, path.string());
-  // Temporary name in the same directory so that rename() is atomic.
-  auto tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw ProfileError(path.string(), "cannot create: " + errnoText());
+  // A fresh temporary name in the same directory (so that rename() is atomic), created
+  // exclusively: whatever already exists under a name we might pick — a planted symlink, another
+  // process's file — is never opened, let alone truncated.
+  std::string tmp = path.string() + fmt::format(".tmp.{}.XXXXXX", ::getpid());
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) throw ProfileError(path.string(), "cannot create a temporary file next to it: " + errnoText());
+  ::fchmod(fd, 0644);
   std::size_t done = 0;
   while (done < image.size()) {
     ssize_t n = ::write(fd, image.data() + done, image.size() - done);
