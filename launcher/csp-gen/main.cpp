@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
 
   const auto start = std::chrono::steady_clock::now();
   try {
-    csp::cli::StagedDirectory dir(out, force);
+    csp::cli::StagedDirectory dir(out, force, csp::cli::notAMeasurementDirectory);
     csp::synth::GenerationSummary summary;
     if (!spec.empty()) {
       // Parse everything first: a bad description writes nothing.

@@ -82,3 +82,36 @@ TEST_F(CspGen, BadOptionsFail) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
+  // A folder of the user's files survives --force, whatever it holds.
+  const auto user = dir_ / "results";
+  fs::create_directories(user / "sub");
+  std::ofstream(user / "notes.txt") << "keep me";
+  auto r = run("--force --ranks 2 -q -o " + user.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(user.string() + ": not a measurement directory"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(user / "notes.txt"));
+  // A profile name on a non-profile (a directory named *.cspprof) is no measurement either.
+  const auto odd = dir_ / "odd";
+  fs::create_directories(odd / "x.cspprof");
+  EXPECT_EQ(run("--force --ranks 2 -q -o " + odd.string()).status, 1);
+  EXPECT_TRUE(fs::is_directory(odd / "x.cspprof"));
+  // A symlink to the user's folder is not followed into.
+  fs::create_directory_symlink(user, dir_ / "link");
+  EXPECT_EQ(run("--force --ranks 2 -q -o " + (dir_ / "link").string()).status, 1);
+  EXPECT_TRUE(fs::exists(user / "notes.txt"));
+  // An earlier measurement is replaced.
+  const auto meas = dir_ / "meas";
+  ASSERT_EQ(run("--ranks 4 -q -o " + meas.string()).status, 0);
+  r = run("--force --ranks 2 -q -o " + meas.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(csp::storage::listProfiles(meas).size(), 2u);
+  // So is an empty directory.
+  fs::create_directories(dir_ / "empty");
+  EXPECT_EQ(run("--force --ranks 1 -q -o " + (dir_ / "empty").string()).status, 0);
+}
+
+}  // namespace
