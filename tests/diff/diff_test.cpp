@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
@@ -506,6 +507,15 @@ TEST_F(Diff, Refusals) {
       std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << std::string(size, 'x');
     }
   refuse(p.string() + " " + broken.string(), "damaged database");
+  // Never its own input, however spelled (issue: csp-diff victim other -o victim --force).
+  const auto before = csp::test::dumpDatabase(p);
+  for (const auto& spelled : {p.string(), (p.parent_path() / "." / p.filename()).string(), (dir / "run" / "db").string()}) {
+    const auto text = csp_diff(p.string() + " " + q.string() + " --force -o " + spelled, 1);
+    EXPECT_NE(text.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text;
+    const auto text2 = csp_diff(q.string() + " " + p.string() + " --p 8 --q 16 --force -o " + spelled, 1);
+    EXPECT_NE(text2.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text2;
+  }
+  EXPECT_EQ(csp::test::dumpDatabase(p), before);
   const auto both = run(tool("csp-diff") + " --strong --weak " + p.string() + " " + q.string());
   EXPECT_NE(both.status, 0);
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
