@@ -5,6 +5,8 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <atomic>
@@ -39,38 +41,67 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-std::vector<std::byte> packMetrics(const std::vector<MetricDescriptor>& metrics) {
+// For balancing only: what cannot be sized (no regular file) is reported when it is read.
+std::uint64_t sizeOrZero(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  return ec ? 0 : static_cast<std::uint64_t>(size);
+}
+
+// A metric as first seen, with the profile it was first seen in (for messages).
+struct MetricOrigin {
+  MetricDescriptor descriptor;
+  std::string file;
+};
+
+std::vector<std::byte> packMetrics(const std::vector<MetricOrigin>& metrics) {
   Packer p;
   p.u64(metrics.size());
-  for (const auto& m : metrics) {
+  for (const auto& [m, file] : metrics) {
     p.text(m.name);
     p.text(m.unit);
     p.u64(static_cast<std::uint64_t>(m.kind));
     p.u64(m.period);
     p.text(m.description);
+    p.text(file);
   }
   return p.take();
 }
 
-std::vector<MetricDescriptor> unpackMetrics(const std::vector<std::byte>& bytes) {
+std::vector<MetricOrigin> unpackMetrics(const std::vector<std::byte>& bytes) {
   Unpacker u(bytes);
-  std::vector<MetricDescriptor> out(u.u64());
-  for (auto& m : out) {
+  std::vector<MetricOrigin> out(u.u64());
+  for (auto& [m, file] : out) {
     m.name = u.text();
     m.unit = u.text();
     m.kind = static_cast<MetricKind>(u.u64());
     m.period = u.u64();
     m.description = u.text();
+    file = u.text();
   }
   return out;
 }
 
-// Appends the metrics not yet in `into` (by name), keeping first-appearance order.
-void mergeMetrics(std::vector<MetricDescriptor>& into, const std::vector<MetricDescriptor>& more) {
-  for (const auto& m : more) {
-    const bool known = std::any_of(into.begin(), into.end(), [&](const auto& x) { return x.name == m.name; });
-    if (!known) into.push_back(m);
+std::string describeMetric(const MetricDescriptor& m) {
+  return fmt::format("{}{}", m.kind == MetricKind::Sampled ? "sampled" : "counted",
+                     m.unit.empty() ? std::string() : ", unit " + m.unit);
+}
+
+// Appends the metrics not yet in `into` (by name), keeping first-appearance order. Metrics are
+// merged by name, so one name must mean one thing: the same kind and unit everywhere (the period
+// may differ: values are count x period already); otherwise values of different quantities
+// would be added up.
+void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
+  const auto it = std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
+  if (it == into.end()) {
+    into.push_back(m);
+    return;
   }
+  if (it->descriptor.kind != m.descriptor.kind || it->descriptor.unit != m.descriptor.unit)
+    throw PipelineError(fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
+                                    "not from compatible measurements",
+                                    m.descriptor.name, it->file, describeMetric(it->descriptor), m.file,
+                                    describeMetric(m.descriptor)));
 }
 
 // Region trees are small (tens to thousands of nodes): a map under a mutex is enough.
@@ -235,6 +266,7 @@ struct Pipeline::Impl {
   void readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion);
   void shareSkipped();
   void assignProfileIds();
+  void checkDistinctIdentities();
   void unifyMetrics();
   void addDerivedMetrics();
   void unifyCct(LocalCct& localCct);
@@ -333,14 +365,14 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() const {
       try {
         std::size_t before = found.size();
         for (const auto* source : profileSources())
-          for (const auto& f : source->list(input)) found.push_back({f, fs::file_size(f, ec), source});
+          for (const auto& f : source->list(input)) found.push_back({f, sizeOrZero(f), source});
         if (found.size() == before)
           errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
       } catch (const std::exception& e) {
         errors.push_back(e.what());
       }
-    } else if (const auto* source = sourceFor(input); source && fs::is_regular_file(input, ec)) {
-      found.push_back({input, fs::file_size(input, ec), source});
+    } else if (const auto* source = sourceFor(input); source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
+      found.push_back({input, sizeOrZero(input), source});
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
     } else {
@@ -349,6 +381,17 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() const {
     }
   }
   if (options.inputs.empty()) errors.push_back("no measurement directory given");
+  throwIfAny(errors);
+  // A file listed twice (a directory given twice, a profile given beside its directory, links)
+  // would count every value twice.
+  std::map<std::pair<dev_t, ino_t>, std::string> seen;
+  for (const auto& f : found) {
+    struct stat st {};
+    if (::stat(f.path.c_str(), &st) != 0) continue;  // reported when it is read
+    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, f.path.string());
+    if (!fresh)
+      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
+  }
   throwIfAny(errors);
   return found;
 }
@@ -389,6 +432,7 @@ void Pipeline::buildStructure() {
   Stopwatch unify;
   s.shareSkipped();
   s.assignProfileIds();
+  s.checkDistinctIdentities();
   s.unifyMetrics();
   s.unifyCct(localCct);
   s.unifyRegions(regionUnion);
@@ -483,22 +527,69 @@ void Pipeline::Impl::assignProfileIds() {
   }
 }
 
+// Every profile is one thread of one run: two with the same id tuple mean mixed runs or copies,
+// whose values would be added up as if they were different threads.
+void Pipeline::Impl::checkDistinctIdentities() {
+  Packer p;
+  p.u64(localProfiles.size());
+  for (std::size_t k = 0; k < localProfiles.size(); ++k) {
+    p.u64(localInputOf[k]);
+    p.u64(localProfiles[k].identity.idTuple.size());
+    for (const auto& e : localProfiles[k].identity.idTuple) {
+      p.u64(static_cast<std::uint64_t>(e.kind));
+      p.u64(e.value);
+    }
+  }
+  const auto parts = comm.gather(p.take());
+  if (comm.rank() != 0) return;
+  std::vector<std::pair<IdTuple, std::size_t>> all;
+  for (const auto& part : parts) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      const auto input = static_cast<std::size_t>(u.u64());
+      IdTuple tuple(u.u64());
+      for (auto& e : tuple) {
+        e.kind = static_cast<IdKind>(u.u64());
+        e.value = u.u64();
+      }
+      all.emplace_back(std::move(tuple), input);
+    }
+  }
+  auto key = [](const IdTuple& t) {
+    std::vector<std::pair<int, std::uint64_t>> k;
+    for (const auto& e : t) k.emplace_back(static_cast<int>(e.kind), e.value);
+    return k;
+  };
+  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return std::make_pair(key(a.first), a.second) < std::make_pair(key(b.first), b.second); });
+  std::vector<std::string> errors;
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (key(all[i].first) == key(all[i - 1].first))
+      errors.push_back(fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+                                   "copied; post-process one run at a time",
+                                   inputs[all[i - 1].second].path.string(), inputs[all[i].second].path.string(),
+                                   formatIdTuple(all[i].first)));
+  throwIfAny(errors);
+}
+
 // Global metric list: first appearance in profile-id order, which is rank order of the ranks'
 // own first-appearance lists; then the --derive metrics.
 void Pipeline::Impl::unifyMetrics() {
-  std::vector<MetricDescriptor> mine;
+  std::vector<MetricOrigin> mine;
   for (std::size_t i = 0; i < local.size(); ++i)
-    if (local[i]) mergeMetrics(mine, localMetrics[i]);
+    if (local[i])
+      for (const auto& m : localMetrics[i]) mergeMetric(mine, {m, inputs[begin + i].path.string()});
   localMetrics = {};  // each profile's own list is not needed any more
   const auto parts = comm.gather(packMetrics(mine));
   std::vector<std::byte> merged;
   if (comm.rank() == 0) {
-    std::vector<MetricDescriptor> all;
-    for (const auto& part : parts) mergeMetrics(all, unpackMetrics(part));
+    std::vector<MetricOrigin> all;
+    for (const auto& part : parts)
+      for (const auto& m : unpackMetrics(part)) mergeMetric(all, m);
     merged = packMetrics(all);
   }
   comm.broadcast(merged);
-  metrics = unpackMetrics(merged);
+  metrics.clear();
+  for (auto& m : unpackMetrics(merged)) metrics.push_back(std::move(m.descriptor));
   rawMetrics = metrics.size();
   addDerivedMetrics();
   if (metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
