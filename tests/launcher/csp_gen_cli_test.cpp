@@ -115,3 +115,24 @@ TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
+  const auto spec = dir_ / "big.json";
+  std::ofstream(spec) << R"({"metrics": [{"name": "t", "kind": "sampled", "period": 4294967296}], "threads": [
+    {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"t": 4294967296}}]}]})";
+  auto r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("beyond 2^64 - 1"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
+  // Two children whose sum would wrap their parent's inclusive value.
+  std::ofstream(spec) << R"({"metrics": [{"name": "c", "kind": "counted"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "main"}, {"callsite": "m.c:2"}, {"proc": "a"}, {"stmt": "a.c:1"}], "counts": {"c": 9300000000000000000}},
+    {"path": [{"proc": "main"}, {"callsite": "m.c:3"}, {"proc": "b"}, {"stmt": "b.c:1"}], "counts": {"c": 9300000000000000000}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("at CCT node"), std::string::npos) << r.output;
+}
+
+}  // namespace
