@@ -13,6 +13,17 @@ namespace csp::views {
 
 namespace {
 
+// Names come from binaries and users: not always UTF-8. Invalid bytes become U+FFFD instead of
+// failing the export (docs/views.md, "Exports").
+std::string dumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+
+namespace {
+
 using Json = nlohmann::ordered_json;
 
 std::string csvField(const std::string& s) {
@@ -51,7 +62,8 @@ struct Frame {
 };
 
 // Stacks of procedure (and inlined, region) frames with their self cost: a node's inclusive sum
-// minus its shown children's, so that pruned subtrees stay in their parent's frame.
+// minus its shown children's, so that pruned subtrees stay in their parent's frame and the
+// weights add up to the root's inclusive sum (up to rounding in the folded format).
 std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
   const std::size_t c = weightColumn(tree);
   std::map<std::vector<Frame>, double> out;
@@ -65,7 +77,12 @@ std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
       path[i].push_back({n.name + " [inlined]", n.file, n.line});
     double self = n.stats[c].sum;
     for (auto k : n.children) self -= tree.nodes[k].stats[c].sum;
-    if (self > 0 && !path[i].empty()) out[path[i]] += self;
+    if (!(self > 0)) continue;
+    // Outside any procedure frame (the root itself, or call sites and statements above the
+    // first procedure): pruned or hidden top-level contexts and unattributed code. Kept as an
+    // "[other]" frame, so that the stacks always add up to the root's total.
+    if (path[i].empty()) out[{Frame{"[other]", "", 0}}] += self;
+    else out[path[i]] += self;
   }
   return out;
 }
@@ -145,7 +162,7 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
   j["pruned"] = {{"below_threshold", p.belowThreshold}, {"kept_for_imbalance", p.keptForImbalance},
                  {"beyond_depth", p.beyondDepth},        {"hidden", p.hidden},
                  {"beyond_top", p.beyondTop},            {"off_hot_path", p.offHotPath}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
 void renderFolded(const ViewTree& tree, std::ostream& out) {
@@ -197,7 +214,7 @@ void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string
   j["name"] = title;
   j["activeProfileIndex"] = 0;
   j["exporter"] = "csp-views";
-  out << j.dump() << "\n";
+  out << dumpJson(j, -1) << "\n";
 }
 
 void renderDistributionCsv(const Distribution& d, std::ostream& out) {
@@ -229,7 +246,7 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
          {"outliers", list(d.outliers)},
          {"histogram", std::move(hist)},
          {"values", list(d.values)}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
 
@@ -313,7 +330,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
          {"region_metrics", std::move(regionMetrics)},
          {"skipped", std::move(skipped)},
          {"properties", std::move(props)}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
 }  // namespace csp::views
