@@ -136,3 +136,32 @@ TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CspGen, HostileJsonIsOneClearError) {
+  auto expect = [&](const std::string& text, const std::string& message) {
+    const auto spec = dir_ / "spec.json";
+    std::ofstream(spec, std::ios::trunc) << text;
+    const auto r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "out").string());
+    EXPECT_EQ(r.status, 1) << message << "\n" << r.output;
+    EXPECT_EQ(r.output, "csp-gen: error: " + spec.string() + ": " + message + "\n");
+    EXPECT_FALSE(fs::exists(dir_ / "out"));
+  };
+  // 100,000 levels of nesting: an error, not a stack overflow.
+  expect(std::string(100000, '[') + std::string(100000, ']'), "JSON: nested more than 64 levels deep");
+  expect(R"({"metrics": [{"name": "a"}], "metrics": [{"name": "b"}], "threads": []})",
+         "JSON: key \"metrics\" appears twice in one object");
+  expect(R"({"metrics": [{"name": "t", "period": 1e400}], "threads": []})",
+         "JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
+  // A missing spec: the same one line as every other error, the same exit status.
+  const auto r = run("-q --from-json " + (dir_ / "missing.json").string() + " -o " + (dir_ / "out").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "csp-gen: error: " + (dir_ / "missing.json").string() + ": no such file\n");
+  // A bad option: one line too.
+  const auto bad = run("--bogus");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+}
+
+}  // namespace
