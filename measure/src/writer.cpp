@@ -183,6 +183,8 @@ void writeThreadProfile(ThreadState& t) {
     settings.push_back({"max-depth", std::to_string(c.maxDepth)});
     settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
     settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+    if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
+      settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
     if (takenOver) {
       reportOnce("takeover", fmt::format("csp: warning: the program replaced the SIGPROF handler, which csp uses "
                                          "for sampling; samples taken after that are missing (pid {})\n",

@@ -458,12 +458,9 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
                      [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
-      // the command line once per process range, never the settings.
-      p.identity.settings.clear();
-      if (i != 0) {
-        p.identity.commandLine.clear();
-        p.identity.executable.clear();
-      }
+      // the executable, the command csp-run ran (a setting), and a command line only for the
+      // first profile of each executable in a row.
+      std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command"; });
       local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty()};
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
@@ -478,6 +475,12 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
   endPhase("read + attribute", watch);
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
+  const std::string* lastExecutable = nullptr;
+  for (auto& l : local) {
+    if (!l) continue;
+    if (lastExecutable && *lastExecutable == l->identity.executable) l->identity.commandLine.clear();
+    lastExecutable = &l->identity.executable;
+  }
 }
 
 // Skipped inputs, everywhere, in input order.

@@ -1,5 +1,10 @@
 // The database metadata: profile identities gathered at the root, the canonical CCT's texts,
 // metric descriptors, hosts and processes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
 #include <set>
 
 #include "prof_stages.hpp"
@@ -21,6 +26,10 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.text(info.identity.executable);
     p.u64(info.identity.commandLine.size());
     for (const auto& a : info.identity.commandLine) p.text(a);
+    std::string command;
+    for (const auto& st : info.identity.settings)
+      if (st.key == "command") command = st.value;
+    p.text(command);
   }
   return comm.gather(p.take());
 }
@@ -44,7 +53,11 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   meta.profiles.resize(pipeline.profileCount());
   std::set<std::string> hosts;
   std::set<std::pair<std::string, std::uint64_t>> processes;
-  bool first = true;
+  // The measured program: the command csp-run ran (recorded by every process it started), the
+  // most frequent if several; without one (profiles not written by csp-run), the executable
+  // that most threads ran. Other executables (mpirun's helpers, a script's children) are listed.
+  std::map<std::string, std::uint64_t> commands, threadsOf;
+  std::map<std::string, std::vector<std::string>> commandLineOf;
   for (const auto& part : identities) {
     Unpacker u(part);
     for (auto n = u.u64(); n > 0; --n) {
@@ -59,15 +72,38 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       const std::string exe = u.text();
       std::vector<std::string> cmd(u.u64());
       for (auto& a : cmd) a = u.text();
+      const std::string command = u.text();
       meta.profiles.at(id) = std::move(tuple);
       hosts.insert(host);
       processes.insert({host, pid});
-      if (first && !exe.empty()) {
-        meta.executable = exe;
-        meta.commandLine = cmd;
-        first = false;
-      }
+      if (!command.empty()) ++commands[command];
+      if (!exe.empty()) ++threadsOf[exe];
+      if (!exe.empty() && !cmd.empty() && !commandLineOf.count(exe)) commandLineOf[exe] = cmd;
     }
+  }
+  auto mostFrequent = [](const std::map<std::string, std::uint64_t>& counts) {
+    std::string best;
+    std::uint64_t n = 0;
+    for (const auto& [text, c] : counts)
+      if (c > n) best = text, n = c;  // ties: the first by name, so the choice is deterministic
+    return best;
+  };
+  if (const auto command = mostFrequent(commands); !command.empty()) {
+    meta.commandLine.clear();
+    for (std::size_t at = 0;;) {
+      const auto sep = command.find('\x1f', at);
+      meta.commandLine.push_back(command.substr(at, sep == std::string::npos ? std::string::npos : sep - at));
+      if (sep == std::string::npos) break;
+      at = sep + 1;
+    }
+    // The executable of the program: the one whose name the command starts with, if any ran.
+    const std::string program = std::filesystem::path(meta.commandLine.front()).filename().string();
+    for (const auto& [exe, n] : threadsOf)
+      if (std::filesystem::path(exe).filename() == program) meta.executable = exe;
+    if (meta.executable.empty()) meta.executable = meta.commandLine.front();
+  } else if (const auto exe = mostFrequent(threadsOf); !exe.empty()) {
+    meta.executable = exe;
+    meta.commandLine = commandLineOf[exe];
   }
   meta.hostnames.assign(hosts.begin(), hosts.end());
   meta.processCount = processes.size();
@@ -82,6 +118,16 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
   meta.properties = {{"generator", "csp-prof-mpi"},
                      {"inputs", std::to_string(pipeline.inputs().size())}};
+  if (threadsOf.size() > 1) {
+    std::vector<std::pair<std::uint64_t, std::string>> byThreads;
+    for (const auto& [exe, n] : threadsOf) byThreads.emplace_back(n, exe);
+    std::sort(byThreads.begin(), byThreads.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    std::string list;
+    for (const auto& [n, exe] : byThreads) list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
+    meta.properties.push_back({"executables", list});
+  }
   return meta;
 }
 

@@ -492,3 +492,41 @@ TEST(MeasureIntegration, DepthAndNodeLimits) {
   EXPECT_GT(n.stats.droppedSamples, 0u);
   EXPECT_EQ(n.stats.samples, sampleCount(n) + n.stats.droppedSamples);
 }
+
+namespace {
+
+std::string output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = ::popen((command + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    ::pclose(pipe);
+  }
+  return out;
+}
+
+TEST(MeasureIntegration, InfoNamesTheMeasuredProgramNotAHelper) {
+  // A script runs `seq` (a helper that sorts first by name) and then the program: the database
+  // names what csp-run ran, and lists the other executables.
+  const fs::path base = scratch("program");
+  const fs::path meas = base / "meas", db = base / "db";
+  ASSERT_EQ(run(kCspRun + " -o " + meas.string() + " -- sh -c 'seq 1 200000 > /dev/null; " + kApps +
+                "csp-app-compute > /dev/null'"),
+            0);
+  std::set<std::string> executables;
+  for (const auto& p : readAll(meas)) executables.insert(fs::path(p.identity.executable).filename().string());
+  ASSERT_TRUE(executables.count("seq")) << "the helper must have been measured too";
+  ASSERT_EQ(run(kBin + "/launcher/csp-prof-mpi -q " + meas.string() + " -o " + db.string()), 0);
+  const auto info = output(kBin + "/launcher/csp-views --info " + db.string());
+  EXPECT_NE(info.find("program      sh -c seq 1 200000 > /dev/null; " + kApps + "csp-app-compute > /dev/null\n"),
+            std::string::npos)
+      << info;
+  EXPECT_NE(info.find("executables  "), std::string::npos) << info;
+  EXPECT_NE(info.find("seq (1 thread)"), std::string::npos) << info;
+  EXPECT_NE(info.find("measured processes "), std::string::npos) << info;
+  const auto summary = output(kBin + "/launcher/csp-prof-mpi " + meas.string() + " -o " + (base / "db2").string());
+  EXPECT_NE(summary.find("post-processing ranks 1"), std::string::npos) << summary;
+  fs::remove_all(base);
+}
+
+}  // namespace

@@ -258,9 +258,13 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   out << fmt::format("database     {} (format {}.{}, {} on disk)\n", db.directory().string(), version.major, version.minor,
                      formatNumber(static_cast<double>(storage::directoryBytes(db.directory())), Statistic::Sum) + "B");
   if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
+  // The program is what csp-run ran (or, without that record, the executable most threads ran);
+  // other executables measured along (mpirun's helpers, a script's children) follow.
+  out << fmt::format("program      {}\n", command.empty() ? m.executable : command);
   out << fmt::format("executable   {}\n", m.executable);
-  out << fmt::format("command      {}\n", command);
-  out << fmt::format("processes    {}\n", m.processCount);
+  for (const auto& p : m.properties)
+    if (p.key == "executables") out << fmt::format("executables  {}\n", p.value);
+  out << fmt::format("measured processes {} (the program's; not the post-processing ranks)\n", m.processCount);
   out << fmt::format("threads      {} profiles\n", m.profiles.size());
   std::string hosts;
   for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i) hosts += (i ? ", " : "") + m.hostnames[i];
@@ -321,7 +325,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
          {"title", m.title},
          {"executable", m.executable},
          {"command", m.commandLine},
-         {"processes", m.processCount},
+         {"measured_processes", m.processCount},
          {"threads", m.profiles.size()},
          {"hosts", m.hostnames},
          {"cct_nodes", m.nodeCount},
