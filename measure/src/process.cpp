@@ -53,15 +53,50 @@ void finalizeOwnThread(ThreadState* t);
 
 void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p)); }
 
+// An alternate signal stack for this thread, unless it has one (the program's, or inherited
+// across fork): the sampling handler then never runs on the program's own stack, which a thread
+// may have nearly used up. A guard page below catches an overflow of the handler itself.
+constexpr std::size_t kAltStackBytes = 64 * 1024;
+
+void installAltStack(ThreadState& t) {
+  stack_t current {};
+  if (::sigaltstack(nullptr, &current) != 0 || !(current.ss_flags & SS_DISABLE)) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, kAltStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) return;
+  ::mprotect(m, page, PROT_NONE);
+  stack_t ss {};
+  ss.ss_sp = static_cast<char*>(m) + page;
+  ss.ss_size = kAltStackBytes;
+  if (::sigaltstack(&ss, nullptr) != 0) {
+    ::munmap(m, kAltStackBytes + page);
+    return;
+  }
+  t.altStack = m;
+  t.altStackBytes = kAltStackBytes + page;
+}
+
+// On the owning thread only, once its handler can no longer run.
+void removeAltStack(ThreadState& t) {
+  if (t.altStack == nullptr) return;
+  stack_t off {};
+  off.ss_flags = SS_DISABLE;
+  ::sigaltstack(&off, nullptr);
+  ::munmap(t.altStack, t.altStackBytes);
+  t.altStack = nullptr;
+}
+
 ThreadState* beginThread(std::uint32_t index) {
   auto* t = new (std::nothrow) ThreadState;
   if (t == nullptr) return nullptr;
+  installAltStack(*t);
   t->index = index;
   t->startNs = realtimeNs();
   t->regions = createRegionState();
   if (!mapArena(t->cct, g_config->maxNodes, g_config->maxDepth)) {
     reportOnce("mmap", "csp: warning: cannot map a sample arena; a thread is not measured\n");
     destroyRegionState(t->regions);
+    removeAltStack(*t);
     delete t;
     return nullptr;
   }
@@ -139,6 +174,7 @@ void finalizeOwnThread(ThreadState* t) {
   tlsThread = nullptr;
   // The arena goes only now that this thread's handler can no longer see it.
   unmapArena(t->cct);
+  removeAltStack(*t);
   destroyRegionState(t->regions);
   delete t;
 }

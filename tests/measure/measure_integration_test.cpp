@@ -618,3 +618,25 @@ TEST(MeasureIntegration, SigtermToMpirunKeepsEveryRanksProfiles) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MeasureIntegration, ThreadWithANearlyFullSmallStackSurvivesSampling) {
+  // 64 KiB thread stack, ~55 KiB of it in use while computing: runs on its own; under csp-run
+  // the sampling handler must run on its own alternate stack.
+  ASSERT_EQ(run(kApps + "csp-app-smallstack 0.3 > /dev/null"), 0) << "the program itself must fit its stack";
+  for (int i = 0; i < 5; ++i) {
+    const fs::path dir = scratch("smallstack") / "meas";
+    ASSERT_EQ(run(kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- " + kApps +
+                  "csp-app-smallstack 0.5 > /dev/null"),
+              0)
+        << "run " << i;
+    const auto profiles = readAll(dir);
+    ASSERT_EQ(profiles.size(), 2u);
+    std::uint64_t samples = 0;
+    for (const auto& p : profiles) samples += sampleCount(p);
+    EXPECT_GT(samples, 100u);
+  }
+}
+
+}  // namespace
