@@ -27,6 +27,7 @@ struct Config {
   std::string eventsText;  // as given, for the profile's settings
   std::vector<EventConfig> events;
   std::string output;  // measurement directory; empty until resolved
+  std::string startDirectory;  // the working directory at start-up: relative outputs resolve here
   bool regionLog = false;
   std::uint32_t regionLogCapacity = 1u << 20;  // events per thread
   int verbose = 0;

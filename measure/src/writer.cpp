@@ -68,10 +68,14 @@ std::string executable() {
 
 // The measurement directory: CSP_OUTPUT (csp-run always sets it), else csp-<program>-<pid>.
 std::string outputDirectory() {
-  if (!config().output.empty()) return config().output;
-  std::string prog = executable();
-  if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
-  return fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+  std::string dir = config().output;
+  if (dir.empty()) {
+    std::string prog = executable();
+    if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
+    dir = fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+  }
+  if (dir.front() != '/' && !config().startDirectory.empty()) dir = config().startDirectory + "/" + dir;
+  return dir;
 }
 
 bool makeDirectories(const std::string& dir) {

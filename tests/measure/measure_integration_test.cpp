@@ -640,3 +640,25 @@ TEST(MeasureIntegration, ThreadWithANearlyFullSmallStackSurvivesSampling) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MeasureIntegration, RelativeOutputIsResolvedWhereTheProgramStarted) {
+  // Preloaded without csp-run, CSP_OUTPUT relative; the program changes directory before its
+  // threads end: every profile still lands in <start directory>/rel.
+  const fs::path base = scratch("chdir");
+  fs::create_directories(base / "elsewhere");
+  const std::string program =
+      "python3 -c \"import os, threading; os.chdir('elsewhere'); "
+      "t = threading.Thread(target=lambda: sum(range(3000000))); t.start(); t.join(); sum(range(3000000))\"";
+  ASSERT_EQ(run("cd " + base.string() + " && LD_PRELOAD=" + kBin + "/measure/libcsp-measure.so CSP_OUTPUT=rel " + program), 0);
+  // python3 may be a launcher script: count the python process's threads only.
+  std::size_t pythonThreads = 0;
+  for (const auto& p : readAll(base / "rel"))
+    pythonThreads += fs::path(p.identity.executable).filename().string().starts_with("python");
+  EXPECT_EQ(pythonThreads, 2u);
+  EXPECT_FALSE(fs::exists(base / "elsewhere" / "rel"));
+  fs::remove_all(base);
+}
+
+}  // namespace
