@@ -253,7 +253,9 @@ bool installSampler() {
   // SA_ONSTACK: the handler (unwinding needs ~10 KiB) runs on the thread's alternate signal
   // stack, not on whatever is left of a small thread stack (process.cpp installs one per thread).
   g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-  sigemptyset(&g_ourAction.sa_mask);
+  // Every signal blocked while a sample is taken: no other handler can interrupt it (and, say,
+  // siglongjmp out of it, which would leave the thread marked busy for good).
+  sigfillset(&g_ourAction.sa_mask);
   struct sigaction previous;
   memset(&previous, 0, sizeof previous);
   if (realSigaction() == nullptr || realSigaction()(kSampleSignal, &g_ourAction, &previous) != 0) return false;

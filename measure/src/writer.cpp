@@ -208,6 +208,17 @@ void writeThreadProfile(ThreadState& t) {
     p.stats.unwindFailures = t.unwindFailures;
     p.stats.droppedSamples = t.droppedSamples;
     p.stats.truncatedPaths = t.truncatedPaths;
+    // Every sample lands in a sampled metric or is counted as dropped. A sample whose handler
+    // was cut short (it cannot be with all signals blocked in it, but a profile is never thrown
+    // away for it) is recorded as dropped instead of making the profile inconsistent.
+    {
+      __extension__ using Uint128 = unsigned __int128;
+      Uint128 landed = p.stats.droppedSamples;
+      for (std::size_t i = 0; i < p.values.size(); ++i)
+        if (p.metrics[p.values.metric[i]].kind == MetricKind::Sampled) landed += p.values.count[i];
+      if (landed < p.stats.samples) p.stats.droppedSamples += static_cast<std::uint64_t>(p.stats.samples - landed);
+      else if (landed > p.stats.samples) p.stats.samples = static_cast<std::uint64_t>(landed);
+    }
 
     const std::string dir = outputDirectory();
     if (!makeDirectories(dir)) {

@@ -662,3 +662,18 @@ TEST(MeasureIntegration, RelativeOutputIsResolvedWhereTheProgramStarted) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MeasureIntegration, AProgramHandlerThatLongjmpsNeverStopsSampling) {
+  // The program's SIGUSR1 handler leaves by siglongjmp, 2,000 times a second. Were it to cut a
+  // sample short, the thread would stay marked busy and sampling would stop after a few samples.
+  const fs::path dir = scratch("longjmp") / "meas";
+  ASSERT_EQ(run(kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kApps + "csp-app-longjmp 1 > /dev/null"), 0);
+  const auto profiles = readAll(dir);  // written, and consistent
+  ASSERT_EQ(profiles.size(), 1u);
+  EXPECT_GT(profiles[0].stats.samples, 50u) << "sampling stopped";
+  EXPECT_EQ(sampleCount(profiles[0]) + profiles[0].stats.droppedSamples, profiles[0].stats.samples);
+}
+
+}  // namespace
