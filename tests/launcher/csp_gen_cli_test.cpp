@@ -164,4 +164,17 @@ TEST_F(CspGen, HostileJsonIsOneClearError) {
   EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
 }
 
+TEST_F(CspGen, NotANumberIsRefused) {
+  // NaN passes a range check (every comparison with it is false); it used to give profiles whose
+  // counts were all 1 (--imbalance) or that held every statement (--presence).
+  for (const char* option : {"--imbalance", "--presence"})
+    for (const char* value : {"nan", "NaN", "-nan"}) {
+      const auto out = dir_ / "nan";
+      auto r = run(std::string(option) + " " + value + " --ranks 2 --nodes 50 -q -o " + out.string());
+      EXPECT_EQ(r.status, 2) << option << " " << value;  // a bad option
+      EXPECT_NE(r.output.find("not a number"), std::string::npos) << option << " " << value << ": " << r.output;
+      EXPECT_FALSE(fs::exists(out)) << option << " " << value;
+    }
+}
+
 }  // namespace
