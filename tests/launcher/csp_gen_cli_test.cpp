@@ -133,6 +133,25 @@ TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
   r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("at CCT node"), std::string::npos) << r.output;
+  // Counts of a repeated path add up: 2^64 - 1 and 2 used to give 1.
+  std::ofstream(spec) << R"({"metrics": [{"name": "c", "kind": "counted"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"c": 18446744073709551615}},
+    {"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"c": 2}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(spec.string() + ": threads[0].samples[1].counts.c: the counts of this path add up beyond 2^64 - 1"),
+            std::string::npos)
+      << r.output;
+  // Two sampled metrics whose samples together exceed what the header can record.
+  std::ofstream(spec) << R"({"metrics": [{"name": "a", "kind": "sampled", "period": 1}, {"name": "b", "kind": "sampled", "period": 1}],
+    "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}],
+    "counts": {"a": 9223372036854775808, "b": 9223372036854775808}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(spec.string() + ": threads[0]: the sampled counts add up to more than 2^64 - 1 samples"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
 }
 
 }  // namespace
