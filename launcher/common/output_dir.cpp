@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 std::string notAMeasurementDirectory(const fs::path& existing) {
   std::error_code ec;
   const auto st = fs::symlink_status(existing, ec);
+  if (!ec && st.type() == fs::file_type::symlink) return "a symbolic link, not a measurement directory (never followed)";
   if (ec || st.type() != fs::file_type::directory) return "not a directory";
   for (fs::directory_iterator it(existing, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();

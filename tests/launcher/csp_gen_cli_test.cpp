@@ -101,7 +101,15 @@ TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
   EXPECT_TRUE(fs::is_directory(odd / "x.cspprof"));
   // A symlink to the user's folder is not followed into.
   fs::create_directory_symlink(user, dir_ / "link");
-  EXPECT_EQ(run("--force --ranks 2 -q -o " + (dir_ / "link").string()).status, 1);
+  r = run("--force --ranks 2 -q -o " + (dir_ / "link").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find((dir_ / "link").string() + ": a symbolic link, not a measurement directory"), std::string::npos)
+      << r.output;
+  // Nor is a file.
+  std::ofstream(dir_ / "file") << "keep me";
+  r = run("--force --ranks 2 -q -o " + (dir_ / "file").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find((dir_ / "file").string() + ": not a directory"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(user / "notes.txt"));
   // An earlier measurement is replaced.
   const auto meas = dir_ / "meas";
