@@ -10,6 +10,7 @@
 
 #include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
+#include "output_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -202,6 +203,38 @@ TEST_F(CspGen, NotANumberIsRefused) {
       EXPECT_NE(r.output.find("not a number"), std::string::npos) << option << " " << value << ": " << r.output;
       EXPECT_FALSE(fs::exists(out)) << option << " " << value;
     }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CspGen, ReplacementMovesTheOldDirectoryAsideUnderAFreshName) {
+  // --force moves the previous measurement aside before renaming the new one in. A symbolic link
+  // planted at the name it used to use (.NAME.old-PID) neither stops the replacement nor is
+  // followed, and stays as it was.
+  const auto target = dir_ / "meas";
+  fs::create_directories(target);
+  std::ofstream(target / "old.cspprof") << "old";
+  const auto victim = dir_ / "victim.txt";
+  std::ofstream(victim) << "keep";
+  const auto planted = dir_ / (".meas.old-" + std::to_string(::getpid()));
+  fs::create_symlink(victim, planted);
+  {
+    csp::cli::StagedDirectory staged(target, true, csp::cli::notAMeasurementDirectory);
+    std::ofstream(staged.staging() / "new.cspprof") << "new";
+    staged.publish();
+  }
+  EXPECT_TRUE(fs::exists(target / "new.cspprof"));
+  EXPECT_FALSE(fs::exists(target / "old.cspprof"));
+  std::ifstream in(victim);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "keep");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(planted)));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 3u);  // meas, the victim, the planted link: no old or staging directory left
 }
 
 }  // namespace
