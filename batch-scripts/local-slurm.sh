@@ -8,7 +8,7 @@
 #
 # Options (or environment):
 #   --dir DIR     (CSP_SLURM_DIR)   private directory for config, keys, state, logs
-#                                   [/tmp/csp-slurm-UID]
+#                                   [/tmp/csp-slurm-UID]; yours, no symlink, not writable by others
 #   --cpus N      (CSP_SLURM_CPUS)  CPUs the node advertises (may exceed the real ones) [8]
 #   --port P      (CSP_SLURM_PORT)  slurmctld port; slurmd uses P+1 [16817]
 #   --timeout S   (CSP_SLURM_TIMEOUT) seconds to wait for the node to become idle [60]
@@ -61,6 +61,7 @@ done
 [[ "$timeout" =~ ^[1-9][0-9]*$ ]] || die "--timeout: '$timeout' is not a positive integer"
 [[ -z "$stop_with" || "$stop_with" =~ ^[1-9][0-9]*$ ]] || die "--stop-with: '$stop_with' is not a PID"
 [[ "$dir" = /* ]] || dir="$PWD/$dir"
+while [[ "$dir" == */ && "$dir" != / ]]; do dir=${dir%/}; done
 
 conf="$dir/slurm.conf"
 socket="$dir/munge/munge.socket"
@@ -204,8 +205,26 @@ EOF
 
 node_state() { SLURM_CONF="$conf" timeout 5 sinfo -h -n localhost -o %T 2>/dev/null | head -n 1; }
 
+# DIR gets a munge key and the daemons' state, and start removes parts of it: it must be this
+# user's own directory, no symbolic link (anyone can plant a name in /tmp), writable by nobody
+# else. A missing DIR is created exclusively (mkdir without -p), so a name planted meanwhile
+# fails instead of being used.
+private_dir() {
+  local mode
+  [[ -L "$dir" ]] && die "$dir: is a symbolic link; --dir must name a directory of your own"
+  if [[ -e "$dir" ]]; then
+    [[ -d "$dir" ]] || die "$dir: exists and is not a directory; choose another --dir"
+    [[ -O "$dir" ]] || die "$dir: is owned by another user; choose another --dir"
+    mode=$(stat -c %a -- "$dir")
+    (( (8#$mode & 8#022) == 0 )) || die "$dir: is writable by other users (mode $mode); choose another --dir"
+  else
+    mkdir -p -- "$(dirname -- "$dir")" && mkdir -m 700 -- "$dir" || die "$dir: cannot be created"
+  fi
+}
+
 start() {
   local b pid state i
+  private_dir
   for b in munged mungekey munge slurmctld slurmd sinfo sbatch srun; do
     command -v "$b" >/dev/null || [[ -x "/usr/sbin/$b" ]] || die "'$b' not found; install the Debian packages slurm-wlm and munge (scripts/install-deps.sh)"
   done

@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 std::string notAMeasurementDirectory(const fs::path& existing) {
   std::error_code ec;
   const auto st = fs::symlink_status(existing, ec);
+  if (!ec && st.type() == fs::file_type::symlink) return "a symbolic link, not a measurement directory (never followed)";
   if (ec || st.type() != fs::file_type::directory) return "not a directory";
   for (fs::directory_iterator it(existing, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -64,9 +65,18 @@ void StagedDirectory::publish() {
         throw OutputDirError(fmt::format("{}: {}; not replaced", target_.string(), why));
     // Move the old one aside first so that the target name is never missing a complete directory
     // for longer than two renames.
-    const fs::path old = target_.parent_path() / fmt::format(".{}.old-{}", target_.filename().string(), ::getpid());
+    // The aside name is fresh and exclusively created (an empty directory, which rename()
+    // replaces): nothing planted under a predictable name is reused.
+    std::string oldName = (staging_.parent_path() / fmt::format(".{}.old-{}-XXXXXX", target_.filename().string(), ::getpid())).string();
+    if (!::mkdtemp(oldName.data()))
+      throw OutputDirError(fmt::format("{}: cannot create a name to move it aside: {}", target_.string(), std::strerror(errno)));
+    const fs::path old = oldName;
     fs::rename(target_, old, ec);
-    if (ec) throw OutputDirError(fmt::format("{}: cannot replace: {}", target_.string(), ec.message()));
+    if (ec) {
+      std::error_code ignore;
+      fs::remove(old, ignore);
+      throw OutputDirError(fmt::format("{}: cannot replace: {}", target_.string(), ec.message()));
+    }
     fs::rename(staging_, target_, ec);
     if (ec) {
       std::error_code ignore;

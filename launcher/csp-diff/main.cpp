@@ -43,11 +43,21 @@ int main(int argc, char** argv) {
       // "..", a run directory and its db/).
       namespace fs = std::filesystem;
       std::error_code ec;
-      for (const auto& [given, db] : {std::pair{runP, pathP}, std::pair{runQ, pathQ}})
+      for (const auto& [given, db] : {std::pair{runP, pathP}, std::pair{runQ, pathQ}}) {
         for (const fs::path& input : {fs::path(given), db})
           if (fs::equivalent(output, input, ec) && !ec)
             throw csp::analysis::DiffError(
                 fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o", output, given));
+        // Nor into one: a directory inside an input database would change it.
+        const fs::path absolute = fs::absolute(output, ec);
+        for (fs::path up = absolute.parent_path(); !ec && !up.empty(); up = up.parent_path()) {
+          std::error_code ignore;
+          if (fs::equivalent(up, db, ignore) && !ignore)
+            throw csp::analysis::DiffError(fmt::format(
+                "{}: is inside the input {}; csp-diff never writes over its inputs: choose another -o", output, given));
+          if (up == up.parent_path()) break;
+        }
+      }
     }
     const auto dbP = csp::storage::Database::open(pathP);
     const auto dbQ = csp::storage::Database::open(pathQ);

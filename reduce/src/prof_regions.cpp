@@ -1,5 +1,7 @@
 // Region summaries: visits and times from each thread's region tree, concurrency per process
 // from the region event logs (docs/views.md, "Regions").
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
@@ -52,6 +54,12 @@ struct RegionConcurrency {
   std::uint64_t anyNs = 0, allNs = 0, areaNs = 0, stragglerNs = 0, maxParallelism = 0;
 };
 
+// The area of `region` (threads x time) does not fit 64 bits. The times cannot: each is at most
+// the span of the process's event times.
+struct AreaOverflow {
+  std::uint32_t region;
+};
+
 std::vector<RegionConcurrency> regionConcurrency(const std::vector<std::vector<std::uint32_t>>& threadRegions,
                                                  const std::vector<const RegionProfile*>& threads,
                                                  std::size_t regionCount) {
@@ -77,7 +85,9 @@ std::vector<RegionConcurrency> regionConcurrency(const std::vector<std::vector<s
     const std::uint64_t dt = t - since[r];
     if (inside[r] >= 1) {
       out[r].anyNs += dt;
-      out[r].areaNs += inside[r] * dt;
+      std::uint64_t area = 0;
+      if (__builtin_mul_overflow(inside[r], dt, &area) || __builtin_add_overflow(out[r].areaNs, area, &out[r].areaNs))
+        throw AreaOverflow{r};
       if (inside[r] == threadCount) out[r].allNs += dt;
       if (inside[r] == 1 && threadCount > 1) out[r].stragglerNs += dt;
     }
@@ -164,7 +174,18 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline)
       logs.push_back(&t.regions);
       ids.push_back(pipeline.regionIds(t.regions));
     }
-    const auto c = regionConcurrency(ids, logs, pipeline.regions().size());
+    std::vector<RegionConcurrency> c;
+    try {
+      c = regionConcurrency(ids, logs, pipeline.regions().size());
+    } catch (const AreaOverflow& e) {
+      const auto& region = pipeline.regions()[e.region];
+      const auto& in = pipeline.inputs()[members.front().second];
+      throw PipelineError(fmt::format(
+          "{}: region '{}{}': the area of process {} pid {} ({} threads) exceeds 2^64 - 1 thread-ns, which region "
+          "values cannot hold: its event times cannot be right",
+          in.path.string(), region.name, region.dynamicId ? fmt::format("#{}", region.dynamicId) : std::string(),
+          process.first, process.second, threads.size()));
+    }
     for (std::size_t r = 1; r < c.size(); ++r) {
       if (c[r].maxParallelism == 0) continue;
       const std::size_t at = r * width;

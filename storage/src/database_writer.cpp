@@ -470,9 +470,14 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     const pid_t pid = static_cast<pid_t>(std::stol(pidText));
 
     LeftoverReport r{it->path(), false, {}};
+    // Builds leave real directories: anything else at these names (a planted symbolic link) is
+    // never followed, neither to read an OWNER nor to be restored as the target; it is removed
+    // itself (remove_all does not follow links) or left alone like any other leftover.
+    std::error_code typeError;
+    const bool realDirectory = it->symlink_status(typeError).type() == fs::file_type::directory;
     std::string ownerHost = host, ownerBoot;
     std::uint64_t ownerStart = 0;
-    if (std::ifstream owner(it->path() / kOwnerName); owner) {
+    if (std::ifstream owner; realDirectory && (owner.open(it->path() / kOwnerName), owner)) {
       std::string key, value;
       while (owner >> key >> value) {
         if (key == "host") ownerHost = value;
@@ -502,7 +507,7 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
           "left alone: its owner, process {}, is still running (another build of {}?); if that process is stuck, "
           "stop it and the next build removes this directory",
           pid, target.string());
-    } else if (isOld && !fs::exists(target)) {
+    } else if (isOld && realDirectory && !fs::exists(target)) {
       // A replacement was interrupted between its two renames: the old database is complete.
       fs::rename(it->path(), target, ec);
       r.removed = !ec;

@@ -54,7 +54,9 @@ std::uint32_t ProfileBuilder::path(std::span<const std::uint32_t> frames) {
 
 void ProfileBuilder::addCount(std::uint32_t node, std::uint16_t metric, std::uint64_t count) {
   if (count == 0) return;
-  counts_[(std::uint64_t{node} << 16) | metric] += count;
+  auto& sum = counts_[(std::uint64_t{node} << 16) | metric];
+  if (__builtin_add_overflow(sum, count, &sum))
+    throw std::overflow_error("the counts of this path add up beyond 2^64 - 1");
 }
 
 ThreadProfile ProfileBuilder::finish() {
@@ -64,15 +66,17 @@ ThreadProfile ProfileBuilder::finish() {
   v.node.clear();
   v.metric.clear();
   v.count.clear();
-  std::uint64_t sampled = 0;
+  std::uint64_t samples = profile_.stats.droppedSamples;
   for (const auto& [key, count] : sorted) {
     const auto metric = static_cast<std::uint16_t>(key & 0xFFFF);
     v.node.push_back(static_cast<std::uint32_t>(key >> 16));
     v.metric.push_back(metric);
     v.count.push_back(count);
-    if (metric < profile_.metrics.size() && profile_.metrics[metric].kind == MetricKind::Sampled) sampled += count;
+    if (metric < profile_.metrics.size() && profile_.metrics[metric].kind == MetricKind::Sampled &&
+        __builtin_add_overflow(samples, count, &samples))
+      throw std::overflow_error("the sampled counts add up to more than 2^64 - 1 samples");
   }
-  profile_.stats.samples = sampled + profile_.stats.droppedSamples;
+  profile_.stats.samples = samples;
   return std::move(profile_);
 }
 

@@ -193,6 +193,10 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   Uint128 sampled = p.stats.droppedSamples;
   for (std::size_t m = 0; m < p.metrics.size(); ++m)
     if (p.metrics[m].kind == MetricKind::Sampled) sampled += totals[m];
+  if (sampled > kMaxValue)
+    fail(name, fmt::format("sample counts are inconsistent: the sampled metrics' counts plus {} dropped add up to more "
+                           "than 2^64 - 1, which the header's {} samples cannot record",
+                           p.stats.droppedSamples, p.stats.samples));
   if (sampled != p.stats.samples) {
     fail(name, fmt::format("sample counts are inconsistent: {} samples recorded in the header, but the sampled "
                            "metrics' counts plus {} dropped add up to {}",

@@ -515,6 +515,18 @@ TEST_F(Diff, Refusals) {
     const auto text2 = csp_diff(q.string() + " " + p.string() + " --p 8 --q 16 --force -o " + spelled, 1);
     EXPECT_NE(text2.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text2;
   }
+  // Nor into one: a directory inside an input database, reached directly or through links.
+  std::filesystem::create_directory_symlink(p, dir / "alias");
+  for (const auto& spelled : {(p / "x").string(), (dir / "run" / "db" / "x").string(), (dir / "alias" / "x" / "y").string()}) {
+    const auto text = csp_diff(p.string() + " " + q.string() + " --force -o " + spelled, 1);
+    EXPECT_NE(text.find(": is inside the input " + p.string() + "; csp-diff never writes over its inputs"), std::string::npos)
+        << spelled << "\n" << text;
+    const auto text2 = csp_diff((dir / "run").string() + " " + q.string() + " -o " + spelled, 1);
+    EXPECT_NE(text2.find(": is inside the input " + (dir / "run").string() + "; csp-diff never writes over its inputs"),
+              std::string::npos)
+        << spelled << "\n" << text2;
+  }
+  EXPECT_FALSE(std::filesystem::exists(p / "x"));
   EXPECT_EQ(csp::test::dumpDatabase(p), before);
   const auto both = run(tool("csp-diff") + " --strong --weak " + p.string() + " " + q.string());
   EXPECT_NE(both.status, 0);

@@ -10,6 +10,7 @@
 
 #include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
+#include "output_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -101,7 +102,15 @@ TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
   EXPECT_TRUE(fs::is_directory(odd / "x.cspprof"));
   // A symlink to the user's folder is not followed into.
   fs::create_directory_symlink(user, dir_ / "link");
-  EXPECT_EQ(run("--force --ranks 2 -q -o " + (dir_ / "link").string()).status, 1);
+  r = run("--force --ranks 2 -q -o " + (dir_ / "link").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find((dir_ / "link").string() + ": a symbolic link, not a measurement directory"), std::string::npos)
+      << r.output;
+  // Nor is a file.
+  std::ofstream(dir_ / "file") << "keep me";
+  r = run("--force --ranks 2 -q -o " + (dir_ / "file").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find((dir_ / "file").string() + ": not a directory"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(user / "notes.txt"));
   // An earlier measurement is replaced.
   const auto meas = dir_ / "meas";
@@ -133,6 +142,25 @@ TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
   r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("at CCT node"), std::string::npos) << r.output;
+  // Counts of a repeated path add up: 2^64 - 1 and 2 used to give 1.
+  std::ofstream(spec) << R"({"metrics": [{"name": "c", "kind": "counted"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"c": 18446744073709551615}},
+    {"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"c": 2}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(spec.string() + ": threads[0].samples[1].counts.c: the counts of this path add up beyond 2^64 - 1"),
+            std::string::npos)
+      << r.output;
+  // Two sampled metrics whose samples together exceed what the header can record.
+  std::ofstream(spec) << R"({"metrics": [{"name": "a", "kind": "sampled", "period": 1}, {"name": "b", "kind": "sampled", "period": 1}],
+    "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}],
+    "counts": {"a": 9223372036854775808, "b": 9223372036854775808}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(spec.string() + ": threads[0]: the sampled counts add up to more than 2^64 - 1 samples"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
 }
 
 }  // namespace
@@ -162,6 +190,51 @@ TEST_F(CspGen, HostileJsonIsOneClearError) {
   const auto bad = run("--bogus");
   EXPECT_EQ(bad.status, 2);
   EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+}
+
+TEST_F(CspGen, NotANumberIsRefused) {
+  // NaN passes a range check (every comparison with it is false); it used to give profiles whose
+  // counts were all 1 (--imbalance) or that held every statement (--presence).
+  for (const char* option : {"--imbalance", "--presence"})
+    for (const char* value : {"nan", "NaN", "-nan"}) {
+      const auto out = dir_ / "nan";
+      auto r = run(std::string(option) + " " + value + " --ranks 2 --nodes 50 -q -o " + out.string());
+      EXPECT_EQ(r.status, 2) << option << " " << value;  // a bad option
+      EXPECT_NE(r.output.find("not a number"), std::string::npos) << option << " " << value << ": " << r.output;
+      EXPECT_FALSE(fs::exists(out)) << option << " " << value;
+    }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CspGen, ReplacementMovesTheOldDirectoryAsideUnderAFreshName) {
+  // --force moves the previous measurement aside before renaming the new one in. A symbolic link
+  // planted at the name it used to use (.NAME.old-PID) neither stops the replacement nor is
+  // followed, and stays as it was.
+  const auto target = dir_ / "meas";
+  fs::create_directories(target);
+  std::ofstream(target / "old.cspprof") << "old";
+  const auto victim = dir_ / "victim.txt";
+  std::ofstream(victim) << "keep";
+  const auto planted = dir_ / (".meas.old-" + std::to_string(::getpid()));
+  fs::create_symlink(victim, planted);
+  {
+    csp::cli::StagedDirectory staged(target, true, csp::cli::notAMeasurementDirectory);
+    std::ofstream(staged.staging() / "new.cspprof") << "new";
+    staged.publish();
+  }
+  EXPECT_TRUE(fs::exists(target / "new.cspprof"));
+  EXPECT_FALSE(fs::exists(target / "old.cspprof"));
+  std::ifstream in(victim);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "keep");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(planted)));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 3u);  // meas, the victim, the planted link: no old or staging directory left
 }
 
 }  // namespace

@@ -295,6 +295,26 @@ TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
   EXPECT_NE(view.output.find("100"), std::string::npos) << view.output;
 }
 
+TEST_F(Prof, RegionAreaBeyond64BitsIsRefusedNotWrapped) {
+  // Three threads of one process in region "r" for 9e18 ns each: the process's area (thread-ns)
+  // is 2.7e19, beyond 2^64 - 1; it used to wrap to 8.55e18. Each thread's own values fit.
+  std::string threads;
+  for (int t = 0; t < 3; ++t)
+    threads += std::string(t ? "," : "") + R"({"id": {"rank": 0, "thread": )" + std::to_string(t) +
+               R"(}, "pid": 7, "hostname": "n1", "events": [{"t": 0, "enter": "r"}, {"t": 9000000000000000000, "exit": "r"}]})";
+  const auto meas = fromJson("area", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}");
+  const auto first = storage::listProfiles(meas).front();
+  for (int ranks : {1, 2}) {
+    const auto db = dir / ("area-db" + std::to_string(ranks));
+    const auto r = run(csp::test::mpirun(ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find(first.string() + ": region 'r': the area of process n1 pid 7 (3 threads) exceeds 2^64 - 1 thread-ns"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(db));
+  }
+}
+
 TEST_F(Prof, MixedInputsAreRefusedNamingBothFiles) {
   const auto a = dir / "a";
   const auto b = dir / "b";

@@ -344,6 +344,31 @@ TEST(DatabasePublication, InterruptedTwoRenameReplacementIsRestored) {
   EXPECT_EQ(Database::open(target)->metadata().title, "A");
 }
 
+TEST(DatabasePublication, LinksPlantedAtTemporaryNamesAreNeverFollowed) {
+  // Symbolic links to a directory of the user's at every name a build uses or cleans up: the
+  // build succeeds, the target is a real directory, and nothing behind the links changes.
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  const fs::path victim = tmp.path() / "victim";
+  fs::create_directories(victim / "staging");
+  writeText(victim / "OWNER", "keep");
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  for (const auto& name : {fmt::format(".db.old-{}", dead), fmt::format(".db.tmp-{}", dead), fmt::format(".db.tmp-{}", ::getpid())})
+    fs::create_directory_symlink(victim, tmp.path() / name);
+  test::buildInProcess(target, Synthetic{}, "A");
+  EXPECT_EQ(fs::symlink_status(target).type(), fs::file_type::directory);
+  EXPECT_EQ(Database::open(target)->metadata().title, "A");
+  EXPECT_EQ(dirEntries(victim), (std::vector<std::string>{"OWNER", "staging"}));
+  std::ifstream in(victim / "OWNER");
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "keep");
+  // The links themselves are gone: they were at names only builds of db use.
+  EXPECT_EQ(dirEntries(tmp.path()), (std::vector<std::string>{"db", "victim"}));
+}
+
 TEST(DatabaseOpen, MissingDirectory) {
   TempDir tmp;
   expectOpenFails(tmp.path() / "nowhere", "does not exist");

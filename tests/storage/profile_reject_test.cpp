@@ -80,6 +80,13 @@ TEST(ProfileReject, ValuesBeyond64BitsNeverWrap) {
   EXPECT_NE(err.find("counts x period"), std::string::npos) << err;
 }
 
+TEST(ProfileReject, SampleTotalBeyond64BitsIsNamedNotTruncated) {
+  // The samples handled (sampled counts + dropped) cannot be recorded in 64 bits: the message
+  // says so instead of printing the sum cut to 64 bits.
+  const auto err = mutatedError([](ThreadProfile& p) { p.stats.droppedSamples = ~std::uint64_t{0}; });
+  EXPECT_NE(err.find("add up to more than 2^64 - 1"), std::string::npos) << err;
+}
+
 TEST(ProfileReject, WrongMagic) {
   auto image = storage::serializeProfile(test::fullSymbolicProfile());
   image[0] = std::byte{'X'};

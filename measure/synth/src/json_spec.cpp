@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "csp/storage/profile_builder.hpp"
 #include "csp/storage/profile_io.hpp"
@@ -268,7 +269,12 @@ ThreadProfile parseThread(const Context& cx, const json& thread, const std::vect
     for (auto it = counts.begin(); it != counts.end(); ++it) {
       auto m = metricIndex.find(it.key());
       if (m == metricIndex.end()) cx.fail(w + ".counts", fmt::format("unknown metric \"{}\"", it.key()));
-      b.addCount(node, m->second, cx.unsignedValue(it.value(), w + ".counts." + it.key()));
+      const std::string at = w + ".counts." + it.key();
+      try {
+        b.addCount(node, m->second, cx.unsignedValue(it.value(), at));
+      } catch (const std::overflow_error& e) {
+        cx.fail(at, e.what());
+      }
     }
   }
   if (thread.contains("stats")) {
@@ -278,7 +284,12 @@ ThreadProfile parseThread(const Context& cx, const json& thread, const std::vect
     if (s.contains("truncated_paths")) p.stats.truncatedPaths = cx.unsignedValue(s["truncated_paths"], where + ".stats");
   }
   parseRegions(cx, thread, p.regions, where);
-  ThreadProfile out = b.finish();
+  ThreadProfile out;
+  try {
+    out = b.finish();
+  } catch (const std::overflow_error& e) {
+    cx.fail(where, e.what());
+  }
   try {
     storage::validateProfile(out, where);
   } catch (const storage::ProfileError& e) {

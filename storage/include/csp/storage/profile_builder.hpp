@@ -30,10 +30,12 @@ class ProfileBuilder {
   // Follows (creating as needed) a path of frame ids from the root; returns the last node.
   std::uint32_t path(std::span<const std::uint32_t> frames);
 
+  // Counts of one node and metric add up; std::overflow_error if they exceed 2^64 - 1.
   void addCount(std::uint32_t node, std::uint16_t metric, std::uint64_t count);
 
   // Sorts and packs the values, fills stats.samples for sampled metrics (plus
   // `droppedSamples` already set), and returns the profile. The builder is spent afterwards.
+  // std::overflow_error if the samples exceed 2^64 - 1.
   ThreadProfile finish();
 
  private:
