@@ -826,7 +826,7 @@ def reference_table(post, ref):
         rows.append(["largest bytes per non-zero per-thread value", fmt(max(bpv)), f"≤ {t['bytes_per_value']}", ""])
     if not rows:
         return ""
-    return ("Beside docs/benchmarks.md, "Targets" (the target is CSP's; hpcprof's figures were measured on this kind of "
+    return ("Beside the targets of docs/benchmarks.md (the target is CSP's; hpcprof's figures were measured on this kind of "
             "machine, not by this run; no target is checked here):\n\n" +
             table(["figure", "CSP, this run (median)", "target", "hpcprof (reference)"], rows))
 
