@@ -82,7 +82,8 @@ void Comm::check() const {
 void Comm::onAbort(std::function<void()> hook) const { abortHooks_.push_back(std::move(hook)); }
 
 void Comm::abortJob(const std::string& why) const {
-  std::fprintf(stderr, "csp-prof-mpi: error: rank %d: %s\n", rank_, why.c_str());
+  // The same first line as the agreed failure path, so that the message reads alike either way.
+  std::fprintf(stderr, "csp-prof-mpi: error: %s\n(reported by rank %d of %d processes)\n", why.c_str(), rank_, size_);
   std::fprintf(stderr,
                "csp-prof-mpi: the other processes did not reach the failure agreement within %.0f s; aborting the job\n",
                static_cast<double>(grace_.count()) / 1000.0);

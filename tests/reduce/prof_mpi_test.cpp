@@ -199,7 +199,10 @@ TEST_F(ProfFailure, StuckPeerAbortsTheJobAfterTheGracePeriod) {
   for (const std::string phase : {"metrics", "exchange", "publish"}) {
     const auto o = prof(3, "1:" + phase + ":stall,2:" + phase, "db", "CSP_FAILURE_GRACE_SECONDS=2");
     expectCleanFailure(o, "db", "stall in " + phase);
-    EXPECT_NE(o.output.find("rank 2: injected failure in phase '" + phase + "'"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase '" + phase +
+                            "' (CSP_FAULT_INJECT)\n(reported by rank 2 of 3 processes)"),
+              std::string::npos)
+        << o.output;
     EXPECT_NE(o.output.find("did not reach the failure agreement within 2 s; aborting"), std::string::npos) << o.output;
     EXPECT_LT(o.seconds, 20.0) << o.output;
   }
