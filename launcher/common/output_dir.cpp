@@ -1,5 +1,7 @@
 #include "output_dir.hpp"
 
+#include "csp/storage/database_writer.hpp"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,30 +65,12 @@ void StagedDirectory::publish() {
     if (guard_)
       if (const auto why = guard_(target_); !why.empty())
         throw OutputDirError(fmt::format("{}: {}; not replaced", target_.string(), why));
-    // Move the old one aside first so that the target name is never missing a complete directory
-    // for longer than two renames.
-    // The aside name is fresh and exclusively created (an empty directory, which rename()
-    // replaces): nothing planted under a predictable name is reused.
-    std::string oldName = (staging_.parent_path() / fmt::format(".{}.old-{}-XXXXXX", target_.filename().string(), ::getpid())).string();
-    if (!::mkdtemp(oldName.data()))
-      throw OutputDirError(fmt::format("{}: cannot create a name to move it aside: {}", target_.string(), std::strerror(errno)));
-    const fs::path old = oldName;
-    fs::rename(target_, old, ec);
-    if (ec) {
-      std::error_code ignore;
-      fs::remove(old, ignore);
-      throw OutputDirError(fmt::format("{}: cannot replace: {}", target_.string(), ec.message()));
-    }
-    fs::rename(staging_, target_, ec);
-    if (ec) {
-      std::error_code ignore;
-      fs::rename(old, target_, ignore);
-      throw OutputDirError(fmt::format("{}: cannot publish: {}", target_.string(), ec.message()));
-    }
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(staging_, target_, ec);
-    if (ec) throw OutputDirError(fmt::format("{}: cannot publish: {}", target_.string(), ec.message()));
+  }
+  // The same atomic publication as databases (exchange or no-replace rename, parent synced).
+  try {
+    storage::publishDirectory(staging_, target_);
+  } catch (const storage::DatabaseError& e) {
+    throw OutputDirError(e.what());
   }
   published_ = true;
 }

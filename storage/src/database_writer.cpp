@@ -525,6 +525,51 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
   return reports;
 }
 
+// --- publication of a staged directory --------------------------------------------------------
+
+void publishDirectory(const fs::path& staging, const fs::path& target,
+                      const std::function<void(std::string_view)>& step) {
+  std::error_code ec;
+  const fs::path parent = parentOf(target);
+  auto note = [&](std::string_view s) {
+    if (step) step(s);
+  };
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    // Swap in one step so that the target name always holds a complete directory. The previous
+    // one ends up under the staging name and is removed (a leftover if we die now).
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+      fsyncPath(parent, true);
+      note("exchanged");
+      fs::remove_all(staging, ec);
+    } else if (errno == EINVAL || errno == ENOSYS) {
+      // File systems without RENAME_EXCHANGE: two renames, the previous directory moved aside
+      // under ".<name>.old-<pid>" (cleanupLeftovers() restores it if we die between them).
+      const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), ::getpid());
+      fs::rename(target, old, ec);
+      if (ec) throw DatabaseError(target, "cannot move the previous one aside: " + ec.message());
+      fs::rename(staging, target, ec);
+      if (ec) {
+        std::error_code ignore;
+        fs::rename(old, target, ignore);
+        throw DatabaseError(target, "cannot publish: " + ec.message());
+      }
+      fsyncPath(parent, true);
+      note("exchanged");
+      fs::remove_all(old, ec);
+    } else {
+      throw DatabaseError(target, "cannot replace: " + errnoText(errno));
+    }
+    return;
+  }
+  // NOREPLACE: a directory that appeared meanwhile (another run) is not silently replaced.
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) throw DatabaseError(target, "cannot publish: " + errnoText(errno));
+    fs::rename(staging, target, ec);
+    if (ec) throw DatabaseError(target, "cannot publish: " + ec.message());
+  }
+  fsyncPath(parent, true);
+}
+
 // --- DatabaseBuilder -------------------------------------------------------------------------
 
 struct DatabaseBuilder::Impl {
@@ -715,42 +760,7 @@ void DatabaseBuilder::publish() {
   d.step("manifest");
 
   d.checkTarget();
-  const fs::path parent = parentOf(d.target);
-  if (fs::exists(d.target, ec)) {
-    // Swap in one step so that the target name always holds a complete database. The previous
-    // database ends up under the temporary name, which the next build cleans up if we die now.
-    if (::renameat2(AT_FDCWD, d.temp.c_str(), AT_FDCWD, d.target.c_str(), RENAME_EXCHANGE) == 0) {
-      fsyncPath(parent, true);
-      d.step("exchanged");
-      fs::remove_all(d.temp, ec);
-    } else if (errno == EINVAL || errno == ENOSYS) {
-      // File systems without RENAME_EXCHANGE: two renames; cleanupLeftovers() restores ".old-"
-      // if we die between them.
-      const fs::path old = parent / fmt::format(".{}.old-{}", d.target.filename().string(), ::getpid());
-      fs::rename(d.target, old, ec);
-      if (ec) throw DatabaseError(d.target, "cannot move the previous database aside: " + ec.message());
-      fs::rename(d.temp, d.target, ec);
-      if (ec) {
-        std::error_code ignore;
-        fs::rename(old, d.target, ignore);
-        throw DatabaseError(d.target, "cannot publish: " + ec.message());
-      }
-      fsyncPath(parent, true);
-      d.step("exchanged");
-      fs::remove_all(old, ec);
-    } else {
-      throw DatabaseError(d.target, "cannot replace: " + errnoText(errno));
-    }
-  } else {
-    // NOREPLACE: a directory that appeared meanwhile (another run) is not silently replaced.
-    if (::renameat2(AT_FDCWD, d.temp.c_str(), AT_FDCWD, d.target.c_str(), RENAME_NOREPLACE) != 0) {
-      if (errno != EINVAL && errno != ENOSYS)
-        throw DatabaseError(d.target, "cannot publish: " + errnoText(errno));
-      fs::rename(d.temp, d.target, ec);
-      if (ec) throw DatabaseError(d.target, "cannot publish: " + ec.message());
-    }
-    fsyncPath(parent, true);
-  }
+  publishDirectory(d.temp, d.target, [&](std::string_view step) { d.step(step); });
   d.published = true;
   d.step("published");
 }

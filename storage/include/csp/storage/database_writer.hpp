@@ -119,6 +119,14 @@ class DatabaseBuilder {
   std::unique_ptr<Impl> impl_;
 };
 
+// Puts a fully written directory `staging` (a sibling of `target`) in place of `target` in one
+// atomic step and syncs the parent directory: a new name appears complete or not at all; an
+// existing `target` is exchanged with it (RENAME_EXCHANGE; on file systems without it, two renames
+// via ".<name>.old-<pid>") and removed. Callers decide beforehand whether replacing is allowed.
+// `step` hears "exchanged" (crash tests). Throws DatabaseError naming `target`.
+void publishDirectory(const std::filesystem::path& staging, const std::filesystem::path& target,
+                      const std::function<void(std::string_view)>& step = {});
+
 // Cleans up what interrupted builds of `target` left behind: ".<name>.tmp-<pid>" directories
 // whose process is dead on this host are removed, others reported. Called by DatabaseBuilder;
 // public for tools that want to report without building.
