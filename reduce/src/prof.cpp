@@ -15,6 +15,7 @@
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
 #include "csp/storage/profile_io.hpp"
+#include "region_logs.hpp"
 #include "string_ids.hpp"
 
 namespace csp::reduce {
@@ -339,9 +340,15 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     }
     const std::uint32_t myFirstProfile = pipeline.firstProfileId();
     const std::uint32_t myEndProfile = myFirstProfile + static_cast<std::uint32_t>(pipeline.localProfiles().size());
-    for (auto& [process, members] : processes) {
-      std::sort(members.begin(), members.end());
-      const std::uint32_t first = members.front().first;
+    // In order of first profile id: the region logs written below are keyed by it.
+    std::map<std::uint32_t, decltype(processes)::value_type*> byFirst;
+    for (auto& entry : processes) {
+      std::sort(entry.second.begin(), entry.second.end());
+      byFirst[entry.second.front().first] = &entry;
+    }
+    for (auto& [firstId, entry] : byFirst) {
+      auto& [process, members] = *entry;
+      const std::uint32_t first = firstId;
       if (first < myFirstProfile || first >= myEndProfile) continue;
       std::vector<ThreadProfile> threads;
       std::vector<const RegionProfile*> logs;
@@ -352,6 +359,9 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
         ids.push_back(pipeline.regionIds(t.regions));
       }
       const auto c = regionConcurrency(ids, logs, pipeline.regions().size());
+      std::vector<std::uint32_t> memberIds;  // for csp-query (issue 16)
+      for (const auto& m : members) memberIds.push_back(m.first);
+      putRegionLogs(*mainShard, process.first, process.second, memberIds, threads, ids);
       for (std::size_t r = 1; r < c.size(); ++r) {
         if (c[r].maxParallelism == 0) continue;
         const std::size_t at = r * kRegionSlots;
