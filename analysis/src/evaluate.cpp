@@ -63,6 +63,8 @@ class Evaluator {
     for (std::size_t s = 0; s < p.threadNumbers.size(); ++s) slotOf_.try_emplace(p.threadNumbers[s], s);
     for (const auto& c : q.calls) calls_.push_back(compile(*c.formula));
     env_.assign(q.variables.size(), kNone);
+    needSets_.assign(q.calls.size(), q.kind == Query::Kind::Attribute);
+    if (q.expr) markCounts(*q.expr);
     mark_.assign(p.threadNumbers.size(), 0);
   }
 
@@ -85,6 +87,12 @@ class Evaluator {
     if (f.a) c->a = compile(*f.a);
     if (f.b) c->b = compile(*f.b);
     return c;
+  }
+
+  void markCounts(const Expr& e) {
+    if (e.kind == Expr::Kind::Count) needSets_[static_cast<std::size_t>(e.call)] = true;
+    if (e.a) markCounts(*e.a);
+    if (e.b) markCounts(*e.b);
   }
 
   CTerm term(const Term& t, VarType type) {
@@ -276,7 +284,7 @@ class Evaluator {
           a.duration += dt;
           a.maxPar = std::max(a.maxPar, par);
           a.area += static_cast<double>(dt) * static_cast<double>(par);
-          if (q_.kind == Query::Kind::Attribute)
+          if (needSets_[c])
             for (const auto& [th, rg] : witness_) {
               a.threads.insert(th);
               a.regions.insert(rg);
@@ -360,6 +368,7 @@ class Evaluator {
   std::vector<std::int64_t> activeSlots_, allSyms_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> witness_;
   std::vector<std::uint32_t> mark_;
+  std::vector<bool> needSets_;
   const std::vector<ThreadState>* states_ = nullptr;
 };
 
