@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS]: builds the libFuzzer targets with clang and runs each for SECONDS:
 # the profile reader (seeded with valid profiles from csp-gen), then the metrics decoders and
-# expression parsers. Exits non-zero if a fuzzer finds a crash, keeping the reproducer.
+# expression parsers. Exits non-zero if a fuzzer finds a crash (keeping the reproducer) or if the
+# profile reader target never gets past its early checks (it prints how far its inputs got).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -12,7 +13,12 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/seeds"
 build-fuzz/launcher/csp-gen -q --ranks 2 --threads 2 --nodes 60 --regions -o "$work/seeds/synthetic"
 build-fuzz/launcher/csp-gen -q --from-json tests/data/fig75.json -o "$work/seeds/fig75"
-cp "$work"/seeds/*/*.cspprof "$work/corpus/"
+# Each seed gets the target's selector byte (tests/fuzz/profile_reader_fuzz.cpp): 0x01 = skip the
+# checksum, so that mutations of valid profiles reach the parser and the structural checks.
+for f in "$work"/seeds/*/*.cspprof; do
+  cp "$f" "$work/corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
+  printf '\001' >>"$work/corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
 fuzz() {  # fuzz NAME BINARY CORPUS...
   local name=$1 binary=$2
   shift 2
@@ -29,5 +35,34 @@ fuzz() {  # fuzz NAME BINARY CORPUS...
   echo "fuzz: $name ${seconds} s, no crash"
 }
 mkdir -p "$work/metrics-corpus"
+# Seeds for the metrics target: stored accumulators of a small database (selector byte 0: integer
+# accumulators of raw metrics, 1: real accumulators of a derived metric), made with the Release
+# tools when they are built (scripts/test.sh builds them first).
+if [[ -x build/launcher/csp-prof-mpi && -x build/tests/csp-db-dump ]]; then
+  build/launcher/csp-prof-mpi -q --derive 'r = `cpu-time` / 3' "$work/seeds/synthetic" -o "$work/seed-db"
+  n=0
+  # shellcheck disable=SC2030
+  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "summaries" { print $3 }' | head -n 400 | while read -r hex; do
+    n=$((n + 1))
+    # The first byte of an accumulator is its tag: integer or real. Selector = 0 or 1 accordingly.
+    case ${hex:0:2} in 11) sel=00 ;; 21) sel=01 ;; *) continue ;; esac
+    python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "$sel$hex" >"$work/metrics-corpus/acc-$n"
+  done
+fi
 fuzz "profile reader" build-fuzz/tests/fuzz/profile_reader_fuzz "$work/corpus"
+# The reader target must get past its early checks: some inputs parse, some fail the structural
+# checks behind the decoder (a run stuck at the checksum or the header would show zeros here).
+stats=$(grep -E '^profile_reader_fuzz: ' "$work/profile-reader.log" | tail -n 1 || true)
+echo "${stats:-profile_reader_fuzz: no statistics printed}"
+read -r parsed structural < <(sed -E 's/.* ([0-9]+) parsed, ([0-9]+) rejected by the structural.*/\1 \2/' <<<"$stats")
+if [[ -z "$stats" || "${parsed:-0}" -eq 0 || "${structural:-0}" -eq 0 ]]; then
+  echo "fuzz: the profile reader target never got past its early checks" >&2
+  exit 1
+fi
 fuzz "metrics decoders and expressions" build-fuzz/tests/metrics/metrics_fuzz "$work/metrics-corpus"
+stats=$(grep -E '^metrics_fuzz: accepted' "$work/metrics-decoders-and-expressions.log" | tail -n 1 || true)
+echo "${stats:-metrics_fuzz: no statistics printed}"
+if [[ -z "$stats" ]] || grep -qE ' 0( |$)' <<<"$stats"; then
+  echo "fuzz: an entry point of the metrics target never accepted an input" >&2
+  exit 1
+fi

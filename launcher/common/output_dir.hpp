@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <stdexcept>
 
 namespace csp::cli {
@@ -12,10 +14,16 @@ class OutputDirError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The guard of csp-gen and csp-run outputs: only a directory of profiles (regular *.cspprof
+// files, their temporaries) or an empty one may be replaced; anything else is a user's.
+std::string notAMeasurementDirectory(const std::filesystem::path& existing);
+
 class StagedDirectory {
  public:
-  // Fails early if `target` exists and `force` is false.
-  StagedDirectory(std::filesystem::path target, bool force);
+  // Why an existing directory may not be replaced (empty: it may), checked with --force.
+  using Guard = std::function<std::string(const std::filesystem::path& existing)>;
+  // Fails early if `target` exists and `force` is false, or if `guard` refuses to replace it.
+  StagedDirectory(std::filesystem::path target, bool force, Guard guard = {});
   ~StagedDirectory();  // removes the staging directory unless published
   StagedDirectory(const StagedDirectory&) = delete;
   StagedDirectory& operator=(const StagedDirectory&) = delete;
@@ -28,6 +36,7 @@ class StagedDirectory {
   std::filesystem::path target_;
   std::filesystem::path staging_;
   bool force_;
+  Guard guard_;
   bool published_ = false;
 };
 

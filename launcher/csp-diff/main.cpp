@@ -5,11 +5,11 @@
 
 #include <cstdio>
 
-#include "csp/reduce/diff.hpp"
+#include "csp/analysis/diff.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "csp-diff: where scaling is lost between two runs of the same program (DESIGN.md 9, docs/diff.md).\n"
+      "csp-diff: where scaling is lost between two runs of the same program (docs/diff.md).\n"
       "  csp-diff run-p64 run-p4096 [-o scaling-db]\n"
       "Each run is a CSP database or a run directory holding db/; RUN_P is the smaller run.",
       "csp-diff"};
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   bool strong = false, weak = false, force = false, quiet = false;
   double p = 0, q = 0;
   std::size_t top = 10;
-  csp::reduce::DiffOptions o;
+  csp::analysis::DiffOptions o;
   app.add_option("RUN_P", runP, "the run on p processes (database or run directory)")->required();
   app.add_option("RUN_Q", runQ, "the run on q > p processes")->required();
   auto* strongFlag = app.add_flag("--strong", strong, "strong scaling, same total problem (the default)");
@@ -36,13 +36,26 @@ int main(int argc, char** argv) {
   if (*qOption) o.q = q;
 
   try {
-    const auto dbP = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runP));
-    const auto dbQ = csp::storage::Database::open(csp::reduce::resolveRunDatabase(runQ));
-    const auto diff = csp::reduce::computeScalingDiff(*dbP, *dbQ, o);
+    const auto pathP = csp::analysis::resolveRunDatabase(runP);
+    const auto pathQ = csp::analysis::resolveRunDatabase(runQ);
+    if (!output.empty()) {
+      // The result never replaces one of its inputs, however the path is spelled (symlinks,
+      // "..", a run directory and its db/).
+      namespace fs = std::filesystem;
+      std::error_code ec;
+      for (const auto& [given, db] : {std::pair{runP, pathP}, std::pair{runQ, pathQ}})
+        for (const fs::path& input : {fs::path(given), db})
+          if (fs::equivalent(output, input, ec) && !ec)
+            throw csp::analysis::DiffError(
+                fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o", output, given));
+    }
+    const auto dbP = csp::storage::Database::open(pathP);
+    const auto dbQ = csp::storage::Database::open(pathQ);
+    const auto diff = csp::analysis::computeScalingDiff(*dbP, *dbQ, o);
     // Written before the report so that a refused output does not look like success.
-    if (!output.empty()) csp::reduce::writeDiffDatabase(diff, output, force);
+    if (!output.empty()) csp::analysis::writeDiffDatabase(diff, output, force);
     if (!quiet) {
-      fmt::print("{}", csp::reduce::formatDiffReport(diff, top));
+      fmt::print("{}", csp::analysis::formatDiffReport(diff, top));
       if (!output.empty()) fmt::print("\ncsp-diff: wrote {}\n", output);
     }
   } catch (const std::exception& e) {

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   std::string out, spec;
   bool force = false, quiet = false;
   app.add_option("-o,--output", out, "measurement directory to create")->required();
-  auto* fromJson = app.add_option("--from-json", spec, "write the exact profiles described by this JSON file")->check(CLI::ExistingFile);
+  auto* fromJson = app.add_option("--from-json", spec, "write the exact profiles described by this JSON file");
   app.add_option("--ranks", o.ranks, "MPI ranks")->check(CLI::Range(1u, 1u << 24))->capture_default_str();
   app.add_option("--threads", o.threads, "threads per rank")->check(CLI::Range(1u, 1u << 16))->capture_default_str();
   app.add_option("--nodes", o.nodes, "CCT nodes of each call-path group")->check(CLI::Range(4u, 1u << 26))->capture_default_str();
@@ -42,11 +42,19 @@ int main(int argc, char** argv) {
   for (const char* name : {"--ranks", "--threads", "--nodes", "--depth", "--groups", "--metrics", "--imbalance",
                            "--hot-paths", "--presence", "--ranks-per-node", "--regions", "--seed"})
     fromJson->excludes(app.get_option(name));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other error of the tools.
+    fmt::print(stderr, "csp-gen: {} (csp-gen --help shows the options)\n", e.what());
+    return 2;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   try {
-    csp::cli::StagedDirectory dir(out, force);
+    csp::cli::StagedDirectory dir(out, force, csp::cli::notAMeasurementDirectory);
     csp::synth::GenerationSummary summary;
     if (!spec.empty()) {
       // Parse everything first: a bad description writes nothing.

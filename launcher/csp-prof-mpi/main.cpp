@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
     if (rank == 0 && !quiet) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("csp-prof-mpi: wrote {}\n", output);
-      fmt::print("  processes {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs, s.skipped.size());
+      fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs,
+                 s.skipped.size());
       for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
       fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics, s.regions > 0 ? s.regions - 1 : 0);
       fmt::print("  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,

@@ -184,6 +184,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   setEnv("CSP_OUTPUT", outDir.string(), talk);
+  // The command as the user gave it, for every process it starts (also mpirun's helpers, a
+  // shell's children): the database names it as the measured program. Arguments are separated
+  // by the unit separator, which no argument of a sane command contains.
+  {
+    std::string joined;
+    for (const auto& a : command) joined += (joined.empty() ? "" : "\x1f") + a;
+    setEnv("CSP_COMMAND", joined, false);
+  }
   if (regionLog) setEnv("CSP_REGION_LOG", "1", talk);
   if (noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
   if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);

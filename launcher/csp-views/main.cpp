@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       "csp-views"};
   std::string dbPath, format = "text", color = "auto", population = "all", sort, nodeSpec, focus;
   bool callers = false, flat = false, regions = false, info = false, cc = false, noColor = false, fullNames = false;
-  std::vector<std::string> metricArgs, statArgs, scopeArgs, hide, keep;
+  std::vector<std::string> metricArgs, statArgs, scopeArgs, hide, keep, formulas;
   std::optional<unsigned> depth;
   std::optional<double> threshold;
   std::optional<std::size_t> top;
@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_option("--population", population, "all (absent threads count as 0) or present")
       ->check(CLI::IsMember({"all", "present"}))
       ->capture_default_str();
+  app.add_option("--formula", formulas,
+                 "'NAME = EXPR' over finalized statistics, a column per scope (e.g. 'cpi = cycles.sum / "
+                 "instructions.sum'; docs/metrics.md); repeatable")
+      ->allow_extra_args(false);
   app.add_option("--sort", sort, "sort by a column [metric:]stat[:scope], or 'name'");
   app.add_option("-d,--depth", depth, "levels shown below the top (callers default: 2)");
   app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)");
@@ -183,8 +187,11 @@ int main(int argc, char** argv) {
                    : regions ? csp::views::ViewKind::Regions
                              : csp::views::ViewKind::CallingContext;
     std::vector<std::string> available;
-    if (regions)
-      available = {"time", "visits"};
+    if (regions) {
+      available = {"time"};  // the default column
+      for (const auto& m : csp::views::regionMetricsOf(*db))
+        if (m.name != "time") available.push_back(m.name);
+    }
     else
       for (const auto& m : db->metrics()) available.push_back(m.descriptor.name);
     const auto shownMetrics = metricNames.empty() ? std::vector<std::string>{available.at(0)} : metricNames;
@@ -193,11 +200,24 @@ int main(int argc, char** argv) {
     for (const auto& m : shownMetrics)
       for (auto st : stats)
         for (auto sc : scopes) request.columns.push_back({m, st, sc});
+    if (regions && !formulas.empty()) throw ViewError("--formula applies to the calling context, callers and flat views");
+    for (const auto& f : formulas) {
+      const auto eq = f.find('=');
+      std::string name = f.substr(0, eq == std::string::npos ? 0 : eq);
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      for (auto sc : scopes) request.columns.push_back({name, Statistic::Sum, sc, f});
+      if (!name.empty()) available.push_back(name);
+    }
     request.population = population == "present" ? csp::metrics::Population::Present : csp::metrics::Population::All;
     if (sort == "name")
       request.sortByName = true;
-    else if (!sort.empty())
+    else if (!sort.empty()) {
       request.sortBy = parseSortColumn(sort, request.columns.front(), available);
+      // Sorting by a formula: its column of the chosen scope.
+      for (const auto& c : request.columns)
+        if (!c.formula.empty() && c.metric == request.sortBy->metric && c.scope == request.sortBy->scope) request.sortBy = c;
+    }
     request.depth = depth;
     if (!depth && callers) request.depth = 2;
     if (threshold) request.thresholdPercent = *threshold;

@@ -1,6 +1,9 @@
 // Measurement settings from the environment (csp-run sets them; launchers that cannot wrap the
 // program set them directly). Documented in docs/measurement.md.
 #include <cerrno>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +114,9 @@ Config readConfig() {
     }
   }
   if (const char* out = std::getenv("CSP_OUTPUT"); out != nullptr) c.output = out;
+  // Resolved against the directory the program started in, not the one it is in when a profile
+  // is written (a program that chdirs would split or lose its profiles).
+  if (char cwd[PATH_MAX]; ::getcwd(cwd, sizeof cwd) != nullptr) c.startDirectory = cwd;
   c.regionLog = envFlag("CSP_REGION_LOG");
   c.regionLogCapacity = static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
   c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));

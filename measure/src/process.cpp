@@ -1,11 +1,15 @@
 // Process and thread life cycle of the preloaded library: start-up, the pthread_create and
 // dlclose interposers, fork, exit, and the MPI wrappers that learn the rank.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,15 +53,50 @@ void finalizeOwnThread(ThreadState* t);
 
 void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p)); }
 
+// An alternate signal stack for this thread, unless it has one (the program's, or inherited
+// across fork): the sampling handler then never runs on the program's own stack, which a thread
+// may have nearly used up. A guard page below catches an overflow of the handler itself.
+constexpr std::size_t kAltStackBytes = 64 * 1024;
+
+void installAltStack(ThreadState& t) {
+  stack_t current {};
+  if (::sigaltstack(nullptr, &current) != 0 || !(current.ss_flags & SS_DISABLE)) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, kAltStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) return;
+  ::mprotect(m, page, PROT_NONE);
+  stack_t ss {};
+  ss.ss_sp = static_cast<char*>(m) + page;
+  ss.ss_size = kAltStackBytes;
+  if (::sigaltstack(&ss, nullptr) != 0) {
+    ::munmap(m, kAltStackBytes + page);
+    return;
+  }
+  t.altStack = m;
+  t.altStackBytes = kAltStackBytes + page;
+}
+
+// On the owning thread only, once its handler can no longer run.
+void removeAltStack(ThreadState& t) {
+  if (t.altStack == nullptr) return;
+  stack_t off {};
+  off.ss_flags = SS_DISABLE;
+  ::sigaltstack(&off, nullptr);
+  ::munmap(t.altStack, t.altStackBytes);
+  t.altStack = nullptr;
+}
+
 ThreadState* beginThread(std::uint32_t index) {
   auto* t = new (std::nothrow) ThreadState;
   if (t == nullptr) return nullptr;
+  installAltStack(*t);
   t->index = index;
   t->startNs = realtimeNs();
   t->regions = createRegionState();
   if (!mapArena(t->cct, g_config->maxNodes, g_config->maxDepth)) {
     reportOnce("mmap", "csp: warning: cannot map a sample arena; a thread is not measured\n");
     destroyRegionState(t->regions);
+    removeAltStack(*t);
     delete t;
     return nullptr;
   }
@@ -135,6 +174,7 @@ void finalizeOwnThread(ThreadState* t) {
   tlsThread = nullptr;
   // The arena goes only now that this thread's handler can no longer see it.
   unmapArena(t->cct);
+  removeAltStack(*t);
   destroyRegionState(t->regions);
   delete t;
 }
@@ -153,6 +193,93 @@ void finalizeAll() {
     }
     finalize(t);
   }
+}
+
+// --- Termination signals --------------------------------------------------------------------
+// SIGTERM (a batch system's time limit, `kill`, mpirun forwarding), SIGINT, SIGHUP and SIGXCPU
+// would end the program without exit handlers, losing every profile. Where their disposition is
+// the default, the handler only wakes a finisher thread (one write to a pipe: async-signal-safe;
+// the interrupted code may hold any lock, so nothing else happens in the handler). The finisher
+// writes every thread's profile, restores the default action and sends the signal again, so the
+// program still ends by that signal. A program that installs its own handler keeps it (its exit
+// path writes the profiles as usual). A forked child without exec has no finisher: there the
+// handler ends the child by the signal at once (docs/measurement.md).
+constexpr int kTerminationSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGXCPU};
+constinit std::atomic<int> g_terminationSignal{0};
+constinit int g_terminationPipe[2] = {-1, -1};
+constinit pid_t g_terminationOwner = 0;  // the process whose finisher reads the pipe
+
+void finalizeAll();
+
+void onTerminationSignal(int sig) {
+  const int saved = errno;
+  if (g_terminationOwner == getpid()) {
+    int expected = 0;
+    if (g_terminationSignal.compare_exchange_strong(expected, sig)) {
+      const char byte = 1;
+      [[maybe_unused]] const ssize_t n = ::write(g_terminationPipe[1], &byte, 1);
+    }
+  } else {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
+  errno = saved;
+}
+
+void* terminationFinisher(void*) {
+  char byte = 0;
+  while (::read(g_terminationPipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  const int sig = g_terminationSignal.load();
+  if (sig == 0) return nullptr;
+  std::size_t threads = 0;
+  {
+    std::lock_guard lock(g_registryMutex);
+    threads = registry().size();
+  }
+  say(std::string("csp: ") + strsignal(sig) + ": writing the profiles of " + std::to_string(threads) +
+      " thread(s), then ending with the signal (pid " + std::to_string(getpid()) + ")\n");
+  finalizeAll();
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
+  ::kill(getpid(), sig);
+  for (;;) ::pause();  // the signal ends the process
+}
+
+void installTerminationHandlers() {
+  std::vector<int> defaults;
+  for (int sig : kTerminationSignals) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL)
+      defaults.push_back(sig);
+  }
+  if (defaults.empty() || ::pipe2(g_terminationPipe, O_CLOEXEC) != 0) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t finisher;
+  const int rc = g_realPthreadCreate(&finisher, &attr, terminationFinisher, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    ::close(g_terminationPipe[0]);
+    ::close(g_terminationPipe[1]);
+    g_terminationPipe[0] = g_terminationPipe[1] = -1;
+    return;
+  }
+  pthread_setname_np(finisher, "csp-finisher");
+  g_terminationOwner = getpid();
+  struct sigaction act {};
+  act.sa_handler = onTerminationSignal;
+  sigemptyset(&act.sa_mask);
+  for (int sig : kTerminationSignals) sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  for (int sig : defaults) ::sigaction(sig, &act, nullptr);
 }
 
 struct StartInfo {
@@ -193,6 +320,7 @@ void initialize() {
   g_ready = true;
   beginThread(g_nextThreadIndex.fetch_add(1));
   std::atexit(finalizeAll);
+  installTerminationHandlers();
 }
 
 void ensureInitialized() { pthread_once(&g_once, initialize); }

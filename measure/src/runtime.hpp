@@ -27,6 +27,7 @@ struct Config {
   std::string eventsText;  // as given, for the profile's settings
   std::vector<EventConfig> events;
   std::string output;  // measurement directory; empty until resolved
+  std::string startDirectory;  // the working directory at start-up: relative outputs resolve here
   bool regionLog = false;
   std::uint32_t regionLogCapacity = 1u << 20;  // events per thread
   int verbose = 0;
@@ -119,6 +120,10 @@ struct ThreadState {
   std::uint64_t foreignSignals = 0;  // SIGPROF not sent by our timers
   CctArena cct;
   RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
+  // The thread's alternate signal stack for the sampling handler, if the library installed it
+  // (a program's own alternate stack is left in place): mapping, its size with the guard page.
+  void* altStack = nullptr;
+  std::size_t altStackBytes = 0;
 };
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never

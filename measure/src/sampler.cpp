@@ -250,7 +250,9 @@ bool installSampler() {
   memset(&g_ourAction, 0, sizeof g_ourAction);
   g_ourAction.sa_sigaction = onSample;
   // SA_RESTART: a sample must not make the program's system calls fail with EINTR.
-  g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART;
+  // SA_ONSTACK: the handler (unwinding needs ~10 KiB) runs on the thread's alternate signal
+  // stack, not on whatever is left of a small thread stack (process.cpp installs one per thread).
+  g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&g_ourAction.sa_mask);
   struct sigaction previous;
   memset(&previous, 0, sizeof previous);

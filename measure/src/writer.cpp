@@ -68,10 +68,14 @@ std::string executable() {
 
 // The measurement directory: CSP_OUTPUT (csp-run always sets it), else csp-<program>-<pid>.
 std::string outputDirectory() {
-  if (!config().output.empty()) return config().output;
-  std::string prog = executable();
-  if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
-  return fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+  std::string dir = config().output;
+  if (dir.empty()) {
+    std::string prog = executable();
+    if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
+    dir = fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+  }
+  if (dir.front() != '/' && !config().startDirectory.empty()) dir = config().startDirectory + "/" + dir;
+  return dir;
 }
 
 bool makeDirectories(const std::string& dir) {
@@ -192,6 +196,8 @@ void writeThreadProfile(ThreadState& t) {
     settings.push_back({"max-depth", std::to_string(c.maxDepth)});
     settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
     settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+    if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
+      settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
     if (takenOver) {
       reportOnce("takeover", fmt::format("csp: warning: the program replaced the SIGPROF handler, which csp uses "
                                          "for sampling; samples taken after that are missing (pid {})\n",

@@ -293,4 +293,41 @@ Statistics RealAccumulator::finalize(std::uint64_t profiles, Population populati
   return s;
 }
 
+const char* toString(Statistic statistic) {
+  switch (statistic) {
+    case Statistic::Count: return "count";
+    case Statistic::Sum: return "sum";
+    case Statistic::Mean: return "mean";
+    case Statistic::Min: return "min";
+    case Statistic::Max: return "max";
+    case Statistic::Stddev: return "stddev";
+    case Statistic::Cfvar: return "cfvar";
+    case Statistic::Imbalance: return "imbalance";
+  }
+  return "?";
+}
+
+std::optional<Statistic> parseStatistic(std::string_view text) {
+  for (auto s : kStatistics)
+    if (text == toString(s)) return s;
+  if (text == "std" || text == "sd") return Statistic::Stddev;
+  if (text == "cv") return Statistic::Cfvar;
+  if (text == "imb") return Statistic::Imbalance;
+  return std::nullopt;
+}
+
+double valueOf(const Statistics& s, Statistic statistic) {
+  switch (statistic) {
+    case Statistic::Count: return static_cast<double>(s.count);
+    case Statistic::Sum: return s.sum;
+    case Statistic::Mean: return s.mean;
+    case Statistic::Min: return s.min;
+    case Statistic::Max: return s.max;
+    case Statistic::Stddev: return s.stddev;
+    case Statistic::Cfvar: return s.cfvar;
+    case Statistic::Imbalance: return s.imbalance;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 }  // namespace csp::metrics

@@ -378,16 +378,6 @@ std::optional<double> PerThreadDerivedMetric::evaluate(std::span<const double> i
 
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Statistic>, 8> kStatisticNames{{
-    {"count", Statistic::Count},
-    {"sum", Statistic::Sum},
-    {"mean", Statistic::Mean},
-    {"min", Statistic::Min},
-    {"max", Statistic::Max},
-    {"stddev", Statistic::Stddev},
-    {"cfvar", Statistic::Cfvar},
-    {"imbalance", Statistic::Imbalance},
-}};
 
 // Splits off the last ".component" of `rest` if it satisfies `accept`.
 template <typename Accept>
@@ -401,25 +391,6 @@ bool splitSuffix(std::string_view& rest, Accept accept) {
 
 }  // namespace
 
-const char* toString(Statistic statistic) {
-  for (const auto& [name, s] : kStatisticNames)
-    if (s == statistic) return name.data();
-  return "?";
-}
-
-double valueOf(const Statistics& s, Statistic statistic) {
-  switch (statistic) {
-    case Statistic::Count: return static_cast<double>(s.count);
-    case Statistic::Sum: return s.sum;
-    case Statistic::Mean: return s.mean;
-    case Statistic::Min: return s.min;
-    case Statistic::Max: return s.max;
-    case Statistic::Stddev: return s.stddev;
-    case Statistic::Cfvar: return s.cfvar;
-    case Statistic::Imbalance: return s.imbalance;
-  }
-  return kNaN;
-}
 
 SummaryFormula SummaryFormula::parse(std::string_view definition) {
   SummaryFormula f;
@@ -429,8 +400,8 @@ SummaryFormula SummaryFormula::parse(std::string_view definition) {
     std::string_view rest = e.names()[i];
     StatisticRef ref;
     splitSuffix(rest, [&](std::string_view s) {
-      for (const auto& [name, stat] : kStatisticNames)
-        if (name == s) {
+      for (const auto stat : kStatistics)
+        if (s == toString(stat)) {
           ref.statistic = stat;
           return true;
         }

@@ -5,6 +5,8 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <atomic>
@@ -39,38 +41,67 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-std::vector<std::byte> packMetrics(const std::vector<MetricDescriptor>& metrics) {
+// For balancing only: what cannot be sized (no regular file) is reported when it is read.
+std::uint64_t sizeOrZero(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  return ec ? 0 : static_cast<std::uint64_t>(size);
+}
+
+// A metric as first seen, with the profile it was first seen in (for messages).
+struct MetricOrigin {
+  MetricDescriptor descriptor;
+  std::string file;
+};
+
+std::vector<std::byte> packMetrics(const std::vector<MetricOrigin>& metrics) {
   Packer p;
   p.u64(metrics.size());
-  for (const auto& m : metrics) {
+  for (const auto& [m, file] : metrics) {
     p.text(m.name);
     p.text(m.unit);
     p.u64(static_cast<std::uint64_t>(m.kind));
     p.u64(m.period);
     p.text(m.description);
+    p.text(file);
   }
   return p.take();
 }
 
-std::vector<MetricDescriptor> unpackMetrics(const std::vector<std::byte>& bytes) {
+std::vector<MetricOrigin> unpackMetrics(const std::vector<std::byte>& bytes) {
   Unpacker u(bytes);
-  std::vector<MetricDescriptor> out(u.u64());
-  for (auto& m : out) {
+  std::vector<MetricOrigin> out(u.u64());
+  for (auto& [m, file] : out) {
     m.name = u.text();
     m.unit = u.text();
     m.kind = static_cast<MetricKind>(u.u64());
     m.period = u.u64();
     m.description = u.text();
+    file = u.text();
   }
   return out;
 }
 
-// Appends the metrics not yet in `into` (by name), keeping first-appearance order.
-void mergeMetrics(std::vector<MetricDescriptor>& into, const std::vector<MetricDescriptor>& more) {
-  for (const auto& m : more) {
-    const bool known = std::any_of(into.begin(), into.end(), [&](const auto& x) { return x.name == m.name; });
-    if (!known) into.push_back(m);
+std::string describeMetric(const MetricDescriptor& m) {
+  return fmt::format("{}{}", m.kind == MetricKind::Sampled ? "sampled" : "counted",
+                     m.unit.empty() ? std::string() : ", unit " + m.unit);
+}
+
+// Appends the metrics not yet in `into` (by name), keeping first-appearance order. Metrics are
+// merged by name, so one name must mean one thing: the same kind and unit everywhere (the period
+// may differ: values are count x period already); otherwise values of different quantities
+// would be added up.
+void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
+  const auto it = std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
+  if (it == into.end()) {
+    into.push_back(m);
+    return;
   }
+  if (it->descriptor.kind != m.descriptor.kind || it->descriptor.unit != m.descriptor.unit)
+    throw PipelineError(fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
+                                    "not from compatible measurements",
+                                    m.descriptor.name, it->file, describeMetric(it->descriptor), m.file,
+                                    describeMetric(m.descriptor)));
 }
 
 // Region trees are small (tens to thousands of nodes): a map under a mutex is enough.
@@ -226,6 +257,20 @@ struct Pipeline::Impl {
   std::vector<RegionTreeNode> regions;
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> regionIndex;
   std::vector<PhaseTime> phases;
+  std::vector<SkippedInput> localSkipped;  // this rank's, until shared
+
+  // The steps of discover() and buildStructure(), in order.
+  std::vector<InputProfile> listInputs() const;  // rank 0
+  std::uint64_t sourceIndex(const ProfileSource* source) const;
+  void partition();
+  void readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion);
+  void shareSkipped();
+  void assignProfileIds();
+  void checkDistinctIdentities();
+  void unifyMetrics();
+  void addDerivedMetrics();
+  void unifyCct(LocalCct& localCct);
+  void unifyRegions(const RegionUnion& regionUnion);
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -287,37 +332,17 @@ void throwIfAny(const std::vector<std::string>& errors) {
 void Pipeline::discover() {
   Impl& s = *impl_;
   Stopwatch watch;
-  std::vector<std::string> errors;
+  // Rank 0 lists, everyone receives the same list: paths, sizes and each file's source.
   Packer packed;
   if (s.comm.rank() == 0) {
-    std::vector<InputProfile> found;
-    for (const auto& input : s.options.inputs) {
-      std::error_code ec;
-      if (fs::is_directory(input, ec)) {
-        try {
-          const auto files = storage::listProfiles(input);
-          if (files.empty()) errors.push_back(fmt::format("{}: no profiles (*.cspprof) in this directory", input.string()));
-          for (const auto& f : files) found.push_back({f, fs::file_size(f, ec)});
-        } catch (const std::exception& e) {
-          errors.push_back(e.what());
-        }
-      } else if (fs::is_regular_file(input, ec) && input.extension() == storage::kProfileExtension) {
-        found.push_back({input, fs::file_size(input, ec)});
-      } else if (!fs::exists(input, ec)) {
-        errors.push_back(fmt::format("{}: no such file or directory", input.string()));
-      } else {
-        errors.push_back(fmt::format("{}: neither a measurement directory nor a {} file", input.string(),
-                                     storage::kProfileExtension));
-      }
-    }
-    if (s.options.inputs.empty()) errors.push_back("no measurement directory given");
+    const auto found = s.listInputs();
     packed.u64(found.size());
     for (const auto& f : found) {
       packed.text(f.path.string());
       packed.u64(f.bytes);
+      packed.u64(s.sourceIndex(f.source));
     }
   }
-  throwIfAny(errors);
   auto bytes = packed.take();
   s.comm.broadcast(bytes);
   Unpacker u(bytes);
@@ -325,204 +350,322 @@ void Pipeline::discover() {
   for (auto& f : s.inputs) {
     f.path = u.text();
     f.bytes = u.u64();
+    f.source = profileSources().at(u.u64());
   }
-  // Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch
-  // whose preceding bytes reach r/P of the total. Batches are fixed in input order whatever P
-  // is, and the database's per-node blocks follow them, so the same inputs give the same keys
-  // for any process count. Contiguity keeps ids and key ranges per rank sorted.
-  const std::size_t batch = std::max<std::size_t>(s.options.batchProfiles, 1);
-  std::uint64_t total = 0;
-  for (const auto& f : s.inputs) total += f.bytes;
-  auto startOf = [&](int r) -> std::size_t {
-    if (r >= s.comm.size()) return s.inputs.size();
-    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(s.comm.size());
-    std::uint64_t before = 0;
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      if (i % batch == 0 && before >= target) return i;
-      before += s.inputs[i].bytes;
-    }
-    return s.inputs.size();
-  };
-  s.begin = startOf(s.comm.rank());
-  s.end = startOf(s.comm.rank() + 1);
+  s.partition();
   s.phases.push_back({"discover", watch.seconds()});
+}
+
+std::vector<InputProfile> Pipeline::Impl::listInputs() const {
+  std::vector<std::string> errors;
+  std::vector<InputProfile> found;
+  for (const auto& input : options.inputs) {
+    std::error_code ec;
+    if (fs::is_directory(input, ec)) {
+      try {
+        std::size_t before = found.size();
+        for (const auto* source : profileSources())
+          for (const auto& f : source->list(input)) found.push_back({f, sizeOrZero(f), source});
+        if (found.size() == before)
+          errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
+      } catch (const std::exception& e) {
+        errors.push_back(e.what());
+      }
+    } else if (const auto* source = sourceFor(input); source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
+      found.push_back({input, sizeOrZero(input), source});
+    } else if (!fs::exists(input, ec)) {
+      errors.push_back(fmt::format("{}: no such file or directory", input.string()));
+    } else {
+      errors.push_back(fmt::format("{}: neither a measurement directory nor a profile ({})", input.string(),
+                                   knownProfilePatterns()));
+    }
+  }
+  if (options.inputs.empty()) errors.push_back("no measurement directory given");
+  throwIfAny(errors);
+  // A file listed twice (a directory given twice, a profile given beside its directory, links)
+  // would count every value twice.
+  std::map<std::pair<dev_t, ino_t>, std::string> seen;
+  for (const auto& f : found) {
+    struct stat st {};
+    if (::stat(f.path.c_str(), &st) != 0) continue;  // reported when it is read
+    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, f.path.string());
+    if (!fresh)
+      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
+  }
+  throwIfAny(errors);
+  return found;
+}
+
+std::uint64_t Pipeline::Impl::sourceIndex(const ProfileSource* source) const {
+  const auto& all = profileSources();
+  return static_cast<std::uint64_t>(std::find(all.begin(), all.end(), source) - all.begin());
+}
+
+// Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch whose
+// preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
+// database's per-node blocks follow them, so the same inputs give the same keys for any process
+// count. Contiguity keeps ids and key ranges per rank sorted.
+void Pipeline::Impl::partition() {
+  const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+  std::uint64_t total = 0;
+  for (const auto& f : inputs) total += f.bytes;
+  auto startOf = [&](int r) -> std::size_t {
+    if (r >= comm.size()) return inputs.size();
+    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(comm.size());
+    std::uint64_t before = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (i % batch == 0 && before >= target) return i;
+      before += inputs[i].bytes;
+    }
+    return inputs.size();
+  };
+  begin = startOf(comm.rank());
+  end = startOf(comm.rank() + 1);
 }
 
 void Pipeline::buildStructure() {
   Impl& s = *impl_;
   faultPoint(s.comm, "read");
-  Stopwatch watch;
-  const std::size_t count = s.end - s.begin;
-  s.local.assign(count, std::nullopt);
-  s.localMetrics.assign(count, {});
   LocalCct localCct(s.strings);
   RegionUnion regionUnion;
+  s.readAndAttribute(localCct, regionUnion);
+  Stopwatch unify;
+  s.shareSkipped();
+  s.assignProfileIds();
+  s.checkDistinctIdentities();
+  s.unifyMetrics();
+  s.unifyCct(localCct);
+  s.unifyRegions(regionUnion);
+  s.phases.push_back({"unify structure", unify.seconds()});
+}
+
+// Reads this rank's profiles in parallel, attributes them and unions their contexts into the
+// local CCT and their region trees into the local region union. Keeps what later stages need
+// of each profile (identity, statistics, metric descriptors).
+void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion) {
+  Stopwatch watch;
+  const std::size_t count = end - begin;
+  local.assign(count, std::nullopt);
+  localMetrics.assign(count, {});
   std::mutex errorsMutex;
   std::vector<std::string> errors;
-  std::vector<SkippedInput> skipped;
-
-  s.beginPhase("read + attribute", count);
-  s.parallelOverLocal(count, [&](std::size_t i) {
-    const auto& input = s.inputs[s.begin + i];
+  beginPhase("read + attribute", count);
+  parallelOverLocal(count, [&](std::size_t i) {
+    const auto& input = inputs[begin + i];
     try {
-      ThreadProfile p = storage::readProfile(input.path);
-      projectProfile(p, s.strings, s.attributor,
+      ThreadProfile p = input.source->read(input.path);
+      projectProfile(p, strings, attributor,
                      [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
-      // the command line once per process range, never the settings.
-      p.identity.settings.clear();
-      if (i != 0) {
-        p.identity.commandLine.clear();
-        p.identity.executable.clear();
-      }
-      s.local[i] = ProfileInfo{0, std::move(p.identity), p.stats, s.begin + i, !p.regions.eventTimeNs.empty()};
-      s.localMetrics[i] = std::move(p.metrics);
+      // the executable, the command csp-run ran (a setting), and a command line only for the
+      // first profile of each executable in a row.
+      std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command"; });
+      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty()};
+      localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
-      if (s.options.skipInvalid) skipped.push_back({e.file(), e.defect()});
+      if (options.skipInvalid) localSkipped.push_back({e.file(), e.defect()});
       else errors.push_back(e.what());
     } catch (const std::exception& e) {
       std::lock_guard lock(errorsMutex);
       errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
     }
   });
-  s.endPhase("read + attribute", watch);
+  endPhase("read + attribute", watch);
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
+  const std::string* lastExecutable = nullptr;
+  for (auto& l : local) {
+    if (!l) continue;
+    if (lastExecutable && *lastExecutable == l->identity.executable) l->identity.commandLine.clear();
+    lastExecutable = &l->identity.executable;
+  }
+}
 
-  Stopwatch unify;
-  // Skipped inputs, everywhere, in input order.
-  {
-    Packer p;
-    std::sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
-    p.u64(skipped.size());
-    for (const auto& k : skipped) {
-      p.text(k.path);
-      p.text(k.reason);
-    }
-    for (const auto& part : s.comm.allgather(p.take())) {
-      Unpacker u(part);
-      for (auto n = u.u64(); n > 0; --n) {
-        SkippedInput k;
-        k.path = u.text();
-        k.reason = u.text();
-        s.skipped.push_back(std::move(k));
-      }
+// Skipped inputs, everywhere, in input order.
+void Pipeline::Impl::shareSkipped() {
+  Packer p;
+  std::sort(localSkipped.begin(), localSkipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  p.u64(localSkipped.size());
+  for (const auto& k : localSkipped) {
+    p.text(k.path);
+    p.text(k.reason);
+  }
+  for (const auto& part : comm.allgather(p.take())) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      SkippedInput k;
+      k.path = u.text();
+      k.reason = u.text();
+      skipped.push_back(std::move(k));
     }
   }
+}
 
-  // Dense profile ids among valid profiles, in input order.
+// Dense profile ids among valid profiles, in input order.
+void Pipeline::Impl::assignProfileIds() {
   std::uint32_t valid = 0;
-  for (const auto& l : s.local) valid += l.has_value();
-  {
-    Packer p;
-    p.u64(valid);
-    const auto counts = s.comm.allgather(p.take());
-    std::uint64_t before = 0, all = 0;
-    for (int r = 0; r < s.comm.size(); ++r) {
-      Unpacker u(counts[static_cast<std::size_t>(r)]);
-      const auto c = u.u64();
-      if (r < s.comm.rank()) before += c;
-      all += c;
-    }
-    if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
-    s.firstId = static_cast<std::uint32_t>(before);
-    s.profileCount = static_cast<std::uint32_t>(all);
+  for (const auto& l : local) valid += l.has_value();
+  Packer p;
+  p.u64(valid);
+  const auto counts = comm.allgather(p.take());
+  std::uint64_t before = 0, all = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    Unpacker u(counts[static_cast<std::size_t>(r)]);
+    const auto c = u.u64();
+    if (r < comm.rank()) before += c;
+    all += c;
   }
-  if (s.profileCount == 0) throw PipelineError("no readable profiles in the input");
-  std::uint32_t next = s.firstId;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (!s.local[i]) continue;
-    s.local[i]->id = next++;
-    s.localProfiles.push_back(*s.local[i]);
-    s.localInputOf.push_back(s.begin + i);
+  if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
+  firstId = static_cast<std::uint32_t>(before);
+  profileCount = static_cast<std::uint32_t>(all);
+  if (profileCount == 0) throw PipelineError("no readable profiles in the input");
+  std::uint32_t next = firstId;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    if (!local[i]) continue;
+    local[i]->id = next++;
+    localProfiles.push_back(*local[i]);
+    localInputOf.push_back(begin + i);
   }
+}
 
-  // Global metric list: first appearance in profile-id order, which is rank order of the
-  // ranks' own first-appearance lists.
-  {
-    std::vector<MetricDescriptor> mine;
-    for (std::size_t i = 0; i < count; ++i)
-      if (s.local[i]) mergeMetrics(mine, s.localMetrics[i]);
-    s.localMetrics = {};  // each profile's own list is not needed any more
-    const auto parts = s.comm.gather(packMetrics(mine));
-    std::vector<std::byte> merged;
-    if (s.comm.rank() == 0) {
-      std::vector<MetricDescriptor> all;
-      for (const auto& part : parts) mergeMetrics(all, unpackMetrics(part));
-      merged = packMetrics(all);
+// Every profile is one thread of one run: two with the same id tuple mean mixed runs or copies,
+// whose values would be added up as if they were different threads.
+void Pipeline::Impl::checkDistinctIdentities() {
+  Packer p;
+  p.u64(localProfiles.size());
+  for (std::size_t k = 0; k < localProfiles.size(); ++k) {
+    p.u64(localInputOf[k]);
+    p.u64(localProfiles[k].identity.idTuple.size());
+    for (const auto& e : localProfiles[k].identity.idTuple) {
+      p.u64(static_cast<std::uint64_t>(e.kind));
+      p.u64(e.value);
     }
-    s.comm.broadcast(merged);
-    s.metrics = unpackMetrics(merged);
-    s.rawMetrics = s.metrics.size();
-    std::vector<std::string> defects;
-    for (const auto& text : s.options.derive) {
-      try {
-        Impl::Derived d{metrics::PerThreadDerivedMetric::parse(text), {}};
-        for (std::size_t i = 0; i < d.metric.inputs().size(); ++i) {
-          const auto& name = d.metric.inputs()[i];
-          auto it = std::find_if(s.metrics.begin(), s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics),
-                                 [&](const auto& m) { return m.name == name; });
-          if (it == s.metrics.begin() + static_cast<std::ptrdiff_t>(s.rawMetrics))
-            throw metrics::ExpressionError(d.metric.expression().column(i),
-                                           fmt::format("unknown metric '{}' (the profiles have: {})", name, [&] {
-                                             std::string all;
-                                             for (std::size_t m = 0; m < s.rawMetrics; ++m)
-                                               all += (m ? ", " : "") + s.metrics[m].name;
-                                             return all;
-                                           }()));
-          d.inputs.push_back(static_cast<std::uint16_t>(it - s.metrics.begin()));
-        }
-        const bool clash = std::any_of(s.metrics.begin(), s.metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
-        if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
-        s.metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1,
-                             "derived per thread: " + d.metric.expression().text()});
-        s.derived.push_back(std::move(d));
-      } catch (const metrics::ExpressionError& e) {
-        defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
+  }
+  const auto parts = comm.gather(p.take());
+  if (comm.rank() != 0) return;
+  std::vector<std::pair<IdTuple, std::size_t>> all;
+  for (const auto& part : parts) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      const auto input = static_cast<std::size_t>(u.u64());
+      IdTuple tuple(u.u64());
+      for (auto& e : tuple) {
+        e.kind = static_cast<IdKind>(u.u64());
+        e.value = u.u64();
       }
+      all.emplace_back(std::move(tuple), input);
     }
-    if (!defects.empty()) throw PipelineError(defects.front());
-    if (s.metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
   }
+  auto key = [](const IdTuple& t) {
+    std::vector<std::pair<int, std::uint64_t>> k;
+    for (const auto& e : t) k.emplace_back(static_cast<int>(e.kind), e.value);
+    return k;
+  };
+  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return std::make_pair(key(a.first), a.second) < std::make_pair(key(b.first), b.second); });
+  std::vector<std::string> errors;
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (key(all[i].first) == key(all[i - 1].first))
+      errors.push_back(fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+                                   "copied; post-process one run at a time",
+                                   inputs[all[i - 1].second].path.string(), inputs[all[i].second].path.string(),
+                                   formatIdTuple(all[i].first)));
+  throwIfAny(errors);
+}
 
-  // Binomial-tree reduction of the CCT structures towards rank 0.
-  faultPoint(s.comm, "structure");
-  s.comm.reduceTree([&](const std::vector<std::byte>& theirs) { localCct.merge(theirs); },
-                    [&] { return localCct.serialize(); });
+// Global metric list: first appearance in profile-id order, which is rank order of the ranks'
+// own first-appearance lists; then the --derive metrics.
+void Pipeline::Impl::unifyMetrics() {
+  std::vector<MetricOrigin> mine;
+  for (std::size_t i = 0; i < local.size(); ++i)
+    if (local[i])
+      for (const auto& m : localMetrics[i]) mergeMetric(mine, {m, inputs[begin + i].path.string()});
+  localMetrics = {};  // each profile's own list is not needed any more
+  const auto parts = comm.gather(packMetrics(mine));
+  std::vector<std::byte> merged;
+  if (comm.rank() == 0) {
+    std::vector<MetricOrigin> all;
+    for (const auto& part : parts)
+      for (const auto& m : unpackMetrics(part)) mergeMetric(all, m);
+    merged = packMetrics(all);
+  }
+  comm.broadcast(merged);
+  metrics.clear();
+  for (auto& m : unpackMetrics(merged)) metrics.push_back(std::move(m.descriptor));
+  rawMetrics = metrics.size();
+  addDerivedMetrics();
+  if (metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
+}
+
+void Pipeline::Impl::addDerivedMetrics() {
+  std::vector<std::string> defects;
+  for (const auto& text : options.derive) {
+    try {
+      Derived d{metrics::PerThreadDerivedMetric::parse(text), {}};
+      for (std::size_t i = 0; i < d.metric.inputs().size(); ++i) {
+        const auto& name = d.metric.inputs()[i];
+        auto it = std::find_if(metrics.begin(), metrics.begin() + static_cast<std::ptrdiff_t>(rawMetrics),
+                               [&](const auto& m) { return m.name == name; });
+        if (it == metrics.begin() + static_cast<std::ptrdiff_t>(rawMetrics))
+          throw metrics::ExpressionError(d.metric.expression().column(i),
+                                         fmt::format("unknown metric '{}' (the profiles have: {})", name, [&] {
+                                           std::string all;
+                                           for (std::size_t m = 0; m < rawMetrics; ++m)
+                                             all += (m ? ", " : "") + metrics[m].name;
+                                           return all;
+                                         }()));
+        d.inputs.push_back(static_cast<std::uint16_t>(it - metrics.begin()));
+      }
+      const bool clash = std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
+      if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
+      metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1, "derived per thread: " + d.metric.expression().text()});
+      derived.push_back(std::move(d));
+    } catch (const metrics::ExpressionError& e) {
+      defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
+    }
+  }
+  if (!defects.empty()) throw PipelineError(defects.front());
+}
+
+// Binomial-tree reduction of the CCT structures towards rank 0, which numbers the canonical
+// CCT; the result is broadcast.
+void Pipeline::Impl::unifyCct(LocalCct& localCct) {
+  faultPoint(comm, "structure");
+  comm.reduceTree([&](const std::vector<std::byte>& theirs) { localCct.merge(theirs); },
+                  [&] { return localCct.serialize(); });
   std::vector<std::byte> finalBytes;
-  if (s.comm.rank() == 0) {
-    s.cct = FinalCct::fromLocal(localCct, s.strings);
-    if (s.comm.size() > 1) finalBytes = s.cct.serialize(s.strings);
+  if (comm.rank() == 0) {
+    cct = FinalCct::fromLocal(localCct, strings);
+    if (comm.size() > 1) finalBytes = cct.serialize(strings);
   }
-  if (s.comm.size() > 1) {
-    s.comm.broadcast(finalBytes);
-    if (s.comm.rank() != 0) s.cct = FinalCct::deserialize(finalBytes, s.strings);
+  if (comm.size() > 1) {
+    comm.broadcast(finalBytes);
+    if (comm.rank() != 0) cct = FinalCct::deserialize(finalBytes, strings);
   }
-  // Region trees: small, so gathered at the root, merged, and broadcast.
-  {
-    const auto parts = s.comm.gather(regionUnion.serialize());
-    std::vector<std::byte> merged;
-    if (s.comm.rank() == 0) {
-      RegionUnion all;
-      for (const auto& part : parts) all.merge(RegionUnion::deserialize(part));
-      Packer p;
-      const auto tree = all.finalTree();
-      p.u64(tree.size());
-      for (const auto& n : tree) {
-        p.u64(n.parent);
-        p.text(n.name);
-        p.u64(n.dynamicId);
-      }
-      merged = p.take();
+}
+
+// Region trees are small: gathered at the root, merged, numbered and broadcast.
+void Pipeline::Impl::unifyRegions(const RegionUnion& regionUnion) {
+  const auto parts = comm.gather(regionUnion.serialize());
+  std::vector<std::byte> merged;
+  if (comm.rank() == 0) {
+    RegionUnion all;
+    for (const auto& part : parts) all.merge(RegionUnion::deserialize(part));
+    Packer p;
+    const auto tree = all.finalTree();
+    p.u64(tree.size());
+    for (const auto& n : tree) {
+      p.u64(n.parent);
+      p.text(n.name);
+      p.u64(n.dynamicId);
     }
-    s.comm.broadcast(merged);
-    s.regions = RegionUnion::deserialize(merged);
-    for (std::size_t i = 1; i < s.regions.size(); ++i)
-      s.regionIndex[{s.regions[i].parent, s.regions[i].name, s.regions[i].dynamicId}] = static_cast<std::uint32_t>(i);
+    merged = p.take();
   }
-  s.phases.push_back({"unify structure", unify.seconds()});
+  comm.broadcast(merged);
+  regions = RegionUnion::deserialize(merged);
+  for (std::size_t i = 1; i < regions.size(); ++i)
+    regionIndex[{regions[i].parent, regions[i].name, regions[i].dynamicId}] = static_cast<std::uint32_t>(i);
 }
 
 void Pipeline::computeMetrics(const BatchConsumer& consume) {
@@ -549,11 +692,12 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
     s.arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const auto& path = s.inputs[s.localInputOf[first + i]].path;
+          const auto& input = s.inputs[s.localInputOf[first + i]];
+          const auto& path = input.path;
           try {
             // Re-reading keeps memory flat in the number of profiles; the attribution cache
             // makes the second walk cheap.
-            ThreadProfile p = storage::readProfile(path);
+            ThreadProfile p = input.source->read(path);
             auto stmt = projectProfile(p, s.strings, s.attributor, [&](std::uint32_t parent, const ScopeKey& key) {
               const auto id = s.cct.find(parent, key);
               if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");

@@ -149,7 +149,7 @@ std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
   std::vector<std::string> present;
   impl->check(rocksdb::DB::ListColumnFamilies(options, dir.string(), &present), "listing column families");
   for (const auto& name : databaseColumnFamilies())
-    if (name != format::kRegionEvents &&  // added in 1.1: older databases have none
+    if (name != format::kRegionEvents &&  // added in 1.2: older databases have none
         std::find(present.begin(), present.end(), name) == present.end())
       impl->damaged(fmt::format("column family '{}' is missing", name));
 
@@ -192,6 +192,41 @@ const DatabaseMetadata& Database::metadata() const { return impl_->metadata; }
 
 std::optional<CctNode> Database::node(NodeId id) const {
   return impl_->decodeOne<CctNode>(format::kCctNodes, format::nodeKey(id), format::decodeCctNode);
+}
+
+std::uint64_t directoryBytes(const std::filesystem::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  return total;
+}
+
+std::vector<CctNode> Database::readCct() const {
+  const auto& meta = metadata();
+  std::vector<CctNode> nodes(meta.nodeCount);
+  std::vector<char> seen(meta.nodeCount, 0);
+  auto damaged = [&](const std::string& what) { impl_->damaged("CCT nodes: " + what); };
+  impl_->scan(format::kCctNodes, std::string(), [&](std::string_view key, std::string_view value) {
+    NodeId id = 0;
+    CctNode n;
+    try {
+      format::Reader r(key, "CCT node key");
+      id = r.be32();
+      r.expectDone();
+      n = format::decodeCctNode(value);
+    } catch (const format::FormatError& e) {
+      damaged(e.what());
+    }
+    if (id >= meta.nodeCount) damaged(fmt::format("node {} beyond the node count {}", id, meta.nodeCount));
+    if (std::max({n.name, n.file, n.module}) >= meta.strings.size()) damaged(fmt::format("node {}: bad string id", id));
+    if (id != 0 && n.parent >= meta.nodeCount) damaged(fmt::format("node {}: bad parent", id));
+    nodes[id] = n;
+    seen[id] = 1;
+  });
+  for (std::uint32_t i = 0; i < meta.nodeCount; ++i)
+    if (!seen[i]) damaged(fmt::format("node {} is missing", i));
+  return nodes;
 }
 
 std::vector<NodeId> Database::children(NodeId id) const {
@@ -334,17 +369,6 @@ std::unique_ptr<RegionLogCursor> Database::regionLog(ProfileId process, ProfileI
 
 std::vector<Accumulator> Database::regionSummaries(RegionId id) const {
   return impl_->accumulators(format::kRegionSummaries, id);
-}
-
-std::optional<std::string> Database::cachedView(std::string_view key) const {
-  return impl_->get(format::kViewCache, std::string(key));
-}
-
-void Database::cacheView(std::string_view key, std::string_view blob) {
-  if (impl_->mode != Mode::ReadWrite)
-    throw DatabaseError(impl_->dir, "opened read-only: the view cache cannot be written");
-  const auto s = impl_->db->Put(rocksdb::WriteOptions(), impl_->family(format::kViewCache), key, blob);
-  if (!s.ok()) throw DatabaseError(impl_->dir, "writing the view cache: " + s.ToString());
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> Database::columnFamilySizes() const {

@@ -7,6 +7,7 @@
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,14 +91,30 @@ void fsyncPath(const fs::path& path, bool directory) {
 
 // Writes `text` to dir/name so that it appears complete or not at all.
 void writeFileAtomically(const fs::path& dir, const std::string& name, const std::string& text) {
-  const fs::path tmp = dir / (name + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw DatabaseError(dir, fmt::format("cannot write {}", tmp.filename().string()));
+  // Created exclusively under a fresh name: nothing that exists already is followed or truncated.
+  std::string tmpName = (dir / (name + ".tmp.XXXXXX")).string();
+  const int fd = ::mkostemp(tmpName.data(), O_CLOEXEC);
+  if (fd < 0) throw DatabaseError(dir, fmt::format("cannot create a temporary file for {}: {}", name, errnoText(errno)));
+  const fs::path tmp = tmpName;
+  ::fchmod(fd, 0644);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw DatabaseError(dir, fmt::format("cannot write {}: {}", tmp.filename().string(), errnoText(err)));
+    }
+    done += static_cast<std::size_t>(n);
   }
-  fsyncPath(tmp, false);
+  const int syncRc = ::fsync(fd);
+  const int syncErr = errno;
+  ::close(fd);
+  if (syncRc != 0) {
+    ::unlink(tmp.c_str());
+    throw DatabaseError(dir, fmt::format("fsync of {} failed: {}", tmp.filename().string(), errnoText(syncErr)));
+  }
   std::error_code ec;
   fs::rename(tmp, dir / name, ec);
   if (ec) throw DatabaseError(dir, fmt::format("cannot rename {}: {}", tmp.filename().string(), ec.message()));
@@ -366,6 +383,41 @@ void ShardWriter::finish() {
   impl_->finished = true;
 }
 
+namespace {
+
+// One line of a finished shard's INDEX ("<family> <file> <smallest key hex> <largest key hex>
+// <entries>", written by ShardWriter::finish): a column family's SST file with its key range.
+struct ShardIndexEntry {
+  std::string family;
+  fs::path file;
+  std::string smallest, largest;  // keys
+  std::uint64_t entries = 0;
+};
+
+// The INDEX of shard `k` in `dir` (its presence marks the shard finished); `where` names the
+// directory in errors.
+std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k, const fs::path& where) {
+  std::ifstream index(dir / kShardIndexName);
+  if (!index) throw DatabaseError(where, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
+  std::vector<ShardIndexEntry> out;
+  std::string line;
+  while (std::getline(index, line)) {
+    std::istringstream fields(line);
+    ShardIndexEntry e;
+    std::string file, smallest, largest;
+    if (!(fields >> e.family >> file >> smallest >> largest >> e.entries) ||
+        std::find(format::shardFamilies().begin(), format::shardFamilies().end(), e.family) == format::shardFamilies().end())
+      throw DatabaseError(where, fmt::format("shard {}: unreadable index line '{}'", k, line));
+    e.file = dir / file;
+    e.smallest = unhex(smallest);
+    e.largest = unhex(largest);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output) {
   struct Source {
     std::unique_ptr<rocksdb::SstFileReader> reader;
@@ -374,15 +426,7 @@ void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inpu
   std::map<std::string, std::vector<fs::path>> filesByFamily;
   for (auto k : inputs) {
     const fs::path dir = shardDir(stagingDir, k);
-    std::ifstream index(dir / kShardIndexName);
-    if (!index) throw DatabaseError(dir, fmt::format("shard {} did not finish (no {})", k, kShardIndexName));
-    std::string line;
-    while (std::getline(index, line)) {
-      std::istringstream fields(line);
-      std::string family, file;
-      if (!(fields >> family >> file)) throw DatabaseError(dir, fmt::format("unreadable index line '{}'", line));
-      filesByFamily[family].push_back(dir / file);
-    }
+    for (const auto& e : readShardIndex(dir, k, dir)) filesByFamily[e.family].push_back(e.file);
   }
   ShardWriter out(stagingDir, output);
   for (const auto& family : format::shardFamilies()) {
@@ -630,19 +674,8 @@ void DatabaseBuilder::ingestShards(std::uint32_t shardCount) {
   std::map<std::string, std::vector<File>> byFamily;
   for (std::uint32_t k = 0; k < shardCount; ++k) {
     const fs::path dir = shardDir(stagingDir(), k);
-    std::ifstream index(dir / kShardIndexName);
-    if (!index) throw DatabaseError(d.temp, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
-    std::string line;
-    while (std::getline(index, line)) {
-      std::istringstream fields(line);
-      std::string family, file, smallest, largest;
-      std::uint64_t entries = 0;
-      if (!(fields >> family >> file >> smallest >> largest >> entries) ||
-          std::find(format::shardFamilies().begin(), format::shardFamilies().end(), family) ==
-              format::shardFamilies().end())
-        throw DatabaseError(d.temp, fmt::format("shard {}: unreadable index line '{}'", k, line));
-      byFamily[family].push_back({unhex(smallest), unhex(largest), (dir / file).string(), k});
-    }
+    for (auto& e : readShardIndex(dir, k, d.temp))
+      byFamily[e.family].push_back({std::move(e.smallest), std::move(e.largest), e.file.string(), k});
   }
   std::vector<rocksdb::IngestExternalFileArg> args;
   for (auto& [family, files] : byFamily) {

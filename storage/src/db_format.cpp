@@ -301,6 +301,7 @@ constexpr std::string_view kProfilePrefix = "profile/";
 constexpr std::string_view kStringPrefix = "string/";
 constexpr std::string_view kSkippedPrefix = "skipped/";
 constexpr std::string_view kPropertyPrefix = "property/";
+constexpr std::string_view kRegionMetricPrefix = "region-metric/";
 
 std::string keyWithBe32(std::string_view prefix, std::uint32_t id) {
   std::string k(prefix);
@@ -372,6 +373,17 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
     putBytes(v, m.skipped[i].path);
     putBytes(v, m.skipped[i].reason);
     emit(keyWithBe32(kSkippedPrefix, static_cast<std::uint32_t>(i)), v);
+  }
+  for (std::size_t i = 0; i < m.regionMetrics.size(); ++i) {
+    const auto& r = m.regionMetrics[i];
+    v.clear();
+    putBytes(v, r.name);
+    putBytes(v, r.unit);
+    putBytes(v, r.description);
+    v.push_back(static_cast<char>((r.exclusive ? 1 : 0) | (r.inclusive ? 2 : 0) | (r.perProcess ? 4 : 0)));
+    std::string k(kRegionMetricPrefix);
+    putBe16(k, static_cast<std::uint16_t>(i));
+    emit(k, v);
   }
   for (const auto& p : m.properties) emit(std::string(kPropertyPrefix) + p.key, p.value);
 }
@@ -457,6 +469,19 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     r.expectDone();
     placeAt(m_.skipped, tableIndex(key, kSkippedPrefix, 4), std::move(s));
     ++seen_.skipped;
+  } else if (key.starts_with(kRegionMetricPrefix)) {
+    Reader r(value, "region metric descriptor");
+    RegionMetricInfo info;
+    info.name = r.bytes();
+    info.unit = r.bytes();
+    info.description = r.bytes();
+    const std::uint8_t flags = r.u8();
+    if (flags > 7) r.fail("unknown region metric flags");
+    info.exclusive = flags & 1;
+    info.inclusive = flags & 2;
+    info.perProcess = flags & 4;
+    r.expectDone();
+    placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), std::move(info));
   } else if (key.starts_with(kPropertyPrefix)) {
     m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});
   }

@@ -27,8 +27,8 @@ inline constexpr const char* kValuesByProfile = "values_by_profile";
 inline constexpr const char* kValuesByNode = "values_by_node";
 inline constexpr const char* kRegionNodes = "region_nodes";
 inline constexpr const char* kRegionSummaries = "region_summaries";
-inline constexpr const char* kViewCache = "view_cache";
-// Added in format 1.1; databases of format 1.0 lack it and still open.
+inline constexpr const char* kViewCache = "view_cache";  // reserved, empty (docs/database-format.md)
+// Added in format 1.2; older databases lack it and still open.
 inline constexpr const char* kRegionEvents = "region_events";
 inline constexpr std::size_t kRegionLogBlockEvents = 4096;
 

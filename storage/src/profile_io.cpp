@@ -251,17 +251,33 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
 class MappedFile {
  public:
   explicit MappedFile(const std::filesystem::path& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw ProfileError(path.string(), "cannot open: " + errnoText());
+    // O_NONBLOCK: opening a FIFO named like a profile must not wait for a writer.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd_ < 0) {
+      const int err = errno;
+      struct stat link {};
+      if (err == ELOOP) throw ProfileError(path.string(), "a symbolic link loop, not a profile");
+      if (err == ENOENT && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+        throw ProfileError(path.string(), "a dangling symbolic link, not a profile");
+      throw ProfileError(path.string(), "cannot open: " + std::string(std::strerror(err)));
+    }
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) throw ProfileError(path.string(), "cannot stat: " + errnoText());
-    if (!S_ISREG(st.st_mode)) throw ProfileError(path.string(), "not a regular file");
+    if (::fstat(fd_, &st) != 0) fail(path, "cannot stat: " + errnoText());
+    if (!S_ISREG(st.st_mode)) {
+      const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISCHR(st.st_mode)  ? "a character device"
+                         : S_ISBLK(st.st_mode)  ? "a block device"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                                : "no regular file";
+      fail(path, fmt::format("{}, not a profile", what));
+    }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ == 0) return;
     data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
     if (data_ == MAP_FAILED) {
       data_ = nullptr;
-      throw ProfileError(path.string(), "cannot map: " + errnoText());
+      fail(path, "cannot map: " + errnoText());
     }
   }
   ~MappedFile() {
@@ -270,6 +286,12 @@ class MappedFile {
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
+  // Throws from the constructor, which the destructor does not clean up after.
+  [[noreturn]] void fail(const std::filesystem::path& path, const std::string& defect) {
+    ::close(fd_);
+    fd_ = -1;
+    throw ProfileError(path.string(), defect);
+  }
   std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_}; }
 
  private:
@@ -339,11 +361,13 @@ std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
 
 void writeProfile(const ThreadProfile& profile, const std::filesystem::path& path) {
   const auto image = serializeProfile(profile, path.string());
-  // Temporary name in the same directory so that rename() is atomic.
-  auto tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw ProfileError(path.string(), "cannot create: " + errnoText());
+  // A fresh temporary name in the same directory (so that rename() is atomic), created
+  // exclusively: whatever already exists under a name we might pick — a planted symlink, another
+  // process's file — is never opened, let alone truncated.
+  std::string tmp = path.string() + fmt::format(".tmp.{}.XXXXXX", ::getpid());
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) throw ProfileError(path.string(), "cannot create a temporary file next to it: " + errnoText());
+  ::fchmod(fd, 0644);
   std::size_t done = 0;
   while (done < image.size()) {
     ssize_t n = ::write(fd, image.data() + done, image.size() - done);
@@ -430,9 +454,11 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
   if (!std::filesystem::is_directory(dir, ec))
     throw ProfileError(dir.string(), std::filesystem::exists(dir) ? "not a directory" : "no such directory");
   std::vector<std::filesystem::path> out;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == kProfileExtension && entry.is_regular_file()) out.push_back(entry.path());
-  }
+  // Every entry named like a profile, whatever it is: one that is no regular file (a FIFO, a
+  // directory, a dangling link, a link loop, a device) is reported when read, naming it, or
+  // skipped and recorded with --skip-invalid; never silently left out.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == kProfileExtension) out.push_back(it->path());
   if (ec) throw ProfileError(dir.string(), "cannot list: " + ec.message());
   std::sort(out.begin(), out.end());
   return out;

@@ -2,6 +2,7 @@
 // union, metric propagation) relies on these invariants instead of re-checking them.
 #include <fmt/format.h>
 
+#include <limits>
 #include <set>
 
 #include "csp/storage/profile_io.hpp"
@@ -41,7 +42,7 @@ void checkString(std::uint32_t id, std::size_t strings, const char* what, std::s
     fail(name, fmt::format("symbolic frame {}: {} string id {} out of range ({} strings)", frame, what, id, strings));
 }
 
-// The typed-path rules of DESIGN.md 3.2 for symbolic profiles, which name scopes directly.
+// The typed-path rules of docs/design.md, "Data model" for symbolic profiles, which name scopes directly.
 void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
   const auto& parent = p.cct.parent;
   const std::size_t n = parent.size();
@@ -164,7 +165,8 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   const std::size_t v = p.values.node.size();
   if (p.values.metric.size() != v || p.values.count.size() != v)
     fail(name, "value columns (node, metric, count) have different lengths");
-  std::vector<Uint128> totals(p.metrics.size(), 0);
+  std::vector<Uint128> totals(p.metrics.size(), 0), valueTotals(p.metrics.size(), 0);
+  constexpr Uint128 kMaxValue = std::numeric_limits<std::uint64_t>::max();
   for (std::size_t i = 0; i < v; ++i) {
     const auto node = p.values.node[i];
     const auto metric = p.values.metric[i];
@@ -181,6 +183,15 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
                                node, metric));
     }
     totals[metric] += p.values.count[i];
+    // Every per-thread value (a statement's, a scope's exclusive, the root's inclusive) is a sum
+    // of count x period over some of the thread's values, stored in 64 bits: the thread's total
+    // must fit, so that nothing downstream can wrap.
+    const Uint128 value = static_cast<Uint128>(p.values.count[i]) * p.metrics[metric].period;
+    valueTotals[metric] += value;
+    if (value > kMaxValue || valueTotals[metric] > kMaxValue)
+      fail(name, fmt::format("metric '{}' at CCT node {}: {} counts x period {} bring the thread's total beyond "
+                             "2^64 - 1, which per-thread values cannot hold",
+                             p.metrics[metric].name, node, p.values.count[i], p.metrics[metric].period));
   }
   // Each handled sample lands in exactly one sampled metric or is counted as dropped.
   Uint128 sampled = p.stats.droppedSamples;

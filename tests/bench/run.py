@@ -47,7 +47,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Mode parameters. Profiles are ranks x THREADS per-thread profiles; the throughput shape is
-# DESIGN.md section 10's (~5,000 CCT nodes, 2 metrics).
+# docs/benchmarks.md, "Targets" (~5,000 CCT nodes, 2 metrics).
 MODES = {
     "full": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096, 16384], nps=[1, 2],
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
@@ -64,7 +64,7 @@ MODES = {
 }
 SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite"]
 
-# Reference figures of DESIGN.md section 10 (hpcprof on this kind of machine; not measured here).
+# Reference figures of docs/benchmarks.md, "Targets" (hpcprof on this kind of machine; not measured here).
 REFERENCE = {
     "hpcprof": {"profiles_1024_s": 102, "profiles_4096_s": 668, "peak_gb": 2.5, "database_gb": 2.26,
                 "input_mb_4096": 727, "floor_s_4096": 0.35},
@@ -790,7 +790,7 @@ def table(head, rows):
 
 
 def reference_table(post, ref):
-    """CSP's measured figures beside DESIGN.md section 10's targets and hpcprof's figures (which
+    """CSP's measured figures beside the targets (docs/benchmarks.md) and hpcprof's figures (which
     were measured elsewhere, not by this run)."""
     by = {size["profiles"]: size for size in post["sizes"]}
     h, t = ref["hpcprof"], ref["targets"]
@@ -826,7 +826,7 @@ def reference_table(post, ref):
         rows.append(["largest bytes per non-zero per-thread value", fmt(max(bpv)), f"≤ {t['bytes_per_value']}", ""])
     if not rows:
         return ""
-    return ("Beside DESIGN.md section 10 (the target is CSP's; hpcprof's figures were measured on this kind of "
+    return ("Beside docs/benchmarks.md, "Targets" (the target is CSP's; hpcprof's figures were measured on this kind of "
             "machine, not by this run; no target is checked here):\n\n" +
             table(["figure", "CSP, this run (median)", "target", "hpcprof (reference)"], rows))
 

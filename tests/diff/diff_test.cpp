@@ -8,10 +8,11 @@
 #include <map>
 #include <optional>
 
+#include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
-#include "csp/reduce/diff.hpp"
+#include "csp/analysis/diff.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/database_writer.hpp"
 
@@ -19,7 +20,7 @@ using namespace csp;
 using csp::test::run;
 using csp::test::TempDir;
 using csp::test::tool;
-using reduce::Presence;
+using analysis::Presence;
 
 namespace {
 
@@ -95,8 +96,8 @@ std::string runSpec(const std::vector<Context>& contexts, int ranks, bool larger
   return R"({"executable": "app", "metrics": [)" + metric + R"(], "threads": [)" + threads + "]}";
 }
 
-reduce::DiffOptions options(metrics::ScalingMode mode, std::optional<double> p = {}, std::optional<double> q = {}) {
-  reduce::DiffOptions o;
+analysis::DiffOptions options(metrics::ScalingMode mode, std::optional<double> p = {}, std::optional<double> q = {}) {
+  analysis::DiffOptions o;
   o.mode = mode;
   o.p = p;
   o.q = q;
@@ -130,16 +131,16 @@ class Diff : public ::testing::Test {
     return {database(tag + "-p2", runSpec(contexts, 2, false)), database(tag + "-p4", runSpec(contexts, 4, true))};
   }
 
-  static reduce::ScalingDiff diff(const std::filesystem::path& p, const std::filesystem::path& q,
-                                  const reduce::DiffOptions& options = {}) {
+  static analysis::ScalingDiff diff(const std::filesystem::path& p, const std::filesystem::path& q,
+                                  const analysis::DiffOptions& options = {}) {
     const auto dbP = storage::Database::open(p);
     const auto dbQ = storage::Database::open(q);
-    return reduce::computeScalingDiff(*dbP, *dbQ, options);
+    return analysis::computeScalingDiff(*dbP, *dbQ, options);
   }
 
-  static std::map<std::string, storage::NodeId> labels(const reduce::ScalingDiff& d) {
+  static std::map<std::string, storage::NodeId> labels(const analysis::ScalingDiff& d) {
     std::map<std::string, storage::NodeId> out;
-    for (storage::NodeId i = 0; i < d.nodes.size(); ++i) out[reduce::contextLabel(d, i)] = i;
+    for (storage::NodeId i = 0; i < d.nodes.size(); ++i) out[analysis::contextLabel(d, i)] = i;
     return out;
   }
 
@@ -157,11 +158,11 @@ struct Expect {
   Presence presence = Presence::Both;
 };
 
-void checkContexts(const reduce::ScalingDiff& d, const std::vector<Expect>& expected, double reference,
+void checkContexts(const analysis::ScalingDiff& d, const std::vector<Expect>& expected, double reference,
                    double totalExcess) {
   auto at = [&, index = std::map<std::string, storage::NodeId>()](const std::string& l) mutable {
     if (index.empty())
-      for (storage::NodeId i = 0; i < d.nodes.size(); ++i) index[reduce::contextLabel(d, i)] = i;
+      for (storage::NodeId i = 0; i < d.nodes.size(); ++i) index[analysis::contextLabel(d, i)] = i;
     return index.count(l) ? index[l] : kNoIndex;
   };
   for (const auto& x : expected) {
@@ -250,7 +251,7 @@ TEST_F(Diff, OverriddenProcessCounts) {
   EXPECT_DOUBLE_EQ(d.total().excess, 10);
   EXPECT_DOUBLE_EQ(d.total().loss, 100.0 * 10 / 1470);
   // Only one side overridden: the other keeps its rank count, and p >= q is refused.
-  EXPECT_THROW(diff(p, q, options(kStrongMode, 4)), reduce::DiffError);
+  EXPECT_THROW(diff(p, q, options(kStrongMode, 4)), analysis::DiffError);
   EXPECT_DOUBLE_EQ(diff(p, q, options(kWeakMode, std::nullopt, 8)).total().excess, 2940.0 / 8 - 730);
 }
 
@@ -354,7 +355,7 @@ TEST_F(Diff, ResultDatabaseOpensWithTheRightContent) {
   EXPECT_NE(meta.title.find("db-p4 (q = 4)"), std::string::npos) << meta.title;
   EXPECT_EQ(meta.nodeCount, 18u);
   ASSERT_EQ(meta.profiles.size(), 1u);
-  ASSERT_EQ(meta.metrics.size(), reduce::diffMetricNames().size());
+  ASSERT_EQ(meta.metrics.size(), analysis::diffMetricNames().size());
   std::map<std::string, storage::MetricId> metric;
   for (storage::MetricId m = 0; m < meta.metrics.size(); ++m) {
     EXPECT_EQ(meta.metrics[m].valueType, storage::ValueType::Real);
@@ -506,6 +507,15 @@ TEST_F(Diff, Refusals) {
       std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << std::string(size, 'x');
     }
   refuse(p.string() + " " + broken.string(), "damaged database");
+  // Never its own input, however spelled (issue: csp-diff victim other -o victim --force).
+  const auto before = csp::test::dumpDatabase(p);
+  for (const auto& spelled : {p.string(), (p.parent_path() / "." / p.filename()).string(), (dir / "run" / "db").string()}) {
+    const auto text = csp_diff(p.string() + " " + q.string() + " --force -o " + spelled, 1);
+    EXPECT_NE(text.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text;
+    const auto text2 = csp_diff(q.string() + " " + p.string() + " --p 8 --q 16 --force -o " + spelled, 1);
+    EXPECT_NE(text2.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text2;
+  }
+  EXPECT_EQ(csp::test::dumpDatabase(p), before);
   const auto both = run(tool("csp-diff") + " --strong --weak " + p.string() + " " + q.string());
   EXPECT_NE(both.status, 0);
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;

@@ -82,3 +82,86 @@ TEST_F(CspGen, BadOptionsFail) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
+  // A folder of the user's files survives --force, whatever it holds.
+  const auto user = dir_ / "results";
+  fs::create_directories(user / "sub");
+  std::ofstream(user / "notes.txt") << "keep me";
+  auto r = run("--force --ranks 2 -q -o " + user.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(user.string() + ": not a measurement directory"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(user / "notes.txt"));
+  // A profile name on a non-profile (a directory named *.cspprof) is no measurement either.
+  const auto odd = dir_ / "odd";
+  fs::create_directories(odd / "x.cspprof");
+  EXPECT_EQ(run("--force --ranks 2 -q -o " + odd.string()).status, 1);
+  EXPECT_TRUE(fs::is_directory(odd / "x.cspprof"));
+  // A symlink to the user's folder is not followed into.
+  fs::create_directory_symlink(user, dir_ / "link");
+  EXPECT_EQ(run("--force --ranks 2 -q -o " + (dir_ / "link").string()).status, 1);
+  EXPECT_TRUE(fs::exists(user / "notes.txt"));
+  // An earlier measurement is replaced.
+  const auto meas = dir_ / "meas";
+  ASSERT_EQ(run("--ranks 4 -q -o " + meas.string()).status, 0);
+  r = run("--force --ranks 2 -q -o " + meas.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(csp::storage::listProfiles(meas).size(), 2u);
+  // So is an empty directory.
+  fs::create_directories(dir_ / "empty");
+  EXPECT_EQ(run("--force --ranks 1 -q -o " + (dir_ / "empty").string()).status, 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
+  const auto spec = dir_ / "big.json";
+  std::ofstream(spec) << R"({"metrics": [{"name": "t", "kind": "sampled", "period": 4294967296}], "threads": [
+    {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"t": 4294967296}}]}]})";
+  auto r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("beyond 2^64 - 1"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
+  // Two children whose sum would wrap their parent's inclusive value.
+  std::ofstream(spec) << R"({"metrics": [{"name": "c", "kind": "counted"}], "threads": [{"id": {"rank": 0}, "samples": [
+    {"path": [{"proc": "main"}, {"callsite": "m.c:2"}, {"proc": "a"}, {"stmt": "a.c:1"}], "counts": {"c": 9300000000000000000}},
+    {"path": [{"proc": "main"}, {"callsite": "m.c:3"}, {"proc": "b"}, {"stmt": "b.c:1"}], "counts": {"c": 9300000000000000000}}]}]})";
+  r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("at CCT node"), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CspGen, HostileJsonIsOneClearError) {
+  auto expect = [&](const std::string& text, const std::string& message) {
+    const auto spec = dir_ / "spec.json";
+    std::ofstream(spec, std::ios::trunc) << text;
+    const auto r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "out").string());
+    EXPECT_EQ(r.status, 1) << message << "\n" << r.output;
+    EXPECT_EQ(r.output, "csp-gen: error: " + spec.string() + ": " + message + "\n");
+    EXPECT_FALSE(fs::exists(dir_ / "out"));
+  };
+  // 100,000 levels of nesting: an error, not a stack overflow.
+  expect(std::string(100000, '[') + std::string(100000, ']'), "JSON: nested more than 64 levels deep");
+  expect(R"({"metrics": [{"name": "a"}], "metrics": [{"name": "b"}], "threads": []})",
+         "JSON: key \"metrics\" appears twice in one object");
+  expect(R"({"metrics": [{"name": "t", "period": 1e400}], "threads": []})",
+         "JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
+  // A missing spec: the same one line as every other error, the same exit status.
+  const auto r = run("-q --from-json " + (dir_ / "missing.json").string() + " -o " + (dir_ / "out").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "csp-gen: error: " + (dir_ / "missing.json").string() + ": no such file\n");
+  // A bad option: one line too.
+  const auto bad = run("--bogus");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+}
+
+}  // namespace

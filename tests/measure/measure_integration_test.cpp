@@ -7,7 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <csignal>
+#include <iterator>
+#include <chrono>
+#include <thread>
+#include <fcntl.h>
 #include <map>
+#include <regex>
+#include <utility>
 #include <set>
 #include <sstream>
 #include <string>
@@ -492,3 +499,166 @@ TEST(MeasureIntegration, DepthAndNodeLimits) {
   EXPECT_GT(n.stats.droppedSamples, 0u);
   EXPECT_EQ(n.stats.samples, sampleCount(n) + n.stats.droppedSamples);
 }
+
+namespace {
+
+std::string output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = ::popen((command + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    ::pclose(pipe);
+  }
+  return out;
+}
+
+TEST(MeasureIntegration, InfoNamesTheMeasuredProgramNotAHelper) {
+  // A script runs `seq` (a helper that sorts first by name) and then the program: the database
+  // names what csp-run ran, and lists the other executables.
+  const fs::path base = scratch("program");
+  const fs::path meas = base / "meas", db = base / "db";
+  ASSERT_EQ(run(kCspRun + " -o " + meas.string() + " -- sh -c 'seq 1 200000 > /dev/null; " + kApps +
+                "csp-app-compute > /dev/null'"),
+            0);
+  std::set<std::string> executables;
+  for (const auto& p : readAll(meas)) executables.insert(fs::path(p.identity.executable).filename().string());
+  ASSERT_TRUE(executables.count("seq")) << "the helper must have been measured too";
+  ASSERT_EQ(run(kBin + "/launcher/csp-prof-mpi -q " + meas.string() + " -o " + db.string()), 0);
+  const auto info = output(kBin + "/launcher/csp-views --info " + db.string());
+  EXPECT_NE(info.find("program      sh -c seq 1 200000 > /dev/null; " + kApps + "csp-app-compute > /dev/null\n"),
+            std::string::npos)
+      << info;
+  EXPECT_NE(info.find("executables  "), std::string::npos) << info;
+  EXPECT_NE(info.find("seq (1 thread)"), std::string::npos) << info;
+  EXPECT_NE(info.find("measured processes "), std::string::npos) << info;
+  const auto summary = output(kBin + "/launcher/csp-prof-mpi " + meas.string() + " -o " + (base / "db2").string());
+  EXPECT_NE(summary.find("post-processing ranks 1"), std::string::npos) << summary;
+  fs::remove_all(base);
+}
+
+}  // namespace
+
+namespace {
+
+// Runs `command` (through sh -c 'exec ...', so that the signal reaches the program itself, with
+// the dispositions of this test: a shell's background job would ignore SIGINT), sends `signal`
+// after `seconds`, and returns its exit status as a shell reports it (128 + signal when the
+// signal ended it) and its output. Gives up (SIGKILL, status -1) after 60 s.
+std::pair<int, std::string> stopAfter(const std::string& command, int signal, double seconds, int readyLines = 1) {
+  const fs::path out = fs::temp_directory_path() / ("csp-stop-" + std::to_string(::getpid()) + ".out");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl("/bin/sh", "sh", "-c", ("exec env " + command).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Running: every process has said so (a loaded machine starts mpirun's ranks slowly).
+  auto text = [&] {
+    std::ifstream in(out);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int i = 0; i < 600; ++i) {
+    const auto t = text();
+    std::size_t lines = 0;
+    for (std::size_t at = t.find("forever: "); at != std::string::npos; at = t.find("forever: ", at + 1)) ++lines;
+    if (static_cast<int>(lines) >= readyLines) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(seconds * 1000)));
+  ::kill(child, signal);
+  int status = 0;
+  for (int i = 0; i < 600 && ::waitpid(child, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int code = -1;
+  if (::waitpid(child, &status, WNOHANG) == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  } else {
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  const auto all = text();
+  fs::remove(out);
+  return {code, all};
+}
+
+void expectAllThreadsKept(const fs::path& dir, std::size_t threads, const std::string& what) {
+  const auto files = storage::listProfiles(dir);
+  ASSERT_EQ(files.size(), threads) << what;
+  for (const auto& f : files) {
+    const auto p = storage::readProfile(f);  // complete and valid
+    EXPECT_GT(sampleCount(p), 0u) << what << ": " << f;
+  }
+}
+
+TEST(MeasureIntegration, TerminationSignalsKeepEveryThreadsProfile) {
+  for (const std::string signal : {"TERM", "INT", "HUP"}) {
+    const fs::path dir = scratch("term-" + signal) / "meas";
+    // Started through sh's exec so that the signal goes to the measured program itself.
+    const int number = signal == "TERM" ? SIGTERM : signal == "INT" ? SIGINT : SIGHUP;
+    const auto [status, text] =
+        stopAfter(kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kApps + "csp-app-forever 4", number, 1.5);
+    EXPECT_EQ(status, 128 + number) << signal << "\n" << text;  // still ended by the signal
+    EXPECT_NE(text.find("writing the profiles of 4 thread(s)"), std::string::npos) << text;
+    expectAllThreadsKept(dir, 4, "SIG" + signal);
+  }
+}
+
+TEST(MeasureIntegration, SigtermToMpirunKeepsEveryRanksProfiles) {
+  const fs::path dir = scratch("term-mpirun") / "meas";
+  // Open MPI sends SIGKILL 1 s after SIGTERM by default (odls_base_sigkill_timeout), which a
+  // loaded machine may not leave the second rank for writing; a batch system's KillWait (Slurm:
+  // 30 s) plays that part on clusters (docs/measurement.md).
+  const auto [status, text] = stopAfter(kMpirun + " --mca odls_base_sigkill_timeout 5 -np 2 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " +
+                                            kApps + "csp-app-forever 2",
+                                        SIGTERM, 1.5, 2);
+  EXPECT_NE(status, 0) << text;
+  expectAllThreadsKept(dir, 4, "mpirun");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(MeasureIntegration, ThreadWithANearlyFullSmallStackSurvivesSampling) {
+  // 64 KiB thread stack, ~55 KiB of it in use while computing: runs on its own; under csp-run
+  // the sampling handler must run on its own alternate stack.
+  ASSERT_EQ(run(kApps + "csp-app-smallstack 0.3 > /dev/null"), 0) << "the program itself must fit its stack";
+  for (int i = 0; i < 5; ++i) {
+    const fs::path dir = scratch("smallstack") / "meas";
+    ASSERT_EQ(run(kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- " + kApps +
+                  "csp-app-smallstack 0.5 > /dev/null"),
+              0)
+        << "run " << i;
+    const auto profiles = readAll(dir);
+    ASSERT_EQ(profiles.size(), 2u);
+    std::uint64_t samples = 0;
+    for (const auto& p : profiles) samples += sampleCount(p);
+    EXPECT_GT(samples, 100u);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(MeasureIntegration, RelativeOutputIsResolvedWhereTheProgramStarted) {
+  // Preloaded without csp-run, CSP_OUTPUT relative; the program changes directory before its
+  // threads end: every profile still lands in <start directory>/rel.
+  const fs::path base = scratch("chdir");
+  fs::create_directories(base / "elsewhere");
+  const std::string program =
+      "python3 -c \"import os, threading; os.chdir('elsewhere'); "
+      "t = threading.Thread(target=lambda: sum(range(3000000))); t.start(); t.join(); sum(range(3000000))\"";
+  ASSERT_EQ(run("cd " + base.string() + " && LD_PRELOAD=" + kBin + "/measure/libcsp-measure.so CSP_OUTPUT=rel " + program), 0);
+  // python3 may be a launcher script: count the python process's threads only.
+  std::size_t pythonThreads = 0;
+  for (const auto& p : readAll(base / "rel"))
+    pythonThreads += fs::path(p.identity.executable).filename().string().starts_with("python");
+  EXPECT_EQ(pythonThreads, 2u);
+  EXPECT_FALSE(fs::exists(base / "elsewhere" / "rel"));
+  fs::remove_all(base);
+}
+
+}  // namespace

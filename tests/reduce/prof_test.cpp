@@ -1,6 +1,7 @@
 // csp-prof-mpi end to end: csp-gen inputs, real mpirun, real RocksDB; results checked against
 // hand-computed values.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/profile_io.hpp"
 
 using namespace csp;
 using csp::test::run;
@@ -277,6 +279,90 @@ TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
   // Straggler degree of the 8-thread process: 100 / 200.
   EXPECT_DOUBLE_EQ(static_cast<double>(acc[5].max()) / static_cast<double>(acc[2].max()), 0.5);
   EXPECT_EQ(summaryOfVisits(*db, work), 9u);
+
+  // The database describes its region metrics, so the Regions view can show and sort by any.
+  const auto& described = db->metadata().regionMetrics;
+  ASSERT_EQ(described.size(), 7u);
+  EXPECT_EQ(described[5].name, "straggler-time");
+  EXPECT_EQ(described[5].unit, "ns");
+  EXPECT_TRUE(described[5].perProcess);
+  EXPECT_FALSE(described[5].inclusive);
+  EXPECT_TRUE(described[1].inclusive);  // time
+  const auto view = run(tool("csp-views") + " --regions --sort straggler-time -m straggler-time -s max --scope E " +
+                        (dir / "db").string());
+  ASSERT_EQ(view.status, 0) << view.output;
+  EXPECT_NE(view.output.find("straggler-time (E)"), std::string::npos) << view.output;
+  EXPECT_NE(view.output.find("100"), std::string::npos) << view.output;
+}
+
+TEST_F(Prof, MixedInputsAreRefusedNamingBothFiles) {
+  const auto a = dir / "a";
+  const auto b = dir / "b";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 2 --nodes 50 --seed 1 -o " + a.string()).status, 0);
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 2 --nodes 50 --seed 2 -o " + b.string()).status, 0);
+  const auto first = storage::listProfiles(a).front(), firstOfB = storage::listProfiles(b).front();
+  auto prof = [&](const std::string& inputs) {
+    return run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + inputs + " -o " + (dir / "mixed").string());
+  };
+  // The same directory twice: every profile would count twice.
+  auto r = prof(a.string() + " " + a.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(first.string() + " and " + first.string() + " are the same profile"), std::string::npos) << r.output;
+  // A profile beside its own directory, reached through another spelling.
+  r = prof(a.string() + " " + (a / ".." / "a" / first.filename()).string());
+  EXPECT_NE(r.output.find("are the same profile: an input is given twice"), std::string::npos) << r.output;
+  // Two runs: the same threads twice.
+  r = prof(a.string() + " " + b.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find(first.string() + " and " + firstOfB.string() + " are the same thread (node 0 rank 0 thread 0)"),
+            std::string::npos)
+      << r.output;
+  // One metric name, two meanings.
+  const auto sampled = fromJson("sampled", R"({"metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1000}],
+    "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu-time": 5000}}]}]})");
+  const auto counted = fromJson("counted", R"({"metrics": [{"name": "cpu-time", "unit": "cycles", "kind": "counted"}],
+    "threads": [{"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu-time": 5}}]}]})");
+  r = prof(sampled.string() + " " + counted.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("metric 'cpu-time' means different things in " + storage::listProfiles(sampled).front().string() +
+                          " (sampled, unit ns) and " + storage::listProfiles(counted).front().string() +
+                          " (counted, unit cycles)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "mixed"));
+}
+
+TEST_F(Prof, EntriesNamedLikeProfilesThatAreNoFilesAreReportedOrSkipped) {
+  const auto meas = dir / "odd";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 3 --nodes 50 -o " + meas.string()).status, 0);
+  ASSERT_EQ(::mkfifo((meas / "fifo.cspprof").c_str(), 0644), 0);
+  std::filesystem::create_directory(meas / "dir.cspprof");
+  std::filesystem::create_symlink(meas / "nowhere", meas / "dangling.cspprof");
+  std::filesystem::create_symlink("/dev/zero", meas / "zero.cspprof");
+  std::filesystem::create_symlink(meas / "loop-b.cspprof", meas / "loop-a.cspprof");
+  std::filesystem::create_symlink(meas / "loop-a.cspprof", meas / "loop-b.cspprof");
+  const std::map<std::string, std::string> expected = {
+      {"fifo.cspprof", "a FIFO, not a profile"},           {"dir.cspprof", "a directory, not a profile"},
+      {"dangling.cspprof", "a dangling symbolic link"},    {"zero.cspprof", "a character device, not a profile"},
+      {"loop-a.cspprof", "a symbolic link loop"},          {"loop-b.cspprof", "a symbolic link loop"}};
+  const auto db = dir / "odd-db";
+  auto r = run("timeout 60 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  // Each named with its defect (a process shows its first five errors and counts the rest).
+  std::size_t named = 0;
+  for (const auto& [name, defect] : expected) named += r.output.find((meas / name).string() + ": " + defect) != std::string::npos;
+  EXPECT_GE(named, 5u) << r.output;
+  EXPECT_EQ(named == expected.size(), r.output.find("more errors") == std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(db));
+  r = run("timeout 60 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " --skip-invalid " + meas.string() + " -o " +
+          db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto opened = storage::Database::open(db);
+  EXPECT_EQ(opened->metadata().profiles.size(), 3u);
+  std::map<std::string, std::string> skipped;
+  for (const auto& k : opened->metadata().skipped) skipped[std::filesystem::path(k.path).filename().string()] = k.reason;
+  ASSERT_EQ(skipped.size(), expected.size());
+  for (const auto& [name, defect] : expected) EXPECT_NE(skipped[name].find(defect), std::string::npos) << name << ": " << skipped[name];
 }
 
 TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {

@@ -70,23 +70,6 @@ TEST(DatabaseRoundTrip, EveryColumnFamilySurvives) {
   EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
 }
 
-TEST(DatabaseRoundTrip, ViewCacheNeedsReadWrite) {
-  TempDir tmp;
-  const fs::path target = tmp.path() / "db";
-  test::buildInProcess(target, Synthetic{}, "cache");
-  {
-    auto ro = Database::open(target);
-    EXPECT_FALSE(ro->cachedView("flat/cpu").has_value());
-    EXPECT_THROW(ro->cacheView("flat/cpu", "x"), DatabaseError);
-  }
-  {
-    auto rw = Database::open(target, Database::Mode::ReadWrite);
-    rw->cacheView("flat/cpu", std::string("blob\0with nul", 13));
-  }
-  auto ro = Database::open(target);
-  EXPECT_EQ(ro->cachedView("flat/cpu"), std::string("blob\0with nul", 13));
-}
-
 TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";

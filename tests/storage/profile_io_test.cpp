@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "csp/storage/profile_io.hpp"
 #include "storage/profile_fixtures.hpp"
@@ -55,6 +57,29 @@ TEST(ProfileRoundTrip, EveryAddressFieldSurvives) {
   EXPECT_EQ(back.modules, original.modules);
   EXPECT_EQ(back.addressFrames, original.addressFrames);
   EXPECT_EQ(back, original);
+}
+
+TEST(ProfileWriter, NeverFollowsAPlantedSymlink) {
+  // A symlink planted where the writer used to put its temporary file (NAME.tmp.PID) must not
+  // make it overwrite the link's target; nothing temporary stays behind.
+  TempDir dir;
+  const auto victim = dir.path() / "victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  const ThreadProfile original = test::fullAddressProfile();
+  const auto path = dir.path() / "a.cspprof";
+  fs::create_symlink(victim, path.string() + ".tmp." + std::to_string(::getpid()));
+  storage::writeProfile(original, path);
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  EXPECT_EQ(storage::readProfile(path), original);
+  std::size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    ++entries;
+    EXPECT_EQ(e.path().filename().string().find(".tmp.") == std::string::npos || fs::is_symlink(e.symlink_status()), true)
+        << e.path();
+  }
+  EXPECT_EQ(entries, 3u);  // the victim, the planted link, the profile
 }
 
 TEST(ProfileRoundTrip, SerializationIsDeterministic) {

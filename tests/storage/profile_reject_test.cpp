@@ -61,6 +61,25 @@ TEST(ProfileReject, FlippedBytesWithoutChecksumNeverCrash) {
   EXPECT_GT(rejected, 0u);
 }
 
+TEST(ProfileReject, ValuesBeyond64BitsNeverWrap) {
+  // Two statements of ~9.3e18 each: their procedure's inclusive value would wrap in 64 bits.
+  auto err = mutatedError([](ThreadProfile& p) {
+    p.metrics[1].kind = MetricKind::Counted;  // keeps the sample bookkeeping out of the way
+    for (std::size_t i = 0; i < p.values.size(); ++i)
+      if (p.values.metric[i] == 1) p.values.count[i] = 9'300'000'000'000'000'000ULL;
+  });
+  EXPECT_NE(err.find("beyond 2^64 - 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("at CCT node"), std::string::npos) << err;
+  // count x period alone beyond 64 bits.
+  err = mutatedError([](ThreadProfile& p) {
+    p.metrics[1].kind = MetricKind::Counted;
+    p.metrics[1].period = std::uint64_t{1} << 40;
+    for (std::size_t i = 0; i < p.values.size(); ++i)
+      if (p.values.metric[i] == 1) p.values.count[i] = std::uint64_t{1} << 30;
+  });
+  EXPECT_NE(err.find("counts x period"), std::string::npos) << err;
+}
+
 TEST(ProfileReject, WrongMagic) {
   auto image = storage::serializeProfile(test::fullSymbolicProfile());
   image[0] = std::byte{'X'};

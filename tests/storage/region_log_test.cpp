@@ -1,4 +1,4 @@
-// Region event logs in the database (format 1.1, docs/database-format.md "Region event logs"):
+// Region event logs in the database (format 1.2, docs/database-format.md "Region event logs"):
 // round trip over several blocks with attributes, databases of format 1.0 (no region_events
 // family) still open, and a damaged block is reported as damage.
 #include <gtest/gtest.h>
@@ -101,7 +101,7 @@ TEST(RegionLogs, ShardWriterRejectsEventsOutOfOrder) {
   EXPECT_THROW(w.putRegionLogThread(3, {3, 0, 0, 0, 0}, back), std::logic_error);
 }
 
-// A database written before format 1.1 has no region_events family: it opens and has no logs.
+// A database written before format 1.2 has no region_events family: it opens and has no logs.
 TEST(RegionLogs, DatabaseWithoutTheFamilyOpens) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";

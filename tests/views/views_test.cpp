@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "common/test_support.hpp"
+#include "csp/storage/profile_io.hpp"
+#include "csp/storage/profile_builder.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/views/views.hpp"
 
@@ -284,6 +286,84 @@ TEST_F(Views, FlatAndCallersStatisticsCountInstances) {
   const auto flat = view(db, ViewKind::Flat, present);
   EXPECT_DOUBLE_EQ(at(flat, {"two", "p.c", "p"}).stats[kI].mean, 20);
   EXPECT_NEAR(at(flat, {"two", "p.c", "p"}).stats[kI].stddev, std::sqrt(200.0 / 3), 1e-12);
+}
+
+TEST_F(Views, FormulaColumnsOverFinalizedStatistics) {
+  // Two threads: cycles 600/200 and instructions 200/100 at main's only statement. Per node,
+  // cpi = cycles.sum / instructions.sum = 800 / 300 (a ratio of sums, not a mean of ratios 3 and 2),
+  // spread = cycles.max - cycles.min = 400.
+  const auto db = database("cpi", R"({"metrics": [{"name": "cycles", "kind": "counted"}, {"name": "instructions", "kind": "counted"}],
+    "threads": [
+      {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 600, "instructions": 200}}]},
+      {"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 200, "instructions": 100}}]}]})");
+  ViewRequest r;
+  r.columns = {{"cycles", Statistic::Sum, storage::MetricScope::Inclusive},
+               {"", Statistic::Sum, storage::MetricScope::Inclusive, "cpi = cycles.sum / instructions.sum"},
+               {"", Statistic::Sum, storage::MetricScope::Inclusive, "spread = cycles.max - cycles.min"}};
+  const auto t = view(db, ViewKind::CallingContext, r);
+  const auto& main = at(t, {"main"});
+  EXPECT_DOUBLE_EQ(main.values[1], 800.0 / 300.0);
+  EXPECT_DOUBLE_EQ(main.values[2], 400.0);
+  EXPECT_EQ(t.columns[1].metric, "cpi");
+  EXPECT_TRUE(std::isnan(t.percent(main, 1)));
+  // From the command line, sorted by the formula, in every format.
+  const auto out = run(tool("csp-views") + " --flat --formula 'cpi = cycles.sum / instructions.sum' --sort cpi:I --format csv " +
+                       db.string());
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_NE(out.output.find("cpi:I"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("2.666666"), std::string::npos) << out.output;
+  const auto bad = run(tool("csp-views") + " --formula 'x = nope.sum' " + db.string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("unknown metric 'nope'"), std::string::npos) << bad.output;
+}
+
+TEST_F(Views, ExportsConserveTheRootTotalWhenTopLevelContextsArePruned) {
+  // main holds 1000; forty tiny top-level procedures hold 5 each (0.2 % each: pruned at the
+  // default 1 % threshold), the root's total is 1200.
+  std::string samples = R"({"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"time": 1000}})";
+  for (int i = 0; i < 40; ++i)
+    samples += R"(, {"path": [{"proc": "tiny)" + std::to_string(i) + R"("}, {"stmt": "t.c:1"}], "counts": {"time": 5}})";
+  const auto db = database("pruned", R"({"metrics": [{"name": "time", "unit": "ns", "kind": "sampled", "period": 1}],
+    "threads": [{"id": {"rank": 0}, "samples": [)" + samples + "]}]}");
+  const auto folded = run(tool("csp-views") + " --format folded " + db.string());
+  ASSERT_EQ(folded.status, 0) << folded.output;
+  long long total = 0;
+  std::istringstream lines(folded.output);
+  for (std::string line; std::getline(lines, line);) total += std::stoll(line.substr(line.rfind(' ') + 1));
+  EXPECT_EQ(total, 1200) << folded.output;
+  EXPECT_NE(folded.output.find("[other] 200"), std::string::npos) << folded.output;
+  const auto speedscope = run(tool("csp-views") + " --format speedscope " + db.string());
+  ASSERT_EQ(speedscope.status, 0) << speedscope.output;
+  const auto j = nlohmann::json::parse(speedscope.output);
+  double weights = 0;
+  for (const auto& w : j["profiles"][0]["weights"]) weights += w.get<double>();
+  EXPECT_EQ(weights, 1200.0);
+}
+
+TEST_F(Views, ExportsKeepNamesThatAreNotUtf8) {
+  // Procedure and file names come from binaries: any bytes.
+  storage::ProfileBuilder b(FrameKind::Symbolic);
+  b.profile().identity.idTuple = {{IdKind::Rank, 0}};
+  b.addMetric({"time", "ns", MetricKind::Sampled, 1, ""});
+  const auto proc = b.frame(SymbolicFrame{ScopeKind::ProcFrame, b.intern("bad\xff\xfe" "name"), b.intern("f\xc3.c"), 1, b.intern("m")});
+  const auto stmt = b.frame(SymbolicFrame{ScopeKind::Stmt, 0, b.intern("f\xc3.c"), 2, 0});
+  std::uint32_t path[] = {proc, stmt};
+  b.addCount(b.path(path), 0, 10);
+  const auto meas = dir / "latin1-meas";
+  std::filesystem::create_directories(meas);
+  storage::writeProfile(b.finish(), meas / "r000000.cspprof");
+  const auto db = dir / "latin1";
+  ASSERT_EQ(run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string()).status, 0);
+  for (const std::string format : {"json", "speedscope"}) {
+    const auto r = run(tool("csp-views") + " --format " + format + " " + db.string());
+    ASSERT_EQ(r.status, 0) << format << ": " << r.output;
+    EXPECT_TRUE(nlohmann::json::accept(r.output)) << format;
+    EXPECT_NE(r.output.find("bad\xef\xbf\xbd\xef\xbf\xbdname"), std::string::npos) << format << ": " << r.output;
+  }
+  for (const std::string options : {"--info --format json", "--node 1 --format json"}) {
+    const auto r = run(tool("csp-views") + " " + options + " " + db.string());
+    EXPECT_EQ(r.status, 0) << options << ": " << r.output;
+  }
 }
 
 TEST_F(Views, CalleeFromTwoCallSitesShowsTwoEntries) {

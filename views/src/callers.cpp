@@ -1,4 +1,4 @@
-// The Callers view (thesis Alg. 7.3, DESIGN.md 7 "Exact rules"), built lazily: a forest with one
+// The Callers view (thesis Alg. 7.3, docs/views.md, exact rules), built lazily: a forest with one
 // root per procedure, below it the chains of its callers, each level built only when shown.
 //
 // A Callers node stands for a chain ck -> ... -> c1 -> x (a caller is a procedure plus the call

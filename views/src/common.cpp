@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "csp/metrics/encoding.hpp"
+#include "csp/metrics/expression.hpp"
 #include "model.hpp"
 
 namespace csp::views {
@@ -24,29 +25,6 @@ const char* toString(ViewKind kind) {
   return "unknown";
 }
 
-const char* toString(Statistic s) {
-  switch (s) {
-    case Statistic::Sum: return "sum";
-    case Statistic::Mean: return "mean";
-    case Statistic::Min: return "min";
-    case Statistic::Max: return "max";
-    case Statistic::Stddev: return "stddev";
-    case Statistic::CfVar: return "cfvar";
-    case Statistic::Imbalance: return "imbalance";
-    case Statistic::Count: return "count";
-  }
-  return "unknown";
-}
-
-std::optional<Statistic> parseStatistic(std::string_view text) {
-  for (auto s : {Statistic::Sum, Statistic::Mean, Statistic::Min, Statistic::Max, Statistic::Stddev,
-                 Statistic::CfVar, Statistic::Imbalance, Statistic::Count})
-    if (text == toString(s)) return s;
-  if (text == "std" || text == "sd") return Statistic::Stddev;
-  if (text == "cv") return Statistic::CfVar;
-  if (text == "imb") return Statistic::Imbalance;
-  return std::nullopt;
-}
 
 bool hasPercent(Statistic s) {
   // A spread (stddev) is no share of anything; ratios and counts neither.
@@ -69,10 +47,12 @@ const char* toString(NodeKind kind) {
 }
 
 std::string Column::title() const {
+  if (!formula.empty()) return fmt::format("{}:{}", metric, scope == storage::MetricScope::Inclusive ? "I" : "E");
   return fmt::format("{}:{}:{}", metric, toString(statistic), scope == storage::MetricScope::Inclusive ? "I" : "E");
 }
 
 double ViewTree::percent(const TreeNode& node, std::size_t c) const {
+  if (!columns[c].formula.empty()) return NAN;
   const Statistic s = columns[c].statistic;
   if (!hasPercent(s)) return NAN;
   // Sums against the root's total; per-thread statistics against the average thread's total, so
@@ -80,6 +60,19 @@ double ViewTree::percent(const TreeNode& node, std::size_t c) const {
   const double base = s == Statistic::Sum ? rootSum[c] : rootMean[c];
   if (!(base > 0) || std::isnan(node.values[c])) return NAN;
   return 100.0 * node.values[c] / base;
+}
+
+std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db) {
+  const auto& stored = db.metadata().regionMetrics;
+  if (!stored.empty()) return stored;
+  return {{"visits", "visits", "completed visits", true, false, false},
+          {"time", "ns", "time in the region", true, true, false},
+          {"any-time", "ns", "time with at least one thread of the process in the region", true, false, true},
+          {"all-time", "ns", "time with every logging thread of the process in the region", true, false, true},
+          {"area", "thread-ns", "thread time in the region (threads x time)", true, false, true},
+          {"straggler-time", "ns", "time with exactly one thread in the region while the process has others", true,
+           false, true},
+          {"max-parallelism", "threads", "most threads of the process in the region at once", true, false, true}};
 }
 
 }  // namespace csp::views
@@ -128,62 +121,12 @@ std::uint64_t Acc::instances() const {
   return std::visit([](const auto& a) { return a.instances(); }, v_);
 }
 
-namespace {
-
-// The cct_nodes value (docs/database-format.md): kind u8, then varints parent+1
-// (0 = none), name, file, module, line. Read here in one forward scan because the reader API
-// offers only per-node lookups, which cost a seek each on a million-node CCT.
-struct ByteReader {
-  std::string_view data;
-  std::size_t pos = 0;
-  bool ok = true;
-  std::uint64_t varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= data.size()) break;
-      const auto b = static_cast<std::uint8_t>(data[pos++]);
-      v |= std::uint64_t{b & 0x7Fu} << shift;
-      if (!(b & 0x80)) return v;
-    }
-    ok = false;
-    return 0;
-  }
-};
-
-}  // namespace
-
 CctIndex CctIndex::read(const storage::Database& db) {
-  const auto& meta = db.metadata();
   CctIndex idx;
-  idx.nodes.resize(meta.nodeCount);
-  std::vector<char> seen(meta.nodeCount, 0);
+  idx.nodes = db.readCct();
   auto damaged = [&](const std::string& what) {
     throw storage::DatabaseError(db.directory(), "damaged database: CCT nodes: " + what);
   };
-  db.forEachEntry("cct_nodes", [&](std::string_view key, std::string_view value) {
-    if (key.size() != 4) damaged("bad key length");
-    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-    const std::uint32_t id = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
-    if (id >= meta.nodeCount) damaged(fmt::format("node {} beyond the node count {}", id, meta.nodeCount));
-    if (value.empty() || static_cast<std::uint8_t>(value[0]) > static_cast<std::uint8_t>(ScopeKind::Stmt))
-      damaged(fmt::format("node {}: bad kind", id));
-    ByteReader r{value, 1};
-    storage::CctNode n;
-    n.kind = static_cast<ScopeKind>(value[0]);
-    const std::uint64_t parent = r.varint();
-    n.parent = parent == 0 ? kNoIndex : static_cast<storage::NodeId>(parent - 1);
-    n.name = static_cast<StringId>(r.varint());
-    n.file = static_cast<StringId>(r.varint());
-    n.module = static_cast<StringId>(r.varint());
-    n.line = static_cast<std::uint32_t>(r.varint());
-    if (!r.ok || r.pos != value.size()) damaged(fmt::format("node {}: undecodable", id));
-    if (std::max({n.name, n.file, n.module}) >= meta.strings.size()) damaged(fmt::format("node {}: bad string id", id));
-    if (id != 0 && n.parent >= meta.nodeCount) damaged(fmt::format("node {}: bad parent", id));
-    idx.nodes[id] = n;
-    seen[id] = 1;
-  });
-  for (std::uint32_t i = 0; i < meta.nodeCount; ++i)
-    if (!seen[i]) damaged(fmt::format("node {} is missing", i));
 
   const std::size_t n = idx.nodes.size();
   idx.childBegin.assign(n + 1, 0);
@@ -262,14 +205,28 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
     columns = {{name, Statistic::Sum, storage::MetricScope::Inclusive}, {name, Statistic::Sum, storage::MetricScope::Exclusive}};
   }
   MetricSet set;
-  for (const auto& c : columns) {
+  std::vector<std::string> needed;  // metric names, columns first, then formula references
+  for (auto& c : columns) {
+    if (c.formula.empty()) {
+      needed.push_back(c.metric);
+      continue;
+    }
+    try {
+      const auto f = metrics::SummaryFormula::parse(c.formula);
+      c.metric = f.name();
+      for (const auto& r : f.references()) needed.push_back(r.metric);
+    } catch (const metrics::ExpressionError& e) {
+      throw ViewError(fmt::format("--formula '{}': {}", c.formula, e.what()));
+    }
+  }
+  for (const auto& name : needed) {
     std::optional<storage::MetricId> id;
     for (std::size_t m = 0; m < metrics.size(); ++m)
-      if (metrics[m].descriptor.name == c.metric) id = static_cast<storage::MetricId>(m);
+      if (metrics[m].descriptor.name == name) id = static_cast<storage::MetricId>(m);
     if (!id) {
       std::string known;
       for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m.descriptor.name;
-      throw ViewError(fmt::format("unknown metric '{}' (the database has: {})", c.metric, known));
+      throw ViewError(fmt::format("unknown metric '{}' (the database has: {})", name, known));
     }
     if (std::find(set.ids.begin(), set.ids.end(), *id) != set.ids.end()) continue;
     set.ids.push_back(*id);
@@ -280,14 +237,16 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
   return set;
 }
 
-MetricSet regionMetrics(std::vector<Column>& columns) {
-  // csp-prof-mpi's region metrics (docs/postprocessing.md): visits and time per thread, then the
-  // concurrency metrics computed per process from the region event logs.
+MetricSet regionMetrics(const storage::Database& db, std::vector<Column>& columns) {
+  // The database describes its region metrics (format 1.1; docs/database-format.md).
   MetricSet set;
-  set.ids = {0, 1, 2, 3, 4, 5, 6};
+  for (const auto& m : regionMetricsOf(db)) {
+    set.ids.push_back(static_cast<storage::MetricId>(set.names.size()));
+    set.names.push_back(m.name);
+    set.units.push_back(m.unit);
+    set.exclusiveOnly.push_back(!m.inclusive);
+  }
   set.types.assign(set.ids.size(), ValueType::Count);
-  set.names = {"visits", "time", "any-time", "all-time", "area", "straggler-time", "max-parallelism"};
-  set.units = {"visits", "ns", "ns", "ns", "thread-ns", "ns", "threads"};
   if (columns.empty())
     columns = {{"time", Statistic::Sum, storage::MetricScope::Inclusive},
                {"time", Statistic::Sum, storage::MetricScope::Exclusive},

@@ -1,4 +1,4 @@
-// The Flat view (thesis Alg. 7.2, DESIGN.md 7 "Exact rules"): module -> file -> procedure ->
+// The Flat view (thesis Alg. 7.2, docs/views.md, exact rules): module -> file -> procedure ->
 // loops/inlined code -> call sites and statements, every calling context merged.
 //
 // Each CCT node maps to one Flat node and contributes once: its exclusive accumulator always,

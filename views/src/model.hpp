@@ -39,6 +39,12 @@ struct MetricSet {
   std::vector<storage::MetricId> ids;          // database metric ids, in slot order
   std::vector<storage::ValueType> types;
   std::vector<std::string> names, units;
+  std::vector<bool> exclusiveOnly;  // no inclusive values stored (region metrics per process)
+  // The scope that shares (threshold, hot path, percentages) are measured on.
+  storage::MetricScope shareScope(std::size_t metricIndex) const {
+    return metricIndex < exclusiveOnly.size() && exclusiveOnly[metricIndex] ? storage::MetricScope::Exclusive
+                                                                           : storage::MetricScope::Inclusive;
+  }
   // slot of (metric index, scope) in a node's accumulator vector
   static std::size_t slot(std::size_t metricIndex, storage::MetricScope scope) {
     return metricIndex * 2 + static_cast<std::size_t>(scope);
@@ -105,6 +111,6 @@ std::unique_ptr<ViewModel> makeCallers(const storage::Database& db, const Metric
 std::unique_ptr<ViewModel> makeRegions(const storage::Database& db, const MetricSet& metrics);
 
 // Region summaries have their own metric table (reduce/src/prof.cpp): visits (E), time ns (E, I).
-MetricSet regionMetrics(std::vector<Column>& columns);
+MetricSet regionMetrics(const storage::Database& db, std::vector<Column>& columns);
 
 }  // namespace csp::views::detail

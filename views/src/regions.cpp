@@ -1,4 +1,4 @@
-// The Regions view: the reduced region tree (DESIGN.md 8) with visits and time statistics.
+// The Regions view: the reduced region tree (docs/views.md, "Regions") with visits and time statistics.
 // Region trees are small (user-annotated spans), so the whole tree is read at once.
 #include <fmt/format.h>
 

@@ -13,6 +13,17 @@ namespace csp::views {
 
 namespace {
 
+// Names come from binaries and users: not always UTF-8. Invalid bytes become U+FFFD instead of
+// failing the export (docs/views.md, "Exports").
+std::string dumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+
+namespace {
+
 using Json = nlohmann::ordered_json;
 
 std::string csvField(const std::string& s) {
@@ -51,7 +62,8 @@ struct Frame {
 };
 
 // Stacks of procedure (and inlined, region) frames with their self cost: a node's inclusive sum
-// minus its shown children's, so that pruned subtrees stay in their parent's frame.
+// minus its shown children's, so that pruned subtrees stay in their parent's frame and the
+// weights add up to the root's inclusive sum (up to rounding in the folded format).
 std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
   const std::size_t c = weightColumn(tree);
   std::map<std::vector<Frame>, double> out;
@@ -65,7 +77,12 @@ std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
       path[i].push_back({n.name + " [inlined]", n.file, n.line});
     double self = n.stats[c].sum;
     for (auto k : n.children) self -= tree.nodes[k].stats[c].sum;
-    if (self > 0 && !path[i].empty()) out[path[i]] += self;
+    if (!(self > 0)) continue;
+    // Outside any procedure frame (the root itself, or call sites and statements above the
+    // first procedure): pruned or hidden top-level contexts and unattributed code. Kept as an
+    // "[other]" frame, so that the stacks always add up to the root's total.
+    if (path[i].empty()) out[{Frame{"[other]", "", 0}}] += self;
+    else out[path[i]] += self;
   }
   return out;
 }
@@ -145,7 +162,7 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
   j["pruned"] = {{"below_threshold", p.belowThreshold}, {"kept_for_imbalance", p.keptForImbalance},
                  {"beyond_depth", p.beyondDepth},        {"hidden", p.hidden},
                  {"beyond_top", p.beyondTop},            {"off_hot_path", p.offHotPath}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
 void renderFolded(const ViewTree& tree, std::ostream& out) {
@@ -197,7 +214,7 @@ void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string
   j["name"] = title;
   j["activeProfileIndex"] = 0;
   j["exporter"] = "csp-views";
-  out << j.dump() << "\n";
+  out << dumpJson(j, -1) << "\n";
 }
 
 void renderDistributionCsv(const Distribution& d, std::ostream& out) {
@@ -229,20 +246,9 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
          {"outliers", list(d.outliers)},
          {"histogram", std::move(hist)},
          {"values", list(d.values)}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
-namespace {
-
-std::uint64_t directoryBytes(const std::filesystem::path& dir) {
-  std::uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
-    if (e.is_regular_file(ec)) total += e.file_size(ec);
-  return total;
-}
-
-}  // namespace
 
 void renderInfoText(const storage::Database& db, std::ostream& out) {
   const auto& m = db.metadata();
@@ -250,11 +256,15 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   std::string command;
   for (const auto& a : m.commandLine) command += (command.empty() ? "" : " ") + a;
   out << fmt::format("database     {} (format {}.{}, {} on disk)\n", db.directory().string(), version.major, version.minor,
-                     formatNumber(static_cast<double>(directoryBytes(db.directory())), Statistic::Sum) + "B");
+                     formatNumber(static_cast<double>(storage::directoryBytes(db.directory())), Statistic::Sum) + "B");
   if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
+  // The program is what csp-run ran (or, without that record, the executable most threads ran);
+  // other executables measured along (mpirun's helpers, a script's children) follow.
+  out << fmt::format("program      {}\n", command.empty() ? m.executable : command);
   out << fmt::format("executable   {}\n", m.executable);
-  out << fmt::format("command      {}\n", command);
-  out << fmt::format("processes    {}\n", m.processCount);
+  for (const auto& p : m.properties)
+    if (p.key == "executables") out << fmt::format("executables  {}\n", p.value);
+  out << fmt::format("measured processes {} (the program's; not the post-processing ranks)\n", m.processCount);
   out << fmt::format("threads      {} profiles\n", m.profiles.size());
   std::string hosts;
   for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i) hosts += (i ? ", " : "") + m.hostnames[i];
@@ -267,6 +277,17 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
     const auto& d = m.metrics[i].descriptor;
     out << fmt::format("  {:<3} {:<20} {:<10} {:<8} period {:<10} {}{}\n", i, d.name, d.unit, toString(d.kind), d.period,
                        m.metrics[i].valueType == storage::ValueType::Real ? "real " : "", d.description);
+  }
+  if (m.regionCount > 1) {
+    out << "region metrics\n";
+    const auto described = regionMetricsOf(db);
+    for (std::size_t i = 0; i < described.size(); ++i) {
+      const auto& r = described[i];
+      out << fmt::format("  {:<3} {:<20} {:<10} {:<11} {}\n", i, r.name, r.unit,
+                         std::string(r.exclusive ? "E" : "") + (r.inclusive ? (r.exclusive ? ",I" : "I") : "") +
+                             (r.perProcess ? " process" : " thread"),
+                         r.description);
+    }
   }
   out << fmt::format("skipped      {} inputs\n", m.skipped.size());
   for (const auto& s : m.skipped) out << fmt::format("  {}: {}\n", s.path, s.reason);
@@ -286,25 +307,34 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
                        {"period", sm.descriptor.period},
                        {"value_type", sm.valueType == storage::ValueType::Real ? "real" : "count"},
                        {"description", sm.descriptor.description}});
+  Json regionMetrics = Json::array();
+  for (const auto& r : regionMetricsOf(db))
+    regionMetrics.push_back({{"name", r.name},
+                             {"unit", r.unit},
+                             {"exclusive", r.exclusive},
+                             {"inclusive", r.inclusive},
+                             {"per", r.perProcess ? "process" : "thread"},
+                             {"description", r.description}});
   Json skipped = Json::array();
   for (const auto& s : m.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
   Json props = Json::object();
   for (const auto& p : m.properties) props[p.key] = p.value;
   Json j{{"database", db.directory().string()},
          {"format", fmt::format("{}.{}", db.formatVersion().major, db.formatVersion().minor)},
-         {"bytes", directoryBytes(db.directory())},
+         {"bytes", storage::directoryBytes(db.directory())},
          {"title", m.title},
          {"executable", m.executable},
          {"command", m.commandLine},
-         {"processes", m.processCount},
+         {"measured_processes", m.processCount},
          {"threads", m.profiles.size()},
          {"hosts", m.hostnames},
          {"cct_nodes", m.nodeCount},
          {"regions", m.regionCount},
          {"metrics", std::move(metrics)},
+         {"region_metrics", std::move(regionMetrics)},
          {"skipped", std::move(skipped)},
          {"properties", std::move(props)}};
-  out << j.dump(1) << "\n";
+  out << dumpJson(j, 1) << "\n";
 }
 
 }  // namespace csp::views

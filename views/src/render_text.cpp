@@ -63,7 +63,7 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
 std::string formatNumber(double v, Statistic s) {
   if (std::isnan(v)) return "";
   if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
-  if (s == Statistic::CfVar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
+  if (s == Statistic::Cfvar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
   if (a < 1e3) return fmt::format("{:.4g}", v);
@@ -80,7 +80,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   std::vector<bool> pct(columns);
   std::vector<std::size_t> width(columns);
   for (std::size_t c = 0; c < columns; ++c) {
-    pct[c] = hasPercent(tree.columns[c].statistic);
+    pct[c] = tree.columns[c].formula.empty() && hasPercent(tree.columns[c].statistic);
     width[c] = kValueWidth + (pct[c] ? kPercentWidth : 0);
   }
 
@@ -91,7 +91,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     const auto scope = col.scope == storage::MetricScope::Inclusive ? "(I)" : "(E)";
     h1 += fmt::format("{:>{}} ", fmt::format("{} {}", col.metric, scope), width[c]);
     // Units only where the value is in them (not for ratios and counts), and only if they fit.
-    std::string stat = toString(col.statistic);
+    std::string stat = col.formula.empty() ? toString(col.statistic) : "formula";
     if (pct[c] && !tree.units[c].empty() && stat.size() + tree.units[c].size() + 3 <= width[c])
       stat += " [" + tree.units[c] + "]";
     h2 += fmt::format("{:>{}} ", stat, width[c]);
@@ -101,7 +101,10 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   for (const auto& n : tree.nodes) {
     std::string line;
     for (std::size_t c = 0; c < columns; ++c) {
-      line += fmt::format("{:>{}}", formatNumber(n.values[c], tree.columns[c].statistic), kValueWidth);
+      line += fmt::format("{:>{}}",
+                          formatNumber(n.values[c], tree.columns[c].formula.empty() ? tree.columns[c].statistic
+                                                                                  : Statistic::Sum),
+                          kValueWidth);
       if (pct[c]) {
         const double p = tree.percent(n, c);
         std::string ptext = std::isnan(p) ? "" : fmt::format("{:.1f}%", p);
@@ -189,7 +192,7 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   auto num = [](double v) { return formatNumber(v, Statistic::Sum); };
   out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
                      num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),
-                     formatNumber(d.all.cfvar, Statistic::CfVar), formatNumber(d.all.imbalance, Statistic::Imbalance));
+                     formatNumber(d.all.cfvar, Statistic::Cfvar), formatNumber(d.all.imbalance, Statistic::Imbalance));
   out << fmt::format("  present: mean {}  min {}  max {}  stddev {}\n", num(d.present.mean), num(d.present.min),
                      num(d.present.max), num(d.present.stddev));
   if (!d.values.empty()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "csp/metrics/expression.hpp"
 #include "model.hpp"
 
 namespace csp::views {
@@ -20,6 +21,17 @@ class Selector {
   Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles, ViewTree& tree)
       : model_(model), request_(request), metrics_(metrics), profiles_(profiles), tree_(tree) {
     for (const auto& c : tree_.columns) {
+      if (!c.formula.empty()) {
+        // A formula: the slots of its references at the column's scope.
+        auto f = metrics::SummaryFormula::parse(c.formula);
+        std::vector<std::size_t> refs;
+        for (const auto& r : f.references()) refs.push_back(MetricSet::slot(metricIndex(r.metric), c.scope));
+        formulas_.push_back(Formula{std::move(f), std::move(refs)});
+        slots_.push_back(formulas_.back()->slots.empty() ? 0 : formulas_.back()->slots.front());
+        tree_.units.push_back("");
+        continue;
+      }
+      formulas_.push_back(std::nullopt);
       const auto m = metricIndex(c.metric);
       slots_.push_back(MetricSet::slot(m, c.scope));
       tree_.units.push_back(metrics_.units[m]);
@@ -29,8 +41,19 @@ class Selector {
       const auto it = std::find(tree_.columns.begin(), tree_.columns.end(), *request_.sortBy);
       sortColumn_ = static_cast<std::size_t>(it - tree_.columns.begin());
     }
-    // Shares (threshold, hot path) are measured on the sort column's metric, inclusive.
-    primary_ = MetricSet::slot(metricIndex(tree_.columns[sortColumn_].metric), storage::MetricScope::Inclusive);
+    // Shares (threshold, hot path) are measured on the sort column's metric, inclusive (exclusive
+    // for metrics that have no inclusive values).
+    // A formula column has no metric of its own: the first plain column's metric, else the
+    // formula's first reference.
+    std::size_t shareColumn = sortColumn_;
+    if (formulas_[shareColumn])
+      for (std::size_t c = 0; c < tree_.columns.size(); ++c)
+        if (!formulas_[c]) {
+          shareColumn = c;
+          break;
+        }
+    const auto primaryMetric = formulas_[shareColumn] ? slots_[shareColumn] / 2 : metricIndex(tree_.columns[shareColumn].metric);
+    primary_ = MetricSet::slot(primaryMetric, metrics_.shareScope(primaryMetric));
   }
 
   void run() {
@@ -39,7 +62,13 @@ class Selector {
     // Percent bases: the root's inclusive total of each column's metric. A region tree's root is
     // no region and carries nothing: then the top-level regions' total.
     for (std::size_t c = 0; c < tree_.columns.size(); ++c) {
-      const auto inclusive = MetricSet::slot(metricIndex(tree_.columns[c].metric), storage::MetricScope::Inclusive);
+      if (formulas_[c]) {
+        tree_.rootSum.push_back(NAN);
+        tree_.rootMean.push_back(NAN);
+        continue;
+      }
+      const auto m = metricIndex(tree_.columns[c].metric);
+      const auto inclusive = MetricSet::slot(m, metrics_.shareScope(m));
       auto s = r.acc[inclusive].finalize(profiles_, metrics::Population::All);
       double sum = s.sum;
       if (!(sum > 0) && tree_.kind == ViewKind::Regions) {
@@ -109,18 +138,18 @@ class Selector {
     return out;
   }
 
-  double value(const metrics::Statistics& s, Statistic stat) const {
-    switch (stat) {
-      case Statistic::Sum: return s.sum;
-      case Statistic::Mean: return s.mean;
-      case Statistic::Min: return s.min;
-      case Statistic::Max: return s.max;
-      case Statistic::Stddev: return s.stddev;
-      case Statistic::CfVar: return s.cfvar;
-      case Statistic::Imbalance: return s.imbalance;
-      case Statistic::Count: return static_cast<double>(s.count);
+  double value(const metrics::Statistics& s, Statistic stat) const { return metrics::valueOf(s, stat); }
+
+  // Column c's value at a node: a statistic, or a formula over statistics of the same scope.
+  double columnValue(const ModelNode& n, std::size_t c, const Column& col) const {
+    if (!formulas_[c]) return value(n.acc[slots_[c]].finalize(profiles_, request_.population), col.statistic);
+    const auto& f = *formulas_[c];
+    std::vector<double> args;
+    for (std::size_t i = 0; i < f.slots.size(); ++i) {
+      const auto& ref = f.formula.references()[i];
+      args.push_back(value(n.acc[f.slots[i]].finalize(profiles_, ref.population), ref.statistic));
     }
-    return NAN;
+    return f.formula.evaluate(args);
   }
 
   bool matchesAny(const std::string& label, const std::vector<std::string>& patterns) const {
@@ -159,8 +188,7 @@ class Selector {
         }
       }
       const auto& col = tree_.columns[sortColumn_];
-      const auto s = n.acc[slots_[sortColumn_]].finalize(profiles_, request_.population);
-      out.push_back({h, value(s, col.statistic), share, imbalanceOnly, maxShare, kept});
+      out.push_back({h, columnValue(n, sortColumn_, col), share, imbalanceOnly, maxShare, kept});
     }
     std::stable_sort(out.begin(), out.end(), [&](const Candidate& a, const Candidate& b) {
       if (!request_.sortByName) {
@@ -188,8 +216,8 @@ class Selector {
     if (n.kind == NodeKind::Root) t.name = tree_.kind == ViewKind::Regions ? "<all regions>" : "<program root>";
     for (std::size_t c = 0; c < tree_.columns.size(); ++c) {
       const auto& acc = n.acc[slots_[c]];
-      const auto s = acc.finalize(profiles_, request_.population);
-      t.values.push_back(value(s, tree_.columns[c].statistic));
+      const auto s = formulas_[c] ? metrics::Statistics{} : acc.finalize(profiles_, request_.population);
+      t.values.push_back(formulas_[c] ? columnValue(n, c, tree_.columns[c]) : value(s, tree_.columns[c].statistic));
       t.instances.push_back(acc.instances());
       t.stats.push_back(s);
     }
@@ -244,6 +272,11 @@ class Selector {
   std::uint64_t profiles_;
   ViewTree& tree_;
   std::vector<std::size_t> slots_;
+  struct Formula {
+    metrics::SummaryFormula formula;
+    std::vector<std::size_t> slots;  // per reference
+  };
+  std::vector<std::optional<Formula>> formulas_;  // per column
   std::size_t sortColumn_ = 0;
   std::size_t primary_ = 1;
   double primarySum_ = 0, primaryMean_ = 0;
@@ -264,7 +297,7 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   if (request.hotPathPercent && (*request.hotPathPercent <= 0 || *request.hotPathPercent > 100))
     throw ViewError("--hot-path must be above 0 and at most 100");
 
-  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(tree.columns)
+  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns)
                                                         : detail::resolveMetrics(db, tree.columns);
   ViewRequest effective = request;
   if (request.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *request.sortBy) == tree.columns.end()) {

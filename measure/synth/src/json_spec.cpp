@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include <fstream>
 #include <limits>
+#include <set>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -302,9 +307,34 @@ ThreadProfile parseThread(const Context& cx, const json& thread, const std::vect
 std::vector<ThreadProfile> profilesFromJsonText(const std::string& text, const std::string& name) {
   Context cx(name);
   json top;
+  // Checked while parsing, before any value is built: nesting depth (a description nests a few
+  // levels; a deep one would exhaust the stack of whatever walks it) and duplicate keys (JSON
+  // leaves them undefined; the last one would silently win).
+  constexpr int kMaxDepth = 64;
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= kMaxDepth)
+          throw SpecError(fmt::format("{}: JSON: nested more than {} levels deep", name, kMaxDepth));
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+          throw SpecError(fmt::format("{}: JSON: key \"{}\" appears twice in one object", name, parsed.get<std::string>()));
+        break;
+      default: break;
+    }
+    return true;
+  };
   try {
-    top = json::parse(text);
-  } catch (const json::parse_error& e) {
+    top = json::parse(text, check);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers beyond a double (1e400).
     cx.fail("JSON", e.what());
   }
   if (!top.is_object()) cx.fail("top level", "expected an object with \"metrics\" and \"threads\"");
@@ -338,8 +368,11 @@ std::vector<ThreadProfile> profilesFromJsonText(const std::string& text, const s
 }
 
 std::vector<ThreadProfile> profilesFromJsonFile(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw SpecError(fmt::format("{}: no such file", path.string()));
+  if (std::filesystem::is_directory(path, ec)) throw SpecError(fmt::format("{}: is a directory, not a JSON file", path.string()));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpecError(fmt::format("{}: cannot open", path.string()));
+  if (!in) throw SpecError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   std::stringstream buffer;
   buffer << in.rdbuf();
   return profilesFromJsonText(buffer.str(), path.string());

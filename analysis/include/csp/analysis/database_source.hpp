@@ -14,7 +14,7 @@ namespace csp::analysis {
 struct DatabaseLogs {
   RegionTree tree;
   std::vector<ProcessInput> processes;  // ascending process id; the database must outlive them
-  bool hasLogFamily = false;            // false: written before format 1.1
+  bool hasLogFamily = false;            // false: written before format 1.2
   std::uint64_t events = 0;             // stored events, all processes
   std::uint64_t eventsLost = 0;         // events not logged (full buffers), all processes
 };

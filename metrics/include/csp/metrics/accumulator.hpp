@@ -1,5 +1,5 @@
 // Summary accumulators over the per-thread values of one (node, metric, scope): the four-stage
-// algebra of DESIGN.md 3.3 (thesis Alg. 7.1, Figs. 7.2-7.4, 7.7).
+// algebra of docs/design.md, "Data model" (thesis Alg. 7.1, Figs. 7.2-7.4, 7.7).
 //
 //   IntAccumulator acc;                  // initialize
 //   acc.accumulate(profile, value);      // once per profile holding the node
@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <limits>
 #include <string>
 
@@ -44,6 +46,17 @@ struct Statistics {
   std::uint32_t argmin = kNoIndex;  // smallest profile id holding min; kNoIndex if an absent one does
   std::uint32_t argmax = kNoIndex;  // smallest profile id holding max; kNoIndex if an absent one does
 };
+
+// One field of Statistics, as views select and formulas name them.
+enum class Statistic : std::uint8_t { Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance };
+inline constexpr Statistic kStatistics[] = {Statistic::Count,  Statistic::Sum,   Statistic::Mean,
+                                            Statistic::Min,    Statistic::Max,   Statistic::Stddev,
+                                            Statistic::Cfvar,  Statistic::Imbalance};
+// The canonical name: count sum mean min max stddev cfvar imbalance.
+const char* toString(Statistic statistic);
+// A canonical name or one of the short forms std, sd, cv, imb.
+std::optional<Statistic> parseStatistic(std::string_view text);
+double valueOf(const Statistics& statistics, Statistic statistic);
 
 // Exact accumulator for raw integer metric values (count x period). Every field is an integer,
 // so combine is commutative and associative bit for bit: the same inputs give the same bytes

@@ -1,4 +1,4 @@
-// Derived-metric expressions (DESIGN.md 3.3). Grammar, semantics and examples: docs/metrics.md,
+// Derived-metric expressions (docs/design.md, "Data model"). Grammar, semantics and examples: docs/metrics.md,
 // "Derived metrics". In short:
 //
 //   definition := name '=' expr
@@ -108,9 +108,6 @@ class PerThreadDerivedMetric {
   Definition definition_;
 };
 
-enum class Statistic : std::uint8_t { Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance };
-const char* toString(Statistic statistic);
-double valueOf(const Statistics& statistics, Statistic statistic);
 
 // metric[.all|.present][.statistic]; defaults: population all, statistic sum.
 struct StatisticRef {

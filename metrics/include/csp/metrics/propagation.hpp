@@ -1,4 +1,4 @@
-// Exclusive and inclusive values of one profile over a typed tree (DESIGN.md 3.3; thesis
+// Exclusive and inclusive values of one profile over a typed tree (docs/design.md, "Data model"; thesis
 // Eq. 7.3, 7.4 and Fig. 7.5). Per profile only: across profiles E and I must each be
 // accumulated from these per-profile values, never derived from one another (thesis Fig. 7.6).
 //

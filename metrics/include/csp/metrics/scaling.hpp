@@ -1,4 +1,4 @@
-// Scaling-loss arithmetic for comparing a run on p processes with one on q > p (DESIGN.md 9),
+// Scaling-loss arithmetic for comparing a run on p processes with one on q > p (docs/diff.md),
 // and the sampling-error test that marks differences too small to mean anything (thesis App. A).
 // Sums are over all profiles of a run (the "sum" statistic, exact in the accumulators).
 #pragma once

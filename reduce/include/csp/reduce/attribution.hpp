@@ -1,4 +1,4 @@
-// Attribution: module-relative addresses -> chains of typed scopes (DESIGN.md 3.2) using
+// Attribution: module-relative addresses -> chains of typed scopes (docs/design.md, "Data model") using
 // elfutils. A leaf address (where a sample landed) becomes ProcFrame, Alien..., Stmt; an interior
 // address (a return address) becomes ProcFrame, Alien..., CallSite at the call's line.
 #pragma once

@@ -1,4 +1,4 @@
-// The canonical calling context tree (DESIGN.md 3.2, thesis 7.2.2): the union of all thread CCTs.
+// The canonical calling context tree (docs/design.md, "Data model", thesis 7.2.2): the union of all thread CCTs.
 //
 // Two forms: a LocalCct that threads of one process insert into concurrently (ids in arrival
 // order, meaningless outside the process), and a FinalCct with dense ids that depend only on the

@@ -1,5 +1,5 @@
-// The csp-prof-mpi pipeline (DESIGN.md section 5), SPMD over the processes of a communicator:
-//   discover   rank 0 lists the profiles; ids follow the sorted file list
+// The csp-prof-mpi pipeline (docs/postprocessing.md), SPMD over the processes of a communicator:
+//   discover   rank 0 lists the profiles (ProfileSource per input); ids follow the sorted file list
 //   partition  contiguous id ranges balanced by bytes
 //   structure  read + attribute + union into a local CCT (TBB), tree reduction of the structures,
 //              deterministic final ids broadcast to all
@@ -24,6 +24,7 @@
 #include "csp/reduce/attribution.hpp"
 #include "csp/reduce/canonical_cct.hpp"
 #include "csp/reduce/mpi_comm.hpp"
+#include "csp/reduce/profile_source.hpp"
 #include "csp/reduce/projection.hpp"
 #include "csp/storage/profile.hpp"
 
@@ -56,6 +57,7 @@ class ProgressSink {
 struct InputProfile {
   std::filesystem::path path;
   std::uint64_t bytes = 0;
+  const ProfileSource* source = nullptr;  // the format that reads it
 };
 
 struct SkippedInput {
@@ -72,7 +74,7 @@ struct ProfileInfo {
   bool hasRegionEvents = false;   // the profile carries a region event log
 };
 
-// The reduced region tree (DESIGN.md 8): node 0 is the root; a region is identified by its
+// The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
 // parent and (name, dynamic id). Ids are deterministic: children ordered by (name, dynamic id),
 // numbered in preorder.
 struct RegionTreeNode {

@@ -1,5 +1,5 @@
 // Projection of one thread's raw CCT onto the canonical CCT, and the thread's exclusive and
-// inclusive values there (DESIGN.md 3.3; thesis Eq. 7.3, 7.4).
+// inclusive values there (docs/design.md, "Data model"; thesis Eq. 7.3, 7.4).
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,7 @@ class StringTable {
   std::unordered_map<std::string_view, std::uint32_t> ids_;
 };
 
-// A canonical CCT node's identity below its parent (DESIGN.md 3.2). Unused fields are 0 (the
+// A canonical CCT node's identity below its parent (docs/design.md, "Data model"). Unused fields are 0 (the
 // empty string): ProcFrame uses name, file, line (entry), module; Alien name and file:line of
 // the inlining call; Loop, CallSite and Stmt file:line.
 struct ScopeKey {

@@ -21,8 +21,8 @@
 namespace csp::storage {
 
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
-// 1.1 added the region_events column family (region event logs per process).
-inline constexpr std::uint32_t kDatabaseFormatMinor = 1;
+// 1.1: region metric descriptors; 1.2: the region_events column family (region event logs).
+inline constexpr std::uint32_t kDatabaseFormatMinor = 2;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -57,6 +57,18 @@ struct StoredMetric {
   bool operator==(const StoredMetric&) const = default;
 };
 
+// A metric of the regions (their own small table, ids 0..n-1): which scopes are stored, and
+// whether there is one value per thread or one per process (from the region event logs).
+struct RegionMetricInfo {
+  std::string name;
+  std::string unit;
+  std::string description;
+  bool exclusive = true;
+  bool inclusive = false;
+  bool perProcess = false;
+  bool operator==(const RegionMetricInfo&) const = default;
+};
+
 struct SkippedInput {
   std::string path;
   std::string reason;
@@ -73,6 +85,7 @@ struct DatabaseMetadata {
   std::uint32_t nodeCount = 0;    // canonical CCT nodes (ids 0 .. nodeCount-1)
   std::uint32_t regionCount = 0;  // region tree nodes
   std::vector<StoredMetric> metrics;
+  std::vector<RegionMetricInfo> regionMetrics;  // RegionSummary metric id -> descriptor (format 1.1)
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
@@ -80,7 +93,7 @@ struct DatabaseMetadata {
   bool operator==(const DatabaseMetadata&) const = default;
 };
 
-// A canonical CCT node (DESIGN.md 3.2). The root has parent kNoIndex and kind Root.
+// A canonical CCT node (docs/design.md, "Data model"). The root has parent kNoIndex and kind Root.
 struct CctNode {
   NodeId parent = kNoIndex;
   ScopeKind kind = ScopeKind::Root;
@@ -91,7 +104,7 @@ struct CctNode {
   bool operator==(const CctNode&) const = default;
 };
 
-// A non-finalized accumulator of a CCT node or region (DESIGN.md 3.3), encoded by metrics/.
+// A non-finalized accumulator of a CCT node or region (docs/design.md, "Data model"), encoded by metrics/.
 struct Accumulator {
   MetricId metric = 0;
   MetricScope scope = MetricScope::Exclusive;
@@ -117,7 +130,7 @@ struct NodeValue {
   bool operator==(const NodeValue&) const = default;
 };
 
-// A node of the reduced region tree (DESIGN.md 8). The root has parent kNoIndex.
+// A node of the reduced region tree (docs/views.md, "Regions"). The root has parent kNoIndex.
 struct RegionNode {
   RegionId parent = kNoIndex;
   StringId name = 0;
@@ -125,7 +138,7 @@ struct RegionNode {
   bool operator==(const RegionNode&) const = default;
 };
 
-// Region event logs (format 1.1, docs/database-format.md "Region event logs"). A process is
+// Region event logs (format 1.2, docs/database-format.md "Region event logs"). A process is
 // named by the smallest profile id among its threads.
 struct RegionLogEvent {
   std::uint64_t timeNs = 0;  // CLOCK_MONOTONIC of the measured process
@@ -172,6 +185,9 @@ const std::vector<std::string>& databaseColumnFamilies();
 // An open database. Read-only opens never modify the directory, so any number of readers may
 // share one database while other databases are being written. The const members may be called
 // from several threads at once.
+// Bytes of the regular files under `dir` (a database's size on disk); 0 if unreadable.
+std::uint64_t directoryBytes(const std::filesystem::path& dir);
+
 class Database {
  public:
   enum class Mode { ReadOnly, ReadWrite };
@@ -191,6 +207,10 @@ class Database {
   const std::vector<StoredMetric>& metrics() const { return metadata().metrics; }
 
   std::optional<CctNode> node(NodeId id) const;
+  // The whole canonical CCT, node id = position, in one forward scan (a per-node lookup costs a
+  // seek each). Validated: every node present, kinds known, parents and string ids in range;
+  // otherwise DatabaseError ("damaged database: ...").
+  std::vector<CctNode> readCct() const;
   std::vector<NodeId> children(NodeId id) const;  // ascending ids
   std::vector<Accumulator> summaries(NodeId id) const;  // sorted by (metric, scope)
 
@@ -202,7 +222,7 @@ class Database {
   // The reduced region tree, ids 0 .. metadata().regionCount-1.
   std::vector<RegionNode> regions() const;
 
-  // True when the database has the region_events family (written by format 1.1 and later; it
+  // True when the database has the region_events family (written by format 1.2 and later; it
   // may still be empty when nothing was measured with --region-log).
   bool hasRegionLogFamily() const;
   // The processes with stored region event logs, ascending process ids.
@@ -210,11 +230,6 @@ class Database {
   // One thread's events; an empty log for unknown (process, thread).
   std::unique_ptr<RegionLogCursor> regionLog(ProfileId process, ProfileId thread) const;
   std::vector<Accumulator> regionSummaries(RegionId id) const;
-
-  // Built views, keyed by the caller. Never needed for correctness: a miss means "rebuild".
-  std::optional<std::string> cachedView(std::string_view key) const;
-  // Only for databases opened ReadWrite; throws DatabaseError otherwise.
-  void cacheView(std::string_view key, std::string_view blob);
 
   // Bytes of table files per column family (after compression): for statistics and benchmarks.
   std::vector<std::pair<std::string, std::uint64_t>> columnFamilySizes() const;

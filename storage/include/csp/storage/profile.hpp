@@ -70,7 +70,7 @@ struct LoadModule {
 
 enum class FrameKind : std::uint8_t { Address = 0, Symbolic = 1 };
 
-// The scopes of the canonical CCT (DESIGN.md 3.2). Symbolic frames name them directly; address
+// The scopes of the canonical CCT (docs/design.md, "Data model"). Symbolic frames name them directly; address
 // frames become chains of them after attribution.
 enum class ScopeKind : std::uint8_t { Root = 0, ProcFrame = 1, Alien = 2, Loop = 3, CallSite = 4, Stmt = 5 };
 const char* toString(ScopeKind kind);
@@ -107,7 +107,7 @@ struct SparseValues {
   bool operator==(const SparseValues&) const = default;
 };
 
-// Per-thread region tree (DESIGN.md 8); node 0 is the root and is no region.
+// Per-thread region tree (docs/views.md, "Regions"); node 0 is the root and is no region.
 struct RegionProfile {
   std::vector<std::string> names;  // static id -> name
   std::vector<std::uint32_t> parent;

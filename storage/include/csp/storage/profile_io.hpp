@@ -51,7 +51,7 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
 ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& name,
                            const ParseOptions& options = {});
 
-// Structural checks of DESIGN.md 3.1 (parents precede children, no cycles, indices in range,
+// Structural checks of docs/design.md, "Data model" (parents precede children, no cycles, indices in range,
 // values sorted and consistent with the sample counts). Throws ProfileError naming `name`.
 void validateProfile(const ThreadProfile& profile, const std::string& name);
 

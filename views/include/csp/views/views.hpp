@@ -1,4 +1,4 @@
-// The presentation side of CSP (DESIGN.md 7): Calling Context, Callers, Flat and Regions views
+// The presentation side of CSP (docs/views.md): Calling Context, Callers, Flat and Regions views
 // built on demand from a database, selected and pruned for display, then handed to a renderer.
 //
 //   auto db = storage::Database::open(dir);
@@ -34,9 +34,9 @@ class ViewError : public std::runtime_error {
 enum class ViewKind : std::uint8_t { CallingContext, Callers, Flat, Regions };
 const char* toString(ViewKind kind);
 
-enum class Statistic : std::uint8_t { Sum, Mean, Min, Max, Stddev, CfVar, Imbalance, Count };
-const char* toString(Statistic statistic);
-std::optional<Statistic> parseStatistic(std::string_view text);
+using Statistic = metrics::Statistic;  // one of each: views select the statistics metrics define
+using metrics::parseStatistic;
+using metrics::toString;
 // Whether a column also gets a share of the root: not for spreads, ratios and counts.
 bool hasPercent(Statistic statistic);
 
@@ -51,7 +51,11 @@ struct Column {
   std::string metric;  // metric name as in the database (Regions: "visits" or "time")
   Statistic statistic = Statistic::Sum;
   storage::MetricScope scope = storage::MetricScope::Inclusive;
-  std::string title() const;  // "time:sum:I"
+  // Non-empty: a formula over finalized statistics (metrics::SummaryFormula, docs/metrics.md),
+  // e.g. "cpi = cycles.sum / instructions.sum", evaluated per node on this column's scope;
+  // `metric` is then its name and `statistic` is unused.
+  std::string formula = {};
+  std::string title() const;  // "time:sum:I" ("cpi:I" for a formula)
   bool operator==(const Column&) const = default;
 };
 
@@ -127,6 +131,9 @@ struct ViewTree {
 // Builds, finalizes, prunes and sorts a view. Throws ViewError for a request that cannot be
 // served and storage::DatabaseError for a damaged database.
 ViewTree buildView(const storage::Database& db, const ViewRequest& request);
+// The region metrics of a database (id = position): from its metadata, or for format 1.0
+// databases, which did not describe them, the table csp-prof-mpi wrote then.
+std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db);
 
 // --- drill-down ---------------------------------------------------------------------------------
 // A node given as a CCT id ("42") or as a call path of procedure names ("main/solve/axpy", each

@@ -1,4 +1,4 @@
-// Scaling-loss analysis between two runs (DESIGN.md 9, thesis §7.2.1): csp-diff as a library.
+// Scaling-loss analysis between two runs (docs/diff.md, thesis §7.2.1): csp-diff as a library.
 //
 //   auto p = storage::Database::open(resolveRunDatabase("run-p64"));
 //   auto q = storage::Database::open(resolveRunDatabase("run-p4096"));
@@ -22,7 +22,7 @@
 #include "csp/metrics/scaling.hpp"
 #include "csp/storage/database.hpp"
 
-namespace csp::reduce {
+namespace csp::analysis {
 
 // Inputs csp-diff refuses (same run twice, p >= q, no common metric, damaged or unsuitable
 // databases). what() is one line naming the run and the problem.
@@ -50,7 +50,7 @@ struct ScopeDiff {
   double sumP = 0;
   double sumQ = 0;
   double excess = 0;       // strong: sumQ - sumP; weak: sumQ/q - sumP/p
-  double loss = 0;         // % of the q run: 100 * excess / reference (DESIGN.md 9)
+  double loss = 0;         // % of the q run: 100 * excess / reference (docs/diff.md)
   double share = 0;        // % of the total loss: 100 * excess / excess(root, I); NaN if that is 0
   double noise = 0;        // worst-case sampling error of excess (thesis Eq. A.10), same unit
   bool withinNoise = false;  // |excess| <= noise: sampling alone could explain the difference
@@ -110,4 +110,4 @@ std::string formatDiffReport(const ScalingDiff& diff, std::size_t top);
 // "main > solve.c:12 > MPI_Allreduce" style label of a union node, for reports and tests.
 std::string contextLabel(const ScalingDiff& diff, storage::NodeId node);
 
-}  // namespace csp::reduce
+}  // namespace csp::analysis

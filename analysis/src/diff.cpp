@@ -1,6 +1,6 @@
 // csp-diff: matching two runs' canonical CCTs by symbolic path and computing the scaling loss of
 // every context (docs/diff.md).
-#include "csp/reduce/diff.hpp"
+#include "csp/analysis/diff.hpp"
 
 #include <fmt/format.h>
 
@@ -15,9 +15,9 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
-#include "string_ids.hpp"
+#include "csp/storage/string_ids.hpp"
 
-namespace csp::reduce {
+namespace csp::analysis {
 
 namespace fs = std::filesystem;
 using storage::MetricScope;
@@ -403,7 +403,7 @@ void writeDiffDatabase(const ScalingDiff& d, const fs::path& target, bool force)
   }
 
   storage::DatabaseBuilder builder(target, storage::BuildOptions{force, {}});
-  StringIds strings;
+  storage::StringIds strings;
   std::vector<storage::CctNode> cct(count);
   for (NodeId i = 0; i < count; ++i) {
     const auto& n = d.nodes[i];
@@ -491,4 +491,4 @@ void writeDiffDatabase(const ScalingDiff& d, const fs::path& target, bool force)
   builder.publish();
 }
 
-}  // namespace csp::reduce
+}  // namespace csp::analysis

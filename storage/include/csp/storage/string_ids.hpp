@@ -8,13 +8,13 @@
 
 #include "csp/storage/database.hpp"
 
-namespace csp::reduce {
+namespace csp::storage {
 
 class StringIds {
  public:
   StringIds() { table_.push_back(""); }
-  storage::StringId id(const std::string& text) {
-    auto [it, fresh] = ids_.try_emplace(text, static_cast<storage::StringId>(table_.size()));
+  StringId id(const std::string& text) {
+    auto [it, fresh] = ids_.try_emplace(text, static_cast<StringId>(table_.size()));
     if (fresh) table_.push_back(text);
     return it->second;
   }
@@ -22,7 +22,7 @@ class StringIds {
 
  private:
   std::vector<std::string> table_;
-  std::map<std::string, storage::StringId> ids_;
+  std::map<std::string, StringId> ids_;
 };
 
-}  // namespace csp::reduce
+}  // namespace csp::storage

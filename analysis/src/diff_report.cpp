@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "csp/reduce/diff.hpp"
+#include "csp/analysis/diff.hpp"
 
-namespace csp::reduce {
+namespace csp::analysis {
 
 namespace {
 
@@ -229,4 +229,4 @@ std::string formatDiffReport(const ScalingDiff& d, std::size_t top) {
   return out;
 }
 
-}  // namespace csp::reduce
+}  // namespace csp::analysis

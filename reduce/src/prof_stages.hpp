@@ -1,0 +1,131 @@
+// The stages of csp-prof-mpi after the pipeline (pipeline.hpp) has the canonical CCT and hands
+// out per-thread values batch by batch. Each stage has one job; prof.cpp runs them in order:
+//
+//   ShardPlan          which shard numbers a rank writes
+//   ProfileValueSink   values by profile, batch by batch, into the rank's main shard
+//   NodeValueSink      values by node: a provisional shard per batch, merged into one sorted run
+//   SummaryTable       summary accumulators per (node, metric, scope); the reduce-scatter that
+//                      brings every node's partial accumulators to the rank owning its range
+//   RegionSummaries    region accumulators: visits and times per thread, concurrency per process
+//   Metadata           profile identities gathered at the root, the database metadata
+//
+// Only SummaryTable, RegionSummaries and the metadata gathering communicate, and only through
+// the collectives of mpi_comm.hpp.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "csp/metrics/accumulator.hpp"
+#include "csp/reduce/pipeline.hpp"
+#include "csp/reduce/prof.hpp"
+#include "csp/storage/database_writer.hpp"
+#include "csp/storage/string_ids.hpp"
+
+namespace csp::reduce::prof {
+
+// Rank r owns shard 2r (its profiles' values by profile, its node range's summaries, and on the
+// root the CCT and regions) and shard 2r+1 (its values by node, merged from provisional
+// per-batch shards numbered past every final shard).
+struct ShardPlan {
+  explicit ShardPlan(const Comm& comm);
+  std::uint32_t main = 0;
+  std::uint32_t byNode = 0;
+  std::uint32_t total = 0;            // final shards of all ranks
+  std::uint32_t provisionalBase = 0;  // this rank's per-batch shards
+};
+
+// Values by profile: a batch's profiles into the main shard.
+void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
+                          const std::vector<ThreadValues>& values);
+
+// Values by node: one provisional shard per batch (a counting sort of the batch by node), merged
+// into the rank's by-node shard at the end (the transpose from profile order to node order).
+class NodeValueSink {
+ public:
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount, std::size_t metricCount);
+  void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
+  void merge(const Comm& comm);  // after the last batch
+
+ private:
+  std::filesystem::path staging_;
+  ShardPlan plan_;
+  std::uint32_t nodes_;
+  std::size_t metrics_;
+  std::vector<std::uint32_t> shards_;
+};
+
+// Summary accumulators of this rank, dense over (node, metric, scope): exact integer
+// accumulators for raw metrics; for derived (real-valued) metrics the dyadic blocks of a fixed
+// binary tree over the global batch numbers, so that the floating-point result does not depend
+// on how batches are spread over processes.
+class SummaryTable {
+ public:
+  SummaryTable(std::uint32_t nodeCount, std::size_t rawCount, std::size_t derivedCount);
+  // One batch (parallel over node ranges: each task owns its nodes, so no copies and no locks).
+  void accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
+  // Reduce-scatter by node range: rank r owns nodes [r·N/P, (r+1)·N/P), receives the partial
+  // accumulators of its range from every rank in rank order (= batch order) and writes the
+  // combined ones into `shard`.
+  void exchangeAndWrite(const Comm& comm, storage::ShardWriter& shard);
+
+  struct Piece {
+    std::uint32_t level = 0;
+    std::uint64_t index = 0;  // the block covers batches [index << level, (index + 1) << level)
+    metrics::RealAccumulator acc;
+  };
+
+ private:
+  metrics::IntAccumulator& raw(std::uint32_t node, std::size_t metric, std::size_t scope);
+  std::vector<Piece>& derived(std::uint32_t node, std::size_t metric, std::size_t scope);
+
+  std::uint32_t nodes_;
+  std::size_t raw_, derived_;
+  std::vector<metrics::IntAccumulator> rawAcc_;
+  std::vector<std::vector<Piece>> derivedStacks_;
+};
+
+// The region metrics stored per region (docs/database-format.md): id, name, unit, the scopes
+// stored, and whether the value is one per process (from the event logs) or per thread.
+struct RegionMetric {
+  std::uint16_t id;
+  const char* name;
+  const char* unit;
+  bool exclusive;
+  bool inclusive;
+  bool perProcess;
+  const char* description;
+};
+std::span<const RegionMetric> regionMetrics();
+
+// Region accumulators of this rank: visits and times from each thread's region tree, and from
+// the event logs the concurrency of each process (for the processes whose first profile this
+// rank holds).
+class RegionSummaries {
+ public:
+  explicit RegionSummaries(std::size_t regionCount);
+  void accumulate(std::span<const ProfileInfo> batch, const std::vector<RegionValues>& values);
+  // Also stores the event logs of the processes whose first profile this rank holds in `shard`
+  // (region_events, for csp-query; keyed by that profile id, so ranks never overlap).
+  void addConcurrency(const Comm& comm, const Pipeline& pipeline, storage::ShardWriter& shard);
+  // Gathered at the root (small), which writes them with the region tree.
+  std::vector<std::vector<std::byte>> gather(const Comm& comm) const;
+  static void write(const std::vector<std::vector<std::byte>>& parts, const std::vector<RegionTreeNode>& regions,
+                    storage::StringIds& strings, storage::ShardWriter& shard);
+
+ private:
+  std::vector<metrics::IntAccumulator> acc_;  // region × slot
+};
+
+// Profile identities, gathered at the root in rank (= id) order.
+std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline);
+// The canonical CCT with its texts numbered in `strings` (first use order).
+std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings);
+// The database metadata, at the root, from the gathered identities.
+storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
+                                           const std::vector<std::vector<std::byte>>& identities);
+
+}  // namespace csp::reduce::prof
