@@ -89,7 +89,7 @@ struct RegionThreadState {
     if (log != nullptr) munmap(log, std::size_t{logCapacity} * sizeof(RegionEvent));
   }
 
-  void logEvent(std::uint32_t node, std::uint64_t now, bool enter) {
+  void logEvent(std::uint32_t node, std::uint64_t now, std::uint32_t flags, std::int64_t attr) {
     if (!config().regionLog) return;
     if (log == nullptr && !logFailed) {
       const std::size_t bytes = std::size_t{config().regionLogCapacity} * sizeof(RegionEvent);
@@ -102,18 +102,18 @@ struct RegionThreadState {
       }
     }
     if (logSize < logCapacity)
-      log[logSize++] = {now, node, enter ? 1u : 0u};
+      log[logSize++] = {now, node, flags, attr};
     else
       ++eventsLost;
   }
 
-  void enter(std::uint32_t name, std::uint64_t dynamicId) {
+  void enter(std::uint32_t name, std::uint64_t dynamicId, std::uint32_t flags = kEventEnter, std::int64_t attr = 0) {
     const std::uint32_t parent = stack.empty() ? 0 : stack.back().node;
     auto [it, inserted] = children.try_emplace(ChildKey{parent, name, dynamicId}, static_cast<std::uint32_t>(nodes.size()));
     if (inserted) nodes.push_back({parent, name, dynamicId});
     const std::uint64_t now = monotonicNs();
     stack.push_back({it->second, now, 0});
-    logEvent(it->second, now, true);
+    logEvent(it->second, now, flags, attr);
   }
 
   void leave() {
@@ -130,7 +130,7 @@ struct RegionThreadState {
     n.inclusiveNs += inclusive;
     n.exclusiveNs += inclusive > open.childNs ? inclusive - open.childNs : 0;
     if (!stack.empty()) stack.back().childNs += inclusive;
-    logEvent(open.node, now, false);
+    logEvent(open.node, now, 0, 0);
   }
 };
 
@@ -194,7 +194,9 @@ std::vector<std::string> regionNames() {
 
 using namespace csp::measure;
 
-CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) {
+namespace {
+
+void beginNamed(const char* name, std::uint64_t dynamicId, std::uint32_t flags, std::int64_t attr) {
   RegionCall r;
   if (!r) return;
   if (name == nullptr) name = "(null)";
@@ -205,13 +207,13 @@ CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) {
       const std::uint32_t id = internName(text);
       it = r->byPointer.insert_or_assign(name, CachedName{id, std::move(text)}).first;
     }
-    r->enter(it->second.id, dynamic_id);
+    r->enter(it->second.id, dynamicId, flags, attr);
   } catch (...) {
     // Out of memory: the region is not recorded; its end will count as mismatched.
   }
 }
 
-CSP_EXPORT void csp_region_begin_id(uint32_t static_id, uint64_t dynamic_id) {
+void beginNumbered(std::uint32_t static_id, std::uint64_t dynamic_id, std::uint32_t flags, std::int64_t attr) {
   RegionCall r;
   if (!r) return;
   try {
@@ -226,9 +228,25 @@ CSP_EXPORT void csp_region_begin_id(uint32_t static_id, uint64_t dynamic_id) {
       }
       it = r->byStaticId.emplace(static_id, internName(name)).first;
     }
-    r->enter(it->second, dynamic_id);
+    r->enter(it->second, dynamic_id, flags, attr);
   } catch (...) {
   }
+}
+
+}  // namespace
+
+CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) { beginNamed(name, dynamic_id, kEventEnter, 0); }
+
+CSP_EXPORT void csp_region_begin_attr(const char* name, uint64_t dynamic_id, int64_t attr) {
+  beginNamed(name, dynamic_id, kEventEnter | kEventHasAttr, attr);
+}
+
+CSP_EXPORT void csp_region_begin_id(uint32_t static_id, uint64_t dynamic_id) {
+  beginNumbered(static_id, dynamic_id, kEventEnter, 0);
+}
+
+CSP_EXPORT void csp_region_begin_id_attr(uint32_t static_id, uint64_t dynamic_id, int64_t attr) {
+  beginNumbered(static_id, dynamic_id, kEventEnter | kEventHasAttr, attr);
 }
 
 CSP_EXPORT void csp_region_register(uint32_t static_id, const char* name) {

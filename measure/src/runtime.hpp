@@ -79,8 +79,11 @@ struct RegionNode {
 struct RegionEvent {
   std::uint64_t timeNs;
   std::uint32_t node;
-  std::uint32_t isEnter;
+  std::uint32_t flags;  // kEventEnter | kEventHasAttr
+  std::int64_t attr;    // csp_region_begin_attr's attribute, when kEventHasAttr
 };
+inline constexpr std::uint32_t kEventEnter = 1;
+inline constexpr std::uint32_t kEventHasAttr = 2;
 
 struct RegionThreadState;  // regions.cpp
 RegionThreadState* createRegionState();

@@ -154,10 +154,19 @@ void fillRegions(const ThreadState& t, ThreadProfile& p) {
     r.inclusiveNs.push_back(n.inclusiveNs);
     r.exclusiveNs.push_back(std::min(n.exclusiveNs, n.inclusiveNs));
   }
+  bool anyAttr = false;
   for (const auto& e : s.events) {
     r.eventTimeNs.push_back(e.timeNs);
     r.eventNode.push_back(e.node);
-    r.eventIsEnter.push_back(e.isEnter != 0);
+    r.eventIsEnter.push_back((e.flags & kEventEnter) != 0);
+    anyAttr = anyAttr || (e.flags & kEventHasAttr) != 0;
+  }
+  if (anyAttr) {
+    for (const auto& e : s.events) {
+      const bool has = (e.flags & kEventHasAttr) != 0;
+      r.eventHasAttr.push_back(has);
+      r.eventAttr.push_back(has ? e.attr : 0);
+    }
   }
 }
 

@@ -99,7 +99,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     writeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
   byNode.merge(comm);
-  regions.addConcurrency(comm, pipeline);
+  regions.addConcurrency(comm, pipeline, mainShard);
   PhaseClock clock;
   clock.phases.push_back({"  of which: write + accumulate", writeSeconds});
 

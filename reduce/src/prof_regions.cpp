@@ -7,6 +7,7 @@
 
 #include "csp/metrics/encoding.hpp"
 #include "prof_stages.hpp"
+#include "region_logs.hpp"
 
 namespace csp::reduce::prof {
 
@@ -131,7 +132,7 @@ void RegionSummaries::accumulate(std::span<const ProfileInfo> batch, const std::
   }
 }
 
-void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline) {
+void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline, storage::ShardWriter& shard) {
   // Processes are (host, pid). A process's threads may straddle ranks: the rank holding its
   // first profile reads the event logs of all of them.
   Packer mine;
@@ -159,9 +160,14 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline)
   const std::size_t anyTime = slotOf(2, storage::MetricScope::Exclusive), allTime = slotOf(3, storage::MetricScope::Exclusive),
                     area = slotOf(4, storage::MetricScope::Exclusive), straggler = slotOf(5, storage::MetricScope::Exclusive),
                     maxPar = slotOf(6, storage::MetricScope::Exclusive);
-  for (auto& [process, members] : processes) {
-    std::sort(members.begin(), members.end());
-    const std::uint32_t first = members.front().first;
+  // In order of first profile id: the region logs written below are keyed by it.
+  std::map<std::uint32_t, decltype(processes)::value_type*> byFirst;
+  for (auto& entry : processes) {
+    std::sort(entry.second.begin(), entry.second.end());
+    byFirst[entry.second.front().first] = &entry;
+  }
+  for (auto& [first, entry] : byFirst) {
+    auto& [process, members] = *entry;
     if (first < myFirst || first >= myEnd) continue;
     std::vector<ThreadProfile> threads;
     std::vector<const RegionProfile*> logs;
@@ -186,6 +192,9 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline)
           in.path.string(), region.name, region.dynamicId ? fmt::format("#{}", region.dynamicId) : std::string(),
           process.first, process.second, threads.size()));
     }
+    std::vector<std::uint32_t> memberIds;
+    for (const auto& m : members) memberIds.push_back(m.first);
+    putRegionLogs(shard, process.first, process.second, memberIds, threads, ids);
     for (std::size_t r = 1; r < c.size(); ++r) {
       if (c[r].maxParallelism == 0) continue;
       const std::size_t at = r * width;

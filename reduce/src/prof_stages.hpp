@@ -108,7 +108,9 @@ class RegionSummaries {
  public:
   explicit RegionSummaries(std::size_t regionCount);
   void accumulate(std::span<const ProfileInfo> batch, const std::vector<RegionValues>& values);
-  void addConcurrency(const Comm& comm, const Pipeline& pipeline);
+  // Also stores the event logs of the processes whose first profile this rank holds in `shard`
+  // (region_events, for csp-query; keyed by that profile id, so ranks never overlap).
+  void addConcurrency(const Comm& comm, const Pipeline& pipeline, storage::ShardWriter& shard);
   // Gathered at the root (small), which writes them with the region tree.
   std::vector<std::vector<std::byte>> gather(const Comm& comm) const;
   static void write(const std::vector<std::vector<std::byte>>& parts, const std::vector<RegionTreeNode>& regions,

@@ -135,6 +135,10 @@ struct RegionProfile {
   eventsLost @10 :UInt64;          # events not logged because the buffer was full
   mismatchedEnds @11 :UInt64;      # csp_region_end calls that did not match the open region
   unclosedAtExit @12 :UInt64;      # regions still open when the thread ended
+  # Optional numeric attribute of enter events (a data-centric property, csp_region_begin_attr):
+  # both lists empty, or as long as the event log; eventHasAttr is false on exit events.
+  eventAttr @13 :List(Int64);
+  eventHasAttr @14 :List(Bool);
 }
 
 struct MeasurementStats {

@@ -149,7 +149,8 @@ std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
   std::vector<std::string> present;
   impl->check(rocksdb::DB::ListColumnFamilies(options, dir.string(), &present), "listing column families");
   for (const auto& name : databaseColumnFamilies())
-    if (std::find(present.begin(), present.end(), name) == present.end())
+    if (name != format::kRegionEvents &&  // added in 1.2: older databases have none
+        std::find(present.begin(), present.end(), name) == present.end())
       impl->damaged(fmt::format("column family '{}' is missing", name));
 
   // Open every family present: a read-write open requires it, and families added by a newer
@@ -264,6 +265,106 @@ std::vector<NodeValue> Database::nodeValues(NodeId node, MetricId metric, Metric
 
 std::optional<RegionNode> Database::region(RegionId id) const {
   return impl_->decodeOne<RegionNode>(format::kRegionNodes, format::nodeKey(id), format::decodeRegionNode);
+}
+
+std::vector<RegionNode> Database::regions() const {
+  std::vector<RegionNode> out;
+  out.reserve(impl_->metadata.regionCount);
+  impl_->scan(format::kRegionNodes, "", [&](std::string_view key, std::string_view value) {
+    format::Reader r(key, "region key");
+    const RegionId id = r.be32();
+    r.expectDone();
+    if (id != out.size()) throw format::FormatError(fmt::format("region {} is missing", out.size()));
+    out.push_back(format::decodeRegionNode(value));
+  });
+  return out;
+}
+
+bool Database::hasRegionLogFamily() const { return impl_->families.count(format::kRegionEvents) > 0; }
+
+std::vector<RegionLogProcess> Database::regionLogProcesses() const {
+  std::vector<RegionLogProcess> out;
+  if (!hasRegionLogFamily()) return out;
+  auto* family = impl_->family(format::kRegionEvents);
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), family));
+  try {
+    // Process entries have 4-byte keys; after each, skip its threads' entries with one seek.
+    for (it->SeekToFirst(); it->Valid();) {
+      const std::string_view key(it->key().data(), it->key().size());
+      if (key.size() != 4) throw format::FormatError("region log: thread entry without its process entry");
+      RegionLogProcess p = format::decodeRegionLogProcess(key, std::string_view(it->value().data(), it->value().size()));
+      for (auto& t : p.threads) {
+        const auto v = impl_->get(format::kRegionEvents, format::regionLogThreadKey(p.process, t.profile));
+        if (!v) throw format::FormatError(fmt::format("region log of process {}: thread {} is missing", p.process, t.profile));
+        t = format::decodeRegionLogThread(format::regionLogThreadKey(p.process, t.profile), *v);
+      }
+      const ProfileId next = p.process + 1;
+      out.push_back(std::move(p));
+      if (next == 0) break;
+      std::string seek;
+      format::putBe32(seek, next);
+      it->Seek(seek);
+    }
+  } catch (const format::FormatError& e) {
+    impl_->damaged(fmt::format("column family {}: {}", format::kRegionEvents, e.what()));
+  }
+  impl_->check(it->status(), "reading column family region_events");
+  return out;
+}
+
+namespace {
+
+class DbRegionLogCursor final : public RegionLogCursor {
+ public:
+  DbRegionLogCursor(const Database::Impl& impl, rocksdb::ColumnFamilyHandle* family, ProfileId process, ProfileId thread)
+      : impl_(impl), prefix_(format::regionLogThreadKey(process, thread)), end_(format::prefixEnd(prefix_)) {
+    rocksdb::ReadOptions ro;
+    upper_ = rocksdb::Slice(end_);
+    ro.iterate_upper_bound = &upper_;
+    ro.fill_cache = false;  // a log is streamed once
+    it_.reset(impl.db->NewIterator(ro, family));
+    it_->Seek(prefix_);
+    if (it_->Valid() && it_->key().size() == prefix_.size()) it_->Next();  // the thread entry
+  }
+
+  bool next(RegionLogEvent& out) override {
+    while (pos_ == block_.size()) {
+      if (!it_->Valid()) {
+        impl_.check(it_->status(), "reading column family region_events");
+        return false;
+      }
+      block_.clear();
+      pos_ = 0;
+      try {
+        format::decodeRegionLogBlock(std::string_view(it_->value().data(), it_->value().size()), block_);
+      } catch (const format::FormatError& e) {
+        impl_.damaged(fmt::format("column family {}: {}", format::kRegionEvents, e.what()));
+      }
+      it_->Next();
+    }
+    out = block_[pos_++];
+    return true;
+  }
+
+ private:
+  const Database::Impl& impl_;
+  std::string prefix_, end_;
+  rocksdb::Slice upper_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+  std::vector<RegionLogEvent> block_;
+  std::size_t pos_ = 0;
+};
+
+class EmptyRegionLogCursor final : public RegionLogCursor {
+ public:
+  bool next(RegionLogEvent&) override { return false; }
+};
+
+}  // namespace
+
+std::unique_ptr<RegionLogCursor> Database::regionLog(ProfileId process, ProfileId thread) const {
+  if (!hasRegionLogFamily()) return std::make_unique<EmptyRegionLogCursor>();
+  return std::make_unique<DbRegionLogCursor>(*impl_, impl_->family(format::kRegionEvents), process, thread);
 }
 
 std::vector<Accumulator> Database::regionSummaries(RegionId id) const {

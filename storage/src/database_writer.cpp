@@ -339,6 +339,27 @@ void ShardWriter::putRegion(RegionId id, const RegionNode& region) {
   impl_->put(format::kRegionNodes, format::nodeKey(id), format::encodeRegionNode(region));
 }
 
+void ShardWriter::putRegionLogProcess(const RegionLogProcess& process) {
+  std::string key;
+  format::putBe32(key, process.process);
+  impl_->put(format::kRegionEvents, key, format::encodeRegionLogProcess(process));
+}
+
+void ShardWriter::putRegionLogThread(ProfileId process, const RegionLogThread& thread,
+                                     std::span<const RegionLogEvent> events) {
+  const std::size_t per = format::kRegionLogBlockEvents;
+  const auto blocks = static_cast<std::uint32_t>((events.size() + per - 1) / per);
+  RegionLogThread t = thread;
+  t.events = events.size();
+  impl_->put(format::kRegionEvents, format::regionLogThreadKey(process, thread.profile),
+             format::encodeRegionLogThread(t, blocks));
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const std::size_t begin = std::size_t{b} * per;
+    impl_->put(format::kRegionEvents, format::regionLogBlockKey(process, thread.profile, b),
+               format::encodeRegionLogBlock(events.subspan(begin, std::min(per, events.size() - begin))));
+  }
+}
+
 void ShardWriter::putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes) {
   impl_->put(format::kRegionSummaries, format::summaryKey(id, metric, scope), bytes);
 }

@@ -16,7 +16,7 @@ namespace csp::storage::format {
 const std::vector<std::string>& shardFamilies() {
   static const std::vector<std::string> families = {kCctNodes,       kCctChildren,   kSummaries,
                                                     kValuesByProfile, kValuesByNode, kRegionNodes,
-                                                    kRegionSummaries};
+                                                    kRegionSummaries, kRegionEvents};
   return families;
 }
 
@@ -502,6 +502,119 @@ DatabaseMetadata MetadataDecoder::finish() {
   return std::move(m_);
 }
 
+// --- region event logs -------------------------------------------------------------------------
+
+std::string regionLogThreadKey(ProfileId process, ProfileId thread) {
+  std::string k;
+  putBe32(k, process);
+  putBe32(k, thread);
+  return k;
+}
+
+std::string regionLogBlockKey(ProfileId process, ProfileId thread, std::uint32_t block) {
+  std::string k = regionLogThreadKey(process, thread);
+  putBe32(k, block);
+  return k;
+}
+
+std::string encodeRegionLogProcess(const RegionLogProcess& p) {
+  std::string v;
+  putBytes(v, p.hostname);
+  putVarint(v, p.pid);
+  putVarint(v, p.threads.size());
+  for (const auto& t : p.threads) putVarint(v, t.profile);
+  return v;
+}
+
+RegionLogProcess decodeRegionLogProcess(std::string_view key, std::string_view value) {
+  RegionLogProcess p;
+  Reader k(key, "region log process key");
+  p.process = k.be32();
+  k.expectDone();
+  Reader r(value, "region log process");
+  p.hostname = r.bytes();
+  p.pid = r.varint();
+  const std::uint64_t n = r.varint();
+  if (n > value.size()) r.fail("thread count exceeds the entry");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    RegionLogThread t;
+    t.profile = r.varint32();
+    if (i > 0 && t.profile <= p.threads.back().profile) r.fail("thread ids do not ascend");
+    p.threads.push_back(t);
+  }
+  r.expectDone();
+  return p;
+}
+
+std::string encodeRegionLogThread(const RegionLogThread& t, std::uint32_t blocks) {
+  std::string v;
+  putVarint(v, t.events);
+  putVarint(v, t.eventsLost);
+  putVarint(v, t.mismatchedEnds);
+  putVarint(v, t.unclosedAtExit);
+  putVarint(v, blocks);
+  return v;
+}
+
+RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view value) {
+  RegionLogThread t;
+  Reader k(key, "region log thread key");
+  k.be32();
+  t.profile = k.be32();
+  k.expectDone();
+  Reader r(value, "region log thread");
+  t.events = r.varint();
+  t.eventsLost = r.varint();
+  t.mismatchedEnds = r.varint();
+  t.unclosedAtExit = r.varint();
+  r.varint();  // block count
+  r.expectDone();
+  return t;
+}
+
+// Per event: varint time delta (the block's first event: absolute), varint code = region << 2 |
+// enter << 1 | hasAttr, and with hasAttr the zigzag varint attribute.
+std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events) {
+  std::string v;
+  putVarint(v, events.size());
+  std::uint64_t prev = 0;
+  for (const auto& e : events) {
+    if (e.timeNs < prev) throw std::logic_error("region log events must be in time order");
+    putVarint(v, e.timeNs - prev);
+    prev = e.timeNs;
+    const bool has = e.enter && e.hasAttr;
+    putVarint(v, std::uint64_t{e.region} << 2 | std::uint64_t{e.enter} << 1 | std::uint64_t{has});
+    if (has) putVarint(v, (static_cast<std::uint64_t>(e.attr) << 1) ^ static_cast<std::uint64_t>(e.attr >> 63));
+  }
+  return v;
+}
+
+void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out) {
+  Reader r(value, "region log block");
+  const std::uint64_t n = r.varint();
+  if (n > value.size()) r.fail("event count exceeds the block");
+  std::uint64_t t = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    RegionLogEvent e;
+    const std::uint64_t dt = r.varint();
+    if (dt > UINT64_MAX - t) r.fail("time overflows");
+    t += dt;
+    e.timeNs = t;
+    const std::uint64_t code = r.varint();
+    if ((code >> 2) > UINT32_MAX) r.fail("region id exceeds 32 bits");
+    e.region = static_cast<RegionId>(code >> 2);
+    e.enter = (code & 2) != 0;
+    e.hasAttr = (code & 1) != 0;
+    if (e.hasAttr && !e.enter) r.fail("an exit event with an attribute");
+    if (e.hasAttr) {
+      const std::uint64_t z = r.varint();
+      e.attr = static_cast<std::int64_t>(z >> 1) ^ -static_cast<std::int64_t>(z & 1);
+    }
+    out.push_back(e);
+  }
+  r.expectDone();
+}
+
 // --- RocksDB options -------------------------------------------------------------------------
 
 namespace {
@@ -531,7 +644,7 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   rocksdb::BlockBasedTableOptions t;
   t.format_version = 5;
   // Value blocks are scanned whole; bigger table blocks compress better and cost little.
-  const bool values = family == kValuesByProfile || family == kValuesByNode;
+  const bool values = family == kValuesByProfile || family == kValuesByNode || family == kRegionEvents;
   t.block_size = values ? 64 * 1024 : 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   o.compression = bestCompression();

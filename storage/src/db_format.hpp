@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,6 +28,9 @@ inline constexpr const char* kValuesByNode = "values_by_node";
 inline constexpr const char* kRegionNodes = "region_nodes";
 inline constexpr const char* kRegionSummaries = "region_summaries";
 inline constexpr const char* kViewCache = "view_cache";  // reserved, empty (docs/database-format.md)
+// Added in format 1.2; older databases lack it and still open.
+inline constexpr const char* kRegionEvents = "region_events";
+inline constexpr std::size_t kRegionLogBlockEvents = 4096;
 
 // Families written by ShardWriter (everything but metadata and the view cache), in a fixed
 // order that is also the order of the shard index file.
@@ -91,6 +95,16 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
 void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std::vector<NodeValue>& values,
                       const Emit& emit);
 void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);
+
+// Region event logs: keys be32 process | be32 process be32 thread | ... be32 block.
+std::string regionLogThreadKey(ProfileId process, ProfileId thread);
+std::string regionLogBlockKey(ProfileId process, ProfileId thread, std::uint32_t block);
+std::string encodeRegionLogProcess(const RegionLogProcess& p);  // value of key be32 process (threads' ids included)
+RegionLogProcess decodeRegionLogProcess(std::string_view key, std::string_view value);
+std::string encodeRegionLogThread(const RegionLogThread& t, std::uint32_t blocks);
+RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view value);
+std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events);
+void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out);  // appends
 
 // Metadata column family: every entry of the metadata, keyed as documented.
 void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);

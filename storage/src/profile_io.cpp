@@ -140,6 +140,11 @@ void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
   fillList(regions.initEventNode(r.eventNode.size()), r.eventNode);
   auto enter = regions.initEventIsEnter(r.eventIsEnter.size());
   for (unsigned i = 0; i < r.eventIsEnter.size(); ++i) enter.set(i, r.eventIsEnter[i]);
+  if (!r.eventAttr.empty()) {
+    fillList(regions.initEventAttr(r.eventAttr.size()), r.eventAttr);
+    auto has = regions.initEventHasAttr(r.eventHasAttr.size());
+    for (unsigned i = 0; i < r.eventHasAttr.size(); ++i) has.set(i, r.eventHasAttr[i]);
+  }
   regions.setEventsLost(r.eventsLost);
   regions.setMismatchedEnds(r.mismatchedEnds);
   regions.setUnclosedAtExit(r.unclosedAtExit);
@@ -232,6 +237,8 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
   out.eventTimeNs = toVector<std::uint64_t>(r.getEventTimeNs());
   out.eventNode = toVector<std::uint32_t>(r.getEventNode());
   out.eventIsEnter = toVector<bool>(r.getEventIsEnter());
+  out.eventAttr = toVector<std::int64_t>(r.getEventAttr());
+  out.eventHasAttr = toVector<bool>(r.getEventHasAttr());
   out.eventsLost = r.getEventsLost();
   out.mismatchedEnds = r.getMismatchedEnds();
   out.unclosedAtExit = r.getUnclosedAtExit();

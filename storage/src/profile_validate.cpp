@@ -102,6 +102,10 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   }
   const std::size_t e = r.eventTimeNs.size();
   if (r.eventNode.size() != e || r.eventIsEnter.size() != e) fail(name, "region event columns have different lengths");
+  if (r.eventAttr.size() != r.eventHasAttr.size() || (!r.eventAttr.empty() && r.eventAttr.size() != e))
+    fail(name, "region event attribute columns do not match the event log");
+  for (std::size_t i = 0; i < r.eventHasAttr.size(); ++i)
+    if (r.eventHasAttr[i] && !r.eventIsEnter[i]) fail(name, fmt::format("region event {} is an exit with an attribute", i));
   for (std::size_t i = 0; i < e; ++i) {
     if (r.eventNode[i] == 0 || r.eventNode[i] >= n)
       fail(name, fmt::format("region event {} refers to region node {} ({} nodes)", i, r.eventNode[i], n));

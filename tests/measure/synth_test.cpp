@@ -172,6 +172,27 @@ TEST(JsonSpec, DefectsAreNamedWithTheirPlace) {
             std::string::npos);
   EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a"}]}]})"),
             "s.json: threads[0].events: regions are still open at the end of the log");
+  EXPECT_EQ(specError("{" + metrics +
+                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a"}, {"t": 1, "exit": "a", "attr": 3}]}]})"),
+            "s.json: threads[0].events[1].attr: only enter events carry an attribute");
+  EXPECT_EQ(specError("{" + metrics +
+                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 1.5}, {"t": 1, "exit": "a"}]}]})"),
+            "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
+  EXPECT_EQ(specError("{" + metrics +
+                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 9223372036854775808}, {"t": 1, "exit": "a"}]}]})"),
+            "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
+}
+
+TEST(JsonSpec, RegionAttributesOnEnterEvents) {
+  const char* spec = R"({
+    "metrics": [{"name": "cycles"}],
+    "threads": [{"id": {"thread": 0},
+      "events": [{"t": 0, "enter": "a"}, {"t": 1, "exit": "a"}, {"t": 2, "enter": "a", "attr": -9223372036854775808},
+                 {"t": 3, "enter": "a/b", "attr": 9223372036854775807}, {"t": 4, "exit": "a/b"}, {"t": 5, "exit": "a"}]}]
+  })";
+  const auto p = synth::profilesFromJsonText(spec, "spec.json").at(0);
+  EXPECT_EQ(p.regions.eventHasAttr, (std::vector<bool>{false, false, true, true, false, false}));
+  EXPECT_EQ(p.regions.eventAttr, (std::vector<std::int64_t>{0, 0, INT64_MIN, INT64_MAX, 0, 0}));
 }
 
 }  // namespace

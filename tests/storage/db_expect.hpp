@@ -23,6 +23,17 @@ inline void expectContent(const Database& db, const Synthetic& s, const std::str
   }
   EXPECT_FALSE(db.node(s.nodes).has_value());
   for (ProfileId p = 0; p < s.profiles; ++p) ASSERT_EQ(db.profileValues(p), s.profileValues(p)) << "profile " << p;
+  std::vector<RegionLogProcess> processes;
+  for (ProfileId p = 0; p < s.profiles; p += 2) processes.push_back(s.logProcess(p));
+  ASSERT_EQ(db.regionLogProcesses(), processes);
+  for (const auto& process : processes)
+    for (const auto& t : process.threads) {
+      auto cursor = db.regionLog(process.process, t.profile);
+      std::vector<RegionLogEvent> events;
+      RegionLogEvent e;
+      while (cursor->next(e)) events.push_back(e);
+      ASSERT_EQ(events, s.regionLog(t.profile)) << "region log of " << t.profile;
+    }
   for (RegionId r = 0; r < s.regions; ++r) {
     ASSERT_EQ(db.region(r), s.region(r));
     ASSERT_EQ(db.regionSummaries(r),

@@ -101,6 +101,27 @@ struct Synthetic {
     return r == 0 ? RegionNode{kNoIndex, 0, 0} : RegionNode{(r - 1) / 2, 1 + r % 7, hash(r, 5) % 100};
   }
 
+  // Region event logs: the two threads of each rank (profiles 2k, 2k+1) form process 2k.
+  RegionLogProcess logProcess(ProfileId first) const {
+    RegionLogProcess p{first, first % 4 == 0 ? "nid00001" : "nid00002", 1000 + first / 2, {}};
+    for (ProfileId t = first; t < std::min(first + 2, profiles); ++t)
+      p.threads.push_back({t, regionLog(t).size(), t % 3, 0, t % 5 == 0 ? 1u : 0u});
+    return p;
+  }
+  std::vector<RegionLogEvent> regionLog(ProfileId t) const {
+    std::vector<RegionLogEvent> out;
+    std::uint64_t time = 1'000'000 + t;
+    for (std::uint32_t i = 0; i < 3 + t % 4; ++i) {
+      const auto r = static_cast<RegionId>(1 + (t + i) % (regions - 1));
+      time += hash(t, i) % 5000;
+      out.push_back({time, r, true, i % 2 == 0, -static_cast<std::int64_t>(hash(t, i + 9) % 1000)});
+      if (!out.back().hasAttr) out.back().attr = 0;
+      time += hash(t, i + 3) % 5000;
+      out.push_back({time, r, false, false, 0});
+    }
+    return out;
+  }
+
   DatabaseMetadata metadata(const std::string& title) const {
     DatabaseMetadata m;
     m.title = title;
@@ -140,6 +161,12 @@ struct Synthetic {
       for (const auto& a : summaries(n)) w.putSummary(n, a.metric, a.scope, a.bytes);
     for (NodeId n = n0; n < n1; ++n) w.putNodeValues(n, nodeValues(n));
     for (ProfileId p = p0; p < p1; ++p) w.putProfileValues(p, profileValues(p));
+    for (ProfileId p = p0; p < p1; ++p) {
+      if (p % 2 != 0) continue;
+      const auto process = logProcess(p);
+      w.putRegionLogProcess(process);
+      for (const auto& t : process.threads) w.putRegionLogThread(p, t, regionLog(t.profile));
+    }
     if (shard == 0)
       for (RegionId r = 0; r < regions; ++r) {
         w.putRegion(r, region(r));

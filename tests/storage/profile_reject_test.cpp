@@ -221,6 +221,30 @@ TEST(ProfileReject, RegionDefects) {
             std::string::npos);
   EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.parent[1] = 2; }).find("region tree has a cycle"),
             std::string::npos);
+  // Attributes of enter events: one per event, never on an exit.
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              p.regions.eventAttr = {1};
+              p.regions.eventHasAttr = {true};
+            }).find("attribute columns do not match"),
+            std::string::npos);
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              p.regions.eventAttr.assign(p.regions.eventTimeNs.size(), 7);
+              p.regions.eventHasAttr.assign(p.regions.eventTimeNs.size(), true);
+            }).find("is an exit with an attribute"),
+            std::string::npos);
+}
+
+TEST(ProfileReject, RegionAttributesRoundTrip) {
+  auto p = csp::test::fullSymbolicProfile();
+  const std::size_t n = p.regions.eventTimeNs.size();
+  p.regions.eventAttr.assign(n, 0);
+  p.regions.eventHasAttr.assign(n, false);
+  p.regions.eventAttr[0] = INT64_MIN;
+  p.regions.eventHasAttr[0] = true;
+  p.regions.eventAttr[1] = -42;
+  p.regions.eventHasAttr[1] = true;
+  const auto image = storage::serializeProfile(p);
+  EXPECT_EQ(storage::parseProfile(image, "attrs"), p);
 }
 
 TEST(ProfileReject, DuplicateMetricName) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <fstream>
+#include <limits>
 #include <set>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -212,6 +213,20 @@ void parseRegions(const Context& cx, const json& thread, RegionProfile& r, const
       r.eventTimeNs.push_back(t);
       r.eventNode.push_back(node);
       r.eventIsEnter.push_back(enter);
+      if (e.contains("attr")) {
+        if (!enter) cx.fail(w + ".attr", "only enter events carry an attribute");
+        if (!e["attr"].is_number_integer() || (e["attr"].is_number_unsigned() && e["attr"].get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+          cx.fail(w + ".attr", "expected a 64-bit signed integer");
+        if (r.eventAttr.empty()) {  // the first attribute: earlier events have none
+          r.eventAttr.assign(r.eventTimeNs.size() - 1, 0);
+          r.eventHasAttr.assign(r.eventTimeNs.size() - 1, false);
+        }
+        r.eventAttr.push_back(e["attr"].get<std::int64_t>());
+        r.eventHasAttr.push_back(true);
+      } else if (!r.eventAttr.empty()) {
+        r.eventAttr.push_back(0);
+        r.eventHasAttr.push_back(false);
+      }
       if (hasTree) continue;  // counts and times were given
       // Derive counts and times by replaying the log.
       if (enter) {

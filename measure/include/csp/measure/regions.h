@@ -25,6 +25,13 @@ void csp_region_begin(const char* name, uint64_t dynamic_id);
  * called "region-<static_id>" in the profile. */
 void csp_region_begin_id(uint32_t static_id, uint64_t dynamic_id);
 
+/* Like csp_region_begin / csp_region_begin_id, and attaches a numeric attribute to this visit
+ * (a data-centric property of what the region works on: a vertex degree, an input size, ...).
+ * It is stored with the enter event of the region log (--region-log) and filtered on by
+ * csp-query (docs/query.md, "Attributes"). */
+void csp_region_begin_attr(const char* name, uint64_t dynamic_id, int64_t attr);
+void csp_region_begin_id_attr(uint32_t static_id, uint64_t dynamic_id, int64_t attr);
+
 /* Names a numeric region id for the whole process. Call it before the first begin of that id. */
 void csp_region_register(uint32_t static_id, const char* name);
 

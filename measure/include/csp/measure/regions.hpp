@@ -14,6 +14,13 @@ class Region {
   explicit Region(std::uint32_t staticId, std::uint64_t dynamicId = 0) noexcept {
     csp_region_begin_id(staticId, dynamicId);
   }
+  // With a numeric attribute of this visit (csp_region_begin_attr).
+  Region(const char* name, std::uint64_t dynamicId, std::int64_t attr) noexcept {
+    csp_region_begin_attr(name, dynamicId, attr);
+  }
+  Region(std::uint32_t staticId, std::uint64_t dynamicId, std::int64_t attr) noexcept {
+    csp_region_begin_id_attr(staticId, dynamicId, attr);
+  }
   ~Region() { csp_region_end(); }
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;

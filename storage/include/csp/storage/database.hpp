@@ -21,7 +21,8 @@
 namespace csp::storage {
 
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
-inline constexpr std::uint32_t kDatabaseFormatMinor = 1;  // 1.1: region metric descriptors
+// 1.1: region metric descriptors; 1.2: the region_events column family (region event logs).
+inline constexpr std::uint32_t kDatabaseFormatMinor = 2;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -137,6 +138,42 @@ struct RegionNode {
   bool operator==(const RegionNode&) const = default;
 };
 
+// Region event logs (format 1.2, docs/database-format.md "Region event logs"). A process is
+// named by the smallest profile id among its threads.
+struct RegionLogEvent {
+  std::uint64_t timeNs = 0;  // CLOCK_MONOTONIC of the measured process
+  RegionId region = 0;       // reduced region tree node entered or left
+  bool enter = false;
+  bool hasAttr = false;  // enter events only: csp_region_begin_attr's attribute
+  std::int64_t attr = 0;
+  bool operator==(const RegionLogEvent&) const = default;
+};
+
+struct RegionLogThread {
+  ProfileId profile = 0;
+  std::uint64_t events = 0;  // stored events
+  std::uint64_t eventsLost = 0;
+  std::uint64_t mismatchedEnds = 0;
+  std::uint64_t unclosedAtExit = 0;
+  bool operator==(const RegionLogThread&) const = default;
+};
+
+struct RegionLogProcess {
+  ProfileId process = 0;  // the smallest profile id of its threads
+  std::string hostname;
+  std::uint64_t pid = 0;
+  std::vector<RegionLogThread> threads;  // ascending profile ids
+  bool operator==(const RegionLogProcess&) const = default;
+};
+
+// Reads one thread's stored events in time order, one block at a time: memory does not grow
+// with the log. Throws DatabaseError if a block does not decode.
+class RegionLogCursor {
+ public:
+  virtual ~RegionLogCursor() = default;
+  virtual bool next(RegionLogEvent& out) = 0;  // false at the end
+};
+
 struct FormatVersion {
   std::uint32_t major = 0;
   std::uint32_t minor = 0;
@@ -182,6 +219,16 @@ class Database {
   std::vector<NodeValue> nodeValues(NodeId node, MetricId metric, MetricScope scope) const;
 
   std::optional<RegionNode> region(RegionId id) const;
+  // The reduced region tree, ids 0 .. metadata().regionCount-1.
+  std::vector<RegionNode> regions() const;
+
+  // True when the database has the region_events family (written by format 1.2 and later; it
+  // may still be empty when nothing was measured with --region-log).
+  bool hasRegionLogFamily() const;
+  // The processes with stored region event logs, ascending process ids.
+  std::vector<RegionLogProcess> regionLogProcesses() const;
+  // One thread's events; an empty log for unknown (process, thread).
+  std::unique_ptr<RegionLogCursor> regionLog(ProfileId process, ProfileId thread) const;
   std::vector<Accumulator> regionSummaries(RegionId id) const;
 
   // Bytes of table files per column family (after compression): for statistics and benchmarks.

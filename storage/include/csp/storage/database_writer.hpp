@@ -54,6 +54,11 @@ class ShardWriter {
   void putRegion(RegionId id, const RegionNode& region);
   void putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes);
 
+  // Region event logs of one process (format 1.2): first the process, then each of its threads
+  // in ascending profile id with its events in time order. Processes in ascending id.
+  void putRegionLogProcess(const RegionLogProcess& process);
+  void putRegionLogThread(ProfileId process, const RegionLogThread& thread, std::span<const RegionLogEvent> events);
+
   // Closes the SST files and marks the shard complete (an atomic rename of its index file).
   void finish();
 

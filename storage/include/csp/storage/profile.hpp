@@ -119,6 +119,10 @@ struct RegionProfile {
   std::vector<std::uint64_t> eventTimeNs;
   std::vector<std::uint32_t> eventNode;
   std::vector<bool> eventIsEnter;
+  // Optional attribute of enter events (csp_region_begin_attr): both empty, or one entry per
+  // event; eventHasAttr[i] is false for exits and for enters without an attribute.
+  std::vector<std::int64_t> eventAttr;
+  std::vector<bool> eventHasAttr;
   std::uint64_t eventsLost = 0;
   std::uint64_t mismatchedEnds = 0;
   std::uint64_t unclosedAtExit = 0;

@@ -1,0 +1,385 @@
+#include "csp/analysis/evaluate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace csp::analysis {
+
+namespace {
+
+constexpr std::int64_t kNone = -1;
+
+// A term with its constants resolved against this process.
+struct CTerm {
+  enum class Kind : std::uint8_t { Var, Const } kind = Kind::Const;
+  int var = -1;
+  std::int64_t value = kNone;  // thread slot or region symbol; kNone matches nothing
+  std::optional<std::uint64_t> dynamicId;
+};
+
+struct CConstraint {
+  Constraint::Op op;
+  Constraint::Join join;
+  std::vector<CTerm> values;
+};
+
+struct CFormula {
+  Formula::Kind kind;
+  CTerm thread, region;
+  std::optional<Range> filter;
+  std::unique_ptr<CFormula> a, b;
+  int var = -1;
+  VarType varType = VarType::Thread;
+  std::uint64_t k = 0;
+  std::vector<CConstraint> constraints;
+};
+
+struct Accum {
+  std::uint64_t duration = 0;
+  std::uint64_t maxPar = 0;
+  double area = 0;  // thread-ns; double: the product may exceed 64 bits on long runs
+  std::set<std::uint32_t> threads, regions;
+};
+
+class Evaluator {
+ public:
+  Evaluator(const Query& q, const RegionTree& tree, const ProcessInput& p, std::vector<std::string>& warnings)
+      : q_(q), tree_(tree), p_(p), warnings_(warnings) {
+    // Region symbols: distinct static names.
+    std::map<std::string, std::uint32_t> symOf;
+    sym_.assign(tree.size(), 0);
+    depth_.assign(tree.size(), 0);
+    for (std::size_t r = 1; r < tree.size(); ++r) {
+      auto [it, fresh] = symOf.try_emplace(tree.name[r], static_cast<std::uint32_t>(names_.size()));
+      if (fresh) names_.push_back(tree.name[r]);
+      sym_[r] = it->second;
+      depth_[r] = depth_[tree.parent[r]] + 1;
+    }
+    symOf_ = std::move(symOf);
+    for (std::size_t s = 0; s < p.threadNumbers.size(); ++s) slotOf_.try_emplace(p.threadNumbers[s], s);
+    for (const auto& c : q.calls) calls_.push_back(compile(*c.formula));
+    env_.assign(q.variables.size(), kNone);
+    needSets_.assign(q.calls.size(), q.kind == Query::Kind::Attribute);
+    if (q.expr) markCounts(*q.expr);
+    mark_.assign(p.threadNumbers.size(), 0);
+  }
+
+  std::unique_ptr<CFormula> compile(const Formula& f) {
+    auto c = std::make_unique<CFormula>();
+    c->kind = f.kind;
+    c->filter = f.filter;
+    c->var = f.var;
+    c->k = f.k;
+    if (f.var >= 0) c->varType = q_.variables[static_cast<std::size_t>(f.var)].type;
+    if (f.kind == Formula::Kind::Predicate) {
+      c->thread = term(f.thread, VarType::Thread);
+      c->region = term(f.region, VarType::Region);
+    }
+    for (const auto& k : f.constraints) {
+      CConstraint cc{k.op, k.join, {}};
+      for (const auto& v : k.values) cc.values.push_back(term(v, c->varType));
+      c->constraints.push_back(std::move(cc));
+    }
+    if (f.a) c->a = compile(*f.a);
+    if (f.b) c->b = compile(*f.b);
+    return c;
+  }
+
+  void markCounts(const Expr& e) {
+    if (e.kind == Expr::Kind::Count) needSets_[static_cast<std::size_t>(e.call)] = true;
+    if (e.a) markCounts(*e.a);
+    if (e.b) markCounts(*e.b);
+  }
+
+  CTerm term(const Term& t, VarType type) {
+    CTerm c;
+    if (t.kind == Term::Kind::Var) {
+      c.kind = CTerm::Kind::Var;
+      c.var = t.var;
+      return c;
+    }
+    c.dynamicId = t.dynamicId;
+    if (type == VarType::Thread) {
+      const auto it = slotOf_.find(t.number);
+      if (it != slotOf_.end()) c.value = static_cast<std::int64_t>(it->second);
+      else warn("no thread " + std::to_string(t.number) + " in this process");
+      return c;
+    }
+    std::vector<std::string> candidates;
+    if (t.kind == Term::Kind::Number) candidates = {"region-" + std::to_string(t.number), std::to_string(t.number)};
+    else candidates = {t.name};
+    for (const auto& n : candidates) {
+      const auto it = symOf_.find(n);
+      if (it != symOf_.end()) {
+        c.value = it->second;
+        return c;
+      }
+    }
+    warn("no region named '" + candidates.front() + "'");
+    return c;
+  }
+
+  void warn(const std::string& w) {
+    if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
+  }
+
+  std::int64_t valueOf(const CTerm& t) const { return t.kind == CTerm::Kind::Var ? env_[static_cast<std::size_t>(t.var)] : t.value; }
+
+  bool inRegion(std::size_t slot, std::int64_t sym, const std::optional<std::uint64_t>& dyn,
+                const std::optional<Range>& filter) const {
+    if (sym == kNone || slot >= states_->size()) return false;
+    const ThreadState& s = (*states_)[slot];
+    for (std::uint32_t r = s.region; r != 0; r = tree_.parent[r]) {
+      if (sym_[r] != static_cast<std::uint32_t>(sym)) continue;
+      if (dyn && tree_.dynamicId[r] != *dyn) continue;
+      if (filter) {
+        const std::size_t level = depth_[r] - 1;
+        if (level >= s.attrs.size() || !s.attrs[level] || !filter->contains(*s.attrs[level])) continue;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  bool constraintsHold(const CFormula& f, std::int64_t v) const {
+    bool result = true;
+    bool first = true;
+    for (const auto& c : f.constraints) {
+      bool in = false;
+      for (const auto& t : c.values) in = in || valueOf(t) == v;
+      const bool ok = c.op == Constraint::Op::Equal || c.op == Constraint::Op::In ? in : !in;
+      if (first) result = ok;
+      else if (c.join == Constraint::Join::And) result = result && ok;
+      else result = result || ok;
+      first = false;
+    }
+    return result;
+  }
+
+  bool eval(const CFormula& f) {
+    switch (f.kind) {
+      case Formula::Kind::Predicate: {
+        const std::int64_t th = valueOf(f.thread);
+        const std::int64_t rg = valueOf(f.region);
+        if (th == kNone || !inRegion(static_cast<std::size_t>(th), rg, f.region.dynamicId, f.filter)) return false;
+        witness_.emplace_back(static_cast<std::uint32_t>(th), static_cast<std::uint32_t>(rg));
+        return true;
+      }
+      case Formula::Kind::And: {
+        const std::size_t mark = witness_.size();
+        if (eval(*f.a) && eval(*f.b)) return true;
+        witness_.resize(mark);
+        return false;
+      }
+      case Formula::Kind::Or: {
+        const bool a = eval(*f.a);
+        const bool b = eval(*f.b);
+        return a || b;
+      }
+      case Formula::Kind::Not: {
+        const std::size_t mark = witness_.size();
+        const bool a = eval(*f.a);
+        witness_.resize(mark);
+        return !a;
+      }
+      case Formula::Kind::ForAll:
+      case Formula::Kind::Exists:
+      case Formula::Kind::ExistsExactly: {
+        const std::size_t start = witness_.size();
+        const auto& domain = f.varType == VarType::Thread ? activeSlots_ : allSyms_;
+        const std::int64_t saved = env_[static_cast<std::size_t>(f.var)];
+        std::uint64_t count = 0;
+        bool all = true;
+        for (const std::int64_t v : domain) {
+          if (!constraintsHold(f, v)) continue;
+          env_[static_cast<std::size_t>(f.var)] = v;
+          const std::size_t mark = witness_.size();
+          if (eval(*f.a)) {
+            ++count;
+          } else {
+            witness_.resize(mark);
+            all = false;
+            if (f.kind == Formula::Kind::ForAll) break;
+          }
+        }
+        env_[static_cast<std::size_t>(f.var)] = saved;
+        const bool ok = f.kind == Formula::Kind::ForAll ? all
+                        : f.kind == Formula::Kind::Exists ? count > 0
+                                                          : count == f.k;
+        if (!ok) witness_.resize(start);
+        return ok;
+      }
+    }
+    return false;
+  }
+
+  ProcessResult run(const EvalOptions& options) {
+    ProcessResult out;
+    out.label = p_.label;
+    out.threads = p_.threadNumbers.size();
+    for (std::size_t s = 0; s < names_.size(); ++s) allSyms_.push_back(static_cast<std::int64_t>(s));
+    // Bindings of the free variables: every combination of threads.
+    const auto free = q_.freeVariables();
+    std::vector<std::vector<std::int64_t>> bindings(1);
+    for (const int v : free) {
+      std::vector<std::vector<std::int64_t>> next;
+      for (const auto& b : bindings)
+        for (std::size_t s = 0; s < p_.threadNumbers.size(); ++s) {
+          auto c = b;
+          c.push_back(static_cast<std::int64_t>(s));
+          next.push_back(std::move(c));
+        }
+      bindings = std::move(next);
+      (void)v;
+    }
+    const std::size_t nb = bindings.size(), nc = calls_.size();
+    std::vector<Accum> acc(nb * nc);
+    out.bindings.resize(nb);
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::string label;
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        if (!label.empty()) label += " ";
+        label += q_.variables[static_cast<std::size_t>(free[i])].name + "=" +
+                 std::to_string(p_.threadNumbers[static_cast<std::size_t>(bindings[b][i])]);
+      }
+      out.bindings[b].label = label;
+    }
+
+    FrameBuilder builder(tree_, p_.open());
+    const std::uint64_t origin = builder.originNs();
+    Frame frame;
+    std::uint32_t generation = 0;
+    while (builder.next(frame)) {
+      states_ = frame.states;
+      activeSlots_.clear();
+      for (std::size_t s = 0; s < frame.states->size(); ++s)
+        if ((*frame.states)[s].region != 0) activeSlots_.push_back(static_cast<std::int64_t>(s));
+      const std::uint64_t fb = frame.beginNs - origin, fe = frame.endNs - origin;
+      for (std::size_t c = 0; c < nc; ++c) {
+        const auto& iv = q_.calls[c].interval;
+        const std::uint64_t lo = iv ? std::max(fb, iv->beginNs) : fb;
+        const std::uint64_t hi = iv ? std::min(fe, iv->endNs) : fe;
+        if (hi <= lo) continue;
+        const std::uint64_t dt = hi - lo;
+        for (std::size_t b = 0; b < nb; ++b) {
+          for (std::size_t i = 0; i < free.size(); ++i) env_[static_cast<std::size_t>(free[i])] = bindings[b][i];
+          witness_.clear();
+          if (!eval(*calls_[c])) continue;
+          // Distinct threads of the pruned sub-frame.
+          if (++generation == 0) {
+            std::fill(mark_.begin(), mark_.end(), 0);
+            generation = 1;
+          }
+          std::uint64_t par = 0;
+          for (const auto& [th, rg] : witness_)
+            if (mark_[th] != generation) {
+              mark_[th] = generation;
+              ++par;
+            }
+          Accum& a = acc[b * nc + c];
+          a.duration += dt;
+          a.maxPar = std::max(a.maxPar, par);
+          a.area += static_cast<double>(dt) * static_cast<double>(par);
+          if (needSets_[c])
+            for (const auto& [th, rg] : witness_) {
+              a.threads.insert(th);
+              a.regions.insert(rg);
+            }
+          if (q_.kind == Query::Kind::Frames) {
+            BindingResult& r = out.bindings[b];
+            ++r.frameCount;
+            r.durationNs += dt;
+            if (r.frames.size() < options.maxFrames) {
+              FrameRow row{lo, hi, {}};
+              auto w = witness_;
+              std::sort(w.begin(), w.end());
+              w.erase(std::unique(w.begin(), w.end()), w.end());
+              for (const auto& [th, rg] : w) row.members.emplace_back(p_.threadNumbers[th], names_[rg]);
+              r.frames.push_back(std::move(row));
+            }
+          }
+        }
+      }
+    }
+    out.stats = builder.stats();
+    for (std::size_t b = 0; b < nb; ++b) {
+      BindingResult& r = out.bindings[b];
+      if (q_.kind == Query::Kind::Value) {
+        r.value = value(*q_.expr, &acc[b * nc]);
+      } else if (q_.kind == Query::Kind::Attribute) {
+        const Accum& a = acc[b * nc];
+        if (q_.attribute == Attribute::WhichThreads) {
+          std::vector<std::uint64_t> nums;
+          for (auto th : a.threads) nums.push_back(p_.threadNumbers[th]);
+          std::sort(nums.begin(), nums.end());
+          for (auto n : nums) r.members.push_back(std::to_string(n));
+        } else {
+          for (auto rg : a.regions) r.members.push_back(names_[rg]);
+          std::sort(r.members.begin(), r.members.end());
+        }
+      }
+    }
+    return out;
+  }
+
+  double value(const Expr& e, const Accum* acc) const {
+    switch (e.kind) {
+      case Expr::Kind::Number: return e.number;
+      case Expr::Kind::Measure: {
+        const Accum& a = acc[e.call];
+        switch (e.measure) {
+          case Measure::Duration: return static_cast<double>(a.duration);
+          case Measure::MaxPar: return static_cast<double>(a.maxPar);
+          case Measure::Area: return a.area;
+        }
+        return 0;
+      }
+      case Expr::Kind::Count: {
+        const Accum& a = acc[e.call];
+        return static_cast<double>(e.attribute == Attribute::WhichThreads ? a.threads.size() : a.regions.size());
+      }
+      case Expr::Kind::Neg: return -value(*e.a, acc);
+      case Expr::Kind::Add: return value(*e.a, acc) + value(*e.b, acc);
+      case Expr::Kind::Sub: return value(*e.a, acc) - value(*e.b, acc);
+      case Expr::Kind::Mul: return value(*e.a, acc) * value(*e.b, acc);
+      case Expr::Kind::Div: {
+        const double d = value(*e.b, acc);
+        return d == 0 ? std::numeric_limits<double>::quiet_NaN() : value(*e.a, acc) / d;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  const Query& q_;
+  const RegionTree& tree_;
+  const ProcessInput& p_;
+  std::vector<std::string>& warnings_;
+  std::vector<std::uint32_t> sym_, depth_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::uint32_t> symOf_;
+  std::map<std::uint64_t, std::size_t> slotOf_;
+  std::vector<std::unique_ptr<CFormula>> calls_;
+  std::vector<std::int64_t> env_;
+  std::vector<std::int64_t> activeSlots_, allSyms_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> witness_;
+  std::vector<std::uint32_t> mark_;
+  std::vector<bool> needSets_;
+  const std::vector<ThreadState>* states_ = nullptr;
+};
+
+}  // namespace
+
+ProcessResult evaluate(const Query& query, const RegionTree& tree, const ProcessInput& process, const EvalOptions& options) {
+  std::vector<std::string> warnings;
+  Evaluator ev(query, tree, process, warnings);
+  ProcessResult r = ev.run(options);
+  r.warnings = std::move(warnings);
+  return r;
+}
+
+}  // namespace csp::analysis
