@@ -383,6 +383,7 @@ std::vector<std::pair<std::string, std::uint64_t>> Database::columnFamilySizes()
 
 void Database::forEachEntry(const std::string& columnFamily,
                             const std::function<void(std::string_view, std::string_view)>& fn) const {
+  if (columnFamily == format::kRegionEvents && !hasRegionLogFamily()) return;  // older formats: empty
   impl_->scan(columnFamily, "", fn);
 }
 
