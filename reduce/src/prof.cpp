@@ -470,6 +470,12 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       p.text(info.identity.executable);
       p.u64(info.identity.commandLine.size());
       for (const auto& a : info.identity.commandLine) p.text(a);
+      // Sampling quality (docs/postprocessing.md, "Path quality").
+      p.u64(info.stats.samples);
+      p.u64(info.stats.unwindFailures);
+      p.u64(info.stats.droppedSamples);
+      p.u64(info.truncatedSamples);
+      p.u64(info.stats.truncatedPaths);
     }
     identityPart = p.take();
   }
@@ -519,6 +525,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       storage::DatabaseMetadata meta;
       meta.title = options.title;
       meta.profiles.resize(profiles);
+      meta.quality.resize(profiles);
       std::set<std::string> hosts;
       std::set<std::pair<std::string, std::uint64_t>> processes;
       bool first = true;
@@ -536,6 +543,13 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
           const std::string exe = u.text();
           std::vector<std::string> cmd(u.u64());
           for (auto& a : cmd) a = u.text();
+          storage::SamplingQuality q;
+          q.samples = u.u64();
+          q.unwindFailures = u.u64();
+          q.droppedSamples = u.u64();
+          q.truncatedSamples = u.u64();
+          q.depthLimited = u.u64();
+          meta.quality.at(id) = q;
           meta.profiles.at(id) = std::move(tuple);
           hosts.insert(host);
           processes.insert({host, pid});
@@ -565,6 +579,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
       mainShard.reset();
       // Everyone's shards must be complete before ingestion.
       summary.metrics = meta.metrics.size();
+      summary.quality = meta.qualityTotal();
       builder->writeMetadata(meta);
     } catch (const std::exception& e) {
       errors.push_back(e.what());
@@ -606,6 +621,25 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
   summary.phases.insert(summary.phases.end(), extraPhases.begin(), extraPhases.end());
   summary.attribution = pipeline.attributionStats();
   return summary;
+}
+
+std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
+  std::vector<std::string> out;
+  if (q.samples == 0) return out;
+  const double share = storage::kQualityWarningShare;
+  auto percent = [&](std::uint64_t n) { return 100.0 * static_cast<double>(n) / static_cast<double>(q.samples); };
+  if (static_cast<double>(q.truncatedSamples) > share * static_cast<double>(q.samples))
+    out.push_back(fmt::format(
+        "{:.1f} % of the samples ({} of {}) have truncated call paths that do not reach the program's or a thread's "
+        "entry{}; they are shown below '{}' (docs/postprocessing.md, \"Path quality\")",
+        percent(q.truncatedSamples), q.truncatedSamples, q.samples,
+        q.depthLimited ? fmt::format(", {} of them cut at the depth limit (csp-run --max-depth)", q.depthLimited) : "",
+        kTruncatedPathsName));
+  if (static_cast<double>(q.droppedSamples) > share * static_cast<double>(q.samples))
+    out.push_back(fmt::format("{:.1f} % of the samples ({} of {}) were dropped by the measurement and are missing from the "
+                              "profiles",
+                              percent(q.droppedSamples), q.droppedSamples, q.samples));
+  return out;
 }
 
 }  // namespace csp::reduce

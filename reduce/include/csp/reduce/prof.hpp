@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "csp/reduce/pipeline.hpp"
+#include "csp/storage/database.hpp"
 
 namespace csp::reduce {
 
@@ -29,7 +30,12 @@ struct ProfSummary {
   std::uint64_t databaseBytes = 0;
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
+  storage::SamplingQuality quality; // sum over all profiles (rank 0)
 };
+
+// The warnings csp-prof-mpi prints about sampling quality: one line each for truncated and
+// dropped samples above storage::kQualityWarningShare of all samples; empty when it is fine.
+std::vector<std::string> qualityWarnings(const storage::SamplingQuality& total);
 
 // Throws PipelineError (the same on every rank) for bad input or output; the target is then
 // untouched and no temporary directory is left behind.
