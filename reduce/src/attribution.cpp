@@ -108,6 +108,8 @@ struct Module {
   ModuleKind kind = ModuleKind::File;
   bool usable = false;
   std::optional<GElf_Addr> entry;  // ELF e_entry of an executable (virtual address)
+  bool fdeStartsRead = false;
+  std::vector<GElf_Addr> fdeStarts;  // sorted start addresses (ELF virtual) of the .eh_frame FDEs
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
   }
@@ -167,6 +169,43 @@ const Dwfl_Callbacks kCallbacks = {
     dwfl_offline_section_address,
     &gDebuginfoPath,
 };
+
+// The start addresses (ELF virtual addresses, sorted) of the functions that .eh_frame describes,
+// from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME), which stripping keeps. Only
+// the table encoding that GNU ld, gold and lld write (datarel sdata4) is read; other files give
+// an empty list.
+std::vector<GElf_Addr> readFdeStarts(Elf* elf) {
+  std::vector<GElf_Addr> out;
+  std::size_t phnum = 0;
+  if (elf == nullptr || elf_getphdrnum(elf, &phnum) != 0) return out;
+  for (std::size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_GNU_EH_FRAME) continue;
+    Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
+    if (data == nullptr || data->d_size < 4) return out;
+    const auto* b = static_cast<const unsigned char*>(data->d_buf);
+    const std::size_t size = data->d_size;
+    constexpr unsigned char kDatarelSdata4 = 0x3b, kUdata4 = 0x03, kSdata4 = 0x0b, kPcrelSdata4 = 0x1b;
+    if (b[0] != 1 || (b[1] != kPcrelSdata4 && b[1] != kSdata4 && b[1] != kUdata4 && b[1] != kDatarelSdata4) ||
+        (b[2] != kUdata4 && b[2] != kSdata4) || b[3] != kDatarelSdata4 || size < 12)
+      return out;
+    auto u32 = [&](std::size_t at) {
+      std::uint32_t v;
+      std::memcpy(&v, b + at, 4);
+      return v;  // .eh_frame_hdr is in the target's byte order, which is this host's for local profiles
+    };
+    const std::uint32_t count = u32(8);
+    if (count > (size - 12) / 8) return out;
+    out.reserve(count);
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const auto rel = static_cast<std::int32_t>(u32(12 + 8 * std::size_t{k}));
+      out.push_back(ph.p_vaddr + static_cast<GElf_Addr>(static_cast<std::int64_t>(rel)));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  return out;
+}
 
 // The [start, end) range (module addresses) of the unwind-information entry (FDE) covering
 // `addr`, and whether it leaves the return address undefined there (the end of a stack).
@@ -277,6 +316,21 @@ struct Attributor::Impl {
     return m;
   }
 
+  // The start (ELF virtual address) of the function whose unwind information covers `addr` (a
+  // module address); the caller holds m.mutex.
+  static std::optional<GElf_Addr> functionStart(Module& m, Dwarf_Addr addr) {
+    if (!m.fdeStartsRead) {
+      GElf_Addr bias = 0;
+      m.fdeStarts = readFdeStarts(dwfl_module_getelf(m.mod, &bias));
+      m.fdeStartsRead = true;
+    }
+    if (m.fdeStarts.empty() || !unwindRange(m.mod, addr)) return std::nullopt;  // no FDE covers it
+    const GElf_Addr vaddr = addr - m.bias;
+    auto it = std::upper_bound(m.fdeStarts.begin(), m.fdeStarts.end(), vaddr);
+    if (it == m.fdeStarts.begin()) return std::nullopt;
+    return *std::prev(it);
+  }
+
   static bool hasInterpreter(Elf* elf) {
     std::size_t n = 0;
     if (elf_getphdrnum(elf, &n) != 0) return false;
@@ -346,15 +400,13 @@ struct Attributor::Impl {
       if (symbol) {
         ++symbolOnly;
         chain.push_back({ScopeKind::ProcFrame, strings.intern(demangle(symbol)), 0, 0, moduleId});
-      } else if (auto range = unwindRange(m.mod, addr)) {
+      } else if (auto start = functionStart(m, addr)) {
         // Stripped code: the unwind information still delimits functions, so all addresses of
         // one function become one procedure, named after its start (an ELF virtual address as
         // objdump shows it). The program's entry point is _start.
         ++byUnwindInfo;
-        const GElf_Addr start = range->start - m.bias;
-        const std::string name = m.entry && *m.entry >= start && *m.entry < range->end - m.bias
-                                     ? std::string("_start")
-                                     : fmt::format("func@0x{:x} in {}", start, m.name);
+        const std::string name =
+            m.entry && *m.entry == *start ? std::string("_start") : fmt::format("func@0x{:x} in {}", *start, m.name);
         chain.push_back({ScopeKind::ProcFrame, strings.intern(name), 0, 0, moduleId});
       } else if (m.entry && *m.entry == offset) {
         ++symbolOnly;
