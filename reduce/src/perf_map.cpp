@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <iterator>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 
 namespace csp::reduce {
@@ -84,12 +85,23 @@ PerfMap PerfMap::parse(std::string_view text) {
 }
 
 PerfMap PerfMap::read(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot read ({})", file.string(), std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: cannot read", file.string()));
-  return parse(text.str());
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot read ({})", file.string(), std::strerror(errno)));
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("{}: cannot read ({})", file.string(), std::strerror(err)));
+    }
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return parse(text);
 }
 
 const std::string* PerfMap::find(std::uint64_t address) const {
