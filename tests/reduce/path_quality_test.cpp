@@ -197,6 +197,16 @@ TEST(PathQuality, PathsThroughCodeOutsideEveryModuleAreTruncatedCountedAndWarned
   EXPECT_NE(truncatedRoot, 0u);
   EXPECT_EQ(unknownNodes, 1u);
 
+  // The same database from two processes, one profile each: quality and tree are gathered right.
+  r = run("timeout 120 " + test::mpirun(2) + tool("csp-prof-mpi") + " --batch 1 " + (dir / "meas").string() + " -o " +
+          (dir / "db2").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  {
+    auto db2 = storage::Database::open(dir / "db2");
+    EXPECT_EQ(db2->metadata().quality, meta.quality);
+    EXPECT_EQ(db2->metadata().nodeCount, meta.nodeCount);
+  }
+
   r = run(tool("csp-views") + " --info " + (dir / "db").string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("sampling"), std::string::npos) << r.output;
