@@ -118,8 +118,14 @@ int main(int argc, char** argv) {
       fmt::print("  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
                  s.databaseBytes / 1048576.0, s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
       if (s.attribution.lookups)
-        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} unknown\n",
-                   s.attribution.lookups, s.attribution.withLines, s.attribution.symbolOnly, s.attribution.unknown);
+        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} unknown\n",
+                   s.attribution.lookups, s.attribution.withLines, s.attribution.symbolOnly, s.attribution.byUnwindInfo,
+                   s.attribution.unknown);
+      const auto& q = s.quality;
+      auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
+      fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
+                 q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
+      for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);

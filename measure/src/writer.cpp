@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <sstream>
 
 #include "csp/storage/profile_io.hpp"
 #include "runtime.hpp"
@@ -118,7 +120,7 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
       if (!found) {
         if (unknownModule == kNoIndex) {
           unknownModule = static_cast<std::uint32_t>(p.modules.size());
-          p.modules.push_back({"[unknown]", {}, 0, 0, 0});
+          p.modules.push_back({kUnmappedModulePath, {}, 0, 0, 0});
         }
         f = {unknownModule, address};
       }
@@ -168,6 +170,49 @@ void fillRegions(const ThreadState& t, ThreadProfile& p) {
       r.eventAttr.push_back(has ? e.attr : 0);
     }
   }
+}
+
+// JIT code: runtimes that generate code describe it in /tmp/perf-<pid>.map (perf's format). The
+// map is copied next to the profiles, so that post-processing on another node finds it, each
+// time a profile is written and the map has changed since the last copy (it only grows, and the
+// last thread to finish writes last). Costs one failed stat() per profile without a JIT.
+void capturePerfMap(const std::string& dir, const Identity& identity) {
+  static constinit std::mutex mutex;
+  static struct {
+    pid_t pid = 0;
+    off_t size = -1;
+    struct timespec mtime = {};
+  } last;
+  const pid_t pid = getpid();
+  const std::string source = fmt::format("/tmp/perf-{}.map", pid);
+  struct stat st;
+  if (stat(source.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  std::lock_guard lock(mutex);
+  if (last.pid == pid && last.size == st.st_size && last.mtime.tv_sec == st.st_mtim.tv_sec &&
+      last.mtime.tv_nsec == st.st_mtim.tv_nsec)
+    return;
+  std::ifstream in(source, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) return;
+  const std::string target = dir + "/" + storage::perfMapFileName(identity.pid, identity.hostname);
+  const std::string temporary = fmt::format("{}.tmp-{}", target, pid);
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text.str();
+    if (!out.flush()) {
+      std::remove(temporary.c_str());
+      reportOnce("perfmap", fmt::format("csp: warning: cannot copy {} into {}; JIT code stays unnamed\n", source, dir));
+      return;
+    }
+  }
+  if (std::rename(temporary.c_str(), target.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return;
+  }
+  last.pid = pid;
+  last.size = st.st_size;
+  last.mtime = st.st_mtim;
 }
 
 }  // namespace
@@ -236,6 +281,7 @@ void writeThreadProfile(ThreadState& t) {
     }
     const std::string file = dir + "/" + storage::profileFileName(p.identity);
     storage::writeProfile(p, file);
+    capturePerfMap(dir, p.identity);
     if (c.verbose > 0) {
       say(fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
                          "{} regions -> {}\n",

@@ -225,6 +225,13 @@ ThreadValues withDerived(const ThreadValues& v, const std::vector<Derived>& deri
   return out;
 }
 
+// The JIT symbols of the profile's process: the copy of its perf map that the measurement left
+// next to the profile (docs/measurement.md, "JIT code").
+const PerfMap* jitSymbols(Attributor& attributor, const fs::path& profile, const ThreadProfile& p) {
+  if (p.frameKind != FrameKind::Address) return nullptr;
+  return attributor.perfMap(profile.parent_path() / storage::perfMapFileName(p.identity.pid, p.identity.hostname));
+}
+
 }  // namespace
 
 struct Pipeline::Impl {
@@ -454,14 +461,17 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
     const auto& input = inputs[begin + i];
     try {
       ThreadProfile p = input.source->read(input.path);
+      std::uint64_t truncated = 0;
       projectProfile(p, strings, attributor,
-                     [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); });
+                     [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); },
+                     {jitSymbols(attributor, input.path, p), &truncated});
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
       // the executable, the command csp-run ran (a setting), and a command line only for the
       // first profile of each executable in a row.
       std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command"; });
       local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty()};
+      local[i]->truncatedSamples = truncated;
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
@@ -702,7 +712,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
               const auto id = s.cct.find(parent, key);
               if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");
               return id;
-            });
+            }, {jitSymbols(s.attributor, path, p), nullptr});
             for (auto& v : stmt) v.metric = globalMetric.at(p.metrics[v.metric].name);
             auto& mine = scratch.local();
             if (!mine) mine = std::make_unique<ValueScratch>(s.cct.size(), s.metrics.size());

@@ -67,6 +67,7 @@ fs::path openOutput(const Comm& comm, const ProfOptions& options, std::optional<
 ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink* progress,
                       std::optional<storage::DatabaseBuilder>& builder) {
   const bool root = comm.rank() == 0;
+  ProfSummary summary;
   Pipeline pipeline(comm, options.pipeline, progress);
   const fs::path stagingDir = openOutput(comm, options, builder);
 
@@ -115,6 +116,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     prof::RegionSummaries::write(regionParts, pipeline.regions(), strings, mainShard);
     auto meta = prof::assembleMetadata(options, pipeline, identities);
     meta.strings = strings.take();
+    summary.quality = meta.qualityTotal();
     mainShard.finish();
     builder->writeMetadata(meta);
   } else {
@@ -124,7 +126,6 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
 
   // Publish: every rank's shards are complete once the sum is through; then the root publishes
   // and the last check tells the others whether it did.
-  ProfSummary summary;
   faultPoint(comm, "publish");
   summary.valuesWritten = comm.sum(mainShard.valuesWritten());
   if (root) {
@@ -169,6 +170,25 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     builder.reset();  // every rank has stopped writing: the temporary directory goes
     throw PipelineError(comm.rank() == 0 ? comm.describe(failures) : std::string("failed; rank 0 reports why"));
   }
+}
+
+std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
+  std::vector<std::string> out;
+  if (q.samples == 0) return out;
+  const double share = storage::kQualityWarningShare;
+  auto percent = [&](std::uint64_t n) { return 100.0 * static_cast<double>(n) / static_cast<double>(q.samples); };
+  if (static_cast<double>(q.truncatedSamples) > share * static_cast<double>(q.samples))
+    out.push_back(fmt::format(
+        "{:.1f} % of the samples ({} of {}) have truncated call paths that do not reach the program's or a thread's "
+        "entry{}; they are shown below '{}' (docs/postprocessing.md, \"Path quality\")",
+        percent(q.truncatedSamples), q.truncatedSamples, q.samples,
+        q.depthLimited ? fmt::format(", {} of them cut at the depth limit (csp-run --max-depth)", q.depthLimited) : "",
+        kTruncatedPathsName));
+  if (static_cast<double>(q.droppedSamples) > share * static_cast<double>(q.samples))
+    out.push_back(fmt::format("{:.1f} % of the samples ({} of {}) were dropped by the measurement and are missing from the "
+                              "profiles",
+                              percent(q.droppedSamples), q.droppedSamples, q.samples));
+  return out;
 }
 
 }  // namespace csp::reduce

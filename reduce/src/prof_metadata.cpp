@@ -30,6 +30,12 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     for (const auto& st : info.identity.settings)
       if (st.key == "command") command = st.value;
     p.text(command);
+    // Sampling quality (docs/postprocessing.md, "Path quality").
+    p.u64(info.stats.samples);
+    p.u64(info.stats.unwindFailures);
+    p.u64(info.stats.droppedSamples);
+    p.u64(info.truncatedSamples);
+    p.u64(info.stats.truncatedPaths);
   }
   return comm.gather(p.take());
 }
@@ -51,6 +57,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   storage::DatabaseMetadata meta;
   meta.title = options.title;
   meta.profiles.resize(pipeline.profileCount());
+  meta.quality.resize(pipeline.profileCount());
   std::set<std::string> hosts;
   std::set<std::pair<std::string, std::uint64_t>> processes;
   // The measured program: the command csp-run ran (recorded by every process it started), the
@@ -73,6 +80,13 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       std::vector<std::string> cmd(u.u64());
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
+      storage::SamplingQuality q;
+      q.samples = u.u64();
+      q.unwindFailures = u.u64();
+      q.droppedSamples = u.u64();
+      q.truncatedSamples = u.u64();
+      q.depthLimited = u.u64();
+      meta.quality.at(id) = q;
       meta.profiles.at(id) = std::move(tuple);
       hosts.insert(host);
       processes.insert({host, pid});

@@ -5,13 +5,14 @@
 namespace csp::reduce {
 
 std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strings, Attributor& attributor,
-                                      const CctStep& step) {
+                                      const CctStep& step, const ProjectionContext& context) {
   const std::size_t n = p.cct.size();
   std::vector<StmtValue> out;
   out.reserve(p.values.size());
   // Where children attach (the interior chain's end) and where counts go (the leaf chain's end).
   std::vector<std::uint32_t> interior(n, kNoIndex), leaf(n, kNoIndex);
   interior[0] = 0;
+  std::vector<std::uint8_t> partialLeaf;  // address profiles: the leaf lies on an incomplete path
 
   if (p.frameKind == FrameKind::Symbolic) {
     std::vector<std::uint32_t> stringId(p.strings.size(), kNoIndex);
@@ -32,18 +33,61 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
       for (const auto& key : chain) from = step(from, key);
       return from;
     };
+    // The parent of every incomplete path, created on first use.
+    std::uint32_t truncatedRoot = kNoIndex;
+    auto truncated = [&] {
+      if (truncatedRoot == kNoIndex) {
+        const auto proc = step(0, {ScopeKind::ProcFrame, strings.intern(kTruncatedPathsName), 0, 0, 0});
+        truncatedRoot = step(proc, {ScopeKind::CallSite, 0, 0, 0, 0});
+      }
+      return truncatedRoot;
+    };
+    // Whether a raw node's interior (resp. leaf) scope lies on an incomplete path.
+    std::vector<std::uint8_t> partialInterior(n, 0);
+    partialLeaf.assign(n, 0);
+    const std::uint32_t jitModule = context.jit ? strings.intern(kJitModuleName) : 0;
+    ScopeKey jitChain[2];
     for (std::size_t i = 1; i < n; ++i) {
       const AddressFrame& f = p.addressFrames[p.cct.frame[i]];
       const LoadModule& module = p.modules[f.module];
-      const std::uint32_t base = interior[p.cct.parent[i]];
-      if (hasChild[i]) interior[i] = fold(base, attributor.attribute(module, f.offset, false));
-      if (hasValue[i]) leaf[i] = fold(base, attributor.attribute(module, f.offset, true));
+      const std::uint32_t parent = p.cct.parent[i];
+      const bool unmapped = module.path == kUnmappedModulePath;
+      const std::string* jitName = unmapped && context.jit ? context.jit->find(f.offset) : nullptr;
+      auto chainOf = [&](bool leafRole) -> std::span<const ScopeKey> {
+        if (jitName == nullptr) return attributor.attribute(module, f.offset, leafRole);
+        jitChain[0] = {ScopeKind::ProcFrame, strings.intern(*jitName), 0, 0, jitModule};
+        jitChain[1] = {leafRole ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0};
+        return jitChain;
+      };
+      // Where this frame's scopes attach: below its caller's, at the root for the outermost
+      // frame of a complete path, else below the truncated-paths procedure. The callers of code
+      // outside every module come from unwinding without unwind information: they are dropped.
+      auto baseOf = [&](bool leafRole, std::uint8_t& partial) -> std::uint32_t {
+        if (unmapped && jitName == nullptr) {
+          partial = 1;
+          return truncated();
+        }
+        if (parent == 0) {
+          const bool complete = !unmapped && attributor.startsPath(module, f.offset, leafRole);
+          partial = complete ? 0 : 1;
+          return complete ? 0 : truncated();
+        }
+        partial = partialInterior[parent];
+        return interior[parent];
+      };
+      if (hasChild[i]) interior[i] = fold(baseOf(false, partialInterior[i]), chainOf(false));
+      if (hasValue[i]) leaf[i] = fold(baseOf(true, partialLeaf[i]), chainOf(true));
     }
   }
+  std::uint64_t truncatedSamples = 0;
   for (std::size_t v = 0; v < p.values.size(); ++v) {
     const auto metric = p.values.metric[v];
-    out.push_back({leaf[p.values.node[v]], metric, p.values.count[v] * p.metrics[metric].period});
+    const auto node = p.values.node[v];
+    out.push_back({leaf[node], metric, p.values.count[v] * p.metrics[metric].period});
+    if (!partialLeaf.empty() && partialLeaf[node] && p.metrics[metric].kind == MetricKind::Sampled)
+      truncatedSamples += p.values.count[v];
   }
+  if (context.truncatedSamples) *context.truncatedSamples = truncatedSamples;
   return out;
 }
 

@@ -302,6 +302,8 @@ constexpr std::string_view kStringPrefix = "string/";
 constexpr std::string_view kSkippedPrefix = "skipped/";
 constexpr std::string_view kPropertyPrefix = "property/";
 constexpr std::string_view kRegionMetricPrefix = "region-metric/";
+constexpr std::string_view kQualityKey = "quality";
+constexpr std::string_view kQualityPrefix = "quality/";
 
 std::string keyWithBe32(std::string_view prefix, std::uint32_t id) {
   std::string k(prefix);
@@ -386,9 +388,39 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
     emit(k, v);
   }
   for (const auto& p : m.properties) emit(std::string(kPropertyPrefix) + p.key, p.value);
+  if (m.hasQuality()) {
+    if (m.quality.size() != m.profiles.size())
+      throw FormatError(fmt::format("sampling quality of {} profiles for {} profiles", m.quality.size(), m.profiles.size()));
+    auto put = [&](const SamplingQuality& q) {
+      putVarint(v, q.samples);
+      putVarint(v, q.unwindFailures);
+      putVarint(v, q.droppedSamples);
+      putVarint(v, q.truncatedSamples);
+      putVarint(v, q.depthLimited);
+    };
+    v.clear();
+    putVarint(v, m.quality.size());
+    put(m.qualityTotal());
+    emit(std::string(kQualityKey), v);
+    for (std::size_t i = 0; i < m.quality.size(); ++i) {
+      v.clear();
+      put(m.quality[i]);
+      emit(keyWithBe32(kQualityPrefix, static_cast<std::uint32_t>(i)), v);
+    }
+  }
 }
 
 namespace {
+
+SamplingQuality readQuality(Reader& r) {
+  SamplingQuality q;
+  q.samples = r.varint();
+  q.unwindFailures = r.varint();
+  q.droppedSamples = r.varint();
+  q.truncatedSamples = r.varint();
+  q.depthLimited = r.varint();
+  return q;
+}
 
 // Index of a dense-table entry: the 4 (or 2) big-endian bytes after the prefix.
 std::uint32_t tableIndex(std::string_view key, std::string_view prefix, std::size_t width) {
@@ -482,6 +514,18 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     info.perProcess = flags & 4;
     r.expectDone();
     placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), std::move(info));
+  } else if (key == kQualityKey) {
+    Reader r(value, "sampling quality total");
+    expected_.quality = r.varint();
+    qualityTotal_ = readQuality(r);
+    r.expectDone();
+    sawQuality_ = true;
+  } else if (key.starts_with(kQualityPrefix)) {
+    Reader r(value, "sampling quality");
+    auto q = readQuality(r);
+    r.expectDone();
+    placeAt(m_.quality, tableIndex(key, kQualityPrefix, 4), q);
+    ++seen_.quality;
   } else if (key.starts_with(kPropertyPrefix)) {
     m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});
   }
@@ -499,6 +543,15 @@ DatabaseMetadata MetadataDecoder::finish() {
   check("profile", expected_.profiles, seen_.profiles, m_.profiles.size());
   check("string", expected_.strings, seen_.strings, m_.strings.size());
   check("skipped-input", expected_.skipped, seen_.skipped, m_.skipped.size());
+  // Sampling quality (format 1.1): absent in older databases; when present, one entry per
+  // profile adding up to the stored total.
+  if (sawQuality_ || seen_.quality > 0) {
+    check("sampling-quality", expected_.quality, seen_.quality, m_.quality.size());
+    if (m_.quality.size() != m_.profiles.size())
+      throw FormatError(fmt::format("metadata has sampling quality of {} profiles for {} profiles", m_.quality.size(),
+                                    m_.profiles.size()));
+    if (m_.qualityTotal() != qualityTotal_) throw FormatError("metadata sampling quality does not add up to its total");
+  }
   return std::move(m_);
 }
 

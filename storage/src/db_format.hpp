@@ -118,8 +118,10 @@ class MetadataDecoder {
 
  private:
   struct Counts {
-    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0;
+    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0, quality = 0;
   };
+  SamplingQuality qualityTotal_;
+  bool sawQuality_ = false;
   DatabaseMetadata m_;
   FormatVersion version_;
   bool sawVersion_ = false;

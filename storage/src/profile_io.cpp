@@ -480,4 +480,8 @@ std::string profileFileName(const Identity& identity) {
   return fmt::format("{}.{}{}", name, identity.pid, kProfileExtension);
 }
 
+std::string perfMapFileName(std::uint32_t pid, const std::string& hostname) {
+  return fmt::format("perf-{}.{}.map", pid, hostname.empty() ? "localhost" : hostname);
+}
+
 }  // namespace csp::storage

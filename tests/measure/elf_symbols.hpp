@@ -46,11 +46,19 @@ class ElfSymbols {
   }
   bool empty() const { return symbols_.empty(); }
 
- private:
   struct Symbol {
     std::uint64_t begin, size;
     std::string name;
   };
+  // Every function symbol whose name starts with `prefix`.
+  std::vector<Symbol> named(const std::string& prefix) const {
+    std::vector<Symbol> out;
+    for (const auto& s : symbols_)
+      if (s.name.rfind(prefix, 0) == 0) out.push_back(s);
+    return out;
+  }
+
+ private:
   void load(Elf* elf, Elf64_Word type) {
     Elf_Scn* scn = nullptr;
     while ((scn = elf_nextscn(elf, scn)) != nullptr) {

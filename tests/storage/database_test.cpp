@@ -11,6 +11,7 @@
 #include <bit>
 #include <thread>
 #include <fstream>
+#include <functional>
 
 #include "storage/db_expect.hpp"
 
@@ -405,6 +406,85 @@ TEST(DatabaseOpen, NewerFormat) {
   // A newer minor version is readable.
   writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 1.7\n");
   EXPECT_EQ(Database::open(target)->formatVersion().minor, 7u);
+}
+
+// Format 1.3 added the sampling quality: a database without it (as 1.0-1.2 wrote them) is read with
+// no quality; a quality table with a missing entry, or one that does not add up, is damage.
+TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
+  TempDir tmp;
+  const Synthetic s{.profiles = 6, .nodes = 50};
+  EXPECT_EQ(kDatabaseFormatMinor, 3u);
+  const fs::path with = tmp.path() / "with";
+  test::buildInProcess(with, s, "A");
+  {
+    auto db = Database::open(with);
+    ASSERT_TRUE(db->metadata().hasQuality());
+    EXPECT_EQ(db->metadata().quality.size(), 6u);
+    EXPECT_EQ(db->metadata().qualityTotal().samples, [&] {
+      std::uint64_t sum = 0;
+      for (const auto& q : s.metadata("A").quality) sum += q.samples;
+      return sum;
+    }());
+  }
+  // Without quality: what a 1.0 writer left.
+  const fs::path without = tmp.path() / "without";
+  {
+    DatabaseBuilder b(without, {});
+    auto meta = s.metadata("A");
+    meta.quality.clear();
+    b.writeMetadata(meta);
+    ShardWriter w(b.stagingDir(), 0);
+    s.writeShard(w, 0, 1);
+    w.finish();
+    b.ingestShards(1);
+    b.publish();
+  }
+  writeText(without / kDatabaseManifestName, "CSP experiment database\nformat 1.0\n");
+  {
+    auto db = Database::open(without);
+    EXPECT_FALSE(db->metadata().hasQuality());
+    EXPECT_EQ(db->metadata().profiles.size(), 6u);
+  }
+  // A writer never stores quality for only some profiles.
+  {
+    auto meta = s.metadata("A");
+    meta.quality.pop_back();
+    DatabaseBuilder b(tmp.path() / "partial", {});
+    EXPECT_THROW(b.writeMetadata(meta), std::exception);
+  }
+  // Damage: one per-profile entry removed, or a total that does not match.
+  auto edit = [&](const fs::path& dir, const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+    std::vector<std::string> families;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
+    for (std::size_t i = 0; i < families.size(); ++i)
+      if (families[i] == "metadata") change(raw, handles[i]);
+    for (auto* h : handles) {
+      raw->Flush(rocksdb::FlushOptions(), h);
+      raw->DestroyColumnFamilyHandle(h);
+    }
+    delete raw;
+  };
+  const fs::path missing = tmp.path() / "missing";
+  test::buildInProcess(missing, s, "A");
+  edit(missing, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\3", 12)).ok());
+  });
+  expectOpenFails(missing, "damaged database: metadata sampling-quality table has 5 of 6 entries");
+  const fs::path wrongTotal = tmp.path() / "wrong-total";
+  test::buildInProcess(wrongTotal, s, "A");
+  edit(wrongTotal, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    // Profile 3's entry rewritten one sample off from what the total accounts for.
+    std::string v;
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), h, std::string("quality/\0\0\0\3", 12), &v).ok());
+    v[0] = static_cast<char>(v[0] ^ 1);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\3", 12), v).ok());
+  });
+  expectOpenFails(wrongTotal, "damaged database: metadata sampling quality does not add up to its total");
 }
 
 TEST(DatabaseOpen, DamagedDatabases) {

@@ -140,6 +140,8 @@ struct Synthetic {
     m.strings = {"", "main", "solve", "f.cpp", "libm.so", "kernel", "g.c", "region-x"};
     m.skipped = {{"meas/r000009-t0000.99.cspprof", "truncated: header announces 100 bytes, file has 10"}};
     m.properties = {{"generator", "db_fixtures"}, {"seed", std::to_string(seed)}};
+    for (ProfileId p = 0; p < profiles; ++p)
+      m.quality.push_back({1000 + hash(p, 11) % 1000, p % 3, p % 2, hash(p, 12) % 500, p % 2});
     return m;
   }
 

@@ -249,6 +249,64 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
   out << dumpJson(j, 1) << "\n";
 }
 
+namespace {
+
+double shareOf(std::uint64_t part, std::uint64_t whole) {
+  return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+bool qualityWarrants(const storage::SamplingQuality& q, std::uint64_t part) {
+  return static_cast<double>(part) > storage::kQualityWarningShare * static_cast<double>(q.samples);
+}
+
+// Sampling quality: the total, then every thread (at most 16; beyond, the 8 with the largest
+// share of truncated and dropped samples).
+void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
+  if (!m.hasQuality()) {
+    out << "sampling     not recorded (databases before format 1.3)\n";
+    return;
+  }
+  const auto total = m.qualityTotal();
+  auto cell = [](std::uint64_t n, std::uint64_t of) { return fmt::format("{} ({:.1f} %)", n, shareOf(n, of)); };
+  auto row = [&](const std::string& who, const storage::SamplingQuality& q) {
+    out << fmt::format("  {:<24} {:>10}  {:<20} {:<20} {:<20} {}\n", who, q.samples, cell(q.truncatedSamples, q.samples),
+                       cell(q.unwindFailures, q.samples), cell(q.droppedSamples, q.samples), q.depthLimited);
+  };
+  out << "sampling     (truncated: the call path does not reach the program's or a thread's entry)\n";
+  out << fmt::format("  {:<24} {:>10}  {:<20} {:<20} {:<20} {}\n", "profile", "samples", "truncated", "unwind failures",
+                     "dropped", "depth limit");
+  row("all", total);
+  std::vector<std::size_t> shown(m.quality.size());
+  for (std::size_t i = 0; i < shown.size(); ++i) shown[i] = i;
+  if (shown.size() > 16) {
+    auto bad = [&](std::size_t i) {
+      return shareOf(m.quality[i].truncatedSamples + m.quality[i].droppedSamples, m.quality[i].samples);
+    };
+    std::stable_sort(shown.begin(), shown.end(), [&](auto a, auto b) { return bad(a) > bad(b); });
+    shown.resize(8);
+    std::sort(shown.begin(), shown.end());
+    out << fmt::format("  (the 8 of {} threads with the largest share of truncated and dropped samples)\n", m.quality.size());
+  }
+  for (auto i : shown) row(formatIdTuple(m.profiles[i]), m.quality[i]);
+  const double limit = 100.0 * storage::kQualityWarningShare;
+  if (qualityWarrants(total, total.truncatedSamples))
+    out << fmt::format("  warning: {:.1f} % of the samples have truncated call paths (more than {:.0f} %); they are "
+                       "below '[truncated call paths]'\n",
+                       shareOf(total.truncatedSamples, total.samples), limit);
+  if (qualityWarrants(total, total.droppedSamples))
+    out << fmt::format("  warning: {:.1f} % of the samples were dropped by the measurement (more than {:.0f} %)\n",
+                       shareOf(total.droppedSamples, total.samples), limit);
+}
+
+Json qualityJson(const storage::SamplingQuality& q) {
+  return Json{{"samples", q.samples},
+              {"truncated", q.truncatedSamples},
+              {"unwind_failures", q.unwindFailures},
+              {"dropped", q.droppedSamples},
+              {"depth_limited", q.depthLimited}};
+}
+
+}  // namespace
 
 void renderInfoText(const storage::Database& db, std::ostream& out) {
   const auto& m = db.metadata();
@@ -289,6 +347,7 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
                          r.description);
     }
   }
+  renderQualityText(m, out);
   out << fmt::format("skipped      {} inputs\n", m.skipped.size());
   for (const auto& s : m.skipped) out << fmt::format("  {}: {}\n", s.path, s.reason);
   if (!m.properties.empty()) {
@@ -332,6 +391,18 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
          {"regions", m.regionCount},
          {"metrics", std::move(metrics)},
          {"region_metrics", std::move(regionMetrics)},
+         {"sampling", [&] {
+            if (!m.hasQuality()) return Json(nullptr);
+            Json j = qualityJson(m.qualityTotal());
+            Json perProfile = Json::array();
+            for (std::size_t i = 0; i < m.quality.size(); ++i) {
+              Json p = qualityJson(m.quality[i]);
+              p["profile"] = formatIdTuple(m.profiles[i]);
+              perProfile.push_back(std::move(p));
+            }
+            j["profiles"] = std::move(perProfile);
+            return j;
+          }()},
          {"skipped", std::move(skipped)},
          {"properties", std::move(props)}};
   out << dumpJson(j, 1) << "\n";

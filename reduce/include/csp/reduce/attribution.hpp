@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "csp/reduce/perf_map.hpp"
 #include "csp/reduce/scope.hpp"
 
 namespace csp::reduce {
@@ -23,9 +25,21 @@ struct AttributionStats {
   std::uint64_t lookups = 0;           // distinct (module, offset, leaf) attributed
   std::uint64_t withLines = 0;         // got file:line from DWARF
   std::uint64_t symbolOnly = 0;        // procedure from the ELF symbol table only
+  std::uint64_t byUnwindInfo = 0;      // procedure = the .eh_frame/.debug_frame range around it
   std::uint64_t unknown = 0;           // kept as module+0xoffset
   std::vector<std::string> warnings;   // unreadable modules, build-id mismatches (once per module)
 };
+
+// Procedures at which a call path is complete although their unwind information may not say so.
+inline constexpr const char* kThreadEntries[] = {
+    "_start", "__libc_start_main", "__libc_start_main_impl", "__libc_start_call_main", "start_thread",
+    "clone", "__clone", "clone3", "__clone3", "__start_context"};
+
+// Names given to frames that have no symbol (docs/postprocessing.md, "Attribution").
+inline constexpr const char* kUnknownCodeName = "[unknown code]";      // address in no module
+inline constexpr const char* kVdsoName = "[vdso]";                     // the kernel's vDSO
+inline constexpr const char* kJitModuleName = "[jit]";                 // module of perf-map symbols
+inline constexpr const char* kTruncatedPathsName = "[truncated call paths]";  // parent of incomplete paths
 
 class Attributor {
  public:
@@ -36,6 +50,15 @@ class Attributor {
 
   // Thread-safe. The returned span stays valid for the Attributor's lifetime.
   std::span<const ScopeKey> attribute(const LoadModule& module, std::uint64_t offset, bool leaf);
+
+  // True if a call path whose outermost frame is this one is complete: the frame's procedure is
+  // a known thread entry (kThreadEntries), or the module's unwind information marks the return
+  // address there as undefined, which is how runtimes end the stack (glibc's _start and clone3).
+  bool startsPath(const LoadModule& module, std::uint64_t offset, bool leaf);
+
+  // The JIT symbol map in `file` (read once, then shared); nullptr if there is no such file.
+  // Unreadable files and malformed lines become warnings.
+  const PerfMap* perfMap(const std::filesystem::path& file);
 
   AttributionStats stats() const;
 

@@ -72,6 +72,7 @@ struct ProfileInfo {
   MeasurementStats stats;
   std::size_t input = 0;          // index into inputs()
   bool hasRegionEvents = false;   // the profile carries a region event log
+  std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
 };
 
 // The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its

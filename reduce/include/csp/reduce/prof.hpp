@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "csp/reduce/pipeline.hpp"
+#include "csp/storage/database.hpp"
 
 namespace csp::reduce {
 
@@ -35,7 +36,12 @@ struct ProfSummary {
   std::uint64_t databaseBytes = 0;
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
+  storage::SamplingQuality quality; // sum over all profiles (rank 0)
 };
+
+// The warnings csp-prof-mpi prints about sampling quality: one line each for truncated and
+// dropped samples above storage::kQualityWarningShare of all samples; empty when it is fine.
+std::vector<std::string> qualityWarnings(const storage::SamplingQuality& total);
 
 // Throws PipelineError on every rank if any rank fails (bad input or output, a lost peer), after
 // the failure discipline of mpi_comm.hpp: rank 0's message names every failing rank's reason,

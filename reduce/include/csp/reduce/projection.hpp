@@ -22,11 +22,21 @@ struct StmtValue {
 // Step function: the canonical child of `parent` with `key` (inserting or looking up).
 using CctStep = std::function<std::uint32_t(std::uint32_t parent, const ScopeKey& key)>;
 
+struct ProjectionContext {
+  const PerfMap* jit = nullptr;                // the process's JIT symbols (perf map), if any
+  std::uint64_t* truncatedSamples = nullptr;   // out: samples of sampled metrics on truncated paths
+};
+
 // Walks the profile's raw CCT, turning frames into typed scopes (symbolic frames directly,
 // address frames through the attributor) and calling `step` for each canonical edge. Returns the
 // profile's values at their canonical statements, in raw order.
+//
+// Address paths are checked for completeness (docs/postprocessing.md, "Path quality"): a path
+// whose outermost frame does not start a stack (Attributor::startsPath), and the part of a path
+// inside a frame outside every module (not named by the perf map), go below the root-level
+// procedure kTruncatedPathsName; their samples are counted in `truncatedSamples`.
 std::vector<StmtValue> projectProfile(const ThreadProfile& profile, StringTable& strings, Attributor& attributor,
-                                      const CctStep& step);
+                                      const CctStep& step, const ProjectionContext& context = {});
 
 // Per-thread exclusive and inclusive values at canonical nodes, sorted by (node, metric).
 // Nodes with both values zero are absent; the root carries the thread's totals as inclusive.

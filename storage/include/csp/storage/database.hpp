@@ -21,8 +21,9 @@
 namespace csp::storage {
 
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
-// 1.1: region metric descriptors; 1.2: the region_events column family (region event logs).
-inline constexpr std::uint32_t kDatabaseFormatMinor = 2;
+// 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
+// 1.3: the sampling quality per profile (quality/ metadata keys).
+inline constexpr std::uint32_t kDatabaseFormatMinor = 3;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -75,6 +76,32 @@ struct SkippedInput {
   bool operator==(const SkippedInput&) const = default;
 };
 
+// How well one thread (or, summed, the experiment) was sampled (docs/postprocessing.md, "Path
+// quality"). `truncatedSamples` is decided by csp-prof-mpi: samples whose call path does not
+// start at a thread entry (program entry, thread start, or a frame whose unwind information
+// ends the stack), including those cut at an address outside every module and those cut at
+// the depth limit (`depthLimited`, counted by the measurement).
+struct SamplingQuality {
+  std::uint64_t samples = 0;           // samples taken (MeasurementStats::samples)
+  std::uint64_t unwindFailures = 0;    // samples whose unwind stopped with an error
+  std::uint64_t droppedSamples = 0;    // samples not recorded
+  std::uint64_t truncatedSamples = 0;  // recorded samples whose path is not complete
+  std::uint64_t depthLimited = 0;      // samples cut at the depth limit (MeasurementStats::truncatedPaths)
+  SamplingQuality& operator+=(const SamplingQuality& o) {
+    samples += o.samples;
+    unwindFailures += o.unwindFailures;
+    droppedSamples += o.droppedSamples;
+    truncatedSamples += o.truncatedSamples;
+    depthLimited += o.depthLimited;
+    return *this;
+  }
+  bool operator==(const SamplingQuality&) const = default;
+};
+
+// csp-prof-mpi warns (and csp-views --info marks) when more than this share of the samples is
+// truncated or dropped.
+inline constexpr double kQualityWarningShare = 0.10;
+
 struct DatabaseMetadata {
   std::string title;  // free description of the experiment
   std::string executable;
@@ -90,7 +117,16 @@ struct DatabaseMetadata {
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
   std::vector<Setting> properties;   // free key/value, keys unique; read back sorted by key
+  // Sampling quality per profile (ProfileId -> quality) and its sum. Empty in databases of
+  // format 1.0, which did not record it; otherwise one entry per profile.
+  std::vector<SamplingQuality> quality;
   bool operator==(const DatabaseMetadata&) const = default;
+  bool hasQuality() const { return !quality.empty(); }
+  SamplingQuality qualityTotal() const {
+    SamplingQuality t;
+    for (const auto& q : quality) t += q;
+    return t;
+  }
 };
 
 // A canonical CCT node (docs/design.md, "Data model"). The root has parent kNoIndex and kind Root.

@@ -59,6 +59,10 @@ struct MetricDescriptor {
   bool operator==(const MetricDescriptor&) const = default;
 };
 
+// Module path of address frames that lie in no module of the load map (JIT code, garbage from a
+// failed unwind); their offset is the absolute address.
+inline constexpr const char* kUnmappedModulePath = "[unknown]";
+
 struct LoadModule {
   std::string path;
   std::vector<std::uint8_t> buildId;

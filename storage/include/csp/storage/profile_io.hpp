@@ -66,4 +66,8 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
 // "r000003-t0001.12345.cspprof". Names sort by id tuple.
 std::string profileFileName(const Identity& identity);
 
+// The copy of a process's JIT symbol map (/tmp/perf-<pid>.map) that the measurement keeps next
+// to its profiles: "perf-<pid>.<hostname>.map" (docs/measurement.md, "JIT code").
+std::string perfMapFileName(std::uint32_t pid, const std::string& hostname);
+
 }  // namespace csp::storage
