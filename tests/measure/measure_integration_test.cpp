@@ -365,23 +365,26 @@ TEST(MeasureIntegration, EnvironmentOnlyWithRealTime) {
   EXPECT_EQ(setting(p, "events"), "cpu-time@200,real-time@100");
 }
 
-// A program that installs its own SIGPROF handler keeps being sampled and is reported. GNU sort
-// catches SIGPROF (to remove temporary files) and re-raises it with the default action: without
-// the interposition the first sample would kill it.
+// With CSP_SIGNAL=PROF (csp samples with SIGPROF, as it used to by default), a program that
+// installs its own SIGPROF handler keeps being sampled and is reported. GNU sort catches SIGPROF
+// (to remove temporary files) and re-raises it with the default action: without the
+// interposition the first sample would kill it. (By default csp samples with a real-time signal
+// and sort's SIGPROF handler is simply sort's.)
 TEST(MeasureIntegration, SamplingSignalTakeoverIsIntercepted) {
   const fs::path base = scratch("takeover");
   const fs::path dir = base / "meas";
   const std::string err = (base / "stderr.txt").string();
   const std::string in = (base / "in.txt").string(), out = (base / "out.txt").string();
   ASSERT_EQ(run("seq 1 200000 | sort -R > " + in), 0);
-  ASSERT_EQ(run(kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- sort -n --parallel=2 " +
-                in + " -o " + out + " 2> " + err),
+  ASSERT_EQ(run("CSP_SIGNAL=PROF " + kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() +
+                " -- sort -n --parallel=2 " + in + " -o " + out + " 2> " + err),
             0);
   EXPECT_EQ(run("seq 1 200000 | cmp - " + out), 0) << "sort's output must be complete";
   const auto profiles = readAll(dir);
   ASSERT_FALSE(profiles.empty());
   std::uint64_t samples = 0;
   for (const auto& p : profiles) {
+    EXPECT_EQ(setting(p, "sampling-signal"), "SIGPROF");
     EXPECT_EQ(setting(p, "sampling-signal-taken-over"), "intercepted");
     samples += sampleCount(p);
   }
@@ -389,17 +392,24 @@ TEST(MeasureIntegration, SamplingSignalTakeoverIsIntercepted) {
   std::ifstream errIn(err);
   std::stringstream text;
   text << errIn.rdbuf();
-  EXPECT_NE(text.str().find("installs its own SIGPROF handler"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("installs its own handler for SIGPROF"), std::string::npos) << text.str();
 
   // A SIGPROF the program sends itself reaches the program's handler (bash's trap).
   const std::string trapOut = (base / "trap.txt").string();
-  ASSERT_EQ(run(kCspRun + " -o " + (base / "meas2").string() + " -- bash -c 'trap \"echo caught\" PROF; kill -PROF $$; "
-                "true' > " + trapOut + " 2> /dev/null"),
+  ASSERT_EQ(run("CSP_SIGNAL=PROF " + kCspRun + " -o " + (base / "meas2").string() +
+                " -- bash -c 'trap \"echo caught\" PROF; kill -PROF $$; true' > " + trapOut + " 2> /dev/null"),
             0);
   std::ifstream trapIn(trapOut);
   std::stringstream trapText;
   trapText << trapIn.rdbuf();
   EXPECT_NE(trapText.str().find("caught"), std::string::npos);
+
+  // By default, sort's SIGPROF handler is sort's own business.
+  ASSERT_EQ(run(kCspRun + " -o " + (base / "meas3").string() + " -- sort -n --parallel=2 " + in + " -o " + out +
+                " 2> " + err),
+            0);
+  EXPECT_EQ(run("seq 1 200000 | cmp - " + out), 0);
+  for (const auto& p : readAll(base / "meas3")) EXPECT_EQ(setting(p, "sampling-signal-taken-over"), "no");
 }
 
 // csp-run names the default directory after the program and the job (here: the pid).
