@@ -123,12 +123,9 @@ thread_local ThreadState* tlsWriting = nullptr;
 
 void finalizeOnPrivateStack() { finalize(tlsWriting); }
 
-void finalizeWithRoomToWrite(ThreadState* t) {
-  void* stack = mmap(nullptr, kWriterStackBytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+__attribute__((noinline)) void finalizeOnStack(ThreadState* t, void* stack) {
   ucontext_t caller, writer;
-  if (stack == MAP_FAILED || getcontext(&writer) != 0) {
-    if (stack != MAP_FAILED) munmap(stack, kWriterStackBytes);
+  if (getcontext(&writer) != 0) {
     finalize(t);
     return;
   }
@@ -139,7 +136,39 @@ void finalizeWithRoomToWrite(ThreadState* t) {
   makecontext(&writer, finalizeOnPrivateStack, 0);
   if (swapcontext(&caller, &writer) != 0) finalize(t);
   tlsWriting = nullptr;
-  munmap(stack, kWriterStackBytes);
+}
+
+// Writer stacks are recycled: mapping and faulting in a fresh one per thread was a good part of
+// a short thread's cost.
+constinit std::mutex g_writerStackMutex;
+std::vector<void*>& writerStacks() {
+  static auto* pool = new std::vector<void*>;
+  return *pool;
+}
+
+void finalizeWithRoomToWrite(ThreadState* t) {
+  void* stack = nullptr;
+  {
+    std::lock_guard lock(g_writerStackMutex);
+    if (!writerStacks().empty()) {
+      stack = writerStacks().back();
+      writerStacks().pop_back();
+    }
+  }
+  if (stack == nullptr) {
+    stack = mmap(nullptr, kWriterStackBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+      finalize(t);
+      return;
+    }
+  }
+  finalizeOnStack(t, stack);
+  std::lock_guard lock(g_writerStackMutex);
+  if (writerStacks().size() < 8)
+    writerStacks().push_back(stack);
+  else
+    munmap(stack, kWriterStackBytes);
 }
 
 void finalizeOwnThread(ThreadState* t) {
