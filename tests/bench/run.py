@@ -578,7 +578,13 @@ class Suite:
                 "app": f"csp-app-compute {units}", "variants": rows, "not_run": skipped,
                 "note": "cpu = user + system time of the command and its children (perf's own process "
                         "included for perf record)",
-                "churn": self.thread_churn(run)}
+                "churn": self.thread_churn_or_reason(run)}
+
+    def thread_churn_or_reason(self, run):
+        try:
+            return self.thread_churn(run)
+        except NotRun as e:
+            return {"not_run": str(e)}
 
     def thread_churn(self, run):
         """Thread churn: N short threads (about 70 us each, uninstrumented), one after the other;
@@ -952,7 +958,9 @@ def markdown(rep):
         out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented",
                           "peak MiB (largest process)"], rows))
         c = s.get("churn")
-        if c:
+        if c and "not_run" in c:
+            out.append(f"\nThread churn: {c['not_run']}.\n")
+        elif c:
             out.append(f"\nThread churn: `{c['app']}` ({c['threads']:,} threads one after the other, "
                        f"{c['profiles_written']:,} profiles written).\n\n")
             rows = [[k, mmm(v["wall_s"]), mmm(v["wall_over_uninstrumented"]), mmm(v["cpu_s"]),
