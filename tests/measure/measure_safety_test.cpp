@@ -40,6 +40,17 @@ const std::string kHostile = kBin + "/tests/apps/csp-app-hostile";
 const std::string kPlugin = kBin + "/tests/apps/csp-app-plugin.so";
 const std::string kMpirun = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe";
 
+// The scratch directories go when the test program ends.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(kBin) / "tests" / "measure", ec))
+      if (e.path().filename().string().rfind("scratch-safety-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::path(kBin) / "tests" / "measure" / ("scratch-safety-" + name);
   fs::remove_all(dir);
