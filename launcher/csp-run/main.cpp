@@ -32,7 +32,11 @@ const char* kHelp =
     "over variables already set.\n"
     "\n"
     "Environment: CSP_EVENTS, CSP_OUTPUT, CSP_REGION_LOG, CSP_REGION_LOG_EVENTS, CSP_VERBOSE,\n"
-    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_MEASURE_LIBRARY (see docs/measurement.md).";
+    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_SIGNAL, CSP_TERMINATION_WAIT, CSP_MEASURE_LIBRARY (see\n"
+    "docs/measurement.md).\n"
+    "\n"
+    "If the program is ended by SIGTERM, SIGINT, SIGHUP or SIGXCPU (and has no handler of its own\n"
+    "for it), every thread's profile is written first; the exit status is still the signal's.";
 
 std::string sanitize(std::string s) {
   for (char& c : s)
@@ -106,7 +110,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{kHelp, "csp-run"};
   std::vector<std::string> events;
-  std::string output, library;
+  std::string output, library, signal;
   bool regionLog = false, noRegionLog = false;
   std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
   int verbose = 0;
@@ -126,11 +130,14 @@ int main(int argc, char** argv) {
                  "Env: CSP_REGION_LOG_EVENTS")
       ->check(CLI::Range(1u, 1u << 28));
   app.add_option("--max-depth", maxDepth, "deepest call path kept; deeper samples keep their innermost frames "
-                                          "and count as truncated (default 4096). Env: CSP_MAX_DEPTH")
+                                          "and count as truncated (default 1024). Env: CSP_MAX_DEPTH")
       ->check(CLI::Range(16u, 1u << 20));
   app.add_option("--max-nodes", maxNodes, "CCT nodes per thread; samples beyond are counted as dropped "
                                           "(default 262144). Env: CSP_MAX_NODES")
       ->check(CLI::Range(1024u, 1u << 28));
+  app.add_option("--signal", signal, "signal csp's timers raise: PROF, RTMIN+N, RTMAX-N or a number (default: the "
+                                     "first real-time signal from RTMIN+6 up that the program does not handle). "
+                                     "Env: CSP_SIGNAL");
   app.add_option("--library", library, "libcsp-measure.so to preload (default: found next to csp-run, in "
                                        "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
   app.add_flag("-v,--verbose", verbose, "report settings, and per thread the samples, unwind failures and drops "
@@ -154,6 +161,14 @@ int main(int argc, char** argv) {
     if (!validEvent(e)) {
       fmt::print(stderr, "csp-run: error: --event {}: expected cpu-time or real-time, optionally @RATE "
                          "(samples/s) or @PERIOD with unit ns/us/ms/s\n", e);
+      return 2;
+    }
+  }
+
+  if (!signal.empty()) {
+    static const std::regex kSignal(R"((SIG)?(PROF|RTMIN(\+[0-9]+)?|RTMAX(-[0-9]+)?|[0-9]+))");
+    if (!std::regex_match(signal, kSignal)) {
+      fmt::print(stderr, "csp-run: error: --signal {}: expected PROF, RTMIN+N, RTMAX-N or a signal number\n", signal);
       return 2;
     }
   }
@@ -197,6 +212,7 @@ int main(int argc, char** argv) {
   if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);
   if (maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(maxDepth), talk);
   if (maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(maxNodes), talk);
+  if (!signal.empty()) setEnv("CSP_SIGNAL", signal, talk);
   if (verbose > 0) setEnv("CSP_VERBOSE", std::to_string(verbose), talk);
   std::string preload = lib->string();
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;

@@ -1,5 +1,9 @@
 // Measurement settings from the environment (csp-run sets them; launchers that cannot wrap the
 // program set them directly). Documented in docs/measurement.md.
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <unistd.h>
 
@@ -114,9 +118,44 @@ Config readConfig() {
     }
   }
   if (const char* out = std::getenv("CSP_OUTPUT"); out != nullptr) c.output = out;
-  // Resolved against the directory the program started in, not the one it is in when a profile
-  // is written (a program that chdirs would split or lose its profiles).
-  if (char cwd[PATH_MAX]; ::getcwd(cwd, sizeof cwd) != nullptr) c.startDirectory = cwd;
+  if (c.output.empty()) {
+    // csp-<program>-<pid>: named after the process that starts the measurement.
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    std::string prog = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string("program");
+    if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
+    c.output = "csp-" + prog + "-" + std::to_string(getpid());
+  }
+  if (c.output.front() != '/') {
+    // Resolved once, now: the program may change its working directory before threads end.
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) != nullptr) c.output = std::string(cwd) + (cwd[1] == '\0' ? "" : "/") + c.output;
+  }
+  if (const char* sig = std::getenv("CSP_SIGNAL"); sig != nullptr && *sig != '\0') {
+    std::string_view v = sig;
+    if (v.substr(0, 3) == "SIG") v.remove_prefix(3);
+    std::uint64_t n = 0;
+    int chosen = 0;
+    if (parseUnsigned(v, n) && n >= 1 && n <= static_cast<std::uint64_t>(SIGRTMAX)) {
+      chosen = static_cast<int>(n);
+    } else if (v == "PROF") {
+      chosen = SIGPROF;
+    } else if (v.substr(0, 5) == "RTMIN" && (v.size() == 5 || (v[5] == '+' && parseUnsigned(v.substr(6), n)))) {
+      chosen = SIGRTMIN + (v.size() == 5 ? 0 : static_cast<int>(n));
+    } else if (v.substr(0, 5) == "RTMAX" && (v.size() == 5 || (v[5] == '-' && parseUnsigned(v.substr(6), n)))) {
+      chosen = SIGRTMAX - (v.size() == 5 ? 0 : static_cast<int>(n));
+    }
+    // Signals that cannot be caught, are synchronous faults, or that csp handles otherwise.
+    const bool usable = chosen >= 1 && chosen <= SIGRTMAX && chosen != SIGKILL && chosen != SIGSTOP &&
+                        chosen != SIGSEGV && chosen != SIGBUS && chosen != SIGILL && chosen != SIGFPE &&
+                        chosen != SIGTERM && chosen != SIGINT && chosen != SIGHUP && chosen != SIGXCPU &&
+                        (chosen < 32 || chosen >= SIGRTMIN);
+    if (usable)
+      c.signal = chosen;
+    else
+      std::fprintf(stderr, "csp: warning: CSP_SIGNAL=%s is not a usable signal (a number, PROF, RTMIN+N or RTMAX-N); "
+                           "using the first free real-time signal\n", sig);
+  }
   c.regionLog = envFlag("CSP_REGION_LOG");
   c.regionLogCapacity = static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
   c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));

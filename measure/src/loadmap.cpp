@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "runtime.hpp"
@@ -15,11 +17,17 @@ namespace csp::measure {
 namespace {
 
 constinit std::mutex g_mapMutex;
-// In order of first sight; never shrinks; leaked so that exit handlers can still use it.
-std::vector<ModuleRecord>& modules() {
-  static auto* m = new std::vector<ModuleRecord>;
+// In order of first sight; never shrinks; replaced (not changed) when a module appears, so that
+// a writer keeps a consistent copy without holding the lock. Leaked so that exit handlers can
+// still use it.
+std::shared_ptr<const std::vector<ModuleRecord>>& snapshot() {
+  static auto* m = new std::shared_ptr<const std::vector<ModuleRecord>>(std::make_shared<std::vector<ModuleRecord>>());
   return *m;
 }
+struct {
+  unsigned long long adds = 0, subs = 0;
+} g_seen;
+bool g_haveCounters = false;
 
 std::vector<std::uint8_t> buildIdOf(const dl_phdr_info* info) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -69,21 +77,46 @@ int collect(dl_phdr_info* info, std::size_t, void* out) {
 }  // namespace
 
 void refreshLoadMap() {
+  // glibc counts loads and unloads: when neither changed since the last walk, there is nothing
+  // new (the common case at thread exit).
+  struct Counters {
+    unsigned long long adds = 0, subs = 0;
+  } now;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t size, void* out) {
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+          static_cast<Counters*>(out)->adds = info->dlpi_adds;
+          static_cast<Counters*>(out)->subs = info->dlpi_subs;
+        }
+        return 1;  // the first module is enough
+      },
+      &now);
+  {
+    TerminationGuard guard;
+    std::lock_guard lock(g_mapMutex);
+    if (g_haveCounters && now.adds == g_seen.adds && now.subs == g_seen.subs && now.adds != 0) return;
+  }
   std::vector<ModuleRecord> seen;
   dl_iterate_phdr(collect, &seen);
+  TerminationGuard guard;
   std::lock_guard lock(g_mapMutex);
+  auto next = std::make_shared<std::vector<ModuleRecord>>(*snapshot());
   for (auto& m : seen) {
     // The main program (first entry) has an empty name.
     if (m.path.empty()) m.path = &m == &seen.front() ? mainExecutable() : "[anonymous]";
     bool known = false;
-    for (const auto& k : modules()) known = known || (k.bias == m.bias && k.begin == m.begin && k.path == m.path);
-    if (!known) modules().push_back(std::move(m));
+    for (const auto& k : *next) known = known || (k.bias == m.bias && k.begin == m.begin && k.path == m.path);
+    if (!known) next->push_back(std::move(m));
   }
+  snapshot() = std::move(next);
+  g_seen = {now.adds, now.subs};
+  g_haveCounters = true;
 }
 
-std::vector<ModuleRecord> loadMapSnapshot() {
+std::shared_ptr<const std::vector<ModuleRecord>> loadMapSnapshot() {
+  TerminationGuard guard;
   std::lock_guard lock(g_mapMutex);
-  return modules();
+  return snapshot();
 }
 
 }  // namespace csp::measure

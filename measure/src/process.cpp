@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -53,54 +55,16 @@ void finalizeOwnThread(ThreadState* t);
 
 void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p)); }
 
-// An alternate signal stack for this thread, unless it has one (the program's, or inherited
-// across fork): the sampling handler then never runs on the program's own stack, which a thread
-// may have nearly used up. A guard page below catches an overflow of the handler itself.
-constexpr std::size_t kAltStackBytes = 64 * 1024;
-
-void installAltStack(ThreadState& t) {
-  stack_t current {};
-  if (::sigaltstack(nullptr, &current) != 0 || !(current.ss_flags & SS_DISABLE)) return;
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  void* m = ::mmap(nullptr, kAltStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (m == MAP_FAILED) return;
-  ::mprotect(m, page, PROT_NONE);
-  stack_t ss {};
-  ss.ss_sp = static_cast<char*>(m) + page;
-  ss.ss_size = kAltStackBytes;
-  if (::sigaltstack(&ss, nullptr) != 0) {
-    ::munmap(m, kAltStackBytes + page);
-    return;
-  }
-  t.altStack = m;
-  t.altStackBytes = kAltStackBytes + page;
-}
-
-// On the owning thread only, once its handler can no longer run.
-void removeAltStack(ThreadState& t) {
-  if (t.altStack == nullptr) return;
-  stack_t off {};
-  off.ss_flags = SS_DISABLE;
-  ::sigaltstack(&off, nullptr);
-  ::munmap(t.altStack, t.altStackBytes);
-  t.altStack = nullptr;
-}
-
 ThreadState* beginThread(std::uint32_t index) {
   auto* t = new (std::nothrow) ThreadState;
   if (t == nullptr) return nullptr;
-  installAltStack(*t);
   t->index = index;
   t->startNs = realtimeNs();
   t->regions = createRegionState();
-  if (!mapArena(t->cct, g_config->maxNodes, g_config->maxDepth)) {
-    reportOnce("mmap", "csp: warning: cannot map a sample arena; a thread is not measured\n");
-    destroyRegionState(t->regions);
-    removeAltStack(*t);
-    delete t;
-    return nullptr;
-  }
+  // The sample arena is mapped by the thread's first sample (a short thread may have none).
+  giveAltStack(*t);
   {
+    TerminationGuard guard;
     std::lock_guard lock(g_registryMutex);
     registry().push_back(t);
   }
@@ -112,10 +76,13 @@ ThreadState* beginThread(std::uint32_t index) {
 
 // Takes `t` out of the registry; true if the caller now owns its finalization.
 bool claim(ThreadState* t) {
+  TerminationGuard guard;
   std::lock_guard lock(g_registryMutex);
-  for (auto it = registry().begin(); it != registry().end(); ++it) {
-    if (*it == t) {
-      registry().erase(it);
+  auto& r = registry();
+  // Short threads end soon after they start: search from the newest.
+  for (std::size_t k = r.size(); k-- > 0;) {
+    if (r[k] == t) {
+      r.erase(r.begin() + static_cast<std::ptrdiff_t>(k));
       return true;
     }
   }
@@ -124,21 +91,32 @@ bool claim(ThreadState* t) {
 
 // Waits for an in-flight sample of `t` to finish, then keeps the handler out for good.
 void closeToHandler(ThreadState* t) {
+  // The owning thread is never inside its own handler here: Busy means a sample that was
+  // abandoned (a jump out of a fault inside the handler).
+  const bool own = t == tlsThread;
   for (int spins = 0;; ++spins) {
     int expected = static_cast<int>(Phase::Active);
     if (t->phase.compare_exchange_strong(expected, static_cast<int>(Phase::Closed))) return;
     if (expected == static_cast<int>(Phase::Closed)) return;
-    if (spins > 100000) return;  // a handler that never finishes: write what is there
+    if (own || spins > 100000) {  // a handler that never finishes: write what is there
+      if (t->phase.exchange(static_cast<int>(Phase::Closed)) == static_cast<int>(Phase::Busy)) ++t->abandonedSamples;
+      return;
+    }
     sched_yield();
   }
 }
 
+// Profiles being written right now (a termination waits for them before the process dies).
+constinit std::atomic<int> g_writing{0};
+
 void finalize(ThreadState* t) {
+  g_writing.fetch_add(1);
   stopTimers(*t);
   closeToHandler(t);
   closeRegionState(t->regions);
   t->endNs = realtimeNs();
   writeThreadProfile(*t);
+  g_writing.fetch_sub(1);
 }
 
 // Writing a profile (Cap'n Proto, file system) needs more stack than a thread created with a
@@ -149,12 +127,9 @@ thread_local ThreadState* tlsWriting = nullptr;
 
 void finalizeOnPrivateStack() { finalize(tlsWriting); }
 
-void finalizeWithRoomToWrite(ThreadState* t) {
-  void* stack = mmap(nullptr, kWriterStackBytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+__attribute__((noinline)) void finalizeOnStack(ThreadState* t, void* stack) {
   ucontext_t caller, writer;
-  if (stack == MAP_FAILED || getcontext(&writer) != 0) {
-    if (stack != MAP_FAILED) munmap(stack, kWriterStackBytes);
+  if (getcontext(&writer) != 0) {
     finalize(t);
     return;
   }
@@ -165,27 +140,64 @@ void finalizeWithRoomToWrite(ThreadState* t) {
   makecontext(&writer, finalizeOnPrivateStack, 0);
   if (swapcontext(&caller, &writer) != 0) finalize(t);
   tlsWriting = nullptr;
-  munmap(stack, kWriterStackBytes);
+}
+
+// Writer stacks are recycled: mapping and faulting in a fresh one per thread was a good part of
+// a short thread's cost.
+constinit std::mutex g_writerStackMutex;
+std::vector<void*>& writerStacks() {
+  static auto* pool = new std::vector<void*>;
+  return *pool;
+}
+
+void finalizeWithRoomToWrite(ThreadState* t) {
+  void* stack = nullptr;
+  {
+    std::lock_guard lock(g_writerStackMutex);
+    if (!writerStacks().empty()) {
+      stack = writerStacks().back();
+      writerStacks().pop_back();
+    }
+  }
+  if (stack == nullptr) {
+    stack = mmap(nullptr, kWriterStackBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+      finalize(t);
+      return;
+    }
+  }
+  finalizeOnStack(t, stack);
+  std::lock_guard lock(g_writerStackMutex);
+  if (writerStacks().size() < 8)
+    writerStacks().push_back(stack);
+  else
+    munmap(stack, kWriterStackBytes);
 }
 
 void finalizeOwnThread(ThreadState* t) {
-  if (t == nullptr || !claim(t)) return;
+  if (t == nullptr) return;
+  // A termination signal now would wait for this write; blocking it here keeps the writer of a
+  // termination from finding this thread half-finished.
+  TerminationGuard guard;
+  if (!claim(t)) return;
+  stopTimers(*t);  // before anything slow: samples of csp's own exit work are of no use
   finalizeWithRoomToWrite(t);
   tlsThread = nullptr;
+  takeBackAltStack(*t);
   // The arena goes only now that this thread's handler can no longer see it.
   unmapArena(t->cct);
-  removeAltStack(*t);
   destroyRegionState(t->regions);
   delete t;
 }
 
-// At exit, other threads may still run and take pending signals: their states stay mapped.
-void finalizeAll() {
-  ThreadState* self = tlsThread;
-  finalizeOwnThread(self);
+// Writes every registered thread's profile except the caller's. Other threads may still run
+// and take pending signals: their states stay mapped.
+void finalizeOthers() {
   for (;;) {
     ThreadState* t = nullptr;
     {
+      TerminationGuard guard;
       std::lock_guard lock(g_registryMutex);
       if (registry().empty()) break;
       t = registry().back();
@@ -195,91 +207,11 @@ void finalizeAll() {
   }
 }
 
-// --- Termination signals --------------------------------------------------------------------
-// SIGTERM (a batch system's time limit, `kill`, mpirun forwarding), SIGINT, SIGHUP and SIGXCPU
-// would end the program without exit handlers, losing every profile. Where their disposition is
-// the default, the handler only wakes a finisher thread (one write to a pipe: async-signal-safe;
-// the interrupted code may hold any lock, so nothing else happens in the handler). The finisher
-// writes every thread's profile, restores the default action and sends the signal again, so the
-// program still ends by that signal. A program that installs its own handler keeps it (its exit
-// path writes the profiles as usual). A forked child without exec has no finisher: there the
-// handler ends the child by the signal at once (docs/measurement.md).
-constexpr int kTerminationSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGXCPU};
-constinit std::atomic<int> g_terminationSignal{0};
-constinit int g_terminationPipe[2] = {-1, -1};
-constinit pid_t g_terminationOwner = 0;  // the process whose finisher reads the pipe
-
-void finalizeAll();
-
-void onTerminationSignal(int sig) {
-  const int saved = errno;
-  if (g_terminationOwner == getpid()) {
-    int expected = 0;
-    if (g_terminationSignal.compare_exchange_strong(expected, sig)) {
-      const char byte = 1;
-      [[maybe_unused]] const ssize_t n = ::write(g_terminationPipe[1], &byte, 1);
-    }
-  } else {
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
-  }
-  errno = saved;
-}
-
-void* terminationFinisher(void*) {
-  char byte = 0;
-  while (::read(g_terminationPipe[0], &byte, 1) < 0 && errno == EINTR) {
-  }
-  const int sig = g_terminationSignal.load();
-  if (sig == 0) return nullptr;
-  std::size_t threads = 0;
-  {
-    std::lock_guard lock(g_registryMutex);
-    threads = registry().size();
-  }
-  say(std::string("csp: ") + strsignal(sig) + ": writing the profiles of " + std::to_string(threads) +
-      " thread(s), then ending with the signal (pid " + std::to_string(getpid()) + ")\n");
-  finalizeAll();
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ::sigaction(sig, &dfl, nullptr);
-  sigset_t only;
-  sigemptyset(&only);
-  sigaddset(&only, sig);
-  pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
-  ::kill(getpid(), sig);
-  for (;;) ::pause();  // the signal ends the process
-}
-
-void installTerminationHandlers() {
-  std::vector<int> defaults;
-  for (int sig : kTerminationSignals) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) == 0 && !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL)
-      defaults.push_back(sig);
-  }
-  if (defaults.empty() || ::pipe2(g_terminationPipe, O_CLOEXEC) != 0) return;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t finisher;
-  const int rc = g_realPthreadCreate(&finisher, &attr, terminationFinisher, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    ::close(g_terminationPipe[0]);
-    ::close(g_terminationPipe[1]);
-    g_terminationPipe[0] = g_terminationPipe[1] = -1;
-    return;
-  }
-  pthread_setname_np(finisher, "csp-finisher");
-  g_terminationOwner = getpid();
-  struct sigaction act {};
-  act.sa_handler = onTerminationSignal;
-  sigemptyset(&act.sa_mask);
-  for (int sig : kTerminationSignals) sigaddset(&act.sa_mask, sig);
-  act.sa_flags = SA_RESTART;
-  for (int sig : defaults) ::sigaction(sig, &act, nullptr);
+void finalizeAll() {
+  TerminationGuard guard;  // the process is ending anyway; a signal now would only cut the writes short
+  if (ThreadState* self = tlsThread; self != nullptr) stopTimers(*self);
+  finalizeOwnThread(tlsThread);
+  finalizeOthers();
 }
 
 struct StartInfo {
@@ -296,9 +228,17 @@ void* trampoline(void* p) {
   return s.fn(s.arg);
 }
 
-// fork: the child keeps only the forking thread, which starts a fresh profile of its own.
-void atforkPrepare() { g_registryMutex.lock(); }
-void atforkParent() { g_registryMutex.unlock(); }
+// fork: the child keeps only the forking thread, which starts a fresh profile of its own. No
+// handler may be inside libunwind while the address space is copied (the child would inherit
+// its lock held by a thread that does not exist there).
+void atforkPrepare() {
+  pauseSampling();
+  g_registryMutex.lock();
+}
+void atforkParent() {
+  g_registryMutex.unlock();
+  resumeSampling();
+}
 void atforkChild();
 
 void initialize() {
@@ -317,10 +257,10 @@ void initialize() {
   if (!installSampler()) g_config->events.clear();  // regions still work
   refreshLoadMap();
   pthread_atfork(atforkPrepare, atforkParent, atforkChild);
+  installTerminationHandlers();
   g_ready = true;
   beginThread(g_nextThreadIndex.fetch_add(1));
   std::atexit(finalizeAll);
-  installTerminationHandlers();
 }
 
 void ensureInitialized() { pthread_once(&g_once, initialize); }
@@ -335,6 +275,7 @@ namespace {
 
 void atforkChild() {
   g_registryMutex.unlock();
+  resumeSampling();
   // Other threads' states are copies of the parent's; their profiles are the parent's to write.
   ThreadState* self = tlsThread;
   for (ThreadState* t : registry()) {
@@ -345,15 +286,25 @@ void atforkChild() {
   g_descendant = true;
   g_nextThreadIndex.store(0);
   if (self == nullptr) return;
-  // POSIX timers are not inherited; the arena is, with the parent's samples in it.
+  // POSIX timers are not inherited; the arena is, with the parent's samples in it. So is the
+  // alternate signal stack, which stays in use.
   unmapArena(self->cct);
   destroyRegionState(self->regions);
   tlsThread = nullptr;
+  void* altStack = self->altStack;
   delete self;
-  beginThread(g_nextThreadIndex.fetch_add(1));
+  ThreadState* t = beginThread(g_nextThreadIndex.fetch_add(1));
+  if (t != nullptr && t->altStack == nullptr) t->altStack = altStack;
+  restartTerminationHelper();
 }
 
 }  // namespace
+
+void writeAllProfilesNow() {
+  finalizeOthers();  // the helper thread itself is not registered
+  // Threads that are writing their own profile right now finish first.
+  for (int spins = 0; g_writing.load() != 0 && spins < 2000; ++spins) usleep(1000);
+}
 
 const Config& config() { return *g_config; }
 
@@ -372,6 +323,7 @@ std::uint64_t monotonicNs() {
 void reportOnce(const char* key, const std::string& message) {
   static std::mutex m;
   static auto* seen = new std::vector<std::string>;
+  TerminationGuard guard;
   std::lock_guard lock(m);
   for (const auto& s : *seen)
     if (s == key) return;
@@ -413,8 +365,12 @@ CSP_EXPORT int dlclose(void* handle) {
   ensureInitialized();
   if (g_ready) refreshLoadMap();
   if (g_realDlclose == nullptr) return -1;
-  ++tlsUnsafe;  // the loader's module list is in flux: no unwinding meanwhile
+  // The loader may unmap code and unwind tables that a handler on another thread is reading:
+  // samples are dropped (and counted) until it is done.
+  ++tlsUnsafe;
+  pauseSampling();
   const int rc = g_realDlclose(handle);
+  resumeSampling();
   --tlsUnsafe;
   return rc;
 }
@@ -474,4 +430,104 @@ CSP_EXPORT int MPI_Finalize(void) {
   if (real == nullptr) return 0;
   // The rank outlives MPI: profiles are written at exit and still carry it.
   return real();
+}
+
+// ---- exec ---------------------------------------------------------------------------------
+// exec ends the calling thread's timers but, on older kernels, not a timer signal already
+// queued for it: the new image, whose handlers are reset to the default action, would be killed
+// by it before our library is loaded again. So the calling thread's timers are deleted and its
+// pending sampling signals consumed first; if exec fails, sampling resumes.
+
+namespace {
+
+template <class Fn>
+Fn nextSymbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+struct ExecGuard {
+  ThreadState* t = tlsThread;
+  ExecGuard() {
+    if (t == nullptr || t->timerCount == 0 || samplingSignal() == 0) return;
+    sigset_t sampling, saved;
+    sigemptyset(&sampling);
+    sigaddset(&sampling, samplingSignal());
+    pthread_sigmask(SIG_BLOCK, &sampling, &saved);
+    stopTimers(*t);
+    const timespec now{0, 0};
+    while (sigtimedwait(&sampling, nullptr, &now) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  }
+  ~ExecGuard() {  // exec failed
+    if (t != nullptr && t->timerCount > 0 && tlsThread == t) startTimers(*t);
+  }
+};
+
+std::vector<char*> collectArgs(const char* first, va_list ap) {
+  std::vector<char*> args{const_cast<char*>(first)};
+  while (args.back() != nullptr) args.push_back(va_arg(ap, char*));
+  return args;
+}
+
+}  // namespace
+
+CSP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+  using Fn = int (*)(const char*, char* const[], char* const[]);
+  static Fn real = nextSymbol<Fn>("execve");
+  ExecGuard guard;
+  return real(path, argv, envp);
+}
+
+CSP_EXPORT int execv(const char* path, char* const argv[]) {
+  using Fn = int (*)(const char*, char* const[]);
+  static Fn real = nextSymbol<Fn>("execv");
+  ExecGuard guard;
+  return real(path, argv);
+}
+
+CSP_EXPORT int execvp(const char* file, char* const argv[]) {
+  using Fn = int (*)(const char*, char* const[]);
+  static Fn real = nextSymbol<Fn>("execvp");
+  ExecGuard guard;
+  return real(file, argv);
+}
+
+CSP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  using Fn = int (*)(const char*, char* const[], char* const[]);
+  static Fn real = nextSymbol<Fn>("execvpe");
+  ExecGuard guard;
+  return real(file, argv, envp);
+}
+
+CSP_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+  using Fn = int (*)(int, char* const[], char* const[]);
+  static Fn real = nextSymbol<Fn>("fexecve");
+  ExecGuard guard;
+  return real(fd, argv, envp);
+}
+
+CSP_EXPORT int execl(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto args = collectArgs(arg, ap);
+  va_end(ap);
+  return execv(path, args.data());
+}
+
+CSP_EXPORT int execlp(const char* file, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto args = collectArgs(arg, ap);
+  va_end(ap);
+  return execvp(file, args.data());
+}
+
+CSP_EXPORT int execle(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  auto args = collectArgs(arg, ap);
+  char* const* envp = va_arg(ap, char* const*);
+  va_end(ap);
+  return execve(path, args.data(), envp);
 }

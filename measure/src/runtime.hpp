@@ -9,13 +9,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace csp::measure {
 
 inline constexpr int kMaxEvents = 4;
-inline constexpr int kSampleSignal = SIGPROF;
 
 struct EventConfig {
   std::string name;  // "cpu-time" or "real-time"
@@ -26,22 +26,26 @@ struct EventConfig {
 struct Config {
   std::string eventsText;  // as given, for the profile's settings
   std::vector<EventConfig> events;
-  std::string output;  // measurement directory; empty until resolved
-  std::string startDirectory;  // the working directory at start-up: relative outputs resolve here
+  std::string output;  // measurement directory, absolute (resolved once at start-up)
+  int signal = 0;      // sampling signal from CSP_SIGNAL; 0: the first free real-time signal
   bool regionLog = false;
   std::uint32_t regionLogCapacity = 1u << 20;  // events per thread
   int verbose = 0;
-  std::uint32_t maxDepth = 4096;
+  std::uint32_t maxDepth = 1024;
   std::uint32_t maxNodes = 1u << 18;
 };
 
 // Parses the CSP_* environment. Bad values are reported on stderr and replaced by defaults:
-// a measurement tool must never stop the program it measures.
+// a measurement tool must never stop the program it measures. A relative CSP_OUTPUT (and the
+// default directory name) is made absolute against the working directory at start-up, so that
+// a program that changes directory still writes every profile to one place.
 Config readConfig();
 
 // ---------------------------------------------------------------------------------------------
-// Per-thread sampled calling context tree in a pre-mapped arena. Only the owning thread's
-// signal handler writes it; a writer reads it only after taking the thread's state to Closed.
+// Per-thread sampled calling context tree in an arena that the thread's signal handler maps at
+// the thread's first sample (a thread that is never sampled costs no mapping). Only the owning
+// thread's signal handler writes it; a writer reads it only after taking the thread's state to
+// Closed.
 
 struct CctNode {
   std::uint64_t address;  // leaf: interrupted PC; interior: return address
@@ -61,7 +65,7 @@ struct CctArena {
   std::size_t mappingBytes = 0;
 };
 
-bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth);
+bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth);  // async-signal-safe
 void unmapArena(CctArena& a);
 
 // ---------------------------------------------------------------------------------------------
@@ -117,13 +121,14 @@ struct ThreadState {
   std::uint64_t unwindFailures = 0;
   std::uint64_t droppedSamples = 0;
   std::uint64_t truncatedPaths = 0;
-  std::uint64_t foreignSignals = 0;  // SIGPROF not sent by our timers
+  std::uint64_t foreignSignals = 0;    // sampling signals not sent by our timers
+  std::uint64_t abandonedSamples = 0;  // handlers left by a jump out of a nested handler
+  std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
+  std::uint64_t quietUntilNs = 0;      // thread CPU time before which samples are throttled
+  bool timersStopped = false;
   CctArena cct;
+  void* altStack = nullptr;  // our alternate signal stack, if the thread got one from us
   RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
-  // The thread's alternate signal stack for the sampling handler, if the library installed it
-  // (a program's own alternate stack is left in place): mapping, its size with the guard page.
-  void* altStack = nullptr;
-  std::size_t altStackBytes = 0;
 };
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never
@@ -142,9 +147,52 @@ bool installSampler();             // once per process, before any timer starts;
 bool startTimers(ThreadState& t);  // in the thread itself
 void stopTimers(ThreadState& t);
 bool samplerStillInstalled();      // false if the program took over the sampling signal
-// "no"; "intercepted" (the program asked for SIGPROF, csp kept it and forwards foreign
-// SIGPROFs); "yes" (the handler was replaced behind the interposer: samples are lost).
+// "no"; "intercepted" (the program asked for the sampling signal, csp kept it and forwards
+// foreign ones); "yes" (the handler was replaced behind the interposer: samples are lost).
 const char* samplingSignalState();
+int samplingSignal();                          // the signal our timers raise (0 before set-up)
+std::string signalName(int sig);               // "SIGRTMIN+6", "SIGPROF"
+// The sampling and termination handlers; also the handler of any program signal: csp's
+// sigaction interposer consults it (sampler.cpp).
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+SigactionFn realSigaction();
+
+// Keeps every thread's sample handler out of libunwind and the loader's data (new samples are
+// dropped and counted) until resumeSampling(); returns once no handler is running. Used around
+// dlclose (which unmaps code the unwinder reads) and fork (whose child must not inherit a lock
+// that libunwind holds in another thread). Normal context only; nests.
+void pauseSampling();
+void resumeSampling();
+
+// The calling thread's alternate signal stack for our handlers (so that a thread with little
+// stack left survives a sample): installed unless the thread already has one of its own.
+void giveAltStack(ThreadState& t);
+void takeBackAltStack(ThreadState& t);  // by the owning thread, after its handler is closed
+
+// Termination signals (termination.cpp): SIGTERM, SIGINT, SIGHUP and SIGXCPU with their default
+// action are caught; every thread's profile is written (by a helper thread, in normal context)
+// and the signal is raised again with the default action.
+void installTerminationHandlers();      // once, after the sampler
+void restartTerminationHelper();        // in a fork child
+bool isTerminationSignal(int sig);
+// The sigaction interposer's part for termination signals: returns the result of the call.
+int terminationSigaction(int sig, const struct sigaction* act, struct sigaction* old);
+// Blocks the termination signals in the calling thread while it holds a lock that the writer
+// of a termination needs (the registry, the load map): the signal then waits until the lock is
+// released instead of deadlocking the writer.
+class TerminationGuard {
+ public:
+  TerminationGuard();
+  ~TerminationGuard();
+  TerminationGuard(const TerminationGuard&) = delete;
+  TerminationGuard& operator=(const TerminationGuard&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+// Writes the profile of every thread still registered (termination: the threads keep running;
+// their arenas stay mapped).
+void writeAllProfilesNow();
 
 // ---------------------------------------------------------------------------------------------
 // Load map: every module seen in this process (kept after dlclose so that old samples still
@@ -155,8 +203,8 @@ struct ModuleRecord {
   std::vector<std::uint8_t> buildId;
   std::uint64_t begin = 0, end = 0, bias = 0;
 };
-void refreshLoadMap();
-std::vector<ModuleRecord> loadMapSnapshot();
+void refreshLoadMap();  // cheap when no module was loaded or unloaded since the last call
+std::shared_ptr<const std::vector<ModuleRecord>> loadMapSnapshot();
 
 // ---------------------------------------------------------------------------------------------
 // Process identity (rank, fork generation) used for id tuples.

@@ -1,24 +1,41 @@
 // The sampling signal handler and the per-thread timers.
 //
-// Everything reachable from onSample() is async-signal-safe: it touches only the interrupted
-// thread's pre-mapped arena, unwinds with libunwind's local-only unwinder (documented as
-// signal-safe when its cache is per-thread), and neither allocates nor locks.
+// Everything reachable from onSample() is async-signal-safe and takes no lock that the
+// interrupted code can hold:
+// - it touches only the interrupted thread's arena (mapped with mmap at the first sample);
+// - libunwind finds unwind tables through our findProcInfo(), which asks glibc's lock-free
+//   _dl_find_object() instead of libunwind's own dl_iterate_phdr() walk (that takes the loader
+//   lock: a thread sampled inside dlopen while taking it, or another thread's handler waiting
+//   for it while holding libunwind's cache mutex, deadlocked the program);
+// - libunwind's register-state cache is off (UNW_CACHE_NONE): the global cache is guarded by a
+//   mutex held across the table lookup, and this libunwind build has no per-thread cache. The
+//   remaining mutex inside libunwind (its small allocation pool) is only ever held with all
+//   signals blocked, so an interrupted thread never holds it; fork waits for handlers to leave
+//   it (pauseSampling) so that no child inherits it locked;
+// - all signals are blocked while it runs (sa_mask), so no other handler can interrupt it and
+//   jump out of it, and it runs on the thread's alternate signal stack (SA_ONSTACK).
 //
 // libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: a linked dependency of a
 // preloaded library joins the program's global scope, where libunwind's _Unwind_* compatibility
 // symbols would replace the C++ runtime's exception unwinder (libgcc's, or LLVM's libunwind)
-// for the whole program.
-#define UNW_LOCAL_ONLY
+// for the whole program. We load the generic build (libunwind-<arch>.so), whose local unwinder
+// goes through the address space's accessors, so that findProcInfo() can be put in place; the
+// local-only libunwind.so calls its dl_iterate_phdr lookup directly.
 #include <libunwind.h>
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
+#include <sched.h>
 #include <string.h>
 
+#include <mutex>
 #include <string>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <vector>
 
 #include "runtime.hpp"
 
@@ -32,9 +49,10 @@ namespace {
 constexpr std::uint32_t kFull = 0xFFFFFFFFu;
 
 // The entry points we use, by their real (target-specific) names: the libunwind.h macros map
-// unw_step to _ULx86_64_step and so on.
+// unw_step to _Ux86_64_step and so on.
 #define CSP_STRINGIFY2(x) #x
 #define CSP_STRINGIFY(x) CSP_STRINGIFY2(x)
+using SearchTableFn = int (*)(unw_addr_space_t, unw_word_t, unw_dyn_info_t*, unw_proc_info_t*, int, void*);
 struct Unwinder {
   int (*initLocal2)(unw_cursor_t*, unw_context_t*, int) = nullptr;
   int (*initLocal)(unw_cursor_t*, unw_context_t*) = nullptr;
@@ -42,6 +60,8 @@ struct Unwinder {
   int (*getReg)(unw_cursor_t*, unw_regnum_t, unw_word_t*) = nullptr;
   int (*setCachingPolicy)(unw_addr_space_t, unw_caching_policy_t) = nullptr;
   int (*getContext)(unw_context_t*) = nullptr;
+  unw_accessors_t* (*getAccessors)(unw_addr_space_t) = nullptr;
+  SearchTableFn searchTable = nullptr;  // libunwind's .eh_frame_hdr binary search
   unw_addr_space_t* localAddrSpace = nullptr;
 };
 constinit Unwinder g_unwinder;
@@ -61,29 +81,92 @@ bool loadUnwinder() {
                   resolve(lib, CSP_STRINGIFY(unw_step), u.step) && resolve(lib, CSP_STRINGIFY(unw_get_reg), u.getReg) &&
                   resolve(lib, CSP_STRINGIFY(unw_set_caching_policy), u.setCachingPolicy) &&
                   resolve(lib, CSP_STRINGIFY(unw_tdep_getcontext), u.getContext) &&
+                  resolve(lib, CSP_STRINGIFY(unw_get_accessors), u.getAccessors) &&
+                  resolve(lib, CSP_STRINGIFY(UNW_OBJ(dwarf_search_unwind_table)), u.searchTable) &&
                   resolve(lib, CSP_STRINGIFY(unw_local_addr_space), u.localAddrSpace);
   if (!ok) return false;
   g_unwinder = u;
   return true;
 }
 
+// ---- Unwind tables without the loader lock -------------------------------------------------
+
+// Size in bytes of a DWARF pointer encoding's value (the low nibble); 0 if unsupported.
+std::size_t encodedSize(std::uint8_t encoding) {
+  switch (encoding & 0x0F) {
+    case 0x00: return sizeof(void*);  // DW_EH_PE_absptr
+    case 0x02: case 0x0A: return 2;   // udata2, sdata2
+    case 0x03: case 0x0B: return 4;   // udata4, sdata4
+    case 0x04: case 0x0C: return 8;   // udata8, sdata8
+    default: return 0;
+  }
+}
+
+// The value data-relative FDE pointers are relative to: DT_PLTGOT of the object (what
+// libunwind's own lookup uses).
+unw_word_t globalPointer(const struct link_map* map) {
+  if (map == nullptr || map->l_ld == nullptr) return 0;
+  for (const ElfW(Dyn)* d = map->l_ld; d->d_tag != DT_NULL; ++d)
+    if (d->d_tag == DT_PLTGOT) return d->d_un.d_ptr;
+  return 0;
+}
+
+// libunwind's find_proc_info accessor for the local address space: _dl_find_object() (glibc
+// >= 2.35, lock-free and async-signal-safe) gives the object and its PT_GNU_EH_FRAME, whose
+// binary search table libunwind then searches as it would after its own dl_iterate_phdr walk.
+int findProcInfo(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int needUnwindInfo, void* arg) {
+  struct dl_find_object found;
+  if (_dl_find_object(reinterpret_cast<void*>(ip), &found) != 0 || found.dlfo_eh_frame == nullptr)
+    return -UNW_ENOINFO;
+  const auto* hdr = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
+  // version, eh_frame_ptr encoding, fde_count encoding, table encoding
+  if (hdr[0] != 1 || hdr[3] != 0x3B) return -UNW_ENOINFO;  // only the datarel|sdata4 table is searchable
+  const std::uint8_t* p = hdr + 4;
+  if (hdr[1] != 0xFF) {  // DW_EH_PE_omit
+    const std::size_t n = encodedSize(hdr[1]);
+    if (n == 0) return -UNW_ENOINFO;
+    p += n;
+  }
+  std::uint64_t count = 0;
+  switch (hdr[2]) {
+    case 0x03: { std::uint32_t v; memcpy(&v, p, 4); count = v; p += 4; break; }
+    case 0x04: case 0x00: { memcpy(&count, p, 8); p += 8; break; }
+    default: return -UNW_ENOINFO;
+  }
+  unw_dyn_info_t di;
+  memset(&di, 0, sizeof di);
+  di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+  di.start_ip = reinterpret_cast<unw_word_t>(found.dlfo_map_start);
+  di.end_ip = reinterpret_cast<unw_word_t>(found.dlfo_map_end);
+  di.gp = globalPointer(found.dlfo_link_map);
+  di.u.rti.segbase = reinterpret_cast<unw_word_t>(hdr);
+  di.u.rti.table_data = reinterpret_cast<unw_word_t>(p);
+  di.u.rti.table_len = count * 8 / sizeof(unw_word_t);  // entries of two int32
+  pi->gp = di.gp;
+  return g_unwinder.searchTable(as, ip, &di, pi, needUnwindInfo, arg);
+}
+
+// ---- The arena -----------------------------------------------------------------------------
+
 inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
   std::uint64_t h = address * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{parent} + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
   return h ^ (h >> 29);
 }
 
-// The child of `parent` for `address`, inserted if new; kFull when the arena has no room.
+// The child of `parent` for `address`, inserted if new; kFull when the arena has no room. The
+// node is complete before the table points to it and before it is counted in `size`.
 inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t address) {
   for (std::uint32_t i = static_cast<std::uint32_t>(mix(parent, address)) & a.tableMask;; i = (i + 1) & a.tableMask) {
     const std::uint32_t e = a.table[i];
     if (e == 0) {
       if (a.size == a.capacity) return kFull;
-      const std::uint32_t n = a.size++;
+      const std::uint32_t n = a.size;
       CctNode& node = a.nodes[n];
       node.address = address;
       node.parent = parent;
       for (auto& c : node.count) c = 0;
       a.table[i] = n + 1;
+      a.size = n + 1;
       return n;
     }
     const CctNode& node = a.nodes[e - 1];
@@ -91,11 +174,9 @@ inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t addr
   }
 }
 
-using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
-SigactionFn realSigaction() {
-  static SigactionFn real = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
-  return real;
-}
+// ---- Signals ---------------------------------------------------------------------------------
+
+constinit int g_signal = 0;  // the sampling signal
 
 // What the program asked for the sampling signal. Written by the sigaction/signal interposers
 // (normal context) into the slot the handler is not reading, then published.
@@ -110,95 +191,235 @@ void setProgramAction(const struct sigaction& a) {
   g_programSlot.store(next, std::memory_order_release);
 }
 
-// A SIGPROF that our timers did not send (kill, setitimer) belongs to the program: run its
-// handler if it installed one. Its default action (terminate) is not reproduced: a stray
+// A sampling signal that our timers did not send (kill, sigqueue) belongs to the program: run
+// its handler if it installed one. Its default action (terminate) is not reproduced: a stray
 // signal must not end a measured run.
 void forwardToProgram(siginfo_t* info, void* ucontext) {
   const struct sigaction& a = g_programActions[g_programSlot.load(std::memory_order_acquire)];
   if ((a.sa_flags & SA_SIGINFO) != 0) {
-    if (a.sa_sigaction != nullptr) a.sa_sigaction(kSampleSignal, info, ucontext);
+    if (a.sa_sigaction != nullptr) a.sa_sigaction(g_signal, info, ucontext);
   } else if (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr) {
-    a.sa_handler(kSampleSignal);
+    a.sa_handler(g_signal);
   }
+}
+
+constexpr std::uint64_t kThrottleThresholdNs = 100'000;
+
+// The calling thread's CPU time (a system call for this clock; async-signal-safe).
+std::uint64_t threadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Handlers between their entry and exit, and pause requests (pauseSampling).
+constinit std::atomic<int> g_inHandler{0};
+constinit std::atomic<int> g_paused{0};
+
+// Unwinds from the interrupted context into a.path (innermost first); returns the depth.
+struct UnwindResult {
+  std::uint32_t depth = 0;
+  bool failed = false;
+  bool truncated = false;
+};
+
+UnwindResult unwind(CctArena& a, void* ucontext) {
+  UnwindResult r;
+  unw_cursor_t cursor;
+  if (g_unwinder.initLocal2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
+    r.failed = true;
+    return r;
+  }
+  for (;;) {
+    unw_word_t ip = 0;
+    if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0) {
+      r.failed = true;
+      break;
+    }
+    if (ip == 0) break;  // some outermost frames end the chain with a null return address
+    a.path[r.depth++] = ip;
+    const int step = g_unwinder.step(&cursor);
+    if (step == 0) break;
+    if (step < 0) {
+      r.failed = true;
+      break;
+    }
+    if (r.depth == a.maxDepth) {
+      r.truncated = true;
+      break;
+    }
+  }
+  return r;
+}
+
+// Records one sample of `event` with `weight` periods into the thread's tree.
+void recordSample(ThreadState& t, int event, std::uint64_t weight, void* ucontext) {
+  CctArena& a = t.cct;
+  if (a.mapping == nullptr && !mapArena(a, config().maxNodes, config().maxDepth)) {
+    t.droppedSamples += weight;  // no memory for the tree
+    return;
+  }
+  const UnwindResult r = unwind(a, ucontext);
+  if (r.depth == 0) {
+    // Nothing to attribute the sample to.
+    ++t.unwindFailures;
+    t.droppedSamples += weight;
+    return;
+  }
+  if (r.failed) ++t.unwindFailures;
+  if (r.truncated) ++t.truncatedPaths;
+  std::uint32_t node = 0;
+  for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
+  if (node == kFull)
+    t.droppedSamples += weight;
+  else
+    a.nodes[node].count[event] += weight;
 }
 
 void onSample(int, siginfo_t* info, void* ucontext) {
   const int savedErrno = errno;
   ThreadState* t = tlsThread;
-  if (t == nullptr) {
+  // Our timers carry the event index; anything else (kill, raise, sigqueue) is not a sample.
+  const int event = info->si_code == SI_TIMER ? info->si_value.sival_int : -1;
+  if (t == nullptr || event < 0 || event >= t->timerCount) {
+    if (t != nullptr) ++t->foreignSignals;
     if (info->si_code != SI_TIMER) forwardToProgram(info, ucontext);
     errno = savedErrno;
     return;
   }
-  // Our timers carry the event index; anything else (kill, raise) is not a sample.
-  const int event = info->si_code == SI_TIMER ? info->si_value.sival_int : -1;
-  if (event < 0 || event >= t->timerCount) {
-    ++t->foreignSignals;
-    errno = savedErrno;
-    forwardToProgram(info, ucontext);
-    return;
-  }
   int expected = static_cast<int>(Phase::Active);
   if (!t->phase.compare_exchange_strong(expected, static_cast<int>(Phase::Busy), std::memory_order_acquire)) {
-    errno = savedErrno;  // being written: the profile is final
-    return;
+    if (expected != static_cast<int>(Phase::Busy)) {
+      errno = savedErrno;  // Closed: being written, the profile is final
+      return;
+    }
+    // Busy on entry: all signals are blocked while this handler runs, so the thread's previous
+    // sample never finished: a synchronous fault inside it was handled by the program with a
+    // jump out of the handler. Its sample was counted but not recorded (it shows as dropped);
+    // carry on with this one.
+    ++t->abandonedSamples;
   }
   // A timer signal that arrives late (CPU-clock timers are checked at the kernel tick) carries
   // the periods it missed; counting them keeps value = count x period right at high rates.
   const std::uint64_t weight = 1 + static_cast<std::uint64_t>(info->si_overrun > 0 ? info->si_overrun : 0);
   t->samples += weight;
-  CctArena& a = t->cct;
-  if (tlsUnsafe != 0) {
+  const std::uint64_t start = threadCpuNs();
+  g_inHandler.fetch_add(1, std::memory_order_seq_cst);
+  if (tlsUnsafe != 0 || g_paused.load(std::memory_order_seq_cst) != 0) {
+    t->droppedSamples += weight;  // the loader is unmapping code, or a fork is under way
+  } else if (start < t->quietUntilNs) {
     t->droppedSamples += weight;
+    t->throttledSamples += weight;
   } else {
-    unw_cursor_t cursor;
-    std::uint32_t depth = 0;
-    bool failed = false, truncated = false;
-    if (g_unwinder.initLocal2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
-      failed = true;
-    } else {
-      for (;;) {
-        unw_word_t ip = 0;
-        if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0) {
-          failed = true;
-          break;
-        }
-        if (ip == 0) break;  // some outermost frames end the chain with a null return address
-        a.path[depth++] = ip;
-        const int step = g_unwinder.step(&cursor);
-        if (step == 0) break;
-        if (step < 0) {
-          failed = true;
-          break;
-        }
-        if (depth == a.maxDepth) {
-          truncated = true;
-          break;
-        }
-      }
-    }
-    if (depth == 0) {
-      // Nothing to attribute the sample to.
-      ++t->unwindFailures;
-      t->droppedSamples += weight;
-    } else {
-      if (failed) ++t->unwindFailures;
-      if (truncated) ++t->truncatedPaths;
-      std::uint32_t node = 0;
-      for (std::uint32_t i = depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
-      if (node == kFull)
-        t->droppedSamples += weight;
-      else
-        a.nodes[node].count[event] += weight;
-    }
+    recordSample(*t, event, weight, ucontext);
+    // A slow unwind (a deep stack, or libunwind validating every read after a frame without
+    // unwind information) must not eat the program: after a sample that cost d of CPU time,
+    // the thread's next 4d are not sampled, so the handler never takes more than about a fifth
+    // of the thread's time, whatever the rate. Ordinary samples (about 15 us) are far below
+    // the threshold.
+    const std::uint64_t cost = threadCpuNs() - start;
+    if (cost > kThrottleThresholdNs) t->quietUntilNs = start + 5 * cost;
   }
+  g_inHandler.fetch_sub(1, std::memory_order_release);
   t->phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
   errno = savedErrno;
 }
 
 struct sigaction g_ourAction;
 
+// The first real-time signal from SIGRTMIN+6 up that nobody handles yet (libraries that use
+// real-time signals, such as old LinuxThreads or some MPI progress engines, use the lowest ones).
+int chooseSignal() {
+  if (config().signal != 0) return config().signal;
+  for (int s = SIGRTMIN + 6; s <= SIGRTMAX - 2; ++s) {
+    struct sigaction current;
+    if (realSigaction()(s, nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) return s;
+  }
+  return SIGRTMIN + 6;
+}
+
+// ---- Alternate signal stacks -----------------------------------------------------------------
+
+// Our handler needs about 10 KiB beyond the kernel's signal frame (AT_MINSIGSTKSZ, 3-10 KiB
+// with AVX-512 or AMX state); 64 KiB leaves room for the program's own SA_ONSTACK handlers.
+constexpr std::size_t kAltStackBytes = 64 * 1024;
+constexpr std::size_t kGuardBytes = 4096;
+constinit std::mutex g_altStackMutex;
+std::vector<void*>& altStackPool() {
+  static auto* pool = new std::vector<void*>;  // recycled: thread churn must not mmap per thread
+  return *pool;
+}
+
 }  // namespace
+
+SigactionFn realSigaction() {
+  static SigactionFn real = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
+  return real;
+}
+
+int samplingSignal() { return g_signal; }
+
+std::string signalName(int sig) {
+  if (sig >= SIGRTMIN && sig <= SIGRTMAX) return "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+void pauseSampling() {
+  g_paused.fetch_add(1, std::memory_order_seq_cst);
+  // Handlers are short and take no lock we could hold; the bound only guards against a handler
+  // that never returned (left by a jump out of a fault), which would otherwise stop us forever.
+  for (int spins = 0; g_inHandler.load(std::memory_order_seq_cst) != 0 && spins < 200000; ++spins) sched_yield();
+}
+
+void resumeSampling() { g_paused.fetch_sub(1, std::memory_order_seq_cst); }
+
+void giveAltStack(ThreadState& t) {
+  stack_t current;
+  if (sigaltstack(nullptr, &current) != 0 || (current.ss_flags & SS_DISABLE) == 0) return;  // the program's
+  void* block = nullptr;
+  {
+    std::lock_guard lock(g_altStackMutex);
+    if (!altStackPool().empty()) {
+      block = altStackPool().back();
+      altStackPool().pop_back();
+    }
+  }
+  if (block == nullptr) {
+    block = mmap(nullptr, kGuardBytes + kAltStackBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (block == MAP_FAILED) return;
+    mprotect(block, kGuardBytes, PROT_NONE);  // an overflow faults instead of corrupting memory
+  }
+  stack_t ss;
+  ss.ss_sp = static_cast<char*>(block) + kGuardBytes;
+  ss.ss_size = kAltStackBytes;
+  ss.ss_flags = 0;
+  if (sigaltstack(&ss, nullptr) != 0) {
+    std::lock_guard lock(g_altStackMutex);
+    altStackPool().push_back(block);
+    return;
+  }
+  t.altStack = block;
+}
+
+void takeBackAltStack(ThreadState& t) {
+  if (t.altStack == nullptr) return;
+  stack_t current;
+  if (sigaltstack(nullptr, &current) == 0 && current.ss_sp == static_cast<char*>(t.altStack) + kGuardBytes &&
+      (current.ss_flags & SS_ONSTACK) == 0) {
+    stack_t off;
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    if (sigaltstack(&off, nullptr) == 0) {
+      std::lock_guard lock(g_altStackMutex);
+      altStackPool().push_back(t.altStack);
+    }
+  }
+  // Otherwise the program replaced it (or runs on it): the block stays with the thread.
+  t.altStack = nullptr;
+}
 
 bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   std::uint32_t tableSize = 1;
@@ -211,17 +432,17 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
   auto* base = static_cast<char*>(m);
-  a.mapping = m;
-  a.mappingBytes = bytes;
   a.nodes = reinterpret_cast<CctNode*>(base);
   a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
   a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
   a.capacity = maxNodes;
   a.tableMask = tableSize - 1;
   a.maxDepth = maxDepth;
-  a.size = 1;  // the root, never in the table
   a.nodes[0].address = 0;
   a.nodes[0].parent = 0xFFFFFFFFu;
+  a.size = 1;  // the root, never in the table
+  a.mappingBytes = bytes;
+  a.mapping = m;
   return true;
 }
 
@@ -237,29 +458,34 @@ bool installSampler() {
         "; threads are not sampled\n");
     return false;
   }
-  // The global cache takes a lock; per-thread caching is the signal-safe choice.
-  g_unwinder.setCachingPolicy(*g_unwinder.localAddrSpace, UNW_CACHE_PER_THREAD);
+  g_unwinder.setCachingPolicy(*g_unwinder.localAddrSpace, UNW_CACHE_NONE);
   // libunwind initializes itself on first use; let that happen here, in normal context, rather
-  // than inside the first signal handler.
+  // than inside the first signal handler. Then our table lookup replaces its dl_iterate_phdr.
   unw_context_t context;
   unw_cursor_t cursor;
   if (g_unwinder.getContext(&context) == 0 && g_unwinder.initLocal(&cursor, &context) == 0) {
     for (int i = 0; i < 64 && g_unwinder.step(&cursor) > 0; ++i) {
     }
   }
+  g_unwinder.getAccessors(*g_unwinder.localAddrSpace)->find_proc_info = findProcInfo;
+  if (realSigaction() == nullptr) return false;
+  g_signal = chooseSignal();
   memset(&g_ourAction, 0, sizeof g_ourAction);
   g_ourAction.sa_sigaction = onSample;
-  // SA_RESTART: a sample must not make the program's system calls fail with EINTR.
-  // SA_ONSTACK: the handler (unwinding needs ~10 KiB) runs on the thread's alternate signal
-  // stack, not on whatever is left of a small thread stack (process.cpp installs one per thread).
+  // SA_RESTART: a sample must not make the program's system calls fail with EINTR. SA_ONSTACK:
+  // the thread's alternate stack (giveAltStack). All signals blocked: nothing can interrupt the
+  // handler, so nothing can jump out of it.
   g_ourAction.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-  // Every signal blocked while a sample is taken: no other handler can interrupt it (and, say,
-  // siglongjmp out of it, which would leave the thread marked busy for good).
   sigfillset(&g_ourAction.sa_mask);
   struct sigaction previous;
   memset(&previous, 0, sizeof previous);
-  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, &g_ourAction, &previous) != 0) return false;
+  if (realSigaction()(g_signal, &g_ourAction, &previous) != 0) return false;
   setProgramAction(previous);  // a handler installed before we were loaded still gets its signals
+  // Unblocked in this thread (a blocked signal is inherited by threads created later).
+  sigset_t ours;
+  sigemptyset(&ours);
+  sigaddset(&ours, g_signal);
+  pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
   g_installed.store(true);
   return true;
 }
@@ -271,7 +497,7 @@ const char* samplingSignalState() {
 
 bool samplerStillInstalled() {
   struct sigaction current;
-  if (realSigaction() == nullptr || realSigaction()(kSampleSignal, nullptr, &current) != 0) return true;
+  if (realSigaction() == nullptr || realSigaction()(g_signal, nullptr, &current) != 0) return true;
   return (current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == onSample;
 }
 
@@ -279,11 +505,12 @@ bool startTimers(ThreadState& t) {
   const auto& events = config().events;
   t.tid = static_cast<pid_t>(syscall(SYS_gettid));
   t.timerCount = 0;
+  t.timersStopped = false;
   for (std::size_t e = 0; e < events.size() && e < static_cast<std::size_t>(kMaxEvents); ++e) {
     struct sigevent sev;
     memset(&sev, 0, sizeof sev);
     sev.sigev_notify = SIGEV_THREAD_ID;
-    sev.sigev_signo = kSampleSignal;
+    sev.sigev_signo = g_signal;
     sev.sigev_value.sival_int = static_cast<int>(e);
     sev._sigev_un._tid = t.tid;
     timer_t timer;
@@ -307,6 +534,9 @@ bool startTimers(ThreadState& t) {
 }
 
 void stopTimers(ThreadState& t) {
+  // Once only: a timer id may be reused by another thread's new timer.
+  if (t.timersStopped) return;
+  t.timersStopped = true;
   for (int e = 0; e < t.timerCount; ++e) timer_delete(t.timers[e]);
   // timerCount stays: a signal already pending still carries a valid index and is ignored by
   // the phase check.
@@ -315,9 +545,10 @@ void stopTimers(ThreadState& t) {
 }  // namespace csp::measure
 
 // The program installing a handler for the sampling signal would end sampling, or, with the
-// default action, kill the program at the next sample (GNU sort catches SIGPROF to clean up and
-// re-raises it). So the interposers keep our handler in place, remember the program's, and
-// hand it the SIGPROFs our timers did not send. The takeover attempt is reported.
+// default action, kill the program at the next sample. So the interposers keep our handler in
+// place, remember the program's, and hand it the signals our timers did not send. The takeover
+// attempt is reported. Termination signals have their own rules (termination.cpp); every other
+// signal goes straight to the C library.
 extern "C" __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction* act,
                                                                 struct sigaction* old) {
   using namespace csp::measure;
@@ -326,13 +557,15 @@ extern "C" __attribute__((visibility("default"))) int sigaction(int sig, const s
     errno = ENOSYS;
     return -1;
   }
-  if (sig != kSampleSignal || !g_installed.load()) return real(sig, act, old);
+  if (isTerminationSignal(sig)) return terminationSigaction(sig, act, old);
+  if (sig != g_signal || !g_installed.load()) return real(sig, act, old);
   if (old != nullptr) *old = g_programActions[g_programSlot.load(std::memory_order_acquire)];
   if (act != nullptr) {
     setProgramAction(*act);
     if (!g_intercepted.exchange(true)) {
-      say("csp: warning: the program installs its own SIGPROF handler; csp keeps SIGPROF for sampling and "
-          "passes it the SIGPROF signals that csp's timers did not send\n");
+      say("csp: warning: the program installs its own handler for " + signalName(g_signal) +
+          ", which csp uses for sampling (CSP_SIGNAL chooses another); csp keeps it and passes the program the "
+          "signals that csp's timers did not send\n");
     }
   }
   return 0;

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "csp/storage/profile_io.hpp"
 #include "runtime.hpp"
@@ -48,7 +47,17 @@ IdTuple idTupleOf(const ThreadState& t) {
   return tuple;
 }
 
-std::vector<std::string> commandLine() {
+// What every profile of this process repeats, read once per process (a fork child reads its own).
+struct ProcessFacts {
+  pid_t pid = 0;
+  std::string hostname, executable;
+  std::vector<std::string> commandLine;
+  bool directoryReady = false;
+};
+
+constinit std::mutex g_factsMutex;
+
+std::vector<std::string> readCommandLine() {
   std::vector<std::string> args;
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string arg;
@@ -56,28 +65,25 @@ std::vector<std::string> commandLine() {
   return args;
 }
 
-std::string hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
-std::string executable() {
+std::string readExecutable() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-// The measurement directory: CSP_OUTPUT (csp-run always sets it), else csp-<program>-<pid>.
-std::string outputDirectory() {
-  std::string dir = config().output;
-  if (dir.empty()) {
-    std::string prog = executable();
-    if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
-    dir = fmt::format("csp-{}-{}", prog.empty() ? "program" : prog, getpid());
+// Callers hold g_factsMutex.
+ProcessFacts& processFacts() {
+  static auto* facts = new ProcessFacts;  // leaked: exit handlers may still write
+  if (facts->pid != getpid()) {
+    *facts = ProcessFacts{};
+    facts->pid = getpid();
+    char buf[256] = {};
+    gethostname(buf, sizeof buf - 1);
+    facts->hostname = buf;
+    facts->executable = readExecutable();
+    facts->commandLine = readCommandLine();
   }
-  if (dir.front() != '/' && !config().startDirectory.empty()) dir = config().startDirectory + "/" + dir;
-  return dir;
+  return *facts;
 }
 
 bool makeDirectories(const std::string& dir) {
@@ -93,7 +99,8 @@ bool makeDirectories(const std::string& dir) {
 }
 
 void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
-  const auto modules = loadMapSnapshot();
+  const auto snapshot = loadMapSnapshot();
+  const auto& modules = *snapshot;
   for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
   std::uint32_t unknownModule = kNoIndex;
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
@@ -223,10 +230,23 @@ void writeThreadProfile(ThreadState& t) {
   try {
     ThreadProfile p;
     p.identity.idTuple = idTupleOf(t);
-    p.identity.pid = static_cast<std::uint32_t>(getpid());
-    p.identity.hostname = hostname();
-    p.identity.executable = executable();
-    p.identity.commandLine = commandLine();
+    std::string dir;
+    {
+      TerminationGuard guard;
+      std::lock_guard lock(g_factsMutex);
+      ProcessFacts& facts = processFacts();
+      p.identity.pid = static_cast<std::uint32_t>(facts.pid);
+      p.identity.hostname = facts.hostname;
+      p.identity.executable = facts.executable;
+      p.identity.commandLine = facts.commandLine;
+      // The directory (absolute since start-up) is checked once per process.
+      dir = config().output;
+      if (!facts.directoryReady) facts.directoryReady = makeDirectories(dir);
+      if (!facts.directoryReady) {
+        reportOnce("outdir", fmt::format("csp: error: cannot create measurement directory {}; profiles are lost\n", dir));
+        return;
+      }
+    }
     p.identity.startTimeNs = t.startNs;
     p.identity.endTimeNs = std::max(t.endNs, t.startNs);
     const Config& c = config();
@@ -235,7 +255,7 @@ void writeThreadProfile(ThreadState& t) {
     auto& settings = p.identity.settings;
     settings.push_back({"measurer", "libcsp-measure"});
     settings.push_back({"events", c.eventsText});
-    settings.push_back({"sampling-signal", "SIGPROF"});
+    settings.push_back({"sampling-signal", signalName(samplingSignal())});
     settings.push_back({"sampling-signal-taken-over", signalState});
     settings.push_back({"region-log", c.regionLog ? "on" : "off"});
     settings.push_back({"max-depth", std::to_string(c.maxDepth)});
@@ -244,9 +264,9 @@ void writeThreadProfile(ThreadState& t) {
     if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
       settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
     if (takenOver) {
-      reportOnce("takeover", fmt::format("csp: warning: the program replaced the SIGPROF handler, which csp uses "
+      reportOnce("takeover", fmt::format("csp: warning: the program replaced the {} handler, which csp uses "
                                          "for sampling; samples taken after that are missing (pid {})\n",
-                                         getpid()));
+                                         signalName(samplingSignal()), getpid()));
     }
     for (const auto& e : c.events) {
       p.metrics.push_back({e.name, "ns", MetricKind::Sampled, e.periodNs,
@@ -262,31 +282,28 @@ void writeThreadProfile(ThreadState& t) {
     p.stats.unwindFailures = t.unwindFailures;
     p.stats.droppedSamples = t.droppedSamples;
     p.stats.truncatedPaths = t.truncatedPaths;
-    // Every sample lands in a sampled metric or is counted as dropped. A sample whose handler
-    // was cut short (it cannot be with all signals blocked in it, but a profile is never thrown
-    // away for it) is recorded as dropped instead of making the profile inconsistent.
-    {
-      __extension__ using Uint128 = unsigned __int128;
-      Uint128 landed = p.stats.droppedSamples;
-      for (std::size_t i = 0; i < p.values.size(); ++i)
-        if (p.metrics[p.values.metric[i]].kind == MetricKind::Sampled) landed += p.values.count[i];
-      if (landed < p.stats.samples) p.stats.droppedSamples += static_cast<std::uint64_t>(p.stats.samples - landed);
-      else if (landed > p.stats.samples) p.stats.samples = static_cast<std::uint64_t>(landed);
+    // A sample whose handler never finished (abandoned) was counted but not recorded: whatever
+    // the counters say, every sample handled is either in the tree or dropped.
+    std::uint64_t recorded = 0;
+    for (auto n : p.values.count) recorded += n;
+    if (recorded + p.stats.droppedSamples != p.stats.samples) {
+      if (p.stats.samples >= recorded)
+        p.stats.droppedSamples = p.stats.samples - recorded;
+      else
+        p.stats.samples = recorded + p.stats.droppedSamples;
     }
+    settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
+    settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
 
-    const std::string dir = outputDirectory();
-    if (!makeDirectories(dir)) {
-      reportOnce("outdir", fmt::format("csp: error: cannot create measurement directory {}; profiles are lost\n", dir));
-      return;
-    }
     const std::string file = dir + "/" + storage::profileFileName(p.identity);
     storage::writeProfile(p, file);
     capturePerfMap(dir, p.identity);
     if (c.verbose > 0) {
       say(fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
                          "{} regions -> {}\n",
-                 formatIdTuple(p.identity.idTuple), p.identity.pid, t.samples, t.unwindFailures, t.droppedSamples,
-                 t.truncatedPaths, p.cct.size(), p.regions.size() > 0 ? p.regions.size() - 1 : 0, file));
+                 formatIdTuple(p.identity.idTuple), p.identity.pid, p.stats.samples, t.unwindFailures,
+                 p.stats.droppedSamples, t.truncatedPaths, p.cct.size(),
+                 p.regions.size() > 0 ? p.regions.size() - 1 : 0, file));
     }
   } catch (const std::exception& e) {
     // The program must go on: a lost profile is reported, never fatal.

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# tests/bench/measure_overhead.sh [BUILD_DIR [RUNS [UNITS [RATE]]]]
+# tests/bench/measure_overhead.sh [BUILD_DIR [RUNS [UNITS [RATE [THREADS]]]]]
 # Overhead of csp-run on the compute-bound test app (tests/apps/compute.cpp): the program is run
 # uninstrumented and under csp-run (cpu-time at RATE samples/s, default 200), alternately so that
 # both see the same machine conditions, RUNS times each (default 5). Prints the median wall
 # wall and CPU times side by side, the overhead in percent, and the unwind-failure rate over all measured
 # samples (from csp-run --verbose). Targets: overhead < 3 %, unwind failures < 0.1 %.
+# Then thread churn: THREADS (default 5,000) short threads one after the other
+# (tests/apps/hostile.cpp `threads`), uninstrumented and under csp-run, each thread writing a
+# profile of its own. Target: at most 1.3 x the uninstrumented wall time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 runs=${2:-5}
 units=${3:-200}
 rate=${4:-200}
+threads=${5:-5000}
 app=$build/tests/apps/csp-app-compute
+hostile=$build/tests/apps/csp-app-hostile
 csprun=$build/launcher/csp-run
-for f in "$app" "$csprun"; do
-  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute)" >&2; exit 1; }
+for f in "$app" "$hostile" "$csprun"; do
+  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute csp-app-hostile)" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -62,3 +67,26 @@ if [[ $samples -gt 0 ]]; then
   printf '  unwind failures  %d of %d samples = %.4f %%   (target < 0.1 %%)\n' "$failures" "$samples" \
     "$(awk -v f="$failures" -v s="$samples" 'BEGIN { print 100 * f / s }')"
 fi
+
+# Thread churn.
+: >"$work/churn-plain" ; : >"$work/churn-measured"
+"$hostile" threads 100 20000 >/dev/null
+for ((i = 1; i <= runs; i++)); do
+  timed "$work/churn-plain" "$hostile" threads "$threads" 20000
+  rm -rf "$work/churn-meas"
+  timed "$work/churn-measured" "$csprun" -o "$work/churn-meas" -- "$hostile" threads "$threads" 20000
+done
+profiles=$(find "$work/churn-meas" -name '*.cspprof' | wc -l)
+cplain=$(cut -d' ' -f1 "$work/churn-plain" | median)
+cmeasured=$(cut -d' ' -f1 "$work/churn-measured" | median)
+cplainCpu=$(cut -d' ' -f2 "$work/churn-plain" | median)
+cmeasuredCpu=$(cut -d' ' -f2 "$work/churn-measured" | median)
+cpaired=$(paste -d' ' "$work/churn-plain" "$work/churn-measured" | awk '{ print $3 / $1 }' | median)
+printf 'thread churn, %s threads one after the other, %s runs each, cpu-time@200 (%s profiles written)\n' \
+  "$threads" "$runs" "$profiles"
+printf '  runs (wall cpu), uninstrumented: %s\n' "$(tr '\n' ',' <"$work/churn-plain")"
+printf '  runs (wall cpu), under csp-run:  %s\n' "$(tr '\n' ',' <"$work/churn-measured")"
+printf '  median wall      %.3f s  vs  %.3f s   ratio %.2f x   (paired median %.2f x; target <= 1.3 x)\n' \
+  "$cplain" "$cmeasured" "$(awk -v a="$cplain" -v b="$cmeasured" 'BEGIN { print b / a }')" "$cpaired"
+printf '  median cpu       %.3f s  vs  %.3f s   ratio %.2f x\n' "$cplainCpu" "$cmeasuredCpu" \
+  "$(awk -v a="$cplainCpu" -v b="$cmeasuredCpu" 'BEGIN { print b / a }')"

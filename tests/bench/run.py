@@ -16,8 +16,9 @@ command is paired with the baseline run just before it, and the ratio is taken p
   views     csp-views Calling Context, Callers, Flat and --node on the largest database;
             baseline: `csp-views --info` (open the database, read the metadata)
   overhead  the compute-bound test app uninstrumented vs csp-run at 200 and 1,000 samples/s,
-            gperftools' CPU profiler and `perf record -g` at the same rates;
-            baseline: the uninstrumented run
+            gperftools' CPU profiler and `perf record -g` at the same rates; and thread churn:
+            5,000 short threads one after the other (tests/apps/hostile.cpp `threads`) under
+            csp-run (one profile per thread); baseline: the uninstrumented run
   diff      csp-diff between the two largest databases; baseline: `csp-views --info` of both
   dbwrite   tests/bench db_write_bench (database writer alone);
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
@@ -51,15 +52,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODES = {
     "full": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096, 16384], nps=[1, 2],
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
-                 view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000],
+                 view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000], churn_threads=5000,
                  dbwrite=dict(profiles=16384, nodes=5000, writers=2)),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
-                  view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000],
+                  view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
                   dbwrite=dict(profiles=1024, nodes=5000, writers=2)),
     "tiny": dict(runs=2, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
-                 view_runs=2, overhead_units=5, overhead_runs=2, rates=[200, 1000],
+                 view_runs=2, overhead_units=5, overhead_runs=2, rates=[200, 1000], churn_threads=200,
                  dbwrite=dict(profiles=64, nodes=300, writers=2)),
 }
 SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite"]
@@ -576,7 +577,40 @@ class Suite:
         return {"baseline": "the same app uninstrumented, first in every round",
                 "app": f"csp-app-compute {units}", "variants": rows, "not_run": skipped,
                 "note": "cpu = user + system time of the command and its children (perf's own process "
-                        "included for perf record)"}
+                        "included for perf record)",
+                "churn": self.thread_churn_or_reason(run)}
+
+    def thread_churn_or_reason(self, run):
+        try:
+            return self.thread_churn(run)
+        except NotRun as e:
+            return {"not_run": str(e)}
+
+    def thread_churn(self, run):
+        """Thread churn: N short threads (about 70 us each, uninstrumented), one after the other;
+        under csp-run every thread is registered, gets timers and an alternate signal stack, and
+        writes a profile of its own when it ends."""
+        hostile = self.tool("tests/apps/csp-app-hostile", "ninja -C build csp-app-hostile")
+        threads = str(self.p["churn_threads"])
+        iterations = "20000"
+        meas = os.path.join(self.tmp, "csp-run-churn")
+        variants = [("uninstrumented", [hostile, "threads", threads, iterations], self.env),
+                    ("csp-run cpu-time@200", [run, "-o", meas, "--", hostile, "threads", threads, iterations],
+                     self.env)]
+        res = self.interleaved(variants, self.p["overhead_runs"], "thread churn")
+        # Every run (the warm-up included) adds its own profiles: file names carry the pid.
+        written = len([f for f in os.listdir(meas) if f.endswith(".cspprof")]) if os.path.isdir(meas) else 0
+        per_run = int(threads) + 1
+        if written == 0 or written % per_run != 0:
+            raise BenchError(f"thread churn: {written} profiles in {meas}, not a multiple of {per_run}")
+        written = per_run
+        base = res["uninstrumented"]
+        rows = {name: {"wall_s": stat(v["wall"], "s"), "cpu_s": stat(v["cpu"], "s"),
+                       "wall_over_uninstrumented": stat(ratios(v["wall"], base["wall"]), "x"),
+                       "cpu_over_uninstrumented": stat(ratios(v["cpu"], base["cpu"]), "x"),
+                       "peak_rss_mib": stat(v["rss"], "MiB")} for name, v in res.items()}
+        return {"app": f"csp-app-hostile threads {threads} {iterations}", "threads": int(threads),
+                "profiles_written": written, "variants": rows}
 
     @staticmethod
     def find_libprofiler():
@@ -926,6 +960,15 @@ def markdown(rep):
         rows += [[k, why, "", "", "", ""] for k, why in s["not_run"].items()]
         out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented",
                           "peak MiB (largest process)"], rows))
+        c = s.get("churn")
+        if c and "not_run" in c:
+            out.append(f"\nThread churn: {c['not_run']}.\n")
+        elif c:
+            out.append(f"\nThread churn: `{c['app']}` ({c['threads']:,} threads one after the other, "
+                       f"{c['profiles_written']:,} profiles written per run).\n\n")
+            rows = [[k, mmm(v["wall_s"]), mmm(v["wall_over_uninstrumented"]), mmm(v["cpu_s"]),
+                     mmm(v["cpu_over_uninstrumented"])] for k, v in c["variants"].items()]
+            out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented"], rows))
 
     s = header("dbwrite", "Database writer alone (db_write_bench)")
     if s:

@@ -1,0 +1,211 @@
+// Termination signals: a program ended by SIGTERM (Slurm's time limit, `kill`, mpirun passing on
+// its own SIGTERM), SIGINT (Ctrl-C), SIGHUP or SIGXCPU (CPU-time limit) keeps every thread's
+// profile.
+//
+// csp's handler stands in for the default action only. It is installed at start-up for each of
+// these signals whose disposition is the default; a signal that is ignored (nohup) stays
+// ignored, and a handler the program installs (before or after us) replaces ours, exactly as
+// without csp: the program then decides how to end, and a normal exit writes the profiles. When
+// the program sets the default action again, csp's handler comes back. Queries
+// (sigaction(sig, NULL, &old)) report what the program would see without csp.
+//
+// The handler writes nothing itself: writing a profile allocates, and the interrupted code may
+// hold the allocator's lock. It wakes a helper thread (created at start-up, all signals blocked,
+// idle in a futex wait) that writes every thread's profile in normal context, waits for it (at
+// most CSP_TERMINATION_WAIT seconds), and then raises the signal again with the default action,
+// so the exit status is the signal's. Locks that the helper needs (the thread registry, the load
+// map) are only ever held with the termination signals blocked (TerminationGuard).
+#include <dlfcn.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime.hpp"
+
+namespace csp::measure {
+
+namespace {
+
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGXCPU};
+
+struct SignalState {
+  std::atomic<bool> ours{false};  // our handler is installed in place of the default action
+  struct sigaction program;       // what the program last set (reported back to it)
+};
+SignalState g_state[_NSIG];
+
+constinit std::atomic<int> g_request{0};    // set by a handler: write everything
+constinit std::atomic<int> g_done{0};       // set by the helper when done
+constinit std::atomic<int> g_requester{0};  // the signal being handled
+constinit bool g_helperRunning = false;
+
+long futex(std::atomic<int>* word, int op, int value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, timeout, nullptr, 0);
+}
+
+void* helperMain(void*) {
+  for (;;) {
+    while (g_request.load() == 0) futex(&g_request, FUTEX_WAIT_PRIVATE, 0, nullptr);
+    writeAllProfilesNow();
+    g_done.store(1);
+    futex(&g_done, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+    // One termination per process: the handler raises the signal again, and the process ends.
+    for (;;) pause();
+  }
+  return nullptr;
+}
+
+void startHelper() {
+  // All signals blocked in the helper (the mask is inherited from the creating thread).
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 1u << 20);  // writing a profile needs room (Cap'n Proto, fmt)
+  using PthreadCreate = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static auto realCreate = reinterpret_cast<PthreadCreate>(dlsym(RTLD_NEXT, "pthread_create"));
+  pthread_t helper;
+  g_helperRunning = realCreate != nullptr && realCreate(&helper, &attr, helperMain, nullptr) == 0;
+  if (g_helperRunning) pthread_setname_np(helper, "csp-writer");
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
+std::uint64_t waitNs() {
+  static const std::uint64_t ns = [] {
+    const char* v = std::getenv("CSP_TERMINATION_WAIT");
+    const long s = v != nullptr && *v != '\0' ? std::strtol(v, nullptr, 10) : 20;
+    return static_cast<std::uint64_t>(s > 0 && s < 3600 ? s : 20) * 1'000'000'000u;
+  }();
+  return ns;
+}
+
+void onTerminationSignal(int sig, siginfo_t*, void*) {
+  int none = 0;
+  if (g_requester.compare_exchange_strong(none, sig) && g_helperRunning) {
+    g_request.store(1);
+    futex(&g_request, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  }
+  // Every thread that takes a termination signal waits for the one write (bounded: a helper
+  // stuck on a lock must not keep the process alive until SIGKILL).
+  if (g_helperRunning) {
+    const std::uint64_t deadline = monotonicNs() + waitNs();
+    while (g_done.load() == 0) {
+      const std::uint64_t now = monotonicNs();
+      if (now >= deadline) break;
+      const std::uint64_t left = std::min<std::uint64_t>(deadline - now, 100'000'000u);
+      timespec ts{static_cast<time_t>(left / 1'000'000'000u), static_cast<long>(left % 1'000'000'000u)};
+      futex(&g_done, FUTEX_WAIT_PRIVATE, 0, &ts);
+    }
+  }
+  // Die of the signal: default action, raised again, then unblocked (it is blocked while this
+  // handler runs).
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  realSigaction()(sig, &dfl, nullptr);
+  raise(sig);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+}
+
+bool isDefault(const struct sigaction& a) { return (a.sa_flags & SA_SIGINFO) == 0 && a.sa_handler == SIG_DFL; }
+
+int installOurs(int sig) {
+  struct sigaction ours;
+  memset(&ours, 0, sizeof ours);
+  ours.sa_sigaction = onTerminationSignal;
+  ours.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  sigfillset(&ours.sa_mask);  // samples and other signals wait until the process ends
+  const int rc = realSigaction()(sig, &ours, nullptr);
+  if (rc == 0) g_state[sig].ours.store(true);
+  return rc;
+}
+
+}  // namespace
+
+bool isTerminationSignal(int sig) {
+  for (int s : kSignals)
+    if (s == sig) return true;
+  return false;
+}
+
+void installTerminationHandlers() {
+  if (realSigaction() == nullptr) return;
+  startHelper();
+  if (!g_helperRunning) {
+    say("csp: warning: cannot start the writer thread; profiles are lost if the program is killed by a signal\n");
+    return;
+  }
+  for (int sig : kSignals) {
+    struct sigaction current;
+    if (realSigaction()(sig, nullptr, &current) != 0) continue;
+    g_state[sig].program = current;
+    if (isDefault(current)) installOurs(sig);
+  }
+}
+
+void restartTerminationHelper() {
+  // The fork child has none of the parent's threads: a new helper, a fresh request.
+  g_request.store(0);
+  g_done.store(0);
+  g_requester.store(0);
+  g_helperRunning = false;
+  bool any = false;
+  for (int sig : kSignals) any = any || g_state[sig].ours.load();
+  if (any) startHelper();
+}
+
+int terminationSigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  SignalState& s = g_state[sig];
+  if (!s.ours.load()) {
+    if (act == nullptr || !isDefault(*act) || !g_helperRunning) {
+      const int rc = realSigaction()(sig, act, old);
+      if (rc == 0 && act != nullptr) s.program = *act;
+      return rc;
+    }
+    // The program restores the default action: our handler stands in for it again.
+    struct sigaction previous;
+    if (realSigaction()(sig, nullptr, &previous) != 0) return -1;
+    if (installOurs(sig) != 0) return realSigaction()(sig, act, old);
+    if (old != nullptr) *old = previous;
+    s.program = *act;
+    return 0;
+  }
+  if (old != nullptr) *old = s.program;
+  if (act == nullptr) return 0;
+  if (isDefault(*act)) {
+    s.program = *act;
+    return 0;
+  }
+  // A handler of the program's, or SIG_IGN: it replaces ours, as it would replace the default.
+  s.ours.store(false);
+  const int rc = realSigaction()(sig, act, nullptr);
+  if (rc == 0) s.program = *act;
+  return rc;
+}
+
+TerminationGuard::TerminationGuard() {
+  sigset_t block;
+  sigemptyset(&block);
+  for (int s : kSignals) sigaddset(&block, s);
+  pthread_sigmask(SIG_BLOCK, &block, &saved_);
+}
+
+TerminationGuard::~TerminationGuard() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+
+}  // namespace csp::measure

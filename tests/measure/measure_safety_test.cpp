@@ -1,0 +1,418 @@
+// Safety of the preloaded sampler in programs that are hard on it (tests/apps/hostile.cpp): the
+// loader's locks taken all the time, termination signals, jumps out of signal handlers, tiny
+// stacks, a profiler of the program's own, exec chains, chdir, thread churn. Every run is under
+// a timeout (a hang is a failure, never a stuck test).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "csp/storage/profile_io.hpp"
+#include "measure/elf_symbols.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace csp;
+
+namespace {
+
+const std::string kBin = CSP_BINARY_DIR;
+const std::string kCspRun = kBin + "/launcher/csp-run";
+// CSP_MEASURE_LIBRARY (which csp-run also honours) runs the tests against another build.
+const std::string kLibrary = std::getenv("CSP_MEASURE_LIBRARY") != nullptr ? std::getenv("CSP_MEASURE_LIBRARY")
+                                                                           : kBin + "/measure/libcsp-measure.so";
+const std::string kHostile = kBin + "/tests/apps/csp-app-hostile";
+const std::string kPlugin = kBin + "/tests/apps/csp-app-plugin.so";
+const std::string kMpirun = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe";
+
+// The scratch directories go when the test program ends.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(kBin) / "tests" / "measure", ec))
+      if (e.path().filename().string().rfind("scratch-safety-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::path(kBin) / "tests" / "measure" / ("scratch-safety-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Exit status of a shell command: the code, or 128 + signal. `timeout -k` turns a hang into 124
+// (or 137 when even SIGTERM is not enough: a deadlocked sampler blocks every signal).
+int run(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Reads (and so validates: checksums, structure, sample accounting) every profile.
+std::vector<ThreadProfile> readAll(const fs::path& dir) {
+  std::vector<ThreadProfile> profiles;
+  for (const auto& path : storage::listProfiles(dir)) profiles.push_back(storage::readProfile(path));
+  return profiles;
+}
+
+std::uint64_t idOf(const ThreadProfile& p, IdKind kind) {
+  for (const auto& e : p.identity.idTuple)
+    if (e.kind == kind) return e.value;
+  return ~std::uint64_t{0};
+}
+
+std::uint64_t recorded(const ThreadProfile& p) {
+  std::uint64_t n = 0;
+  for (auto c : p.values.count) n += c;
+  return n;
+}
+
+std::string setting(const ThreadProfile& p, const std::string& key) {
+  for (const auto& s : p.identity.settings)
+    if (s.key == key) return s.value;
+  return "";
+}
+
+std::map<std::string, std::uint64_t> leafProcedures(const ThreadProfile& p, test::LeafSymbolizer& sym) {
+  std::map<std::string, std::uint64_t> out;
+  for (std::size_t v = 0; v < p.values.size(); ++v)
+    out[sym.procedure(p, p.cct.frame[p.values.node[v]])] += p.values.count[v];
+  return out;
+}
+
+// A child process started without a shell (so that SIGINT is not ignored, as it is for a
+// shell's background job), with its stdout readable line by line.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    out_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // Reads stdout until `count` lines contain `text` (true) or the timeout passes (false).
+  bool waitFor(const std::string& text, int count, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int seen = 0;
+      for (std::size_t pos = 0; (pos = text_.find(text, pos)) != std::string::npos; pos += text.size()) ++seen;
+      if (seen >= count) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buf[4096];
+      const ssize_t n = read(out_, buf, sizeof buf);
+      if (n <= 0) return false;
+      text_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  // The wait status, or -1 after `timeout` (the child is then killed by the destructor).
+  int wait(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string text_;
+};
+
+std::string describe(int status) {
+  if (status == -1) return "still running (hang)";
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+}  // namespace
+
+// Item 1: a thread that dlopens and dlcloses in a loop (taking the loader's locks all the time)
+// while others compute, sampled at 1,000/s. The handler used to take the loader lock (libunwind's
+// dl_iterate_phdr) while holding libunwind's cache mutex: the program hung with every signal
+// blocked, so that only SIGKILL ended it.
+TEST(MeasureSafety, DlopenStormNeverHangs) {
+  const fs::path base = scratch("dlopen");
+  for (const std::string event : {"cpu-time@1000", "real-time@1000", "cpu-time@1000 -e real-time@1000"}) {
+    for (int i = 0; i < 6; ++i) {
+      const fs::path dir = base / ("meas-" + std::to_string(i));
+      const int rc = run("timeout -k 2 30 " + kCspRun + " -e " + event + " -o " + dir.string() + " -- " + kHostile +
+                         " dlopen-storm " + kPlugin + " 1.5 3 > /dev/null");
+      ASSERT_EQ(rc, 0) << "-e " << event << ", run " << i << (rc == 124 || rc == 137 ? ": hung" : "");
+      const auto profiles = readAll(dir);
+      EXPECT_EQ(profiles.size(), 5u) << "main (the loader) + the module walker + 3 compute threads";
+      std::uint64_t samples = 0, dropped = 0;
+      for (const auto& p : profiles) {
+        samples += p.stats.samples;
+        dropped += p.stats.droppedSamples;
+        EXPECT_EQ(p.stats.samples, recorded(p) + p.stats.droppedSamples);
+      }
+      // Samples during dlclose are dropped and counted; most are recorded.
+      EXPECT_GT(samples, 300u);
+      EXPECT_LT(dropped, samples / 2);
+      fs::remove_all(dir);
+    }
+  }
+}
+
+// Item 1, with MPI: every rank loads its transport components with dlopen in MPI_Init while the
+// runtime's progress threads run.
+TEST(MeasureSafety, MpiRealTimeNeverHangs) {
+  const fs::path base = scratch("mpi");
+  for (int i = 0; i < 4; ++i) {
+    const fs::path dir = base / ("meas-" + std::to_string(i));
+    const int rc = run("timeout -k 5 120 " + kMpirun + " -np 4 " + kCspRun + " -e real-time@1000 -o " + dir.string() +
+                       " -- " + kBin + "/tests/apps/csp-app-mpi-split 5 1 > /dev/null");
+    ASSERT_EQ(rc, 0) << "run " << i << (rc == 124 || rc == 137 ? ": hung" : "");
+    std::set<std::uint64_t> ranks;
+    for (const auto& p : readAll(dir)) ranks.insert(idOf(p, IdKind::Rank));
+    EXPECT_EQ(ranks.size(), 4u);
+  }
+}
+
+namespace {
+
+// Runs `hostile terminate 3` under csp-run, sends `sig` once every thread runs, and checks that
+// the process ends by that signal with the profile of every thread written.
+void expectKilledWithProfiles(int sig, const fs::path& dir) {
+  Child child({kCspRun, "-e", "cpu-time@1000", "-o", dir.string(), "--", kHostile, "terminate", "3"});
+  ASSERT_GT(child.pid(), 0);
+  ASSERT_TRUE(child.waitFor("ready", 1, std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // csp-run execs the program, so its pid is the program's: the signal sent to csp-run is the
+  // signal the program gets.
+  kill(child.pid(), sig);
+  const int status = child.wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == sig)
+      << strsignal(sig) << ": " << describe(status);
+  const auto profiles = readAll(dir);
+  ASSERT_EQ(profiles.size(), 4u) << strsignal(sig) << ": main + 3 threads";
+  test::LeafSymbolizer sym;
+  std::set<std::uint64_t> threads;
+  for (const auto& p : profiles) {
+    threads.insert(idOf(p, IdKind::Thread));
+    const auto leaves = leafProcedures(p, sym);
+    const char* work = idOf(p, IdKind::Thread) == 0 ? "terminate_main" : "terminate_worker";
+    EXPECT_GT(leaves.count(work) ? leaves.at(work) : 0, 20u) << strsignal(sig) << ": thread " << idOf(p, IdKind::Thread);
+  }
+  EXPECT_EQ(threads, (std::set<std::uint64_t>{0, 1, 2, 3}));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().extension(), ".cspprof") << "left behind: " << e.path();
+}
+
+}  // namespace
+
+// Item 2: SIGTERM (Slurm's time limit, kill), SIGINT (Ctrl-C), SIGHUP and SIGXCPU keep every
+// thread's profile, including the threads still running, and the exit status is the signal's.
+TEST(MeasureSafety, TerminationSignalsKeepEveryThread) {
+  const fs::path base = scratch("terminate");
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXCPU}) expectKilledWithProfiles(sig, base / sigabbrev_np(sig));
+}
+
+// A handler of the program's own is not taken away: it runs (here: exit(3)), and the normal exit
+// writes the profiles.
+TEST(MeasureSafety, ProgramTerminationHandlerIsKept) {
+  const fs::path dir = scratch("terminate-own") / "meas";
+  Child child({kCspRun, "-o", dir.string(), "--", kHostile, "terminate", "2", "own-handler"});
+  ASSERT_TRUE(child.waitFor("ready", 1, std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(child.pid(), SIGTERM);
+  ASSERT_TRUE(child.waitFor("handled signal 15", 1, std::chrono::seconds(30)));
+  const int status = child.wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 3) << describe(status);
+  EXPECT_EQ(readAll(dir).size(), 3u);
+}
+
+// `kill -TERM` to mpirun: Open MPI 4.1 sends the ranks SIGCONT, then, a second later
+// (odls_base_sigkill_timeout), SIGTERM, and ends the job as soon as the first rank is gone, so
+// a rank may be killed before its SIGTERM arrives (plain `bash` ranks with a trap show the same).
+// The ranks that do get SIGTERM keep all their threads' profiles; before, no rank kept any.
+TEST(MeasureSafety, MpirunTerminatedKeepsRankProfiles) {
+  const fs::path dir = scratch("terminate-mpi") / "meas";
+  Child child({"env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "mpirun", "--oversubscribe", "-np",
+               "2", kCspRun, "-o", dir.string(), "--", kHostile, "terminate", "1"});
+  ASSERT_TRUE(child.waitFor("ready", 2, std::chrono::seconds(60)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(child.pid(), SIGTERM);
+  const int status = child.wait(std::chrono::seconds(60));
+  ASSERT_NE(status, -1) << "mpirun did not end";
+  std::map<std::uint64_t, std::set<std::uint64_t>> threadsByRank;
+  for (const auto& p : readAll(dir)) {
+    threadsByRank[idOf(p, IdKind::Rank)].insert(idOf(p, IdKind::Thread));
+    EXPECT_GT(recorded(p), 0u);
+  }
+  ASSERT_FALSE(threadsByRank.empty()) << "no rank kept its profiles";
+  for (const auto& [rank, threads] : threadsByRank)
+    EXPECT_EQ(threads, (std::set<std::uint64_t>{0, 1})) << "rank " << rank << ": every thread or none";
+}
+
+// Item 4: a SIGALRM handler that siglongjmps out, 20,000 times a second. It used to interrupt the
+// sample handler and jump out of it: the thread stayed "busy", sampling stopped, and the profile
+// was discarded at exit for its inconsistent sample count.
+TEST(MeasureSafety, JumpOutOfProgramHandlerKeepsSampling) {
+  const fs::path base = scratch("longjmp");
+  const fs::path dir = base / "meas";
+  ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- " +
+                kHostile + " longjmp 2 > /dev/null 2> " + (base / "stderr.txt").string()),
+            0);
+  EXPECT_EQ(slurp(base / "stderr.txt").find("not written"), std::string::npos) << slurp(base / "stderr.txt");
+  const auto profiles = readAll(dir);
+  ASSERT_EQ(profiles.size(), 1u);
+  const auto& p = profiles[0];
+  // 2 s at 1,000/s of real time alone: sampling went on to the end.
+  std::uint64_t perMetric[2] = {0, 0};
+  for (std::size_t v = 0; v < p.values.size(); ++v) perMetric[p.values.metric[v]] += p.values.count[v];
+  EXPECT_GT(perMetric[1], 1500u) << "real-time samples";
+  EXPECT_GT(perMetric[0], 500u) << "cpu-time samples";
+  EXPECT_EQ(p.stats.samples, recorded(p) + p.stats.droppedSamples);
+}
+
+// Item 5: a thread with a 64 KiB stack that has 59 KiB of it in use: a sample handler on that
+// stack overflows it (the program crashed only under csp-run); on the alternate stack it fits.
+TEST(MeasureSafety, SmallStackThreadSurvivesSampling) {
+  const fs::path base = scratch("small-stack");
+  ASSERT_EQ(run("timeout -k 2 60 " + kHostile + " small-stack 0.2 > /dev/null"), 0) << "the program itself";
+  const fs::path dir = base / "meas";
+  ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -e real-time@1000 -o " + dir.string() + " -- " +
+                kHostile + " small-stack 1 > /dev/null"),
+            0);
+  test::LeafSymbolizer sym;
+  std::uint64_t work = 0;
+  for (const auto& p : readAll(dir)) {
+    const auto leaves = leafProcedures(p, sym);
+    if (leaves.count("small_stack_work")) work += leaves.at("small_stack_work");
+  }
+  EXPECT_GT(work, 500u) << "the thread on the small stack is sampled";
+}
+
+// Item 7: a profiler of the program's own (setitimer(ITIMER_PROF) and a SIGPROF handler) sees
+// only its own signals and keeps its handler, and csp's sampling goes on while the program
+// blocks SIGPROF: csp samples with a signal of its own (a real-time signal), not SIGPROF.
+TEST(MeasureSafety, ProgramProfilerKeepsSigprof) {
+  const fs::path base = scratch("itimer");
+  const fs::path dir = base / "meas";
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
+                " itimer 2 > /dev/null 2> " + err),
+            0)
+      << slurp(err);
+  EXPECT_EQ(slurp(err).find("csp:"), std::string::npos) << "nothing to warn about: " << slurp(err);
+  const auto profiles = readAll(dir);
+  ASSERT_EQ(profiles.size(), 1u);
+  EXPECT_EQ(setting(profiles[0], "sampling-signal").rfind("SIGRTMIN+", 0), 0u) << setting(profiles[0], "sampling-signal");
+  EXPECT_EQ(setting(profiles[0], "sampling-signal-taken-over"), "no");
+  test::LeafSymbolizer sym;
+  const auto leaves = leafProcedures(profiles[0], sym);
+  const std::uint64_t open = leaves.count("itimer_work") ? leaves.at("itimer_work") : 0;
+  const std::uint64_t blocked = leaves.count("itimer_blocked_work") ? leaves.at("itimer_blocked_work") : 0;
+  EXPECT_GT(blocked, 200u) << "sampled while the program blocks SIGPROF";
+  EXPECT_GT(open, 200u);
+}
+
+// Item 7: exec ends the calling thread's timers; a timer signal already queued must not reach
+// the new image (whose handlers are reset to the default action: it would be killed by it).
+TEST(MeasureSafety, ExecChainAtHighRateSurvives) {
+  const fs::path base = scratch("exec-chain");
+  for (int i = 0; i < 3; ++i) {
+    const fs::path dir = base / ("meas-" + std::to_string(i));
+    const int rc = run("timeout -k 2 120 " + kCspRun + " -e real-time@20000 -o " + dir.string() + " -- " + kHostile +
+                       " exec-chain 60 > /dev/null");
+    ASSERT_EQ(rc, 0) << "run " << i;
+    EXPECT_EQ(readAll(dir).size(), 1u) << "the last image's profile (earlier images end in exec)";
+  }
+}
+
+// Item 7: a relative CSP_OUTPUT is resolved at start-up: threads that end after the program
+// changed directory write to the same directory as the ones before.
+TEST(MeasureSafety, RelativeOutputSurvivesChdir) {
+  const fs::path base = scratch("chdir");
+  fs::create_directories(base / "elsewhere");
+  ASSERT_EQ(run("cd " + base.string() + " && LD_PRELOAD=" + kLibrary + " CSP_OUTPUT=meas " + kHostile +
+                " chdir elsewhere > /dev/null"),
+            0);
+  EXPECT_EQ(readAll(base / "meas").size(), 3u) << "main + the thread before chdir + the thread after";
+  EXPECT_FALSE(fs::exists(base / "elsewhere" / "meas"));
+}
+
+// Item 6: thousands of short threads, each with its own (mostly empty) profile; the alternate
+// stacks are recycled and the sample arena is mapped only by threads that are sampled.
+TEST(MeasureSafety, ThreadChurnWritesEveryProfile) {
+  const fs::path dir = scratch("churn") / "meas";
+  ASSERT_EQ(run("timeout -k 2 120 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
+                " threads 2000 20000 > /dev/null"),
+            0);
+  const auto profiles = readAll(dir);
+  EXPECT_EQ(profiles.size(), 2001u);
+  std::set<std::uint64_t> threads;
+  for (const auto& p : profiles) threads.insert(idOf(p, IdKind::Thread));
+  EXPECT_EQ(threads.size(), 2001u);
+  EXPECT_EQ(*threads.rbegin(), 2000u);
+}
+
+// The sampling signal can be chosen; SIGPROF keeps working, with the program's own SIGPROF
+// handler intercepted (kept out of the way, and passed the SIGPROFs csp did not send).
+TEST(MeasureSafety, ChosenSamplingSignal) {
+  const fs::path base = scratch("signal");
+  ASSERT_EQ(run("CSP_SIGNAL=RTMIN+9 timeout -k 2 60 " + kCspRun + " -o " + (base / "rt").string() + " -- " + kBin +
+                "/tests/apps/csp-app-compute 60 > /dev/null"),
+            0);
+  auto profiles = readAll(base / "rt");
+  ASSERT_EQ(profiles.size(), 1u);
+  EXPECT_EQ(setting(profiles[0], "sampling-signal"), "SIGRTMIN+9");
+  EXPECT_GT(recorded(profiles[0]), 20u);
+}
