@@ -42,7 +42,7 @@ if [[ -x build/launcher/csp-prof-mpi && -x build/tests/csp-db-dump ]]; then
   build/launcher/csp-prof-mpi -q --derive 'r = `cpu-time` / 3' "$work/seeds/synthetic" -o "$work/seed-db"
   n=0
   # shellcheck disable=SC2030
-  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "summaries" { print $3 }' | head -n 400 | while read -r hex; do
+  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "summaries" && n < 400 { print $3; n++ }' | while read -r hex; do
     n=$((n + 1))
     # The first byte of an accumulator is its tag: integer or real. Selector = 0 or 1 accordingly.
     case ${hex:0:2} in 11) sel=00 ;; 21) sel=01 ;; *) continue ;; esac
