@@ -16,6 +16,7 @@ packages=(
   clang
   time procps
   python3 libgoogle-perftools-dev linux-perf
+  libcapstone-dev libeigen3-dev libomp-dev ccache
 )
 if [[ "${CSP_WITH_SLURM:-1}" == 1 ]]; then
   packages+=(slurm-wlm munge)
