@@ -1,5 +1,7 @@
 #include "csp/metrics/encoding.hpp"
 
+#include "csp/storage/bytes.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -8,76 +10,19 @@ namespace csp::metrics {
 
 namespace {
 
-void putVarint(std::string& out, Uint128 v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(static_cast<unsigned char>(v) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(static_cast<unsigned char>(v)));
-}
+using storage::putDouble;
+using storage::putVarint;
 
-void putDouble(std::string& out, double v) {
-  auto bits = std::bit_cast<std::uint64_t>(v);
-  for (int i = 0; i < 8; ++i, bits >>= 8) out.push_back(static_cast<char>(bits & 0xff));
-}
-
-class Reader {
+// The one byte codec (csp/storage/bytes.hpp), with the type tag every encoding starts with.
+class Reader : public storage::ByteReader<DecodeError> {
  public:
-  Reader(std::string_view bytes, const char* what) : bytes_(bytes), what_(what) {}
-
-  [[noreturn]] void fail(const std::string& defect) const {
-    throw DecodeError(std::string(what_) + ": " + defect + " (at byte " + std::to_string(pos_) + " of " +
-                      std::to_string(bytes_.size()) + ")");
-  }
-
+  using ByteReader::ByteReader;
   void expectTag(unsigned char tag) {
-    if (bytes_.empty()) fail("empty value");
-    const auto got = static_cast<unsigned char>(bytes_[0]);
+    if (done()) fail("empty value");
+    const auto got = u8();
     if ((got & 0xf0) != (tag & 0xf0)) fail("wrong type tag " + std::to_string(got));
     if (got != tag) fail("unsupported encoding version " + std::to_string(got & 0x0f));
-    pos_ = 1;
   }
-
-  // LEB128 of at most `bits` significant bits; rejects truncation, overlong forms (a redundant
-  // trailing zero group) and values that do not fit.
-  Uint128 varint(unsigned bits) {
-    Uint128 v = 0;
-    unsigned shift = 0;
-    while (true) {
-      if (pos_ >= bytes_.size()) fail("truncated varint");
-      const auto byte = static_cast<unsigned char>(bytes_[pos_++]);
-      const Uint128 group = byte & 0x7f;
-      if (shift >= bits || (shift > 0 && bits - shift < 7 && (group >> (bits - shift)) != 0))
-        fail("varint does not fit " + std::to_string(bits) + " bits");
-      v |= group << shift;
-      if ((byte & 0x80) == 0) {
-        if (byte == 0 && shift > 0) fail("overlong varint");
-        return v;
-      }
-      shift += 7;
-    }
-  }
-  std::uint64_t u64() { return static_cast<std::uint64_t>(varint(64)); }
-  std::uint32_t u32() { return static_cast<std::uint32_t>(varint(32)); }
-
-  double real() {
-    if (bytes_.size() - pos_ < 8) fail("truncated double");
-    std::uint64_t bits = 0;
-    for (int i = 7; i >= 0; --i) bits = (bits << 8) | static_cast<unsigned char>(bytes_[pos_ + i]);
-    pos_ += 8;
-    const double v = std::bit_cast<double>(bits);
-    if (std::isnan(v)) fail("NaN");
-    return v;
-  }
-
-  void expectEnd() const {
-    if (pos_ != bytes_.size()) fail("trailing bytes");
-  }
-
- private:
-  std::string_view bytes_;
-  const char* what_;
-  std::size_t pos_ = 0;
 };
 
 }  // namespace
@@ -109,7 +54,7 @@ class AccumulatorCodec {
     a.count_ = r.u64();
     a.instances_ = r.u64();
     if (a.count_ == 0) {
-      r.expectEnd();
+      r.expectDone();
       return a;
     }
     a.sum_ = r.varint(128);
@@ -119,7 +64,7 @@ class AccumulatorCodec {
     const std::uint64_t spread = r.u64();
     a.argmin_ = r.u32();
     a.argmax_ = r.u32();
-    r.expectEnd();
+    r.expectDone();
     if (a.instances_ == 0) r.fail("values but no instances");
     if (a.min_ == 0) r.fail("zero minimum (zeros are never accumulated)");
     if (__builtin_add_overflow(a.min_, spread, &a.max_)) r.fail("maximum overflows");
@@ -158,7 +103,7 @@ class AccumulatorCodec {
     a.count_ = r.u64();
     a.instances_ = r.u64();
     if (a.count_ == 0) {
-      r.expectEnd();
+      r.expectDone();
       return a;
     }
     a.mean_ = r.real();
@@ -167,7 +112,7 @@ class AccumulatorCodec {
     a.max_ = r.real();
     a.argmin_ = r.u32();
     a.argmax_ = r.u32();
-    r.expectEnd();
+    r.expectDone();
     if (a.instances_ == 0) r.fail("values but no instances");
     if (!std::isfinite(a.mean_) || !std::isfinite(a.m2_) || !std::isfinite(a.min_) || !std::isfinite(a.max_))
       r.fail("non-finite field");
@@ -207,7 +152,7 @@ class AccumulatorCodec {
       h.bins_.emplace_back(static_cast<std::uint32_t>(bin), count);
       next = bin + 1;
     }
-    r.expectEnd();
+    r.expectDone();
     return h;
   }
 };

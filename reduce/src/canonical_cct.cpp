@@ -4,6 +4,8 @@
 #include <tbb/concurrent_hash_map.h>
 #include <tbb/concurrent_vector.h>
 
+#include "csp/storage/bytes.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -25,52 +27,9 @@ struct EdgeHashCompare {
   static bool equal(const Edge& a, const Edge& b) { return a.parent == b.parent && a.key == b.key; }
 };
 
-class ByteWriter {
- public:
-  void u8(std::uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
-  }
-  void text(const std::string& s) {
-    u32(static_cast<std::uint32_t>(s.size()));
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    out_.insert(out_.end(), p, p + s.size());
-  }
-  std::vector<std::byte> take() { return std::move(out_); }
-
- private:
-  std::vector<std::byte> out_;
-};
-
-class ByteReader {
- public:
-  explicit ByteReader(std::span<const std::byte> in) : in_(in) {}
-  std::uint8_t u8() {
-    need(1);
-    return static_cast<std::uint8_t>(in_[at_++]);
-  }
-  std::uint32_t u32() {
-    need(4);
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in_[at_++]) << (8 * i);
-    return v;
-  }
-  std::string_view text() {
-    const std::uint32_t n = u32();
-    need(n);
-    std::string_view s(reinterpret_cast<const char*>(in_.data() + at_), n);
-    at_ += n;
-    return s;
-  }
-  bool done() const { return at_ == in_.size(); }
-
- private:
-  void need(std::size_t n) const {
-    if (in_.size() - at_ < n) throw std::runtime_error("CCT structure: truncated");
-  }
-  std::span<const std::byte> in_;
-  std::size_t at_ = 0;
-};
+// The structure messages use the one byte codec (csp/storage/bytes.hpp).
+using ByteWriter = storage::ByteWriter<std::vector<std::byte>>;
+using ByteReader = storage::ByteReader<std::runtime_error>;
 
 // Encodes nodes (parent before child) with a string list of the texts they use.
 template <typename NodeAt>
@@ -91,30 +50,30 @@ std::vector<std::byte> encode(std::size_t count, NodeAt nodeAt, const StringTabl
                                  n.key.line, ref(n.key.module)});
   }
   ByteWriter w;
-  w.u32(kStructureMagic);
-  w.u32(static_cast<std::uint32_t>(used.size()));
+  w.u64(kStructureMagic);
+  w.u64(static_cast<std::uint32_t>(used.size()));
   for (auto id : used) w.text(strings.text(id));
-  w.u32(static_cast<std::uint32_t>(count));
+  w.u64(static_cast<std::uint32_t>(count));
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint32_t* f = &fields[i * 6];
-    w.u32(f[0]);
+    w.u64(f[0]);
     w.u8(static_cast<std::uint8_t>(f[1]));
-    w.u32(f[2]);
-    w.u32(f[3]);
-    w.u32(f[4]);
-    w.u32(f[5]);
+    w.u64(f[2]);
+    w.u64(f[3]);
+    w.u64(f[4]);
+    w.u64(f[5]);
   }
   return w.take();
 }
 
 // Decodes into (parent, key) pairs with strings interned into `strings`.
 std::vector<CctNode> decode(std::span<const std::byte> bytes, StringTable& strings) {
-  ByteReader r(bytes);
+  ByteReader r(bytes, "CCT structure");
   if (r.u32() != kStructureMagic) throw std::runtime_error("CCT structure: bad magic");
   const std::uint32_t nstrings = r.u32();
   std::vector<std::uint32_t> ids;
   ids.reserve(nstrings);
-  for (std::uint32_t i = 0; i < nstrings; ++i) ids.push_back(strings.intern(r.text()));
+  for (std::uint32_t i = 0; i < nstrings; ++i) ids.push_back(strings.intern(r.textView()));
   const std::uint32_t count = r.u32();
   std::vector<CctNode> nodes;
   nodes.reserve(count);

@@ -312,48 +312,6 @@ void Comm::reduceTree(const std::function<void(const std::vector<std::byte>&)>& 
   if (error) std::rethrow_exception(error);
 }
 
-void Packer::u64(std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
-
-void Packer::text(const std::string& s) {
-  u64(s.size());
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  out_.insert(out_.end(), p, p + s.size());
-}
-
-void Packer::bytes(const std::vector<std::byte>& b) {
-  u64(b.size());
-  out_.insert(out_.end(), b.begin(), b.end());
-}
-
-void Unpacker::need(std::size_t n) const {
-  if (in_.size() - at_ < n) throw std::runtime_error("internal message truncated");
-}
-
-std::uint64_t Unpacker::u64() {
-  need(8);
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(in_[at_++]) << (8 * i);
-  return v;
-}
-
-std::string Unpacker::text() {
-  const auto n = u64();
-  need(n);
-  std::string s(reinterpret_cast<const char*>(in_.data() + at_), n);
-  at_ += n;
-  return s;
-}
-
-std::vector<std::byte> Unpacker::bytes() {
-  const auto n = u64();
-  need(n);
-  std::vector<std::byte> b(in_.begin() + static_cast<std::ptrdiff_t>(at_), in_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
-  at_ += n;
-  return b;
-}
-
 void faultPoint(const Comm& comm, const char* phase) {
   const char* spec = std::getenv("CSP_FAULT_INJECT");
   if (!spec || !*spec) return;

@@ -20,79 +20,6 @@ const std::vector<std::string>& shardFamilies() {
   return families;
 }
 
-// --- primitives ------------------------------------------------------------------------------
-
-void putBe16(std::string& out, std::uint16_t v) {
-  out.push_back(static_cast<char>(v >> 8));
-  out.push_back(static_cast<char>(v));
-}
-
-void putBe32(std::string& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
-}
-
-void putVarint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void putBytes(std::string& out, std::string_view bytes) {
-  putVarint(out, bytes.size());
-  out.append(bytes);
-}
-
-void Reader::fail(const std::string& problem) const {
-  throw FormatError(fmt::format("{}: {} at byte {}", what_, problem, pos_));
-}
-
-std::uint8_t Reader::u8() {
-  if (pos_ >= data_.size()) fail("truncated");
-  return static_cast<std::uint8_t>(data_[pos_++]);
-}
-
-std::uint16_t Reader::be16() {
-  const std::uint16_t hi = u8();
-  return static_cast<std::uint16_t>(hi << 8 | u8());
-}
-
-std::uint32_t Reader::be32() {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = v << 8 | u8();
-  return v;
-}
-
-std::uint64_t Reader::varint() {
-  std::uint64_t v = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    const std::uint8_t byte = u8();
-    if (shift == 63 && byte > 1) fail("varint overflows 64 bits");
-    v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if (!(byte & 0x80)) return v;
-  }
-  fail("varint longer than 10 bytes");
-}
-
-std::uint32_t Reader::varint32() {
-  const std::uint64_t v = varint();
-  if (v > UINT32_MAX) fail("value exceeds 32 bits");
-  return static_cast<std::uint32_t>(v);
-}
-
-std::string Reader::bytes() {
-  const std::uint64_t n = varint();
-  if (n > data_.size() - pos_) fail("truncated string");
-  std::string s(data_.substr(pos_, n));
-  pos_ += n;
-  return s;
-}
-
-void Reader::expectDone() {
-  if (!done()) fail("trailing bytes");
-}
-
 // --- keys ------------------------------------------------------------------------------------
 
 std::string nodeKey(NodeId id) {
@@ -150,13 +77,13 @@ CctNode decodeCctNode(std::string_view value) {
   const std::uint8_t kind = r.u8();
   if (kind > static_cast<std::uint8_t>(ScopeKind::Stmt)) r.fail(fmt::format("unknown scope kind {}", kind));
   n.kind = static_cast<ScopeKind>(kind);
-  const std::uint64_t parent = r.varint();
+  const std::uint64_t parent = r.u64();
   if (parent > UINT32_MAX) r.fail("parent out of range");
   n.parent = parent == 0 ? kNoIndex : static_cast<NodeId>(parent - 1);
-  n.name = r.varint32();
-  n.file = r.varint32();
-  n.module = r.varint32();
-  n.line = r.varint32();
+  n.name = r.u32();
+  n.file = r.u32();
+  n.module = r.u32();
+  n.line = r.u32();
   r.expectDone();
   return n;
 }
@@ -172,11 +99,11 @@ std::string encodeRegionNode(const RegionNode& n) {
 RegionNode decodeRegionNode(std::string_view value) {
   Reader r(value, "region node");
   RegionNode n;
-  const std::uint64_t parent = r.varint();
+  const std::uint64_t parent = r.u64();
   if (parent > UINT32_MAX) r.fail("parent out of range");
   n.parent = parent == 0 ? kNoIndex : static_cast<RegionId>(parent - 1);
-  n.name = r.varint32();
-  n.dynamicId = r.varint();
+  n.name = r.u32();
+  n.dynamicId = r.u64();
   r.expectDone();
   return n;
 }
@@ -230,19 +157,19 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
   Reader r(value, "values_by_profile block");
   bool firstGroup = true;
   while (!r.done()) {
-    const std::uint64_t delta = r.varint();
+    const std::uint64_t delta = r.u64();
     if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
     node += delta;
     if (node > UINT32_MAX) r.fail("node id out of range");
     firstGroup = false;
-    const std::uint64_t count = r.varint();
+    const std::uint64_t count = r.u64();
     if (count == 0) r.fail("node without values");
     std::uint64_t c = 0;
     for (std::uint64_t j = 0; j < count; ++j) {
-      const std::uint64_t step = r.varint();
+      const std::uint64_t step = r.u64();
       c = j == 0 ? step : c + step + 1;
       if (c > (std::uint64_t{UINT16_MAX} << 1 | 1)) r.fail("metric id out of range");
-      const std::uint64_t v = r.varint();
+      const std::uint64_t v = r.u64();
       if (v == 0) r.fail("stored zero value");
       out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
     }
@@ -279,12 +206,12 @@ void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<N
   Reader r(value, "values_by_node block");
   bool firstEntry = true;
   while (!r.done()) {
-    const std::uint64_t delta = r.varint();
+    const std::uint64_t delta = r.u64();
     if (firstEntry ? delta != 0 : delta == 0) r.fail("profile ids not strictly ascending");
     firstEntry = false;
     profile += delta;
     if (profile > UINT32_MAX) r.fail("profile id out of range");
-    const std::uint64_t v = r.varint();
+    const std::uint64_t v = r.u64();
     if (v == 0) r.fail("stored zero value");
     out.push_back({metric, static_cast<MetricScope>(scope), static_cast<ProfileId>(profile), v});
   }
@@ -317,9 +244,9 @@ void putList(std::string& out, const std::vector<std::string>& list) {
 }
 
 std::vector<std::string> readList(Reader& r) {
-  const std::uint64_t n = r.varint();
+  const std::uint64_t n = r.u64();
   std::vector<std::string> list;
-  for (std::uint64_t i = 0; i < n; ++i) list.push_back(r.bytes());
+  for (std::uint64_t i = 0; i < n; ++i) list.push_back(r.text());
   return list;
 }
 
@@ -414,11 +341,11 @@ namespace {
 
 SamplingQuality readQuality(Reader& r) {
   SamplingQuality q;
-  q.samples = r.varint();
-  q.unwindFailures = r.varint();
-  q.droppedSamples = r.varint();
-  q.truncatedSamples = r.varint();
-  q.depthLimited = r.varint();
+  q.samples = r.u64();
+  q.unwindFailures = r.u64();
+  q.droppedSamples = r.u64();
+  q.truncatedSamples = r.u64();
+  q.depthLimited = r.u64();
   return q;
 }
 
@@ -441,37 +368,37 @@ void placeAt(std::vector<T>& table, std::uint32_t id, T value) {
 void MetadataDecoder::add(std::string_view key, std::string_view value) {
   if (key == kVersionKey) {
     Reader r(value, "format version");
-    version_.major = r.varint32();
-    version_.minor = r.varint32();
+    version_.major = r.u32();
+    version_.minor = r.u32();
     r.expectDone();
     sawVersion_ = true;
   } else if (key == kExperimentKey) {
     Reader r(value, "experiment record");
-    m_.title = r.bytes();
-    m_.executable = r.bytes();
+    m_.title = r.text();
+    m_.executable = r.text();
     m_.commandLine = readList(r);
     m_.hostnames = readList(r);
-    m_.processCount = r.varint();
-    m_.threadCount = r.varint();
-    m_.nodeCount = r.varint32();
-    m_.regionCount = r.varint32();
+    m_.processCount = r.u64();
+    m_.threadCount = r.u64();
+    m_.nodeCount = r.u32();
+    m_.regionCount = r.u32();
     // Sizes of the dense tables, so that finish() detects a missing tail.
-    expected_.metrics = r.varint();
-    expected_.profiles = r.varint();
-    expected_.strings = r.varint();
-    expected_.skipped = r.varint();
+    expected_.metrics = r.u64();
+    expected_.profiles = r.u64();
+    expected_.strings = r.u64();
+    expected_.skipped = r.u64();
     r.expectDone();
     sawExperiment_ = true;
   } else if (key.starts_with(kMetricPrefix)) {
     Reader r(value, "metric descriptor");
     StoredMetric s;
-    s.descriptor.name = r.bytes();
-    s.descriptor.unit = r.bytes();
+    s.descriptor.name = r.text();
+    s.descriptor.unit = r.text();
     const std::uint8_t kind = r.u8();
     if (kind > 1) r.fail("unknown metric kind");
     s.descriptor.kind = static_cast<MetricKind>(kind);
-    s.descriptor.period = r.varint();
-    s.descriptor.description = r.bytes();
+    s.descriptor.period = r.u64();
+    s.descriptor.description = r.text();
     const std::uint8_t type = r.u8();
     if (type > 1) r.fail("unknown value type");
     s.valueType = static_cast<ValueType>(type);
@@ -480,12 +407,12 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     ++seen_.metrics;
   } else if (key.starts_with(kProfilePrefix)) {
     Reader r(value, "profile id tuple");
-    IdTuple t(r.varint32());
+    IdTuple t(r.u32());
     for (auto& e : t) {
       const std::uint8_t kind = r.u8();
       if (kind > static_cast<std::uint8_t>(IdKind::Process)) r.fail("unknown id kind");
       e.kind = static_cast<IdKind>(kind);
-      e.value = r.varint();
+      e.value = r.u64();
     }
     r.expectDone();
     placeAt(m_.profiles, tableIndex(key, kProfilePrefix, 4), std::move(t));
@@ -496,17 +423,17 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
   } else if (key.starts_with(kSkippedPrefix)) {
     Reader r(value, "skipped input");
     SkippedInput s;
-    s.path = r.bytes();
-    s.reason = r.bytes();
+    s.path = r.text();
+    s.reason = r.text();
     r.expectDone();
     placeAt(m_.skipped, tableIndex(key, kSkippedPrefix, 4), std::move(s));
     ++seen_.skipped;
   } else if (key.starts_with(kRegionMetricPrefix)) {
     Reader r(value, "region metric descriptor");
     RegionMetricInfo info;
-    info.name = r.bytes();
-    info.unit = r.bytes();
-    info.description = r.bytes();
+    info.name = r.text();
+    info.unit = r.text();
+    info.description = r.text();
     const std::uint8_t flags = r.u8();
     if (flags > 7) r.fail("unknown region metric flags");
     info.exclusive = flags & 1;
@@ -516,7 +443,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), std::move(info));
   } else if (key == kQualityKey) {
     Reader r(value, "sampling quality total");
-    expected_.quality = r.varint();
+    expected_.quality = r.u64();
     qualityTotal_ = readQuality(r);
     r.expectDone();
     sawQuality_ = true;
@@ -585,13 +512,13 @@ RegionLogProcess decodeRegionLogProcess(std::string_view key, std::string_view v
   p.process = k.be32();
   k.expectDone();
   Reader r(value, "region log process");
-  p.hostname = r.bytes();
-  p.pid = r.varint();
-  const std::uint64_t n = r.varint();
+  p.hostname = r.text();
+  p.pid = r.u64();
+  const std::uint64_t n = r.u64();
   if (n > value.size()) r.fail("thread count exceeds the entry");
   for (std::uint64_t i = 0; i < n; ++i) {
     RegionLogThread t;
-    t.profile = r.varint32();
+    t.profile = r.u32();
     if (i > 0 && t.profile <= p.threads.back().profile) r.fail("thread ids do not ascend");
     p.threads.push_back(t);
   }
@@ -616,11 +543,11 @@ RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view val
   t.profile = k.be32();
   k.expectDone();
   Reader r(value, "region log thread");
-  t.events = r.varint();
-  t.eventsLost = r.varint();
-  t.mismatchedEnds = r.varint();
-  t.unclosedAtExit = r.varint();
-  r.varint();  // block count
+  t.events = r.u64();
+  t.eventsLost = r.u64();
+  t.mismatchedEnds = r.u64();
+  t.unclosedAtExit = r.u64();
+  r.u64();  // block count
   r.expectDone();
   return t;
 }
@@ -644,23 +571,23 @@ std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events) {
 
 void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out) {
   Reader r(value, "region log block");
-  const std::uint64_t n = r.varint();
+  const std::uint64_t n = r.u64();
   if (n > value.size()) r.fail("event count exceeds the block");
   std::uint64_t t = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
     RegionLogEvent e;
-    const std::uint64_t dt = r.varint();
+    const std::uint64_t dt = r.u64();
     if (dt > UINT64_MAX - t) r.fail("time overflows");
     t += dt;
     e.timeNs = t;
-    const std::uint64_t code = r.varint();
+    const std::uint64_t code = r.u64();
     if ((code >> 2) > UINT32_MAX) r.fail("region id exceeds 32 bits");
     e.region = static_cast<RegionId>(code >> 2);
     e.enter = (code & 2) != 0;
     e.hasAttr = (code & 1) != 0;
     if (e.hasAttr && !e.enter) r.fail("an exit event with an attribute");
     if (e.hasAttr) {
-      const std::uint64_t z = r.varint();
+      const std::uint64_t z = r.u64();
       e.attr = static_cast<std::int64_t>(z >> 1) ^ -static_cast<std::int64_t>(z & 1);
     }
     out.push_back(e);

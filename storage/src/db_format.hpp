@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "csp/storage/bytes.hpp"
 #include "csp/storage/database.hpp"
 
 namespace csp::storage::format {
@@ -46,30 +47,12 @@ class FormatError : public std::runtime_error {
 inline constexpr std::size_t kProfileBlockValues = 512;
 inline constexpr std::size_t kNodeBlockValues = 1024;
 
-// --- primitive encodings --------------------------------------------------------------------
-void putBe16(std::string& out, std::uint16_t v);
-void putBe32(std::string& out, std::uint32_t v);
-void putVarint(std::string& out, std::uint64_t v);
-void putBytes(std::string& out, std::string_view bytes);  // varint length + bytes
-
-class Reader {
- public:
-  explicit Reader(std::string_view data, const char* what) : data_(data), what_(what) {}
-  bool done() const { return pos_ == data_.size(); }
-  std::uint8_t u8();
-  std::uint16_t be16();
-  std::uint32_t be32();
-  std::uint64_t varint();
-  std::uint32_t varint32();
-  std::string bytes();
-  void expectDone();
-  [[noreturn]] void fail(const std::string& problem) const;
-
- private:
-  std::string_view data_;
-  std::size_t pos_ = 0;
-  const char* what_;
-};
+// --- primitive encodings: the one byte codec (csp/storage/bytes.hpp) ---------------------------
+using storage::putBe16;
+using storage::putBe32;
+using storage::putBytes;  // varint length + bytes
+using storage::putVarint;
+using Reader = ByteReader<FormatError>;
 
 // --- keys ------------------------------------------------------------------------------------
 std::string nodeKey(NodeId id);                                   // be32

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "csp/storage/bytes.hpp"
+
 namespace csp::reduce {
 
 // Thrown by a collective on the healthy ranks when another rank has failed.
@@ -98,31 +100,10 @@ class Comm {
   mutable std::vector<std::function<void()>> abortHooks_;
 };
 
-// Little helpers to build and parse the byte messages.
-class Packer {
- public:
-  void u64(std::uint64_t v);
-  void text(const std::string& s);
-  void bytes(const std::vector<std::byte>& b);
-  std::vector<std::byte> take() { return std::move(out_); }
-
- private:
-  std::vector<std::byte> out_;
-};
-
-class Unpacker {
- public:
-  explicit Unpacker(const std::vector<std::byte>& in) : in_(in) {}
-  std::uint64_t u64();
-  std::string text();
-  std::vector<std::byte> bytes();
-  bool done() const { return at_ == in_.size(); }
-
- private:
-  void need(std::size_t n) const;
-  const std::vector<std::byte>& in_;
-  std::size_t at_ = 0;
-};
+// The messages between ranks are written and read with the one byte codec
+// (csp/storage/bytes.hpp); a malformed message throws std::runtime_error.
+using Packer = storage::ByteWriter<std::vector<std::byte>>;
+using Unpacker = storage::ByteReader<std::runtime_error>;
 
 // Test hook (docs/postprocessing.md): CSP_FAULT_INJECT="RANK:PHASE[:ACTION],..." makes rank RANK
 // fail at the start of PHASE (read, structure, metrics, exchange, merge, publish). ACTION is

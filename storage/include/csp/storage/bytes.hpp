@@ -1,0 +1,194 @@
+// The one byte codec of CSP: what the database values (storage/src/db_format.cpp), the
+// accumulator encodings (metrics/src/encoding.cpp), csp-prof-mpi's messages between ranks and
+// the canonical CCT's structure messages (reduce/) are written with and read back by.
+//
+// Primitives: u8, big-endian be16/be32 (database keys: they sort numerically), LEB128 varints of
+// up to 128 bits, little-endian IEEE doubles, and length-prefixed byte strings (varint length).
+// The reader never reads out of bounds and rejects truncation, overlong varints, values that do
+// not fit and NaN doubles with an error that names what was being decoded and the byte offset.
+// Header-only: metrics/ uses it without linking storage.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace csp::storage {
+
+__extension__ using Uint128 = unsigned __int128;
+
+// Undecodable bytes (the default error type of ByteReader).
+class BytesError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Appends to a std::string (database keys and values) or a std::vector<std::byte> (messages).
+template <class Out = std::string>
+class ByteWriter {
+ public:
+  ByteWriter() = default;
+  explicit ByteWriter(Out initial) : out_(std::move(initial)) {}
+
+  void u8(std::uint8_t v) { out_.push_back(static_cast<Elem>(v)); }
+  void be16(std::uint16_t v) {
+    u8(static_cast<std::uint8_t>(v >> 8));
+    u8(static_cast<std::uint8_t>(v));
+  }
+  void be32(std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) u8(static_cast<std::uint8_t>(v >> shift));
+  }
+  void varint(Uint128 v) {
+    while (v >= 0x80) {
+      u8(static_cast<std::uint8_t>((static_cast<unsigned>(v) & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    u8(static_cast<std::uint8_t>(v));
+  }
+  void u64(std::uint64_t v) { varint(v); }
+  void real(double v) {
+    auto bits = std::bit_cast<std::uint64_t>(v);
+    for (int i = 0; i < 8; ++i, bits >>= 8) u8(static_cast<std::uint8_t>(bits & 0xff));
+  }
+  // Varint length, then the bytes.
+  void text(std::string_view s) {
+    varint(s.size());
+    raw(s);
+  }
+  void bytes(std::span<const std::byte> b) {
+    text(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  }
+  void raw(std::string_view s) {
+    const auto* p = reinterpret_cast<const Elem*>(s.data());
+    out_.insert(out_.end(), p, p + s.size());
+  }
+
+  const Out& view() const { return out_; }
+  Out take() { return std::move(out_); }
+
+ private:
+  using Elem = typename Out::value_type;
+  Out out_;
+};
+
+// Free-function forms for appending to an existing string (key and value builders).
+inline void putBe16(std::string& out, std::uint16_t v) {
+  out.push_back(static_cast<char>(v >> 8));
+  out.push_back(static_cast<char>(v));
+}
+inline void putBe32(std::string& out, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+inline void putVarint(std::string& out, Uint128 v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((static_cast<unsigned>(v) & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+inline void putDouble(std::string& out, double v) {
+  auto bits = std::bit_cast<std::uint64_t>(v);
+  for (int i = 0; i < 8; ++i, bits >>= 8) out.push_back(static_cast<char>(bits & 0xff));
+}
+inline void putBytes(std::string& out, std::string_view bytes) {
+  putVarint(out, bytes.size());
+  out.append(bytes);
+}
+
+// Reads what ByteWriter wrote. Errors are thrown as `Error` (constructible from a string):
+// "WHAT: PROBLEM at byte N of SIZE".
+template <class Error = BytesError>
+class ByteReader {
+ public:
+  ByteReader(std::string_view data, std::string_view what) : data_(data), what_(what) {}
+  ByteReader(std::span<const std::byte> data, std::string_view what)
+      : data_(reinterpret_cast<const char*>(data.data()), data.size()), what_(what) {}
+  explicit ByteReader(const std::vector<std::byte>& data, std::string_view what = "internal message")
+      : ByteReader(std::span<const std::byte>(data), what) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw Error(std::string(what_) + ": " + problem + " at byte " + std::to_string(pos_) + " of " +
+                std::to_string(data_.size()));
+  }
+
+  bool done() const { return pos_ == data_.size(); }
+  std::size_t position() const { return pos_; }
+  std::size_t remaining() const { return data_.size() - pos_; }
+  void expectDone() const {
+    if (!done()) fail("trailing bytes");
+  }
+
+  std::uint8_t u8() {
+    if (pos_ >= data_.size()) fail("truncated");
+    return static_cast<std::uint8_t>(data_[pos_++]);
+  }
+  std::uint16_t be16() {
+    const std::uint16_t hi = u8();
+    return static_cast<std::uint16_t>(hi << 8 | u8());
+  }
+  std::uint32_t be32() {
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v = v << 8 | u8();
+    return v;
+  }
+
+  // LEB128 of at most `bits` significant bits; rejects truncation, overlong forms (a redundant
+  // trailing zero group) and values that do not fit.
+  Uint128 varint(unsigned bits) {
+    Uint128 v = 0;
+    unsigned shift = 0;
+    for (;;) {
+      if (pos_ >= data_.size()) fail("truncated varint");
+      const auto byte = static_cast<unsigned char>(data_[pos_++]);
+      const Uint128 group = byte & 0x7f;
+      if (shift >= bits || (bits - shift < 7 && (group >> (bits - shift)) != 0))
+        fail("varint does not fit " + std::to_string(bits) + " bits");
+      v |= group << shift;
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && shift > 0) fail("overlong varint");
+        return v;
+      }
+      shift += 7;
+    }
+  }
+  std::uint64_t u64() { return static_cast<std::uint64_t>(varint(64)); }
+  std::uint32_t u32() { return static_cast<std::uint32_t>(varint(32)); }
+
+  double real() {
+    if (remaining() < 8) fail("truncated double");
+    std::uint64_t bits = 0;
+    for (int i = 7; i >= 0; --i) bits = (bits << 8) | static_cast<unsigned char>(data_[pos_ + static_cast<std::size_t>(i)]);
+    pos_ += 8;
+    const double v = std::bit_cast<double>(bits);
+    if (std::isnan(v)) fail("NaN");
+    return v;
+  }
+
+  // A length-prefixed byte string, as a view into the input.
+  std::string_view textView() {
+    const std::uint64_t n = u64();
+    if (n > remaining()) fail("truncated string");
+    const std::string_view s = data_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  std::string text() { return std::string(textView()); }
+  std::vector<std::byte> bytes() {
+    const std::string_view s = textView();
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    return std::vector<std::byte>(p, p + s.size());
+  }
+
+ private:
+  std::string_view data_;
+  std::string_view what_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace csp::storage
