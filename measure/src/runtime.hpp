@@ -47,14 +47,16 @@ Config readConfig();
 // thread's signal handler writes it; a writer reads it only after taking the thread's state to
 // Closed.
 
-struct CctNode {
+// One node of the sampled tree: keyed by address (return addresses, the leaf PC), not yet a
+// canonical CCT node (storage::CctNode, built by csp-prof-mpi from these).
+struct ArenaNode {
   std::uint64_t address;  // leaf: interrupted PC; interior: return address
   std::uint32_t parent;
   std::uint64_t count[kMaxEvents];
 };
 
 struct CctArena {
-  CctNode* nodes = nullptr;
+  ArenaNode* nodes = nullptr;
   std::uint32_t* table = nullptr;  // open addressing, node index + 1, 0 = empty
   std::uint64_t* path = nullptr;   // scratch for one unwind, maxDepth entries
   std::uint32_t capacity = 0;

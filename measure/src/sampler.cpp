@@ -161,7 +161,7 @@ inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t addr
     if (e == 0) {
       if (a.size == a.capacity) return kFull;
       const std::uint32_t n = a.size;
-      CctNode& node = a.nodes[n];
+      ArenaNode& node = a.nodes[n];
       node.address = address;
       node.parent = parent;
       for (auto& c : node.count) c = 0;
@@ -169,7 +169,7 @@ inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t addr
       a.size = n + 1;
       return n;
     }
-    const CctNode& node = a.nodes[e - 1];
+    const ArenaNode& node = a.nodes[e - 1];
     if (node.address == address && node.parent == parent) return e - 1;
   }
 }
@@ -424,7 +424,7 @@ void takeBackAltStack(ThreadState& t) {
 bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   std::uint32_t tableSize = 1;
   while (tableSize < 2 * maxNodes) tableSize <<= 1;  // load factor <= 1/2 keeps probes short
-  const std::size_t nodeBytes = std::size_t{maxNodes} * sizeof(CctNode);
+  const std::size_t nodeBytes = std::size_t{maxNodes} * sizeof(ArenaNode);
   const std::size_t tableBytes = std::size_t{tableSize} * sizeof(std::uint32_t);
   const std::size_t pathBytes = std::size_t{maxDepth} * sizeof(std::uint64_t);
   const std::size_t bytes = nodeBytes + tableBytes + pathBytes;
@@ -432,7 +432,7 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
   auto* base = static_cast<char*>(m);
-  a.nodes = reinterpret_cast<CctNode*>(base);
+  a.nodes = reinterpret_cast<ArenaNode*>(base);
   a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
   a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
   a.capacity = maxNodes;

@@ -17,6 +17,9 @@
 
 namespace csp::reduce {
 
+// A canonical CCT node while csp-prof-mpi builds the tree: its identity below the parent as a
+// hashable ScopeKey whose strings are ids of the process-local StringTable. The stage that
+// writes the database turns it into the persisted storage::CctNode (database string ids).
 struct CctNode {
   std::uint32_t parent = kNoIndex;
   ScopeKey key;
