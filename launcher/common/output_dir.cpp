@@ -20,7 +20,10 @@ std::string notAMeasurementDirectory(const fs::path& existing) {
   if (ec || st.type() != fs::file_type::directory) return "not a directory";
   for (fs::directory_iterator it(existing, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool profileName = name.ends_with(".cspprof") || name.find(".cspprof.tmp.") != std::string::npos;
+    // Profiles, bundles, their temporaries and the JIT symbol maps kept beside them.
+    const bool profileName = name.ends_with(".cspprof") || name.find(".cspprof.tmp.") != std::string::npos ||
+                             name.ends_with(".cspbundle") ||
+                             (name.starts_with("perf-") && name.ends_with(".map"));
     if (!profileName || it->symlink_status(ec).type() != fs::file_type::regular)
       return fmt::format("not a measurement directory (it holds '{}')", name);
   }

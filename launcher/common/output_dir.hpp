@@ -14,8 +14,9 @@ class OutputDirError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The guard of csp-gen and csp-run outputs: only a directory of profiles (regular *.cspprof
-// files, their temporaries) or an empty one may be replaced; anything else is a user's.
+// The guard of csp-gen and csp-run outputs: only a directory of profiles (regular *.cspprof and
+// *.cspbundle files, profile temporaries, perf-*.map copies) or an empty one may be replaced;
+// anything else is a user's.
 std::string notAMeasurementDirectory(const std::filesystem::path& existing);
 
 class StagedDirectory {

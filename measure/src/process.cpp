@@ -6,7 +6,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -51,9 +53,10 @@ std::vector<ThreadState*>& registry() {
   return *r;
 }
 
-void finalizeOwnThread(ThreadState* t);
+void finalizeOwnThread(ThreadState* t, bool atExit);
 
-void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p)); }
+// A thread that ends while the process goes on: its profile goes into the process's bundle.
+void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p), false); }
 
 ThreadState* beginThread(std::uint32_t index) {
   auto* t = new (std::nothrow) ThreadState;
@@ -175,13 +178,140 @@ void finalizeWithRoomToWrite(ThreadState* t) {
     munmap(stack, kWriterStackBytes);
 }
 
-void finalizeOwnThread(ThreadState* t) {
+// ---- ended threads: written by a thread of ours ------------------------------------------------
+// A thread that ends while the process runs only closes its state and queues it; the profile is
+// built and appended to the process's bundle by a writer thread (created at the first end, all
+// signals blocked, not measured), so that thread exit stays cheap on the program's critical
+// path (pthread_join waits for it). The queue is bounded: past kMaxQueued an ending thread writes
+// its own profile. Exit, a termination signal, exec and fork take what is queued first.
+
+constexpr std::size_t kMaxQueued = 1024;
+constinit std::mutex g_endedMutex;
+constinit std::atomic<int> g_endedSignal{0};  // futex word: bumped on every enqueue
+constinit bool g_bundleWriterStarted = false;  // under g_endedMutex
+constinit bool g_bundleWriterFailed = false;
+std::vector<ThreadState*>& endedQueue() {
+  static auto* q = new std::vector<ThreadState*>;
+  return *q;
+}
+
+long futexCall(std::atomic<int>* word, int op, int value) {
+  return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, nullptr, nullptr, 0);
+}
+
+// Writes a closed, unregistered state and frees it.
+void writeEnded(ThreadState* t) {
+  writeThreadProfile(*t);
+  unmapArena(t->cct);
+  destroyRegionState(t->regions);
+  delete t;
+}
+
+// Takes the whole queue. Every queued state still counts in g_writing (from its thread's
+// claim) until it is written, so that a termination waiting for writes also waits for these.
+std::vector<ThreadState*> takeEnded() {
+  TerminationGuard guard;
+  std::lock_guard lock(g_endedMutex);
+  std::vector<ThreadState*> taken;
+  taken.swap(endedQueue());
+  return taken;
+}
+
+void writeTaken(std::vector<ThreadState*>& taken) {
+  for (ThreadState* t : taken) {
+    writeEnded(t);
+    g_writing.fetch_sub(1);
+  }
+  taken.clear();
+}
+
+void* bundleWriterMain(void*) {
+  for (;;) {
+    const int seen = g_endedSignal.load();
+    auto taken = takeEnded();
+    if (taken.empty()) {
+      futexCall(&g_endedSignal, FUTEX_WAIT_PRIVATE, seen);
+      continue;
+    }
+    writeTaken(taken);
+  }
+  return nullptr;
+}
+
+// Caller holds g_endedMutex.
+void startBundleWriter() {
+  g_bundleWriterStarted = true;  // one attempt per process: if it fails, threads write their own
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 1u << 20);  // building a profile needs room (Cap'n Proto, fmt)
+  pthread_t writer;
+  if (g_realPthreadCreate != nullptr && g_realPthreadCreate(&writer, &attr, bundleWriterMain, nullptr) == 0)
+    pthread_setname_np(writer, "csp-bundle");
+  else
+    g_bundleWriterStarted = false, g_bundleWriterFailed = true;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
+// Queues a closed, unregistered state for the writer thread; false if the caller must write it.
+bool enqueueEnded(ThreadState* t) {
+  {
+    TerminationGuard guard;
+    std::lock_guard lock(g_endedMutex);
+    if (!g_bundleWriterStarted && !g_bundleWriterFailed) startBundleWriter();
+    if (!g_bundleWriterStarted || endedQueue().size() >= kMaxQueued) return false;
+    endedQueue().push_back(t);
+  }
+  g_endedSignal.fetch_add(1);
+  futexCall(&g_endedSignal, FUTEX_WAKE_PRIVATE, 1);
+  return true;
+}
+
+}  // namespace
+
+// Writes what is queued now, in the calling thread (exit, termination, exec).
+void writeEndedThreadsNow() {
+  auto taken = takeEnded();
+  writeTaken(taken);
+}
+
+namespace {
+
+void finalizeOwnThread(ThreadState* t, bool atExit) {
   if (t == nullptr) return;
   // A termination signal now would wait for this write; blocking it here keeps the writer of a
   // termination from finding this thread half-finished.
   TerminationGuard guard;
-  if (!claim(t)) return;
+  // Counted from before the claim: a termination (handled by another thread) that no longer
+  // finds this thread in the registry waits for its profile all the same.
+  g_writing.fetch_add(1);
+  if (!claim(t)) {
+    g_writing.fetch_sub(1);
+    return;
+  }
   stopTimers(*t);  // before anything slow: samples of csp's own exit work are of no use
+  t->toBundle = !atExit;
+  if (!atExit) {
+    // Close the state here (light work, fine on a small stack) and leave the writing to the
+    // writer thread. The thread's own things go first: after the queueing, t is the writer's,
+    // and so is the count in g_writing.
+    closeToHandler(t);
+    closeRegionState(t->regions);
+    t->endNs = realtimeNs();
+    tlsThread = nullptr;
+    takeBackAltStack(*t);
+    if (enqueueEnded(t)) return;
+    finalizeWithRoomToWrite(t);  // the writer thread is busy enough: write it here
+    unmapArena(t->cct);
+    destroyRegionState(t->regions);
+    delete t;
+    g_writing.fetch_sub(1);
+    return;
+  }
   finalizeWithRoomToWrite(t);
   tlsThread = nullptr;
   takeBackAltStack(*t);
@@ -189,6 +319,7 @@ void finalizeOwnThread(ThreadState* t) {
   unmapArena(t->cct);
   destroyRegionState(t->regions);
   delete t;
+  g_writing.fetch_sub(1);
 }
 
 // Writes every registered thread's profile except the caller's. Other threads may still run
@@ -210,8 +341,11 @@ void finalizeOthers() {
 void finalizeAll() {
   TerminationGuard guard;  // the process is ending anyway; a signal now would only cut the writes short
   if (ThreadState* self = tlsThread; self != nullptr) stopTimers(*self);
-  finalizeOwnThread(tlsThread);
+  finalizeOwnThread(tlsThread, true);
   finalizeOthers();
+  writeEndedThreadsNow();
+  // A profile the writer thread took before is finished before the process ends.
+  for (int spins = 0; g_writing.load() != 0 && spins < 20000; ++spins) usleep(100);
 }
 
 struct StartInfo {
@@ -233,10 +367,14 @@ void* trampoline(void* p) {
 // its lock held by a thread that does not exist there).
 void atforkPrepare() {
   pauseSampling();
+  g_endedMutex.lock();
   g_registryMutex.lock();
+  lockWriterForFork();
 }
 void atforkParent() {
+  unlockWriterAfterFork();
   g_registryMutex.unlock();
+  g_endedMutex.unlock();
   resumeSampling();
 }
 void atforkChild();
@@ -274,7 +412,14 @@ bool isDescendantProcess() { return g_descendant; }
 namespace {
 
 void atforkChild() {
+  unlockWriterAfterFork();
   g_registryMutex.unlock();
+  // Queued states are the parent's to write; the writer thread is not in the child.
+  endedQueue().clear();
+  g_writing.store(0);  // the parent's writes in flight
+  g_bundleWriterStarted = false;
+  g_bundleWriterFailed = false;
+  g_endedMutex.unlock();
   resumeSampling();
   // Other threads' states are copies of the parent's; their profiles are the parent's to write.
   ThreadState* self = tlsThread;
@@ -302,6 +447,7 @@ void atforkChild() {
 
 void writeAllProfilesNow() {
   finalizeOthers();  // the helper thread itself is not registered
+  writeEndedThreadsNow();
   // Threads that are writing their own profile right now finish first.
   for (int spins = 0; g_writing.load() != 0 && spins < 2000; ++spins) usleep(1000);
 }
@@ -448,6 +594,8 @@ Fn nextSymbol(const char* name) {
 struct ExecGuard {
   ThreadState* t = tlsThread;
   ExecGuard() {
+    // Profiles of threads that ended before are written now: the writer thread ends with the image.
+    writeEndedThreadsNow();
     if (t == nullptr || t->timerCount == 0 || samplingSignal() == 0) return;
     sigset_t sampling, saved;
     sigemptyset(&sampling);

@@ -128,6 +128,9 @@ struct ThreadState {
   std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
   std::uint64_t quietUntilNs = 0;      // thread CPU time before which samples are throttled
   bool timersStopped = false;
+  // The thread ended while the process runs: its profile is appended to the process's bundle
+  // (one file per process, docs/profile-format.md) instead of a file of its own.
+  bool toBundle = false;
   CctArena cct;
   void* altStack = nullptr;  // our alternate signal stack, if the thread got one from us
   RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
@@ -195,6 +198,8 @@ class TerminationGuard {
 // Writes the profile of every thread still registered (termination: the threads keep running;
 // their arenas stay mapped).
 void writeAllProfilesNow();
+// Writes the profiles of ended threads still queued for the writer thread (exit, exec).
+void writeEndedThreadsNow();
 
 // ---------------------------------------------------------------------------------------------
 // Load map: every module seen in this process (kept after dlclose so that old samples still
@@ -216,6 +221,8 @@ void setMpiRank(long rank);
 // id tuples then carry its pid, so that they never repeat the first process's (or the rank's).
 bool isDescendantProcess();
 void writeThreadProfile(ThreadState& t);  // t must be Closed
+void lockWriterForFork();
+void unlockWriterAfterFork();
 void reportOnce(const char* key, const std::string& message);
 // Writes to stderr, ignoring failure: the program may have closed it (gawk does at exit), and a
 // diagnostic must never throw or stop the program.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "csp/storage/profile_io.hpp"
@@ -53,6 +54,8 @@ struct ProcessFacts {
   std::string hostname, executable;
   std::vector<std::string> commandLine;
   bool directoryReady = false;
+  // Profiles of threads that end while the process runs (created at the first of them).
+  std::unique_ptr<storage::ProfileBundleWriter> bundle;
 };
 
 constinit std::mutex g_factsMutex;
@@ -99,16 +102,17 @@ bool makeDirectories(const std::string& dir) {
 }
 
 void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
+  const CctArena& a = t.cct;
+  p.cct.parent.push_back(kNoIndex);
+  p.cct.frame.push_back(kNoIndex);
+  if (a.size <= 1) return;  // never sampled (most short threads): no frame, so no module is needed
   const auto snapshot = loadMapSnapshot();
   const auto& modules = *snapshot;
   for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
   std::uint32_t unknownModule = kNoIndex;
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
-  const CctArena& a = t.cct;
   p.cct.parent.reserve(a.size);
   p.cct.frame.reserve(a.size);
-  p.cct.parent.push_back(kNoIndex);
-  p.cct.frame.push_back(kNoIndex);
   for (std::uint32_t i = 1; i < a.size; ++i) {
     const std::uint64_t address = a.nodes[i].address;
     auto [it, inserted] = frameOf.try_emplace(address, static_cast<std::uint32_t>(p.addressFrames.size()));
@@ -226,6 +230,11 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
 
 void setMpiRank(long rank) { g_mpiRank.store(rank); }
 
+// fork: the writer thread may be appending to the bundle; the child must not inherit the lock
+// held by a thread it does not have.
+void lockWriterForFork() { g_factsMutex.lock(); }
+void unlockWriterAfterFork() { g_factsMutex.unlock(); }
+
 void writeThreadProfile(ThreadState& t) {
   try {
     ThreadProfile p;
@@ -275,7 +284,7 @@ void writeThreadProfile(ThreadState& t) {
     }
     p.strings.push_back("");
     p.frameKind = FrameKind::Address;
-    refreshLoadMap();
+    if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module
     fillAddressProfile(t, p);
     fillRegions(t, p);
     p.stats.samples = t.samples;
@@ -295,9 +304,23 @@ void writeThreadProfile(ThreadState& t) {
     settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
     settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
 
-    const std::string file = dir + "/" + storage::profileFileName(p.identity);
-    storage::writeProfile(p, file);
-    capturePerfMap(dir, p.identity);
+    std::string file;
+    if (t.toBundle) {
+      TerminationGuard guard;
+      std::lock_guard lock(g_factsMutex);
+      ProcessFacts& facts = processFacts();
+      if (!facts.bundle)
+        facts.bundle = std::make_unique<storage::ProfileBundleWriter>(dir + "/" + storage::bundleFileName(p.identity));
+      facts.bundle->append(p);
+      file = facts.bundle->path().string();
+    } else {
+      file = dir + "/" + storage::profileFileName(p.identity);
+      storage::writeProfile(p, file);
+    }
+    // The JIT map only grows: the copy made when the process's last profiles are written (at
+    // exit, or on a termination signal) is the complete one; a copy per ending thread would
+    // only cost a stat each.
+    if (!t.toBundle) capturePerfMap(dir, p.identity);
     if (c.verbose > 0) {
       say(fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
                          "{} regions -> {}\n",

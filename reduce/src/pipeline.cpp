@@ -41,13 +41,6 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-// For balancing only: what cannot be sized (no regular file) is reported when it is read.
-std::uint64_t sizeOrZero(const fs::path& file) {
-  std::error_code ec;
-  const auto size = fs::file_size(file, ec);
-  return ec ? 0 : static_cast<std::uint64_t>(size);
-}
-
 // A metric as first seen, with the profile it was first seen in (for messages).
 struct MetricOrigin {
   MetricDescriptor descriptor;
@@ -372,14 +365,14 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() const {
       try {
         std::size_t before = found.size();
         for (const auto* source : profileSources())
-          for (const auto& f : source->list(input)) found.push_back({f, sizeOrZero(f), source});
+          for (const auto& f : source->list(input)) found.push_back({f, source->bytes(f), source});
         if (found.size() == before)
           errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
       } catch (const std::exception& e) {
         errors.push_back(e.what());
       }
     } else if (const auto* source = sourceFor(input); source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
-      found.push_back({input, sizeOrZero(input), source});
+      found.push_back({input, source->bytes(input), source});
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
     } else {
@@ -391,11 +384,12 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() const {
   throwIfAny(errors);
   // A file listed twice (a directory given twice, a profile given beside its directory, links)
   // would count every value twice.
-  std::map<std::pair<dev_t, ino_t>, std::string> seen;
+  std::map<std::tuple<dev_t, ino_t, std::uint64_t>, std::string> seen;
   for (const auto& f : found) {
+    const auto [file, offset] = f.source->place(f.path);  // a bundle holds several profiles
     struct stat st {};
-    if (::stat(f.path.c_str(), &st) != 0) continue;  // reported when it is read
-    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino}, f.path.string());
+    if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
+    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path.string());
     if (!fresh)
       errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
@@ -444,29 +445,166 @@ ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& 
   return profile;
 }
 
+namespace {
+
+bool isBundle(const std::filesystem::path& file) { return file.extension() == kBundleExtension; }
+
+// Length of the record at `offset` as its header announces it, clipped to what the file holds
+// (a truncated record is then reported by the parser).
+std::size_t recordLength(std::span<const std::byte> bundle, std::uint64_t offset) {
+  const std::uint64_t left = bundle.size() - offset;
+  if (left < sizeof(Header)) return static_cast<std::size_t>(left);
+  Header h;
+  std::memcpy(&h, bundle.data() + offset, sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return static_cast<std::size_t>(left);
+  if (h.payloadBytes > left - sizeof h) return static_cast<std::size_t>(left);
+  return static_cast<std::size_t>(sizeof h + h.payloadBytes);
+}
+
+// Record offsets of a bundle. A record whose header is damaged or that runs past the end ends
+// the list (it is listed itself, so that reading it reports the damage).
+std::vector<std::uint64_t> bundleRecords(std::span<const std::byte> bundle) {
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t at = 0;
+  while (at < bundle.size()) {
+    offsets.push_back(at);
+    const std::size_t n = recordLength(bundle, at);
+    Header h;
+    if (n < sizeof h) break;
+    std::memcpy(&h, bundle.data() + at, sizeof h);
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || n != sizeof h + h.payloadBytes) break;
+    at += n;
+  }
+  return offsets;
+}
+
+}  // namespace
+
+ProfileLocation locateProfile(const std::filesystem::path& entry) {
+  const std::string name = entry.filename().string();
+  const auto at = name.rfind('@');
+  if (at == std::string::npos || at + 1 == name.size()) return {entry, false, 0};
+  const std::string file = name.substr(0, at);
+  if (!file.ends_with(kBundleExtension)) return {entry, false, 0};
+  std::uint64_t offset = 0;
+  for (std::size_t i = at + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || offset > (UINT64_MAX - 9) / 10) return {entry, false, 0};
+    offset = offset * 10 + static_cast<std::uint64_t>(name[i] - '0');
+  }
+  return {entry.parent_path() / file, true, offset};
+}
+
+std::uint64_t profileBytes(const std::filesystem::path& entry) {
+  const ProfileLocation where = locateProfile(entry);
+  std::error_code ec;
+  if (!where.inBundle) {
+    const auto size = std::filesystem::file_size(entry, ec);
+    return ec ? 0 : size;
+  }
+  const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return 0;
+  Header h{};
+  const bool whole = ::pread(fd, &h, sizeof h, static_cast<off_t>(where.offset)) == static_cast<ssize_t>(sizeof h);
+  ::close(fd);
+  return whole && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 ? sizeof h + h.payloadBytes : 0;
+}
+
 ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions& options) {
-  MappedFile file(path);
-  return parseProfile(file.bytes(), path.string(), options);
+  const ProfileLocation where = locateProfile(path);
+  if (!where.inBundle) {
+    MappedFile file(path);
+    if (isBundle(path)) {
+      const auto records = bundleRecords(file.bytes());
+      if (records.size() != 1)
+        throw ProfileError(path.string(), fmt::format("a bundle of {} thread profiles; give its measurement "
+                                                      "directory instead",
+                                                      records.size()));
+    }
+    return parseProfile(file.bytes(), path.string(), options);
+  }
+  MappedFile file(where.file);
+  const auto bytes = file.bytes();
+  if (where.offset >= bytes.size())
+    throw ProfileError(path.string(), fmt::format("no record at byte {} of a {}-byte bundle", where.offset, bytes.size()));
+  return parseProfile(bytes.subspan(where.offset, recordLength(bytes, where.offset)), path.string(), options);
 }
 
 std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw ProfileError(dir.string(), std::filesystem::exists(dir) ? "not a directory" : "no such directory");
-  std::vector<std::filesystem::path> out;
+  std::vector<std::filesystem::path> files;
   // Every entry named like a profile, whatever it is: one that is no regular file (a FIFO, a
   // directory, a dangling link, a link loop, a device) is reported when read, naming it, or
   // skipped and recorded with --skip-invalid; never silently left out.
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().extension() == kProfileExtension) out.push_back(it->path());
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto ext = it->path().extension();
+    if (ext == kProfileExtension || ext == kBundleExtension) files.push_back(it->path());
+  }
   if (ec) throw ProfileError(dir.string(), "cannot list: " + ec.message());
-  std::sort(out.begin(), out.end());
+  std::sort(files.begin(), files.end());
+  std::vector<std::filesystem::path> out;
+  for (const auto& f : files) {
+    if (!isBundle(f)) {
+      out.push_back(f);
+      continue;
+    }
+    std::optional<MappedFile> bundle;
+    try {
+      bundle.emplace(f);
+    } catch (const ProfileError&) {
+      out.push_back(f);  // not a regular file, unreadable: reading it reports why
+      continue;
+    }
+    for (const std::uint64_t offset : bundleRecords(bundle->bytes()))
+      out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), offset));
+  }
   return out;
 }
 
-std::string profileFileName(const Identity& identity) {
+ProfileBundleWriter::~ProfileBundleWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ProfileBundleWriter::append(const ThreadProfile& profile) {
+  const auto image = serializeProfile(profile, path_.string());
+  if (fd_ < 0) {
+    // Exclusively, never through a link: a name that exists (a planted link, a file of a
+    // process with the same pid on another run) gets a suffix instead.
+    std::filesystem::path candidate = path_;
+    for (int k = 1; fd_ < 0; ++k) {
+      fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd_ >= 0) break;
+      if (errno != EEXIST || k == 100)
+        throw ProfileError(candidate.string(), "cannot create the bundle: " + errnoText());
+      candidate = path_.parent_path() /
+                  fmt::format("{}.{}{}", path_.stem().string(), k, kBundleExtension);
+    }
+    path_ = candidate;
+  }
+  std::size_t done = 0;
+  while (done < image.size()) {
+    const ssize_t n = ::write(fd_, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = n < 0 ? errnoText() : "no progress";
+      // Cut the partial record off: the bundle keeps only whole records. (If even that fails,
+      // the reader reports the truncated last record.)
+      [[maybe_unused]] const int cut = ::ftruncate(fd_, static_cast<off_t>(size_));
+      throw ProfileError(path_.string(), "append failed: " + err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  size_ += image.size();
+  ++records_;
+}
+
+namespace {
+
+std::string tupleName(const Identity& identity, bool withThread) {
   std::string name;
   for (const auto& e : identity.idTuple) {
+    if (!withThread && e.kind == IdKind::Thread) continue;
     if (!name.empty()) name += '-';
     switch (e.kind) {
       case IdKind::Node: name += fmt::format("n{:04}", e.value); break;
@@ -476,6 +614,19 @@ std::string profileFileName(const Identity& identity) {
       case IdKind::Process: name += fmt::format("p{:06}", e.value); break;
     }
   }
+  return name;
+}
+
+}  // namespace
+
+std::string bundleFileName(const Identity& identity) {
+  std::string name = tupleName(identity, false);
+  if (name.empty()) name = "process";
+  return fmt::format("{}.{}{}", name, identity.pid, kBundleExtension);
+}
+
+std::string profileFileName(const Identity& identity) {
+  std::string name = tupleName(identity, true);
   if (name.empty()) name = "thread";
   return fmt::format("{}.{}{}", name, identity.pid, kProfileExtension);
 }

@@ -4,8 +4,11 @@
 // writes the results (region "write"); all inside region "main". Reading and writing are
 // simulated by sleeping, pricing by computing.
 //   usage: blackscholes EXPECTED.txt [workers=4] [chunks=6]
-// EXPECTED.txt gets what the program measured itself (CLOCK_MONOTONIC around the region calls):
-//   main <ns> / read <ns> / write <ns> / large <thread index> <ns in chunks of size >= 4000>
+// EXPECTED.txt gets what the program measured itself with CLOCK_MONOTONIC, twice per region: the
+// outer reading encloses the region calls, the inner one is enclosed by them, so that the time
+// the measurement library records lies between the two whatever the scheduler does:
+//   main <outer ns> <inner ns> / read ... / write ... / large <thread index> <outer> <inner>
+// (large: the sums over the thread's chunks of size >= 4000).
 #include <time.h>
 
 #include <cmath>
@@ -18,6 +21,11 @@
 #include "csp/measure/regions.hpp"
 
 namespace {
+
+// A span read outside and inside the region calls.
+struct Span {
+  std::uint64_t outer = 0, inner = 0;
+};
 
 std::uint64_t nowNs() {
   timespec ts;
@@ -46,17 +54,25 @@ int main(int argc, char** argv) {
   }
   const int workers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int chunks = argc > 3 ? std::atoi(argv[3]) : 6;
-  std::vector<std::uint64_t> large(static_cast<std::size_t>(workers), 0);
-  std::uint64_t readNs = 0, writeNs = 0;
-  const std::uint64_t m0 = nowNs();
-  csp_region_begin("main", 0);
-  {
-    const std::uint64_t r0 = nowNs();
-    {
-      csp::Region read("read");
-      sleepMs(40);
-    }
-    readNs = nowNs() - r0;
+  std::vector<Span> large(static_cast<std::size_t>(workers));
+  Span mainSpan, readSpan, writeSpan;
+  // Runs `body` inside region `name` (attribute `attr` if non-negative) and adds both readings.
+  auto timed = [](Span& span, const char* name, std::uint64_t dynamicId, std::int64_t attr, auto&& body) {
+    const std::uint64_t o0 = nowNs();
+    if (attr >= 0)
+      csp_region_begin_attr(name, dynamicId, attr);
+    else
+      csp_region_begin(name, dynamicId);
+    const std::uint64_t i0 = nowNs();
+    body();
+    const std::uint64_t i1 = nowNs();
+    csp_region_end();
+    const std::uint64_t o1 = nowNs();
+    span.outer += o1 - o0;
+    span.inner += i1 - i0;
+  };
+  timed(mainSpan, "main", 0, -1, [&] {
+    timed(readSpan, "read", 0, -1, [] { sleepMs(40); });
     std::vector<std::thread> threads;
     for (int w = 0; w < workers; ++w)
       threads.emplace_back([&, w] {
@@ -64,32 +80,32 @@ int main(int argc, char** argv) {
         double x = 0;
         for (int c = 0; c < chunks; ++c) {
           const int size = c % 2 == 0 ? 1000 : 4000;
-          const std::uint64_t c0 = nowNs();
-          {
-            csp::Region p("price", 0, size);
-            x += price(0.1 * w, size);
+          Span chunk;
+          timed(chunk, "price", 0, size, [&] { x += price(0.1 * w, size); });
+          if (size >= 4000) {
+            large[static_cast<std::size_t>(w)].outer += chunk.outer;
+            large[static_cast<std::size_t>(w)].inner += chunk.inner;
           }
-          if (size >= 4000) large[static_cast<std::size_t>(w)] += nowNs() - c0;
         }
         volatile double sink = x;
         (void)sink;
       });
     for (auto& t : threads) t.join();
-    const std::uint64_t w0 = nowNs();
-    {
-      csp::Region write("write");
-      sleepMs(30);
-    }
-    writeNs = nowNs() - w0;
-  }
-  csp_region_end();
-  const std::uint64_t mainNs = nowNs() - m0;
+    timed(writeSpan, "write", 0, -1, [] { sleepMs(30); });
+  });
   std::FILE* out = std::fopen(argv[1], "w");
   if (out == nullptr) return 1;
-  std::fprintf(out, "main %llu\nread %llu\nwrite %llu\n", static_cast<unsigned long long>(mainNs),
-               static_cast<unsigned long long>(readNs), static_cast<unsigned long long>(writeNs));
-  for (int w = 0; w < workers; ++w)
-    std::fprintf(out, "large %d %llu\n", w + 1, static_cast<unsigned long long>(large[static_cast<std::size_t>(w)]));
+  auto put = [&](const char* key, const Span& s) {
+    std::fprintf(out, "%s %llu %llu\n", key, static_cast<unsigned long long>(s.outer),
+                 static_cast<unsigned long long>(s.inner));
+  };
+  put("main", mainSpan);
+  put("read", readSpan);
+  put("write", writeSpan);
+  for (int w = 0; w < workers; ++w) {
+    std::fprintf(out, "large %d ", w + 1);
+    put("", large[static_cast<std::size_t>(w)]);
+  }
   std::fclose(out);
   return 0;
 }

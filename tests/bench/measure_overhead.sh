@@ -76,7 +76,8 @@ for ((i = 1; i <= runs; i++)); do
   rm -rf "$work/churn-meas"
   timed "$work/churn-measured" "$csprun" -o "$work/churn-meas" -- "$hostile" threads "$threads" 20000
 done
-profiles=$(find "$work/churn-meas" -name '*.cspprof' | wc -l)
+profiles=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import run; print(run.count_profiles(sys.argv[2]))' \
+  "$(dirname "$0")" "$work/churn-meas")
 cplain=$(cut -d' ' -f1 "$work/churn-plain" | median)
 cmeasured=$(cut -d' ' -f1 "$work/churn-measured" | median)
 cplainCpu=$(cut -d' ' -f2 "$work/churn-plain" | median)

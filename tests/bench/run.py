@@ -95,6 +95,26 @@ def log(msg):
 # Statistics
 
 
+def count_profiles(directory):
+    """Thread profiles in a measurement directory: one per *.cspprof file, and one per record of
+    every *.cspbundle (a process's ended threads, appended one after the other; each record starts
+    with the 32-byte profile header whose bytes 16-23 give the payload length, little-endian)."""
+    if not os.path.isdir(directory):
+        return 0
+    n = 0
+    for e in os.scandir(directory):
+        if e.name.endswith(".cspprof"):
+            n += 1
+        elif e.name.endswith(".cspbundle"):
+            with open(e.path, "rb") as f:
+                data = f.read()
+            at = 0
+            while at + 32 <= len(data) and data[at:at + 8] == b"CSPPROF\x1a":
+                n += 1
+                at += 32 + int.from_bytes(data[at + 16:at + 24], "little")
+    return n
+
+
 def stat(values, unit):
     """Median, min and max of a list of numbers (all runs kept for the JSON report)."""
     values = [float(v) for v in values]
@@ -560,7 +580,7 @@ class Suite:
         # An overhead is only meaningful if the profiler profiled: every one must have written output.
         for rate in self.p["rates"]:
             meas = os.path.join(self.tmp, f"csp-run-{rate}")
-            if not (os.path.isdir(meas) and any(f.endswith(".cspprof") for f in os.listdir(meas))):
+            if count_profiles(meas) == 0:
                 raise BenchError(f"csp-run -e cpu-time@{rate} wrote no profile into {meas}")
             for name, out in [(f"gperftools {rate}/s", f"gperf-{rate}.prof"),
                               (f"perf record -g {rate}/s", f"perf-{rate}.data")]:
@@ -589,7 +609,7 @@ class Suite:
     def thread_churn(self, run):
         """Thread churn: N short threads (about 70 us each, uninstrumented), one after the other;
         under csp-run every thread is registered, gets timers and an alternate signal stack, and
-        writes a profile of its own when it ends."""
+        hands its profile to the process's bundle writer when it ends."""
         hostile = self.tool("tests/apps/csp-app-hostile", "ninja -C build csp-app-hostile")
         threads = str(self.p["churn_threads"])
         iterations = "20000"
@@ -599,7 +619,7 @@ class Suite:
                      self.env)]
         res = self.interleaved(variants, self.p["overhead_runs"], "thread churn")
         # Every run (the warm-up included) adds its own profiles: file names carry the pid.
-        written = len([f for f in os.listdir(meas) if f.endswith(".cspprof")]) if os.path.isdir(meas) else 0
+        written = count_profiles(meas)
         per_run = int(threads) + 1
         if written == 0 or written % per_run != 0:
             raise BenchError(f"thread churn: {written} profiles in {meas}, not a multiple of {per_run}")

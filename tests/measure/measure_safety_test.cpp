@@ -403,8 +403,9 @@ TEST(MeasureSafety, RelativeOutputSurvivesChdir) {
   EXPECT_FALSE(fs::exists(base / "elsewhere" / "meas"));
 }
 
-// Item 6: thousands of short threads, each with its own (mostly empty) profile; the alternate
-// stacks are recycled and the sample arena is mapped only by threads that are sampled.
+// Item 6: thousands of short threads, each with its own (mostly empty) profile, appended to the
+// process's bundle; the alternate stacks are recycled and the sample arena is mapped only by
+// threads that are sampled.
 TEST(MeasureSafety, ThreadChurnWritesEveryProfile) {
   const fs::path dir = scratch("churn") / "meas";
   ASSERT_EQ(run("timeout -k 2 120 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
@@ -416,6 +417,33 @@ TEST(MeasureSafety, ThreadChurnWritesEveryProfile) {
   for (const auto& p : profiles) threads.insert(idOf(p, IdKind::Thread));
   EXPECT_EQ(threads.size(), 2001u);
   EXPECT_EQ(*threads.rbegin(), 2000u);
+  // One file for the main thread (written at exit), one bundle for the 2,000 that ended before.
+  std::map<std::string, int> files;
+  for (const auto& e : fs::directory_iterator(dir)) ++files[e.path().extension().string()];
+  EXPECT_EQ(files, (std::map<std::string, int>{{".cspbundle", 1}, {".cspprof", 1}}));
+}
+
+// SIGTERM in the middle of thread churn: every thread that ended (written by the writer thread,
+// queued for it, or between its end and the queue) and the one running keep their profiles:
+// the thread indices have no gap, and the bundle holds whole records only.
+TEST(MeasureSafety, TerminationDuringThreadChurnKeepsEveryEndedThread) {
+  for (int round = 0; round < 3; ++round) {
+    const fs::path dir = scratch("churn-term-" + std::to_string(round)) / "meas";
+    Child child({kCspRun, "-e", "cpu-time@1000", "-o", dir.string(), "--", kHostile, "threads", "10000000", "20000"});
+    ASSERT_GT(child.pid(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800 + 300 * round));
+    kill(child.pid(), SIGTERM);
+    const int status = child.wait(std::chrono::seconds(30));
+    ASSERT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << describe(status);
+    const auto profiles = readAll(dir);
+    std::set<std::uint64_t> threads;
+    for (const auto& p : profiles) threads.insert(idOf(p, IdKind::Thread));
+    ASSERT_GT(threads.size(), 100u) << "round " << round;
+    EXPECT_EQ(threads.size(), profiles.size()) << "round " << round;
+    EXPECT_EQ(*threads.rbegin() + 1, threads.size()) << "round " << round << ": a thread's profile is missing";
+    for (const auto& e : fs::directory_iterator(dir))
+      EXPECT_TRUE(e.path().extension() == ".cspprof" || e.path().extension() == ".cspbundle") << e.path();
+  }
 }
 
 // The sampling signal can be chosen; SIGPROF keeps working, with the program's own SIGPROF

@@ -11,9 +11,12 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include "common/db_dump.hpp"
+#include "csp/storage/profile_io.hpp"
 #include "common/test_support.hpp"
 
 using namespace csp;
@@ -120,6 +123,56 @@ TEST_P(ProfMatrix, EveryProcessCountGivesTheOneProcessDatabase) {
 
 INSTANTIATE_TEST_SUITE_P(Profiles, ProfMatrix, ::testing::Values(1, 2, 3, 7, 64, 1000),
                          [](const auto& info) { return std::to_string(info.param) + "profiles"; });
+
+// Bundles (csp-run appends the profiles of threads that end while their process runs to one
+// file per process): the same profiles, as bundles beside single files, give the same views,
+// and the same database for any process count; a bundle given twice is refused.
+TEST(ProfBundles, BundledProfilesGiveTheSameViewsForAnyProcessCount) {
+  TempDir dir("prof-bundles");
+  const auto files = unevenInput(dir, 64);
+  const auto bundled = dir / "bundled";
+  fs::create_directories(bundled);
+  std::map<std::uint32_t, std::unique_ptr<storage::ProfileBundleWriter>> bundles;
+  for (const auto& entry : storage::listProfiles(files)) {
+    const ThreadProfile p = storage::readProfile(entry);
+    const bool first = std::any_of(p.identity.idTuple.begin(), p.identity.idTuple.end(),
+                                   [](const IdElement& e) { return e.kind == IdKind::Thread && e.value == 0; });
+    if (first) {  // thread 0 of a process: a file of its own, as at exit
+      storage::writeProfile(p, bundled / storage::profileFileName(p.identity));
+      continue;
+    }
+    auto& b = bundles[p.identity.pid];
+    if (!b) b = std::make_unique<storage::ProfileBundleWriter>(bundled / storage::bundleFileName(p.identity));
+    b->append(p);
+  }
+  bundles.clear();
+  std::size_t bundleFiles = 0;
+  for (const auto& e : fs::directory_iterator(bundled)) bundleFiles += e.path().extension() == ".cspbundle";
+  ASSERT_EQ(bundleFiles, 32u);
+  ASSERT_EQ(storage::listProfiles(bundled).size(), 64u);
+
+  auto prof = [&](const fs::path& input, int ranks, const std::string& name) {
+    const auto db = dir / name;
+    const auto r = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + input.string() + " -o " +
+                       db.string());
+    EXPECT_EQ(r.status, 0) << name << ": " << r.output;
+    return db;
+  };
+  const auto fromFiles = prof(files, 1, "files");
+  const auto one = prof(bundled, 1, "bundled-np1");
+  for (const std::string o : {"", "--flat", "--callers", "--regions"})
+    EXPECT_EQ(views(one, o), views(fromFiles, o)) << "view '" << o << "'";
+  const auto oneDump = csp::test::dumpDatabase(one);
+  for (int ranks : {2, 3, 5}) {
+    const auto db = prof(bundled, ranks, "bundled-np" + std::to_string(ranks));
+    EXPECT_TRUE(csp::test::dumpDatabase(db) == oneDump) << "-np " << ranks;
+  }
+  const auto twice = run(limited(60, 1) + tool("csp-prof-mpi") + " -q " + bundled.string() + " " + bundled.string() +
+                         " -o " + (dir / "twice").string());
+  EXPECT_NE(twice.status, 0);
+  EXPECT_NE(twice.output.find("are the same profile"), std::string::npos) << twice.output;
+  EXPECT_NE(twice.output.find(".cspbundle@"), std::string::npos) << twice.output;
+}
 
 class ProfFailure : public ::testing::Test {
  protected:

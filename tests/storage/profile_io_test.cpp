@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -115,3 +117,149 @@ TEST(ListProfiles, MissingDirectoryIsAClearError) {
 }
 
 }  // namespace
+
+// ---- bundles: the profiles of a process's ended threads appended to one file ----------------
+
+namespace {
+
+ThreadProfile threadOf(std::uint64_t thread) {
+  ThreadProfile p = test::fullAddressProfile();
+  for (auto& e : p.identity.idTuple)
+    if (e.kind == IdKind::Thread) e.value = thread;
+  return p;
+}
+
+std::vector<fs::path> bundleOfThree(const fs::path& dir, fs::path* bundlePath = nullptr) {
+  storage::ProfileBundleWriter w(dir / storage::bundleFileName(threadOf(1).identity));
+  for (std::uint64_t t = 1; t <= 3; ++t) w.append(threadOf(t));
+  EXPECT_EQ(w.records(), 3u);
+  if (bundlePath != nullptr) *bundlePath = w.path();
+  return storage::listProfiles(dir);
+}
+
+std::string readError(const fs::path& entry) {
+  try {
+    storage::readProfile(entry);
+  } catch (const storage::ProfileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ProfileBundles, EveryRecordIsListedAndReadBack) {
+  TempDir dir;
+  storage::writeProfile(threadOf(0), dir.path() / storage::profileFileName(threadOf(0).identity));
+  fs::path bundle;
+  const auto entries = bundleOfThree(dir.path(), &bundle);
+  EXPECT_EQ(bundle.extension(), ".cspbundle");
+  EXPECT_EQ(bundle.filename().string().find("-t"), std::string::npos) << "named after the process, not a thread";
+  ASSERT_EQ(entries.size(), 4u);
+  for (std::uint64_t t = 0; t <= 3; ++t) {
+    EXPECT_EQ(storage::readProfile(entries[t]), threadOf(t)) << entries[t];
+    EXPECT_EQ(storage::profileBytes(entries[t]), storage::serializeProfile(threadOf(t)).size());
+  }
+  const auto where = storage::locateProfile(entries[2]);
+  EXPECT_TRUE(where.inBundle);
+  EXPECT_EQ(where.file, bundle);
+  EXPECT_EQ(where.offset, storage::serializeProfile(threadOf(1)).size());
+  EXPECT_FALSE(storage::locateProfile(entries[0]).inBundle);
+  // Given directly, a bundle of several profiles is refused with what to do instead.
+  EXPECT_NE(readError(bundle).find("give its measurement directory"), std::string::npos) << readError(bundle);
+}
+
+TEST(ProfileBundles, TruncatedLastRecordIsReportedAndTheOthersRead) {
+  TempDir dir;
+  fs::path bundle;
+  bundleOfThree(dir.path(), &bundle);
+  fs::resize_file(bundle, fs::file_size(bundle) - 100);  // killed in the middle of the last append
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
+  EXPECT_EQ(storage::readProfile(entries[1]), threadOf(2));
+  const std::string e = readError(entries[2]);
+  EXPECT_NE(e.find(entries[2].string()), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST(ProfileBundles, DamagedRecordEndsTheListingAndIsReported) {
+  TempDir dir;
+  fs::path bundle;
+  bundleOfThree(dir.path(), &bundle);
+  const auto second = storage::serializeProfile(threadOf(1)).size();
+  {
+    std::fstream f(bundle, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(second));
+    f.write("JUNKJUNK", 8);  // the second record's magic
+  }
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 2u) << "the records after a damaged header cannot be delimited";
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
+  EXPECT_NE(readError(entries[1]).find("bad magic"), std::string::npos) << readError(entries[1]);
+  // A damaged payload (checksum) leaves the framing intact: every record is listed.
+  TempDir other;
+  fs::path b2;
+  bundleOfThree(other.path(), &b2);
+  {
+    std::fstream f(b2, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(second + storage::kProfileHeaderBytes + 16));
+    f.write("\xff\xff\xff\xff", 4);
+  }
+  const auto all = storage::listProfiles(other.path());
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_NE(readError(all[1]).find("checksum mismatch"), std::string::npos) << readError(all[1]);
+  EXPECT_EQ(storage::readProfile(all[2]), threadOf(3));
+}
+
+TEST(ProfileBundles, CreatedExclusivelyNeverThroughALink) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path name = dir.path() / storage::bundleFileName(threadOf(1).identity);
+  fs::create_symlink(victim, name);
+  storage::ProfileBundleWriter w(name);
+  w.append(threadOf(1));
+  EXPECT_NE(w.path(), name);
+  EXPECT_EQ(w.path().extension(), ".cspbundle");
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  // The planted link is listed (and reported when read), the bundle's record too.
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(storage::readProfile(entries[1].string().find(w.path().string()) == 0 ? entries[1] : entries[0]),
+            threadOf(1));
+}
+
+// A full disk (here: the file-size limit) in the middle of an append: the partial record is cut
+// off again, so the bundle holds whole records only.
+TEST(ProfileBundles, FailedAppendLeavesOnlyWholeRecords) {
+  TempDir dir;
+  const fs::path name = dir.path() / storage::bundleFileName(threadOf(1).identity);
+  storage::ProfileBundleWriter w(name);
+  w.append(threadOf(1));
+  const auto whole = fs::file_size(w.path());
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old);
+  struct rlimit small = saved;
+  small.rlim_cur = whole + 100;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    w.append(threadOf(2));
+  } catch (const storage::ProfileError& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  EXPECT_NE(error.find("append failed"), std::string::npos) << error;
+  EXPECT_EQ(fs::file_size(w.path()), whole);
+  w.append(threadOf(3));  // and the bundle goes on
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
+  EXPECT_EQ(storage::readProfile(entries[1]), threadOf(3));
+}

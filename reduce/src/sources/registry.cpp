@@ -1,7 +1,16 @@
 // The list of input formats csp-prof-mpi understands.
 #include "csp/reduce/profile_source.hpp"
 
+#include <system_error>
+
 namespace csp::reduce {
+
+// For balancing only: what cannot be sized (no regular file) is reported when it is read.
+std::uint64_t ProfileSource::bytes(const std::filesystem::path& entry) const {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(entry, ec);
+  return ec ? 0 : static_cast<std::uint64_t>(size);
+}
 
 const std::vector<const ProfileSource*>& profileSources() {
   static const std::vector<const ProfileSource*> sources{&cspProfileSource()};

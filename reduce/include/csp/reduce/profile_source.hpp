@@ -5,7 +5,9 @@
 #pragma once
 
 #include <filesystem>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "csp/storage/profile.hpp"
@@ -24,6 +26,13 @@ class ProfileSource {
   // This format's profiles in a measurement directory, in the order that fixes profile ids
   // (sorted by name). Throws storage::ProfileError for an entry that cannot be listed.
   virtual std::vector<std::filesystem::path> list(const std::filesystem::path& directory) const = 0;
+  // The file an entry of list() is in and where in it (a bundle file holds several profiles):
+  // two entries at the same place of the same file are one profile given twice.
+  virtual std::pair<std::filesystem::path, std::uint64_t> place(const std::filesystem::path& entry) const {
+    return {entry, 0};
+  }
+  // Size of the entry's profile in bytes (it balances the work between ranks); 0 if unknown.
+  virtual std::uint64_t bytes(const std::filesystem::path& entry) const;
   // Reads and validates one profile. Throws storage::ProfileError (file and defect) for bad
   // input, so that --skip-invalid can record it.
   virtual ThreadProfile read(const std::filesystem::path& file) const = 0;

@@ -17,6 +17,11 @@ inline constexpr std::uint16_t kProfileFormatMajor = 1;
 inline constexpr std::uint16_t kProfileFormatMinor = 0;
 inline constexpr std::size_t kProfileHeaderBytes = 32;
 inline constexpr const char* kProfileExtension = ".cspprof";
+// A bundle: the profiles of the threads of one process that ended while it ran, appended one
+// after the other (each record is a complete profile image). One file per process instead of one
+// per thread keeps thread churn cheap, above all on file systems where creating a file costs
+// a metadata round trip (docs/profile-format.md, "Bundles").
+inline constexpr const char* kBundleExtension = ".cspbundle";
 
 // A profile that cannot be used. what() reads "<file>: <defect>".
 class ProfileError : public std::runtime_error {
@@ -58,9 +63,47 @@ void validateProfile(const ThreadProfile& profile, const std::string& name);
 // 64-bit checksum used in the file header.
 std::uint64_t profileChecksum(std::span<const std::byte> bytes);
 
-// Every *.cspprof file directly inside `dir`, sorted by name. Throws ProfileError if `dir` is
-// missing or not a directory.
+// The profiles directly inside `dir`: every *.cspprof file and every record of every *.cspbundle
+// file (as the entry "BUNDLE@OFFSET"), files sorted by name, records in the order they were
+// written. Throws ProfileError if `dir` is missing or not a directory. A damaged bundle lists
+// the record where the damage starts; reading that entry reports it.
 std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir);
+
+// Where an entry of listProfiles is: a file of its own, or a record of a bundle.
+struct ProfileLocation {
+  std::filesystem::path file;
+  bool inBundle = false;
+  std::uint64_t offset = 0;  // of the record in the bundle
+};
+ProfileLocation locateProfile(const std::filesystem::path& entry);
+// Bytes of the entry's profile image (0 if it cannot be read; reading it reports why).
+std::uint64_t profileBytes(const std::filesystem::path& entry);
+
+// Appends profiles to a bundle, created on the first append (exclusively: an existing file,
+// link or anything else under the name is never opened; the name then gets a suffix). A failed
+// append (a full disk) is cut off again, so that the bundle never holds part of a record; only
+// a process killed in the middle of a write leaves a truncated last record.
+class ProfileBundleWriter {
+ public:
+  explicit ProfileBundleWriter(std::filesystem::path path) : path_(std::move(path)) {}
+  ~ProfileBundleWriter();
+  ProfileBundleWriter(const ProfileBundleWriter&) = delete;
+  ProfileBundleWriter& operator=(const ProfileBundleWriter&) = delete;
+  // Validates and appends; throws ProfileError naming the bundle.
+  void append(const ThreadProfile& profile);
+  const std::filesystem::path& path() const { return path_; }
+  std::uint64_t records() const { return records_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+  std::uint64_t records_ = 0;
+};
+
+// Bundle name for a process: its id tuple without the thread, "<tuple>.<pid>.cspbundle", e.g.
+// "r000003.12345.cspbundle".
+std::string bundleFileName(const Identity& identity);
 
 // File name for a profile of this identity: "<idtuple>.<pid>.cspprof", e.g.
 // "r000003-t0001.12345.cspprof". Names sort by id tuple.
