@@ -188,6 +188,7 @@ void finalizeWithRoomToWrite(ThreadState* t) {
 constexpr std::size_t kMaxQueued = 1024;
 constinit std::mutex g_endedMutex;
 constinit std::atomic<int> g_endedSignal{0};  // futex word: bumped on every enqueue
+constinit std::atomic<bool> g_writerWaiting{false};  // a wake-up is needed (saves a system call per thread)
 constinit bool g_bundleWriterStarted = false;  // under g_endedMutex
 constinit bool g_bundleWriterFailed = false;
 std::vector<ThreadState*>& endedQueue() {
@@ -197,14 +198,6 @@ std::vector<ThreadState*>& endedQueue() {
 
 long futexCall(std::atomic<int>* word, int op, int value) {
   return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, nullptr, nullptr, 0);
-}
-
-// Writes a closed, unregistered state and frees it.
-void writeEnded(ThreadState* t) {
-  writeThreadProfile(*t);
-  unmapArena(t->cct);
-  destroyRegionState(t->regions);
-  delete t;
 }
 
 // Takes the whole queue. Every queued state still counts in g_writing (from its thread's
@@ -218,8 +211,11 @@ std::vector<ThreadState*> takeEnded() {
 }
 
 void writeTaken(std::vector<ThreadState*>& taken) {
+  writeEndedThreadProfiles(taken);
   for (ThreadState* t : taken) {
-    writeEnded(t);
+    unmapArena(t->cct);
+    destroyRegionState(t->regions);
+    delete t;
     g_writing.fetch_sub(1);
   }
   taken.clear();
@@ -230,7 +226,13 @@ void* bundleWriterMain(void*) {
     const int seen = g_endedSignal.load();
     auto taken = takeEnded();
     if (taken.empty()) {
+      // An enqueue after the take changed g_endedSignal since `seen`, so the wait returns at
+      // once; one before it was in the take. Enqueuers wake only a writer that says it waits.
+      g_writerWaiting.store(true);
       futexCall(&g_endedSignal, FUTEX_WAIT_PRIVATE, seen);
+      g_writerWaiting.store(false);
+      // Let a batch gather: one wake-up per batch instead of one per ended thread.
+      usleep(2000);
       continue;
     }
     writeTaken(taken);
@@ -267,7 +269,7 @@ bool enqueueEnded(ThreadState* t) {
     endedQueue().push_back(t);
   }
   g_endedSignal.fetch_add(1);
-  futexCall(&g_endedSignal, FUTEX_WAKE_PRIVATE, 1);
+  if (g_writerWaiting.load()) futexCall(&g_endedSignal, FUTEX_WAKE_PRIVATE, 1);
   return true;
 }
 

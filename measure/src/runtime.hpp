@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <span>
 #include <vector>
 
 namespace csp::measure {
@@ -182,18 +183,17 @@ void restartTerminationHelper();        // in a fork child
 bool isTerminationSignal(int sig);
 // The sigaction interposer's part for termination signals: returns the result of the call.
 int terminationSigaction(int sig, const struct sigaction* act, struct sigaction* old);
-// Blocks the termination signals in the calling thread while it holds a lock that the writer
-// of a termination needs (the registry, the load map): the signal then waits until the lock is
-// released instead of deadlocking the writer.
+// Holds off termination in the calling thread while it holds a lock that the writer of a
+// termination needs (the registry, the load map, the bundle): a termination signal that arrives
+// meanwhile is recorded and acted on when the outermost guard ends, instead of deadlocking the
+// writer. No system call (a thread-local depth and a deferred signal number): thread start and
+// exit take several guards, and a short thread's cost is counted in system calls.
 class TerminationGuard {
  public:
   TerminationGuard();
   ~TerminationGuard();
   TerminationGuard(const TerminationGuard&) = delete;
   TerminationGuard& operator=(const TerminationGuard&) = delete;
-
- private:
-  sigset_t saved_;
 };
 // Writes the profile of every thread still registered (termination: the threads keep running;
 // their arenas stay mapped).
@@ -221,6 +221,9 @@ void setMpiRank(long rank);
 // id tuples then carry its pid, so that they never repeat the first process's (or the rank's).
 bool isDescendantProcess();
 void writeThreadProfile(ThreadState& t);  // t must be Closed
+// Appends the profiles of closed threads that ended while the process runs to the process's
+// bundle, with one write for all of them.
+void writeEndedThreadProfiles(std::span<ThreadState* const> threads);
 void lockWriterForFork();
 void unlockWriterAfterFork();
 void reportOnce(const char* key, const std::string& message);

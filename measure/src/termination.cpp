@@ -14,7 +14,8 @@
 // idle in a futex wait) that writes every thread's profile in normal context, waits for it (at
 // most CSP_TERMINATION_WAIT seconds), and then raises the signal again with the default action,
 // so the exit status is the signal's. Locks that the helper needs (the thread registry, the load
-// map) are only ever held with the termination signals blocked (TerminationGuard).
+// map, the bundle) are only ever held inside a TerminationGuard: a termination signal that lands
+// in a guarded thread is deferred to the end of the guard.
 #include <dlfcn.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -91,7 +92,14 @@ std::uint64_t waitNs() {
   return ns;
 }
 
-void onTerminationSignal(int sig, siginfo_t*, void*) {
+// Guard depth of the thread and the termination signal it deferred (initial-exec TLS: readable
+// from a handler without allocation).
+thread_local int tlsGuardDepth __attribute__((tls_model("initial-exec"))) = 0;
+thread_local int tlsDeferredSignal __attribute__((tls_model("initial-exec"))) = 0;
+
+// Writes every profile (through the helper), then dies of `sig`. Called by the handler, or by
+// the end of a guard for a signal that arrived inside it.
+void terminate(int sig) {
   int none = 0;
   if (g_requester.compare_exchange_strong(none, sig) && g_helperRunning) {
     g_request.store(1);
@@ -121,6 +129,14 @@ void onTerminationSignal(int sig, siginfo_t*, void*) {
   sigemptyset(&s);
   sigaddset(&s, sig);
   pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+}
+
+void onTerminationSignal(int sig, siginfo_t*, void*) {
+  if (tlsGuardDepth > 0) {  // this thread holds a lock the writer needs: finish that first
+    if (tlsDeferredSignal == 0) tlsDeferredSignal = sig;
+    return;
+  }
+  terminate(sig);
 }
 
 bool isDefault(const struct sigaction& a) { return (a.sa_flags & SA_SIGINFO) == 0 && a.sa_handler == SIG_DFL; }
@@ -200,12 +216,22 @@ int terminationSigaction(int sig, const struct sigaction* act, struct sigaction*
 }
 
 TerminationGuard::TerminationGuard() {
-  sigset_t block;
-  sigemptyset(&block);
-  for (int s : kSignals) sigaddset(&block, s);
-  pthread_sigmask(SIG_BLOCK, &block, &saved_);
+  ++tlsGuardDepth;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the depth is set before the lock is taken
 }
 
-TerminationGuard::~TerminationGuard() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+TerminationGuard::~TerminationGuard() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the lock is released before the depth drops
+  if (--tlsGuardDepth > 0) return;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (const int sig = tlsDeferredSignal; sig != 0) {
+    tlsDeferredSignal = 0;
+    // As the handler would have: every other signal held off while the profiles are written.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    terminate(sig);
+  }
+}
 
 }  // namespace csp::measure

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 #include <mutex>
 
 #include "csp/storage/profile_io.hpp"
@@ -235,103 +236,152 @@ void setMpiRank(long rank) { g_mpiRank.store(rank); }
 void lockWriterForFork() { g_factsMutex.lock(); }
 void unlockWriterAfterFork() { g_factsMutex.unlock(); }
 
+namespace {
+
+// Builds `t`'s profile into `p` and the measurement directory into `dir`; false if the
+// directory cannot be made (reported once: the profile is lost).
+bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
+  p.identity.idTuple = idTupleOf(t);
+  {
+    TerminationGuard guard;
+    std::lock_guard lock(g_factsMutex);
+    ProcessFacts& facts = processFacts();
+    p.identity.pid = static_cast<std::uint32_t>(facts.pid);
+    p.identity.hostname = facts.hostname;
+    p.identity.executable = facts.executable;
+    p.identity.commandLine = facts.commandLine;
+    // The directory (absolute since start-up) is checked once per process.
+    dir = config().output;
+    if (!facts.directoryReady) facts.directoryReady = makeDirectories(dir);
+    if (!facts.directoryReady) {
+      reportOnce("outdir", fmt::format("csp: error: cannot create measurement directory {}; profiles are lost\n", dir));
+      return false;
+    }
+  }
+  p.identity.startTimeNs = t.startNs;
+  p.identity.endTimeNs = std::max(t.endNs, t.startNs);
+  const Config& c = config();
+  const std::string signalState = samplingSignalState();
+  const bool takenOver = signalState == "yes";
+  auto& settings = p.identity.settings;
+  settings.push_back({"measurer", "libcsp-measure"});
+  settings.push_back({"events", c.eventsText});
+  settings.push_back({"sampling-signal", signalName(samplingSignal())});
+  settings.push_back({"sampling-signal-taken-over", signalState});
+  settings.push_back({"region-log", c.regionLog ? "on" : "off"});
+  settings.push_back({"max-depth", std::to_string(c.maxDepth)});
+  settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
+  settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+  if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
+    settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
+  if (takenOver) {
+    reportOnce("takeover", fmt::format("csp: warning: the program replaced the {} handler, which csp uses "
+                                       "for sampling; samples taken after that are missing (pid {})\n",
+                                       signalName(samplingSignal()), getpid()));
+  }
+  for (const auto& e : c.events) {
+    p.metrics.push_back({e.name, "ns", MetricKind::Sampled, e.periodNs,
+                         e.name == "cpu-time" ? "thread CPU time, sampled by a per-thread CPU-clock timer"
+                                              : "elapsed (wall-clock) time, sampled by a per-thread monotonic timer"});
+  }
+  p.strings.push_back("");
+  p.frameKind = FrameKind::Address;
+  if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module
+  fillAddressProfile(t, p);
+  fillRegions(t, p);
+  p.stats.samples = t.samples;
+  p.stats.unwindFailures = t.unwindFailures;
+  p.stats.droppedSamples = t.droppedSamples;
+  p.stats.truncatedPaths = t.truncatedPaths;
+  // A sample whose handler never finished (abandoned) was counted but not recorded: whatever
+  // the counters say, every sample handled is either in the tree or dropped.
+  std::uint64_t recorded = 0;
+  for (auto n : p.values.count) recorded += n;
+  if (recorded + p.stats.droppedSamples != p.stats.samples) {
+    if (p.stats.samples >= recorded)
+      p.stats.droppedSamples = p.stats.samples - recorded;
+    else
+      p.stats.samples = recorded + p.stats.droppedSamples;
+  }
+  settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
+  settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
+  return true;
+}
+
+// The line CSP_VERBOSE prints for a written profile.
+std::string writtenLine(const ThreadState& t, const ThreadProfile& p, const std::string& file) {
+  return fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
+                     "{} regions -> {}\n",
+                     formatIdTuple(p.identity.idTuple), p.identity.pid, p.stats.samples, t.unwindFailures,
+                     p.stats.droppedSamples, t.truncatedPaths, p.cct.size(),
+                     p.regions.size() > 0 ? p.regions.size() - 1 : 0, file);
+}
+
+// The process's bundle (created at the first use); caller holds g_factsMutex.
+storage::ProfileBundleWriter& bundleOf(const std::string& dir, const Identity& identity) {
+  ProcessFacts& facts = processFacts();
+  if (!facts.bundle)
+    facts.bundle = std::make_unique<storage::ProfileBundleWriter>(dir + "/" + storage::bundleFileName(identity));
+  return *facts.bundle;
+}
+
+}  // namespace
+
 void writeThreadProfile(ThreadState& t) {
   try {
     ThreadProfile p;
-    p.identity.idTuple = idTupleOf(t);
     std::string dir;
-    {
-      TerminationGuard guard;
-      std::lock_guard lock(g_factsMutex);
-      ProcessFacts& facts = processFacts();
-      p.identity.pid = static_cast<std::uint32_t>(facts.pid);
-      p.identity.hostname = facts.hostname;
-      p.identity.executable = facts.executable;
-      p.identity.commandLine = facts.commandLine;
-      // The directory (absolute since start-up) is checked once per process.
-      dir = config().output;
-      if (!facts.directoryReady) facts.directoryReady = makeDirectories(dir);
-      if (!facts.directoryReady) {
-        reportOnce("outdir", fmt::format("csp: error: cannot create measurement directory {}; profiles are lost\n", dir));
-        return;
-      }
-    }
-    p.identity.startTimeNs = t.startNs;
-    p.identity.endTimeNs = std::max(t.endNs, t.startNs);
-    const Config& c = config();
-    const std::string signalState = samplingSignalState();
-    const bool takenOver = signalState == "yes";
-    auto& settings = p.identity.settings;
-    settings.push_back({"measurer", "libcsp-measure"});
-    settings.push_back({"events", c.eventsText});
-    settings.push_back({"sampling-signal", signalName(samplingSignal())});
-    settings.push_back({"sampling-signal-taken-over", signalState});
-    settings.push_back({"region-log", c.regionLog ? "on" : "off"});
-    settings.push_back({"max-depth", std::to_string(c.maxDepth)});
-    settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
-    settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
-    if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
-      settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
-    if (takenOver) {
-      reportOnce("takeover", fmt::format("csp: warning: the program replaced the {} handler, which csp uses "
-                                         "for sampling; samples taken after that are missing (pid {})\n",
-                                         signalName(samplingSignal()), getpid()));
-    }
-    for (const auto& e : c.events) {
-      p.metrics.push_back({e.name, "ns", MetricKind::Sampled, e.periodNs,
-                           e.name == "cpu-time" ? "thread CPU time, sampled by a per-thread CPU-clock timer"
-                                                : "elapsed (wall-clock) time, sampled by a per-thread monotonic timer"});
-    }
-    p.strings.push_back("");
-    p.frameKind = FrameKind::Address;
-    if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module
-    fillAddressProfile(t, p);
-    fillRegions(t, p);
-    p.stats.samples = t.samples;
-    p.stats.unwindFailures = t.unwindFailures;
-    p.stats.droppedSamples = t.droppedSamples;
-    p.stats.truncatedPaths = t.truncatedPaths;
-    // A sample whose handler never finished (abandoned) was counted but not recorded: whatever
-    // the counters say, every sample handled is either in the tree or dropped.
-    std::uint64_t recorded = 0;
-    for (auto n : p.values.count) recorded += n;
-    if (recorded + p.stats.droppedSamples != p.stats.samples) {
-      if (p.stats.samples >= recorded)
-        p.stats.droppedSamples = p.stats.samples - recorded;
-      else
-        p.stats.samples = recorded + p.stats.droppedSamples;
-    }
-    settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
-    settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
-
+    if (!buildThreadProfile(t, p, dir)) return;
     std::string file;
     if (t.toBundle) {
       TerminationGuard guard;
       std::lock_guard lock(g_factsMutex);
-      ProcessFacts& facts = processFacts();
-      if (!facts.bundle)
-        facts.bundle = std::make_unique<storage::ProfileBundleWriter>(dir + "/" + storage::bundleFileName(p.identity));
-      facts.bundle->append(p);
-      file = facts.bundle->path().string();
+      auto& bundle = bundleOf(dir, p.identity);
+      bundle.append(p);
+      file = bundle.path().string();
     } else {
       file = dir + "/" + storage::profileFileName(p.identity);
       storage::writeProfile(p, file);
+      // The JIT map only grows: the copy made when the process's last profiles are written (at
+      // exit, or on a termination signal) is the complete one; a copy per ending thread would
+      // only cost a stat each.
+      capturePerfMap(dir, p.identity);
     }
-    // The JIT map only grows: the copy made when the process's last profiles are written (at
-    // exit, or on a termination signal) is the complete one; a copy per ending thread would
-    // only cost a stat each.
-    if (!t.toBundle) capturePerfMap(dir, p.identity);
-    if (c.verbose > 0) {
-      say(fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
-                         "{} regions -> {}\n",
-                 formatIdTuple(p.identity.idTuple), p.identity.pid, p.stats.samples, t.unwindFailures,
-                 p.stats.droppedSamples, t.truncatedPaths, p.cct.size(),
-                 p.regions.size() > 0 ? p.regions.size() - 1 : 0, file));
-    }
+    if (config().verbose > 0) say(writtenLine(t, p, file));
   } catch (const std::exception& e) {
     // The program must go on: a lost profile is reported, never fatal.
     say(std::string("csp: error: a thread profile was not written: ") + e.what() + "\n");
   }
+}
+
+void writeEndedThreadProfiles(std::span<ThreadState* const> threads) {
+  std::vector<std::string> lines;
+  std::size_t staged = 0;
+  for (ThreadState* t : threads) {
+    try {
+      ThreadProfile p;
+      std::string dir;
+      if (!buildThreadProfile(*t, p, dir)) continue;
+      TerminationGuard guard;
+      std::lock_guard lock(g_factsMutex);
+      auto& bundle = bundleOf(dir, p.identity);
+      bundle.stage(p);
+      ++staged;
+      if (config().verbose > 0) lines.push_back(writtenLine(*t, p, bundle.path().string()));
+    } catch (const std::exception& e) {
+      say(std::string("csp: error: a thread profile was not written: ") + e.what() + "\n");
+    }
+  }
+  if (staged == 0) return;
+  try {
+    TerminationGuard guard;
+    std::lock_guard lock(g_factsMutex);
+    if (processFacts().bundle) processFacts().bundle->flush();
+  } catch (const std::exception& e) {
+    say(fmt::format("csp: error: the profiles of {} ended threads were not written: {}\n", staged, e.what()));
+    return;
+  }
+  for (const auto& line : lines) say(line);
 }
 
 }  // namespace csp::measure

@@ -563,40 +563,66 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
 }
 
 ProfileBundleWriter::~ProfileBundleWriter() {
+  try {
+    flush();
+  } catch (const ProfileError&) {
+    // A destructor cannot report: whoever stages flushes explicitly and sees the error.
+  }
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ProfileBundleWriter::append(const ThreadProfile& profile) {
-  const auto image = serializeProfile(profile, path_.string());
-  if (fd_ < 0) {
-    // Exclusively, never through a link: a name that exists (a planted link, a file of a
-    // process with the same pid on another run) gets a suffix instead.
-    std::filesystem::path candidate = path_;
-    for (int k = 1; fd_ < 0; ++k) {
-      fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd_ >= 0) break;
-      if (errno != EEXIST || k == 100)
-        throw ProfileError(candidate.string(), "cannot create the bundle: " + errnoText());
-      candidate = path_.parent_path() /
-                  fmt::format("{}.{}{}", path_.stem().string(), k, kBundleExtension);
-    }
-    path_ = candidate;
+void ProfileBundleWriter::open() {
+  // Exclusively, never through a link: a name that exists (a planted link, a file of a
+  // process with the same pid on another run) gets a suffix instead.
+  std::filesystem::path candidate = path_;
+  for (int k = 1; fd_ < 0; ++k) {
+    fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ >= 0) break;
+    if (errno != EEXIST || k == 100) throw ProfileError(candidate.string(), "cannot create the bundle: " + errnoText());
+    candidate = path_.parent_path() / fmt::format("{}.{}{}", path_.stem().string(), k, kBundleExtension);
   }
+  path_ = candidate;
+}
+
+void ProfileBundleWriter::writeOut(std::span<const std::byte> bytes, std::uint64_t records) {
+  if (fd_ < 0) open();
   std::size_t done = 0;
-  while (done < image.size()) {
-    const ssize_t n = ::write(fd_, image.data() + done, image.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string err = n < 0 ? errnoText() : "no progress";
-      // Cut the partial record off: the bundle keeps only whole records. (If even that fails,
+      // Cut the partial records off: the bundle keeps only whole records. (If even that fails,
       // the reader reports the truncated last record.)
       [[maybe_unused]] const int cut = ::ftruncate(fd_, static_cast<off_t>(size_));
       throw ProfileError(path_.string(), "append failed: " + err);
     }
     done += static_cast<std::size_t>(n);
   }
-  size_ += image.size();
-  ++records_;
+  size_ += bytes.size();
+  records_ += records;
+}
+
+void ProfileBundleWriter::append(const ThreadProfile& profile) {
+  flush();
+  const auto image = serializeProfile(profile, path_.string());
+  writeOut(image, 1);
+}
+
+void ProfileBundleWriter::stage(const ThreadProfile& profile) {
+  const auto image = serializeProfile(profile, path_.string());
+  staged_.insert(staged_.end(), image.begin(), image.end());
+  ++stagedRecords_;
+  if (staged_.size() >= kStageBytes) flush();
+}
+
+void ProfileBundleWriter::flush() {
+  if (stagedRecords_ == 0) return;
+  std::vector<std::byte> bytes;
+  bytes.swap(staged_);
+  const std::uint64_t records = stagedRecords_;
+  stagedRecords_ = 0;
+  writeOut(bytes, records);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 //                                         process is killed; "ready" on stdout once all run.
 //                                         own-handler: a SIGTERM/SIGINT handler of the program's
 //                                         that makes main exit(3)
+//   (longjmp, small-stack and itimer run for SECONDS of the thread's CPU time)
 //     longjmp SECONDS                      a SIGALRM handler that siglongjmps out, every 50 us,
 //                                         while the thread computes; exit 0
 //     small-stack SECONDS                  a thread with a 64 KiB stack computes with all but 5 KiB
@@ -46,6 +47,14 @@ namespace {
 double seconds() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// CPU time of the calling thread: modes whose tests count cpu-time samples run for a span of
+// CPU time, so that a loaded machine stretches them instead of thinning their samples.
+double cpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
@@ -170,10 +179,10 @@ static int longjmpMode(double duration) {
   setitimer(ITIMER_REAL, &every, nullptr);
   volatile long jumps = 0;
   volatile double x = 1.0;
-  const double end = seconds() + duration;
+  const double end = cpuSeconds() + duration;
   if (sigsetjmp(g_jump, 1) != 0) jumps = jumps + 1;
   g_armed = 1;
-  while (seconds() < end) x = longjmp_work(x);
+  while (cpuSeconds() < end) x = longjmp_work(x);
   g_armed = 0;
   itimerval off{};
   setitimer(ITIMER_REAL, &off, nullptr);
@@ -190,8 +199,8 @@ extern "C" __attribute__((noinline)) double small_stack_frame(double duration, s
   volatile char* used = static_cast<volatile char*>(__builtin_alloca(bytes));
   for (std::size_t i = bytes; i >= 64; i -= 64) used[i - 64] = static_cast<char>(i);  // from the top down
   double x = 1.0;
-  const double end = seconds() + duration;
-  while (seconds() < end) x = small_stack_work(x) + used[x > 2 ? 64 : 128];
+  const double end = cpuSeconds() + duration;
+  while (cpuSeconds() < end) x = small_stack_work(x) + used[x > 2 ? 64 : 128];
   return x;
 }
 
@@ -250,15 +259,15 @@ static int itimerMode(double duration) {
   itimerval every{{0, 1000}, {0, 1000}};
   setitimer(ITIMER_PROF, &every, nullptr);
   double x = 1.0;
-  double end = seconds() + duration / 2;
-  while (seconds() < end) x = itimer_work(x);
+  double end = cpuSeconds() + duration / 2;
+  while (cpuSeconds() < end) x = itimer_work(x);
   // A profiler keeps its own signal out of a critical section: that must not stop csp's sampling.
   sigset_t prof;
   sigemptyset(&prof);
   sigaddset(&prof, SIGPROF);
   pthread_sigmask(SIG_BLOCK, &prof, nullptr);
-  end = seconds() + duration / 2;
-  while (seconds() < end) x = itimer_blocked_work(x);
+  end = cpuSeconds() + duration / 2;
+  while (cpuSeconds() < end) x = itimer_blocked_work(x);
   itimerval off{};
   setitimer(ITIMER_PROF, &off, nullptr);
   pthread_sigmask(SIG_UNBLOCK, &prof, nullptr);  // the one pending SIGPROF is delivered here

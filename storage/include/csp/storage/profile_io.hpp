@@ -91,14 +91,25 @@ class ProfileBundleWriter {
   ProfileBundleWriter& operator=(const ProfileBundleWriter&) = delete;
   // Validates and appends; throws ProfileError naming the bundle.
   void append(const ThreadProfile& profile);
+  // Validates and keeps the record for the next flush() (one write for many short threads);
+  // past kStageBytes of staged records it flushes by itself. Throws ProfileError naming the
+  // bundle. What is staged when a flush fails is lost, never half-written.
+  void stage(const ThreadProfile& profile);
+  void flush();
+  static constexpr std::size_t kStageBytes = 4u << 20;
   const std::filesystem::path& path() const { return path_; }
-  std::uint64_t records() const { return records_; }
+  std::uint64_t records() const { return records_; }  // written (staged ones not counted)
 
  private:
+  void open();
+  void writeOut(std::span<const std::byte> bytes, std::uint64_t records);
+
   std::filesystem::path path_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
   std::uint64_t records_ = 0;
+  std::vector<std::byte> staged_;
+  std::uint64_t stagedRecords_ = 0;
 };
 
 // Bundle name for a process: its id tuple without the thread, "<tuple>.<pid>.cspbundle", e.g.
