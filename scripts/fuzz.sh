@@ -19,6 +19,11 @@ for f in "$work"/seeds/*/*.cspprof; do
   cp "$f" "$work/corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
   printf '\001' >>"$work/corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
+# Bundle seeds (selector 0x11: a bundle, checksum skipped): three synthetic profiles one after the
+# other, as csp-run appends the threads that end while their process runs.
+some=("$work"/seeds/synthetic/*.cspprof)
+cat "${some[@]:0:3}" >"$work/corpus/bundle-of-3"
+printf '\021' >>"$work/corpus/bundle-of-3"
 fuzz() {  # fuzz NAME BINARY CORPUS...
   local name=$1 binary=$2
   shift 2

@@ -449,9 +449,10 @@ namespace {
 
 bool isBundle(const std::filesystem::path& file) { return file.extension() == kBundleExtension; }
 
-// Length of the record at `offset` as its header announces it, clipped to what the file holds
-// (a truncated record is then reported by the parser).
-std::size_t recordLength(std::span<const std::byte> bundle, std::uint64_t offset) {
+}  // namespace
+
+std::size_t bundleRecordLength(std::span<const std::byte> bundle, std::uint64_t offset) {
+  if (offset >= bundle.size()) return 0;
   const std::uint64_t left = bundle.size() - offset;
   if (left < sizeof(Header)) return static_cast<std::size_t>(left);
   Header h;
@@ -461,14 +462,12 @@ std::size_t recordLength(std::span<const std::byte> bundle, std::uint64_t offset
   return static_cast<std::size_t>(sizeof h + h.payloadBytes);
 }
 
-// Record offsets of a bundle. A record whose header is damaged or that runs past the end ends
-// the list (it is listed itself, so that reading it reports the damage).
-std::vector<std::uint64_t> bundleRecords(std::span<const std::byte> bundle) {
+std::vector<std::uint64_t> bundleRecordOffsets(std::span<const std::byte> bundle) {
   std::vector<std::uint64_t> offsets;
   std::uint64_t at = 0;
   while (at < bundle.size()) {
     offsets.push_back(at);
-    const std::size_t n = recordLength(bundle, at);
+    const std::size_t n = bundleRecordLength(bundle, at);
     Header h;
     if (n < sizeof h) break;
     std::memcpy(&h, bundle.data() + at, sizeof h);
@@ -477,8 +476,6 @@ std::vector<std::uint64_t> bundleRecords(std::span<const std::byte> bundle) {
   }
   return offsets;
 }
-
-}  // namespace
 
 ProfileLocation locateProfile(const std::filesystem::path& entry) {
   const std::string name = entry.filename().string();
@@ -514,7 +511,7 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   if (!where.inBundle) {
     MappedFile file(path);
     if (isBundle(path)) {
-      const auto records = bundleRecords(file.bytes());
+      const auto records = bundleRecordOffsets(file.bytes());
       if (records.size() != 1)
         throw ProfileError(path.string(), fmt::format("a bundle of {} thread profiles; give its measurement "
                                                       "directory instead",
@@ -526,7 +523,7 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   const auto bytes = file.bytes();
   if (where.offset >= bytes.size())
     throw ProfileError(path.string(), fmt::format("no record at byte {} of a {}-byte bundle", where.offset, bytes.size()));
-  return parseProfile(bytes.subspan(where.offset, recordLength(bytes, where.offset)), path.string(), options);
+  return parseProfile(bytes.subspan(where.offset, bundleRecordLength(bytes, where.offset)), path.string(), options);
 }
 
 std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir) {
@@ -556,7 +553,7 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
       out.push_back(f);  // not a regular file, unreadable: reading it reports why
       continue;
     }
-    for (const std::uint64_t offset : bundleRecords(bundle->bytes()))
+    for (const std::uint64_t offset : bundleRecordOffsets(bundle->bytes()))
       out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), offset));
   }
   return out;

@@ -2,7 +2,8 @@
 // never a crash, a hang or a sanitizer report.
 //
 // The last input byte is a selector, not part of the profile: when its low four bits are 0 (one
-// input in 16) the checksum is verified; otherwise it is skipped, so that mutated inputs reach
+// input in 16) the checksum is verified; otherwise it is skipped; when bit 0x10 is set the bytes
+// are read as a bundle (a sequence of profile records, each parsed by itself), so that mutated inputs reach
 // the message parser and the structural checks behind it (every profile starts with the same
 // magic, so no byte of the profile itself can choose). Seeds carry an extra selector byte
 // (scripts/fuzz.sh). At exit the target prints how far inputs got, so that a run that never
@@ -46,14 +47,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ++counts.inputs;
   csp::storage::ParseOptions options;
   options.verifyChecksum = (data[size - 1] & 0x0F) == 0;
-  try {
-    auto profile =
-        csp::storage::parseProfile({reinterpret_cast<const std::byte*>(data), size - 1}, "fuzz-input", options);
-    ++counts.parsed;
-    // A profile that parsed must serialize again (the writer validates too).
-    (void)csp::storage::serializeProfile(profile, "fuzz-roundtrip");
-  } catch (const csp::storage::ProfileError& e) {
-    ++(early(e.defect()) ? counts.early : counts.structural);
+  const std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(data), size - 1};
+  auto parseOne = [&](std::span<const std::byte> image) {
+    try {
+      auto profile = csp::storage::parseProfile(image, "fuzz-input", options);
+      ++counts.parsed;
+      // A profile that parsed must serialize again (the writer validates too).
+      (void)csp::storage::serializeProfile(profile, "fuzz-roundtrip");
+    } catch (const csp::storage::ProfileError& e) {
+      ++(early(e.defect()) ? counts.early : counts.structural);
+    }
+  };
+  if ((data[size - 1] & 0x10) == 0) {
+    parseOne(bytes);
+    return 0;
+  }
+  // A bundle: every listed record lies inside the bytes, in increasing order.
+  std::uint64_t previous = 0;
+  bool first = true;
+  for (const std::uint64_t offset : csp::storage::bundleRecordOffsets(bytes)) {
+    if (offset >= bytes.size() || (!first && offset <= previous)) std::abort();
+    first = false;
+    previous = offset;
+    const std::size_t length = csp::storage::bundleRecordLength(bytes, offset);
+    if (length == 0 || length > bytes.size() - offset) std::abort();
+    parseOne(bytes.subspan(offset, length));
   }
   return 0;
 }

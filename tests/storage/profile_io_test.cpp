@@ -263,3 +263,47 @@ TEST(ProfileBundles, FailedAppendLeavesOnlyWholeRecords) {
   EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
   EXPECT_EQ(storage::readProfile(entries[1]), threadOf(3));
 }
+
+// Staged records (the measurement's writer thread gathers the threads that ended in the last
+// milliseconds) go out in one write at flush(): nothing before, all of them after, in order;
+// a flush that fails on a full disk leaves the bundle as it was before the flush.
+TEST(ProfileBundles, StagedRecordsAreWrittenTogetherOrNotAtAll) {
+  TempDir dir;
+  storage::ProfileBundleWriter w(dir.path() / storage::bundleFileName(threadOf(1).identity));
+  w.stage(threadOf(1));
+  w.stage(threadOf(2));
+  EXPECT_EQ(w.records(), 0u);
+  EXPECT_FALSE(fs::exists(w.path())) << "created at the first write, not at the first stage";
+  w.flush();
+  EXPECT_EQ(w.records(), 2u);
+  const auto whole = fs::file_size(w.path());
+  w.stage(threadOf(3));
+  w.stage(threadOf(4));
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old);
+  struct rlimit small = saved;
+  small.rlim_cur = whole + storage::serializeProfile(threadOf(3)).size() + 10;  // room for one and a bit
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    w.flush();
+  } catch (const storage::ProfileError& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  EXPECT_NE(error.find("append failed"), std::string::npos) << error;
+  EXPECT_EQ(fs::file_size(w.path()), whole);
+  EXPECT_EQ(w.records(), 2u);
+  w.stage(threadOf(5));
+  w.flush();
+  w.flush();  // nothing staged: no-op
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
+  EXPECT_EQ(storage::readProfile(entries[1]), threadOf(2));
+  EXPECT_EQ(storage::readProfile(entries[2]), threadOf(5));
+}

@@ -69,6 +69,14 @@ std::uint64_t profileChecksum(std::span<const std::byte> bytes);
 // the record where the damage starts; reading that entry reports it.
 std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir);
 
+// The records of a bundle's bytes: their offsets, in order. A record whose header is damaged or
+// that runs past the end ends the list (it is listed itself, so that reading it reports the
+// damage).
+std::vector<std::uint64_t> bundleRecordOffsets(std::span<const std::byte> bundle);
+// Length of the record at `offset` as its header announces it, clipped to what the bytes hold
+// (a truncated record is then reported by the parser); 0 past the end.
+std::size_t bundleRecordLength(std::span<const std::byte> bundle, std::uint64_t offset);
+
 // Where an entry of listProfiles is: a file of its own, or a record of a bundle.
 struct ProfileLocation {
   std::filesystem::path file;
