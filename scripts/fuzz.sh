@@ -53,6 +53,25 @@ if [[ -x build/launcher/csp-prof-mpi && -x build/tests/csp-db-dump ]]; then
     case ${hex:0:2} in 11) sel=00 ;; 21) sel=01 ;; *) continue ;; esac
     python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "$sel$hex" >"$work/metrics-corpus/acc-$n"
   done
+  # Histograms (selector 2) and thread-class accumulators (selector 0) from the distributions
+  # family (format 1.4): its values are the accumulator and the histogram, each as varint length +
+  # bytes.
+  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "distributions" && n < 400 { print $3; n++ }' | python3 -c '
+import sys
+def split(b):
+    out, at = [], 0
+    while at < len(b):
+        n, shift = 0, 0
+        while True:
+            c = b[at]; at += 1; n |= (c & 0x7F) << shift; shift += 7
+            if c < 0x80: break
+        out.append(b[at:at + n]); at += n
+    return out
+for i, line in enumerate(sys.stdin):
+    acc, hist = split(bytes.fromhex(line.strip()))
+    if hist: open(sys.argv[1] + "/hist-%d" % i, "wb").write(b"\x02" + hist)
+    if acc and acc[0] == 0x11: open(sys.argv[1] + "/class-acc-%d" % i, "wb").write(b"\x00" + acc)
+' "$work/metrics-corpus"
 fi
 fuzz "profile reader" build-fuzz/tests/fuzz/profile_reader_fuzz "$work/corpus"
 # The reader target must get past its early checks: some inputs parse, some fail the structural

@@ -89,14 +89,23 @@ int main(int argc, char** argv) {
   auto* oFlat = app.add_flag("--flat", flat, "Flat view (module, file, procedure, loop, line)");
   auto* oRegions = app.add_flag("--regions", regions, "Regions view (user-annotated regions)");
   auto* oInfo = app.add_flag("--info", info, "experiment metadata: command, processes, threads, metrics, skipped inputs");
-  auto* oNode = app.add_option("--node", nodeSpec, "per-thread distribution of one CCT node: an id or a call path main/solve");
-  const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oNode};
+  auto* oNode = app.add_option("--node", nodeSpec,
+                               "per-thread distribution of a node: a CCT id, a procedure name (all its contexts), a call "
+                               "path main/solve, or with --flat/--callers an id that view prints");
+  const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo};
   for (auto* a : views)
     for (auto* b : views)
       if (a != b) a->excludes(b);
+  // --node picks its id space with --flat or --callers (the ids those views print).
+  for (auto* v : {oCc, oRegions, oInfo}) oNode->excludes(v);
 
   app.add_option("-m,--metric", metricArgs, "metrics to show (repeat or comma-separate; default: the first)");
-  app.add_option("-s,--stat", statArgs, "statistics: sum mean min max stddev cfvar imbalance count (default sum)");
+  app.add_option("-s,--stat", statArgs,
+                 "statistics: sum mean min max stddev cfvar imbalance count p5 p25 p50 p75 p95 imbmedian (default sum)");
+  std::string threads;
+  app.add_option("--threads", threads,
+                 "threads the statistics are over: all, work (main + worker), or classes main,worker,helper "
+                 "(default: work when the database has helper threads, else all)");
   app.add_option("--scope", scopeArgs, "scopes: inclusive, exclusive (default both; --node: inclusive)");
   app.add_option("--population", population, "all (absent threads count as 0) or present")
       ->check(CLI::IsMember({"all", "present"}))
@@ -121,6 +130,8 @@ int main(int argc, char** argv) {
   app.add_option("--color", color, "auto, always or never")->check(CLI::IsMember({"auto", "always", "never"}));
   app.add_flag("--no-color", noColor, "no colour (also: NO_COLOR set, or output is no terminal)");
   app.add_flag("--full-names", fullNames, "do not shorten long procedure names");
+  bool bounds = false;
+  app.add_flag("--bounds", bounds, "text: show each value's worst-case sampling error (±; thesis App. A)");
   app.add_option("--name-width", nameWidth, "shorten names to this many characters")->capture_default_str();
   app.add_option("--bins", bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
 
@@ -137,7 +148,7 @@ int main(int argc, char** argv) {
 
   try {
     if (noColor) color = "never";
-    csp::views::TextOptions text{colorWanted(color), fullNames, nameWidth};
+    csp::views::TextOptions text{colorWanted(color), bounds, fullNames, nameWidth};
     const auto db = csp::storage::Database::open(dbPath);
 
     const auto metricNames = splitList(metricArgs);
@@ -146,7 +157,10 @@ int main(int argc, char** argv) {
     std::vector<Statistic> stats;
     for (const auto& s : statNames) {
       auto st = csp::views::parseStatistic(s);
-      if (!st) throw ViewError(fmt::format("unknown statistic '{}' (sum, mean, min, max, stddev, cfvar, imbalance, count)", s));
+      if (!st)
+        throw ViewError(fmt::format("unknown statistic '{}' (sum, mean, min, max, stddev, cfvar, imbalance, count, p5, p25, "
+                                    "p50, p75, p95, imbmedian)",
+                                    s));
       stats.push_back(*st);
     }
     std::vector<MetricScope> scopes;
@@ -169,9 +183,12 @@ int main(int argc, char** argv) {
     if (!nodeSpec.empty()) {
       if (format == "folded" || format == "speedscope") throw ViewError("--node is available as text, csv or json");
       if (metricNames.size() > 1 || scopes.size() > 1) throw ViewError("--node shows one metric in one scope");
-      const auto node = csp::views::resolveNode(*db, nodeSpec);
+      if (regions) throw ViewError("--node drills into the calling context, flat or callers view, not --regions");
+      const auto target = csp::views::resolveDrillTarget(
+          *db, nodeSpec, callers ? csp::views::ViewKind::Callers : flat ? csp::views::ViewKind::Flat : csp::views::ViewKind::CallingContext);
       const std::string metric = metricNames.empty() ? db->metrics().at(0).descriptor.name : metricNames[0];
-      const auto d = csp::views::drillDown(*db, node, metric, scopes.empty() ? MetricScope::Inclusive : scopes[0], bins);
+      const auto d = csp::views::drillDown(*db, target, metric, scopes.empty() ? MetricScope::Inclusive : scopes[0], bins,
+                                           threads.empty() ? "all" : threads);
       if (format == "csv")
         csp::views::renderDistributionCsv(d, std::cout);
       else if (format == "json")
@@ -226,6 +243,7 @@ int main(int argc, char** argv) {
     request.hide = hide;
     request.keep = keep;
     request.top = top;
+    request.threads = threads;
     if (request.top && *request.top == 0) throw ViewError("--top needs a positive number");
 
     const auto tree = csp::views::buildView(*db, request);

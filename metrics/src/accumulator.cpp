@@ -303,8 +303,19 @@ const char* toString(Statistic statistic) {
     case Statistic::Stddev: return "stddev";
     case Statistic::Cfvar: return "cfvar";
     case Statistic::Imbalance: return "imbalance";
+    case Statistic::P5: return "p5";
+    case Statistic::P25: return "p25";
+    case Statistic::P50: return "p50";
+    case Statistic::P75: return "p75";
+    case Statistic::P95: return "p95";
+    case Statistic::ImbalanceMedian: return "imbmedian";
   }
   return "?";
+}
+
+bool isPercentile(Statistic statistic) {
+  return statistic == Statistic::P5 || statistic == Statistic::P25 || statistic == Statistic::P50 ||
+         statistic == Statistic::P75 || statistic == Statistic::P95;
 }
 
 std::optional<Statistic> parseStatistic(std::string_view text) {
@@ -313,6 +324,8 @@ std::optional<Statistic> parseStatistic(std::string_view text) {
   if (text == "std" || text == "sd") return Statistic::Stddev;
   if (text == "cv") return Statistic::Cfvar;
   if (text == "imb") return Statistic::Imbalance;
+  if (text == "median") return Statistic::P50;
+  if (text == "imbm") return Statistic::ImbalanceMedian;
   return std::nullopt;
 }
 
@@ -326,6 +339,12 @@ double valueOf(const Statistics& s, Statistic statistic) {
     case Statistic::Stddev: return s.stddev;
     case Statistic::Cfvar: return s.cfvar;
     case Statistic::Imbalance: return s.imbalance;
+    case Statistic::P5: return s.p5;
+    case Statistic::P25: return s.p25;
+    case Statistic::P50: return s.p50;
+    case Statistic::P75: return s.p75;
+    case Statistic::P95: return s.p95;
+    case Statistic::ImbalanceMedian: return s.imbalanceMedian;
   }
   return std::numeric_limits<double>::quiet_NaN();
 }

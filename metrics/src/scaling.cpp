@@ -36,4 +36,34 @@ bool withinSamplingNoise(const ScalingStudy& study, double excess, double boundP
   return std::fabs(excess) <= noise;
 }
 
+double statisticError(const Statistics& s, Statistic statistic, double e) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(e)) return nan;
+  switch (statistic) {
+    case Statistic::Count: return 0;
+    case Statistic::Sum: return static_cast<double>(s.count) * e;
+    case Statistic::Mean: return s.inputs ? static_cast<double>(s.count) * e / static_cast<double>(s.inputs) : nan;
+    case Statistic::Min:
+    case Statistic::Max:
+    case Statistic::Stddev:
+    case Statistic::P5:
+    case Statistic::P25:
+    case Statistic::P50:
+    case Statistic::P75:
+    case Statistic::P95: return s.inputs ? e : nan;
+    case Statistic::Cfvar:
+    case Statistic::Imbalance:
+    case Statistic::ImbalanceMedian: return nan;
+  }
+  return nan;
+}
+
+bool withinSamplingError(const Statistics& s, Statistic statistic, double e) {
+  if (std::isnan(e) || s.inputs == 0) return false;
+  if (statistic == Statistic::Imbalance)
+    return !std::isnan(s.imbalance) && s.max - e <= s.mean + static_cast<double>(s.count) * e / static_cast<double>(s.inputs);
+  if (statistic == Statistic::ImbalanceMedian) return !std::isnan(s.imbalanceMedian) && s.max - e <= s.p50 + e;
+  return false;
+}
+
 }  // namespace csp::metrics

@@ -225,6 +225,46 @@ const PerfMap* jitSymbols(Attributor& attributor, const fs::path& profile, const
   return attributor.perfMap(profile.parent_path() / storage::perfMapFileName(p.identity.pid, p.identity.hostname));
 }
 
+// The thread's work (recorded cpu-time samples, or samples of every metric when it has no
+// cpu-time) and its entry procedure: the one under which most of that work was recorded.
+ThreadFeatures threadFeatures(const ThreadProfile& p, const std::vector<StmtValue>& stmt, const EntryTracker& entries,
+                              const LocalCct& cct, const StringTable& strings) {
+  ThreadFeatures f;
+  for (const auto& e : p.identity.idTuple)
+    if (e.kind == IdKind::Process || e.kind == IdKind::Rank) f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
+  f.process += fmt::format("{}:{}", p.identity.hostname, p.identity.pid);
+  f.initialThread = true;
+  for (const auto& e : p.identity.idTuple)
+    if (e.kind == IdKind::Thread) f.initialThread = e.value == 0;
+  std::optional<std::uint16_t> cpu;
+  for (std::size_t m = 0; m < p.metrics.size(); ++m)
+    if (p.metrics[m].name == "cpu-time") cpu = static_cast<std::uint16_t>(m);
+  std::map<std::uint32_t, std::uint64_t> byEntry;
+  for (const auto& v : stmt) {
+    if (cpu && v.metric != *cpu) continue;
+    const std::uint64_t period = std::max<std::uint64_t>(p.metrics[v.metric].period, 1);
+    const std::uint64_t samples = v.value / period;
+    f.work += samples;
+    if (const auto entry = entries.entryOf(v.node); entry != kNoIndex) byEntry[entry] += samples;
+  }
+  std::uint32_t best = kNoIndex;
+  std::uint64_t most = 0;
+  for (const auto& [node, samples] : byEntry) {
+    const auto key = cct.node(node).key;
+    const auto better = [&] {  // ties by name, so that the choice does not depend on node ids
+      if (samples != most) return samples > most;
+      return best == kNoIndex || strings.text(key.name) < strings.text(cct.node(best).key.name);
+    };
+    if (better()) best = node, most = samples;
+  }
+  if (best != kNoIndex) {
+    const auto key = cct.node(best).key;
+    f.entry = strings.text(key.name);
+    f.entryModule = strings.text(key.module);
+  }
+  return f;
+}
+
 }  // namespace
 
 struct Pipeline::Impl {
@@ -258,6 +298,8 @@ struct Pipeline::Impl {
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> regionIndex;
   std::vector<PhaseTime> phases;
   std::vector<SkippedInput> localSkipped;  // this rank's, until shared
+  std::vector<std::uint8_t> threadClassOf;             // all profiles
+  std::vector<storage::ThreadClassInfo> threadClasses;  // all profiles, rank 0
 
   // The steps of discover() and buildStructure(), in order.
   std::vector<InputProfile> listInputs() const;  // rank 0
@@ -267,6 +309,7 @@ struct Pipeline::Impl {
   void shareSkipped();
   void assignProfileIds();
   void checkDistinctIdentities();
+  void classifyThreads();
   void unifyMetrics();
   void addDerivedMetrics();
   void unifyCct(LocalCct& localCct);
@@ -434,6 +477,7 @@ void Pipeline::buildStructure() {
   s.shareSkipped();
   s.assignProfileIds();
   s.checkDistinctIdentities();
+  s.classifyThreads();
   s.unifyMetrics();
   s.unifyCct(localCct);
   s.unifyRegions(regionUnion);
@@ -456,16 +500,23 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
     try {
       ThreadProfile p = input.source->read(input.path);
       std::uint64_t truncated = 0;
-      projectProfile(p, strings, attributor,
-                     [&](std::uint32_t parent, const ScopeKey& key) { return localCct.child(parent, key); },
-                     {jitSymbols(attributor, input.path, p), &truncated});
+      EntryTracker entries(strings);
+      const auto stmt = projectProfile(p, strings, attributor,
+                                       [&](std::uint32_t parent, const ScopeKey& key) {
+                                         const auto child = localCct.child(parent, key);
+                                         entries.edge(parent, key, child);
+                                         return child;
+                                       },
+                                       {jitSymbols(attributor, input.path, p), &truncated});
+      const ThreadFeatures features = threadFeatures(p, stmt, entries, localCct, strings);
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
       // the executable, the command csp-run ran (a setting), and a command line only for the
       // first profile of each executable in a row.
       std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command"; });
-      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty()};
+      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, {}};
       local[i]->truncatedSamples = truncated;
+      local[i]->features = features;
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
@@ -576,6 +627,46 @@ void Pipeline::Impl::checkDistinctIdentities() {
                                    inputs[all[i - 1].second].path.string(), inputs[all[i].second].path.string(),
                                    formatIdTuple(all[i].first)));
   throwIfAny(errors);
+}
+
+// Thread classes (thread_classes.hpp): the features of every profile go to rank 0, which
+// classifies them with the whole process in view (a process's threads may lie on several ranks)
+// and sends every rank the class of every profile.
+void Pipeline::Impl::classifyThreads() {
+  Packer p;
+  p.u64(localProfiles.size());
+  for (const auto& info : localProfiles) {
+    const auto& f = info.features;
+    p.text(f.process);
+    p.u64(f.initialThread ? 1 : 0);
+    p.u64(f.work);
+    p.text(f.entry);
+    p.text(f.entryModule);
+  }
+  const auto parts = comm.gather(p.take());
+  std::vector<std::byte> classes;
+  if (comm.rank() == 0) {
+    std::vector<ThreadFeatures> all;
+    for (const auto& part : parts) {
+      Unpacker u(part);
+      for (auto n = u.u64(); n > 0; --n) {
+        ThreadFeatures f;
+        f.process = u.text();
+        f.initialThread = u.u64() != 0;
+        f.work = u.u64();
+        f.entry = u.text();
+        f.entryModule = u.text();
+        all.push_back(std::move(f));
+      }
+    }
+    threadClasses = reduce::classifyThreads(all, options.threadClasses);
+    for (const auto& c : threadClasses) classes.push_back(static_cast<std::byte>(c.threadClass));
+  }
+  comm.broadcast(classes);
+  threadClassOf.resize(classes.size());
+  for (std::size_t i = 0; i < classes.size(); ++i) threadClassOf[i] = static_cast<std::uint8_t>(classes[i]);
+  if (threadClassOf.size() != profileCount) throw std::logic_error("thread classes: one per profile expected");
+  for (auto& info : localProfiles) info.features = {};  // not needed any more
 }
 
 // Global metric list: first appearance in profile-id order, which is rank order of the ranks'
@@ -775,6 +866,8 @@ const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->m
 std::size_t Pipeline::rawMetricCount() const { return impl_->rawMetrics; }
 std::uint32_t Pipeline::profileCount() const { return impl_->profileCount; }
 std::uint32_t Pipeline::firstProfileId() const { return impl_->firstId; }
+const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_->threadClassOf; }
+const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses; }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->localProfiles; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->skipped; }
 AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }

@@ -82,7 +82,9 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   const prof::ShardPlan plan(comm);
   storage::ShardWriter mainShard(stagingDir, plan.main);
   prof::NodeValueSink byNode(stagingDir, plan, nodeCount, metricCount);
-  prof::SummaryTable summaries(nodeCount, rawCount, metricCount - rawCount);
+  std::vector<std::uint64_t> periods;
+  for (std::size_t m = 0; m < rawCount; ++m) periods.push_back(pipeline.metrics()[m].period);
+  prof::SummaryTable summaries(nodeCount, std::move(periods), metricCount - rawCount, pipeline.threadClassOf());
   prof::RegionSummaries regions(pipeline.regions().size());
   double writeSeconds = 0;
   pipeline.computeMetrics([&](std::size_t batchIndex, std::span<const ProfileInfo> batch,

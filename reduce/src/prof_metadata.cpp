@@ -122,6 +122,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   meta.hostnames.assign(hosts.begin(), hosts.end());
   meta.processCount = processes.size();
   meta.threadCount = pipeline.profileCount();
+  meta.threadClasses = pipeline.threadClasses();
   meta.nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
   meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
   const std::size_t rawCount = pipeline.rawMetricCount();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "csp/metrics/accumulator.hpp"
+#include "csp/metrics/histogram.hpp"
 #include "csp/reduce/pipeline.hpp"
 #include "csp/reduce/prof.hpp"
 #include "csp/storage/database_writer.hpp"
@@ -58,13 +59,16 @@ class NodeValueSink {
   std::vector<std::uint32_t> shards_;
 };
 
-// Summary accumulators of this rank, dense over (node, metric, scope): exact integer
-// accumulators for raw metrics; for derived (real-valued) metrics the dyadic blocks of a fixed
-// binary tree over the global batch numbers, so that the floating-point result does not depend
-// on how batches are spread over processes.
+// Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
+// accumulators and log-linear histograms (of value / period: sample counts) for raw metrics; for
+// derived (real-valued) metrics the dyadic blocks of a fixed binary tree over the global batch
+// numbers, so that the floating-point result does not depend on how batches are spread over
+// processes. Population 0 is all threads; when the run has threads of two or more classes, each
+// class present gets a population of its own (the `distributions` family).
 class SummaryTable {
  public:
-  SummaryTable(std::uint32_t nodeCount, std::size_t rawCount, std::size_t derivedCount);
+  SummaryTable(std::uint32_t nodeCount, std::vector<std::uint64_t> rawPeriods, std::size_t derivedCount,
+               const std::vector<std::uint8_t>& threadClassOf);
   // One batch (parallel over node ranges: each task owns its nodes, so no copies and no locks).
   void accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
   // Reduce-scatter by node range: rank r owns nodes [r·N/P, (r+1)·N/P), receives the partial
@@ -79,12 +83,21 @@ class SummaryTable {
   };
 
  private:
-  metrics::IntAccumulator& raw(std::uint32_t node, std::size_t metric, std::size_t scope);
-  std::vector<Piece>& derived(std::uint32_t node, std::size_t metric, std::size_t scope);
+  std::size_t rawIndex(std::size_t slice, std::uint32_t node, std::size_t metric, std::size_t scope) const {
+    return ((slice * nodes_ + node) * raw_ + metric) * 2 + scope;
+  }
+  std::size_t derivedIndex(std::size_t slice, std::uint32_t node, std::size_t metric, std::size_t scope) const {
+    return ((slice * nodes_ + node) * derived_ + metric) * 2 + scope;
+  }
 
   std::uint32_t nodes_;
+  std::vector<std::uint64_t> periods_;
   std::size_t raw_, derived_;
+  const std::vector<std::uint8_t>& classOf_;  // profile id -> storage::ThreadClass
+  std::vector<std::uint8_t> population_;      // slice -> population tag (0: all threads, else the class)
+  std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> rawAcc_;
+  std::vector<metrics::LogLinearHistogram> rawHist_;
   std::vector<std::vector<Piece>> derivedStacks_;
 };
 

@@ -48,6 +48,7 @@ struct SummaryKey {
   std::uint32_t node = 0;
   std::uint16_t metric = 0;
   std::uint8_t scope = 0;
+  std::uint8_t population = 0;  // storage::kAllThreads or a ThreadClass
   auto operator<=>(const SummaryKey&) const = default;
 };
 
@@ -55,6 +56,7 @@ void packKey(Packer& p, const SummaryKey& k) {
   p.u64(k.node);
   p.u64(k.metric);
   p.u64(k.scope);
+  p.u64(k.population);
 }
 
 SummaryKey unpackKey(Unpacker& u) {
@@ -62,56 +64,87 @@ SummaryKey unpackKey(Unpacker& u) {
   k.node = static_cast<std::uint32_t>(u.u64());
   k.metric = static_cast<std::uint16_t>(u.u64());
   k.scope = static_cast<std::uint8_t>(u.u64());
+  k.population = static_cast<std::uint8_t>(u.u64());
   return k;
 }
 
 }  // namespace
 
-SummaryTable::SummaryTable(std::uint32_t nodeCount, std::size_t rawCount, std::size_t derivedCount)
+SummaryTable::SummaryTable(std::uint32_t nodeCount, std::vector<std::uint64_t> rawPeriods, std::size_t derivedCount,
+                           const std::vector<std::uint8_t>& threadClassOf)
     : nodes_(nodeCount),
-      raw_(rawCount),
+      periods_(std::move(rawPeriods)),
+      raw_(periods_.size()),
       derived_(derivedCount),
-      rawAcc_(std::size_t{nodeCount} * rawCount * kScopes),
-      derivedStacks_(std::size_t{nodeCount} * derivedCount * kScopes) {}
-
-metrics::IntAccumulator& SummaryTable::raw(std::uint32_t node, std::size_t metric, std::size_t scope) {
-  return rawAcc_[(std::size_t{node} * raw_ + metric) * kScopes + scope];
-}
-
-std::vector<SummaryTable::Piece>& SummaryTable::derived(std::uint32_t node, std::size_t metric, std::size_t scope) {
-  return derivedStacks_[(std::size_t{node} * derived_ + metric) * kScopes + scope];
+      classOf_(threadClassOf) {
+  for (auto& p : periods_) p = std::max<std::uint64_t>(p, 1);
+  // Classes are kept apart only when there is more than one: otherwise a class is all threads.
+  bool present[storage::kThreadClassCount + 1] = {};
+  for (auto c : classOf_)
+    if (c >= 1 && c <= storage::kThreadClassCount) present[c] = true;
+  population_.push_back(storage::kAllThreads);
+  if (std::count(std::begin(present), std::end(present), true) > 1) {
+    for (std::uint8_t c = 1; c <= storage::kThreadClassCount; ++c) {
+      if (!present[c]) continue;
+      sliceOf_[c] = static_cast<std::uint8_t>(population_.size());
+      population_.push_back(c);
+    }
+  }
+  const std::size_t slices = population_.size();
+  rawAcc_.resize(slices * nodes_ * raw_ * kScopes);
+  rawHist_.resize(rawAcc_.size());
+  derivedStacks_.resize(slices * nodes_ * derived_ * kScopes);
 }
 
 void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch,
                               const std::vector<ThreadValues>& values) {
   constexpr std::uint32_t kChunk = 256;
+  const std::size_t slices = population_.size();
+  std::vector<std::size_t> sliceOf(batch.size(), 0);  // the profile's class slice (0: none)
+  for (std::size_t i = 0; i < batch.size(); ++i) sliceOf[i] = sliceOf_[classOf_.at(batch[i].id)];
   tbb::parallel_for(std::uint32_t{0}, (nodes_ + kChunk - 1) / kChunk, [&](std::uint32_t c) {
     const std::uint32_t lo = c * kChunk, hi = std::min(nodes_, lo + kChunk);
+    auto add = [&](std::size_t slice, std::size_t i, std::uint32_t node, std::size_t metric, std::size_t scope,
+                   std::uint64_t value) {
+      const std::size_t at = rawIndex(slice, node, metric, scope);
+      rawAcc_[at].accumulate(batch[i].id, value);
+      rawHist_[at].add(value / periods_[metric]);
+    };
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
       for (; k < v.size() && v.node[k] < hi; ++k) {
         if (v.metric[k] >= raw_) continue;
-        if (v.exclusive[k]) raw(v.node[k], v.metric[k], 0).accumulate(batch[i].id, v.exclusive[k]);
-        if (v.inclusive[k]) raw(v.node[k], v.metric[k], 1).accumulate(batch[i].id, v.inclusive[k]);
+        for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
+          if (v.exclusive[k]) add(slice, i, v.node[k], v.metric[k], 0, v.exclusive[k]);
+          if (v.inclusive[k]) add(slice, i, v.node[k], v.metric[k], 1, v.inclusive[k]);
+          if (sliceOf[i] == 0) break;
+        }
       }
     }
     if (derived_ == 0) return;
-    // This batch's leaf per (node, derived metric, scope), accumulated in profile order.
-    std::vector<metrics::RealAccumulator> leaf(std::size_t{hi - lo} * derived_ * kScopes);
+    // This batch's leaf per (slice, node, derived metric, scope), accumulated in profile order.
+    const std::size_t perSlice = std::size_t{hi - lo} * derived_ * kScopes;
+    std::vector<metrics::RealAccumulator> leaf(slices * perSlice);
     std::vector<std::uint8_t> used(leaf.size(), 0);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
       for (; k < v.size() && v.node[k] < hi; ++k) {
         if (v.metric[k] < raw_) continue;
-        const std::size_t at = ((v.node[k] - lo) * derived_ + (v.metric[k] - raw_)) * kScopes;
-        if (v.exclusive[k]) leaf[at].accumulate(batch[i].id, fromBits(v.exclusive[k])), used[at] = 1;
-        if (v.inclusive[k]) leaf[at + 1].accumulate(batch[i].id, fromBits(v.inclusive[k])), used[at + 1] = 1;
+        for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
+          const std::size_t at = slice * perSlice + ((v.node[k] - lo) * derived_ + (v.metric[k] - raw_)) * kScopes;
+          if (v.exclusive[k]) leaf[at].accumulate(batch[i].id, fromBits(v.exclusive[k])), used[at] = 1;
+          if (v.inclusive[k]) leaf[at + 1].accumulate(batch[i].id, fromBits(v.inclusive[k])), used[at + 1] = 1;
+          if (sliceOf[i] == 0) break;
+        }
       }
     }
-    for (std::size_t at = 0; at < leaf.size(); ++at)
-      if (used[at]) pushPiece(derivedStacks_[std::size_t{lo} * derived_ * kScopes + at], {0, batchIndex, std::move(leaf[at])});
+    for (std::size_t slice = 0; slice < slices; ++slice)
+      for (std::size_t at = 0; at < perSlice; ++at)
+        if (used[slice * perSlice + at])
+          pushPiece(derivedStacks_[(slice * nodes_ + lo) * derived_ * kScopes + at],
+                    {0, batchIndex, std::move(leaf[slice * perSlice + at])});
   });
 }
 
@@ -124,23 +157,28 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
     for (std::uint32_t n = ownerStart(nodes_, r, comm.size()); n < ownerStart(nodes_, r + 1, comm.size()); ++n) {
       for (std::size_t m = 0; m < raw_; ++m) {
         for (std::size_t scope = 0; scope < kScopes; ++scope) {
-          const auto& a = raw(n, m, scope);
-          if (a.count() == 0) continue;
-          packKey(p, {n, static_cast<std::uint16_t>(m), static_cast<std::uint8_t>(scope)});
-          p.u64(1);
-          p.text(metrics::encode(a));
+          for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+            const std::size_t at = rawIndex(slice, n, m, scope);
+            if (rawAcc_[at].count() == 0) continue;
+            packKey(p, {n, static_cast<std::uint16_t>(m), static_cast<std::uint8_t>(scope), population_[slice]});
+            p.u64(1);
+            p.text(metrics::encode(rawAcc_[at]));
+            p.text(metrics::encode(rawHist_[at]));
+          }
         }
       }
       for (std::size_t d = 0; d < derived_; ++d) {
         for (std::size_t scope = 0; scope < kScopes; ++scope) {
-          const auto& stack = derived(n, d, scope);
-          if (stack.empty()) continue;
-          packKey(p, {n, static_cast<std::uint16_t>(raw_ + d), static_cast<std::uint8_t>(scope)});
-          p.u64(stack.size());
-          for (const auto& piece : stack) {
-            p.u64(piece.level);
-            p.u64(piece.index);
-            p.text(metrics::encode(piece.acc));
+          for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+            const auto& stack = derivedStacks_[derivedIndex(slice, n, d, scope)];
+            if (stack.empty()) continue;
+            packKey(p, {n, static_cast<std::uint16_t>(raw_ + d), static_cast<std::uint8_t>(scope), population_[slice]});
+            p.u64(stack.size());
+            for (const auto& piece : stack) {
+              p.u64(piece.level);
+              p.u64(piece.index);
+              p.text(metrics::encode(piece.acc));
+            }
           }
         }
       }
@@ -155,7 +193,11 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
   // repeats exactly what one process would have done.
   const std::uint32_t myFirst = ownerStart(nodes_, comm.rank(), comm.size());
   const std::uint32_t myEnd = ownerStart(nodes_, comm.rank() + 1, comm.size());
-  std::map<SummaryKey, metrics::IntAccumulator> owned;
+  struct Owned {
+    metrics::IntAccumulator acc;
+    metrics::LogLinearHistogram histogram;
+  };
+  std::map<SummaryKey, Owned> owned;
   std::map<SummaryKey, std::vector<Piece>> ownedDerived;
   for (const auto& part : incoming) {
     Unpacker u(part);
@@ -165,8 +207,12 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
       if (key.node < myFirst || key.node >= myEnd) throw std::logic_error("summary for a node outside this rank's range");
       if (key.metric < raw_) {
         auto acc = metrics::decodeIntAccumulator(u.text());
-        auto [it, fresh] = owned.try_emplace(key, acc);
-        if (!fresh) it->second.combine(acc);
+        auto histogram = metrics::decodeHistogram(u.text());
+        auto [it, fresh] = owned.try_emplace(key, Owned{acc, histogram});
+        if (!fresh) {
+          it->second.acc.combine(acc);
+          it->second.histogram.merge(histogram);
+        }
         continue;
       }
       auto& stack = ownedDerived[key];
@@ -179,11 +225,19 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
       }
     }
   }
-  std::map<SummaryKey, std::string> encoded;
-  for (const auto& [key, acc] : owned) encoded[key] = metrics::encode(acc);
-  for (const auto& [key, stack] : ownedDerived) encoded[key] = metrics::encode(foldPieces(stack));
-  for (const auto& [key, bytes] : encoded)
-    shard.putSummary(key.node, key.metric, static_cast<storage::MetricScope>(key.scope), bytes);
+  // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
+  std::map<SummaryKey, std::pair<std::string, std::string>> encoded;  // accumulator, histogram
+  for (const auto& [key, o] : owned) encoded[key] = {metrics::encode(o.acc), metrics::encode(o.histogram)};
+  for (const auto& [key, stack] : ownedDerived) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
+  for (const auto& [key, bytes] : encoded) {
+    const auto scope = static_cast<storage::MetricScope>(key.scope);
+    if (key.population == storage::kAllThreads) {
+      shard.putSummary(key.node, key.metric, scope, bytes.first);
+      if (!bytes.second.empty()) shard.putDistribution(key.node, key.metric, scope, key.population, {}, bytes.second);
+    } else {
+      shard.putDistribution(key.node, key.metric, scope, key.population, bytes.first, bytes.second);
+    }
+  }
 }
 
 }  // namespace csp::reduce::prof

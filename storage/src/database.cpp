@@ -149,7 +149,8 @@ std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
   std::vector<std::string> present;
   impl->check(rocksdb::DB::ListColumnFamilies(options, dir.string(), &present), "listing column families");
   for (const auto& name : databaseColumnFamilies())
-    if (name != format::kRegionEvents &&  // added in 1.2: older databases have none
+    if (name != format::kRegionEvents &&   // added in 1.2: older databases have none
+        name != format::kDistributions &&  // added in 1.4
         std::find(present.begin(), present.end(), name) == present.end())
       impl->damaged(fmt::format("column family '{}' is missing", name));
 
@@ -241,6 +242,36 @@ std::vector<NodeId> Database::children(NodeId id) const {
 }
 
 std::vector<Accumulator> Database::summaries(NodeId id) const { return impl_->accumulators(format::kSummaries, id); }
+
+bool Database::hasDistributions() const { return impl_->families.count(format::kDistributions) > 0; }
+
+std::vector<DistributionEntry> Database::distributions(NodeId id) const {
+  std::vector<DistributionEntry> out;
+  if (!hasDistributions()) return out;
+  impl_->scan(format::kDistributions, format::nodeKey(id), [&](std::string_view k, std::string_view v) {
+    try {
+      out.push_back(format::decodeDistribution(k, v));
+    } catch (const format::FormatError& e) {
+      impl_->damaged(fmt::format("column family {}: {}", format::kDistributions, e.what()));
+    }
+  });
+  return out;
+}
+
+const char* toString(ThreadClass c) {
+  switch (c) {
+    case ThreadClass::Main: return "main";
+    case ThreadClass::Worker: return "worker";
+    case ThreadClass::Helper: return "helper";
+  }
+  return "?";
+}
+
+std::optional<ThreadClass> parseThreadClass(std::string_view text) {
+  for (std::uint8_t c = 1; c <= kThreadClassCount; ++c)
+    if (text == toString(static_cast<ThreadClass>(c))) return static_cast<ThreadClass>(c);
+  return std::nullopt;
+}
 
 std::vector<ProfileValue> Database::profileValues(ProfileId profile) const {
   std::vector<ProfileValue> out;
@@ -384,6 +415,7 @@ std::vector<std::pair<std::string, std::uint64_t>> Database::columnFamilySizes()
 void Database::forEachEntry(const std::string& columnFamily,
                             const std::function<void(std::string_view, std::string_view)>& fn) const {
   if (columnFamily == format::kRegionEvents && !hasRegionLogFamily()) return;  // older formats: empty
+  if (columnFamily == format::kDistributions && !hasDistributions()) return;
   impl_->scan(columnFamily, "", fn);
 }
 

@@ -285,6 +285,12 @@ void ShardWriter::putSummary(NodeId node, MetricId metric, MetricScope scope, st
   impl_->put(format::kSummaries, format::summaryKey(node, metric, scope), bytes);
 }
 
+void ShardWriter::putDistribution(NodeId node, MetricId metric, MetricScope scope, std::uint8_t population,
+                                  std::string_view accumulator, std::string_view histogram) {
+  impl_->put(format::kDistributions, format::distributionKey(node, metric, scope, population),
+             format::encodeDistribution(accumulator, histogram));
+}
+
 void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileValue> values) {
   if (impl_->lastProfile && profile <= *impl_->lastProfile)
     throw std::logic_error(fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile,

@@ -16,7 +16,7 @@ namespace csp::storage::format {
 const std::vector<std::string>& shardFamilies() {
   static const std::vector<std::string> families = {kCctNodes,       kCctChildren,   kSummaries,
                                                     kValuesByProfile, kValuesByNode, kRegionNodes,
-                                                    kRegionSummaries, kRegionEvents};
+                                                    kRegionSummaries, kRegionEvents, kDistributions};
   return families;
 }
 
@@ -41,6 +41,39 @@ std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope) {
   putBe16(k, metric);
   k.push_back(static_cast<char>(scope));
   return k;
+}
+
+std::string distributionKey(NodeId id, MetricId metric, MetricScope scope, std::uint8_t population) {
+  std::string k = summaryKey(id, metric, scope);
+  k.push_back(static_cast<char>(population));
+  return k;
+}
+
+std::string encodeDistribution(std::string_view accumulator, std::string_view histogram) {
+  std::string v;
+  putBytes(v, accumulator);
+  putBytes(v, histogram);
+  return v;
+}
+
+DistributionEntry decodeDistribution(std::string_view key, std::string_view value) {
+  DistributionEntry e;
+  Reader k(key, "distribution key");
+  k.be32();
+  e.metric = k.be16();
+  const std::uint8_t scope = k.u8();
+  if (scope > 1) k.fail("unknown scope");
+  e.scope = static_cast<MetricScope>(scope);
+  e.population = k.u8();
+  if (e.population > kThreadClassCount) k.fail("unknown thread class");
+  k.expectDone();
+  Reader v(value, "distribution");
+  e.accumulator = v.text();
+  e.histogram = v.text();
+  v.expectDone();
+  if (e.population == kAllThreads && !e.accumulator.empty()) v.fail("an all-threads entry with an accumulator");
+  if (e.population != kAllThreads && e.accumulator.empty()) v.fail("a thread-class entry without an accumulator");
+  return e;
 }
 
 std::string profileBlockKey(ProfileId profile, NodeId firstNode) { return childKey(profile, firstNode); }
@@ -231,6 +264,7 @@ constexpr std::string_view kPropertyPrefix = "property/";
 constexpr std::string_view kRegionMetricPrefix = "region-metric/";
 constexpr std::string_view kQualityKey = "quality";
 constexpr std::string_view kQualityPrefix = "quality/";
+constexpr std::string_view kThreadClassPrefix = "thread-class/";
 
 std::string keyWithBe32(std::string_view prefix, std::uint32_t id) {
   std::string k(prefix);
@@ -333,6 +367,18 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
       v.clear();
       put(m.quality[i]);
       emit(keyWithBe32(kQualityPrefix, static_cast<std::uint32_t>(i)), v);
+    }
+  }
+  if (!m.threadClasses.empty()) {
+    if (m.threadClasses.size() != m.profiles.size())
+      throw FormatError(fmt::format("thread classes of {} profiles for {} profiles", m.threadClasses.size(),
+                                    m.profiles.size()));
+    for (std::size_t i = 0; i < m.threadClasses.size(); ++i) {
+      v.clear();
+      v.push_back(static_cast<char>(m.threadClasses[i].threadClass));
+      putBytes(v, m.threadClasses[i].entry);
+      putBytes(v, m.threadClasses[i].reason);
+      emit(keyWithBe32(kThreadClassPrefix, static_cast<std::uint32_t>(i)), v);
     }
   }
 }
@@ -453,6 +499,17 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     r.expectDone();
     placeAt(m_.quality, tableIndex(key, kQualityPrefix, 4), q);
     ++seen_.quality;
+  } else if (key.starts_with(kThreadClassPrefix)) {
+    Reader r(value, "thread class");
+    ThreadClassInfo c;
+    const std::uint8_t cls = r.u8();
+    if (cls < 1 || cls > kThreadClassCount) r.fail("unknown thread class");
+    c.threadClass = static_cast<ThreadClass>(cls);
+    c.entry = r.text();
+    c.reason = r.text();
+    r.expectDone();
+    placeAt(m_.threadClasses, tableIndex(key, kThreadClassPrefix, 4), std::move(c));
+    ++seen_.threadClasses;
   } else if (key.starts_with(kPropertyPrefix)) {
     m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});
   }
@@ -479,6 +536,10 @@ DatabaseMetadata MetadataDecoder::finish() {
                                     m_.profiles.size()));
     if (m_.qualityTotal() != qualityTotal_) throw FormatError("metadata sampling quality does not add up to its total");
   }
+  // Thread classes (format 1.4): none, or one per profile.
+  if (seen_.threadClasses > 0 && (seen_.threadClasses != m_.profiles.size() || m_.threadClasses.size() != m_.profiles.size()))
+    throw FormatError(fmt::format("metadata has the thread classes of {} of {} profiles", seen_.threadClasses,
+                                  m_.profiles.size()));
   return std::move(m_);
 }
 

@@ -31,6 +31,8 @@ inline constexpr const char* kRegionSummaries = "region_summaries";
 inline constexpr const char* kViewCache = "view_cache";  // reserved, empty (docs/database-format.md)
 // Added in format 1.2; older databases lack it and still open.
 inline constexpr const char* kRegionEvents = "region_events";
+// Added in format 1.4: histograms and per-thread-class summaries.
+inline constexpr const char* kDistributions = "distributions";
 inline constexpr std::size_t kRegionLogBlockEvents = 4096;
 
 // Families written by ShardWriter (everything but metadata and the view cache), in a fixed
@@ -58,6 +60,9 @@ using Reader = ByteReader<FormatError>;
 std::string nodeKey(NodeId id);                                   // be32
 std::string childKey(NodeId parent, NodeId child);                // be32 be32
 std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);  // be32 be16 u8
+std::string distributionKey(NodeId id, MetricId metric, MetricScope scope, std::uint8_t population);  // be32 be16 u8 u8
+std::string encodeDistribution(std::string_view accumulator, std::string_view histogram);
+DistributionEntry decodeDistribution(std::string_view key, std::string_view value);
 std::string profileBlockKey(ProfileId profile, NodeId firstNode);  // be32 be32
 std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile);  // be32 be16 u8 be32
 
@@ -101,7 +106,7 @@ class MetadataDecoder {
 
  private:
   struct Counts {
-    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0, quality = 0;
+    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0, quality = 0, threadClasses = 0;
   };
   SamplingQuality qualityTotal_;
   bool sawQuality_ = false;

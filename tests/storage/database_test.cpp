@@ -413,7 +413,7 @@ TEST(DatabaseOpen, NewerFormat) {
 TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
   TempDir tmp;
   const Synthetic s{.profiles = 6, .nodes = 50};
-  EXPECT_EQ(kDatabaseFormatMinor, 3u);
+  EXPECT_GE(kDatabaseFormatMinor, 3u);
   const fs::path with = tmp.path() / "with";
   test::buildInProcess(with, s, "A");
   {
@@ -485,6 +485,84 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\3", 12), v).ok());
   });
   expectOpenFails(wrongTotal, "damaged database: metadata sampling quality does not add up to its total");
+}
+
+// Format 1.4: per-node distributions (histograms, thread classes' accumulators) and the thread
+// class of every profile round trip; a database without them (1.0-1.3) opens without them; a
+// class table with a missing entry is damage; a bad population in a key is damage.
+TEST(DatabaseOpen, DistributionsAndThreadClasses) {
+  TempDir tmp;
+  const Synthetic s{.profiles = 6, .nodes = 50};
+  EXPECT_EQ(kDatabaseFormatMinor, 4u);
+  const fs::path with = tmp.path() / "with";
+  test::buildInProcess(with, s, "A");
+  {
+    auto db = Database::open(with);
+    ASSERT_TRUE(db->hasDistributions());
+    EXPECT_EQ(db->metadata().threadClasses, s.metadata("A").threadClasses);
+    for (NodeId n : {0u, 7u, 49u}) EXPECT_EQ(db->distributions(n), s.distributions(n)) << n;
+  }
+  // Written without the family and without classes, as before 1.4.
+  const fs::path without = tmp.path() / "without";
+  {
+    DatabaseBuilder b(without, {});
+    auto meta = s.metadata("A");
+    meta.threadClasses.clear();
+    b.writeMetadata(meta);
+    ShardWriter w(b.stagingDir(), 0);
+    for (NodeId n = 0; n < s.nodes; ++n) w.putNode(n, s.node(n));
+    for (NodeId n = 0; n < s.nodes; ++n)
+      for (NodeId c : s.children(n)) w.putChild(n, c);
+    w.finish();
+    b.ingestShards(1);
+    b.publish();
+  }
+  {
+    auto db = Database::open(without);
+    EXPECT_TRUE(db->metadata().threadClasses.empty());
+    EXPECT_TRUE(db->distributions(3).empty());
+  }
+  // A writer never stores the classes of only some profiles.
+  {
+    auto meta = s.metadata("A");
+    meta.threadClasses.pop_back();
+    DatabaseBuilder b(tmp.path() / "partial", {});
+    EXPECT_THROW(b.writeMetadata(meta), std::exception);
+  }
+  auto edit = [&](const fs::path& dir, const std::string& family,
+                  const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+    std::vector<std::string> families;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
+    for (std::size_t i = 0; i < families.size(); ++i)
+      if (families[i] == family) change(raw, handles[i]);
+    for (auto* h : handles) {
+      raw->Flush(rocksdb::FlushOptions(), h);
+      raw->DestroyColumnFamilyHandle(h);
+    }
+    delete raw;
+  };
+  const fs::path missing = tmp.path() / "missing";
+  test::buildInProcess(missing, s, "A");
+  edit(missing, "metadata", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("thread-class/\0\0\0\2", 17)).ok());
+  });
+  expectOpenFails(missing, "damaged database: metadata has the thread classes of 5 of 6 profiles");
+  const fs::path badKey = tmp.path() / "bad-key";
+  test::buildInProcess(badKey, s, "A");
+  edit(badKey, "distributions", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h, std::string("\0\0\0\3\0\0\1\x09", 8), std::string("\0\0", 2)).ok());
+  });
+  try {
+    Database::open(badKey)->distributions(3);
+    ADD_FAILURE() << "a distribution of population 9 was accepted";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown thread class"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DatabaseOpen, DamagedDatabases) {

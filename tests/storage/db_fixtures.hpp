@@ -97,6 +97,16 @@ struct Synthetic {
     return out;
   }
 
+  // Format 1.4: the histogram of every (node, metric 0, scope) and the parts of two thread classes.
+  std::vector<DistributionEntry> distributions(NodeId n) const {
+    std::vector<DistributionEntry> out;
+    for (MetricScope s : {MetricScope::Exclusive, MetricScope::Inclusive})
+      for (std::uint8_t population : {std::uint8_t{kAllThreads}, std::uint8_t{1}, std::uint8_t{2}})
+        out.push_back({0, s, population, population == kAllThreads ? "" : fmt::format("acc:{}:{}", n, population),
+                       fmt::format("hist:{}:{}:{:x}", n, static_cast<int>(s), hash(n, population, 5))});
+    return out;
+  }
+
   RegionNode region(RegionId r) const {
     return r == 0 ? RegionNode{kNoIndex, 0, 0} : RegionNode{(r - 1) / 2, 1 + r % 7, hash(r, 5) % 100};
   }
@@ -142,6 +152,9 @@ struct Synthetic {
     m.properties = {{"generator", "db_fixtures"}, {"seed", std::to_string(seed)}};
     for (ProfileId p = 0; p < profiles; ++p)
       m.quality.push_back({1000 + hash(p, 11) % 1000, p % 3, p % 2, hash(p, 12) % 500, p % 2});
+    for (ProfileId p = 0; p < profiles; ++p)
+      m.threadClasses.push_back({p % 2 == 0 ? ThreadClass::Main : ThreadClass::Worker, p % 2 == 0 ? "main" : "worker_loop",
+                                 p % 2 == 0 ? "the process's initial thread" : "its own work"});
     return m;
   }
 
@@ -161,6 +174,8 @@ struct Synthetic {
       for (NodeId c : children(n)) w.putChild(n, c);
     for (NodeId n = n0; n < n1; ++n)
       for (const auto& a : summaries(n)) w.putSummary(n, a.metric, a.scope, a.bytes);
+    for (NodeId n = n0; n < n1; ++n)
+      for (const auto& d : distributions(n)) w.putDistribution(n, d.metric, d.scope, d.population, d.accumulator, d.histogram);
     for (NodeId n = n0; n < n1; ++n) w.putNodeValues(n, nodeValues(n));
     for (ProfileId p = p0; p < p1; ++p) w.putProfileValues(p, profileValues(p));
     for (ProfileId p = p0; p < p1; ++p) {

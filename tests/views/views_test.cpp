@@ -614,7 +614,7 @@ TEST_F(Views, CliBadInputIsOneClearLine) {
       {"--flat --callers " + db, "excludes"},
       {"--top 3 " + db, "--top applies to the flat and callers views"},
       {"--flat --format folded " + db, "folded stacks"},
-      {"--stat median " + db, "unknown statistic 'median'"},
+      {"--stat mediann " + db, "unknown statistic 'mediann'"},
       {"--sort nosuch " + db, "--sort nosuch"},
       {"--threshold 120 " + db, "--threshold"},
       {"", "DB is required"},

@@ -50,6 +50,12 @@ class CallersModel final : public ViewModel {
 
   std::vector<std::uint32_t> procedures() override { return nodes_[0].children; }
 
+  std::vector<std::pair<storage::NodeId, bool>> contributors(std::uint32_t h) override {
+    std::vector<std::pair<storage::NodeId, bool>> out;
+    for (const auto& inst : nodes_[h].instances) out.emplace_back(inst.frame, !recurs(inst.frame, nodes_[h].chainLength));
+    return out;
+  }
+
   std::vector<std::uint32_t> find(const std::string& pattern, bool exact) override {
     std::vector<std::uint32_t> out;
     for (auto h : nodes_[0].children)
@@ -111,7 +117,7 @@ class CallersModel final : public ViewModel {
     model.viewId = h;
     model.cctNode.reset();
     for (std::size_t m = 0; m < metrics_.ids.size(); ++m)
-      for (int s = 0; s < 2; ++s) model.acc.push_back(Acc::combined(metrics_.types[m]));
+      for (int s = 0; s < 2; ++s) model.acc.push_back(metrics_.combined(m));
     CallersNode node;
     node.model = std::move(model);
     node.chainLength = chainLength;

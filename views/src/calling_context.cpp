@@ -38,14 +38,48 @@ ModelNode labelOf(const storage::Database& db, storage::NodeId id, const storage
 std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& metrics, storage::NodeId id) {
   std::vector<Acc> acc;
   for (std::size_t m = 0; m < metrics.ids.size(); ++m)
-    for (int s = 0; s < 2; ++s) acc.push_back(Acc::emptyInstance(metrics.types[m]));
-  for (const auto& a : db.summaries(id)) {
+    for (int s = 0; s < 2; ++s) acc.push_back(metrics.empty(m));
+  auto damaged = [&](const metrics::DecodeError& e) {
+    throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", id, e.what()));
+  };
+  if (!metrics.byClass) {
+    for (const auto& a : db.summaries(id)) {
+      for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
+        if (metrics.ids[m] != a.metric) continue;
+        try {
+          acc[MetricSet::slot(m, a.scope)] = Acc::decode(metrics.types[m], a.bytes);
+          if (metrics.histograms && metrics.types[m] == storage::ValueType::Count)
+            acc[MetricSet::slot(m, a.scope)].setHistogram({}, metrics.periods[m]);
+        } catch (const metrics::DecodeError& e) {
+          damaged(e);
+        }
+      }
+    }
+    if (!metrics.histograms) return acc;
+  }
+  // Thread classes' parts (combined), and the histograms.
+  std::vector<char> seen(acc.size(), 0);
+  for (const auto& d : db.distributions(id)) {
+    const bool wanted = metrics.byClass ? d.population != storage::kAllThreads && metrics.classes[d.population]
+                                        : d.population == storage::kAllThreads;
+    if (!wanted) continue;
     for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
-      if (metrics.ids[m] != a.metric) continue;
+      if (metrics.ids[m] != d.metric) continue;
+      const auto slot = MetricSet::slot(m, d.scope);
       try {
-        acc[MetricSet::slot(m, a.scope)] = Acc::decode(metrics.types[m], a.bytes);
+        if (!metrics.byClass) {
+          acc[slot].setHistogram(d.histogram, metrics.periods[m]);
+          continue;
+        }
+        Acc part = Acc::decode(metrics.types[m], d.accumulator);
+        if (metrics.histograms && metrics.types[m] == storage::ValueType::Count) part.setHistogram(d.histogram, metrics.periods[m]);
+        if (seen[slot])
+          acc[slot].merge(part);
+        else
+          acc[slot] = std::move(part);
+        seen[slot] = 1;
       } catch (const metrics::DecodeError& e) {
-        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of node {}: {}", id, e.what()));
+        damaged(e);
       }
     }
   }
@@ -66,17 +100,36 @@ void SummaryScan::run() {
     if (index.size() <= metrics_.ids[m]) index.resize(metrics_.ids[m] + 1u, -1);
     index[metrics_.ids[m]] = static_cast<int>(m);
   }
-  db_.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
-    if (key.size() != 7) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary key");
-    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-    const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
-    const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
-    if (metric >= index.size() || index[metric] < 0) return;
-    if (k[6] > 1) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary scope");
-    const auto slot = MetricSet::slot(static_cast<std::size_t>(index[metric]), static_cast<storage::MetricScope>(k[6]));
-    entries_.push_back({node, static_cast<std::uint32_t>(slot), bytes_.size(), static_cast<std::uint32_t>(value.size())});
-    bytes_.append(value);
-  });
+  // All threads: the summaries (and, for percentiles, the histograms beside them, which a
+  // second scan attaches); thread classes: the classes' entries of the distributions family.
+  const bool distributions = metrics_.byClass || metrics_.histograms;
+  const std::string family = metrics_.byClass ? "distributions" : "summaries";
+  auto scan = [&](const std::string& name, bool histogramsOnly) {
+    db_.forEachEntry(name, [&](std::string_view key, std::string_view value) {
+      const std::size_t keySize = name == "summaries" ? 7 : 8;
+      if (key.size() != keySize) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary key");
+      const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+      const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
+      const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
+      if (metric >= index.size() || index[metric] < 0) return;
+      if (k[6] > 1) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary scope");
+      std::uint8_t population = storage::kAllThreads;
+      if (keySize == 8) {
+        population = k[7];
+        if (population > storage::kThreadClassCount)
+          throw storage::DatabaseError(db_.directory(), "damaged database: bad thread class");
+        const bool wanted = histogramsOnly ? population == storage::kAllThreads
+                                           : population != storage::kAllThreads && metrics_.classes[population];
+        if (!wanted) return;
+      }
+      const auto slot = MetricSet::slot(static_cast<std::size_t>(index[metric]), static_cast<storage::MetricScope>(k[6]));
+      auto& list = histogramsOnly ? histograms_ : entries_;
+      list.push_back({node, static_cast<std::uint32_t>(slot), bytes_.size(), static_cast<std::uint32_t>(value.size()), keySize == 8});
+      bytes_.append(value);
+    });
+  };
+  scan(family, false);
+  if (distributions && !metrics_.byClass) scan("distributions", true);
 }
 
 void SummaryScan::forEach(const std::vector<char>& wanted,
@@ -84,28 +137,88 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
   done_.get();
   const std::size_t slots = metrics_.slots();
   std::vector<char> seen(wanted.size() * slots, 0);
-  for (const auto& e : entries_) {
-    if (e.node >= wanted.size() || !wanted[e.node]) continue;
-    const std::string_view value(bytes_.data() + e.offset, e.size);
+  auto damaged = [&](storage::NodeId node, const metrics::DecodeError& err) {
+    throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", node, err.what()));
+  };
+  // Histograms of the all-threads population, by (node, slot), in key order like entries_.
+  std::size_t h = 0;
+  auto histogramOf = [&](const Entry& e) -> std::optional<std::string_view> {
+    while (h < histograms_.size() && std::make_pair(histograms_[h].node, histograms_[h].slot) < std::make_pair(e.node, e.slot)) ++h;
+    if (h < histograms_.size() && histograms_[h].node == e.node && histograms_[h].slot == e.slot)
+      return std::string_view(bytes_.data() + histograms_[h].offset, histograms_[h].size);
+    return std::nullopt;
+  };
+  for (std::size_t i = 0; i < entries_.size();) {
+    const Entry& first = entries_[i];
+    std::size_t j = i + 1;  // the parts of one (node, slot): one per selected class
+    while (j < entries_.size() && entries_[j].node == first.node && entries_[j].slot == first.slot) ++j;
+    if (first.node >= wanted.size() || !wanted[first.node]) {
+      i = j;
+      continue;
+    }
+    const std::size_t m = first.slot / 2;
+    const bool withHistogram = metrics_.histograms && metrics_.types[m] == storage::ValueType::Count;
     Acc acc;
     try {
-      acc = Acc::decode(metrics_.types[e.slot / 2], value);
+      for (std::size_t k = i; k < j; ++k) {
+        const std::string_view value(bytes_.data() + entries_[k].offset, entries_[k].size);
+        Acc part;
+        if (entries_[k].distribution) {
+          const auto d = decodeDistributionValue(value);
+          part = Acc::decode(metrics_.types[m], d.first);
+          if (withHistogram) part.setHistogram(d.second, metrics_.periods[m]);
+        } else {
+          part = Acc::decode(metrics_.types[m], value);
+          if (withHistogram) {
+            const auto hv = histogramOf(first);
+            part.setHistogram(hv ? decodeDistributionValue(*hv).second : std::string_view(), metrics_.periods[m]);
+          }
+        }
+        if (k == i)
+          acc = std::move(part);
+        else
+          acc.merge(part);
+      }
     } catch (const metrics::DecodeError& err) {
-      throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", e.node, err.what()));
+      damaged(first.node, err);
     }
-    seen[std::size_t{e.node} * slots + e.slot] = 1;
-    fn(e.node, e.slot, acc);
+    seen[std::size_t{first.node} * slots + first.slot] = 1;
+    fn(first.node, first.slot, acc);
+    i = j;
   }
   entries_ = {};
+  histograms_ = {};
   bytes_ = {};
   std::vector<Acc> empty;
   for (std::size_t m = 0; m < metrics_.ids.size(); ++m)
-    for (int s = 0; s < 2; ++s) empty.push_back(Acc::emptyInstance(metrics_.types[m]));
+    for (int s = 0; s < 2; ++s) empty.push_back(metrics_.empty(m));
   for (std::size_t n = 0; n < wanted.size(); ++n) {
     if (!wanted[n]) continue;
     for (std::size_t s = 0; s < slots; ++s)
       if (!seen[n * slots + s]) fn(static_cast<storage::NodeId>(n), s, empty[s]);
   }
+}
+
+std::pair<std::string_view, std::string_view> decodeDistributionValue(std::string_view value) {
+  // varint length + accumulator, varint length + histogram (docs/database-format.md).
+  std::size_t at = 0;
+  auto part = [&]() {
+    std::uint64_t n = 0;
+    for (int shift = 0;; shift += 7) {
+      if (at >= value.size() || shift > 63) throw metrics::DecodeError("distribution: truncated length");
+      const auto c = static_cast<unsigned char>(value[at++]);
+      n |= std::uint64_t{c & 0x7Fu} << shift;
+      if (c < 0x80) break;
+    }
+    if (n > value.size() - at) throw metrics::DecodeError("distribution: truncated value");
+    const auto out = value.substr(at, n);
+    at += n;
+    return out;
+  };
+  const auto accumulator = part();
+  const auto histogram = part();
+  if (at != value.size()) throw metrics::DecodeError("distribution: trailing bytes");
+  return {accumulator, histogram};
 }
 
 namespace {

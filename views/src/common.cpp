@@ -28,7 +28,8 @@ const char* toString(ViewKind kind) {
 
 bool hasPercent(Statistic s) {
   // A spread (stddev) is no share of anything; ratios and counts neither.
-  return s == Statistic::Sum || s == Statistic::Mean || s == Statistic::Min || s == Statistic::Max;
+  return s == Statistic::Sum || s == Statistic::Mean || s == Statistic::Min || s == Statistic::Max ||
+         metrics::isPercentile(s);
 }
 
 const char* toString(NodeKind kind) {
@@ -81,19 +82,42 @@ namespace csp::views::detail {
 
 using storage::ValueType;
 
-Acc Acc::emptyInstance(ValueType type) {
+Acc Acc::emptyInstance(ValueType type, bool withHistogram, double unit) {
   Acc a;
   if (type == ValueType::Real) a.v_ = metrics::RealAccumulator();
+  a.hasHistogram_ = withHistogram;
+  a.unit_ = unit;
   return a;
 }
 
-Acc Acc::combined(ValueType type) {
+Acc Acc::combined(ValueType type, bool withHistogram, double unit) {
   Acc a;
   if (type == ValueType::Real)
     a.v_ = metrics::RealAccumulator::forCombinedNode();
   else
     a.v_ = metrics::IntAccumulator::forCombinedNode();
+  a.hasHistogram_ = withHistogram;
+  a.unit_ = unit;
   return a;
+}
+
+void Acc::setHistogram(std::string_view bytes, double unit) {
+  histogram_ = bytes.empty() ? metrics::LogLinearHistogram() : metrics::decodeHistogram(bytes);
+  hasHistogram_ = true;
+  unit_ = unit;
+}
+
+void Acc::merge(const Acc& part) {
+  if (v_.index() != part.v_.index()) throw std::logic_error("combining accumulators of different value types");
+  if (auto* i = std::get_if<metrics::IntAccumulator>(&v_))
+    i->combine(std::get<metrics::IntAccumulator>(part.v_));
+  else
+    std::get<metrics::RealAccumulator>(v_).combine(std::get<metrics::RealAccumulator>(part.v_));
+  if (part.hasHistogram_) {
+    histogram_.merge(part.histogram_);
+    unit_ = part.unit_;
+  }
+  hasHistogram_ = hasHistogram_ && part.hasHistogram_;
 }
 
 Acc Acc::decode(ValueType type, std::string_view bytes) {
@@ -111,10 +135,16 @@ void Acc::add(const Acc& instance) {
     i->combineInstance(std::get<metrics::IntAccumulator>(instance.v_));
   else
     std::get<metrics::RealAccumulator>(v_).combineInstance(std::get<metrics::RealAccumulator>(instance.v_));
+  if (hasHistogram_ && instance.hasHistogram_) histogram_.merge(instance.histogram_);
+  hasHistogram_ = hasHistogram_ && instance.hasHistogram_;
 }
 
 metrics::Statistics Acc::finalize(std::uint64_t profiles, metrics::Population population) const {
-  return std::visit([&](const auto& a) { return a.finalize(profiles, population); }, v_);
+  auto s = std::visit([&](const auto& a) { return a.finalize(profiles, population); }, v_);
+  // Present population: the histogram holds exactly the present values; all: plus the zeros
+  // of the absent (instance, profile) pairs, which percentile() adds.
+  if (hasHistogram_ && s.inputs >= histogram_.total()) metrics::addPercentiles(s, histogram_, s.inputs, unit_);
+  return s;
 }
 
 std::uint64_t Acc::instances() const {

@@ -103,6 +103,17 @@ class FlatModel final : public ViewModel {
   }
   std::vector<std::uint32_t> procedures() override { return procedures_; }
 
+  std::vector<std::pair<storage::NodeId, bool>> contributors(std::uint32_t h) override {
+    std::vector<std::pair<storage::NodeId, bool>> out;
+    for (std::size_t id = 0; id < flat_.size(); ++id) {
+      const auto f = flags_[id];
+      if (flat_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kIncl) != 0);
+      else if (moduleOf_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclModule) != 0);
+      else if (fileOf_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclFile) != 0);
+    }
+    return out;
+  }
+
   // Materialized on first use: a view shows a few hundred of the (up to) millions of nodes.
   const ModelNode& node(std::uint32_t h) const override {
     auto [it, fresh] = shown_.try_emplace(h);
@@ -170,7 +181,7 @@ class FlatModel final : public ViewModel {
     const auto h = static_cast<std::uint32_t>(nodes_.size());
     nodes_.push_back(node);
     for (std::size_t m = 0; m < metrics_.ids.size(); ++m)
-      for (int s = 0; s < 2; ++s) acc_.push_back(Acc::combined(metrics_.types[m]));
+      for (int s = 0; s < 2; ++s) acc_.push_back(metrics_.combined(m));
     onPath_.push_back(0);
     return h;
   }
@@ -186,9 +197,14 @@ class FlatModel final : public ViewModel {
     make({});
 
     // Per CCT node: its Flat node, and for frames their module and file nodes.
-    std::vector<std::uint32_t> flat(n, 0), moduleOf(n, kNoIndex), fileOf(n, kNoIndex);
-    enum : std::uint8_t { kIncl = 1, kInclModule = 2, kInclFile = 4 };
-    std::vector<std::uint8_t> flags(n, 0);
+    auto& flat = flat_;
+    auto& moduleOf = moduleOf_;
+    auto& fileOf = fileOf_;
+    auto& flags = flags_;
+    flat.assign(n, 0);
+    moduleOf.assign(n, kNoIndex);
+    fileOf.assign(n, kNoIndex);
+    flags.assign(n, 0);
     std::vector<char> outermostFrame(n, 0);
 
     std::vector<std::uint32_t> modules(strings_.size(), 0);  // module string -> Flat node (0: none yet)
@@ -270,8 +286,11 @@ class FlatModel final : public ViewModel {
     });
   }
 
+  enum : std::uint8_t { kIncl = 1, kInclModule = 2, kInclFile = 4 };
   const std::vector<std::string>& strings_;
   MetricSet metrics_;
+  std::vector<std::uint32_t> flat_, moduleOf_, fileOf_;  // per CCT node (see build)
+  std::vector<std::uint8_t> flags_;
   std::vector<Node> nodes_;
   std::vector<Acc> acc_;  // nodes_.size() x metrics_.slots()
   std::vector<std::uint32_t> childBegin_, child_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "csp/metrics/accumulator.hpp"
+#include "csp/metrics/histogram.hpp"
 #include "csp/views/views.hpp"
 
 namespace csp::views::detail {
@@ -17,21 +18,28 @@ using storage::StringId;
 using storage::RegionId;
 
 // A summary accumulator of either value type. Metrics stored as counts use the exact integer
-// accumulator, per-thread derived (real) metrics the mergeable mean/M2 form.
+// accumulator, per-thread derived (real) metrics the mergeable mean/M2 form. With a histogram
+// of the per-thread values (divided by `unit`, the metric's period), finalize() adds the
+// percentiles.
 class Acc {
  public:
   // One CCT instance without values (a node absent from every profile for this metric).
-  static Acc emptyInstance(storage::ValueType type);
+  static Acc emptyInstance(storage::ValueType type, bool withHistogram = false, double unit = 1);
   // A Flat/Callers node: zero instances, fed with add().
-  static Acc combined(storage::ValueType type);
+  static Acc combined(storage::ValueType type, bool withHistogram = false, double unit = 1);
   static Acc decode(storage::ValueType type, std::string_view bytes);
+  void setHistogram(std::string_view bytes, double unit);  // throws metrics::DecodeError
 
   void add(const Acc& instance);  // combineInstance (thesis Fig. 7.7)
+  void merge(const Acc& part);    // combine: another population's part of the same node
   metrics::Statistics finalize(std::uint64_t profiles, metrics::Population population) const;
   std::uint64_t instances() const;
 
  private:
   std::variant<metrics::IntAccumulator, metrics::RealAccumulator> v_;
+  bool hasHistogram_ = false;
+  double unit_ = 1;
+  metrics::LogLinearHistogram histogram_;
 };
 
 // The metrics a view loads: the distinct metrics of the requested columns.
@@ -40,6 +48,24 @@ struct MetricSet {
   std::vector<storage::ValueType> types;
   std::vector<std::string> names, units;
   std::vector<bool> exclusiveOnly;  // no inclusive values stored (region metrics per process)
+  std::vector<double> periods;      // the histograms' unit per metric
+  // Per metric: a per-thread value's worst-case sampling error (period - 1 for sampled metrics,
+  // 0 for counted ones, NaN for real-valued ones and region metrics).
+  std::vector<double> perThreadError;
+  // Which threads the accumulators cover: all (the summaries family) or the union of some
+  // thread classes (their parts in the distributions family, combined).
+  bool byClass = false;
+  bool classes[storage::kThreadClassCount + 1] = {};  // by ThreadClass value
+  // Histograms were asked for (percentile statistics) and the database has them.
+  bool histograms = false;
+  Acc empty(std::size_t metricIndex) const {
+    return Acc::emptyInstance(types[metricIndex], histograms && types[metricIndex] == storage::ValueType::Count,
+                              periods.empty() ? 1 : periods[metricIndex]);
+  }
+  Acc combined(std::size_t metricIndex) const {
+    return Acc::combined(types[metricIndex], histograms && types[metricIndex] == storage::ValueType::Count,
+                         periods.empty() ? 1 : periods[metricIndex]);
+  }
   // The scope that shares (threshold, hot path, percentages) are measured on.
   storage::MetricScope shareScope(std::size_t metricIndex) const {
     return metricIndex < exclusiveOnly.size() && exclusiveOnly[metricIndex] ? storage::MetricScope::Exclusive
@@ -80,6 +106,13 @@ class ViewModel {
   virtual bool subtreeMatches(std::uint32_t node, const std::string& pattern) = 0;
   // Flat/Callers: the procedure nodes, for --top.
   virtual std::vector<std::uint32_t> procedures() { return {}; }
+  // The CCT nodes combined into a node, with whether their inclusive values count (--node with
+  // a Flat or Callers id).
+  virtual std::vector<std::pair<storage::NodeId, bool>> contributors(std::uint32_t handle) {
+    const auto& n = node(handle);
+    if (!n.cctNode) return {};
+    return {{*n.cctNode, true}};
+  }
 };
 
 // The whole canonical CCT structure, read with one scan of the node family.
@@ -106,6 +139,7 @@ std::string fileLine(const std::string& file, std::uint32_t line);
 MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& columns);
 
 std::unique_ptr<ViewModel> makeCallingContext(const storage::Database& db, const MetricSet& metrics);
+// Distinct procedures: (module, name, file, line) of a ProcFrame, as the views identify them.
 std::unique_ptr<ViewModel> makeFlat(const storage::Database& db, const MetricSet& metrics);
 std::unique_ptr<ViewModel> makeCallers(const storage::Database& db, const MetricSet& metrics);
 std::unique_ptr<ViewModel> makeRegions(const storage::Database& db, const MetricSet& metrics);

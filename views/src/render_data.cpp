@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "csp/metrics/scaling.hpp"
 #include "render_util.hpp"
 
 namespace csp::views {
@@ -121,6 +122,8 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
   Json j;
   j["view"] = toString(tree.kind);
   j["profiles"] = tree.profiles;
+  j["threads"] = tree.threads.label;
+  j["profiles_left_out"] = tree.threads.excluded;
   Json cols = Json::array();
   for (std::size_t c = 0; c < tree.columns.size(); ++c) {
     const auto& col = tree.columns[c];
@@ -144,15 +147,20 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
     node["line"] = n.line;
     node["module"] = n.module;
     if (n.cctNode) node["cct_node"] = *n.cctNode;
-    Json values = Json::object(), percents = Json::object(), instances = Json::object();
+    Json values = Json::object(), percents = Json::object(), instances = Json::object(), errors = Json::object();
+    Json noise = Json::array();
     for (std::size_t c = 0; c < tree.columns.size(); ++c) {
       values[tree.columns[c].title()] = jsonNumber(n.values[c]);
       if (hasPercent(tree.columns[c].statistic)) percents[tree.columns[c].title()] = jsonNumber(tree.percent(n, c));
       instances[tree.columns[c].title()] = n.instances[c];
+      if (c < n.errors.size() && !std::isnan(n.errors[c])) errors[tree.columns[c].title()] = n.errors[c];
+      if (c < n.withinSamplingError.size() && n.withinSamplingError[c]) noise.push_back(tree.columns[c].title());
     }
     node["values"] = std::move(values);
     node["percent"] = std::move(percents);
     node["instances"] = std::move(instances);
+    node["sampling_error"] = std::move(errors);  // worst-case bound per column (thesis App. A)
+    node["within_sampling_error"] = std::move(noise);  // imbalance columns that sampling alone could explain
     node["imbalanced"] = n.imbalanceOnly;
     node["truncated"] = n.truncated;
     nodes.push_back(std::move(node));
@@ -226,11 +234,17 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
   auto stats = [](const metrics::Statistics& s) {
     return Json{{"inputs", s.inputs},          {"count", s.count},         {"sum", jsonNumber(s.sum)},
                 {"mean", jsonNumber(s.mean)},  {"min", jsonNumber(s.min)}, {"max", jsonNumber(s.max)},
-                {"stddev", jsonNumber(s.stddev)}, {"cfvar", jsonNumber(s.cfvar)}, {"imbalance", jsonNumber(s.imbalance)}};
+                {"stddev", jsonNumber(s.stddev)}, {"cfvar", jsonNumber(s.cfvar)}, {"imbalance", jsonNumber(s.imbalance)},
+                {"p5", jsonNumber(s.p5)},      {"p25", jsonNumber(s.p25)}, {"p50", jsonNumber(s.p50)},
+                {"p75", jsonNumber(s.p75)},    {"p95", jsonNumber(s.p95)}, {"imbmedian", jsonNumber(s.imbalanceMedian)}};
   };
   auto list = [](const std::vector<ThreadValue>& values) {
     Json a = Json::array();
-    for (const auto& v : values) a.push_back({{"profile", v.profile}, {"id", v.who}, {"value", v.value}});
+    for (const auto& v : values) {
+      Json e{{"profile", v.profile}, {"id", v.who}, {"value", v.value}};
+      if (!v.threadClass.empty()) e["class"] = v.threadClass;
+      a.push_back(std::move(e));
+    }
     return a;
   };
   Json hist = Json::array();
@@ -241,6 +255,11 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
          {"unit", d.unit},
          {"scope", scopeName(d.scope)},
          {"profiles", d.profiles},
+         {"what", d.what},
+         {"threads", d.threads.label},
+         {"profiles_left_out", d.threads.excluded},
+         {"sampling_error_per_thread", jsonNumber(d.perThreadError)},
+         {"imbalance_within_sampling_error", metrics::withinSamplingError(d.all, Statistic::Imbalance, d.perThreadError)},
          {"all", stats(d.all)},
          {"present", stats(d.present)},
          {"outliers", list(d.outliers)},
@@ -324,6 +343,24 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
     if (p.key == "executables") out << fmt::format("executables  {}\n", p.value);
   out << fmt::format("measured processes {} (the program's; not the post-processing ranks)\n", m.processCount);
   out << fmt::format("threads      {} profiles\n", m.profiles.size());
+  if (!m.threadClasses.empty()) {
+    std::uint64_t perClass[storage::kThreadClassCount + 1] = {};
+    for (const auto& c : m.threadClasses) ++perClass[static_cast<std::size_t>(c.threadClass)];
+    const auto helpers = perClass[static_cast<std::size_t>(storage::ThreadClass::Helper)];
+    out << fmt::format("thread classes  main {}, worker {}, helper {}{}\n", perClass[1], perClass[2], perClass[3],
+                       helpers > 0 && helpers < m.profiles.size()
+                           ? " (views show main and worker threads by default; --threads all includes the helpers)"
+                           : "");
+    std::size_t shown = 0;
+    for (std::size_t i = 0; i < m.threadClasses.size() && shown < 10; ++i) {
+      const auto& c = m.threadClasses[i];
+      if (c.threadClass != storage::ThreadClass::Helper) continue;
+      out << fmt::format("  helper {}: {}{}\n", formatIdTuple(m.profiles[i]), c.entry.empty() ? "" : "entry " + c.entry + "; ",
+                         c.reason);
+      ++shown;
+    }
+    if (shown < helpers) out << fmt::format("  ... {} more helper threads (--format json lists them all)\n", helpers - shown);
+  }
   std::string hosts;
   for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i) hosts += (i ? ", " : "") + m.hostnames[i];
   if (m.hostnames.size() > 8) hosts += fmt::format(", ... ({} hosts)", m.hostnames.size());
@@ -386,6 +423,15 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
          {"command", m.commandLine},
          {"measured_processes", m.processCount},
          {"threads", m.profiles.size()},
+         {"thread_classes", [&] {
+            Json a = Json::array();
+            for (std::size_t i = 0; i < m.threadClasses.size(); ++i)
+              a.push_back({{"profile", formatIdTuple(m.profiles[i])},
+                           {"class", storage::toString(m.threadClasses[i].threadClass)},
+                           {"entry", m.threadClasses[i].entry},
+                           {"reason", m.threadClasses[i].reason}});
+            return a;
+          }()},
          {"hosts", m.hostnames},
          {"cct_nodes", m.nodeCount},
          {"regions", m.regionCount},

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "csp/metrics/scaling.hpp"
 #include "render_util.hpp"
 
 namespace csp::views {
@@ -21,6 +22,7 @@ struct Style {
 
 constexpr std::size_t kValueWidth = 9;
 constexpr std::size_t kPercentWidth = 7;
+constexpr std::size_t kBoundWidth = 9;  // " ±12.3M"
 
 std::string baseName(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -63,7 +65,7 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
 std::string formatNumber(double v, Statistic s) {
   if (std::isnan(v)) return "";
   if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
-  if (s == Statistic::Cfvar || s == Statistic::Imbalance) return fmt::format("{:.2f}", v);
+  if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian) return fmt::format("{:.2f}", v);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
   if (a < 1e3) return fmt::format("{:.4g}", v);
@@ -81,7 +83,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   std::vector<std::size_t> width(columns);
   for (std::size_t c = 0; c < columns; ++c) {
     pct[c] = tree.columns[c].formula.empty() && hasPercent(tree.columns[c].statistic);
-    width[c] = kValueWidth + (pct[c] ? kPercentWidth : 0);
+    width[c] = kValueWidth + (pct[c] ? kPercentWidth : 0) + (o.bounds ? kBoundWidth : 0);
   }
 
   // Two header lines: metric and scope, then statistic.
@@ -98,19 +100,25 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   }
   out << style(h1, "1") << "\n" << style(h2 + " scope", "1") << "\n";
 
+  bool anyNoise = false;
   for (const auto& n : tree.nodes) {
     std::string line;
     for (std::size_t c = 0; c < columns; ++c) {
-      line += fmt::format("{:>{}}",
-                          formatNumber(n.values[c], tree.columns[c].formula.empty() ? tree.columns[c].statistic
-                                                                                  : Statistic::Sum),
-                          kValueWidth);
+      std::string value =
+          formatNumber(n.values[c], tree.columns[c].formula.empty() ? tree.columns[c].statistic : Statistic::Sum);
+      const bool noise = c < n.withinSamplingError.size() && n.withinSamplingError[c];
+      if (noise) value += "~", anyNoise = true;
+      line += fmt::format("{:>{}}", value, kValueWidth);
       if (pct[c]) {
         const double p = tree.percent(n, c);
         std::string ptext = std::isnan(p) ? "" : fmt::format("{:.1f}%", p);
         ptext = fmt::format("{:>{}}", ptext, kPercentWidth);
         if (!std::isnan(p)) ptext = style(ptext, p >= 10 ? "1;31" : p >= 1 ? "33" : "2");
         line += ptext;
+      }
+      if (o.bounds) {
+        const double e = c < n.errors.size() ? n.errors[c] : NAN;
+        line += fmt::format(" {:<{}}", std::isnan(e) ? "" : "±" + formatNumber(e, Statistic::Sum), kBoundWidth - 1);
       }
       line += ' ';
     }
@@ -141,6 +149,18 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     if (p.keptForImbalance) s += fmt::format("; {} shown only because one thread exceeds the threshold", p.keptForImbalance);
     out << style(s, "2") << "\n";
   }
+  if (anyNoise)
+    out << style("~ within sampling error: the imbalance could come from sampling alone (thesis App. A bound: each "
+                 "thread's value is exact to one sampling period)",
+                 "2")
+        << "\n";
+  if (!tree.threads.all)
+    out << style(fmt::format("statistics over the {} ({} profiles); {} other thread{} left out (--threads all "
+                             "includes {})",
+                             tree.threads.label, tree.threads.profiles, tree.threads.excluded,
+                             tree.threads.excluded == 1 ? "" : "s", tree.threads.excluded == 1 ? "it" : "them"),
+                 "2")
+        << "\n";
 }
 
 std::string shortenName(const std::string& name, std::size_t width) {
@@ -187,14 +207,31 @@ std::string shortenName(const std::string& name, std::size_t width) {
 void renderDistributionText(const Distribution& d, std::ostream& out, const TextOptions& o) {
   const Style style{o.color};
   const auto scope = d.scope == storage::MetricScope::Inclusive ? "inclusive" : "exclusive";
-  out << style(fmt::format("node #{}: {}", d.node, d.label), "1") << "\n";
-  out << fmt::format("{} {} ({}), {} profiles, present in {}\n", d.metric, scope, d.unit, d.profiles, d.values.size());
+  out << style(d.what.empty() || d.what.starts_with("CCT node") ? fmt::format("node #{}: {}", d.node, d.label)
+                                                                : fmt::format("{}: {}", d.what, d.label),
+               "1")
+      << "\n";
+  out << fmt::format("{} {} ({}), {} profiles{}, present in {}\n", d.metric, scope, d.unit, d.profiles,
+                     d.threads.all ? "" : fmt::format(" ({}; {} others left out)", d.threads.label, d.threads.excluded),
+                     d.values.size());
   auto num = [](double v) { return formatNumber(v, Statistic::Sum); };
+  auto mark = [&](const metrics::Statistics& s, Statistic st, double v) {
+    return formatNumber(v, st) + (metrics::withinSamplingError(s, st, d.perThreadError) ? "~" : "");
+  };
   out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
                      num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),
-                     formatNumber(d.all.cfvar, Statistic::Cfvar), formatNumber(d.all.imbalance, Statistic::Imbalance));
-  out << fmt::format("  present: mean {}  min {}  max {}  stddev {}\n", num(d.present.mean), num(d.present.min),
-                     num(d.present.max), num(d.present.stddev));
+                     formatNumber(d.all.cfvar, Statistic::Cfvar), mark(d.all, Statistic::Imbalance, d.all.imbalance));
+  out << fmt::format("           p5 {}  p25 {}  median {}  p75 {}  p95 {}  max/median {}\n", num(d.all.p5), num(d.all.p25),
+                     num(d.all.p50), num(d.all.p75), num(d.all.p95),
+                     mark(d.all, Statistic::ImbalanceMedian, d.all.imbalanceMedian));
+  out << fmt::format("  present: mean {}  min {}  max {}  stddev {}  median {}\n", num(d.present.mean), num(d.present.min),
+                     num(d.present.max), num(d.present.stddev), num(d.present.p50));
+  if (!std::isnan(d.perThreadError) && d.perThreadError > 0)
+    out << fmt::format("  sampling error: each thread's value ±{}, the sum ±{}{}\n", num(d.perThreadError),
+                       num(metrics::statisticError(d.all, Statistic::Sum, d.perThreadError)),
+                       metrics::withinSamplingError(d.all, Statistic::Imbalance, d.perThreadError)
+                           ? "; ~ marks an imbalance that sampling alone could produce"
+                           : "");
   if (!d.values.empty()) {
     out << fmt::format("  max: {} = {}\n", d.values.front().who, num(d.values.front().value));
     if (d.values.size() < d.profiles)
@@ -205,16 +242,18 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   if (!d.outliers.empty()) {
     out << style(fmt::format("outliers (more than 3 stddev from the mean): {}", d.outliers.size()), "35") << "\n";
     for (std::size_t i = 0; i < std::min<std::size_t>(d.outliers.size(), 10); ++i)
-      out << fmt::format("  {:>12}  {}\n", num(d.outliers[i].value), d.outliers[i].who);
+      out << fmt::format("  {:>12}  {}{}\n", num(d.outliers[i].value), d.outliers[i].who,
+                         i < d.outlierWithinError.size() && d.outlierWithinError[i] ? "  (within sampling error)" : "");
   }
   const bool all = d.values.size() <= 32;
   out << (all ? "values:\n" : "highest 10:\n");
   const std::size_t shown = all ? d.values.size() : 10;
-  for (std::size_t i = 0; i < shown; ++i) out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), d.values[i].who);
+  auto who = [](const ThreadValue& v) { return v.threadClass.empty() ? v.who : fmt::format("{} ({})", v.who, v.threadClass); };
+  for (std::size_t i = 0; i < shown; ++i) out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), who(d.values[i]));
   if (!all) {
     out << "lowest 10 present:\n";
     for (std::size_t i = d.values.size() - 10; i < d.values.size(); ++i)
-      out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), d.values[i].who);
+      out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), who(d.values[i]));
   }
   std::uint64_t most = 1;
   for (const auto& b : d.histogram) most = std::max(most, b.count);

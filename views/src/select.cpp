@@ -1,11 +1,13 @@
 // From a view model to what is shown: finalize, filter, prune, sort. Only nodes that are shown
 // (and their siblings, to decide which are) are ever built by the lazy models.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "csp/metrics/expression.hpp"
+#include "csp/metrics/scaling.hpp"
 #include "model.hpp"
 
 namespace csp::views {
@@ -220,6 +222,10 @@ class Selector {
       t.values.push_back(formulas_[c] ? columnValue(n, c, tree_.columns[c]) : value(s, tree_.columns[c].statistic));
       t.instances.push_back(acc.instances());
       t.stats.push_back(s);
+      const std::size_t metric = slots_[c] / 2;
+      const double e = formulas_[c] || metric >= metrics_.perThreadError.size() ? NAN : metrics_.perThreadError[metric];
+      t.errors.push_back(formulas_[c] ? NAN : metrics::statisticError(s, tree_.columns[c].statistic, e));
+      t.withinSamplingError.push_back(!formulas_[c] && metrics::withinSamplingError(s, tree_.columns[c].statistic, e));
     }
     const auto index = static_cast<std::uint32_t>(tree_.nodes.size());
     tree_.nodes.push_back(std::move(t));
@@ -284,11 +290,99 @@ class Selector {
 
 }  // namespace
 
+ThreadSelection selectThreads(const storage::Database& db, const std::string& threads) {
+  const auto& meta = db.metadata();
+  ThreadSelection sel;
+  sel.profiles = meta.profiles.size();
+  sel.label = "all threads";
+  const bool hasClasses = !meta.threadClasses.empty();
+  std::uint64_t perClass[storage::kThreadClassCount + 1] = {};
+  for (const auto& c : meta.threadClasses) ++perClass[static_cast<std::size_t>(c.threadClass)];
+  const auto helpers = perClass[static_cast<std::size_t>(storage::ThreadClass::Helper)];
+  std::string spec = threads;
+  if (spec.empty()) spec = hasClasses && helpers > 0 && helpers < meta.profiles.size() ? "work" : "all";
+  if (spec == "all") return sel;
+  if (!hasClasses)
+    throw ViewError(fmt::format("--threads {}: this database has no thread classes (format {}.{}, before 1.4); "
+                                "rebuild it with this csp-prof-mpi, or use --threads all",
+                                spec, db.formatVersion().major, db.formatVersion().minor));
+  bool chosen[storage::kThreadClassCount + 1] = {};
+  std::size_t at = 0;
+  while (at <= spec.size()) {
+    const auto comma = std::min(spec.find(',', at), spec.size());
+    const std::string word = spec.substr(at, comma - at);
+    if (word == "work") {
+      chosen[static_cast<std::size_t>(storage::ThreadClass::Main)] = true;
+      chosen[static_cast<std::size_t>(storage::ThreadClass::Worker)] = true;
+    } else if (const auto c = storage::parseThreadClass(word)) {
+      chosen[static_cast<std::size_t>(*c)] = true;
+    } else {
+      throw ViewError(fmt::format("--threads: unknown thread class '{}' (all, work, main, worker, helper)", word));
+    }
+    at = comma + 1;
+  }
+  std::uint64_t n = 0;
+  std::vector<std::string> names;
+  bool everything = true;
+  for (std::uint8_t c = 1; c <= storage::kThreadClassCount; ++c) {
+    if (chosen[c]) n += perClass[c], names.push_back(storage::toString(static_cast<storage::ThreadClass>(c)));
+    if (!chosen[c] && perClass[c] > 0) everything = false;
+  }
+  if (everything) return sel;  // the classes chosen are all there are: the summaries say it all
+  if (n == 0) throw ViewError(fmt::format("--threads {}: the database has no such threads", spec));
+  sel.all = false;
+  std::copy(std::begin(chosen), std::end(chosen), std::begin(sel.classes));
+  sel.profiles = n;
+  sel.excluded = meta.profiles.size() - n;
+  sel.label = fmt::format("{} threads", fmt::join(names, ", "));
+  return sel;
+}
+
+namespace {
+
+bool wantsHistogram(const std::vector<Column>& columns) {
+  auto percentileLike = [](Statistic s) { return metrics::isPercentile(s) || s == Statistic::ImbalanceMedian; };
+  for (const auto& c : columns) {
+    if (c.formula.empty()) {
+      if (percentileLike(c.statistic)) return true;
+      continue;
+    }
+    const auto formula = metrics::SummaryFormula::parse(c.formula);
+    const auto& refs = formula.references();
+    if (std::any_of(refs.begin(), refs.end(), [&](const metrics::StatisticRef& r) { return percentileLike(r.statistic); }))
+      return true;
+  }
+  return false;
+}
+
+// What the metric set reads beside the metrics themselves: which threads, and histograms.
+void configure(const storage::Database& db, const ThreadSelection& threads, const std::vector<Column>& columns,
+               detail::MetricSet& metrics) {
+  metrics.periods.clear();
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m)
+    metrics.periods.push_back(static_cast<double>(std::max<std::uint64_t>(db.metrics()[metrics.ids[m]].descriptor.period, 1)));
+  metrics.perThreadError.clear();
+  for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
+    const auto& stored = db.metrics()[metrics.ids[m]];
+    metrics.perThreadError.push_back(stored.valueType == storage::ValueType::Real ? NAN
+                                     : stored.descriptor.kind == MetricKind::Counted ? 0.0
+                                                                                     : metrics.periods[m] - 1);
+  }
+  metrics.byClass = !threads.all;
+  std::copy(std::begin(threads.classes), std::end(threads.classes), std::begin(metrics.classes));
+  metrics.histograms = db.hasDistributions() && wantsHistogram(columns);
+}
+
+}  // namespace
+
 ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   ViewTree tree;
   tree.kind = request.kind;
   tree.columns = request.columns;
-  tree.profiles = db.metadata().profiles.size();
+  tree.threads = request.kind == ViewKind::Regions ? selectThreads(db, "all") : selectThreads(db, request.threads);
+  if (request.kind == ViewKind::Regions && !request.threads.empty() && request.threads != "all")
+    throw ViewError("--threads applies to the calling context, callers and flat views (region statistics are over all threads)");
+  tree.profiles = tree.threads.profiles;
   if (request.top && request.kind != ViewKind::Flat && request.kind != ViewKind::Callers)
     throw ViewError("--top applies to the flat and callers views only");
   if (request.top && !request.focus.empty()) throw ViewError("--top and --focus cannot be combined");
@@ -305,6 +399,7 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
     if (request.kind != ViewKind::Regions) metrics = detail::resolveMetrics(db, tree.columns);
   }
   effective.columns = tree.columns;
+  if (request.kind != ViewKind::Regions) configure(db, tree.threads, tree.columns, metrics);
 
   std::unique_ptr<ViewModel> model;
   switch (request.kind) {

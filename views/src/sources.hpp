@@ -17,6 +17,9 @@ ModelNode labelOf(const storage::Database& db, storage::NodeId id, const storage
 // The selected metrics' accumulators of one node; absent ones as empty instances.
 std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& metrics, storage::NodeId id);
 
+// The accumulator and histogram bytes of a distributions value. Throws metrics::DecodeError.
+std::pair<std::string_view, std::string_view> decodeDistributionValue(std::string_view value);
+
 // One scan of the summary family for the selected metrics, started on another thread so that it
 // overlaps reading the CCT structure (the two scans are most of the cost of Flat and Callers on
 // a large CCT). The encoded accumulators are kept raw until forEach().
@@ -38,11 +41,13 @@ class SummaryScan {
     std::uint32_t slot;
     std::uint64_t offset;
     std::uint32_t size;
+    bool distribution;  // a value of the distributions family
   };
   void run();
   const storage::Database& db_;
   MetricSet metrics_;
   std::vector<Entry> entries_;
+  std::vector<Entry> histograms_;
   std::string bytes_;
   std::future<void> done_;
 };

@@ -45,16 +45,30 @@ struct Statistics {
   double imbalance = 0;  // max / mean
   std::uint32_t argmin = kNoIndex;  // smallest profile id holding min; kNoIndex if an absent one does
   std::uint32_t argmax = kNoIndex;  // smallest profile id holding max; kNoIndex if an absent one does
+  // Percentiles by the nearest-rank rule over the same population, and max / median. Filled from
+  // a LogLinearHistogram (addPercentiles, histogram.hpp); NaN where no histogram was kept (real
+  // metrics, databases before format 1.4) or the median is 0.
+  double p5 = std::numeric_limits<double>::quiet_NaN();
+  double p25 = std::numeric_limits<double>::quiet_NaN();
+  double p50 = std::numeric_limits<double>::quiet_NaN();
+  double p75 = std::numeric_limits<double>::quiet_NaN();
+  double p95 = std::numeric_limits<double>::quiet_NaN();
+  double imbalanceMedian = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One field of Statistics, as views select and formulas name them.
-enum class Statistic : std::uint8_t { Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance };
-inline constexpr Statistic kStatistics[] = {Statistic::Count,  Statistic::Sum,   Statistic::Mean,
-                                            Statistic::Min,    Statistic::Max,   Statistic::Stddev,
-                                            Statistic::Cfvar,  Statistic::Imbalance};
-// The canonical name: count sum mean min max stddev cfvar imbalance.
+enum class Statistic : std::uint8_t {
+  Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance, P5, P25, P50, P75, P95, ImbalanceMedian
+};
+inline constexpr Statistic kStatistics[] = {Statistic::Count, Statistic::Sum,    Statistic::Mean,
+                                            Statistic::Min,   Statistic::Max,    Statistic::Stddev,
+                                            Statistic::Cfvar, Statistic::Imbalance, Statistic::P5,
+                                            Statistic::P25,   Statistic::P50,    Statistic::P75,
+                                            Statistic::P95,   Statistic::ImbalanceMedian};
+// The canonical name: count sum mean min max stddev cfvar imbalance p5 p25 p50 p75 p95 imbmedian.
 const char* toString(Statistic statistic);
-// A canonical name or one of the short forms std, sd, cv, imb.
+bool isPercentile(Statistic statistic);  // p5 .. p95
+// A canonical name or one of the short forms std, sd, cv, imb, median (p50), imbm (imbmedian).
 std::optional<Statistic> parseStatistic(std::string_view text);
 double valueOf(const Statistics& statistics, Statistic statistic);
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "csp/metrics/accumulator.hpp"
+
 namespace csp::metrics {
 
 class LogLinearHistogram {
@@ -43,10 +45,23 @@ class LogLinearHistogram {
 
   bool operator==(const LogLinearHistogram&) const = default;
 
+  // Value with bounds: the bin of the percentile and the value reported (its midpoint).
+  struct Estimate {
+    double value = 0;
+    std::uint64_t lower = 0, upper = 0;
+  };
+  Estimate percentileEstimate(double p, std::uint64_t population) const;
+
  private:
   friend class AccumulatorCodec;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> bins_;
   std::uint64_t total_ = 0;
 };
+
+// Fills s.p5 .. s.p95 and s.imbalanceMedian (s.max / s.p50) from the histogram of a node's
+// per-thread values divided by `unit` (the metric's period: values are count x period, so the
+// histogram holds sample counts, which are exact below 16). `population` as for percentile():
+// s.inputs. Leaves NaN for an empty population.
+void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uint64_t population, double unit);
 
 }  // namespace csp::metrics

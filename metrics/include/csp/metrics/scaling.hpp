@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "csp/metrics/accumulator.hpp"
+
 namespace csp::metrics {
 
 enum class ScalingMode : std::uint8_t {
@@ -42,5 +44,16 @@ double samplingErrorBound(std::uint64_t presentProfiles, std::uint64_t period);
 // samplingErrorBound for the node in each run. Conservative: a worst-case, not a statistical,
 // bound, so "significant" means the difference cannot be explained by sampling alone.
 bool withinSamplingNoise(const ScalingStudy& study, double excess, double boundP, double boundQ);
+
+// Worst-case sampling error of a finalized statistic when every present per-thread value is
+// within `perThread` (period - 1 for a sampled metric, 0 for a counted one) of the truth: sum
+// count·e, mean count·e / inputs, min, max, percentiles and stddev e (a population standard
+// deviation moves by at most the largest per-value change), count 0; NaN for ratios (cfvar,
+// imbalance, imbmedian), which withinSamplingError judges instead, and for NaN perThread.
+double statisticError(const Statistics& s, Statistic statistic, double perThread);
+// Whether an imbalance (max / mean, or max / median for imbmedian) could be 1 -- no imbalance at
+// all -- within sampling error: (max - e) <= (mean + count·e / inputs), resp. (max - e) <= (p50 +
+// e). False for other statistics and for NaN perThread.
+bool withinSamplingError(const Statistics& s, Statistic statistic, double perThread);
 
 }  // namespace csp::metrics

@@ -26,6 +26,7 @@
 #include "csp/reduce/mpi_comm.hpp"
 #include "csp/reduce/profile_source.hpp"
 #include "csp/reduce/projection.hpp"
+#include "csp/reduce/thread_classes.hpp"
 #include "csp/storage/profile.hpp"
 
 namespace csp::reduce {
@@ -43,6 +44,7 @@ struct PipelineOptions {
   std::uint32_t batchProfiles = 128;          // profiles per metrics batch
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
   std::vector<std::string> derive;
+  ThreadClassOptions threadClasses;
 };
 
 // Progress of the stages; called on rank 0 only.
@@ -73,6 +75,7 @@ struct ProfileInfo {
   std::size_t input = 0;          // index into inputs()
   bool hasRegionEvents = false;   // the profile carries a region event log
   std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
+  ThreadFeatures features;             // what the thread classification looks at (structure pass)
 };
 
 // The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
@@ -128,6 +131,10 @@ class Pipeline {
   std::size_t rawMetricCount() const;
   std::uint32_t profileCount() const;                       // valid profiles over all ranks
   std::uint32_t firstProfileId() const;                     // this rank's first id
+  // Thread class (storage::ThreadClass) of every profile, all ranks, after buildStructure.
+  const std::vector<std::uint8_t>& threadClassOf() const;
+  // Class, entry and reason of every profile: on rank 0 only (for the metadata).
+  const std::vector<storage::ThreadClassInfo>& threadClasses() const;
   const std::vector<ProfileInfo>& localProfiles() const;    // this rank's valid profiles
   const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
   AttributionStats attributionStats() const;

@@ -23,7 +23,7 @@ namespace csp::storage {
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
 // 1.3: the sampling quality per profile (quality/ metadata keys).
-inline constexpr std::uint32_t kDatabaseFormatMinor = 3;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 4;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -98,6 +98,23 @@ struct SamplingQuality {
   bool operator==(const SamplingQuality&) const = default;
 };
 
+// Thread classes (docs/views.md, "Thread classes"): the thread a process started with, threads
+// that share the work, and runtime helpers (progress, communication, monitoring threads) that
+// are mostly idle. Statistics are also kept per class (format 1.4, the `distributions` family).
+enum class ThreadClass : std::uint8_t { Main = 1, Worker = 2, Helper = 3 };
+inline constexpr std::uint8_t kThreadClassCount = 3;
+// The population tag of `distributions` entries: all threads, or one ThreadClass.
+inline constexpr std::uint8_t kAllThreads = 0;
+const char* toString(ThreadClass threadClass);
+std::optional<ThreadClass> parseThreadClass(std::string_view text);
+
+struct ThreadClassInfo {
+  ThreadClass threadClass = ThreadClass::Worker;
+  std::string entry;   // the thread's entry procedure (where its own code starts), if known
+  std::string reason;  // why it is in this class, for --info
+  bool operator==(const ThreadClassInfo&) const = default;
+};
+
 // csp-prof-mpi warns (and csp-views --info marks) when more than this share of the samples is
 // truncated or dropped.
 inline constexpr double kQualityWarningShare = 0.10;
@@ -120,6 +137,8 @@ struct DatabaseMetadata {
   // Sampling quality per profile (ProfileId -> quality) and its sum. Empty in databases of
   // format 1.0, which did not record it; otherwise one entry per profile.
   std::vector<SamplingQuality> quality;
+  // Thread class per profile (format 1.4); empty in older databases.
+  std::vector<ThreadClassInfo> threadClasses;
   bool operator==(const DatabaseMetadata&) const = default;
   bool hasQuality() const { return !quality.empty(); }
   SamplingQuality qualityTotal() const {
@@ -146,6 +165,18 @@ struct Accumulator {
   MetricScope scope = MetricScope::Exclusive;
   std::string bytes;
   bool operator==(const Accumulator&) const = default;
+};
+
+// Distribution data of a (node, metric, scope) for one population (format 1.4): for all threads
+// the histogram of the per-thread values (divided by the metric's period) only; for a thread
+// class its accumulator and histogram. Encoded by metrics/.
+struct DistributionEntry {
+  MetricId metric = 0;
+  MetricScope scope = MetricScope::Exclusive;
+  std::uint8_t population = kAllThreads;  // kAllThreads or a ThreadClass
+  std::string accumulator;                // empty for kAllThreads (see summaries())
+  std::string histogram;
+  bool operator==(const DistributionEntry&) const = default;
 };
 
 // One non-zero per-thread value, seen from a profile ...
@@ -249,6 +280,10 @@ class Database {
   std::vector<CctNode> readCct() const;
   std::vector<NodeId> children(NodeId id) const;  // ascending ids
   std::vector<Accumulator> summaries(NodeId id) const;  // sorted by (metric, scope)
+  // Histograms and per-thread-class accumulators of a node, sorted by (metric, scope,
+  // population); empty for databases before format 1.4 (hasDistributions() is then false).
+  std::vector<DistributionEntry> distributions(NodeId id) const;
+  bool hasDistributions() const;
 
   std::vector<ProfileValue> profileValues(ProfileId profile) const;  // sorted by (node, metric, scope)
   std::vector<NodeValue> nodeValues(NodeId node) const;  // sorted by (metric, scope, profile)

@@ -45,6 +45,9 @@ class ShardWriter {
   // The whole canonical CCT (node ids = positions) and its children index.
   void putCct(std::span<const CctNode> nodes);
   void putSummary(NodeId node, MetricId metric, MetricScope scope, std::string_view bytes);
+  // Histogram (all threads: `accumulator` empty) or a thread class's accumulator and histogram.
+  void putDistribution(NodeId node, MetricId metric, MetricScope scope, std::uint8_t population,
+                       std::string_view accumulator, std::string_view histogram);
 
   // One profile's values sorted by (node, metric, scope), no duplicates. Zeros are dropped.
   void putProfileValues(ProfileId profile, std::span<const ProfileValue> values);

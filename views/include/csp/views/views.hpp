@@ -76,7 +76,24 @@ struct ViewRequest {
   std::vector<std::string> hide;        // glob patterns (a plain word matches as a substring)
   std::vector<std::string> keep;
   std::optional<std::size_t> top;       // Flat/Callers: only the N hottest procedures
+
+  // Which threads the statistics are over (docs/views.md, "Thread classes"): "" for the default
+  // (the main and worker threads when the database has helper threads, else all), "all", "work"
+  // (main and worker), or a comma-separated list of the classes main, worker, helper.
+  std::string threads;
 };
+
+// The threads a request's statistics are over, resolved against a database.
+struct ThreadSelection {
+  bool all = true;                                     // every profile (the summaries family)
+  bool classes[storage::kThreadClassCount + 1] = {};   // by ThreadClass value, when !all
+  std::uint64_t profiles = 0;                          // N: profiles in the selection
+  std::uint64_t excluded = 0;                          // profiles left out
+  std::string label;                                   // "all threads", "main, worker threads"
+};
+// Throws ViewError for an unknown class, or a class selection on a database without classes
+// (format before 1.4) other than "all".
+ThreadSelection selectThreads(const storage::Database& db, const std::string& threads);
 
 // What selection left out, for the summary line.
 struct PruneSummary {
@@ -108,6 +125,11 @@ struct TreeNode {
   std::vector<double> values;
   std::vector<std::uint64_t> instances;  // per column: CCT instances combined (1 in Calling Context)
   std::vector<metrics::Statistics> stats; // per column, the full statistics behind values
+  // Per column: the worst-case sampling error of the value (thesis App. A; NaN where none is
+  // defined: ratios, formulas, real-valued metrics), and whether an imbalance value could be
+  // produced by sampling alone.
+  std::vector<double> errors;
+  std::vector<char> withinSamplingError;
   bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
   double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
   bool truncated = false;                // has children that are not shown
@@ -124,6 +146,7 @@ struct ViewTree {
   std::vector<TreeNode> nodes;           // preorder
   PruneSummary pruned;
   std::uint64_t profiles = 0;            // N
+  ThreadSelection threads;               // which threads N counts
   // Share of the root for column c of node n, NaN where no percentage makes sense.
   double percent(const TreeNode& node, std::size_t column) const;
 };
@@ -141,21 +164,44 @@ std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& 
 // Throws ViewError if nothing or more than one node matches.
 storage::NodeId resolveNode(const storage::Database& db, const std::string& spec);
 
+// What --node drills into: one CCT node, or several that a view combines (a procedure named
+// anywhere in the tree, a Flat node, a Callers procedure): per thread, the exclusive values of
+// every node and the inclusive values of the nodes marked (outermost instances), as the Flat and
+// Callers views combine them.
+struct DrillTarget {
+  std::string label;                  // "solve (solve.c:40)"
+  std::string what;                   // "CCT node 42", "flat node 7, 3 contexts combined"
+  std::vector<storage::NodeId> nodes;
+  std::vector<bool> inclusive;        // per node
+};
+// `spec`: a CCT node id, a call path of procedure names ("main/solve": each a procedure reached
+// from the previous one; the first one anywhere in the tree if no root path starts with it), or
+// a procedure name alone (all its contexts combined). With `kind` Flat or Callers a number is
+// that view's node id (as it prints them). Throws ViewError if nothing matches.
+DrillTarget resolveDrillTarget(const storage::Database& db, const std::string& spec, ViewKind kind = ViewKind::CallingContext);
+
 struct ThreadValue {
   storage::ProfileId profile = 0;
   std::string who;  // "rank 3 thread 1"
   double value = 0;
+  std::string threadClass;  // main, worker, helper; "" before format 1.4
 };
 
 struct Distribution {
   storage::NodeId node = 0;
   std::string label;       // "solve (solve.c:40)"
+  std::string what;        // which node(s): DrillTarget::what
+  ThreadSelection threads; // the threads shown and counted in N
   std::string metric, unit;
   storage::MetricScope scope = storage::MetricScope::Inclusive;
   std::uint64_t profiles = 0;           // N
   std::vector<ThreadValue> values;      // present profiles, by value descending
-  metrics::Statistics all, present;     // over all N profiles (absent = 0) / present ones only
+  // Over all N profiles (absent = 0) / present ones only. Percentiles are exact here (from the
+  // values, nearest rank), not estimated from a histogram as in the tree views.
+  metrics::Statistics all, present;
   std::vector<ThreadValue> outliers;    // |value - mean| > 3 stddev (all population), descending
+  std::vector<char> outlierWithinError; // per outlier: its distance to the mean is within sampling error
+  double perThreadError = 0;            // sampling error of one thread's value (period - 1; NaN: none)
   struct Bin {
     double low = 0, high = 0;
     std::uint64_t count = 0;
@@ -166,10 +212,14 @@ struct Distribution {
 // Reads one node's per-thread values (the only place views read them).
 Distribution drillDown(const storage::Database& db, storage::NodeId node, const std::string& metric,
                        storage::MetricScope scope, std::size_t bins = 16);
+// The same for a target of one or several nodes, over the threads of a --threads selection.
+Distribution drillDown(const storage::Database& db, const DrillTarget& target, const std::string& metric,
+                       storage::MetricScope scope, std::size_t bins = 16, const std::string& threads = "all");
 
 // --- renderers ----------------------------------------------------------------------------------
 struct TextOptions {
   bool color = false;
+  bool bounds = false;       // show each value's sampling-error bound (±)
   bool fullNames = false;    // no shortening of long (C++) names
   std::size_t nameWidth = 72;
 };

@@ -1,0 +1,73 @@
+// Thread classes (docs/views.md, "Thread classes"): which threads do the program's work. A
+// process's initial thread is `main`; a thread whose own code (its entry procedure) lives in a
+// runtime library that runs progress, communication or monitoring threads, or that did almost
+// no work next to the busiest thread of its process, is a `helper`; the others are `worker`s.
+// csp-prof-mpi keeps statistics per class, and views show the main and worker threads unless
+// told otherwise, so that idle helpers do not distort means, minima and imbalance.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "csp/reduce/scope.hpp"
+#include "csp/storage/database.hpp"
+
+namespace csp::reduce {
+
+// `--thread-class CLASS=PATTERN`: threads whose entry procedure, or the file name of its module,
+// matches the glob PATTERN are in CLASS. Rules are tried in order before the built-in ones.
+struct ThreadClassRule {
+  storage::ThreadClass threadClass = storage::ThreadClass::Helper;
+  std::string pattern;
+};
+// Throws std::invalid_argument with a one-line reason for a malformed rule.
+ThreadClassRule parseThreadClassRule(std::string_view text);
+
+struct ThreadClassOptions {
+  std::vector<ThreadClassRule> rules;
+  // A thread other than the initial one with less work than this share of its process's busiest
+  // thread is a helper (0 turns the rule off).
+  double helperFraction = 0.01;
+};
+
+// Module file-name globs of runtimes whose own threads are helpers (Open MPI, PMIx, libevent,
+// UCX, libfabric, verbs, CUDA driver threads).
+std::span<const char* const> runtimeHelperModules();
+
+// What the classification looks at, per profile.
+struct ThreadFeatures {
+  std::string process;         // host and pid: threads of one process share it
+  bool initialThread = false;  // thread index 0 (or no thread index)
+  std::uint64_t work = 0;      // recorded samples of cpu-time (of every metric if there is none)
+  std::string entry;           // entry procedure (most samples), "" if unknown
+  std::string entryModule;     // its module's path
+};
+
+// One class per thread, in input order, with the entry and the reason shown by csp-views --info.
+std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFeatures>& threads,
+                                                      const ThreadClassOptions& options);
+
+// Finds a thread's entry procedure while its call paths are projected onto the canonical CCT:
+// fed every edge (parent, key) -> child in root-to-leaf order, it knows for each node the
+// outermost procedure frame on its path that is not a thread start (_start, start_thread, clone,
+// ...: kThreadEntries), and marks nodes below the truncated-paths frame as having none.
+class EntryTracker {
+ public:
+  explicit EntryTracker(const StringTable& strings) : strings_(strings) {}
+  void edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child);
+  // The entry procedure frame of a node, or kNoIndex.
+  std::uint32_t entryOf(std::uint32_t node) const;
+
+ private:
+  bool isThreadStart(std::uint32_t name);
+  const StringTable& strings_;
+  std::unordered_map<std::uint32_t, std::uint32_t> entry_;  // node -> entry node (kNoIndex: none yet)
+  std::unordered_map<std::uint32_t, bool> startNames_;
+  static constexpr std::uint32_t kTruncated = kNoIndex - 1;
+};
+
+}  // namespace csp::reduce

@@ -1,0 +1,127 @@
+#include "csp/reduce/thread_classes.hpp"
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "csp/reduce/attribution.hpp"
+
+namespace csp::reduce {
+
+namespace {
+
+constexpr const char* kRuntimeHelperModules[] = {
+    "libopen-pal.so*", "libopen-rte.so*", "libmpi.so*",    "mca_*.so",      "libpmix.so*",   "libevent*.so*",
+    "libucs.so*",      "libucp.so*",      "libuct.so*",    "libucm.so*",    "libfabric.so*", "libpsm2.so*",
+    "libibverbs.so*",  "librdmacm.so*",   "libmlx*.so*",   "libhwloc.so*",  "libcuda.so*",   "libnvidia-*.so*",
+    "libmunge.so*",    "libpmi*.so*",     "libslurm*.so*", "libcsp-measure.so"};
+
+bool glob(const std::string& pattern, const std::string& text) {
+  return !text.empty() && ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+std::string baseName(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::span<const char* const> runtimeHelperModules() { return kRuntimeHelperModules; }
+
+ThreadClassRule parseThreadClassRule(std::string_view text) {
+  const auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size())
+    throw std::invalid_argument(fmt::format("'{}': expected CLASS=PATTERN, CLASS one of main, worker, helper", text));
+  const auto cls = storage::parseThreadClass(text.substr(0, eq));
+  if (!cls)
+    throw std::invalid_argument(
+        fmt::format("'{}': unknown thread class '{}' (main, worker, helper)", text, text.substr(0, eq)));
+  return {*cls, std::string(text.substr(eq + 1))};
+}
+
+std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFeatures>& threads,
+                                                      const ThreadClassOptions& options) {
+  std::map<std::string, std::uint64_t> busiest;  // process -> most work of one of its threads
+  for (const auto& t : threads) {
+    auto& b = busiest[t.process];
+    b = std::max(b, t.work);
+  }
+  std::vector<storage::ThreadClassInfo> out;
+  out.reserve(threads.size());
+  for (const auto& t : threads) {
+    storage::ThreadClassInfo info;
+    info.entry = t.entry;
+    const std::string module = baseName(t.entryModule);
+    auto decide = [&]() {
+      for (const auto& rule : options.rules) {
+        if (glob(rule.pattern, t.entry) || glob(rule.pattern, module)) {
+          info.threadClass = rule.threadClass;
+          info.reason = fmt::format("--thread-class {}={}", storage::toString(rule.threadClass), rule.pattern);
+          return;
+        }
+      }
+      if (t.initialThread) {
+        info.threadClass = storage::ThreadClass::Main;
+        info.reason = "the process's initial thread";
+        return;
+      }
+      for (const char* pattern : kRuntimeHelperModules) {
+        if (glob(pattern, module)) {
+          info.threadClass = storage::ThreadClass::Helper;
+          info.reason = fmt::format("starts in the runtime library {}", module);
+          return;
+        }
+      }
+      const std::uint64_t most = busiest[t.process];
+      if (options.helperFraction > 0 && static_cast<double>(t.work) < options.helperFraction * static_cast<double>(most)) {
+        info.threadClass = storage::ThreadClass::Helper;
+        info.reason = fmt::format("{} samples, under {:g} % of its process's busiest thread ({})", t.work,
+                                  100 * options.helperFraction, most);
+        return;
+      }
+      info.threadClass = storage::ThreadClass::Worker;
+      info.reason = fmt::format("{} samples of its own work", t.work);
+    };
+    decide();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+bool EntryTracker::isThreadStart(std::uint32_t name) {
+  auto [it, fresh] = startNames_.try_emplace(name, false);
+  if (fresh) {
+    const std::string& text = strings_.text(name);
+    for (const char* entry : kThreadEntries)
+      if (text == entry) it->second = true;
+  }
+  return it->second;
+}
+
+void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
+  if (entry_.count(child)) return;  // the same context reached again
+  std::uint32_t inherited = kNoIndex;
+  if (parent != 0) {
+    const auto it = entry_.find(parent);
+    if (it != entry_.end()) inherited = it->second;
+  }
+  if (inherited == kNoIndex && key.kind == ScopeKind::ProcFrame) {
+    if (parent == 0 && strings_.text(key.name) == kTruncatedPathsName)
+      inherited = kTruncated;
+    else if (!isThreadStart(key.name))
+      inherited = child;
+  }
+  entry_.emplace(child, inherited);
+}
+
+std::uint32_t EntryTracker::entryOf(std::uint32_t node) const {
+  const auto it = entry_.find(node);
+  if (it == entry_.end() || it->second == kTruncated) return kNoIndex;
+  return it->second;
+}
+
+}  // namespace csp::reduce
