@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
-  app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files)")->required();
+  app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
+      ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
   app.add_flag("--force", o.force, "replace an existing database");
   app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
@@ -71,6 +72,15 @@ int main(int argc, char** argv) {
                  "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
       ->allow_extra_args(false);
   app.add_flag("-q,--quiet", quiet, "no progress output (errors only)");
+  std::vector<std::string> classRules;
+  app.add_option("--thread-class", classRules,
+                 "CLASS=PATTERN: threads whose entry procedure or its module's file name matches the glob are in "
+                 "CLASS (main, worker, helper); repeatable, tried in order before the built-in rules");
+  app.add_option("--helper-fraction", o.pipeline.threadClasses.helperFraction,
+                 "a thread other than the first with less work than this share of its process's busiest thread is a "
+                 "helper (0: never by work)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +98,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
+  }
+  for (const auto& rule : classRules) {
+    try {
+      o.pipeline.threadClasses.rules.push_back(csp::reduce::parseThreadClassRule(rule));
+    } catch (const std::invalid_argument& e) {
+      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --thread-class {}\n", e.what());
+      MPI_Finalize();
+      return 2;
+    }
   }
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;

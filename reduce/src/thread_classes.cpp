@@ -19,6 +19,12 @@ constexpr const char* kRuntimeHelperModules[] = {
     "libibverbs.so*",  "librdmacm.so*",   "libmlx*.so*",   "libhwloc.so*",  "libcuda.so*",   "libnvidia-*.so*",
     "libmunge.so*",    "libpmi*.so*",     "libslurm*.so*", "libcsp-measure.so"};
 
+// Modules whose frames at the start of a thread are trampolines, not the thread's own code: the
+// C library (clone, start_thread), the C++ runtime (std::thread's routine), the loader.
+constexpr const char* kPassThroughModules[] = {"libc.so*",      "libc-*.so",    "libpthread.so*", "libpthread-*.so",
+                                               "libstdc++.so*", "libc++*.so*",  "ld-linux*",      "ld-*.so*",
+                                               "libgcc_s.so*"};
+
 bool glob(const std::string& pattern, const std::string& text) {
   return !text.empty() && ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }
@@ -92,12 +98,15 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
   return out;
 }
 
-bool EntryTracker::isThreadStart(std::uint32_t name) {
-  auto [it, fresh] = startNames_.try_emplace(name, false);
+bool EntryTracker::isThreadStart(std::uint32_t name, std::uint32_t module) {
+  auto [it, fresh] = startNames_.try_emplace(std::uint64_t{name} << 32 | module, false);
   if (fresh) {
     const std::string& text = strings_.text(name);
     for (const char* entry : kThreadEntries)
       if (text == entry) it->second = true;
+    const std::string file = baseName(strings_.text(module));
+    for (const char* pattern : kPassThroughModules)
+      if (glob(pattern, file)) it->second = true;
   }
   return it->second;
 }
@@ -112,7 +121,7 @@ void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t
   if (inherited == kNoIndex && key.kind == ScopeKind::ProcFrame) {
     if (parent == 0 && strings_.text(key.name) == kTruncatedPathsName)
       inherited = kTruncated;
-    else if (!isThreadStart(key.name))
+    else if (!isThreadStart(key.name, key.module))
       inherited = child;
   }
   entry_.emplace(child, inherited);

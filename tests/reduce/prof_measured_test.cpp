@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "common/test_support.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database.hpp"
@@ -91,6 +93,63 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
   const double ratio = static_cast<double>(inclusive["work_heavy"]) / static_cast<double>(inclusive["work_light"]);
   EXPECT_GT(ratio, 1.6);  // sampling noise on a loaded 2-core machine; the exact check is in the measurement tests
   EXPECT_LT(ratio, 2.5);
+}
+
+// Thread classes (issue 17): Open MPI starts threads of its own in every rank (progress and
+// PMIx threads) that sleep all along. They are helpers, and the views leave them out by default,
+// so that a rank's idle runtime threads do not halve every mean and inflate every imbalance.
+TEST(ProfMeasured, HelperThreadsOfAnMpiProgramAreLeftOutByDefault) {
+  TempDir dir("prof-helpers");
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-split";
+  auto r = run(csp::test::mpirun(2) + tool("csp-run") + " -o " + (dir / "meas").string() + " -- " + app + " 20 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto db = storage::Database::open(dir / "db");
+  const auto& meta = db->metadata();
+  ASSERT_EQ(meta.threadClasses.size(), meta.profiles.size());
+  std::map<storage::ThreadClass, std::size_t> count;
+  for (std::size_t p = 0; p < meta.profiles.size(); ++p) {
+    const auto& c = meta.threadClasses[p];
+    ++count[c.threadClass];
+    std::uint64_t thread = 0;
+    for (const auto& e : meta.profiles[p])
+      if (e.kind == IdKind::Thread) thread = e.value;
+    if (thread == 0) {
+      EXPECT_EQ(c.threadClass, storage::ThreadClass::Main) << formatIdTuple(meta.profiles[p]);
+      EXPECT_EQ(c.entry, "main");
+    }
+    if (c.threadClass == storage::ThreadClass::Worker) {
+      EXPECT_FALSE(c.entry.empty()) << c.reason;
+    }
+  }
+  EXPECT_EQ(count[storage::ThreadClass::Main], 2u);
+  EXPECT_EQ(count[storage::ThreadClass::Worker], 4u) << "two compute threads per rank";
+  ASSERT_GE(count[storage::ThreadClass::Helper], 2u) << "Open MPI's own threads";
+
+  auto json = [&](const std::string& options) {
+    const auto v = run(tool("csp-views") + " --format json " + options + " " + (dir / "db").string());
+    EXPECT_EQ(v.status, 0) << v.output;
+    return nlohmann::json::parse(v.output);
+  };
+  const auto byDefault = json("-s sum,mean,imbalance");
+  EXPECT_EQ(byDefault["profiles"], 6);
+  EXPECT_EQ(byDefault["profiles_left_out"], count[storage::ThreadClass::Helper]);
+  EXPECT_EQ(byDefault["threads"], "main, worker threads");
+  const auto all = json("-s sum,mean,imbalance --threads all");
+  EXPECT_EQ(all["profiles"], meta.profiles.size());
+  // Nearly the same total (a helper may have taken a stray sample), a higher mean without the
+  // idle helpers, and a lower imbalance.
+  const auto& d = byDefault["nodes"][0]["values"];
+  const auto& a = all["nodes"][0]["values"];
+  EXPECT_LE(d["cpu-time:sum:I"].get<double>(), a["cpu-time:sum:I"].get<double>());
+  EXPECT_GE(d["cpu-time:sum:I"].get<double>(), 0.98 * a["cpu-time:sum:I"].get<double>());
+  EXPECT_GT(d["cpu-time:mean:I"].get<double>(), a["cpu-time:mean:I"].get<double>());
+  EXPECT_LT(d["cpu-time:imbalance:I"].get<double>(), a["cpu-time:imbalance:I"].get<double>());
+  const auto text = run(tool("csp-views") + " " + (dir / "db").string());
+  EXPECT_NE(text.output.find("statistics over the main, worker threads (6 profiles)"), std::string::npos) << text.output;
+  const auto info = run(tool("csp-views") + " --info " + (dir / "db").string());
+  EXPECT_NE(info.output.find("thread classes  main 2, worker 4, helper"), std::string::npos) << info.output;
 }
 
 }  // namespace

@@ -54,7 +54,8 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
 // Finds a thread's entry procedure while its call paths are projected onto the canonical CCT:
 // fed every edge (parent, key) -> child in root-to-leaf order, it knows for each node the
 // outermost procedure frame on its path that is not a thread start (_start, start_thread, clone,
-// ...: kThreadEntries), and marks nodes below the truncated-paths frame as having none.
+// ...: kThreadEntries) and not in a module of trampolines (the C and C++ runtimes, the loader),
+// and marks nodes below the truncated-paths frame as having none.
 class EntryTracker {
  public:
   explicit EntryTracker(const StringTable& strings) : strings_(strings) {}
@@ -63,10 +64,10 @@ class EntryTracker {
   std::uint32_t entryOf(std::uint32_t node) const;
 
  private:
-  bool isThreadStart(std::uint32_t name);
+  bool isThreadStart(std::uint32_t name, std::uint32_t module);
   const StringTable& strings_;
   std::unordered_map<std::uint32_t, std::uint32_t> entry_;  // node -> entry node (kNoIndex: none yet)
-  std::unordered_map<std::uint32_t, bool> startNames_;
+  std::unordered_map<std::uint64_t, bool> startNames_;      // (name, module) -> a thread-start frame
   static constexpr std::uint32_t kTruncated = kNoIndex - 1;
 };
 

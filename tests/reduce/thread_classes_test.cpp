@@ -1,0 +1,97 @@
+// Thread classes (reduce/include/csp/reduce/thread_classes.hpp): the rules in their order, and
+// the entry procedure found while paths are projected.
+#include <gtest/gtest.h>
+
+#include "csp/reduce/attribution.hpp"
+#include "csp/reduce/thread_classes.hpp"
+
+using namespace csp;
+using namespace csp::reduce;
+using storage::ThreadClass;
+
+namespace {
+
+ThreadFeatures thread(const std::string& process, bool initial, std::uint64_t work, const std::string& entry = "",
+                      const std::string& module = "/opt/app/bin/app") {
+  return {process, initial, work, entry, module};
+}
+
+TEST(ThreadClasses, BuiltInRulesInOrder) {
+  const std::vector<ThreadFeatures> threads{
+      thread("p1", true, 0, "main"),                                           // initial: main, even idle
+      thread("p1", false, 5000, "worker_loop"),                                // worker
+      thread("p1", false, 4000, "progress_engine", "/usr/lib/x86_64-linux-gnu/libopen-pal.so.40"),  // runtime: helper
+      thread("p1", false, 49, "poller"),                                       // < 1 % of 5000: helper
+      thread("p1", false, 50, "poller"),                                       // exactly 1 %: worker
+      thread("p2", false, 3, "tiny"),                                          // its own process's busiest: worker
+      thread("p3", false, 0, ""),                                              // nothing known, no work: worker
+  };
+  const auto classes = classifyThreads(threads, {});
+  ASSERT_EQ(classes.size(), threads.size());
+  const ThreadClass expected[] = {ThreadClass::Main,   ThreadClass::Worker, ThreadClass::Helper, ThreadClass::Helper,
+                                  ThreadClass::Worker, ThreadClass::Worker, ThreadClass::Worker};
+  for (std::size_t i = 0; i < threads.size(); ++i)
+    EXPECT_EQ(classes[i].threadClass, expected[i]) << i << ": " << classes[i].reason;
+  EXPECT_EQ(classes[2].reason, "starts in the runtime library libopen-pal.so.40");
+  EXPECT_EQ(classes[3].reason, "49 samples, under 1 % of its process's busiest thread (5000)");
+  EXPECT_EQ(classes[1].entry, "worker_loop");
+}
+
+TEST(ThreadClasses, UserRulesComeFirstAndFractionIsConfigurable) {
+  ThreadClassOptions options;
+  options.rules.push_back(parseThreadClassRule("worker=progress_*"));
+  options.rules.push_back(parseThreadClassRule("helper=libmonitor.so*"));
+  options.helperFraction = 0;
+  const std::vector<ThreadFeatures> threads{
+      thread("p", true, 100, "main"),
+      thread("p", false, 100, "progress_engine", "/usr/lib/libopen-pal.so.40"),  // rule: worker
+      thread("p", false, 100, "monitor", "/usr/lib/libmonitor.so.1"),            // rule on the module: helper
+      thread("p", false, 0, "idle"),                                              // fraction 0: worker
+  };
+  const auto classes = classifyThreads(threads, options);
+  EXPECT_EQ(classes[1].threadClass, ThreadClass::Worker);
+  EXPECT_EQ(classes[1].reason, "--thread-class worker=progress_*");
+  EXPECT_EQ(classes[2].threadClass, ThreadClass::Helper);
+  EXPECT_EQ(classes[3].threadClass, ThreadClass::Worker);
+  // A rule can even make an initial thread a helper (a launcher's own process, say).
+  options.rules = {parseThreadClassRule("helper=main")};
+  EXPECT_EQ(classifyThreads({thread("q", true, 10, "main")}, options)[0].threadClass, ThreadClass::Helper);
+}
+
+TEST(ThreadClasses, RuleSyntax) {
+  EXPECT_EQ(parseThreadClassRule("helper=progress_engine").threadClass, ThreadClass::Helper);
+  EXPECT_EQ(parseThreadClassRule("main=*").pattern, "*");
+  for (const char* bad : {"", "helper", "=x", "helper=", "boss=x"}) EXPECT_THROW(parseThreadClassRule(bad), std::invalid_argument) << bad;
+}
+
+// The entry of a path: the outermost procedure frame below the thread-start frames and outside
+// the C and C++ runtimes; nothing below the truncated-paths frame.
+TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
+  StringTable strings;
+  EntryTracker t(strings);
+  auto proc = [&](const char* name, const char* module) {
+    return ScopeKey{ScopeKind::ProcFrame, strings.intern(name), 0, 0, strings.intern(module)};
+  };
+  const ScopeKey site{ScopeKind::CallSite, 0, strings.intern("x.c"), 3, 0};
+  // clone3 (libc) -> start_thread (libc) -> execute_native_thread_routine (libstdc++) -> worker (app) -> kernel (app)
+  t.edge(0, proc("clone3", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
+  t.edge(1, site, 2);
+  t.edge(2, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 3);
+  t.edge(3, site, 4);
+  t.edge(4, proc("execute_native_thread_routine", "/lib/x86_64-linux-gnu/libstdc++.so.6"), 5);
+  t.edge(5, site, 6);
+  t.edge(6, proc("worker", "/opt/app"), 7);
+  t.edge(7, site, 8);
+  t.edge(8, proc("kernel", "/opt/app"), 9);
+  t.edge(9, {ScopeKind::Stmt, 0, strings.intern("k.c"), 9, 0}, 10);
+  EXPECT_EQ(t.entryOf(3), kNoIndex);
+  EXPECT_EQ(t.entryOf(7), 7u);
+  EXPECT_EQ(t.entryOf(10), 7u);
+  // [truncated call paths] -> f: no entry.
+  t.edge(0, proc(kTruncatedPathsName, ""), 20);
+  t.edge(20, site, 21);
+  t.edge(21, proc("f", "/opt/app"), 22);
+  EXPECT_EQ(t.entryOf(22), kNoIndex);
+}
+
+}  // namespace
