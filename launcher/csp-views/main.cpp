@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "csp/storage/database.hpp"
+#include "csp/analysis/imbalance.hpp"
 #include "csp/views/views.hpp"
 
 namespace {
@@ -92,12 +93,25 @@ int main(int argc, char** argv) {
   auto* oNode = app.add_option("--node", nodeSpec,
                                "per-thread distribution of a node: a CCT id, a procedure name (all its contexts), a call "
                                "path main/solve, or with --flat/--callers an id that view prints");
-  const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo};
+  std::string imbalanceSection;
+  auto* oImbalance = app.add_option("--imbalance", imbalanceSection,
+                                    "which contexts cause the load imbalance of a section (a CCT node id or a procedure "
+                                    "name; default: the whole program); text or json")
+                         ->expected(0, 1);
+  csp::analysis::ImbalanceOptions imbalance;
+  app.add_option("--cluster-threshold", imbalance.clusterThreshold,
+                 "--imbalance: merge contexts whose per-thread costs correlate at least this much")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-share", imbalance.minShare, "--imbalance: report causes explaining at least this share of the variance")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oImbalance};
   for (auto* a : views)
     for (auto* b : views)
       if (a != b) a->excludes(b);
   // --node picks its id space with --flat or --callers (the ids those views print).
-  for (auto* v : {oCc, oRegions, oInfo}) oNode->excludes(v);
+  for (auto* v : {oCc, oRegions, oInfo, oImbalance}) oNode->excludes(v);
 
   app.add_option("-m,--metric", metricArgs, "metrics to show (repeat or comma-separate; default: the first)");
   app.add_option("-s,--stat", statArgs,
@@ -177,6 +191,25 @@ int main(int argc, char** argv) {
         csp::views::renderInfoText(*db, std::cout);
       else
         throw ViewError("--info is available as text or json");
+      return 0;
+    }
+
+    if (oImbalance->count() > 0) {
+      if (format != "text" && format != "json") throw ViewError("--imbalance is available as text or json");
+      if (metricNames.size() > 1) throw ViewError("--imbalance analyses one metric");
+      imbalance.section = imbalanceSection;
+      imbalance.metric = metricNames.empty() ? "" : metricNames[0];
+      imbalance.threads = threads;
+      csp::analysis::ImbalanceReport report;
+      try {
+        report = csp::analysis::analyzeImbalance(*db, imbalance);
+      } catch (const std::invalid_argument& e) {
+        throw ViewError(std::string("--imbalance: ") + e.what());
+      }
+      if (format == "json")
+        csp::analysis::renderImbalanceJson(report, std::cout);
+      else
+        csp::analysis::renderImbalanceText(report, std::cout);
       return 0;
     }
 

@@ -258,6 +258,56 @@ std::vector<DistributionEntry> Database::distributions(NodeId id) const {
   return out;
 }
 
+ThreadSelection selectThreads(const DatabaseMetadata& meta, const std::string& threads) {
+  ThreadSelection sel;
+  sel.profiles = meta.profiles.size();
+  sel.label = "all threads";
+  const bool hasClasses = !meta.threadClasses.empty();
+  std::uint64_t perClass[kThreadClassCount + 1] = {};
+  for (const auto& c : meta.threadClasses) ++perClass[static_cast<std::size_t>(c.threadClass)];
+  const auto helpers = perClass[static_cast<std::size_t>(ThreadClass::Helper)];
+  std::string spec = threads;
+  if (spec.empty()) spec = hasClasses && helpers > 0 && helpers < meta.profiles.size() ? "work" : "all";
+  if (spec == "all") return sel;
+  if (!hasClasses)
+    throw std::invalid_argument(fmt::format("--threads {}: this database has no thread classes (written before "
+                                            "format 1.4); rebuild it with this csp-prof-mpi, or use --threads all",
+                                            spec));
+  bool chosen[kThreadClassCount + 1] = {};
+  std::size_t at = 0;
+  while (at <= spec.size()) {
+    const auto comma = std::min(spec.find(',', at), spec.size());
+    const std::string word = spec.substr(at, comma - at);
+    if (word == "work") {
+      chosen[static_cast<std::size_t>(ThreadClass::Main)] = true;
+      chosen[static_cast<std::size_t>(ThreadClass::Worker)] = true;
+    } else if (const auto c = parseThreadClass(word)) {
+      chosen[static_cast<std::size_t>(*c)] = true;
+    } else {
+      throw std::invalid_argument(fmt::format("--threads: unknown thread class '{}' (all, work, main, worker, helper)", word));
+    }
+    at = comma + 1;
+  }
+  std::uint64_t n = 0;
+  std::string names;
+  bool everything = true;
+  for (std::uint8_t c = 1; c <= kThreadClassCount; ++c) {
+    if (chosen[c]) {
+      n += perClass[c];
+      names += (names.empty() ? "" : ", ") + std::string(toString(static_cast<ThreadClass>(c)));
+    }
+    if (!chosen[c] && perClass[c] > 0) everything = false;
+  }
+  if (everything) return sel;  // the classes chosen are all there are: the summaries say it all
+  if (n == 0) throw std::invalid_argument(fmt::format("--threads {}: the database has no such threads", spec));
+  sel.all = false;
+  std::copy(std::begin(chosen), std::end(chosen), std::begin(sel.classes));
+  sel.profiles = n;
+  sel.excluded = meta.profiles.size() - n;
+  sel.label = names + " threads";
+  return sel;
+}
+
 const char* toString(ThreadClass c) {
   switch (c) {
     case ThreadClass::Main: return "main";

@@ -158,7 +158,7 @@ TEST(ProfBundles, BundledProfilesGiveTheSameViewsForAnyProcessCount) {
     EXPECT_EQ(r.status, 0) << name << ": " << r.output;
     return db;
   };
-  const auto fromFiles = prof(files, 1, "files");
+  const auto fromFiles = prof(files, 1, "single-files");
   const auto one = prof(bundled, 1, "bundled-np1");
   for (const std::string o : {"", "--flat", "--callers", "--regions"})
     EXPECT_EQ(views(one, o), views(fromFiles, o)) << "view '" << o << "'";

@@ -291,51 +291,11 @@ class Selector {
 }  // namespace
 
 ThreadSelection selectThreads(const storage::Database& db, const std::string& threads) {
-  const auto& meta = db.metadata();
-  ThreadSelection sel;
-  sel.profiles = meta.profiles.size();
-  sel.label = "all threads";
-  const bool hasClasses = !meta.threadClasses.empty();
-  std::uint64_t perClass[storage::kThreadClassCount + 1] = {};
-  for (const auto& c : meta.threadClasses) ++perClass[static_cast<std::size_t>(c.threadClass)];
-  const auto helpers = perClass[static_cast<std::size_t>(storage::ThreadClass::Helper)];
-  std::string spec = threads;
-  if (spec.empty()) spec = hasClasses && helpers > 0 && helpers < meta.profiles.size() ? "work" : "all";
-  if (spec == "all") return sel;
-  if (!hasClasses)
-    throw ViewError(fmt::format("--threads {}: this database has no thread classes (format {}.{}, before 1.4); "
-                                "rebuild it with this csp-prof-mpi, or use --threads all",
-                                spec, db.formatVersion().major, db.formatVersion().minor));
-  bool chosen[storage::kThreadClassCount + 1] = {};
-  std::size_t at = 0;
-  while (at <= spec.size()) {
-    const auto comma = std::min(spec.find(',', at), spec.size());
-    const std::string word = spec.substr(at, comma - at);
-    if (word == "work") {
-      chosen[static_cast<std::size_t>(storage::ThreadClass::Main)] = true;
-      chosen[static_cast<std::size_t>(storage::ThreadClass::Worker)] = true;
-    } else if (const auto c = storage::parseThreadClass(word)) {
-      chosen[static_cast<std::size_t>(*c)] = true;
-    } else {
-      throw ViewError(fmt::format("--threads: unknown thread class '{}' (all, work, main, worker, helper)", word));
-    }
-    at = comma + 1;
+  try {
+    return storage::selectThreads(db.metadata(), threads);
+  } catch (const std::invalid_argument& e) {
+    throw ViewError(e.what());
   }
-  std::uint64_t n = 0;
-  std::vector<std::string> names;
-  bool everything = true;
-  for (std::uint8_t c = 1; c <= storage::kThreadClassCount; ++c) {
-    if (chosen[c]) n += perClass[c], names.push_back(storage::toString(static_cast<storage::ThreadClass>(c)));
-    if (!chosen[c] && perClass[c] > 0) everything = false;
-  }
-  if (everything) return sel;  // the classes chosen are all there are: the summaries say it all
-  if (n == 0) throw ViewError(fmt::format("--threads {}: the database has no such threads", spec));
-  sel.all = false;
-  std::copy(std::begin(chosen), std::end(chosen), std::begin(sel.classes));
-  sel.profiles = n;
-  sel.excluded = meta.profiles.size() - n;
-  sel.label = fmt::format("{} threads", fmt::join(names, ", "));
-  return sel;
 }
 
 namespace {

@@ -115,6 +115,20 @@ struct ThreadClassInfo {
   bool operator==(const ThreadClassInfo&) const = default;
 };
 
+// The profiles a `--threads` selection covers: "" for the default (the main and worker threads
+// when the database has helper threads, else all), "all", "work" (main and worker), or a
+// comma-separated list of classes. Throws std::invalid_argument with a one-line reason.
+struct ThreadSelection {
+  bool all = true;                           // every profile (the summaries family)
+  bool classes[kThreadClassCount + 1] = {};  // by ThreadClass value, when !all
+  std::uint64_t profiles = 0;                // N: profiles in the selection
+  std::uint64_t excluded = 0;                // profiles left out
+  std::string label;                         // "all threads", "main, worker threads"
+  bool covers(ThreadClass c) const { return all || classes[static_cast<std::size_t>(c)]; }
+};
+struct DatabaseMetadata;
+ThreadSelection selectThreads(const DatabaseMetadata& metadata, const std::string& spec);
+
 // csp-prof-mpi warns (and csp-views --info marks) when more than this share of the samples is
 // truncated or dropped.
 inline constexpr double kQualityWarningShare = 0.10;

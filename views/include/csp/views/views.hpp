@@ -83,16 +83,10 @@ struct ViewRequest {
   std::string threads;
 };
 
-// The threads a request's statistics are over, resolved against a database.
-struct ThreadSelection {
-  bool all = true;                                     // every profile (the summaries family)
-  bool classes[storage::kThreadClassCount + 1] = {};   // by ThreadClass value, when !all
-  std::uint64_t profiles = 0;                          // N: profiles in the selection
-  std::uint64_t excluded = 0;                          // profiles left out
-  std::string label;                                   // "all threads", "main, worker threads"
-};
-// Throws ViewError for an unknown class, or a class selection on a database without classes
-// (format before 1.4) other than "all".
+// The threads a request's statistics are over, resolved against a database
+// (storage::selectThreads). Throws ViewError for an unknown class, or a class selection on a
+// database without classes (format before 1.4) other than "all".
+using storage::ThreadSelection;
 ThreadSelection selectThreads(const storage::Database& db, const std::string& threads);
 
 // What selection left out, for the summary line.
