@@ -596,6 +596,46 @@ TEST_F(Views, CliSyntheticDatabaseEveryViewAndFormat) {
   EXPECT_EQ(r.status, 0) << r.output;
 }
 
+// Region metrics without inclusive values (visits; straggler-time and the other per-process
+// concurrency metrics) are shown and sorted by their exclusive values, with shares of the total
+// over all regions and no pruning by them (a parent's own visits say nothing about its children).
+TEST_F(Views, RegionMetricsWithoutInclusiveValues) {
+  const auto db = database("concurrency", R"({
+    "metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1000}],
+    "threads": [
+      {"id": {"rank": 0, "thread": 0}, "pid": 10,
+       "samples": [{"path": [{"proc": "main", "file": "m.c", "line": 1}, {"stmt": "m.c:2"}], "counts": {"cpu-time": 5}}],
+       "events": [{"t": 0, "enter": "solve"}, {"t": 100, "exit": "solve"}, {"t": 100, "enter": "io"}, {"t": 130, "exit": "io"}]},
+      {"id": {"rank": 0, "thread": 1}, "pid": 10,
+       "samples": [{"path": [{"proc": "main", "file": "m.c", "line": 1}, {"stmt": "m.c:2"}], "counts": {"cpu-time": 5}}],
+       "events": [{"t": 0, "enter": "solve"}, {"t": 50, "exit": "solve"}, {"t": 100, "enter": "io"}, {"t": 110, "exit": "io"}]}]})");
+  auto r = views("--regions --sort straggler-time --format csv " + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("straggler-time:sum:I"), std::string::npos) << "no column of zeros: " << r.output;
+  const auto solve = r.output.find(",solve,"), io = r.output.find(",io,");
+  ASSERT_NE(solve, std::string::npos) << r.output;
+  ASSERT_NE(io, std::string::npos) << r.output;
+  EXPECT_LT(solve, io) << "sorted by straggler time (50 before 20): " << r.output;
+  // Visits: the top-level region's own 8 visits are below the 1 % threshold of the 1,608 visits,
+  // and its children are still shown; every share is at most 100 %.
+  const auto meas = dir / "visits-meas";
+  r = run(tool("csp-gen") + " -q --ranks 2 --threads 4 --nodes 200 --regions -o " + meas.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto synthetic = (dir / "visits").string();
+  r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + synthetic);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto tree = view(synthetic, ViewKind::Regions, [] {
+    ViewRequest q;
+    q.columns = {{"visits", Statistic::Sum, storage::MetricScope::Inclusive}};
+    q.thresholdPercent = 1;
+    return q;
+  }());
+  ASSERT_EQ(tree.columns.size(), 1u);
+  EXPECT_EQ(tree.columns[0].scope, storage::MetricScope::Exclusive);
+  EXPECT_EQ(tree.nodes.size(), 4u) << "root, main and its two children";
+  for (const auto& n : tree.nodes) EXPECT_LE(tree.percent(n, 0), 100.0) << n.name;
+}
+
 TEST_F(Views, CliBadInputIsOneClearLine) {
   const auto db = databaseFromSpec("fig75", std::filesystem::path(CSP_TEST_DATA_DIR) / "fig75.json").string();
   std::filesystem::create_directories(dir / "notadb");

@@ -56,6 +56,9 @@ class Selector {
         }
     const auto primaryMetric = formulas_[shareColumn] ? slots_[shareColumn] / 2 : metricIndex(tree_.columns[shareColumn].metric);
     primary_ = MetricSet::slot(primaryMetric, metrics_.shareScope(primaryMetric));
+    // A region's own visits or concurrency say nothing about its subregions: no pruning by them.
+    unprunable_ = tree_.kind == ViewKind::Regions && primaryMetric < metrics_.exclusiveOnly.size() &&
+                  metrics_.exclusiveOnly[primaryMetric];
   }
 
   void run() {
@@ -74,8 +77,18 @@ class Selector {
       auto s = r.acc[inclusive].finalize(profiles_, metrics::Population::All);
       double sum = s.sum;
       if (!(sum > 0) && tree_.kind == ViewKind::Regions) {
+        // The top-level regions' total; for a metric without inclusive values (visits, the
+        // per-process concurrency metrics) every region's own value, which is what adds up.
         sum = 0;
-        for (auto k : model_.children(root)) sum += model_.node(k).acc[inclusive].finalize(profiles_, metrics::Population::All).sum;
+        const bool own = m < metrics_.exclusiveOnly.size() && metrics_.exclusiveOnly[m];
+        std::vector<std::uint32_t> stack = model_.children(root);
+        while (!stack.empty()) {
+          const auto k = stack.back();
+          stack.pop_back();
+          sum += model_.node(k).acc[inclusive].finalize(profiles_, metrics::Population::All).sum;
+          if (own)
+            for (auto c : model_.children(k)) stack.push_back(c);
+        }
       }
       tree_.rootSum.push_back(sum);
       tree_.rootMean.push_back(profiles_ ? sum / static_cast<double>(profiles_) : NAN);
@@ -181,7 +194,7 @@ class Selector {
       const double share = primarySum_ > 0 ? 100.0 * p.sum / primarySum_ : 0;
       const double maxShare = primaryMean_ > 0 ? 100.0 * p.max / primaryMean_ : 0;
       bool imbalanceOnly = false;
-      if (request_.thresholdPercent > 0 && share < request_.thresholdPercent) {
+      if (request_.thresholdPercent > 0 && share < request_.thresholdPercent && !unprunable_) {
         if (maxShare >= request_.thresholdPercent) {
           imbalanceOnly = true;
         } else {
@@ -285,6 +298,7 @@ class Selector {
   std::vector<std::optional<Formula>> formulas_;  // per column
   std::size_t sortColumn_ = 0;
   std::size_t primary_ = 1;
+  bool unprunable_ = false;
   double primarySum_ = 0, primaryMean_ = 0;
 };
 
@@ -354,8 +368,24 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns)
                                                         : detail::resolveMetrics(db, tree.columns);
   ViewRequest effective = request;
-  if (request.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *request.sortBy) == tree.columns.end()) {
-    tree.columns.push_back(*request.sortBy);
+  if (request.kind == ViewKind::Regions) {
+    // A region metric stored without inclusive values (visits, the per-process concurrency
+    // metrics) is shown and sorted by its exclusive values: an inclusive column would be zeros.
+    auto exclusiveOnly = [&](const Column& c) {
+      for (std::size_t m = 0; m < metrics.names.size(); ++m)
+        if (metrics.names[m] == c.metric) return m < metrics.exclusiveOnly.size() && metrics.exclusiveOnly[m];
+      return false;
+    };
+    std::vector<Column> columns;
+    for (auto c : tree.columns) {
+      if (exclusiveOnly(c)) c.scope = storage::MetricScope::Exclusive;
+      if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+    }
+    tree.columns = std::move(columns);
+    if (effective.sortBy && exclusiveOnly(*effective.sortBy)) effective.sortBy->scope = storage::MetricScope::Exclusive;
+  }
+  if (effective.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *effective.sortBy) == tree.columns.end()) {
+    tree.columns.push_back(*effective.sortBy);
     if (request.kind != ViewKind::Regions) metrics = detail::resolveMetrics(db, tree.columns);
   }
   effective.columns = tree.columns;
