@@ -33,10 +33,11 @@ const std::vector<CannedInfo>& cannedAnalyses() {
 
 namespace {
 
+// A region name as a quoted name of the query language (docs/query.md, "Grammar").
 std::string quote(const std::string& region) {
   std::string q = "\"";
   for (char c : region) {
-    if (c == '"') throw QueryError(0, "region names with '\"' cannot be used in canned analyses");
+    if (c == '"' || c == '\\') q += '\\';
     q += c;
   }
   return q + "\"";

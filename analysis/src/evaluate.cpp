@@ -36,6 +36,19 @@ struct CFormula {
   VarType varType = VarType::Thread;
   std::uint64_t k = 0;
   std::vector<CConstraint> constraints;
+  // The quantified variables this formula uses without binding them itself (sorted): what its
+  // value can depend on within one evaluation of a measure's frame query.
+  std::vector<int> deps;
+  bool bodyUsesVar = true;  // quantifiers: the body depends on the quantified variable
+  int cache = -1;           // a quantifier that depends on no enclosing variable: its slot in cache_
+};
+
+// The value and pruned sub-frame of a quantifier that does not depend on any enclosing
+// quantifier's variable, kept for the rest of one evaluation (epoch) of a frame query.
+struct CachedFormula {
+  std::uint64_t epoch = 0;
+  bool result = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> witness;
 };
 
 struct Accum {
@@ -61,31 +74,56 @@ class Evaluator {
     }
     symOf_ = std::move(symOf);
     for (std::size_t s = 0; s < p.threadNumbers.size(); ++s) slotOf_.try_emplace(p.threadNumbers[s], s);
-    for (const auto& c : q.calls) calls_.push_back(compile(*c.formula));
+    for (const auto& c : q.calls) calls_.push_back(compile(*c.formula, false));
     env_.assign(q.variables.size(), kNone);
     needSets_.assign(q.calls.size(), q.kind == Query::Kind::Attribute);
     if (q.expr) markCounts(*q.expr);
     mark_.assign(p.threadNumbers.size(), 0);
   }
 
-  std::unique_ptr<CFormula> compile(const Formula& f) {
+  // `inQuantifier`: f is part of a quantifier's body, so it may be evaluated many times for one
+  // frame; those that depend on no enclosing variable are evaluated once and cached.
+  std::unique_ptr<CFormula> compile(const Formula& f, bool inQuantifier) {
     auto c = std::make_unique<CFormula>();
     c->kind = f.kind;
     c->filter = f.filter;
     c->var = f.var;
     c->k = f.k;
+    const bool quantifier = f.kind == Formula::Kind::ForAll || f.kind == Formula::Kind::Exists ||
+                            f.kind == Formula::Kind::ExistsExactly;
     if (f.var >= 0) c->varType = q_.variables[static_cast<std::size_t>(f.var)].type;
+    auto use = [&](const CTerm& t) {
+      // Free variables are fixed for a whole evaluation: only quantified ones count.
+      if (t.kind == CTerm::Kind::Var && !q_.variables[static_cast<std::size_t>(t.var)].free) c->deps.push_back(t.var);
+    };
     if (f.kind == Formula::Kind::Predicate) {
       c->thread = term(f.thread, VarType::Thread);
       c->region = term(f.region, VarType::Region);
+      use(c->thread);
+      use(c->region);
     }
     for (const auto& k : f.constraints) {
       CConstraint cc{k.op, k.join, {}};
       for (const auto& v : k.values) cc.values.push_back(term(v, c->varType));
+      for (const auto& t : cc.values) use(t);
       c->constraints.push_back(std::move(cc));
     }
-    if (f.a) c->a = compile(*f.a);
-    if (f.b) c->b = compile(*f.b);
+    if (f.a) c->a = compile(*f.a, inQuantifier || quantifier);
+    if (f.b) c->b = compile(*f.b, inQuantifier || quantifier);
+    for (const CFormula* child : {c->a.get(), c->b.get()})
+      if (child)
+        for (const int v : child->deps)
+          if (!quantifier || v != f.var) c->deps.push_back(v);
+    std::sort(c->deps.begin(), c->deps.end());
+    c->deps.erase(std::unique(c->deps.begin(), c->deps.end()), c->deps.end());
+    if (quantifier) {
+      const auto& body = c->a->deps;
+      c->bodyUsesVar = std::binary_search(body.begin(), body.end(), f.var);
+      if (inQuantifier && c->deps.empty()) {
+        c->cache = static_cast<int>(cache_.size());
+        cache_.emplace_back();
+      }
+    }
     return c;
   }
 
@@ -189,32 +227,74 @@ class Evaluator {
       case Formula::Kind::ForAll:
       case Formula::Kind::Exists:
       case Formula::Kind::ExistsExactly: {
-        const std::size_t start = witness_.size();
-        const auto& domain = f.varType == VarType::Thread ? activeSlots_ : allSyms_;
-        const std::int64_t saved = env_[static_cast<std::size_t>(f.var)];
-        std::uint64_t count = 0;
-        bool all = true;
-        for (const std::int64_t v : domain) {
-          if (!constraintsHold(f, v)) continue;
-          env_[static_cast<std::size_t>(f.var)] = v;
-          const std::size_t mark = witness_.size();
-          if (eval(*f.a)) {
-            ++count;
-          } else {
-            witness_.resize(mark);
-            all = false;
-            if (f.kind == Formula::Kind::ForAll) break;
+        if (f.cache >= 0) {
+          CachedFormula& c = cache_[static_cast<std::size_t>(f.cache)];
+          if (c.epoch != epoch_) {
+            const std::size_t mark = witness_.size();
+            c.result = quantify(f);
+            c.witness.assign(witness_.begin() + static_cast<std::ptrdiff_t>(mark), witness_.end());
+            c.epoch = epoch_;
+            return c.result;
           }
+          if (c.result) witness_.insert(witness_.end(), c.witness.begin(), c.witness.end());
+          return c.result;
         }
-        env_[static_cast<std::size_t>(f.var)] = saved;
-        const bool ok = f.kind == Formula::Kind::ForAll ? all
-                        : f.kind == Formula::Kind::Exists ? count > 0
-                                                          : count == f.k;
-        if (!ok) witness_.resize(start);
-        return ok;
+        return quantify(f);
       }
     }
     return false;
+  }
+
+  // A quantifier: its body for each value of the domain that passes the constraints.
+  bool quantify(const CFormula& f) {
+    const std::size_t start = witness_.size();
+    const auto& domain = f.varType == VarType::Thread ? activeSlots_ : allSyms_;
+    const std::int64_t saved = env_[static_cast<std::size_t>(f.var)];
+    std::uint64_t count = 0;
+    bool all = true;
+    if (!f.bodyUsesVar) {
+      // The body is the same for every value: evaluated once, counted for each value.
+      std::uint64_t values = 0;
+      for (const std::int64_t v : domain) values += constraintsHold(f, v) ? 1 : 0;
+      bool holds = false;
+      if (values > 0) {
+        holds = eval(*f.a);
+        if (!holds) witness_.resize(start);
+      }
+      count = holds ? values : 0;
+      const bool ok = f.kind == Formula::Kind::ForAll ? values == 0 || holds
+                      : f.kind == Formula::Kind::Exists ? count > 0
+                                                        : count == f.k;
+      if (!ok) witness_.resize(start);
+      return ok;
+    }
+    for (const std::int64_t v : domain) {
+      if (!constraintsHold(f, v)) continue;
+      env_[static_cast<std::size_t>(f.var)] = v;
+      const std::size_t mark = witness_.size();
+      if (eval(*f.a)) {
+        ++count;
+      } else {
+        witness_.resize(mark);
+        all = false;
+        if (f.kind == Formula::Kind::ForAll) break;
+      }
+    }
+    env_[static_cast<std::size_t>(f.var)] = saved;
+    const bool ok = f.kind == Formula::Kind::ForAll ? all
+                    : f.kind == Formula::Kind::Exists ? count > 0
+                                                      : count == f.k;
+    if (!ok) {
+      witness_.resize(start);
+    } else if (witness_.size() - start > kWitnessDedup + 4 * activeSlots_.size()) {
+      // Nested quantifiers repeat the same (thread, region) pairs once per binding: the pruned
+      // sub-frame is a set, so keep each pair once and memory stays bounded (a single level, with
+      // one pair or a few per thread, stays below the threshold and is never sorted).
+      const auto from = witness_.begin() + static_cast<std::ptrdiff_t>(start);
+      std::sort(from, witness_.end());
+      witness_.erase(std::unique(from, witness_.end()), witness_.end());
+    }
+    return ok;
   }
 
   ProcessResult run(const EvalOptions& options) {
@@ -268,6 +348,7 @@ class Evaluator {
         for (std::size_t b = 0; b < nb; ++b) {
           for (std::size_t i = 0; i < free.size(); ++i) env_[static_cast<std::size_t>(free[i])] = bindings[b][i];
           witness_.clear();
+          ++epoch_;  // cached quantifiers are valid for this frame, binding and call only
           if (!eval(*calls_[c])) continue;
           // Distinct threads of the pruned sub-frame.
           if (++generation == 0) {
@@ -370,6 +451,9 @@ class Evaluator {
   std::vector<std::uint32_t> mark_;
   std::vector<bool> needSets_;
   const std::vector<ThreadState>* states_ = nullptr;
+  std::vector<CachedFormula> cache_;
+  std::uint64_t epoch_ = 0;
+  static constexpr std::size_t kWitnessDedup = 64;
 };
 
 }  // namespace

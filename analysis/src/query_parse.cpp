@@ -1,6 +1,7 @@
 // Recursive-descent parser of the query language (docs/query.md, "Grammar").
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -34,12 +35,31 @@ namespace {
 
 struct Token {
   enum class Kind { Name, Number, String, Sym, End } kind = Kind::End;
-  std::string text;   // Name, String: the text; Sym: canonical spelling
-  double number = 0;  // Number (scaled to ns when a unit was given)
-  bool integer = true;
+  std::string text;   // Name, String: the text; Sym: canonical spelling; Number: the digits as written
+  double number = 0;  // Number: the value as a real (scaled to ns when a unit was given)
+  bool integer = true;  // Number: written without '.' (with a unit: a whole number of ns)
   bool unit = false;
+  // Number: the exact value, when it is a whole number that fits 64 bits (scaled to ns with a
+  // unit); never through a double, so that 2^53 + 1 and thread numbers near 2^64 stay exact.
+  std::optional<std::uint64_t> exact;
   std::size_t column = 0;
 };
+
+// The exact value of a string of decimal digits, if it fits 64 bits.
+std::optional<std::uint64_t> parseDigits(std::string_view digits) {
+  std::uint64_t v = 0;
+  if (digits.empty()) return std::nullopt;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return v;
+}
+
+// Deepest nesting of parentheses, measure calls, '-', 'not' and quantifiers (and operators in a
+// row) that a query may have; deeper queries are refused instead of exhausting the stack.
+constexpr std::size_t kMaxNesting = 256;
+// Quantifiers nested in one another: each multiplies the work per frame by its domain (the
+// active threads, or all region names) unless its body does not use its variable.
+constexpr std::size_t kMaxQuantifierNesting = 16;
 
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -79,18 +99,20 @@ std::vector<Token> lex(const std::string& text) {
       // Subscript digits (the k of an exact quantifier, as in the thesis): a number.
       if (n == 3 && cp[0] == '\xe2' && cp[1] == '\x82' && static_cast<unsigned char>(cp[2]) >= 0x80 &&
           static_cast<unsigned char>(cp[2]) <= 0x89) {
-        std::uint64_t v = 0;
+        std::string digits;
         while (i + 2 < text.size() && text.compare(i, 2, "\xe2\x82") == 0 &&
                static_cast<unsigned char>(text[i + 2]) >= 0x80 && static_cast<unsigned char>(text[i + 2]) <= 0x89) {
-          v = v * 10 + (static_cast<unsigned char>(text[i + 2]) - 0x80);
+          digits.push_back(static_cast<char>('0' + (static_cast<unsigned char>(text[i + 2]) - 0x80)));
           i += 3;
           ++column;
         }
         Token tok;
         tok.kind = Token::Kind::Number;
-        tok.number = static_cast<double>(v);
+        tok.exact = parseDigits(digits);
+        if (!tok.exact) throw QueryError(col, "the number " + digits + " does not fit 64 bits");
+        tok.number = static_cast<double>(*tok.exact);
         tok.column = col;
-        tok.text = std::to_string(v);
+        tok.text = digits;
         out.push_back(tok);
         continue;
       }
@@ -111,33 +133,39 @@ std::vector<Token> lex(const std::string& text) {
     }
     if (std::isdigit(c) || (c == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))) {
       std::size_t j = i;
-      bool integer = true;
+      std::size_t dots = 0;
       while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) {
-        if (text[j] == '.') integer = false;
+        if (text[j] == '.') ++dots;
         ++j;
       }
       Token tok;
       tok.kind = Token::Kind::Number;
       tok.text = text.substr(i, j - i);
       tok.column = col;
-      tok.integer = integer;
-      try {
-        tok.number = std::stod(tok.text);
-      } catch (...) {
-        throw QueryError(col, "malformed number '" + tok.text + "'");
-      }
+      tok.integer = dots == 0;
+      if (dots > 1) throw QueryError(col, "malformed number '" + tok.text + "'");
+      // Whole numbers exactly (a thread number, a dynamic id, a count); reals through a double.
+      if (tok.integer) tok.exact = parseDigits(tok.text);
+      tok.number = std::strtod(tok.text.c_str(), nullptr);
       // A unit of time right after the number.
       std::size_t k = j;
       while (k < text.size() && (std::isalpha(static_cast<unsigned char>(text[k])) || text.compare(k, 2, "\xc2\xb5") == 0))
         k += text.compare(k, 2, "\xc2\xb5") == 0 ? 2 : 1;
       if (k > j) {
         const std::string u = text.substr(j, k - j);
-        const std::map<std::string, double> scale = {{"ns", 1}, {"us", 1e3}, {"\xc2\xb5s", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+        const std::map<std::string, std::uint64_t> scale = {
+            {"ns", 1}, {"us", 1000}, {"\xc2\xb5s", 1000}, {"ms", 1000000}, {"s", 1000000000}};
         const auto s = scale.find(u);
         if (s == scale.end()) throw QueryError(col + (j - i), "unknown unit '" + u + "' (ns, us, ms, s)");
-        tok.number *= s->second;
+        tok.number *= static_cast<double>(s->second);
         tok.unit = true;
-        tok.integer = std::floor(tok.number) == tok.number;
+        if (tok.exact) {
+          if (*tok.exact > UINT64_MAX / s->second) tok.exact.reset();
+          else *tok.exact *= s->second;
+        } else if (!tok.integer && std::floor(tok.number) == tok.number && tok.number < 0x1p64) {
+          tok.exact = static_cast<std::uint64_t>(tok.number);  // 1.5us: 1500 ns
+        }
+        tok.integer = tok.exact.has_value();
         column += (k - j) - (u == "\xc2\xb5s" ? 1 : 0);
         j = k;
       }
@@ -159,14 +187,26 @@ std::vector<Token> lex(const std::string& text) {
       continue;
     }
     if (c == '"') {
-      std::size_t j = i + 1;
+      // A quoted name; \" and \\ stand for '"' and '\'. Any other bytes are kept as they are
+      // (names need not be UTF-8); `at` is the column of the next character.
+      std::size_t j = i + 1, at = col + 1;
       std::string s;
-      while (j < text.size() && text[j] != '"') s.push_back(text[j++]);
+      while (j < text.size() && text[j] != '"') {
+        if (text[j] == '\\') {
+          if (j + 1 < text.size() && (text[j + 1] == '"' || text[j + 1] == '\\')) {
+            s.push_back(text[j + 1]);
+            j += 2;
+            at += 2;
+            continue;
+          }
+          throw QueryError(at, "unknown escape in a quoted name: write \\\" for '\"' and \\\\ for '\\'");
+        }
+        if ((static_cast<unsigned char>(text[j]) & 0xC0) != 0x80) ++at;  // not a UTF-8 continuation byte
+        s.push_back(text[j++]);
+      }
       if (j >= text.size()) throw QueryError(col, "unterminated string");
       push(Token::Kind::String, s, col);
-      std::size_t cps = 0;
-      for (std::size_t k = i; k <= j; k += cpLen(k)) ++cps;
-      column += cps;
+      column = at + 1;
       i = j + 1;
       continue;
     }
@@ -221,7 +261,49 @@ class Parser {
     throw QueryError(t.column, what + (t.kind == Token::Kind::End ? " at the end of the query" : ", found '" + describe(t) + "'"));
   }
   static std::string describe(const Token& t) {
-    return t.kind == Token::Kind::String ? "\"" + t.text + "\"" : t.text;
+    if (t.kind != Token::Kind::String) return t.text;
+    std::string q = "\"";
+    for (char c : t.text) {
+      if (c == '"' || c == '\\') q += '\\';
+      q += c;
+    }
+    return q + "\"";
+  }
+
+  // Entering a parenthesis, a measure call, '-', 'not' or a quantifier: refused beyond
+  // kMaxNesting levels, before the recursion could exhaust the stack.
+  class Nest {
+   public:
+    Nest(Parser& p, std::size_t column) : p_(p) {
+      if (p_.depth_ + 1 > kMaxNesting) throw nestingError(column);
+      ++p_.depth_;
+    }
+    ~Nest() { --p_.depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+  static QueryError nestingError(std::size_t column) {
+    return QueryError(column, "the query nests more than " + std::to_string(kMaxNesting) +
+                                  " levels deep (parentheses, measures, '-', 'not', quantifiers and operators in a row)");
+  }
+  // A left-nested chain of arithmetic operators is as deep as it is long: counted like nesting.
+  void checkHeight(std::size_t height, std::size_t column) const {
+    if (depth_ + height > kMaxNesting) throw nestingError(column);
+  }
+
+  // The exact value of a whole number without unit at the current token.
+  std::uint64_t wholeNumber(const std::string& what) {
+    const Token& t = peek();
+    if (t.kind != Token::Kind::Number || !t.integer || t.unit) fail(what);
+    if (!t.exact) throw tooLarge(t);
+    ++pos;
+    return *t.exact;
+  }
+  static QueryError tooLarge(const Token& t) {
+    return QueryError(t.column, "the number " + t.text + " does not fit 64 bits (at most 18446744073709551615)");
   }
   void expectSym(const char* s) {
     if (!isSym(s)) fail(std::string("expected '") + s + "'");
@@ -229,38 +311,51 @@ class Parser {
   }
 
   // --- expressions --------------------------------------------------------------------------
+  // Each of expr, term, unary and primary leaves the height of the tree it built in height_.
   std::unique_ptr<Expr> expr() {
     auto e = term();
+    std::size_t h = height_;
     while (isSym("+") || isSym("-")) {
       const bool add = isSym("+");
+      const auto col = peek().column;
       ++pos;
       auto n = std::make_unique<Expr>();
       n->kind = add ? Expr::Kind::Add : Expr::Kind::Sub;
       n->a = std::move(e);
       n->b = term();
+      h = std::max(h, height_) + 1;
+      checkHeight(h, col);
       e = std::move(n);
     }
+    height_ = h;
     return e;
   }
   std::unique_ptr<Expr> term() {
     auto e = unary();
+    std::size_t h = height_;
     while (isSym("*") || isSym("/")) {
       const bool mul = isSym("*");
+      const auto col = peek().column;
       ++pos;
       auto n = std::make_unique<Expr>();
       n->kind = mul ? Expr::Kind::Mul : Expr::Kind::Div;
       n->a = std::move(e);
       n->b = unary();
+      h = std::max(h, height_) + 1;
+      checkHeight(h, col);
       e = std::move(n);
     }
+    height_ = h;
     return e;
   }
   std::unique_ptr<Expr> unary() {
     if (isSym("-")) {
+      Nest nest(*this, peek().column);
       ++pos;
       auto n = std::make_unique<Expr>();
       n->kind = Expr::Kind::Neg;
       n->a = unary();
+      ++height_;
       return n;
     }
     return primary();
@@ -286,9 +381,11 @@ class Parser {
       auto n = std::make_unique<Expr>();
       n->number = peek().number;
       ++pos;
+      height_ = 1;
       return n;
     }
     if (isSym("(")) {
+      Nest nest(*this, peek().column);
       ++pos;
       auto e = expr();
       expectSym(")");
@@ -300,6 +397,7 @@ class Parser {
       n->kind = Expr::Kind::Measure;
       n->measure = *m;
       n->call = call();
+      height_ = 1;
       return n;
     }
     if (isWord("count")) {
@@ -313,6 +411,7 @@ class Parser {
       n->attribute = *a;
       n->call = call();
       expectSym(")");
+      height_ = 1;
       return n;
     }
     if (attributeWord()) fail(peek().text + " is a set: use Count(" + peek().text + "(...)) in arithmetic, or ask it alone");
@@ -321,6 +420,7 @@ class Parser {
 
   // '(' frame query ')' [interval]; also Duration(t, r) for Duration((t, r)).
   int call() {
+    Nest nest(*this, peek().column);
     expectSym("(");
     FrameQuery fq;
     if (startsBarePredicate()) {
@@ -345,6 +445,7 @@ class Parser {
     if (!(isSym("@") || isWord("during"))) return std::nullopt;
     ++pos;
     if (!(isSym("[") || isSym("("))) fail("expected '[' or '(' to start the interval");
+    const auto col = peek().column;
     ++pos;
     Interval iv;
     iv.beginNs = timeValue(false);
@@ -352,7 +453,7 @@ class Parser {
     iv.endNs = timeValue(true);
     if (!(isSym("]") || isSym(")"))) fail("expected ']' or ')' to end the interval");
     ++pos;
-    if (iv.endNs < iv.beginNs) throw QueryError(peek().column, "the interval ends before it begins");
+    if (iv.endNs < iv.beginNs) throw QueryError(col, "the interval ends before it begins");
     return iv;
   }
   std::uint64_t timeValue(bool allowInf) {
@@ -361,45 +462,59 @@ class Parser {
       ++pos;
       return UINT64_MAX;
     }
-    if (peek().kind != Token::Kind::Number) fail("expected a time (e.g. 0, 1.5s, 200ms, 30us, 1000ns)");
-    const double v = peek().number;
+    const Token& t = peek();
+    if (t.kind != Token::Kind::Number) fail("expected a time (e.g. 0, 1.5s, 200ms, 30us, 1000ns)");
     ++pos;
-    if (v >= 1.8e19) return UINT64_MAX;
-    return static_cast<std::uint64_t>(std::llround(v));
+    // Whole nanoseconds exactly; fractions of a nanosecond (1.5ns, 0.0000001s) rounded.
+    if (t.exact) return *t.exact;
+    if (t.number >= 0x1p64)
+      throw QueryError(t.column, "the time " + t.text + (t.unit ? " (with its unit)" : "") +
+                                     " is beyond 2^64 - 1 ns (584 years): use inf for an open end");
+    return static_cast<std::uint64_t>(std::round(t.number));  // below 2^64: doubles there are whole
   }
 
   // --- frame queries ------------------------------------------------------------------------
+  // A chain of 'or's (of 'and's) is built as a balanced tree: both are associative, with the
+  // same order of evaluation and the same pruned frames, and a long chain stays shallow.
   std::unique_ptr<Formula> formula() {
-    auto f = conjunction();
+    std::vector<std::unique_ptr<Formula>> parts;
+    std::vector<std::size_t> columns;
+    parts.push_back(conjunction());
     while (isWord("or")) {
-      const auto col = peek().column;
+      columns.push_back(peek().column);
       ++pos;
-      auto n = std::make_unique<Formula>();
-      n->kind = Formula::Kind::Or;
-      n->column = col;
-      n->a = std::move(f);
-      n->b = conjunction();
-      f = std::move(n);
+      parts.push_back(conjunction());
     }
-    return f;
+    return balanced(parts, columns, 0, parts.size(), Formula::Kind::Or);
   }
   std::unique_ptr<Formula> conjunction() {
-    auto f = negation();
+    std::vector<std::unique_ptr<Formula>> parts;
+    std::vector<std::size_t> columns;
+    parts.push_back(negation());
     while (isWord("and")) {
-      const auto col = peek().column;
+      columns.push_back(peek().column);
       ++pos;
-      auto n = std::make_unique<Formula>();
-      n->kind = Formula::Kind::And;
-      n->column = col;
-      n->a = std::move(f);
-      n->b = negation();
-      f = std::move(n);
+      parts.push_back(negation());
     }
-    return f;
+    return balanced(parts, columns, 0, parts.size(), Formula::Kind::And);
+  }
+  // parts[lo, hi) joined by `kind`; columns[i] is the operator between parts[i] and parts[i + 1].
+  static std::unique_ptr<Formula> balanced(std::vector<std::unique_ptr<Formula>>& parts,
+                                           const std::vector<std::size_t>& columns, std::size_t lo, std::size_t hi,
+                                           Formula::Kind kind) {
+    if (hi - lo == 1) return std::move(parts[lo]);
+    const std::size_t mid = lo + (hi - lo) / 2;
+    auto n = std::make_unique<Formula>();
+    n->kind = kind;
+    n->column = columns[mid - 1];
+    n->a = balanced(parts, columns, lo, mid, kind);
+    n->b = balanced(parts, columns, mid, hi, kind);
+    return n;
   }
   std::unique_ptr<Formula> negation() {
     if (isWord("not")) {
       const auto col = peek().column;
+      Nest nest(*this, col);
       ++pos;
       auto n = std::make_unique<Formula>();
       n->kind = Formula::Kind::Not;
@@ -416,6 +531,7 @@ class Parser {
         expectSym(")");
         return p;
       }
+      Nest nest(*this, peek().column);
       ++pos;
       auto f = formula();
       expectSym(")");
@@ -436,8 +552,13 @@ class Parser {
     if (w == "forall") return std::make_pair(Formula::Kind::ForAll, std::optional<std::uint64_t>());
     if (w == "exists") return std::make_pair(Formula::Kind::Exists, std::optional<std::uint64_t>());
     if (w.size() > 6 && w.compare(0, 6, "exists") == 0 &&
-        std::all_of(w.begin() + 6, w.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-      return std::make_pair(Formula::Kind::ExistsExactly, std::optional<std::uint64_t>(std::stoull(w.substr(6))));
+        std::all_of(w.begin() + 6, w.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+      const auto k = parseDigits(std::string_view(w).substr(6));
+      if (!k)
+        throw QueryError(peek().column, "the count " + w.substr(6) + " of '" + peek().text +
+                                            "' does not fit 64 bits (at most 18446744073709551615)");
+      return std::make_pair(Formula::Kind::ExistsExactly, std::optional<std::uint64_t>(*k));
+    }
     return std::nullopt;
   }
 
@@ -445,18 +566,27 @@ class Parser {
     auto [kind, k] = *quantifierWord();
     auto n = std::make_unique<Formula>();
     n->column = peek().column;
+    Nest nest(*this, n->column);
+    if (quantifierDepth_ + 1 > kMaxQuantifierNesting)
+      throw QueryError(n->column, "quantifiers nest more than " + std::to_string(kMaxQuantifierNesting) +
+                                      " deep (each one multiplies the work per frame by the threads or regions it ranges over)");
+    ++quantifierDepth_;
     ++pos;
     if (kind == Formula::Kind::Exists && peek().kind == Token::Kind::Number) {
-      if (!peek().integer || peek().unit) fail("the count of an exact quantifier is a whole number");
       kind = Formula::Kind::ExistsExactly;
-      k = static_cast<std::uint64_t>(peek().number);
-      ++pos;
+      k = wholeNumber("the count of an exact quantifier is a whole number");
     }
     n->kind = kind;
     n->k = k.value_or(0);
     if (peek().kind != Token::Kind::Name || reserved(peek().text)) fail("expected the name of the quantified variable");
     const std::string name = peek().text;
     const auto varColumn = peek().column;
+    // Rebinding a variable inside its own scope would hide the outer one: refused.
+    for (const auto& [bound, var] : scope_)
+      if (bound == name)
+        throw QueryError(varColumn, "variable '" + name + "' is already bound at column " +
+                                        std::to_string(q_.variables[static_cast<std::size_t>(var)].column) +
+                                        ": give this quantifier's variable another name");
     ++pos;
     Variable v;
     v.name = name;
@@ -508,6 +638,7 @@ class Parser {
     scope_.push_back({name, n->var});
     n->a = formula();
     scope_.pop_back();
+    --quantifierDepth_;
     if (!typed_[static_cast<std::size_t>(n->var)]) setType(n->var, VarType::Thread, varColumn);
     // Names among constraint values: a variable (bound outside, or free) or a region name.
     for (auto& c : n->constraints)
@@ -519,10 +650,8 @@ class Parser {
     Term t;
     t.column = peek().column;
     if (peek().kind == Token::Kind::Number) {
-      if (!peek().integer || peek().unit) fail("expected a thread number or a name");
       t.kind = Term::Kind::Number;
-      t.number = static_cast<std::uint64_t>(peek().number);
-      ++pos;
+      t.number = wholeNumber("expected a thread number or a name");
       return t;
     }
     if (peek().kind == Token::Kind::Name || peek().kind == Token::Kind::String) {
@@ -559,9 +688,7 @@ class Parser {
   void dynamicSuffix(Term& t) {
     if (!isSym("#")) return;
     ++pos;
-    if (peek().kind != Token::Kind::Number || !peek().integer || peek().unit) fail("expected a dynamic id after '#'");
-    t.dynamicId = static_cast<std::uint64_t>(peek().number);
-    ++pos;
+    t.dynamicId = wholeNumber("expected a dynamic id after '#'");
   }
 
   // thread ',' region [',' filter], the parentheses around it already handled by the caller.
@@ -572,10 +699,8 @@ class Parser {
     // Thread
     p->thread.column = peek().column;
     if (peek().kind == Token::Kind::Number) {
-      if (!peek().integer || peek().unit) fail("a thread is a whole number or a variable");
       p->thread.kind = Term::Kind::Number;
-      p->thread.number = static_cast<std::uint64_t>(peek().number);
-      ++pos;
+      p->thread.number = wholeNumber("a thread is a whole number or a variable");
     } else if (peek().kind == Token::Kind::Name && !reserved(peek().text)) {
       p->thread.kind = Term::Kind::Var;
       const std::string name = peek().text;
@@ -593,10 +718,8 @@ class Parser {
     // Region
     p->region.column = peek().column;
     if (peek().kind == Token::Kind::Number) {
-      if (!peek().integer || peek().unit) fail("a region is a name, a whole number or a variable");
       p->region.kind = Term::Kind::Number;
-      p->region.number = static_cast<std::uint64_t>(peek().number);
-      ++pos;
+      p->region.number = wholeNumber("a region is a name, a whole number or a variable");
     } else if (peek().kind == Token::Kind::String) {
       p->region.kind = Term::Kind::Name;
       p->region.name = peek().text;
@@ -663,7 +786,9 @@ class Parser {
     Range r;
     const bool loOpen = isSym("(");
     if (!loOpen && !isSym("[")) fail("expected '[' or '(' to start a range");
+    const auto col = peek().column;
     ++pos;
+    std::optional<std::int64_t> writtenLo;
     if (isSym("-") && isWord("inf", 1)) {
       pos += 2;
     } else if (isWord("inf")) {
@@ -671,6 +796,7 @@ class Parser {
     } else {
       r.hasLo = true;
       r.lo = integer();
+      writtenLo = r.lo;
       if (loOpen) {
         if (r.lo == INT64_MAX) { r.hasHi = true; r.hi = r.lo - 1; }
         else ++r.lo;
@@ -690,6 +816,9 @@ class Parser {
     const bool hiOpen = isSym(")") || isSym("[");
     if (!hiOpen && !isSym("]")) fail("expected ']' or ')' to end the range");
     ++pos;
+    // Like an interval of time that ends before it begins (a range that holds no integer
+    // because of its open ends, such as (5, 6), is not reversed and matches nothing).
+    if (writtenLo && !hiInf && hi < *writtenLo) throw QueryError(col, "the range ends before it begins");
     if (!hiInf) {
       if (hiOpen && hi == INT64_MIN) { r.hasLo = true; r.lo = 0; r.hasHi = true; r.hi = -1; }
       else if (!r.hasHi) { r.hasHi = true; r.hi = hiOpen ? hi - 1 : hi; }
@@ -703,20 +832,16 @@ class Parser {
       neg = true;
       ++pos;
     }
-    if (peek().kind != Token::Kind::Number || !peek().integer || peek().unit) fail("expected a whole number");
-    const std::string digits = peek().text;
+    const Token& t = peek();
+    if (t.kind != Token::Kind::Number || !t.integer || t.unit) fail("expected a whole number");
     ++pos;
-    try {
-      const unsigned long long u = std::stoull(digits);
-      if (neg) {
-        if (u > 9223372036854775808ull) throw std::out_of_range("");
-        return u == 9223372036854775808ull ? INT64_MIN : -static_cast<std::int64_t>(u);
-      }
-      if (u > static_cast<unsigned long long>(INT64_MAX)) throw std::out_of_range("");
-      return static_cast<std::int64_t>(u);
-    } catch (const std::exception&) {
-      throw QueryError(peek().column, "the number " + digits + " does not fit 64 bits");
-    }
+    const std::uint64_t limit = neg ? 9223372036854775808ull : static_cast<std::uint64_t>(INT64_MAX);
+    if (!t.exact || *t.exact > limit)
+      throw QueryError(t.column, "the attribute value " + std::string(neg ? "-" : "") + t.text +
+                                     " does not fit a signed 64-bit integer (-9223372036854775808 to 9223372036854775807)");
+    const std::uint64_t u = *t.exact;
+    if (neg) return u == 9223372036854775808ull ? INT64_MIN : -static_cast<std::int64_t>(u);
+    return static_cast<std::int64_t>(u);
   }
 
   static bool reserved(const std::string& word) {
@@ -769,6 +894,9 @@ class Parser {
   const std::map<std::string, Range>& classes_;
   std::vector<std::pair<std::string, int>> scope_;
   std::vector<bool> typed_;
+  std::size_t depth_ = 0;            // nesting (Nest) around the current token
+  std::size_t quantifierDepth_ = 0;  // quantifiers around the current token
+  std::size_t height_ = 0;           // of the expression just parsed (expr, term, unary, primary)
 };
 
 }  // namespace

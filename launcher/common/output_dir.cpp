@@ -44,6 +44,8 @@ StagedDirectory::StagedDirectory(fs::path target, bool force, Guard guard)
   const fs::path parent = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   if (ec) throw OutputDirError(fmt::format("{}: cannot create: {}", parent.string(), ec.message()));
+  // Staging directories of runs killed with SIGKILL (or before their cleanup was armed).
+  leftovers_ = storage::cleanupLeftovers(target_);
   // A fresh, exclusively created name: an existing entry (a planted symlink, another run's
   // staging) is never reused or removed.
   std::string name = (parent / fmt::format(".{}.tmp-{}-XXXXXX", target_.filename().string(), ::getpid())).string();

@@ -6,6 +6,9 @@
 #include <functional>
 #include <string>
 #include <stdexcept>
+#include <vector>
+
+#include "csp/storage/database_writer.hpp"
 
 namespace csp::cli {
 
@@ -24,12 +27,18 @@ class StagedDirectory {
   // Why an existing directory may not be replaced (empty: it may), checked with --force.
   using Guard = std::function<std::string(const std::filesystem::path& existing)>;
   // Fails early if `target` exists and `force` is false, or if `guard` refuses to replace it.
+  // Then cleans up what interrupted runs for the same target left next to it (staging
+  // directories ".NAME.tmp-PID-XXXXXX" of dead processes on this host are removed, others are
+  // reported: storage::cleanupLeftovers, as for databases; see leftovers()) and creates the
+  // staging directory.
   StagedDirectory(std::filesystem::path target, bool force, Guard guard = {});
   ~StagedDirectory();  // removes the staging directory unless published
   StagedDirectory(const StagedDirectory&) = delete;
   StagedDirectory& operator=(const StagedDirectory&) = delete;
 
   const std::filesystem::path& staging() const { return staging_; }
+  // What the constructor found of earlier runs: removed, or left alone with what to do.
+  const std::vector<storage::LeftoverReport>& leftovers() const { return leftovers_; }
   // Replaces `target` (if any) with the staging directory.
   void publish();
 
@@ -39,6 +48,7 @@ class StagedDirectory {
   bool force_;
   Guard guard_;
   bool published_ = false;
+  std::vector<storage::LeftoverReport> leftovers_;
 };
 
 }  // namespace csp::cli

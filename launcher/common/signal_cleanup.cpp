@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -82,12 +83,16 @@ void onTerminate(int sig) {
 }  // namespace
 
 void removeTreeNoAlloc(const char* dir) {
-  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) {
-    removeEntries(fd, 0);
-    ::close(fd);
+  // Other threads of the process may still be creating files in it (csp-gen's writers): list
+  // and remove again until the directory itself goes.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      removeEntries(fd, 0);
+      ::close(fd);
+    }
+    if (::rmdir(dir) == 0 || (errno != ENOTEMPTY && errno != EEXIST)) return;
   }
-  ::rmdir(dir);
 }
 
 void installTerminationCleanup(const char* tool, bool report) {

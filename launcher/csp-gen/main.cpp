@@ -13,6 +13,7 @@
 #include "csp/synth/synthetic.hpp"
 #include "output_dir.hpp"
 #include "progress.hpp"
+#include "signal_cleanup.hpp"
 
 // CLI::Range lets NaN through (every comparison with it is false).
 const CLI::Validator kANumber(
@@ -62,8 +63,16 @@ int main(int argc, char** argv) {
   }
 
   const auto start = std::chrono::steady_clock::now();
+  // SIGTERM, SIGINT, SIGHUP (a time limit, Ctrl-C, a closed terminal) remove the staging
+  // directory; after SIGKILL the next run for the same output removes it (StagedDirectory).
+  csp::cli::installTerminationCleanup("csp-gen", true);
   try {
     csp::cli::StagedDirectory dir(out, force, csp::cli::notAMeasurementDirectory);
+    csp::cli::removeOnTermination(dir.staging());
+    for (const auto& l : dir.leftovers()) {
+      if (!l.removed) fmt::print(stderr, "csp-gen: warning: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
+      else if (!quiet) fmt::print(stderr, "csp-gen: note: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
+    }
     csp::synth::GenerationSummary summary;
     if (!spec.empty()) {
       // Parse everything first: a bad description writes nothing.
@@ -84,6 +93,7 @@ int main(int argc, char** argv) {
       progress.finish();
     }
     dir.publish();
+    csp::cli::removeOnTermination({});  // published: nothing temporary is left
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!quiet) {
       fmt::print("csp-gen: wrote {} profiles to {}: {} CCT nodes, {} non-zero values, {:.1f} MiB, {:.2f} s\n",

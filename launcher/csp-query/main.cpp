@@ -43,6 +43,12 @@ struct Table {
   }
 };
 
+// Region names come from programs and need not be UTF-8: in JSON, invalid bytes become U+FFFD
+// instead of failing the output (text and CSV keep the bytes), as csp-views does.
+std::string dumpJson(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string number(double v) {
   if (std::isnan(v)) return "nan";
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
@@ -99,7 +105,7 @@ void renderTable(const Table& t, const std::string& format, std::ostream& out) {
       if (s.any) row["summary"] = {{"min", s.min}, {"median", s.median}, {"max", s.max}};
       j["rows"].push_back(row);
     }
-    out << j.dump(2) << "\n";
+    out << dumpJson(j) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> grid;
@@ -170,7 +176,7 @@ void renderFrames(const std::vector<ProcessResult>& results, const std::string& 
       }
       j.push_back(pj);
     }
-    out << j.dump(2) << "\n";
+    out << dumpJson(j) << "\n";
     return;
   }
   if (format == "csv") out << "process,binding,begin_ns,end_ns,members\n";
@@ -246,7 +252,7 @@ int main(int argc, char** argv) {
       try {
         parsed = parseQuery(query);
       } catch (const QueryError& e) {
-        std::cerr << fmt::format("csp-query: query: column {}: {}\n  {}\n  {}^\n", e.column(), e.message(), query,
+        std::cerr << fmt::format("csp-query: error: query: column {}: {}\n  {}\n  {}^\n", e.column(), e.message(), query,
                                  std::string(e.column() > 0 ? e.column() - 1 : 0, ' '));
         return 1;
       }
@@ -254,7 +260,7 @@ int main(int argc, char** argv) {
     const auto db = csp::storage::Database::open(dbPath);
     const auto logs = loadLogs(*db);
     if (logs.processes.empty()) {
-      std::cerr << "csp-query: " << noLogsExplanation(*db, logs) << "\n";
+      std::cerr << "csp-query: error: " << noLogsExplanation(*db, logs) << "\n";
       return 1;
     }
     std::vector<ProcessResult> results;
@@ -305,14 +311,14 @@ int main(int argc, char** argv) {
       renderFrames(results, format, limit, std::cout);
     std::cout.flush();
     if (!std::cout) {
-      std::cerr << "csp-query: writing the output failed\n";
+      std::cerr << "csp-query: error: writing the output failed\n";
       return 1;
     }
   } catch (const QueryError& e) {
-    std::cerr << "csp-query: " << (e.column() ? std::string(e.what()) : e.message()) << "\n";
+    std::cerr << "csp-query: error: " << (e.column() ? std::string(e.what()) : e.message()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "csp-query: " << e.what() << "\n";
+    std::cerr << "csp-query: error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -292,11 +292,11 @@ int main(int argc, char** argv) {
       csp::views::renderText(tree, std::cout, text);
     std::cout.flush();
     if (!std::cout) {
-      std::cerr << "csp-views: writing the output failed\n";
+      std::cerr << "csp-views: error: writing the output failed\n";
       return 1;
     }
   } catch (const std::exception& e) {
-    std::cerr << "csp-views: " << e.what() << "\n";
+    std::cerr << "csp-views: error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -492,7 +493,15 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     const bool isTmp = entry.starts_with(tmpPrefix);
     const bool isOld = entry.starts_with(oldPrefix);
     if (!isTmp && !isOld) continue;
-    const std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
+    // ".<name>.tmp-<pid>" (a database), ".<name>.tmp-<pid>-XXXXXX" (a measurement directory of
+    // csp-gen, made by mkdtemp), ".<name>.old-<pid>" (an interrupted two-rename replacement).
+    std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
+    if (const auto dash = pidText.find('-'); isTmp && dash != std::string::npos) {
+      const std::string suffix = pidText.substr(dash + 1);
+      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+        continue;
+      pidText.resize(dash);
+    }
     if (pidText.empty() || pidText.size() > 9 || !std::all_of(pidText.begin(), pidText.end(), ::isdigit)) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(pidText));
 
@@ -526,13 +535,13 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     }
     if (ownerHost != host) {
       r.reason = fmt::format(
-          "left alone: written by pid {} on host {}; if no csp-prof-mpi or csp-diff run writing {} is active there, "
+          "left alone: written by pid {} on host {}; if no CSP tool writing {} is active there, "
           "remove it with: rm -rf '{}'",
           pid, ownerHost, target.string(), it->path().string());
     } else if (alive) {
       r.reason = fmt::format(
-          "left alone: its owner, process {}, is still running (another build of {}?); if that process is stuck, "
-          "stop it and the next build removes this directory",
+          "left alone: its owner, process {}, is still running (another run writing {}?); if that process is stuck, "
+          "stop it and the next run removes this directory",
           pid, target.string());
     } else if (isOld && realDirectory && !fs::exists(target)) {
       // A replacement was interrupted between its two renames: the old database is complete.

@@ -2,11 +2,13 @@
 // csp-prof-mpi with 1 and 3 processes (identical answers) -> csp-query; errors and databases
 // without logs.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
 #include <fstream>
 
 #include "common/test_support.hpp"
+#include "csp/storage/profile_io.hpp"
 
 namespace fs = std::filesystem;
 using csp::test::run;
@@ -126,10 +128,12 @@ TEST_F(QueryCli, ValuesPerProcessSideBySide) {
 TEST_F(QueryCli, ErrorsAreOneLineWithExitStatus) {
   const auto bad = run(tool("csp-query") + " " + (*tmp_ / "db1").string() + " 'Duration(exists t (t, 0))'");
   EXPECT_EQ(bad.status, 1);
-  EXPECT_NE(bad.output.find("csp-query: query: column 19: expected ':'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("csp-query: error: query: column 19: expected ':'"), std::string::npos) << bad.output;
   const auto missing = run(tool("csp-query") + " " + (*tmp_ / "nosuch").string() + " 'Duration((0,0))'");
   EXPECT_EQ(missing.status, 1);
-  EXPECT_NE(missing.output.find("no such database"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("csp-query: error: " + (*tmp_ / "nosuch").string() + ": no such database"),
+            std::string::npos)
+      << missing.output;
   const auto noQuery = run(tool("csp-query") + " " + (*tmp_ / "db1").string());
   EXPECT_EQ(noQuery.status, 2);
   EXPECT_NE(noQuery.output.find("no query given"), std::string::npos) << noQuery.output;
@@ -137,7 +141,8 @@ TEST_F(QueryCli, ErrorsAreOneLineWithExitStatus) {
   EXPECT_EQ(badOption.status, 2);
   const auto canned = run(tool("csp-query") + " " + (*tmp_ / "db1").string() + " --canned straggler loop");
   EXPECT_EQ(canned.status, 1);
-  EXPECT_NE(canned.output.find("canned analysis straggler takes LOOP BARRIER"), std::string::npos) << canned.output;
+  EXPECT_NE(canned.output.find("csp-query: error: canned analysis straggler takes LOOP BARRIER"), std::string::npos)
+      << canned.output;
   const auto list = run(tool("csp-query") + " --list-canned");
   EXPECT_EQ(list.status, 0);
   for (const char* name : {"imbalance", "contention", "pipeline", "straggler", "barrier"})
@@ -145,6 +150,83 @@ TEST_F(QueryCli, ErrorsAreOneLineWithExitStatus) {
   const auto warn = run(tool("csp-query") + " " + (*tmp_ / "db1").string() + " 'Duration((0, nosuch))'");
   EXPECT_EQ(warn.status, 0);
   EXPECT_NE(warn.output.find("csp-query: warning: no region named 'nosuch'"), std::string::npos) << warn.output;
+}
+
+// The parser's limits and range errors reach the user as query errors (exit 1, the column
+// marked), never as a crash (deep nesting overflowed the stack) or a bare "stoull".
+TEST_F(QueryCli, LimitsAndRangeErrorsAreQueryErrors) {
+  const std::string db = (*tmp_ / "db1").string();
+  auto expectQueryError = [&](const std::string& q, const std::string& message) {
+    const auto r = run(tool("csp-query") + " " + db + " '" + q + "'");
+    EXPECT_EQ(r.status, 1) << q.substr(0, 80) << ": " << r.output.substr(0, 400);
+    EXPECT_EQ(r.output.rfind("csp-query: error: query: column ", 0), 0u) << r.output.substr(0, 400);
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output.substr(0, 400);
+  };
+  expectQueryError("Duration(" + std::string(20000, '(') + "(0, 0)" + std::string(20000, ')') + ")",
+                   "column 265: the query nests more than 256 levels deep");
+  std::string nots;
+  for (int i = 0; i < 30000; ++i) nots += "not ";
+  expectQueryError("Duration(" + nots + "(0, 0))", "nests more than 256 levels deep");
+  std::string exists;
+  for (int i = 0; i < 100; ++i) exists += "exists t: ";
+  expectQueryError("Duration(" + exists + "(t, 0))", "column 27: variable 't' is already bound at column 17");
+  expectQueryError("Duration(exists999999999999999999999 t: (t, 0))", "does not fit 64 bits");
+  expectQueryError("Duration((18446744073709551616, 0))", "column 11: the number 18446744073709551616 does not fit 64 bits");
+  expectQueryError("Duration((0, update, attr in (5, 3)))", "column 30: the range ends before it begins");
+  // Just under the limit: answered.
+  const auto ok = query(*tmp_ / "db1", "Duration(" + std::string(255, '(') + "(0, 0)" + std::string(255, ')') + ")",
+                        "--format csv");
+  EXPECT_NE(ok.find("value,ns,100,200,0,"), std::string::npos) << ok;
+}
+
+// Region names are any bytes (csp_region_begin takes a C string): JSON output replaces invalid
+// UTF-8 by U+FFFD instead of failing with "invalid UTF-8 byte"; text and CSV keep the bytes.
+TEST(QueryCliNames, NamesThatAreNotUtf8) {
+  TempDir tmp("query-latin1");
+  {
+    std::ofstream out(tmp / "spec.json");
+    out << R"({"metrics": [{"name": "cycles", "unit": "cycles", "kind": "sampled", "period": 1}], "threads": [)"
+        << thread(0, 0, 100, ev(0, "enter", "badXname") + "," + ev(10, "exit", "badXname") + "," + ev(10, "enter", "ok") + "," +
+                                 ev(30, "exit", "ok"))
+        << "," << thread(0, 1, 100, ev(5, "enter", "badXname") + "," + ev(25, "exit", "badXname")) << "]}";
+  }
+  ASSERT_EQ(run(tool("csp-gen") + " -q --from-json " + (tmp / "spec.json").string() + " -o " + (tmp / "m").string()).status, 0);
+  // JSON cannot carry a raw invalid byte: put it into the profiles' region names.
+  const std::string bad = "bad\xff" "name";
+  for (const auto& f : csp::storage::listProfiles(tmp / "m")) {
+    auto p = csp::storage::readProfile(f);
+    for (auto& n : p.regions.names)
+      if (n == "badXname") n = bad;
+    csp::storage::writeProfile(p, f);
+  }
+  ASSERT_EQ(run("timeout 120 " + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() + " -o " + (tmp / "db").string()).status, 0);
+  const std::string replaced = "bad\xef\xbf\xbd" "name";
+  const std::string db = (tmp / "db").string();
+  // (request, whether its output names the region)
+  const std::vector<std::pair<std::string, bool>> requests = {
+      {"--canned imbalance", true},
+      {"--canned barrier '" + bad + "'", false},
+      {"'WhatRegions(exists r: (0, r))'", true},
+      {"'exists t: (t, \"" + bad + "\")'", true},
+      {"'Duration(exists t: (t, \"" + bad + "\"))'", false},
+  };
+  for (const auto& [request, named] : requests) {
+    const auto json = run(tool("csp-query") + " " + db + " " + request + " --format json 2>/dev/null");
+    EXPECT_EQ(json.status, 0) << request << ": " << json.output;
+    EXPECT_TRUE(nlohmann::json::accept(json.output)) << request << ": " << json.output;
+    if (named) {
+      EXPECT_NE(json.output.find(replaced), std::string::npos) << request << ": " << json.output;
+    }
+    for (const char* format : {"text", "csv"}) {
+      const auto r = run(tool("csp-query") + " " + db + " " + request + " --format " + format + " 2>/dev/null");
+      EXPECT_EQ(r.status, 0) << request << " " << format << ": " << r.output;
+      if (named) {
+        EXPECT_NE(r.output.find(bad), std::string::npos) << request << " " << format << ": " << r.output;
+      }
+    }
+  }
+  const auto value = run(tool("csp-query") + " " + db + " 'Duration(exists t: (t, \"" + bad + "\"))' --format json 2>/dev/null");
+  EXPECT_EQ(nlohmann::json::parse(value.output)["rows"][0]["values"][0], 25) << value.output;
 }
 
 TEST(QueryCliNoLogs, DatabaseWithoutLogsSaysHowToGetThem) {

@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
@@ -219,9 +222,10 @@ TEST_F(CspGen, ReplacementMovesTheOldDirectoryAsideUnderAFreshName) {
   const auto victim = dir_ / "victim.txt";
   std::ofstream(victim) << "keep";
   const auto planted = dir_ / (".meas.old-" + std::to_string(::getpid()));
-  fs::create_symlink(victim, planted);
   {
     csp::cli::StagedDirectory staged(target, true, csp::cli::notAMeasurementDirectory);
+    // Planted after the constructor's cleanup of leftovers (which removes such a link itself).
+    fs::create_symlink(victim, planted);
     std::ofstream(staged.staging() / "new.cspprof") << "new";
     staged.publish();
   }
@@ -235,6 +239,95 @@ TEST_F(CspGen, ReplacementMovesTheOldDirectoryAsideUnderAFreshName) {
   std::size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
   EXPECT_EQ(entries, 3u);  // meas, the victim, the planted link: no old or staging directory left
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> entriesOf(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  return names;
+}
+
+// A profile already written into the staging directory of a run for `target`.
+bool stagingHasProfiles(const fs::path& target) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
+    if (!e.path().filename().string().starts_with("." + target.filename().string() + ".tmp-")) continue;
+    for (const auto& f : fs::directory_iterator(e.path(), ec))
+      if (f.path().extension() == ".cspprof") return true;
+  }
+  return false;
+}
+
+// SIGTERM (a batch system's time limit), SIGINT (Ctrl-C) and SIGHUP used to leave the staging
+// directory .NAME.tmp-PID-XXXXXX behind, and no later run ever removed or reported it.
+TEST_F(CspGen, TerminationSignalsRemoveTheStagingDirectory) {
+  const auto out = dir_ / "meas";
+  const std::string exe = csp::test::tool("csp-gen");
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // A run far too large to finish before the signal: 10^6 profiles.
+      ::execl(exe.c_str(), "csp-gen", "--ranks", "1000000", "--nodes", "400", "-j", "2", "-q", "-o", out.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!stagingHasProfiles(out) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const bool started = stagingHasProfiles(out);
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(started) << "csp-gen wrote no profile within 120 s";
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "signal " << sig << ", status " << status;
+    EXPECT_TRUE(entriesOf(dir_).empty()) << "signal " << sig << ": " << ::testing::PrintToString(entriesOf(dir_));
+  }
+}
+
+// Leftovers of processes that died without cleaning up (SIGKILL, a node crash) are removed by the
+// next run for the same output; those of a live process are reported with what to do.
+TEST_F(CspGen, LeftoversOfEarlierRunsAreRemovedOrReported) {
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const auto stale = dir_ / (".meas.tmp-" + std::to_string(dead) + "-Ab3xYz");
+  fs::create_directories(stale);
+  std::ofstream(stale / "r0.cspprof") << "half";
+  // This test process is alive: its staging directory is left alone.
+  const auto live = dir_ / (".meas.tmp-" + std::to_string(::getpid()) + "-Qw7eRt");
+  fs::create_directories(live);
+  // Not of the form mkdtemp makes: not ours to judge.
+  const auto other = dir_ / ".meas.tmp-notes";
+  fs::create_directories(other);
+  const auto out = dir_ / "meas";
+  auto r = run("--ranks 2 --nodes 50 -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_EQ(csp::storage::listProfiles(out).size(), 2u);
+  EXPECT_NE(r.output.find("csp-gen: note: earlier temporary directory " + stale.string() + ": removed (process " +
+                          std::to_string(dead) + " is dead)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("csp-gen: warning: earlier temporary directory " + live.string() + ": left alone: its owner, process " +
+                          std::to_string(::getpid()) + ", is still running"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("stop it and the next run removes this directory"), std::string::npos) << r.output;
+  // Quiet: the warning still, once per run; the note not.
+  fs::create_directories(stale);
+  r = run("-q --force --ranks 1 --nodes 50 -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(r.output.find("note:"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("warning: earlier temporary directory " + live.string()), std::string::npos) << r.output;
 }
 
 }  // namespace

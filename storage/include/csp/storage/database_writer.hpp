@@ -136,8 +136,11 @@ void publishDirectory(const std::filesystem::path& staging, const std::filesyste
                       const std::function<void(std::string_view)>& step = {});
 
 // Cleans up what interrupted builds of `target` left behind: ".<name>.tmp-<pid>" directories
-// whose process is dead on this host are removed, others reported. Called by DatabaseBuilder;
-// public for tools that want to report without building.
+// (databases) and ".<name>.tmp-<pid>-XXXXXX" ones (csp-gen's staged measurement directories)
+// whose process is dead on this host are removed, others reported; a ".<name>.old-<pid>" of a
+// dead process is restored as `target` when that is missing, else removed. Called by
+// DatabaseBuilder and csp::cli::StagedDirectory; public for tools that want to report without
+// building.
 std::vector<LeftoverReport> cleanupLeftovers(const std::filesystem::path& target);
 
 }  // namespace csp::storage
