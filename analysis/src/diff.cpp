@@ -89,22 +89,19 @@ RunTree loadRun(const storage::Database& db, storage::MetricId metric) {
   run.nodes.resize(count);
   run.children.resize(count);
   run.cost.resize(count);
+  // One scan; readCct checks that every node is there and that parents and strings are in range.
+  run.nodes = db.readCct();
   for (NodeId id = 0; id < count; ++id) {
-    auto node = db.node(id);
-    if (!node) damaged(db, fmt::format("CCT node {} of {} is missing", id, count));
-    if (static_cast<unsigned>(node->kind) > static_cast<unsigned>(ScopeKind::Stmt))
-      damaged(db, fmt::format("CCT node {} has unknown kind {}", id, static_cast<unsigned>(node->kind)));
+    const auto& node = run.nodes[id];
+    if (static_cast<unsigned>(node.kind) > static_cast<unsigned>(ScopeKind::Stmt))
+      damaged(db, fmt::format("CCT node {} has unknown kind {}", id, static_cast<unsigned>(node.kind)));
     if (id == 0) {
-      if (node->kind != ScopeKind::Root || node->parent != kNoIndex) damaged(db, "CCT node 0 is not the root");
+      if (node.kind != ScopeKind::Root || node.parent != kNoIndex) damaged(db, "CCT node 0 is not the root");
     } else {
-      if (node->kind == ScopeKind::Root || node->parent >= count || node->parent == id)
+      if (node.kind == ScopeKind::Root || node.parent >= count || node.parent == id)
         damaged(db, fmt::format("CCT node {} has no valid parent", id));
-      run.children[node->parent].push_back(id);
+      run.children[node.parent].push_back(id);
     }
-    const auto& strings = db.metadata().strings;
-    for (auto s : {node->name, node->file, node->module})
-      if (s >= strings.size()) damaged(db, fmt::format("CCT node {} names string {} of {}", id, s, strings.size()));
-    run.nodes[id] = *node;
   }
   // Every node must hang below the root: a cycle of parents would otherwise go unnoticed.
   std::vector<NodeId> stack{0};
@@ -118,24 +115,23 @@ RunTree loadRun(const storage::Database& db, storage::MetricId metric) {
   if (reached != count) damaged(db, fmt::format("{} of {} CCT nodes are not below the root", count - reached, count));
 
   const bool real = db.metrics()[metric].valueType == storage::ValueType::Real;
-  for (NodeId id = 0; id < count; ++id) {
-    for (const auto& a : db.summaries(id)) {
-      if (a.metric != metric) continue;
-      Cost& c = run.cost[id][static_cast<std::size_t>(a.scope)];
-      try {
-        if (real) {
-          const auto acc = metrics::decodeRealAccumulator(a.bytes);
-          c = {acc.mean() * static_cast<double>(acc.count()), acc.count()};
-        } else {
-          const auto acc = metrics::decodeIntAccumulator(a.bytes);
-          c = {static_cast<double>(acc.sum()), acc.count()};
-        }
-      } catch (const std::exception& e) {
-        damaged(db, fmt::format("summary of CCT node {} ({}, {}): {}", id, db.metrics()[metric].descriptor.name,
-                                a.scope == MetricScope::Exclusive ? "E" : "I", e.what()));
+  db.forEachSummary([&](NodeId id, storage::MetricId m, MetricScope scope, std::string_view bytes) {
+    if (m != metric) return;
+    if (id >= count) damaged(db, fmt::format("a summary of CCT node {} beyond the node count {}", id, count));
+    Cost& c = run.cost[id][static_cast<std::size_t>(scope)];
+    try {
+      if (real) {
+        const auto acc = metrics::decodeRealAccumulator(bytes);
+        c = {acc.mean() * static_cast<double>(acc.count()), acc.count()};
+      } else {
+        const auto acc = metrics::decodeIntAccumulator(bytes);
+        c = {static_cast<double>(acc.sum()), acc.count()};
       }
+    } catch (const std::exception& e) {
+      damaged(db, fmt::format("summary of CCT node {} ({}, {}): {}", id, db.metrics()[metric].descriptor.name,
+                              scope == MetricScope::Exclusive ? "E" : "I", e.what()));
     }
-  }
+  });
   return run;
 }
 

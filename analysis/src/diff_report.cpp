@@ -14,11 +14,6 @@ namespace {
 constexpr std::size_t kMaxLabel = 110;
 
 // Labels show file base names: full paths are in the database, and a path of paths is unreadable.
-std::string baseName(const std::string& file) {
-  const auto slash = file.rfind('/');
-  return slash == std::string::npos ? file : file.substr(slash + 1);
-}
-
 std::string segment(const DiffNode& n) {
   switch (n.kind) {
     case ScopeKind::Root: return "<program root>";

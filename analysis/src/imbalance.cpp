@@ -233,12 +233,8 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   // Candidate contexts: below the section, big enough (by their all-threads inclusive sum), and
   // not just the section again.
   std::vector<double> sumOf(tree.nodes.size(), 0);
-  db.forEachEntry("summaries", [&](std::string_view key, std::string_view value) {
-    if (key.size() != 7) return;
-    const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-    const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
-    const auto m = static_cast<storage::MetricId>((k[4] << 8) | k[5]);
-    if (m != *metric || k[6] != static_cast<unsigned char>(storage::MetricScope::Inclusive) || node >= sumOf.size()) return;
+  db.forEachSummary([&](storage::NodeId node, storage::MetricId m, storage::MetricScope scope, std::string_view value) {
+    if (m != *metric || scope != storage::MetricScope::Inclusive || node >= sumOf.size()) return;
     sumOf[node] = static_cast<double>(metrics::decodeIntAccumulator(value).sum());
   });
   double sectionSum = 0;

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "csp/storage/profile_io.hpp"
+#include "csp/storage/atomic_file.hpp"
 #include "runtime.hpp"
 
 namespace csp::measure {
@@ -208,18 +209,11 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
   text << in.rdbuf();
   if (!in.good() && !in.eof()) return;
   const std::string target = dir + "/" + storage::perfMapFileName(identity.pid, identity.hostname);
-  const std::string temporary = fmt::format("{}.tmp-{}", target, pid);
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text.str();
-    if (!out.flush()) {
-      std::remove(temporary.c_str());
-      reportOnce("perfmap", fmt::format("csp: warning: cannot copy {} into {}; JIT code stays unnamed\n", source, dir));
-      return;
-    }
-  }
-  if (std::rename(temporary.c_str(), target.c_str()) != 0) {
-    std::remove(temporary.c_str());
+  try {
+    // Created exclusively under a fresh name: a link planted where the copy goes is never followed.
+    storage::writeFileAtomically(target, text.str(), {.fsync = false, .temporaryTag = std::to_string(pid)});
+  } catch (const storage::AtomicFileError& e) {
+    reportOnce("perfmap", fmt::format("csp: warning: cannot copy {} into {} ({}); JIT code stays unnamed\n", source, dir, e.what()));
     return;
   }
   last.pid = pid;

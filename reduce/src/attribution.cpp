@@ -33,11 +33,6 @@ std::string demangle(const char* name) {
   return result;
 }
 
-std::string baseName(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // A procedure's presentable name: the demangled linkage name when there is one (C++), else the
 // plain name. dwarf_attr_integrate follows abstract origins and specifications, which is where
 // inlined and out-of-line instances keep their names.

@@ -29,11 +29,6 @@ bool glob(const std::string& pattern, const std::string& text) {
   return !text.empty() && ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }
 
-std::string baseName(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 std::span<const char* const> runtimeHelperModules() { return kRuntimeHelperModules; }

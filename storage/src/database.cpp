@@ -245,6 +245,39 @@ std::vector<Accumulator> Database::summaries(NodeId id) const { return impl_->ac
 
 bool Database::hasDistributions() const { return impl_->families.count(format::kDistributions) > 0; }
 
+void Database::forEachSummary(
+    const std::function<void(NodeId, MetricId, MetricScope, std::string_view)>& fn) const {
+  impl_->scan(format::kSummaries, std::string(), [&](std::string_view key, std::string_view value) {
+    format::Reader k(key, "summary key");
+    const NodeId node = k.be32();
+    const MetricId metric = k.be16();
+    const std::uint8_t scope = k.u8();
+    if (scope > 1) k.fail("unknown scope");
+    k.expectDone();
+    fn(node, metric, static_cast<MetricScope>(scope), value);
+  });
+}
+
+void Database::forEachDistribution(const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t, std::string_view,
+                                                            std::string_view)>& fn) const {
+  if (!hasDistributions()) return;
+  impl_->scan(format::kDistributions, std::string(), [&](std::string_view key, std::string_view value) {
+    format::Reader k(key, "distribution key");
+    const NodeId node = k.be32();
+    const MetricId metric = k.be16();
+    const std::uint8_t scope = k.u8();
+    if (scope > 1) k.fail("unknown scope");
+    const std::uint8_t population = k.u8();
+    if (population > kThreadClassCount) k.fail("unknown thread class");
+    k.expectDone();
+    format::Reader v(value, "distribution");
+    const auto accumulator = v.textView();
+    const auto histogram = v.textView();
+    v.expectDone();
+    fn(node, metric, static_cast<MetricScope>(scope), population, accumulator, histogram);
+  });
+}
+
 std::vector<DistributionEntry> Database::distributions(NodeId id) const {
   std::vector<DistributionEntry> out;
   if (!hasDistributions()) return out;

@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "csp/storage/database_writer.hpp"
+#include "csp/storage/atomic_file.hpp"
 #include "db_format.hpp"
 
 namespace csp::storage {
@@ -92,34 +93,11 @@ void fsyncPath(const fs::path& path, bool directory) {
 
 // Writes `text` to dir/name so that it appears complete or not at all.
 void writeFileAtomically(const fs::path& dir, const std::string& name, const std::string& text) {
-  // Created exclusively under a fresh name: nothing that exists already is followed or truncated.
-  std::string tmpName = (dir / (name + ".tmp.XXXXXX")).string();
-  const int fd = ::mkostemp(tmpName.data(), O_CLOEXEC);
-  if (fd < 0) throw DatabaseError(dir, fmt::format("cannot create a temporary file for {}: {}", name, errnoText(errno)));
-  const fs::path tmp = tmpName;
-  ::fchmod(fd, 0644);
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw DatabaseError(dir, fmt::format("cannot write {}: {}", tmp.filename().string(), errnoText(err)));
-    }
-    done += static_cast<std::size_t>(n);
+  try {
+    storage::writeFileAtomically(dir / name, text, {.fsync = true, .temporaryTag = {}});
+  } catch (const AtomicFileError& e) {
+    throw DatabaseError(dir, fmt::format("cannot write {}: {}", name, e.what()));
   }
-  const int syncRc = ::fsync(fd);
-  const int syncErr = errno;
-  ::close(fd);
-  if (syncRc != 0) {
-    ::unlink(tmp.c_str());
-    throw DatabaseError(dir, fmt::format("fsync of {} failed: {}", tmp.filename().string(), errnoText(syncErr)));
-  }
-  std::error_code ec;
-  fs::rename(tmp, dir / name, ec);
-  if (ec) throw DatabaseError(dir, fmt::format("cannot rename {}: {}", tmp.filename().string(), ec.message()));
-  fsyncPath(dir, true);
 }
 
 // Keys in shard INDEX files; "-" stands for the empty key so that fields never vanish.

@@ -1,4 +1,5 @@
 #include "csp/storage/profile_io.hpp"
+#include "csp/storage/atomic_file.hpp"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -363,33 +364,11 @@ std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
 void writeProfile(const ThreadProfile& profile, const std::filesystem::path& path) {
   const auto image = serializeProfile(profile, path.string());
   // A fresh temporary name in the same directory (so that rename() is atomic), created
-  // exclusively: whatever already exists under a name we might pick — a planted symlink, another
-  // process's file — is never opened, let alone truncated.
-  std::string tmp = path.string() + fmt::format(".tmp.{}.XXXXXX", ::getpid());
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) throw ProfileError(path.string(), "cannot create a temporary file next to it: " + errnoText());
-  ::fchmod(fd, 0644);
-  std::size_t done = 0;
-  while (done < image.size()) {
-    ssize_t n = ::write(fd, image.data() + done, image.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      std::string err = errnoText();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw ProfileError(path.string(), "write failed: " + err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    std::string err = errnoText();
-    ::unlink(tmp.c_str());
-    throw ProfileError(path.string(), "close failed: " + err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = errnoText();
-    ::unlink(tmp.c_str());
-    throw ProfileError(path.string(), "rename failed: " + err);
+  // exclusively (atomic_file.hpp).
+  try {
+    writeFileAtomically(path, image, {.fsync = false, .temporaryTag = std::to_string(::getpid())});
+  } catch (const AtomicFileError& e) {
+    throw ProfileError(path.string(), e.what());
   }
 }
 

@@ -565,7 +565,7 @@ TEST_F(Diff, InconsistentDatabasesAreDamaged) {
   };
   const std::pair<Defect, std::string> cases[] = {
       {Defect::ParentCycle, "damaged database: 2 of 3 CCT nodes are not below the root"},
-      {Defect::MissingNode, "damaged database: CCT node 2 of 3 is missing"},
+      {Defect::MissingNode, "damaged database: CCT nodes: node 2 is missing"},
       {Defect::GarbageSummary, "damaged database: summary of CCT node 0 (cpu-time, I)"},
   };
   int k = 0;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "csp/storage/atomic_file.hpp"
 #include "csp/storage/profile_io.hpp"
 #include "storage/profile_fixtures.hpp"
 
@@ -306,4 +307,27 @@ TEST(ProfileBundles, StagedRecordsAreWrittenTogetherOrNotAtAll) {
   EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
   EXPECT_EQ(storage::readProfile(entries[1]), threadOf(2));
   EXPECT_EQ(storage::readProfile(entries[2]), threadOf(5));
+}
+
+// The one atomic file writer (profiles, the database's small files, the measurement's perf-map
+// copies): a link planted at the target is replaced, never followed; a failed write leaves
+// neither a temporary file nor a changed target.
+TEST(AtomicFile, NeverFollowsALinkAndLeavesNothingOnFailure) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path target = dir.path() / "perf-42.host.map";
+  fs::create_symlink(victim, target);
+  storage::writeFileAtomically(target, std::string("1000 10 jitted\n"), {.fsync = true, .temporaryTag = "42"});
+  EXPECT_FALSE(fs::is_symlink(target));
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  std::ifstream copy(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(copy), {}), "1000 10 jitted\n");
+  // A directory where the file should go: the rename fails, the temporary is removed.
+  fs::create_directory(dir.path() / "blocked");
+  std::ofstream(dir.path() / "blocked" / "inside") << "x";
+  EXPECT_THROW(storage::writeFileAtomically(dir.path() / "blocked", std::string("data")), storage::AtomicFileError);
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }

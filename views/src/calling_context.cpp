@@ -100,36 +100,38 @@ void SummaryScan::run() {
     if (index.size() <= metrics_.ids[m]) index.resize(metrics_.ids[m] + 1u, -1);
     index[metrics_.ids[m]] = static_cast<int>(m);
   }
-  // All threads: the summaries (and, for percentiles, the histograms beside them, which a
-  // second scan attaches); thread classes: the classes' entries of the distributions family.
-  const bool distributions = metrics_.byClass || metrics_.histograms;
-  const std::string family = metrics_.byClass ? "distributions" : "summaries";
-  auto scan = [&](const std::string& name, bool histogramsOnly) {
-    db_.forEachEntry(name, [&](std::string_view key, std::string_view value) {
-      const std::size_t keySize = name == "summaries" ? 7 : 8;
-      if (key.size() != keySize) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary key");
-      const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-      const std::uint32_t node = (std::uint32_t{k[0]} << 24) | (std::uint32_t{k[1]} << 16) | (std::uint32_t{k[2]} << 8) | k[3];
-      const std::uint16_t metric = static_cast<std::uint16_t>((k[4] << 8) | k[5]);
-      if (metric >= index.size() || index[metric] < 0) return;
-      if (k[6] > 1) throw storage::DatabaseError(db_.directory(), "damaged database: bad summary scope");
-      std::uint8_t population = storage::kAllThreads;
-      if (keySize == 8) {
-        population = k[7];
-        if (population > storage::kThreadClassCount)
-          throw storage::DatabaseError(db_.directory(), "damaged database: bad thread class");
-        const bool wanted = histogramsOnly ? population == storage::kAllThreads
-                                           : population != storage::kAllThreads && metrics_.classes[population];
-        if (!wanted) return;
-      }
-      const auto slot = MetricSet::slot(static_cast<std::size_t>(index[metric]), static_cast<storage::MetricScope>(k[6]));
-      auto& list = histogramsOnly ? histograms_ : entries_;
-      list.push_back({node, static_cast<std::uint32_t>(slot), bytes_.size(), static_cast<std::uint32_t>(value.size()), keySize == 8});
-      bytes_.append(value);
-    });
+  auto slotOf = [&](storage::MetricId metric, storage::MetricScope scope) -> std::optional<std::uint32_t> {
+    if (metric >= index.size() || index[metric] < 0) return std::nullopt;
+    return static_cast<std::uint32_t>(MetricSet::slot(static_cast<std::size_t>(index[metric]), scope));
   };
-  scan(family, false);
-  if (distributions && !metrics_.byClass) scan("distributions", true);
+  auto keep = [&](std::string_view bytes) {
+    const std::uint64_t at = bytes_.size();
+    bytes_.append(bytes);
+    return at;
+  };
+  // All threads: the summaries, and for percentiles the all-threads histograms beside them;
+  // thread classes: the selected classes' entries of the distributions family.
+  if (!metrics_.byClass) {
+    db_.forEachSummary([&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope, std::string_view acc) {
+      if (const auto slot = slotOf(metric, scope))
+        entries_.push_back({node, *slot, keep(acc), static_cast<std::uint32_t>(acc.size()), 0, 0, false});
+    });
+  }
+  if (!metrics_.byClass && !metrics_.histograms) return;
+  db_.forEachDistribution([&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope,
+                              std::uint8_t population, std::string_view acc, std::string_view histogram) {
+    const auto slot = slotOf(metric, scope);
+    if (!slot) return;
+    if (!metrics_.byClass) {
+      if (population == storage::kAllThreads)
+        histograms_.push_back({node, *slot, 0, 0, keep(histogram), static_cast<std::uint32_t>(histogram.size()), true});
+      return;
+    }
+    if (population == storage::kAllThreads || !metrics_.classes[population]) return;
+    const auto accAt = keep(acc);
+    entries_.push_back({node, *slot, accAt, static_cast<std::uint32_t>(acc.size()), keep(histogram),
+                        static_cast<std::uint32_t>(histogram.size()), true});
+  });
 }
 
 void SummaryScan::forEach(const std::vector<char>& wanted,
@@ -140,13 +142,14 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
   auto damaged = [&](storage::NodeId node, const metrics::DecodeError& err) {
     throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", node, err.what()));
   };
+  auto view = [&](std::uint64_t at, std::uint32_t size) { return std::string_view(bytes_.data() + at, size); };
   // Histograms of the all-threads population, by (node, slot), in key order like entries_.
   std::size_t h = 0;
-  auto histogramOf = [&](const Entry& e) -> std::optional<std::string_view> {
+  auto histogramOf = [&](const Entry& e) -> std::string_view {
     while (h < histograms_.size() && std::make_pair(histograms_[h].node, histograms_[h].slot) < std::make_pair(e.node, e.slot)) ++h;
     if (h < histograms_.size() && histograms_[h].node == e.node && histograms_[h].slot == e.slot)
-      return std::string_view(bytes_.data() + histograms_[h].offset, histograms_[h].size);
-    return std::nullopt;
+      return view(histograms_[h].histOffset, histograms_[h].histSize);
+    return {};
   };
   for (std::size_t i = 0; i < entries_.size();) {
     const Entry& first = entries_[i];
@@ -161,19 +164,9 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
     Acc acc;
     try {
       for (std::size_t k = i; k < j; ++k) {
-        const std::string_view value(bytes_.data() + entries_[k].offset, entries_[k].size);
-        Acc part;
-        if (entries_[k].distribution) {
-          const auto d = decodeDistributionValue(value);
-          part = Acc::decode(metrics_.types[m], d.first);
-          if (withHistogram) part.setHistogram(d.second, metrics_.periods[m]);
-        } else {
-          part = Acc::decode(metrics_.types[m], value);
-          if (withHistogram) {
-            const auto hv = histogramOf(first);
-            part.setHistogram(hv ? decodeDistributionValue(*hv).second : std::string_view(), metrics_.periods[m]);
-          }
-        }
+        const Entry& e = entries_[k];
+        Acc part = Acc::decode(metrics_.types[m], view(e.accOffset, e.accSize));
+        if (withHistogram) part.setHistogram(e.hasHist ? view(e.histOffset, e.histSize) : histogramOf(e), metrics_.periods[m]);
         if (k == i)
           acc = std::move(part);
         else
@@ -197,28 +190,6 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
     for (std::size_t s = 0; s < slots; ++s)
       if (!seen[n * slots + s]) fn(static_cast<storage::NodeId>(n), s, empty[s]);
   }
-}
-
-std::pair<std::string_view, std::string_view> decodeDistributionValue(std::string_view value) {
-  // varint length + accumulator, varint length + histogram (docs/database-format.md).
-  std::size_t at = 0;
-  auto part = [&]() {
-    std::uint64_t n = 0;
-    for (int shift = 0;; shift += 7) {
-      if (at >= value.size() || shift > 63) throw metrics::DecodeError("distribution: truncated length");
-      const auto c = static_cast<unsigned char>(value[at++]);
-      n |= std::uint64_t{c & 0x7Fu} << shift;
-      if (c < 0x80) break;
-    }
-    if (n > value.size() - at) throw metrics::DecodeError("distribution: truncated value");
-    const auto out = value.substr(at, n);
-    at += n;
-    return out;
-  };
-  const auto accumulator = part();
-  const auto histogram = part();
-  if (at != value.size()) throw metrics::DecodeError("distribution: trailing bytes");
-  return {accumulator, histogram};
 }
 
 namespace {

@@ -24,11 +24,6 @@ constexpr std::size_t kValueWidth = 9;
 constexpr std::size_t kPercentWidth = 7;
 constexpr std::size_t kBoundWidth = 9;  // " ±12.3M"
 
-std::string baseName(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string label(const ViewTree& tree, const TreeNode& n, const TextOptions& o) {
   const auto name = [&](const std::string& s) { return o.fullNames ? s : shortenName(s, o.nameWidth); };
   switch (n.kind) {

@@ -17,9 +17,6 @@ ModelNode labelOf(const storage::Database& db, storage::NodeId id, const storage
 // The selected metrics' accumulators of one node; absent ones as empty instances.
 std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& metrics, storage::NodeId id);
 
-// The accumulator and histogram bytes of a distributions value. Throws metrics::DecodeError.
-std::pair<std::string_view, std::string_view> decodeDistributionValue(std::string_view value);
-
 // One scan of the summary family for the selected metrics, started on another thread so that it
 // overlaps reading the CCT structure (the two scans are most of the cost of Flat and Callers on
 // a large CCT). The encoded accumulators are kept raw until forEach().
@@ -39,9 +36,11 @@ class SummaryScan {
   struct Entry {
     storage::NodeId node;
     std::uint32_t slot;
-    std::uint64_t offset;
-    std::uint32_t size;
-    bool distribution;  // a value of the distributions family
+    std::uint64_t accOffset;  // into bytes_
+    std::uint32_t accSize;
+    std::uint64_t histOffset;
+    std::uint32_t histSize;
+    bool hasHist;  // a distributions entry (its own histogram)
   };
   void run();
   const storage::Database& db_;

@@ -298,6 +298,12 @@ class Database {
   // population); empty for databases before format 1.4 (hasDistributions() is then false).
   std::vector<DistributionEntry> distributions(NodeId id) const;
   bool hasDistributions() const;
+  // Every summary (resp. distributions entry) of the database in key order, without copies: the
+  // views' and analyses' one scan of a whole family. The views are valid during the call only.
+  // A malformed key or value throws DatabaseError ("damaged database: ...").
+  void forEachSummary(const std::function<void(NodeId, MetricId, MetricScope, std::string_view accumulator)>& fn) const;
+  void forEachDistribution(const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t population,
+                                                    std::string_view accumulator, std::string_view histogram)>& fn) const;
 
   std::vector<ProfileValue> profileValues(ProfileId profile) const;  // sorted by (node, metric, scope)
   std::vector<NodeValue> nodeValues(NodeId node) const;  // sorted by (metric, scope, profile)

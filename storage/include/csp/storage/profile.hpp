@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace csp {
@@ -27,6 +28,13 @@ using IdTuple = std::vector<IdElement>;
 
 const char* toString(IdKind kind);
 // "rank 3 thread 1" style rendering for messages and views.
+// The last component of a path as profiles and databases store them ("/usr/lib/libm.so.6" ->
+// "libm.so.6"); the whole text if it has no slash.
+inline std::string baseName(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
 std::string formatIdTuple(const IdTuple& tuple);
 
 struct Setting {
