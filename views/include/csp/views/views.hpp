@@ -111,6 +111,7 @@ struct TreeNode {
   bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
   double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
   bool truncated = false;                // has children that are not shown
+  std::string note;                      // interpretEffort: the Fig. 5.1 reading of this context
 };
 
 struct ViewTree {
@@ -124,6 +125,7 @@ struct ViewTree {
   std::vector<TreeNode> nodes;           // preorder
   PruneSummary pruned;
   std::uint64_t profiles = 0;            // N
+  bool hasNotes = false;                 // nodes carry notes (interpretEffort): renderers show them
   // Share of the root for column c of node n, NaN where no percentage makes sense.
   double percent(const TreeNode& node, std::size_t column) const;
 };
@@ -131,6 +133,20 @@ struct ViewTree {
 // Builds, finalizes, prunes and sorts a view. Throws ViewError for a request that cannot be
 // served and storage::DatabaseError for a damaged database.
 ViewTree buildView(const storage::Database& db, const ViewRequest& request);
+// Thesis Fig. 5.1 per shown node, from its inclusive sums of the idleness-accounting metrics
+// (csp-run --idleness; docs/views.md, "Effort, idleness and overhead"): idleness is high when it
+// is at least `highIdlenessPercent` of the context's effort (work + idleness), overhead when it
+// is at least `highOverheadPercent` of its work. Notes: "effectively parallel" (low, low),
+// "coarsen granularity" (low idleness, high overhead), "refine granularity" (high, low),
+// "change the parallelization" (high, high); none where the context has no effort. The tree must
+// have columns of `work` and `idleness` in the inclusive scope (any statistic: the sums behind
+// them are used); an `overhead` column is optional (absent: no overhead). Throws ViewError
+// otherwise.
+void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent);
+// The note interpretEffort gives a context with these inclusive sums.
+std::string effortNote(double work, double idleness, double overhead, double highIdlenessPercent,
+                       double highOverheadPercent);
+
 // The region metrics of a database (id = position): from its metadata, or for format 1.0
 // databases, which did not describe them, the table csp-prof-mpi wrote then.
 std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db);
