@@ -566,9 +566,12 @@ CSP_EXPORT int MPI_Init(int* argc, char*** argv) {
     std::abort();
   }
   // Threads that the MPI library starts now (progress, PMIx, event loops) are its helpers: they
-  // do not count in the process's threads for idleness.
+  // do not count in the process's threads for idleness; waits inside are mpi-wait.
+  ThreadState* t = tlsThread;
   setCreatingHelperThreads(true);
+  if (t != nullptr) ++t->mpiDepth;
   const int rc = real(argc, argv);
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
   setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
   return rc;
@@ -581,8 +584,11 @@ CSP_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provi
     std::fprintf(stderr, "csp: error: MPI_Init_thread called but PMPI_Init_thread is not available\n");
     std::abort();
   }
+  ThreadState* t = tlsThread;
   setCreatingHelperThreads(true);
+  if (t != nullptr) ++t->mpiDepth;
   const int rc = real(argc, argv, required, provided);
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
   setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
   return rc;
@@ -593,7 +599,11 @@ CSP_EXPORT int MPI_Finalize(void) {
   static Fn real = lookup<Fn>("PMPI_Finalize");
   if (real == nullptr) return 0;
   // The rank outlives MPI: profiles are written at exit and still carry it.
-  return real();
+  ThreadState* t = tlsThread;
+  if (t != nullptr) ++t->mpiDepth;
+  const int rc = real();
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
+  return rc;
 }
 
 // ---- exec ---------------------------------------------------------------------------------

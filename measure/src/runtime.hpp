@@ -165,6 +165,7 @@ struct ThreadState {
   std::uint32_t lastCharged[kStateMetrics]{};  // arena node of the last charge per metric (0: none)
   std::uint64_t unattributedNs = 0;  // credit left at the end with no context to go to
   std::uint32_t contendedHeld = 0;   // locks taken after a wait and not yet released
+  int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never
@@ -268,7 +269,7 @@ void idlenessAfterForkChild();                  // resets the process-wide count
 void accountSample(ThreadState& t, std::uint32_t node, std::uint64_t weight);
 void updateWorking(ThreadState& t);             // after a change of the thread's state fields
 // A wait the thread enters and leaves (normal context); the outermost one is charged to `metric`.
-void beginWait(ThreadState& t);
+void beginWait(ThreadState& t, std::uint64_t nowNs = 0);  // nowNs: CLOCK_MONOTONIC if already read
 // With `clipAtRegionEnd`, a wait that outlasted the end of an outermost OpenMP parallel region
 // (a worker's barrier wait goes on while the pool is idle) counts only up to that end.
 void endWait(ThreadState& t, int metric, bool clipAtRegionEnd = false);

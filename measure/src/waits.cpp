@@ -70,6 +70,9 @@ inline const void* keyOf(const volatile void* lock) { return const_cast<const vo
 // A blocking call that makes the thread idle for its duration, charged to `metric`.
 template <class Call>
 int idleCall(ThreadState& t, int metric, Call&& call) {
+  // A wait inside MPI's own start-up or shutdown (a condition variable waiting for the PMIx
+  // server, a join of a progress thread) is time in MPI.
+  if (t.mpiDepth > 0) metric = kMpiWait;
   beginWait(t);
   const int rc = call();
   const int savedErrno = errno;
