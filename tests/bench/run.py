@@ -18,7 +18,8 @@ command is paired with the baseline run just before it, and the ratio is taken p
   overhead  the compute-bound test app uninstrumented vs csp-run at 200 and 1,000 samples/s,
             gperftools' CPU profiler and `perf record -g` at the same rates; and thread churn:
             5,000 short threads one after the other (tests/apps/hostile.cpp `threads`) under
-            csp-run (one profile per thread); baseline: the uninstrumented run
+            csp-run (one profile per thread); and lock-heavy threads (tests/apps/threads.cpp
+            `heavy`) under csp-run and csp-run --idleness; baseline: the uninstrumented run
   diff      csp-diff between the two largest databases; baseline: `csp-views --info` of both
   dbwrite   tests/bench db_write_bench (database writer alone);
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
