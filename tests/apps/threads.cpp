@@ -6,6 +6,8 @@
 //     computes for HOLD_MS of wall-clock time. Each waiter takes the lock in wait_for_lock() and
 //     releases it at once. The holder's critical section should get about 3x its own time as
 //     lock-blame; the waiters get lock-wait. Prints the time the lock was held: "held NS ns".
+//   csp-app-threads spin-blame HOLD_MS
+//     The same with a pthread spin lock: the waiters spin in pthread_spin_lock.
 //   csp-app-threads barrier UNIT_MS ROUNDS
 //     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
 //     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
@@ -69,16 +71,33 @@ bool asleep(int tid) {
 }
 
 std::uint64_t g_heldNs = 0;  // from the acquisition to the release, as the program measures it
+bool g_spin = false;         // spin-blame: a pthread spin lock instead of the mutex
+pthread_spinlock_t g_spinLock;
+
+void takeLock() {
+  if (g_spin)
+    pthread_spin_lock(&g_spinLock);
+  else
+    pthread_mutex_lock(&g_lock);
+}
+
+void releaseLock() {
+  if (g_spin)
+    pthread_spin_unlock(&g_spinLock);
+  else
+    pthread_mutex_unlock(&g_lock);
+}
 
 __attribute__((noinline)) void hold_lock() {
-  pthread_mutex_lock(&g_lock);
+  takeLock();
   const std::uint64_t acquired = nowNs(CLOCK_MONOTONIC);
   g_held.store(true);
-  // The three waiters announce themselves and then block in pthread_mutex_lock; the hold starts
+  // The three waiters announce themselves and then wait in pthread_mutex_lock; the hold starts
   // for real once all of them are asleep (several consecutive readings, since sampling signals
-  // wake them briefly).
+  // wake them briefly). Spinning waiters cannot be seen waiting: 20 ms more after they announced.
   while (g_announced.load() < 3) sched_yield();
-  for (int stable = 0; stable < 5;) {
+  if (g_spin) burn(CLOCK_MONOTONIC, 20'000'000);
+  for (int stable = 0; !g_spin && stable < 5;) {
     bool all = true;
     for (auto& tid : g_waiterTid) all = all && asleep(tid.load());
     stable = all ? stable + 1 : 0;
@@ -86,15 +105,15 @@ __attribute__((noinline)) void hold_lock() {
   }
   burn(CLOCK_MONOTONIC, g_holdNs);
   g_heldNs = nowNs(CLOCK_MONOTONIC) - acquired;
-  pthread_mutex_unlock(&g_lock);
+  releaseLock();
   // Not a tail call: the release's context is this function (a release that ends a function is
   // compiled as a jump, and its blame would go to the caller).
   g_released.fetch_add(1);
 }
 
 __attribute__((noinline)) void wait_for_lock() {
-  pthread_mutex_lock(&g_lock);
-  pthread_mutex_unlock(&g_lock);
+  takeLock();
+  releaseLock();
   g_released.fetch_add(1);
 }
 
@@ -112,8 +131,10 @@ void* waiter(void* arg) {
   return nullptr;
 }
 
-int blame(std::uint64_t holdMs) {
+int blame(std::uint64_t holdMs, bool spin) {
   g_holdNs = holdMs * 1'000'000u;
+  g_spin = spin;
+  pthread_spin_init(&g_spinLock, PTHREAD_PROCESS_PRIVATE);
   pthread_t h, w[3];
   pthread_create(&h, nullptr, holder, nullptr);
   for (std::intptr_t i = 0; i < 3; ++i) pthread_create(&w[i], nullptr, waiter, reinterpret_cast<void*>(i));
@@ -190,10 +211,12 @@ int heavy(int threads, long iterations) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "blame") return blame(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 400);
+  if (mode == "blame" || mode == "spin-blame")
+    return blame(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 400, mode == "spin-blame");
   if (mode == "barrier")
     return barrier(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50, argc > 3 ? std::atoi(argv[3]) : 2);
   if (mode == "heavy") return heavy(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atol(argv[3]) : 1'000'000);
-  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | barrier UNIT_MS ROUNDS | heavy THREADS ITERATIONS\n");
+  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | barrier UNIT_MS ROUNDS | heavy THREADS "
+                       "ITERATIONS\n");
   return 2;
 }

@@ -157,6 +157,27 @@ TEST(Idleness, LockHolderIsBlamedForThreeWaiters) {
   EXPECT_DOUBLE_EQ(shown, blame);
 }
 
+// The same with a pthread spin lock: the waiters spin (and take CPU-time samples, which are
+// not work: they are idle), and the holder is blamed for their spinning.
+TEST(Idleness, SpinLockHolderIsBlamed) {
+  TempDir dir("idle-spin");
+  const auto r = measure(dir, "-e real-time@1ms", kApps + "csp-app-threads spin-blame 300");
+  ASSERT_TRUE(r.db);
+  const auto& db = *r.db;
+  std::smatch held;
+  ASSERT_TRUE(std::regex_search(r.output, held, std::regex(R"(held (\d+) ns)"))) << r.output;
+  const double holdNs = std::stod(held[1]);
+  const double blame = inclusive(db, "hold_lock", "lock-blame");
+  const double waited = inclusive(db, "wait_for_lock", "lock-wait");
+  std::printf("spin lock held %.1f ms: lock-blame %.1f ms (%.2fx), waiters' lock-wait %.1f ms, waiters' work %.1f ms\n",
+              holdNs / kMs, blame / kMs, blame / holdNs, waited / kMs, inclusive(db, "wait_for_lock", "work") / kMs);
+  EXPECT_GE(blame / holdNs, 2.3);
+  EXPECT_LE(blame / holdNs, 3.7);
+  EXPECT_NEAR(waited / blame, 1.0, 0.2);
+  // Spinning is idleness, not work: the waiters' samples in pthread_spin_lock are not charged.
+  EXPECT_LE(inclusive(db, "wait_for_lock", "work"), 0.05 * waited);
+}
+
 // A barrier where four threads arrive with unequal work ((i+1) units of CPU time each): the
 // early threads' waiting at the barrier is what the program measures itself around
 // pthread_barrier_wait (the difference of the work spans), charged as sync-wait at the
