@@ -43,7 +43,7 @@ Fn nextFunction(std::atomic<Fn>& slot, const char* name, const char* version = n
 #define CSP_REAL(fnType, name, ...)                        \
   [] {                                                     \
     static constinit std::atomic<fnType> slot{nullptr};    \
-    return nextFunction(slot, name, ##__VA_ARGS__);        \
+    return nextFunction(slot, name __VA_OPT__(, ) __VA_ARGS__); \
   }()
 
 using MutexFn = int (*)(pthread_mutex_t*);
