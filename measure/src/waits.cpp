@@ -190,8 +190,10 @@ CSP_EXPORT int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t c
 // Blocking MPI calls make the calling thread idle; their time is `mpi-wait` at the call's
 // context. Handles (communicators, datatypes, operations, requests) are passed through
 // untouched as pointer-sized arguments, which covers both Open MPI (pointers) and MPICH (ints)
-// on x86-64, where either travels in a full register or stack slot. The PMPI entry is looked up
-// at the first call, so programs without MPI never need an MPI library.
+// on x86-64, where either travels in a full register or stack slot. The call goes on to the next
+// definition of the same function (another PMPI tool preloaded after csp, else the MPI library's
+// own), or to the PMPI entry if there is none; it is looked up at the first call, so programs
+// without MPI never need an MPI library.
 
 namespace {
 
@@ -215,13 +217,15 @@ using H = void*;  // an MPI handle, pointer-sized
   CSP_EXPORT int NAME PARAMS {                                             \
     using Fn = int(*) PARAMS;                                              \
     static constinit std::atomic<Fn> slot{nullptr};                        \
-    const Fn real = nextFunction(slot, "P" #NAME);                         \
+    Fn real = slot.load(std::memory_order_relaxed);                        \
     if (real == nullptr) {                                                 \
+      void* p = dlsym(RTLD_NEXT, #NAME);                                   \
+      if (p == nullptr) p = dlsym(RTLD_NEXT, "P" #NAME);                   \
       /* RTLD_NEXT misses an MPI loaded before us in the search order */   \
-      Fn any = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "P" #NAME));        \
-      if (any == nullptr) mpiMissing(#NAME);                               \
-      slot.store(any, std::memory_order_relaxed);                          \
-      return mpiWait([&] { return any ARGS; });                            \
+      if (p == nullptr) p = dlsym(RTLD_DEFAULT, "P" #NAME);                \
+      if (p == nullptr) mpiMissing(#NAME);                                 \
+      real = reinterpret_cast<Fn>(p);                                      \
+      slot.store(real, std::memory_order_relaxed);                         \
     }                                                                      \
     return mpiWait([&] { return real ARGS; });                             \
   }
