@@ -32,6 +32,9 @@ void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOver
   if (work < 0 || idleness < 0)
     throw ViewError("--effort needs inclusive columns of the metrics work and idleness (measure with csp-run --idleness)");
   for (auto& n : tree.nodes) {
+    // Call sites repeat their callee and statements their scope: notes go to the scopes where a
+    // granularity can be chosen.
+    if (n.kind == NodeKind::CallSite || n.kind == NodeKind::Statement) continue;
     auto sum = [&](std::ptrdiff_t c) {
       if (c < 0 || static_cast<std::size_t>(c) >= n.stats.size()) return 0.0;
       const double s = n.stats[static_cast<std::size_t>(c)].sum;

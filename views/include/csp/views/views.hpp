@@ -138,7 +138,8 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request);
 // is at least `highIdlenessPercent` of the context's effort (work + idleness), overhead when it
 // is at least `highOverheadPercent` of its work. Notes: "effectively parallel" (low, low),
 // "coarsen granularity" (low idleness, high overhead), "refine granularity" (high, low),
-// "change the parallelization" (high, high); none where the context has no effort. The tree must
+// "change the parallelization" (high, high); none where the context has no effort, and none on
+// call sites and statements (they repeat their callee or scope). The tree must
 // have columns of `work` and `idleness` in the inclusive scope (any statistic: the sums behind
 // them are used); an `overhead` column is optional (absent: no overhead). Throws ViewError
 // otherwise.
