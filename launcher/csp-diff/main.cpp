@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     if (!output.empty()) csp::analysis::writeDiffDatabase(diff, output, force);
     if (!quiet) {
       fmt::print("{}", csp::analysis::formatDiffReport(diff, top));
+      fmt::print("{}", csp::analysis::formatStateExcess(csp::analysis::stateExcess(*dbP, *dbQ, diff), diff));
       if (!output.empty()) fmt::print("\ncsp-diff: wrote {}\n", output);
     }
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "csp/reduce/overhead.hpp"
 #include "csp/reduce/prof.hpp"
 #include "progress.hpp"
 #include "signal_cleanup.hpp"
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
                  "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
                  "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
       ->allow_extra_args(false);
+  app.add_option("--overhead-rule", o.pipeline.overheadRules,
+                 "MODULE_GLOB[:PROCEDURE_GLOB]: samples of 'work' (csp-run --idleness) in such code are parallel "
+                 "overhead; repeatable; replaces the default rules ('default' adds them back, 'none' alone: no rule). "
+                 "See docs/postprocessing.md")
+      ->allow_extra_args(false);
   app.add_flag("-q,--quiet", quiet, "no progress output (errors only)");
   std::vector<std::string> classRules;
   app.add_option("--thread-class", classRules,
@@ -107,6 +113,13 @@ int main(int argc, char** argv) {
       MPI_Finalize();
       return 2;
     }
+  }
+  try {
+    (void)csp::reduce::OverheadRules::parse(o.pipeline.overheadRules);
+  } catch (const std::invalid_argument& e) {
+    if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
+    MPI_Finalize();
+    return 2;
   }
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;

@@ -32,8 +32,8 @@ const char* kHelp =
     "over variables already set.\n"
     "\n"
     "Environment: CSP_EVENTS, CSP_OUTPUT, CSP_REGION_LOG, CSP_REGION_LOG_EVENTS, CSP_VERBOSE,\n"
-    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_SIGNAL, CSP_TERMINATION_WAIT, CSP_MEASURE_LIBRARY (see\n"
-    "docs/measurement.md).\n"
+    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_SIGNAL, CSP_TERMINATION_WAIT, CSP_IDLENESS,\n"
+    "CSP_MEASURE_LIBRARY (see docs/measurement.md).\n"
     "\n"
     "If the program is ended by SIGTERM, SIGINT, SIGHUP or SIGXCPU (and has no handler of its own\n"
     "for it), every thread's profile is written first; the exit status is still the signal's.";
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   CLI::App app{kHelp, "csp-run"};
   std::vector<std::string> events;
   std::string output, library, signal;
-  bool regionLog = false, noRegionLog = false;
+  bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false;
   std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
   int verbose = 0;
   app.add_option("-e,--event", events,
@@ -125,6 +125,11 @@ int main(int argc, char** argv) {
                  "pid. Env: CSP_OUTPUT");
   app.add_flag("--region-log", regionLog, "record the timestamped region enter/exit log. Env: CSP_REGION_LOG=1");
   app.add_flag("--no-region-log", noRegionLog, "do not record the region log (default)");
+  app.add_flag("--idleness", idleness,
+               "threaded programs: the metrics work, idleness (thesis 5.2.1), sync-wait, lock-wait, lock-blame and "
+               "mpi-wait, from wrapped pthread and MPI waits and the OpenMP runtime's OMPT interface (LLVM libomp; "
+               "GCC's libgomp has none); work and idleness are counted on the first event. Env: CSP_IDLENESS=1");
+  app.add_flag("--no-idleness", noIdleness, "no idleness accounting (default)");
   app.add_option("--region-log-events", regionLogEvents,
                  "region log capacity per thread; later events are counted as lost (default 1048576). "
                  "Env: CSP_REGION_LOG_EVENTS")
@@ -155,6 +160,10 @@ int main(int argc, char** argv) {
   }
   if (regionLog && noRegionLog) {
     fmt::print(stderr, "csp-run: error: --region-log and --no-region-log contradict each other\n");
+    return 2;
+  }
+  if (idleness && noIdleness) {
+    fmt::print(stderr, "csp-run: error: --idleness and --no-idleness contradict each other\n");
     return 2;
   }
   for (const auto& e : events) {
@@ -209,6 +218,8 @@ int main(int argc, char** argv) {
   }
   if (regionLog) setEnv("CSP_REGION_LOG", "1", talk);
   if (noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
+  if (idleness) setEnv("CSP_IDLENESS", "1", talk);
+  if (noIdleness) setEnv("CSP_IDLENESS", "0", talk);
   if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);
   if (maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(maxDepth), talk);
   if (maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(maxNodes), talk);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
       "csp-views"};
   std::string dbPath, format = "text", color = "auto", population = "all", sort, nodeSpec, focus;
   bool callers = false, flat = false, regions = false, info = false, cc = false, noColor = false, fullNames = false;
+  bool effort = false;
+  std::string effortThresholds = "20,20";
   std::vector<std::string> metricArgs, statArgs, scopeArgs, hide, keep, formulas;
   std::optional<unsigned> depth;
   std::optional<double> threshold;
@@ -128,6 +131,12 @@ int main(int argc, char** argv) {
                  "'NAME = EXPR' over finalized statistics, a column per scope (e.g. 'cpi = cycles.sum / "
                  "instructions.sum'; docs/metrics.md); repeatable")
       ->allow_extra_args(false);
+  app.add_flag("--effort", effort,
+               "effort, work, idleness and overhead per context with the thesis' Fig. 5.1 reading (csp-run "
+               "--idleness; docs/views.md)");
+  app.add_option("--effort-thresholds", effortThresholds,
+                 "IDLE,OVERHEAD: idleness is high at IDLE % of effort, overhead at OVERHEAD % of work")
+      ->capture_default_str();
   app.add_option("--sort", sort, "sort by a column [metric:]stat[:scope], or 'name'");
   app.add_option("-d,--depth", depth, "levels shown below the top (callers default: 2)");
   app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)");
@@ -244,12 +253,50 @@ int main(int argc, char** argv) {
     }
     else
       for (const auto& m : db->metrics()) available.push_back(m.descriptor.name);
-    const auto shownMetrics = metricNames.empty() ? std::vector<std::string>{available.at(0)} : metricNames;
+    double highIdleness = 20, highOverhead = 20;
+    std::vector<std::string> effortMetrics;  // --effort: the idleness-accounting metrics present
+    if (effort) {
+      if (regions) throw ViewError("--effort applies to the calling context, callers and flat views");
+      const auto parts = splitList({effortThresholds});
+      try {
+        if (parts.size() != 2) throw std::invalid_argument("two numbers");
+        highIdleness = std::stod(parts[0]);
+        highOverhead = std::stod(parts[1]);
+      } catch (const std::exception&) {
+        throw ViewError(fmt::format("--effort-thresholds {}: expected IDLE,OVERHEAD (percentages)", effortThresholds));
+      }
+      for (const char* m : {"effort", "work", "idleness", "overhead"})
+        if (std::find(available.begin(), available.end(), m) != available.end()) effortMetrics.push_back(m);
+      if (std::find(effortMetrics.begin(), effortMetrics.end(), "work") == effortMetrics.end() ||
+          std::find(effortMetrics.begin(), effortMetrics.end(), "idleness") == effortMetrics.end())
+        throw ViewError("--effort needs the metrics work and idleness: measure with csp-run --idleness");
+    }
+    const auto shownMetrics = !metricNames.empty() ? metricNames
+                              : effort             ? effortMetrics
+                                                   : std::vector<std::string>{available.at(0)};
     if (stats.empty()) stats = {Statistic::Sum};
-    if (scopes.empty()) scopes = {MetricScope::Inclusive, MetricScope::Exclusive};
+    if (scopes.empty()) scopes = effort ? std::vector<MetricScope>{MetricScope::Inclusive}
+                                        : std::vector<MetricScope>{MetricScope::Inclusive, MetricScope::Exclusive};
     for (const auto& m : shownMetrics)
       for (auto st : stats)
         for (auto sc : scopes) request.columns.push_back({m, st, sc});
+    if (effort) {
+      // The reading needs the inclusive sums of work, idleness and overhead.
+      for (const auto& m : effortMetrics) {
+        if (m == "effort") continue;
+        const bool have = std::any_of(request.columns.begin(), request.columns.end(), [&](const Column& c) {
+          return c.metric == m && c.scope == MetricScope::Inclusive && c.formula.empty();
+        });
+        if (!have) request.columns.push_back({m, Statistic::Sum, MetricScope::Inclusive});
+      }
+      if (metricNames.empty() && formulas.empty()) {
+        const bool haveEffort = std::find(effortMetrics.begin(), effortMetrics.end(), "effort") != effortMetrics.end();
+        formulas.push_back(haveEffort ? "idleness_pct = 100 * idleness.sum / effort.sum"
+                                      : "idleness_pct = 100 * idleness.sum / (work.sum + idleness.sum)");
+        if (std::find(effortMetrics.begin(), effortMetrics.end(), "overhead") != effortMetrics.end())
+          formulas.push_back("overhead_pct = 100 * overhead.sum / work.sum");
+      }
+    }
     if (regions && !formulas.empty()) throw ViewError("--formula applies to the calling context, callers and flat views");
     for (const auto& f : formulas) {
       const auto eq = f.find('=');
@@ -279,7 +326,8 @@ int main(int argc, char** argv) {
     request.threads = threads;
     if (request.top && *request.top == 0) throw ViewError("--top needs a positive number");
 
-    const auto tree = csp::views::buildView(*db, request);
+    auto tree = csp::views::buildView(*db, request);
+    if (effort) csp::views::interpretEffort(tree, highIdleness, highOverhead);
     if (format == "csv")
       csp::views::renderCsv(tree, std::cout);
     else if (format == "json")

@@ -157,6 +157,7 @@ Config readConfig() {
                            "using the first free real-time signal\n", sig);
   }
   c.regionLog = envFlag("CSP_REGION_LOG");
+  c.idleness = envFlag("CSP_IDLENESS");
   c.regionLogCapacity = static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
   c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));
   c.maxDepth = static_cast<std::uint32_t>(envNumber("CSP_MAX_DEPTH", c.maxDepth, 16, 1u << 20));

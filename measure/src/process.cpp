@@ -58,7 +58,7 @@ void finalizeOwnThread(ThreadState* t, bool atExit);
 // A thread that ends while the process goes on: its profile goes into the process's bundle.
 void onThreadKeyDestroyed(void* p) { finalizeOwnThread(static_cast<ThreadState*>(p), false); }
 
-ThreadState* beginThread(std::uint32_t index) {
+ThreadState* beginThread(std::uint32_t index, bool participates = true) {
   auto* t = new (std::nothrow) ThreadState;
   if (t == nullptr) return nullptr;
   t->index = index;
@@ -73,6 +73,7 @@ ThreadState* beginThread(std::uint32_t index) {
   }
   tlsThread = t;
   pthread_setspecific(g_threadKey, t);
+  threadCounted(*t, participates);  // n and W (idleness accounting)
   if (!g_config->events.empty()) startTimers(*t);
   return t;
 }
@@ -296,6 +297,10 @@ void finalizeOwnThread(ThreadState* t, bool atExit) {
     return;
   }
   stopTimers(*t);  // before anything slow: samples of csp's own exit work are of no use
+  // The thread no longer counts in n and W; its waits and blame not yet charged go to the
+  // contexts where it last charged them.
+  threadUncounted(*t);
+  flushCredit(*t);
   t->toBundle = !atExit;
   if (!atExit) {
     // Close the state here (light work, fine on a small stack) and leave the writing to the
@@ -354,12 +359,13 @@ struct StartInfo {
   void* (*fn)(void*);
   void* arg;
   std::uint32_t index;
+  bool participates;  // counts in n (idleness accounting): not a helper thread of MPI_Init
 };
 
 void* trampoline(void* p) {
   StartInfo s = *static_cast<StartInfo*>(p);
   std::free(p);
-  beginThread(s.index);
+  beginThread(s.index, s.participates);
   // The key destructor writes the profile on return and on pthread_exit alike.
   return s.fn(s.arg);
 }
@@ -395,6 +401,7 @@ void initialize() {
     setenv("CSP_ROOT_PID", self.c_str(), 1);
   if (pthread_key_create(&g_threadKey, onThreadKeyDestroyed) != 0) return;
   if (!installSampler()) g_config->events.clear();  // regions still work
+  idlenessInit();
   refreshLoadMap();
   pthread_atfork(atforkPrepare, atforkParent, atforkChild);
   installTerminationHandlers();
@@ -410,6 +417,8 @@ __attribute__((constructor)) void onLoad() { ensureInitialized(); }
 }  // namespace
 
 bool isDescendantProcess() { return g_descendant; }
+
+void ensureLibraryInitialized() { ensureInitialized(); }
 
 namespace {
 
@@ -432,6 +441,7 @@ void atforkChild() {
   registry().clear();
   g_descendant = true;
   g_nextThreadIndex.store(0);
+  idlenessAfterForkChild();
   if (self == nullptr) return;
   // POSIX timers are not inherited; the arena is, with the parent's samples in it. So is the
   // alternate signal stack, which stays in use.
@@ -500,7 +510,7 @@ CSP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, voi
   if (!g_ready) return g_realPthreadCreate(thread, attr, fn, arg);
   auto* s = static_cast<StartInfo*>(std::malloc(sizeof(StartInfo)));
   if (s == nullptr) return g_realPthreadCreate(thread, attr, fn, arg);
-  *s = {fn, arg, g_nextThreadIndex.fetch_add(1)};
+  *s = {fn, arg, g_nextThreadIndex.fetch_add(1), !creatingHelperThreads()};
   const int rc = g_realPthreadCreate(thread, attr, trampoline, s);
   if (rc != 0) std::free(s);
   return rc;
@@ -555,7 +565,14 @@ CSP_EXPORT int MPI_Init(int* argc, char*** argv) {
     std::fprintf(stderr, "csp: error: MPI_Init called but PMPI_Init is not available\n");
     std::abort();
   }
+  // Threads that the MPI library starts now (progress, PMIx, event loops) are its helpers: they
+  // do not count in the process's threads for idleness; waits inside are mpi-wait.
+  ThreadState* t = tlsThread;
+  setCreatingHelperThreads(true);
+  if (t != nullptr) ++t->mpiDepth;
   const int rc = real(argc, argv);
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
+  setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
   return rc;
 }
@@ -567,7 +584,12 @@ CSP_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provi
     std::fprintf(stderr, "csp: error: MPI_Init_thread called but PMPI_Init_thread is not available\n");
     std::abort();
   }
+  ThreadState* t = tlsThread;
+  setCreatingHelperThreads(true);
+  if (t != nullptr) ++t->mpiDepth;
   const int rc = real(argc, argv, required, provided);
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
+  setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
   return rc;
 }
@@ -577,7 +599,11 @@ CSP_EXPORT int MPI_Finalize(void) {
   static Fn real = lookup<Fn>("PMPI_Finalize");
   if (real == nullptr) return 0;
   // The rank outlives MPI: profiles are written at exit and still carry it.
-  return real();
+  ThreadState* t = tlsThread;
+  if (t != nullptr) ++t->mpiDepth;
+  const int rc = real();
+  if (t != nullptr && tlsThread == t) --t->mpiDepth;
+  return rc;
 }
 
 // ---- exec ---------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ struct Config {
   int verbose = 0;
   std::uint32_t maxDepth = 1024;
   std::uint32_t maxNodes = 1u << 18;
+  // Work, idleness, waits and lock blame (idleness.cpp, docs/measurement.md "Threads: work,
+  // idleness, waiting"): CSP_IDLENESS / csp-run --idleness. Off: no metric, no OMPT tool, and the
+  // pthread and MPI wrappers forward at once.
+  bool idleness = false;
 };
 
 // Parses the CSP_* environment. Bad values are reported on stderr and replaced by defaults:
@@ -56,8 +60,15 @@ struct ArenaNode {
   std::uint64_t count[kMaxEvents];
 };
 
+// The thread-state metrics that idleness accounting adds to every node (idleness.cpp): counted
+// metrics in ns, stored after the sampled events' metrics in the profile.
+enum StateMetric : int { kWork = 0, kIdleness, kSyncWait, kLockWait, kLockBlame, kMpiWait, kStateMetrics };
+const char* stateMetricName(int metric);
+const char* stateMetricDescription(int metric);
+
 struct CctArena {
   ArenaNode* nodes = nullptr;
+  std::uint64_t* state = nullptr;  // kStateMetrics values per node, only with idleness accounting
   std::uint32_t* table = nullptr;  // open addressing, node index + 1, 0 = empty
   std::uint64_t* path = nullptr;   // scratch for one unwind, maxDepth entries
   std::uint32_t capacity = 0;
@@ -109,7 +120,10 @@ std::vector<std::string> regionNames();
 
 // ---------------------------------------------------------------------------------------------
 
-enum class Phase : int { Active = 0, Busy = 1, Closed = 2 };
+// Active: the handler may record; Busy: the handler is recording; Closed: the profile is final;
+// Charging: the thread itself records a wait or blame in normal context (idleness.cpp), and a
+// sample arriving meanwhile is dropped.
+enum class Phase : int { Active = 0, Busy = 1, Closed = 2, Charging = 3 };
 
 struct ThreadState {
   std::atomic<int> phase{static_cast<int>(Phase::Active)};
@@ -135,6 +149,23 @@ struct ThreadState {
   CctArena cct;
   void* altStack = nullptr;  // our alternate signal stack, if the thread got one from us
   RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
+
+  // Thread state for work and idleness (idleness.cpp). Changed by the thread itself in normal
+  // context; `working` is also read by its own signal handler.
+  std::atomic<bool> working{false};  // counted in W, the process's working threads
+  bool counted = false;              // counted in n, the process's threads
+  bool ompWorker = false;            // an OpenMP worker: idle while outside implicit tasks
+  int ompImplicitTasks = 0;
+  int waitDepth = 0;                 // nested waits (a wrapped call, an OMPT wait); the outermost counts
+  std::uint64_t waitStartNs = 0;     // CLOCK_MONOTONIC at the start of the outermost wait
+  std::uint64_t waitRegionEnds = 0;  // OpenMP parallel-region ends seen when the wait began
+  bool waitCharged = false;          // the outermost wait began while working: its time is charged
+  std::uint64_t idleRemainder = 0;   // handler: fraction of a ns of idleness carried to the next sample
+  std::uint64_t credit[kStateMetrics]{};     // waits and blame (ns) not yet charged to a context
+  std::uint32_t lastCharged[kStateMetrics]{};  // arena node of the last charge per metric (0: none)
+  std::uint64_t unattributedNs = 0;  // credit left at the end with no context to go to
+  std::uint32_t contendedHeld = 0;   // locks taken after a wait and not yet released
+  int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never
@@ -150,6 +181,13 @@ std::uint64_t realtimeNs();
 std::uint64_t monotonicNs();
 
 bool installSampler();             // once per process, before any timer starts; false: no sampling
+// Records `value` of state metric `metric` at the caller of csp's own frames (the unlock, join,
+// MPI call...), from normal context in the owning thread: unwinds from here, skipping the frames
+// of libcsp-measure.so. Returns the arena node, 0 if nothing was recorded (the thread is closed,
+// sampling is paused, the arena is full).
+std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value);
+// Adds `value` to a node's state metric in normal context (the final flush of a thread's credit).
+bool chargeNode(ThreadState& t, std::uint32_t node, int metric, std::uint64_t value);
 bool startTimers(ThreadState& t);  // in the thread itself
 void stopTimers(ThreadState& t);
 bool samplerStillInstalled();      // false if the program took over the sampling signal
@@ -217,6 +255,46 @@ std::shared_ptr<const std::vector<ModuleRecord>> loadMapSnapshot();
 // Process identity (rank, fork generation) used for id tuples.
 
 void setMpiRank(long rank);
+
+// ---------------------------------------------------------------------------------------------
+// Work and idleness (idleness.cpp, ompt.cpp).
+
+bool idlenessOn();                              // config().idleness; initializes the library first
+void ensureLibraryInitialized();                // the constructor's work, if it has not run yet
+void idlenessInit();                            // once, in initialize(), after the sampler
+void threadCounted(ThreadState& t, bool participates);  // in beginThread
+void threadUncounted(ThreadState& t);           // when the thread ends (or stops participating)
+void idlenessAfterForkChild();                  // resets the process-wide counts and the lock table
+// In the handler: a sample of the first event with `weight` periods landed on arena node `node`.
+void accountSample(ThreadState& t, std::uint32_t node, std::uint64_t weight);
+void updateWorking(ThreadState& t);             // after a change of the thread's state fields
+// A wait the thread enters and leaves (normal context); the outermost one is charged to `metric`.
+void beginWait(ThreadState& t, std::uint64_t nowNs = 0);  // nowNs: CLOCK_MONOTONIC if already read
+// With `clipAtRegionEnd`, a wait that outlasted the end of an outermost OpenMP parallel region
+// (a worker's barrier wait goes on while the pool is idle) counts only up to that end.
+void endWait(ThreadState& t, int metric, bool clipAtRegionEnd = false);
+void addCredit(ThreadState& t, int metric, std::uint64_t ns);  // charges when a period is full
+void flushCredit(ThreadState& t);               // the thread ends: leftover credit to its last contexts
+std::uint64_t chargePeriodNs();                 // the period a credit must reach before it is charged
+bool creatingHelperThreads();                   // inside MPI_Init: threads created now do not count
+void setCreatingHelperThreads(bool on);
+std::string openmpToolState();                  // "ompt (<runtime>)" or "none", for the settings
+std::uint64_t lockTableOverflows();
+// Locks (pthread mutexes and spin locks; waits.cpp wraps them).
+bool lockAccountingOn();
+// True when a release may have blame to collect: some thread waits for a lock, or this thread
+// took a lock after waiting for it. One relaxed load in the common case.
+bool lockMayCarryBlame(const ThreadState& t);
+// The lock was busy: waits for it in acquire(call), idle, registered with the lock as a waiter;
+// charges the wait as lock-wait. Returns acquire's result; errno is preserved.
+int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call);
+// Before a release: the waiting the lock caused since its last release (ns), taken from it.
+std::uint64_t takeBlame(ThreadState& t, const void* lock);
+// After the release: charges the blame to the releasing context (errno preserved).
+void chargeBlame(ThreadState& t, std::uint64_t blameNs);
+// OpenMP: the end of an outermost parallel region, for clipping workers' barrier waits (ompt.cpp).
+std::uint64_t parallelRegionEnds();
+std::uint64_t parallelRegionEndNs(std::uint64_t index);
 // True in a process that descends (by fork, or fork + exec) from the one first measured: its
 // id tuples then carry its pid, so that they never repeat the first process's (or the rank's).
 bool isDescendantProcess();

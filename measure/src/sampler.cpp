@@ -252,19 +252,20 @@ UnwindResult unwind(CctArena& a, void* ucontext) {
   return r;
 }
 
-// Records one sample of `event` with `weight` periods into the thread's tree.
-void recordSample(ThreadState& t, int event, std::uint64_t weight, void* ucontext) {
+// Records one sample of `event` with `weight` periods into the thread's tree; returns its node,
+// kFull if it was dropped.
+std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void* ucontext) {
   CctArena& a = t.cct;
   if (a.mapping == nullptr && !mapArena(a, config().maxNodes, config().maxDepth)) {
     t.droppedSamples += weight;  // no memory for the tree
-    return;
+    return kFull;
   }
   const UnwindResult r = unwind(a, ucontext);
   if (r.depth == 0) {
     // Nothing to attribute the sample to.
     ++t.unwindFailures;
     t.droppedSamples += weight;
-    return;
+    return kFull;
   }
   if (r.failed) ++t.unwindFailures;
   if (r.truncated) ++t.truncatedPaths;
@@ -274,6 +275,80 @@ void recordSample(ThreadState& t, int event, std::uint64_t weight, void* ucontex
     t.droppedSamples += weight;
   else
     a.nodes[node].count[event] += weight;
+  return node;
+}
+
+// The address range of this library's code: charges from normal context skip these frames.
+constinit std::uintptr_t g_selfBegin = 0, g_selfEnd = 0;
+
+void findSelf() {
+  struct dl_find_object self;
+  if (_dl_find_object(reinterpret_cast<void*>(&findSelf), &self) == 0) {
+    g_selfBegin = reinterpret_cast<std::uintptr_t>(self.dlfo_map_start);
+    g_selfEnd = reinterpret_cast<std::uintptr_t>(self.dlfo_map_end);
+  }
+}
+
+// Unwinds the calling thread from here (normal context) into a.path, leaving out the innermost
+// frames that lie in this library. The leaf is the return address into the caller of csp's
+// frames minus one, i.e. inside the call instruction: its statement is the line of the call.
+UnwindResult unwindFromHere(CctArena& a) {
+  UnwindResult r;
+  unw_context_t context;
+  unw_cursor_t cursor;
+  if (g_unwinder.getContext(&context) != 0 || g_unwinder.initLocal(&cursor, &context) < 0) {
+    r.failed = true;
+    return r;
+  }
+  bool inSelf = true;
+  for (;;) {
+    unw_word_t ip = 0;
+    if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0) {
+      r.failed = true;
+      break;
+    }
+    if (ip == 0) break;
+    if (inSelf && ip >= g_selfBegin && ip < g_selfEnd) {
+      // one of our own frames
+    } else {
+      if (inSelf) {
+        inSelf = false;
+        --ip;  // a return address: keep the call's line
+      }
+      a.path[r.depth++] = ip;
+      if (r.depth == a.maxDepth) {
+        r.truncated = true;
+        break;
+      }
+    }
+    const int step = g_unwinder.step(&cursor);
+    if (step == 0) break;
+    if (step < 0) {
+      r.failed = true;
+      break;
+    }
+  }
+  return r;
+}
+
+// Takes the thread from Active to Charging (its handler then drops samples); false if the
+// thread is closed or a sample of its own is being recorded (a program handler calling in).
+bool enterCharging(ThreadState& t) {
+  int expected = static_cast<int>(Phase::Active);
+  if (!t.phase.compare_exchange_strong(expected, static_cast<int>(Phase::Charging), std::memory_order_acquire))
+    return false;
+  g_inHandler.fetch_add(1, std::memory_order_seq_cst);
+  if (tlsUnsafe != 0 || g_paused.load(std::memory_order_seq_cst) != 0) {
+    g_inHandler.fetch_sub(1, std::memory_order_release);
+    t.phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
+    return false;
+  }
+  return true;
+}
+
+void leaveCharging(ThreadState& t) {
+  g_inHandler.fetch_sub(1, std::memory_order_release);
+  t.phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
 }
 
 void onSample(int, siginfo_t* info, void* ucontext) {
@@ -289,6 +364,15 @@ void onSample(int, siginfo_t* info, void* ucontext) {
   }
   int expected = static_cast<int>(Phase::Active);
   if (!t->phase.compare_exchange_strong(expected, static_cast<int>(Phase::Busy), std::memory_order_acquire)) {
+    if (expected == static_cast<int>(Phase::Charging)) {
+      // The thread is recording a wait or blame in its tree (idleness.cpp): this sample is
+      // dropped rather than interleaved with that insertion.
+      const std::uint64_t w = 1 + static_cast<std::uint64_t>(info->si_overrun > 0 ? info->si_overrun : 0);
+      t->samples += w;
+      t->droppedSamples += w;
+      errno = savedErrno;
+      return;
+    }
     if (expected != static_cast<int>(Phase::Busy)) {
       errno = savedErrno;  // Closed: being written, the profile is final
       return;
@@ -311,7 +395,9 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     t->droppedSamples += weight;
     t->throttledSamples += weight;
   } else {
-    recordSample(*t, event, weight, ucontext);
+    const std::uint32_t node = recordSample(*t, event, weight, ucontext);
+    // Work and idleness ride on the first event (idleness.cpp).
+    if (event == 0 && node != kFull && t->cct.state != nullptr) accountSample(*t, node, weight);
     // A slow unwind (a deep stack, or libunwind validating every read after a frame without
     // unwind information) must not eat the program: after a sample that cost d of CPU time,
     // the thread's next 4d are not sampled, so the handler never takes more than about a fifth
@@ -427,7 +513,8 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   const std::size_t nodeBytes = std::size_t{maxNodes} * sizeof(ArenaNode);
   const std::size_t tableBytes = std::size_t{tableSize} * sizeof(std::uint32_t);
   const std::size_t pathBytes = std::size_t{maxDepth} * sizeof(std::uint64_t);
-  const std::size_t bytes = nodeBytes + tableBytes + pathBytes;
+  const std::size_t stateBytes = config().idleness ? std::size_t{maxNodes} * kStateMetrics * sizeof(std::uint64_t) : 0;
+  const std::size_t bytes = nodeBytes + tableBytes + pathBytes + stateBytes;
   // NORESERVE: only the pages a thread touches cost memory, so the limit can be generous.
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
@@ -435,6 +522,7 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   a.nodes = reinterpret_cast<ArenaNode*>(base);
   a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
   a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
+  a.state = stateBytes != 0 ? reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes) : nullptr;
   a.capacity = maxNodes;
   a.tableMask = tableSize - 1;
   a.maxDepth = maxDepth;
@@ -451,7 +539,35 @@ void unmapArena(CctArena& a) {
   a = CctArena{};
 }
 
+std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value) {
+  if (g_unwinder.initLocal == nullptr || !enterCharging(t)) return 0;
+  std::uint32_t node = 0;
+  CctArena& a = t.cct;
+  if (a.mapping != nullptr || mapArena(a, config().maxNodes, config().maxDepth)) {
+    const UnwindResult r = unwindFromHere(a);
+    if (r.depth > 0 && a.state != nullptr) {
+      for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
+      if (node == kFull)
+        node = 0;
+      else
+        a.state[std::size_t{node} * kStateMetrics + static_cast<std::size_t>(metric)] += value;
+    }
+  }
+  leaveCharging(t);
+  return node;
+}
+
+bool chargeNode(ThreadState& t, std::uint32_t node, int metric, std::uint64_t value) {
+  if (node == 0 || !enterCharging(t)) return false;
+  CctArena& a = t.cct;
+  const bool ok = a.state != nullptr && node < a.size;
+  if (ok) a.state[std::size_t{node} * kStateMetrics + static_cast<std::size_t>(metric)] += value;
+  leaveCharging(t);
+  return ok;
+}
+
 bool installSampler() {
+  findSelf();
   if (!loadUnwinder()) {
     const char* why = dlerror();
     say(std::string("csp: error: cannot use " CSP_LIBUNWIND_SONAME ": ") + (why != nullptr ? why : "symbols missing") +

@@ -150,6 +150,15 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
       p.values.metric.push_back(static_cast<std::uint16_t>(e));
       p.values.count.push_back(a.nodes[i].count[e]);
     }
+    // The state metrics (idleness accounting) follow the events' metrics: counted, in ns.
+    if (a.state == nullptr) continue;
+    const std::uint64_t* v = a.state + std::size_t{i} * kStateMetrics;
+    for (int m = 0; m < kStateMetrics; ++m) {
+      if (v[m] == 0) continue;
+      p.values.node.push_back(i);
+      p.values.metric.push_back(static_cast<std::uint16_t>(events + static_cast<std::uint32_t>(m)));
+      p.values.count.push_back(v[m]);
+    }
   }
 }
 
@@ -278,6 +287,15 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
                          e.name == "cpu-time" ? "thread CPU time, sampled by a per-thread CPU-clock timer"
                                               : "elapsed (wall-clock) time, sampled by a per-thread monotonic timer"});
   }
+  if (c.idleness) {
+    for (int m = 0; m < kStateMetrics; ++m)
+      p.metrics.push_back({stateMetricName(m), "ns", MetricKind::Counted, 1, stateMetricDescription(m)});
+    settings.push_back({"idleness", "on"});
+    settings.push_back({"idleness-event", c.events.empty() ? std::string("none") : c.events.front().name});
+    settings.push_back({"openmp-tool", openmpToolState()});
+    settings.push_back({"lock-table-overflows", std::to_string(lockTableOverflows())});
+    settings.push_back({"unattributed-wait-ns", std::to_string(t.unattributedNs)});
+  }
   p.strings.push_back("");
   p.frameKind = FrameKind::Address;
   if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module
@@ -290,7 +308,8 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   // A sample whose handler never finished (abandoned) was counted but not recorded: whatever
   // the counters say, every sample handled is either in the tree or dropped.
   std::uint64_t recorded = 0;
-  for (auto n : p.values.count) recorded += n;
+  for (std::size_t k = 0; k < p.values.size(); ++k)
+    if (p.values.metric[k] < c.events.size()) recorded += p.values.count[k];  // sampled metrics only
   if (recorded + p.stats.droppedSamples != p.stats.samples) {
     if (p.stats.samples >= recorded)
       p.stats.droppedSamples = p.stats.samples - recorded;

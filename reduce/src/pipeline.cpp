@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "csp/metrics/expression.hpp"
+#include "csp/reduce/overhead.hpp"
 #include "csp/storage/profile_io.hpp"
 
 namespace csp::reduce {
@@ -291,6 +292,12 @@ struct Pipeline::Impl {
     std::vector<std::uint16_t> inputs;  // raw metric ids
   };
   std::vector<Derived> derived;
+  // Post-processing metrics of idleness accounting (docs/postprocessing.md, "Work, idleness,
+  // overhead"): overhead = work in runtime code, effort = work + idleness. kNoMetric when absent.
+  static constexpr std::uint16_t kNoMetric = 0xFFFF;
+  OverheadRules overheadRules;
+  std::uint16_t workMetric = kNoMetric, idlenessMetric = kNoMetric, overheadMetric = kNoMetric, effortMetric = kNoMetric;
+  std::vector<std::uint8_t> overheadNode;  // per final CCT node
   std::uint32_t profileCount = 0;
   std::uint32_t firstId = 0;
   FinalCct cct;
@@ -311,6 +318,7 @@ struct Pipeline::Impl {
   void checkDistinctIdentities();
   void classifyThreads();
   void unifyMetrics();
+  void addStateMetrics();
   void addDerivedMetrics();
   void unifyCct(LocalCct& localCct);
   void unifyRegions(const RegionUnion& regionUnion);
@@ -320,7 +328,13 @@ struct Pipeline::Impl {
         options(std::move(o)),
         progress(comm.rank() == 0 ? p : nullptr),
         attributor(strings, options.attribution),
-        arena(options.jobs ? static_cast<int>(options.jobs) : tbb::task_arena::automatic) {}
+        arena(options.jobs ? static_cast<int>(options.jobs) : tbb::task_arena::automatic) {
+    try {
+      if (!options.overheadRules.empty()) overheadRules = OverheadRules::parse(options.overheadRules);
+    } catch (const std::invalid_argument& e) {
+      throw PipelineError(e.what());
+    }
+  }
 
   void beginPhase(const std::string& name, std::uint64_t total) {
     if (progress) progress->begin(name, total);
@@ -480,6 +494,7 @@ void Pipeline::buildStructure() {
   s.classifyThreads();
   s.unifyMetrics();
   s.unifyCct(localCct);
+  if (s.overheadMetric != Impl::kNoMetric) s.overheadNode = s.overheadRules.classify(s.cct, s.strings);
   s.unifyRegions(regionUnion);
   s.phases.push_back({"unify structure", unify.seconds()});
 }
@@ -688,9 +703,37 @@ void Pipeline::Impl::unifyMetrics() {
   comm.broadcast(merged);
   metrics.clear();
   for (auto& m : unpackMetrics(merged)) metrics.push_back(std::move(m.descriptor));
+  addStateMetrics();
   rawMetrics = metrics.size();
   addDerivedMetrics();
   if (metrics.size() > 0xFFFF) throw PipelineError("more than 65535 distinct metrics");
+}
+
+// With idleness accounting (csp-run --idleness) the profiles carry `work` and `idleness`; the
+// post-processing adds `overhead` (work whose context an overhead rule names) and `effort` (work
+// + idleness), integer metrics like the measured ones, computed per statement of each thread.
+void Pipeline::Impl::addStateMetrics() {
+  auto find = [&](const char* name) -> std::uint16_t {
+    for (std::size_t m = 0; m < metrics.size(); ++m)
+      if (metrics[m].name == name && metrics[m].kind == MetricKind::Counted && metrics[m].unit == "ns")
+        return static_cast<std::uint16_t>(m);
+    return kNoMetric;
+  };
+  auto taken = [&](const char* name) {
+    return std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.name == name; });
+  };
+  workMetric = find("work");
+  idlenessMetric = find("idleness");
+  if (workMetric == kNoMetric) return;
+  if (!taken("overhead")) {
+    overheadMetric = static_cast<std::uint16_t>(metrics.size());
+    metrics.push_back({"overhead", "ns", MetricKind::Counted, 1,
+                       "work in parallel runtime code (csp-prof-mpi overhead rules: " + overheadRules.describe() + ")"});
+  }
+  if (idlenessMetric != kNoMetric && !taken("effort")) {
+    effortMetric = static_cast<std::uint16_t>(metrics.size());
+    metrics.push_back({"effort", "ns", MetricKind::Counted, 1, "work + idleness"});
+  }
 }
 
 void Pipeline::Impl::addDerivedMetrics() {
@@ -799,6 +842,16 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
               return id;
             }, {jitSymbols(s.attributor, path, p), nullptr});
             for (auto& v : stmt) v.metric = globalMetric.at(p.metrics[v.metric].name);
+            if (s.overheadMetric != Impl::kNoMetric || s.effortMetric != Impl::kNoMetric) {
+              const std::size_t measured = stmt.size();
+              for (std::size_t k = 0; k < measured; ++k) {
+                const StmtValue v = stmt[k];
+                if (v.metric == s.workMetric && s.overheadMetric != Impl::kNoMetric && s.overheadNode[v.node])
+                  stmt.push_back({v.node, s.overheadMetric, v.value});
+                if ((v.metric == s.workMetric || v.metric == s.idlenessMetric) && s.effortMetric != Impl::kNoMetric)
+                  stmt.push_back({v.node, s.effortMetric, v.value});
+              }
+            }
             auto& mine = scratch.local();
             if (!mine) mine = std::make_unique<ValueScratch>(s.cct.size(), s.metrics.size());
             values[i] = mine->compute(s.cct, stmt);

@@ -7,7 +7,8 @@
 //                                         walks the module list with dl_iterate_phdr (the
 //                                         loader's locks are taken all the time); exit 0
 //     terminate THREADS [own-handler]      THREADS threads and the main thread compute until the
-//                                         process is killed; "ready" on stdout once all run.
+//                                         process is killed; "ready" on stdout once each has
+//                                         computed for 80 ms of its CPU time.
 //                                         own-handler: a SIGTERM/SIGINT handler of the program's
 //                                         that makes main exit(3)
 //   (longjmp, small-stack and itimer run for SECONDS of the thread's CPU time)
@@ -133,17 +134,24 @@ static int terminate(int threads, bool ownHandler) {
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
   }
-  std::atomic<int> running{0};
+  // "ready" once every thread has computed for 80 ms of its own CPU time, so that the tests'
+  // sample counts (cpu-time at 1,000/s) do not depend on how loaded the machine is.
+  constexpr double kWarm = 0.08;
+  std::atomic<int> warmed{0};
   std::vector<std::thread> workers;
   for (int i = 0; i < threads; ++i) {
     workers.emplace_back([&] {
-      running.fetch_add(1);
       double x = 1.0;
+      while (cpuSeconds() < kWarm) x = terminate_worker(x);
+      warmed.fetch_add(1);
       for (;;) x = terminate_worker(x);
     });
     workers.back().detach();
   }
-  while (running.load() < threads) usleep(1000);
+  {
+    double x = 1.0;
+    while (cpuSeconds() < kWarm || warmed.load() < threads) x = terminate_main(x);
+  }
   std::printf("ready\n");
   std::fflush(stdout);
   double x = 1.0;

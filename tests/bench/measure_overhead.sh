@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/measure_overhead.sh [BUILD_DIR [RUNS [UNITS [RATE [THREADS]]]]]
+# tests/bench/measure_overhead.sh [BUILD_DIR [RUNS [UNITS [RATE [THREADS [LOCKS]]]]]]
 # Overhead of csp-run on the compute-bound test app (tests/apps/compute.cpp): the program is run
 # uninstrumented and under csp-run (cpu-time at RATE samples/s, default 200), alternately so that
 # both see the same machine conditions, RUNS times each (default 5). Prints the median wall
@@ -8,6 +8,9 @@
 # Then thread churn: THREADS (default 5,000) short threads one after the other
 # (tests/apps/hostile.cpp `threads`), uninstrumented and under csp-run, each thread writing a
 # profile of its own. Target: at most 1.3 x the uninstrumented wall time.
+# Then lock-heavy threads (tests/apps/threads.cpp `heavy`): 4 threads take one mutex LOCKS times
+# each (default 1,000,000), uninstrumented, under csp-run and under csp-run --idleness (mutex
+# wrappers, lock blame). Target: --idleness within 5 % of csp-run's CPU time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -15,11 +18,13 @@ runs=${2:-5}
 units=${3:-200}
 rate=${4:-200}
 threads=${5:-5000}
+locks=${6:-1000000}
 app=$build/tests/apps/csp-app-compute
+locker=$build/tests/apps/csp-app-threads
 hostile=$build/tests/apps/csp-app-hostile
 csprun=$build/launcher/csp-run
-for f in "$app" "$hostile" "$csprun"; do
-  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute csp-app-hostile)" >&2; exit 1; }
+for f in "$app" "$hostile" "$csprun" "$locker"; do
+  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute csp-app-hostile csp-app-threads)" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -91,3 +96,23 @@ printf '  median wall      %.3f s  vs  %.3f s   ratio %.2f x   (paired median %.
   "$cplain" "$cmeasured" "$(awk -v a="$cplain" -v b="$cmeasured" 'BEGIN { print b / a }')" "$cpaired"
 printf '  median cpu       %.3f s  vs  %.3f s   ratio %.2f x\n' "$cplainCpu" "$cmeasuredCpu" \
   "$(awk -v a="$cplainCpu" -v b="$cmeasuredCpu" 'BEGIN { print b / a }')"
+
+# Lock-heavy threads.
+: >"$work/locks-plain" ; : >"$work/locks-csp" ; : >"$work/locks-idle"
+"$locker" heavy 4 10000 >/dev/null
+for ((i = 1; i <= runs; i++)); do
+  timed "$work/locks-plain" "$locker" heavy 4 "$locks"
+  timed "$work/locks-csp" "$csprun" -o "$work/locks-meas" -- "$locker" heavy 4 "$locks"
+  timed "$work/locks-idle" "$csprun" --idleness -o "$work/locks-meas-idle" -- "$locker" heavy 4 "$locks"
+done
+lplainCpu=$(cut -d' ' -f2 "$work/locks-plain" | median)
+lcspCpu=$(cut -d' ' -f2 "$work/locks-csp" | median)
+lidleCpu=$(cut -d' ' -f2 "$work/locks-idle" | median)
+lpaired=$(paste -d' ' "$work/locks-csp" "$work/locks-idle" | awk '{ print 100 * ($4 - $2) / $2 }' | median)
+printf 'lock-heavy threads, 4 threads x %s acquisitions of one mutex, %s runs each, cpu-time@200\n' "$locks" "$runs"
+printf '  runs (wall cpu), uninstrumented:         %s\n' "$(tr '\n' ',' <"$work/locks-plain")"
+printf '  runs (wall cpu), under csp-run:          %s\n' "$(tr '\n' ',' <"$work/locks-csp")"
+printf '  runs (wall cpu), csp-run --idleness:     %s\n' "$(tr '\n' ',' <"$work/locks-idle")"
+printf '  median cpu       %.3f s  /  %.3f s  /  %.3f s\n' "$lplainCpu" "$lcspCpu" "$lidleCpu"
+printf '  --idleness over csp-run: median cpu %+.2f %%, paired median %+.2f %%   (target <= 5 %%)\n' \
+  "$(pct "$lcspCpu" "$lidleCpu")" "$lpaired"

@@ -18,7 +18,8 @@ command is paired with the baseline run just before it, and the ratio is taken p
   overhead  the compute-bound test app uninstrumented vs csp-run at 200 and 1,000 samples/s,
             gperftools' CPU profiler and `perf record -g` at the same rates; and thread churn:
             5,000 short threads one after the other (tests/apps/hostile.cpp `threads`) under
-            csp-run (one profile per thread); baseline: the uninstrumented run
+            csp-run (one profile per thread); and lock-heavy threads (tests/apps/threads.cpp
+            `heavy`) under csp-run and csp-run --idleness; baseline: the uninstrumented run
   diff      csp-diff between the two largest databases; baseline: `csp-views --info` of both
   dbwrite   tests/bench db_write_bench (database writer alone);
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
@@ -53,14 +54,17 @@ MODES = {
     "full": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096, 16384], nps=[1, 2],
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
                  view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000], churn_threads=5000,
+                 lock_iterations=1000000,
                  dbwrite=dict(profiles=16384, nodes=5000, writers=2)),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
                   view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
+                  lock_iterations=500000,
                   dbwrite=dict(profiles=1024, nodes=5000, writers=2)),
     "tiny": dict(runs=2, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
                  view_runs=2, overhead_units=5, overhead_runs=2, rates=[200, 1000], churn_threads=200,
+                 lock_iterations=20000,
                  dbwrite=dict(profiles=64, nodes=300, writers=2)),
 }
 SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite"]
@@ -598,7 +602,40 @@ class Suite:
                 "app": f"csp-app-compute {units}", "variants": rows, "not_run": skipped,
                 "note": "cpu = user + system time of the command and its children (perf's own process "
                         "included for perf record)",
-                "churn": self.thread_churn_or_reason(run)}
+                "churn": self.thread_churn_or_reason(run),
+                "locks": self.lock_heavy_or_reason(run)}
+
+    def lock_heavy_or_reason(self, run):
+        try:
+            return self.lock_heavy(run)
+        except NotRun as e:
+            return {"not_run": str(e)}
+
+    def lock_heavy(self, run):
+        """Lock-heavy threads (tests/apps/threads.cpp `heavy`): 4 threads take one mutex for a
+        short critical section ITERATIONS times each, with some computation outside it. Under
+        csp-run --idleness every acquisition goes through the mutex wrappers (trylock first;
+        waits timed, lock blame collected). Target: CPU time within 5 % of csp-run without
+        idleness accounting."""
+        app = self.tool("tests/apps/csp-app-threads", "ninja -C build csp-app-threads")
+        iterations = str(self.p["lock_iterations"])
+        meas = os.path.join(self.tmp, "csp-run-locks")
+        variants = [("uninstrumented", [app, "heavy", "4", iterations], self.env),
+                    ("csp-run cpu-time@200", [run, "-o", meas + "-plain", "--", app, "heavy", "4", iterations],
+                     self.env),
+                    ("csp-run --idleness cpu-time@200",
+                     [run, "--idleness", "-o", meas + "-idle", "--", app, "heavy", "4", iterations], self.env)]
+        res = self.interleaved(variants, self.p["overhead_runs"], "lock-heavy")
+        for d in (meas + "-plain", meas + "-idle"):
+            if count_profiles(d) == 0:
+                raise BenchError(f"lock-heavy: no profile in {d}")
+        base = res["uninstrumented"]
+        plain = res["csp-run cpu-time@200"]
+        rows = {name: {"wall_s": stat(v["wall"], "s"), "cpu_s": stat(v["cpu"], "s"),
+                       "wall_over_uninstrumented": stat(ratios(v["wall"], base["wall"]), "x"),
+                       "cpu_over_uninstrumented": stat(ratios(v["cpu"], base["cpu"]), "x"),
+                       "cpu_over_csp_run": stat(ratios(v["cpu"], plain["cpu"]), "x")} for name, v in res.items()}
+        return {"app": f"csp-app-threads heavy 4 {iterations}", "variants": rows}
 
     def thread_churn_or_reason(self, run):
         try:
@@ -989,6 +1026,15 @@ def markdown(rep):
             rows = [[k, mmm(v["wall_s"]), mmm(v["wall_over_uninstrumented"]), mmm(v["cpu_s"]),
                      mmm(v["cpu_over_uninstrumented"])] for k, v in c["variants"].items()]
             out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented"], rows))
+        c = s.get("locks")
+        if c and "not_run" in c:
+            out.append(f"\nLock-heavy threads: {c['not_run']}.\n")
+        elif c:
+            out.append(f"\nLock-heavy threads: `{c['app']}` (idleness accounting: mutex wrappers, lock blame).\n\n")
+            rows = [[k, mmm(v["wall_s"]), mmm(v["wall_over_uninstrumented"]), mmm(v["cpu_s"]),
+                     mmm(v["cpu_over_uninstrumented"]), mmm(v["cpu_over_csp_run"])] for k, v in c["variants"].items()]
+            out.append(table(["variant", "wall s", "wall / uninstrumented", "cpu s", "cpu / uninstrumented",
+                              "cpu / csp-run"], rows))
 
     s = header("dbwrite", "Database writer alone (db_write_bench)")
     if s:

@@ -617,4 +617,62 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   EXPECT_TRUE(storage::Database::open(dir / "scaling-db"));
 }
 
+
+// Waiting versus compute (csp-run --idleness): rank 0 alone computes root_only before the final
+// MPI_Allreduce, for which every other rank waits. With twice the ranks, twice as many wait, so
+// mpi-wait grows at the MPI_Allreduce call in main, while the compute that grows is
+// replicated_setup's work. csp-diff --metric mpi-wait and --metric work tell the two apart, and
+// the report's "Waiting and compute" section gives the totals.
+TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
+  ASSERT_TRUE(std::filesystem::exists(tool("csp-run"))) << "csp-run is not built";
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
+  for (int ranks : {2, 4}) {
+    const auto runDir = dir / ("wait-p" + std::to_string(ranks));
+    auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " --idleness -o " + (runDir / "meas").string() + " -- " +
+                 app + " 200 150 300");
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
+            (runDir / "db").string());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  const auto p = dir / "wait-p2" / "db", q = dir / "wait-p4" / "db";
+  analysis::DiffOptions waitOptions;
+  waitOptions.metric = "mpi-wait";
+  const auto waiting = diff(p, q, waitOptions);
+  // Every rank but 0 waits about root_only's time (at least its CPU time): 1 rank at p = 2, 3 at q = 4.
+  EXPECT_GT(waiting.total().sumP, 100e6);
+  EXPECT_GT(waiting.total().excess, 100e6);
+  double atMain = 0, inSetup = 0;
+  for (const auto& n : waiting.nodes) {
+    if (n.kind != ScopeKind::ProcFrame) continue;
+    if (n.name == "main") atMain += n.inclusive.excess;
+    if (n.name == "replicated_setup" || n.name == "solve" || n.name == "root_only") inSetup += n.inclusive.sumQ;
+  }
+  EXPECT_GT(atMain, 0.9 * waiting.total().excess);
+  EXPECT_EQ(inSetup, 0.0) << "nobody waits in the compute functions";
+
+  analysis::DiffOptions workOptions;
+  workOptions.metric = "work";
+  const auto compute = diff(p, q, workOptions);
+  double setup = 0, root = 0;
+  for (const auto& n : compute.nodes) {
+    if (n.kind != ScopeKind::ProcFrame) continue;
+    if (n.name == "replicated_setup") setup += n.inclusive.excess;
+    if (n.name == "root_only") root += n.inclusive.excess;
+  }
+  // 4 x 150 - 2 x 150 = 300 ms more of replicated setup; root_only is the same in both runs.
+  EXPECT_GT(setup, 200e6);
+  EXPECT_LT(std::fabs(root), 0.25 * setup);
+
+  // The report of any metric gives both totals side by side.
+  const auto out = csp_diff(p.string() + " " + q.string(), 0);
+  EXPECT_NE(out.find("Waiting and compute"), std::string::npos) << out;
+  EXPECT_NE(out.find("compute (work) grew by +"), std::string::npos) << out;
+  const auto states = analysis::stateExcess(*storage::Database::open(p), *storage::Database::open(q), compute);
+  double waitingExcess = 0;
+  for (const auto& s : states)
+    if (s.metric == "mpi-wait") waitingExcess = s.excess;
+  EXPECT_DOUBLE_EQ(waitingExcess, waiting.total().excess);
+}
+
 }  // namespace

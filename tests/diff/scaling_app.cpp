@@ -3,7 +3,9 @@
 //   solve:            a fixed total amount of CPU time split over the ranks (strong scaling ideal)
 //   replicated_setup: the same CPU time on every rank, like a serial loop every rank repeats, so
 //                     its total grows with the process count: the deliberate scaling loss
-// usage: csp-diff-scaling-app [solve-ms-total=400] [setup-ms-per-rank=300]
+//   root_only:        optional CPU time rank 0 alone spends before the final MPI_Allreduce, which
+//                     the other ranks wait for inside MPI_Allreduce (csp-run --idleness: mpi-wait)
+// usage: csp-diff-scaling-app [solve-ms-total=400] [setup-ms-per-rank=300] [root-only-ms=0]
 // Costs are CPU time of the calling thread, so they do not depend on the machine's speed or load.
 #include <mpi.h>
 #include <time.h>
@@ -31,6 +33,7 @@ extern "C" __attribute__((noinline)) double burn(double ms) {
 
 extern "C" __attribute__((noinline)) double solve(double totalMs, int ranks) { return burn(totalMs / ranks); }
 extern "C" __attribute__((noinline)) double replicated_setup(double ms) { return burn(ms); }
+extern "C" __attribute__((noinline)) double root_only(double ms) { return burn(ms); }
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -39,8 +42,10 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const double solveMs = argc > 1 ? std::atof(argv[1]) : 400;
   const double setupMs = argc > 2 ? std::atof(argv[2]) : 300;
+  const double rootMs = argc > 3 ? std::atof(argv[3]) : 0;
   double local = replicated_setup(setupMs);
   local += solve(solveMs, size);
+  if (rank == 0 && rootMs > 0) local += root_only(rootMs);
   double total = 0;
   MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) std::printf("scaling_app: %d ranks, checksum %.6g\n", size, total);

@@ -92,9 +92,12 @@ std::uint64_t idOf(const ThreadProfile& p, IdKind kind) {
   return ~std::uint64_t{0};
 }
 
+// Samples recorded: the counts of the sampled metrics (counted ones, such as the idleness
+// metrics in ns, are no samples).
 std::uint64_t recorded(const ThreadProfile& p) {
   std::uint64_t n = 0;
-  for (auto c : p.values.count) n += c;
+  for (std::size_t v = 0; v < p.values.size(); ++v)
+    if (p.metrics[p.values.metric[v]].kind == MetricKind::Sampled) n += p.values.count[v];
   return n;
 }
 
@@ -457,4 +460,41 @@ TEST(MeasureSafety, ChosenSamplingSignal) {
   ASSERT_EQ(profiles.size(), 1u);
   EXPECT_EQ(setting(profiles[0], "sampling-signal"), "SIGRTMIN+9");
   EXPECT_GT(recorded(profiles[0]), 20u);
+}
+
+// The wrappers of idleness accounting (mutexes, condition variables, joins, MPI; docs/measurement.md)
+// in the same hard programs: loader locks taken all the time, jumps out of signal handlers, small
+// stacks, exec chains at a high rate, thread churn, MPI at 1,000 real-time samples/s. Every run
+// ends normally, writes every profile, and keeps samples = recorded + dropped.
+TEST(MeasureSafety, HostileProgramsWithIdlenessAccounting) {
+  const fs::path base = scratch("idleness");
+  struct Case {
+    std::string name, command;
+    std::size_t profiles;
+  };
+  const std::vector<Case> cases = {
+      {"dlopen", "-e cpu-time@1000 -e real-time@1000 -- " + kHostile + " dlopen-storm " + kPlugin + " 1.5 3", 5},
+      {"longjmp", "-e cpu-time@1000 -e real-time@1000 -- " + kHostile + " longjmp 1", 1},
+      {"small-stack", "-e cpu-time@1000 -e real-time@1000 -- " + kHostile + " small-stack 0.5", 2},
+      {"exec-chain", "-e real-time@20000 -- " + kHostile + " exec-chain 30", 1},
+      {"churn", "-e cpu-time@1000 -- " + kHostile + " threads 2000 20000", 2001},
+  };
+  for (const auto& c : cases) {
+    const fs::path dir = base / c.name;
+    const int rc = run("timeout -k 2 120 " + kCspRun + " --idleness -o " + dir.string() + " " + c.command + " > /dev/null");
+    ASSERT_EQ(rc, 0) << c.name << (rc == 124 || rc == 137 ? ": hung" : "");
+    const auto profiles = readAll(dir);
+    EXPECT_EQ(profiles.size(), c.profiles) << c.name;
+    for (const auto& p : profiles) {
+      EXPECT_EQ(p.stats.samples, recorded(p) + p.stats.droppedSamples) << c.name;
+      EXPECT_EQ(setting(p, "idleness"), "on") << c.name;
+    }
+  }
+  const fs::path mpi = base / "mpi";
+  const int rc = run("timeout -k 5 120 " + kMpirun + " -np 4 " + kCspRun + " --idleness -e real-time@1000 -o " +
+                     mpi.string() + " -- " + kBin + "/tests/apps/csp-app-mpi-split 5 1 > /dev/null");
+  ASSERT_EQ(rc, 0) << (rc == 124 || rc == 137 ? "hung" : "");
+  std::set<std::uint64_t> ranks;
+  for (const auto& p : readAll(mpi)) ranks.insert(idOf(p, IdKind::Rank));
+  EXPECT_EQ(ranks.size(), 4u);
 }

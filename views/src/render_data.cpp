@@ -105,7 +105,7 @@ void renderCsv(const ViewTree& tree, std::ostream& out) {
     out << "," << csvField(c.title());
     if (hasPercent(c.statistic)) out << "," << csvField(c.title() + ":percent");
   }
-  out << ",instances,imbalanced,truncated\n";
+  out << ",instances,imbalanced,truncated" << (tree.hasNotes ? ",note" : "") << "\n";
   for (const auto& n : tree.nodes) {
     out << n.viewId << "," << parentId(tree, n) << "," << n.depth << "," << toString(n.kind) << "," << csvField(n.name)
         << "," << csvField(n.file) << "," << n.line << "," << csvField(n.module);
@@ -114,7 +114,9 @@ void renderCsv(const ViewTree& tree, std::ostream& out) {
       if (hasPercent(tree.columns[c].statistic)) out << "," << csvNumber(tree.percent(n, c));
     }
     out << "," << (n.instances.empty() ? 0 : n.instances[0]) << "," << (n.imbalanceOnly ? 1 : 0) << ","
-        << (n.truncated ? 1 : 0) << "\n";
+        << (n.truncated ? 1 : 0);
+    if (tree.hasNotes) out << "," << csvField(n.note);
+    out << "\n";
   }
 }
 
@@ -163,6 +165,7 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
     node["within_sampling_error"] = std::move(noise);  // imbalance columns that sampling alone could explain
     node["imbalanced"] = n.imbalanceOnly;
     node["truncated"] = n.truncated;
+    if (tree.hasNotes) node["note"] = n.note.empty() ? Json(nullptr) : Json(n.note);
     nodes.push_back(std::move(node));
   }
   j["nodes"] = std::move(nodes);

@@ -125,6 +125,7 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     const auto where = location(tree, n);
     if (!where.empty()) line += "  " + style(where, "36");
     if (n.imbalanceOnly) line += "  " + style(fmt::format("[one thread {:.1f}%]", n.maxThreadPercent), "35");
+    if (!n.note.empty()) line += "  " + style("[" + n.note + "]", "32");
     if (n.truncated) line += style(" ...", "2");
     if (n.kind != NodeKind::Root) line += "  " + style(fmt::format("#{}", n.viewId), "2");
     out << line << "\n";

@@ -107,6 +107,19 @@ const std::vector<std::string>& diffMetricNames();
 // loss beside, and the contexts present in one run only. Plain text, no colour.
 std::string formatDiffReport(const ScalingDiff& diff, std::size_t top);
 
+// Waiting versus compute (docs/diff.md, "Waiting and compute"): for runs measured with csp-run
+// --idleness, the whole-program totals of the thread-state metrics in both runs and their excess
+// under the diff's scaling mode and process counts. Empty when either run lacks `work`.
+struct StateExcess {
+  std::string metric;  // work, idleness, sync-wait, lock-wait, lock-blame, mpi-wait (those in both runs)
+  bool waiting = false;  // a wait metric (sync-wait, lock-wait, mpi-wait)
+  double sumP = 0, sumQ = 0, excess = 0;  // ns; excess as in ScopeDiff (weak: per process)
+};
+std::vector<StateExcess> stateExcess(const storage::Database& runP, const storage::Database& runQ,
+                                     const ScalingDiff& diff);
+// The report's section for them ("" when `states` is empty).
+std::string formatStateExcess(const std::vector<StateExcess>& states, const ScalingDiff& diff);
+
 // "main > solve.c:12 > MPI_Allreduce" style label of a union node, for reports and tests.
 std::string contextLabel(const ScalingDiff& diff, storage::NodeId node);
 

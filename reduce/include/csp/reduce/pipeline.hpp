@@ -45,6 +45,9 @@ struct PipelineOptions {
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
   std::vector<std::string> derive;
   ThreadClassOptions threadClasses;
+  // Rules that classify samples of `work` as parallel overhead (overhead.hpp): empty means the
+  // defaults; {"none"} means no rule.
+  std::vector<std::string> overheadRules;
 };
 
 // Progress of the stages; called on rank 0 only.

@@ -127,6 +127,7 @@ struct TreeNode {
   bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
   double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
   bool truncated = false;                // has children that are not shown
+  std::string note;                      // interpretEffort: the Fig. 5.1 reading of this context
 };
 
 struct ViewTree {
@@ -141,6 +142,7 @@ struct ViewTree {
   PruneSummary pruned;
   std::uint64_t profiles = 0;            // N
   ThreadSelection threads;               // which threads N counts
+  bool hasNotes = false;                 // nodes carry notes (interpretEffort): renderers show them
   // Share of the root for column c of node n, NaN where no percentage makes sense.
   double percent(const TreeNode& node, std::size_t column) const;
 };
@@ -148,6 +150,21 @@ struct ViewTree {
 // Builds, finalizes, prunes and sorts a view. Throws ViewError for a request that cannot be
 // served and storage::DatabaseError for a damaged database.
 ViewTree buildView(const storage::Database& db, const ViewRequest& request);
+// Thesis Fig. 5.1 per shown node, from its inclusive sums of the idleness-accounting metrics
+// (csp-run --idleness; docs/views.md, "Effort, idleness and overhead"): idleness is high when it
+// is at least `highIdlenessPercent` of the context's effort (work + idleness), overhead when it
+// is at least `highOverheadPercent` of its work. Notes: "effectively parallel" (low, low),
+// "coarsen granularity" (low idleness, high overhead), "refine granularity" (high, low),
+// "change the parallelization" (high, high); none where the context has no effort, and none on
+// call sites and statements (they repeat their callee or scope). The tree must
+// have columns of `work` and `idleness` in the inclusive scope (any statistic: the sums behind
+// them are used); an `overhead` column is optional (absent: no overhead). Throws ViewError
+// otherwise.
+void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent);
+// The note interpretEffort gives a context with these inclusive sums.
+std::string effortNote(double work, double idleness, double overhead, double highIdlenessPercent,
+                       double highOverheadPercent);
+
 // The region metrics of a database (id = position): from its metadata, or for format 1.0
 // databases, which did not describe them, the table csp-prof-mpi wrote then.
 std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db);

@@ -1,0 +1,272 @@
+// Wrapped waits (docs/measurement.md, "Threads: work, idleness and waiting"): pthread mutexes,
+// spin locks, condition variables, barriers and joins, and the blocking MPI calls. Each wrapper
+// forwards to the real function found with dlsym at run time; with idleness accounting off (the
+// default) that is all it does.
+//
+// Mutex and spin lock acquisition try the lock first: an uncontended acquisition costs one
+// trylock (the same atomic operation as a lock) and no clock reading. Only a thread that finds
+// the lock taken is timed, counted idle and registered as a waiter (idleness.cpp). A release
+// checks one global counter of waiting threads (and a thread-local count) before it looks for
+// blame to collect.
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+
+#include "runtime.hpp"
+
+#define CSP_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace csp::measure {
+namespace {
+
+// The next definition of `name` (the C library's, or the MPI library's PMPI entry), resolved on
+// first use: wrappers can be called by other libraries' constructors before ours has run.
+// `version` pins a symbol version where the C library keeps an old one for binary compatibility
+// (pthread_cond_* of glibc 2.2.5), which an unversioned dlsym could return.
+template <class Fn>
+Fn nextFunction(std::atomic<Fn>& slot, const char* name, const char* version = nullptr) {
+  Fn f = slot.load(std::memory_order_relaxed);
+  if (f != nullptr) return f;
+  void* p = version != nullptr ? dlvsym(RTLD_NEXT, name, version) : nullptr;
+  if (p == nullptr) p = dlsym(RTLD_NEXT, name);
+  f = reinterpret_cast<Fn>(p);
+  slot.store(f, std::memory_order_relaxed);
+  return f;
+}
+
+#define CSP_REAL(fnType, name, ...)                        \
+  [] {                                                     \
+    static constinit std::atomic<fnType> slot{nullptr};    \
+    return nextFunction(slot, name __VA_OPT__(, ) __VA_ARGS__); \
+  }()
+
+using MutexFn = int (*)(pthread_mutex_t*);
+using MutexTimedFn = int (*)(pthread_mutex_t*, const timespec*);
+using MutexClockFn = int (*)(pthread_mutex_t*, clockid_t, const timespec*);
+using SpinFn = int (*)(pthread_spinlock_t*);
+using CondWaitFn = int (*)(pthread_cond_t*, pthread_mutex_t*);
+using CondTimedFn = int (*)(pthread_cond_t*, pthread_mutex_t*, const timespec*);
+using CondClockFn = int (*)(pthread_cond_t*, pthread_mutex_t*, clockid_t, const timespec*);
+using BarrierFn = int (*)(pthread_barrier_t*);
+using JoinFn = int (*)(pthread_t, void**);
+using TimedJoinFn = int (*)(pthread_t, void**, const timespec*);
+using ClockJoinFn = int (*)(pthread_t, void**, clockid_t, const timespec*);
+
+// The calling thread when idleness accounting applies to it, else nullptr.
+inline ThreadState* accountedThread() {
+  ThreadState* t = tlsThread;
+  return t != nullptr && t->counted ? t : nullptr;
+}
+
+// The lock's address as the key of its blame entry (spin locks are volatile ints).
+inline const void* keyOf(const volatile void* lock) { return const_cast<const void*>(lock); }
+
+// A blocking call that makes the thread idle for its duration, charged to `metric`.
+template <class Call>
+int idleCall(ThreadState& t, int metric, Call&& call) {
+  // A wait inside MPI's own start-up or shutdown (a condition variable waiting for the PMIx
+  // server, a join of a progress thread) is time in MPI.
+  if (t.mpiDepth > 0) metric = kMpiWait;
+  beginWait(t);
+  const int rc = call();
+  const int savedErrno = errno;
+  endWait(t, metric);
+  errno = savedErrno;
+  return rc;
+}
+
+// Acquisition with a trylock first; `lockCall` is the real blocking acquisition.
+template <class Lock, class TryFn, class Call>
+int acquire(Lock* lock, TryFn tryLock, Call&& lockCall) {
+  ThreadState* t = accountedThread();
+  if (t == nullptr || !lockAccountingOn()) return lockCall();
+  const int rc = tryLock(lock);
+  if (rc != EBUSY) return rc;  // taken (0), or an error (or EOWNERDEAD) the blocking call would give too
+  using Target = std::remove_reference_t<Call>;
+  return waitForLock(*t, keyOf(lock), [](void* c) { return (*static_cast<Target*>(c))(); }, &lockCall);
+}
+
+// Release with blame collection when some thread may have waited for this lock.
+template <class Lock, class Fn>
+int release(Lock* lock, Fn unlock) {
+  ThreadState* t = tlsThread;
+  if (t == nullptr || !lockMayCarryBlame(*t)) return unlock(lock);
+  const std::uint64_t blame = takeBlame(*t, keyOf(lock));
+  const int rc = unlock(lock);
+  chargeBlame(*t, blame);
+  return rc;
+}
+
+// A condition wait releases the mutex inside the C library (no unlock call we could see): the
+// blame of the hold ends there, and the wait itself is idle.
+template <class Call>
+int conditionWait(pthread_mutex_t* mutex, Call&& call) {
+  ThreadState* t = accountedThread();
+  if (t == nullptr) return call();
+  const std::uint64_t blame = lockMayCarryBlame(*t) ? takeBlame(*t, mutex) : 0;
+  const int rc = idleCall(*t, kSyncWait, call);
+  chargeBlame(*t, blame);
+  return rc;
+}
+
+template <class Call>
+int syncWait(Call&& call) {
+  ThreadState* t = accountedThread();
+  if (t == nullptr) return call();
+  return idleCall(*t, kSyncWait, call);
+}
+
+}  // namespace
+}  // namespace csp::measure
+
+using namespace csp::measure;
+
+CSP_EXPORT int pthread_mutex_lock(pthread_mutex_t* m) {
+  const auto lock = CSP_REAL(MutexFn, "pthread_mutex_lock");
+  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m); });
+}
+
+CSP_EXPORT int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abstime) {
+  const auto lock = CSP_REAL(MutexTimedFn, "pthread_mutex_timedlock");
+  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, abstime); });
+}
+
+CSP_EXPORT int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t clock, const timespec* abstime) {
+  const auto lock = CSP_REAL(MutexClockFn, "pthread_mutex_clocklock");
+  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, clock, abstime); });
+}
+
+CSP_EXPORT int pthread_mutex_unlock(pthread_mutex_t* m) { return release(m, CSP_REAL(MutexFn, "pthread_mutex_unlock")); }
+
+CSP_EXPORT int pthread_spin_lock(pthread_spinlock_t* s) {
+  const auto lock = CSP_REAL(SpinFn, "pthread_spin_lock");
+  return acquire(s, CSP_REAL(SpinFn, "pthread_spin_trylock"), [&] { return lock(s); });
+}
+
+CSP_EXPORT int pthread_spin_unlock(pthread_spinlock_t* s) { return release(s, CSP_REAL(SpinFn, "pthread_spin_unlock")); }
+
+CSP_EXPORT int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {
+  const auto wait = CSP_REAL(CondWaitFn, "pthread_cond_wait", "GLIBC_2.3.2");
+  return conditionWait(m, [&] { return wait(c, m); });
+}
+
+CSP_EXPORT int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const timespec* abstime) {
+  const auto wait = CSP_REAL(CondTimedFn, "pthread_cond_timedwait", "GLIBC_2.3.2");
+  return conditionWait(m, [&] { return wait(c, m, abstime); });
+}
+
+CSP_EXPORT int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abstime) {
+  const auto wait = CSP_REAL(CondClockFn, "pthread_cond_clockwait");
+  return conditionWait(m, [&] { return wait(c, m, clock, abstime); });
+}
+
+CSP_EXPORT int pthread_barrier_wait(pthread_barrier_t* b) {
+  const auto wait = CSP_REAL(BarrierFn, "pthread_barrier_wait");
+  return syncWait([&] { return wait(b); });
+}
+
+CSP_EXPORT int pthread_join(pthread_t thread, void** result) {
+  const auto join = CSP_REAL(JoinFn, "pthread_join");
+  return syncWait([&] { return join(thread, result); });
+}
+
+CSP_EXPORT int pthread_timedjoin_np(pthread_t thread, void** result, const timespec* abstime) {
+  const auto join = CSP_REAL(TimedJoinFn, "pthread_timedjoin_np");
+  return syncWait([&] { return join(thread, result, abstime); });
+}
+
+CSP_EXPORT int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t clock, const timespec* abstime) {
+  const auto join = CSP_REAL(ClockJoinFn, "pthread_clockjoin_np");
+  return syncWait([&] { return join(thread, result, clock, abstime); });
+}
+
+// ---- MPI ------------------------------------------------------------------------------------
+// Blocking MPI calls make the calling thread idle; their time is `mpi-wait` at the call's
+// context. Handles (communicators, datatypes, operations, requests) are passed through
+// untouched as pointer-sized arguments, which covers both Open MPI (pointers) and MPICH (ints)
+// on x86-64, where either travels in a full register or stack slot. The call goes on to the next
+// definition of the same function (another PMPI tool preloaded after csp, else the MPI library's
+// own), or to the PMPI entry if there is none; it is looked up at the first call, so programs
+// without MPI never need an MPI library.
+
+namespace {
+
+[[noreturn]] void mpiMissing(const char* name) {
+  std::fprintf(stderr, "csp: error: %s called but P%s is not available\n", name, name);
+  std::abort();
+}
+
+template <class Call>
+int mpiWait(Call&& call) {
+  ThreadState* t = accountedThread();
+  if (t == nullptr) return call();
+  return idleCall(*t, kMpiWait, call);
+}
+
+}  // namespace
+
+using H = void*;  // an MPI handle, pointer-sized
+
+#define CSP_MPI_WAIT(NAME, PARAMS, ARGS)                                   \
+  CSP_EXPORT int NAME PARAMS {                                             \
+    using Fn = int(*) PARAMS;                                              \
+    static constinit std::atomic<Fn> slot{nullptr};                        \
+    Fn real = slot.load(std::memory_order_relaxed);                        \
+    if (real == nullptr) {                                                 \
+      void* p = dlsym(RTLD_NEXT, #NAME);                                   \
+      if (p == nullptr) p = dlsym(RTLD_NEXT, "P" #NAME);                   \
+      /* RTLD_NEXT misses an MPI loaded before us in the search order */   \
+      if (p == nullptr) p = dlsym(RTLD_DEFAULT, "P" #NAME);                \
+      if (p == nullptr) mpiMissing(#NAME);                                 \
+      real = reinterpret_cast<Fn>(p);                                      \
+      slot.store(real, std::memory_order_relaxed);                         \
+    }                                                                      \
+    return mpiWait([&] { return real ARGS; });                             \
+  }
+
+CSP_MPI_WAIT(MPI_Wait, (H request, H status), (request, status))
+CSP_MPI_WAIT(MPI_Waitall, (int count, H requests, H statuses), (count, requests, statuses))
+CSP_MPI_WAIT(MPI_Waitany, (int count, H requests, int* index, H status), (count, requests, index, status))
+CSP_MPI_WAIT(MPI_Waitsome, (int count, H requests, int* outcount, int* indices, H statuses),
+             (count, requests, outcount, indices, statuses))
+CSP_MPI_WAIT(MPI_Recv, (H buf, int count, H type, int source, int tag, H comm, H status),
+             (buf, count, type, source, tag, comm, status))
+CSP_MPI_WAIT(MPI_Send, (const void* buf, int count, H type, int dest, int tag, H comm),
+             (buf, count, type, dest, tag, comm))
+CSP_MPI_WAIT(MPI_Ssend, (const void* buf, int count, H type, int dest, int tag, H comm),
+             (buf, count, type, dest, tag, comm))
+CSP_MPI_WAIT(MPI_Sendrecv,
+             (const void* sbuf, int scount, H stype, int dest, int stag, H rbuf, int rcount, H rtype, int source,
+              int rtag, H comm, H status),
+             (sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, source, rtag, comm, status))
+CSP_MPI_WAIT(MPI_Probe, (int source, int tag, H comm, H status), (source, tag, comm, status))
+CSP_MPI_WAIT(MPI_Barrier, (H comm), (comm))
+CSP_MPI_WAIT(MPI_Bcast, (H buf, int count, H type, int root, H comm), (buf, count, type, root, comm))
+CSP_MPI_WAIT(MPI_Reduce, (const void* sbuf, H rbuf, int count, H type, H op, int root, H comm),
+             (sbuf, rbuf, count, type, op, root, comm))
+CSP_MPI_WAIT(MPI_Allreduce, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
+             (sbuf, rbuf, count, type, op, comm))
+CSP_MPI_WAIT(MPI_Gather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
+             (sbuf, scount, stype, rbuf, rcount, rtype, root, comm))
+CSP_MPI_WAIT(MPI_Scatter, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
+             (sbuf, scount, stype, rbuf, rcount, rtype, root, comm))
+CSP_MPI_WAIT(MPI_Allgather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
+             (sbuf, scount, stype, rbuf, rcount, rtype, comm))
+CSP_MPI_WAIT(MPI_Allgatherv,
+             (const void* sbuf, int scount, H stype, H rbuf, const int* rcounts, const int* displs, H rtype, H comm),
+             (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm))
+CSP_MPI_WAIT(MPI_Alltoall, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
+             (sbuf, scount, stype, rbuf, rcount, rtype, comm))
+CSP_MPI_WAIT(MPI_Alltoallv,
+             (const void* sbuf, const int* scounts, const int* sdispls, H stype, H rbuf, const int* rcounts,
+              const int* rdispls, H rtype, H comm),
+             (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm))
+CSP_MPI_WAIT(MPI_Reduce_scatter, (const void* sbuf, H rbuf, const int* rcounts, H type, H op, H comm),
+             (sbuf, rbuf, rcounts, type, op, comm))
+CSP_MPI_WAIT(MPI_Scan, (const void* sbuf, H rbuf, int count, H type, H op, H comm), (sbuf, rbuf, count, type, op, comm))

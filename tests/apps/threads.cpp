@@ -1,0 +1,222 @@
+// Threaded test program for idleness accounting (csp-run --idleness; docs/measurement.md).
+//
+//   csp-app-threads blame HOLD_MS
+//     One thread takes a mutex in hold_lock() and keeps it while three others wait for it: it
+//     first waits until all three are asleep in pthread_mutex_lock (read from /proc), then
+//     computes for HOLD_MS of wall-clock time. Each waiter takes the lock in wait_for_lock() and
+//     releases it at once. The holder's critical section should get about 3x its own time as
+//     lock-blame; the waiters get lock-wait. Prints the time the lock was held: "held NS ns".
+//   csp-app-threads spin-blame HOLD_MS
+//     The same with a pthread spin lock: the waiters spin in pthread_spin_lock.
+//   csp-app-threads barrier UNIT_MS ROUNDS
+//     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
+//     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
+//     barrier, as measured by the program itself: "barrier thread I: NS ns".
+//   csp-app-threads heavy THREADS ITERATIONS
+//     Lock-heavy: every thread takes one shared mutex ITERATIONS times for a short critical
+//     section, with some computation outside it (the overhead benchmark). Prints its CPU time.
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::uint64_t nowNs(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+volatile double g_sink = 0;
+
+// Computes until `clock` has advanced by `ns`.
+__attribute__((noinline)) void burn(clockid_t clock, std::uint64_t ns) {
+  double x = g_sink;
+  const std::uint64_t end = nowNs(clock) + ns;
+  while (nowNs(clock) < end)
+    for (int i = 0; i < 2000; ++i) x = x * 1.0000001 + 1e-9;
+  g_sink = x;
+}
+
+// ---- blame ----------------------------------------------------------------------------------
+
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<bool> g_held{false};
+std::atomic<int> g_waiterTid[3];
+std::atomic<int> g_announced{0};
+std::atomic<int> g_released{0};
+std::uint64_t g_holdNs = 0;
+
+// True when the thread sleeps (state S) in a futex wait.
+bool asleep(int tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return false;
+  if (text[close + 2] != 'S') return false;
+  std::ifstream wchan("/proc/self/task/" + std::to_string(tid) + "/wchan");
+  std::string w;
+  wchan >> w;
+  return w.empty() || w.find("futex") != std::string::npos || w == "0";
+}
+
+std::uint64_t g_heldNs = 0;  // from the acquisition to the release, as the program measures it
+bool g_spin = false;         // spin-blame: a pthread spin lock instead of the mutex
+pthread_spinlock_t g_spinLock;
+
+void takeLock() {
+  if (g_spin)
+    pthread_spin_lock(&g_spinLock);
+  else
+    pthread_mutex_lock(&g_lock);
+}
+
+void releaseLock() {
+  if (g_spin)
+    pthread_spin_unlock(&g_spinLock);
+  else
+    pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((noinline)) void hold_lock() {
+  takeLock();
+  const std::uint64_t acquired = nowNs(CLOCK_MONOTONIC);
+  g_held.store(true);
+  // The three waiters announce themselves and then wait in pthread_mutex_lock; the hold starts
+  // for real once all of them are asleep (several consecutive readings, since sampling signals
+  // wake them briefly). Spinning waiters cannot be seen waiting: 20 ms more after they announced.
+  while (g_announced.load() < 3) sched_yield();
+  if (g_spin) burn(CLOCK_MONOTONIC, 20'000'000);
+  for (int stable = 0; !g_spin && stable < 5;) {
+    bool all = true;
+    for (auto& tid : g_waiterTid) all = all && asleep(tid.load());
+    stable = all ? stable + 1 : 0;
+    burn(CLOCK_MONOTONIC, 200'000);
+  }
+  burn(CLOCK_MONOTONIC, g_holdNs);
+  g_heldNs = nowNs(CLOCK_MONOTONIC) - acquired;
+  releaseLock();
+  // Not a tail call: the release's context is this function (a release that ends a function is
+  // compiled as a jump, and its blame would go to the caller).
+  g_released.fetch_add(1);
+}
+
+__attribute__((noinline)) void wait_for_lock() {
+  takeLock();
+  releaseLock();
+  g_released.fetch_add(1);
+}
+
+void* holder(void*) {
+  hold_lock();
+  return nullptr;
+}
+
+void* waiter(void* arg) {
+  const auto i = reinterpret_cast<std::intptr_t>(arg);
+  while (!g_held.load()) sched_yield();
+  g_waiterTid[i].store(static_cast<int>(syscall(SYS_gettid)));
+  g_announced.fetch_add(1);
+  wait_for_lock();
+  return nullptr;
+}
+
+int blame(std::uint64_t holdMs, bool spin) {
+  g_holdNs = holdMs * 1'000'000u;
+  g_spin = spin;
+  pthread_spin_init(&g_spinLock, PTHREAD_PROCESS_PRIVATE);
+  pthread_t h, w[3];
+  pthread_create(&h, nullptr, holder, nullptr);
+  for (std::intptr_t i = 0; i < 3; ++i) pthread_create(&w[i], nullptr, waiter, reinterpret_cast<void*>(i));
+  pthread_join(h, nullptr);
+  for (auto& t : w) pthread_join(t, nullptr);
+  std::printf("blame: held %llu ns\n", static_cast<unsigned long long>(g_heldNs));
+  return 0;
+}
+
+// ---- barrier --------------------------------------------------------------------------------
+
+pthread_barrier_t g_barrier;
+std::uint64_t g_unitNs = 0;
+int g_rounds = 0;
+std::uint64_t g_barrierNs[4];
+
+__attribute__((noinline)) void work_share(int i) { burn(CLOCK_THREAD_CPUTIME_ID, g_unitNs * static_cast<std::uint64_t>(i + 1)); }
+
+void* barrierWorker(void* arg) {
+  const int i = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  for (int r = 0; r < g_rounds; ++r) {
+    work_share(i);
+    const std::uint64_t start = nowNs(CLOCK_MONOTONIC);
+    pthread_barrier_wait(&g_barrier);
+    g_barrierNs[i] += nowNs(CLOCK_MONOTONIC) - start;
+  }
+  return nullptr;
+}
+
+int barrier(std::uint64_t unitMs, int rounds) {
+  g_unitNs = unitMs * 1'000'000u;
+  g_rounds = rounds;
+  pthread_barrier_init(&g_barrier, nullptr, 4);
+  pthread_t t[4];
+  for (std::intptr_t i = 0; i < 4; ++i) pthread_create(&t[i], nullptr, barrierWorker, reinterpret_cast<void*>(i));
+  for (auto& x : t) pthread_join(x, nullptr);
+  for (int i = 0; i < 4; ++i) std::printf("barrier thread %d: %llu ns\n", i, static_cast<unsigned long long>(g_barrierNs[i]));
+  return 0;
+}
+
+// ---- heavy ----------------------------------------------------------------------------------
+
+long g_iterations = 0;
+std::uint64_t g_counter = 0;
+
+__attribute__((noinline)) void outside_work() {
+  double x = g_sink;
+  for (int i = 0; i < 200; ++i) x = x * 1.0000001 + 1e-9;
+  g_sink = x;
+}
+
+void* heavyWorker(void*) {
+  for (long k = 0; k < g_iterations; ++k) {
+    pthread_mutex_lock(&g_lock);
+    ++g_counter;
+    pthread_mutex_unlock(&g_lock);
+    outside_work();
+  }
+  return nullptr;
+}
+
+int heavy(int threads, long iterations) {
+  g_iterations = iterations;
+  std::vector<pthread_t> t(static_cast<std::size_t>(threads));
+  const std::uint64_t cpu0 = nowNs(CLOCK_PROCESS_CPUTIME_ID);
+  for (auto& x : t) pthread_create(&x, nullptr, heavyWorker, nullptr);
+  for (auto& x : t) pthread_join(x, nullptr);
+  std::printf("heavy: %llu acquisitions, %.3f s CPU\n", static_cast<unsigned long long>(g_counter),
+              static_cast<double>(nowNs(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / 1e9);
+  return g_counter == static_cast<std::uint64_t>(threads) * static_cast<std::uint64_t>(iterations) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "blame" || mode == "spin-blame")
+    return blame(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 400, mode == "spin-blame");
+  if (mode == "barrier")
+    return barrier(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50, argc > 3 ? std::atoi(argv[3]) : 2);
+  if (mode == "heavy") return heavy(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atol(argv[3]) : 1'000'000);
+  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | barrier UNIT_MS ROUNDS | heavy THREADS "
+                       "ITERATIONS\n");
+  return 2;
+}

@@ -1,0 +1,308 @@
+// Idleness accounting end to end (csp-run --idleness, csp-prof-mpi, csp-views; docs/measurement.md
+// "Threads: work, idleness and waiting"): the test programs of tests/apps/threads.cpp and
+// tests/apps/omp_imbalance.cpp, with what the thesis (§5.2.1, §5.2.2, §6.4) says they must show.
+// Nothing here depends on timing: costs are CPU or wall-clock spans the programs measure
+// themselves, and tolerances allow for sampling error with the number of samples taken.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/test_support.hpp"
+#include "csp/metrics/encoding.hpp"
+#include "csp/storage/database.hpp"
+#include "csp/storage/profile_io.hpp"
+
+namespace fs = std::filesystem;
+using namespace csp;
+using csp::test::run;
+using csp::test::TempDir;
+using csp::test::tool;
+
+namespace {
+
+const std::string kApps = std::string(CSP_BINARY_DIR) + "/tests/apps/";
+
+// A measured and post-processed run.
+struct Run {
+  std::string output;  // the program's output
+  std::unique_ptr<storage::Database> db;
+  fs::path meas, dbDir;
+};
+
+Run measure(const TempDir& dir, const std::string& options, const std::string& program,
+            const std::string& proMpiOptions = "") {
+  Run r;
+  r.meas = dir / "meas";
+  r.dbDir = dir / "db";
+  const auto m = run(tool("csp-run") + " --idleness " + options + " -o " + r.meas.string() + " -- " + program);
+  EXPECT_EQ(m.status, 0) << m.output;
+  r.output = m.output;
+  const auto p = run(tool("csp-prof-mpi") + " -q " + proMpiOptions + " " + r.meas.string() + " -o " + r.dbDir.string());
+  EXPECT_EQ(p.status, 0) << p.output;
+  if (p.status == 0) r.db = storage::Database::open(r.dbDir);
+  return r;
+}
+
+std::optional<storage::MetricId> metricId(const storage::Database& db, const std::string& name) {
+  const auto& ms = db.metrics();
+  for (storage::MetricId m = 0; m < ms.size(); ++m)
+    if (ms[m].descriptor.name == name) return m;
+  return std::nullopt;
+}
+
+double sumOf(const storage::Database& db, storage::NodeId node, storage::MetricId metric, storage::MetricScope scope) {
+  for (const auto& a : db.summaries(node))
+    if (a.metric == metric && a.scope == scope) return static_cast<double>(metrics::decodeIntAccumulator(a.bytes).sum());
+  return 0;
+}
+
+// Inclusive sum of `metric` (ns) over every procedure frame whose name contains `part` (the
+// programs' procedures of interest have distinct names and do not nest in themselves).
+double inclusive(const storage::Database& db, const std::string& part, const std::string& metric) {
+  const auto m = metricId(db, metric);
+  if (!m) return 0;
+  const auto& s = db.metadata().strings;
+  double total = 0;
+  for (storage::NodeId id = 1; id < db.metadata().nodeCount; ++id) {
+    const auto n = *db.node(id);
+    if (n.kind == ScopeKind::ProcFrame && s[n.name].find(part) != std::string::npos)
+      total += sumOf(db, id, *m, storage::MetricScope::Inclusive);
+  }
+  return total;
+}
+
+double total(const storage::Database& db, const std::string& metric) {
+  const auto m = metricId(db, metric);
+  return m ? sumOf(db, 0, *m, storage::MetricScope::Inclusive) : 0;
+}
+
+// Per profile: the thread index and the thread's total of `metric` (the root's inclusive value).
+std::map<std::uint64_t, double> perThread(const storage::Database& db, const std::string& metric) {
+  std::map<std::uint64_t, double> out;
+  const auto m = metricId(db, metric);
+  const auto& profiles = db.metadata().profiles;
+  for (storage::ProfileId p = 0; p < profiles.size(); ++p) {
+    std::uint64_t thread = ~0ull;
+    for (const auto& e : profiles[p])
+      if (e.kind == IdKind::Thread) thread = e.value;
+    out[thread] = 0;
+    if (!m) continue;
+    for (const auto& v : db.nodeValues(0, *m, storage::MetricScope::Inclusive))
+      if (v.profile == p) out[thread] = static_cast<double>(v.value);
+  }
+  return out;
+}
+
+std::string settingOf(const fs::path& meas, const std::string& key) {
+  for (const auto& path : storage::listProfiles(meas)) {
+    const auto p = storage::readProfile(path);
+    for (const auto& s : p.identity.settings)
+      if (s.key == key) return s.value;
+  }
+  return "";
+}
+
+constexpr double kMs = 1e6;
+
+}  // namespace
+
+// Thesis §6.4: one thread holds a mutex for a long critical section while three others wait for
+// it. Its critical section is blamed for the waiting: about 3x its own time, at the context of
+// its release; the waiters keep their own waiting as lock-wait. Real-time sampling: the holder's
+// own time is then wall-clock time, like the waiting it is blamed for, whatever the load.
+TEST(Idleness, LockHolderIsBlamedForThreeWaiters) {
+  TempDir dir("idle-blame");
+  const auto r = measure(dir, "-e real-time@1ms", kApps + "csp-app-threads blame 400");
+  ASSERT_TRUE(r.db);
+  const auto& db = *r.db;
+  std::smatch held;
+  ASSERT_TRUE(std::regex_search(r.output, held, std::regex(R"(held (\d+) ns)"))) << r.output;
+  const double holdNs = std::stod(held[1]);  // the critical section's own time, as the program measured it
+  const double holderWork = inclusive(db, "hold_lock", "work");
+  const double blame = inclusive(db, "hold_lock", "lock-blame");
+  const double waited = inclusive(db, "wait_for_lock", "lock-wait");
+  std::printf("holder's critical section: held %.1f ms (work %.1f ms sampled), lock-blame %.1f ms (%.2fx); "
+              "waiters' lock-wait %.1f ms\n",
+              holdNs / kMs, holderWork / kMs, blame / kMs, blame / holdNs, waited / kMs);
+  ASSERT_GE(holdNs, 400 * kMs);
+  EXPECT_GE(blame / holdNs, 2.3);
+  EXPECT_LE(blame / holdNs, 3.7);
+  ASSERT_GE(holderWork, 100 * kMs) << "samples of 1 ms in the critical section";
+  // Directed blame: the lock's blame lands on the holder, not spread over the program.
+  EXPECT_GE(blame, 0.9 * total(db, "lock-blame"));
+  // The victims' view: the three waiters waited about as long as the holder is blamed for.
+  EXPECT_NEAR(waited / blame, 1.0, 0.2);
+  EXPECT_GE(waited, 0.95 * total(db, "lock-wait"));
+  // Thesis §5.2.1 alongside: the holder worked while the other four threads (the main thread
+  // joins) were idle, so its critical section also carries about 4x its time as idleness.
+  const double idleness = inclusive(db, "hold_lock", "idleness");
+  EXPECT_GE(idleness / holderWork, 3.0);
+  EXPECT_LE(idleness / holderWork, 4.05);
+
+  // The same through csp-views: lock-blame is an ordinary metric.
+  const auto v = run(tool("csp-views") + " --format json -m lock-blame,work --scope I -t 0 " + r.dbDir.string());
+  ASSERT_EQ(v.status, 0) << v.output;
+  const auto j = nlohmann::json::parse(v.output);
+  double shown = -1;
+  for (const auto& n : j["nodes"])
+    if (n["name"].get<std::string>().find("hold_lock") != std::string::npos) shown = n["values"]["lock-blame:sum:I"].get<double>();
+  EXPECT_DOUBLE_EQ(shown, blame);
+}
+
+// The same with a pthread spin lock: the waiters spin (and take CPU-time samples, which are
+// not work: they are idle), and the holder is blamed for their spinning.
+TEST(Idleness, SpinLockHolderIsBlamed) {
+  TempDir dir("idle-spin");
+  const auto r = measure(dir, "-e real-time@1ms", kApps + "csp-app-threads spin-blame 300");
+  ASSERT_TRUE(r.db);
+  const auto& db = *r.db;
+  std::smatch held;
+  ASSERT_TRUE(std::regex_search(r.output, held, std::regex(R"(held (\d+) ns)"))) << r.output;
+  const double holdNs = std::stod(held[1]);
+  const double blame = inclusive(db, "hold_lock", "lock-blame");
+  const double waited = inclusive(db, "wait_for_lock", "lock-wait");
+  std::printf("spin lock held %.1f ms: lock-blame %.1f ms (%.2fx), waiters' lock-wait %.1f ms, waiters' work %.1f ms\n",
+              holdNs / kMs, blame / kMs, blame / holdNs, waited / kMs, inclusive(db, "wait_for_lock", "work") / kMs);
+  EXPECT_GE(blame / holdNs, 2.3);
+  EXPECT_LE(blame / holdNs, 3.7);
+  EXPECT_NEAR(waited / blame, 1.0, 0.2);
+  // Spinning is idleness, not work: the waiters' samples in pthread_spin_lock are not charged.
+  EXPECT_LE(inclusive(db, "wait_for_lock", "work"), 0.05 * waited);
+}
+
+// A barrier where four threads arrive with unequal work ((i+1) units of CPU time each): the
+// early threads' waiting at the barrier is what the program measures itself around
+// pthread_barrier_wait (the difference of the work spans), charged as sync-wait at the
+// barrier call; the last thread's work carries the idleness of the others (§5.2.1).
+TEST(Idleness, BarrierImbalance) {
+  TempDir dir("idle-barrier");
+  const auto r = measure(dir, "-e cpu-time@1ms", kApps + "csp-app-threads barrier 40 3");
+  ASSERT_TRUE(r.db);
+  const auto& db = *r.db;
+  std::map<std::uint64_t, double> programSays;  // thread index (main = 0) -> ns in the barrier
+  const std::regex line(R"(barrier thread (\d): (\d+) ns)");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it)
+    programSays[std::stoull((*it)[1]) + 1] = std::stod((*it)[2]);
+  ASSERT_EQ(programSays.size(), 4u) << r.output;
+  const auto syncWait = perThread(db, "sync-wait");
+  const double period = 1 * kMs;
+  for (const auto& [thread, ns] : programSays) {
+    std::printf("thread %llu: barrier %.1f ms by the program, sync-wait %.1f ms by csp\n",
+                static_cast<unsigned long long>(thread), ns / kMs, syncWait.at(thread) / kMs);
+    // A thread's waits shorter than a period in total have no context of their own (docs).
+    EXPECT_NEAR(syncWait.at(thread), ns, 0.05 * ns + 2 * period) << "thread " << thread;
+  }
+  EXPECT_GT(programSays.at(1), programSays.at(4)) << "the lightest thread waits longest";
+  // The waiting is at the barrier: in barrierWorker (the call of pthread_barrier_wait), not in
+  // the work.
+  EXPECT_NEAR(inclusive(db, "barrierWorker", "sync-wait"),
+              total(db, "sync-wait") - syncWait.at(0), 1 * period);
+  EXPECT_EQ(inclusive(db, "work_share", "sync-wait"), 0.0);
+  // Idleness goes to the work done while others wait: relative to its work, the heaviest thread
+  // (working alone at the end) carries far more than the lightest one.
+  const auto work = perThread(db, "work"), idleness = perThread(db, "idleness");
+  for (std::uint64_t t = 1; t <= 4; ++t) ASSERT_GT(work.at(t), 20 * period) << "thread " << t;
+  const double light = idleness.at(1) / work.at(1), heavy = idleness.at(4) / work.at(4);
+  std::printf("idleness per work: lightest thread %.2f, heaviest %.2f\n", light, heavy);
+  EXPECT_GT(heavy, 2 * light);
+}
+
+// OpenMP through OMPT (LLVM's libomp): a loop whose iteration 0 is long. While it runs the other
+// three threads wait at the loop's barrier (I = 3, W = 1), so long_iteration gets 3x its work as
+// idleness; serial_part between the loops runs while the three workers idle in the pool, and
+// gets the same ratio. Thread states come from OMPT, not from the pthread wrappers.
+TEST(Idleness, OpenMPLongIterationIsBlamed) {
+  const std::string app = CSP_OMP_APP;
+  if (app.empty()) GTEST_SKIP() << "no clang++ -fopenmp with libomp in this build (tests/apps/CMakeLists.txt)";
+  TempDir dir("idle-omp");
+  setenv("OMP_NUM_THREADS", "4", 1);
+  const auto r = measure(dir, "-e cpu-time@1ms", app + " 300 5 100 2");
+  unsetenv("OMP_NUM_THREADS");
+  ASSERT_TRUE(r.db);
+  const auto& db = *r.db;
+  EXPECT_EQ(settingOf(r.meas, "openmp-tool").rfind("ompt (", 0), 0u) << settingOf(r.meas, "openmp-tool");
+  for (const char* proc : {"long_iteration", "serial_part"}) {
+    const double work = inclusive(db, proc, "work"), idleness = inclusive(db, proc, "idleness");
+    std::printf("%s: work %.1f ms, idleness %.1f ms (%.2fx)\n", proc, work / kMs, idleness / kMs, idleness / work);
+    ASSERT_GE(work, 150 * kMs) << proc;
+    EXPECT_GE(idleness / work, 2.5) << proc;
+    EXPECT_LE(idleness / work, 3.05) << proc;
+  }
+  // Nearly all idleness is blamed on those two contexts; the short iterations get little.
+  const double blamed = inclusive(db, "long_iteration", "idleness") + inclusive(db, "serial_part", "idleness");
+  EXPECT_GE(blamed, 0.85 * total(db, "idleness"));
+  EXPECT_LE(inclusive(db, "short_iteration", "idleness"), 0.1 * total(db, "idleness"));
+  // The workers' waits at the loop's barrier are sync-wait, in the runtime's code.
+  EXPECT_GT(total(db, "sync-wait"), 100 * kMs);
+  EXPECT_EQ(inclusive(db, "long_iteration", "sync-wait"), 0.0);
+  // Effort = work + idleness, per context and in total.
+  EXPECT_EQ(total(db, "effort"), total(db, "work") + total(db, "idleness"));
+
+  // Fig. 5.1 in csp-views: high idleness, low overhead at the long iteration: refine granularity.
+  const auto v = run(tool("csp-views") + " --effort --format json -t 0 " + r.dbDir.string());
+  ASSERT_EQ(v.status, 0) << v.output;
+  const auto j = nlohmann::json::parse(v.output);
+  std::string note;
+  for (const auto& n : j["nodes"])
+    if (n["name"] == "long_iteration") note = n["note"].is_null() ? "" : n["note"].get<std::string>();
+  EXPECT_EQ(note, "refine granularity");
+}
+
+// GCC's libgomp has no OMPT: the program runs as before, its threads are plain threads for csp
+// (no OpenMP tool), and the waiting workers' spinning in libgomp is work that the default
+// overhead rules classify as parallel overhead.
+TEST(Idleness, GnuOpenMPWithoutOmpt) {
+  const std::string app = kApps + "csp-app-omp-gnu";
+  if (!fs::exists(app)) GTEST_SKIP() << "no OpenMP support in the C++ compiler of this build";
+  TempDir dir("idle-gomp");
+  // Spinning waits: libgomp spins only while it has no more threads than CPUs, so two threads.
+  setenv("OMP_NUM_THREADS", "2", 1);
+  setenv("OMP_WAIT_POLICY", "active", 1);
+  setenv("GOMP_SPINCOUNT", "infinite", 1);
+  const auto r = measure(dir, "-e cpu-time@1ms", app + " 150 5 20 2");
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("GOMP_SPINCOUNT");
+  ASSERT_TRUE(r.db);
+  EXPECT_EQ(settingOf(r.meas, "openmp-tool"), "none");
+  const auto& db = *r.db;
+  EXPECT_GT(total(db, "work"), 0.0);
+  EXPECT_GT(total(db, "overhead"), 10 * kMs) << "workers spinning in libgomp";
+  EXPECT_EQ(inclusive(db, "long_iteration", "overhead"), 0.0);
+
+  // --overhead-rule replaces the rules: with none, no overhead; with one naming the program's
+  // burn(), exactly the work of burn() (it calls nothing).
+  const auto none = run(tool("csp-prof-mpi") + " -q --overhead-rule none " + r.meas.string() + " -o " + (dir / "db-none").string());
+  ASSERT_EQ(none.status, 0) << none.output;
+  EXPECT_EQ(total(*storage::Database::open(dir / "db-none"), "overhead"), 0.0);
+  const auto mine = run(tool("csp-prof-mpi") + " -q --overhead-rule 'csp-app-omp-gnu:*burn*' " +
+                        r.meas.string() + " -o " + (dir / "db-mine").string());
+  ASSERT_EQ(mine.status, 0) << mine.output;
+  const auto dbMine = storage::Database::open(dir / "db-mine");
+  EXPECT_GT(total(*dbMine, "overhead"), 100 * kMs);
+  EXPECT_EQ(total(*dbMine, "overhead"), inclusive(*dbMine, "burn", "work"));
+  const auto bad = run(tool("csp-prof-mpi") + " -q --overhead-rule ':x' " + r.meas.string() + " -o " + (dir / "db-bad").string());
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("MODULE_GLOB"), std::string::npos) << bad.output;
+}
+
+// Without --idleness nothing changes: no state metrics, no OpenMP tool.
+TEST(Idleness, OffByDefault) {
+  TempDir dir("idle-off");
+  const fs::path meas = dir / "meas";
+  const auto m = run(tool("csp-run") + " -o " + meas.string() + " -- " + kApps + "csp-app-threads blame 20");
+  ASSERT_EQ(m.status, 0) << m.output;
+  std::set<std::string> names;
+  for (const auto& path : storage::listProfiles(meas))
+    for (const auto& d : storage::readProfile(path).metrics) names.insert(d.name);
+  EXPECT_EQ(names, (std::set<std::string>{"cpu-time"}));
+  EXPECT_EQ(settingOf(meas, "idleness"), "");
+}
