@@ -139,6 +139,7 @@ struct LoopScope {
   std::uint32_t file = 0;         // index into files()
   std::uint32_t line = 0;
   bool irreducible = false;
+  bool operator==(const LoopScope&) const = default;
 };
 
 struct AddressRange {
