@@ -102,7 +102,9 @@ TEST(Attribution, BuildIdMismatchIsNotTrusted) {
 TEST(Attribution, ReplacePathFindsMovedBinaries) {
   StringTable strings;
   const std::string dir = kBinary.substr(0, kBinary.rfind('/'));
-  Attributor attributor(strings, {{{"/moved/away", dir}}});
+  AttributionOptions options;
+  options.replacePaths = {{"/moved/away", dir}};
+  Attributor attributor(strings, options);
   const LoadModule module{"/moved/away/csp_attr_sample", {}, 0, 0, 0};
   const auto [begin, end] = symbolRange("sample::accumulate(int)");
   auto chain = attributor.attribute(module, begin, true);

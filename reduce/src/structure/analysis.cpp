@@ -236,6 +236,32 @@ class InlineMap {
   std::unordered_map<Dwarf_Off, Unit> units_;
 };
 
+// A truncated file (a copy cut short, a build still being written) reads as far as it goes;
+// what it lacks must not be taken for the absence of code.
+void checkComplete(Elf* elf, const GElf_Ehdr& ehdr) {
+  std::size_t size = 0;
+  if (elf_rawfile(elf, &size) == nullptr) return;
+  std::uint64_t need = 0;
+  std::string what;
+  auto want = [&](std::uint64_t end, const char* part) {
+    if (end > need) {
+      need = end;
+      what = part;
+    }
+  };
+  if (ehdr.e_phnum > 0) want(ehdr.e_phoff + std::uint64_t{ehdr.e_phnum} * ehdr.e_phentsize, "program headers");
+  if (ehdr.e_shnum > 0) want(ehdr.e_shoff + std::uint64_t{ehdr.e_shnum} * ehdr.e_shentsize, "section headers");
+  if (need <= size) {
+    std::size_t phnum = 0;
+    elf_getphdrnum(elf, &phnum);
+    for (std::size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) want(ph.p_offset + ph.p_filesz, "segments");
+    }
+  }
+  if (need > size) throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
+}
+
 }  // namespace
 
 ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
@@ -246,6 +272,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   if (gelf_getehdr(elf, &ehdr) == nullptr) throw AnalysisError(fmt::format("no ELF header: {}", elf_errmsg(-1)));
   if (ehdr.e_machine != EM_X86_64)
     throw AnalysisError(fmt::format("machine code of ELF machine {} (loops are recovered from x86-64 code only)", ehdr.e_machine));
+  checkComplete(elf, ehdr);
 
   // Allocated sections with contents: the code, and the data that jump tables are read from.
   std::vector<Section> sections;
@@ -263,6 +290,19 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       throw AnalysisError(fmt::format("cannot read section {}: {}", name ? name : "?", elf_errmsg(-1)));
     }
     sections.push_back({sh.sh_addr, sh.sh_size, static_cast<const std::uint8_t*>(data->d_buf), executable});
+  }
+  if (std::none_of(sections.begin(), sections.end(), [](const Section& x) { return x.executable; })) {
+    // No section headers (sstrip) or none of code: the loadable segments instead.
+    sections.clear();
+    std::size_t phnum = 0;
+    elf_getphdrnum(elf, &phnum);
+    for (std::size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+      Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
+      if (data == nullptr || data->d_buf == nullptr) throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
+      sections.push_back({ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0});
+    }
   }
   std::sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   std::vector<Section> code;
