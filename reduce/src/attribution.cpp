@@ -343,13 +343,14 @@ struct Attributor::Impl {
       std::lock_guard lock(m.mutex);
       const auto id = identityOf(m);
       std::string problem;
+      structure::StructureCache::Lock held;  // until the entry is written
       if (structureCache.enabled()) {
         auto cached = structureCache.load(id, problem);
         if (!problem.empty()) warn(problem);
         if (!cached) {
           // Another process of the job (or another job) may be analysing this module: wait for
           // its entry rather than analysing it once more.
-          auto held = structureCache.lock(id, 120.0, [&] {
+          held = structureCache.lock(id, 120.0, [&] {
             std::string ignored;
             cached = structureCache.load(id, ignored);
             return cached.has_value();

@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <regex>
@@ -346,6 +347,30 @@ TEST_F(StructureCacheRun, SecondRunHitsTheCacheAndGivesTheSameDatabase) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("structure:"), std::string::npos) << r.output;
   EXPECT_FALSE(hasLoopsOf(dir / "db4", "tests/apps/loops.cpp"));
+}
+
+TEST_F(StructureCacheRun, ConcurrentProcessesAnalyseEachModuleOnce) {
+  // Three csp-prof-mpi at once on an empty cache (as the ranks of a job on one host): each module
+  // is analysed by one of them, the others wait for its entry; the databases are the same.
+  std::vector<std::future<csp::test::RunResult>> runs;
+  for (int i = 0; i < 3; ++i)
+    runs.push_back(std::async(std::launch::async, [this, i] { return prof("db" + std::to_string(i)); }));
+  int analysed = 0, modules = -1;
+  for (auto& f : runs) {
+    const auto r = f.get();
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto line = structureLine(r.output);
+    EXPECT_EQ(line.analysed + line.cached, line.modules) << r.output;
+    analysed += line.analysed;
+    modules = line.modules;
+    EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(analysed, modules);
+  EXPECT_EQ(entries(cache).size(), static_cast<std::size_t>(modules));
+  for (const auto& e : fs::directory_iterator(cache)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  const auto first = csp::test::dumpDatabase(dir / "db0");
+  EXPECT_TRUE(first == csp::test::dumpDatabase(dir / "db1"));
+  EXPECT_TRUE(first == csp::test::dumpDatabase(dir / "db2"));
 }
 
 TEST_F(StructureCacheRun, DamagedOrTruncatedEntriesAreRebuilt) {
