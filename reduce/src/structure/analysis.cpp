@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "../elf_support.hpp"
@@ -26,6 +28,7 @@ struct Section {
   std::uint64_t address = 0, size = 0;
   const std::uint8_t* data = nullptr;
   bool executable = false;
+  bool plt = false;  // .plt, .plt.sec, .plt.got: stubs that jump through the GOT
 };
 
 // A loop of one function's graph, before DWARF gives it a line.
@@ -40,7 +43,6 @@ struct RawLoop {
 struct ChunkResult {
   std::vector<RawLoop> loops;
   std::vector<AddressRange> innermost;  // loop = index into loops
-  std::vector<std::uint64_t> callTargets;
   std::uint32_t unresolvedJumps = 0;
 };
 
@@ -50,9 +52,9 @@ void addRange(std::vector<Range>& ranges, std::uint64_t start, std::uint64_t end
 }
 
 // The loops of one function's (pruned) graph, with what DWARF needs to name them.
-ChunkResult loopsOf(const FunctionCode& code) {
+template <typename Redecode>
+ChunkResult loopsOf(const FunctionCode& code, Redecode&& redecode) {
   ChunkResult out;
-  out.unresolvedJumps = code.unresolvedJumps;
   const auto forest = findLoops(code.graph);
   out.loops.resize(forest.loops.size());
   for (std::size_t i = 0; i < forest.loops.size(); ++i) {
@@ -65,7 +67,7 @@ ChunkResult loopsOf(const FunctionCode& code) {
     // Candidates for the loop's line: the header block's instructions and the branches back to
     // the header (the loop's continuation tests: the thesis' "bbranch" heuristic).
     const auto& header = code.blocks[l.header];
-    for (std::uint32_t k = 0; k < header.count; ++k) raw.candidates.push_back(code.instructions[header.first + k].address);
+    for (const auto& i : redecode(header.start, header.end)) raw.candidates.push_back(i.address);
     for (auto b : l.blocks) {
       const auto& succ = code.graph.successors[b];
       if (std::find(succ.begin(), succ.end(), l.header) != succ.end()) raw.candidates.push_back(code.last(b).address);
@@ -289,7 +291,9 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
       throw AnalysisError(fmt::format("cannot read section {}: {}", name ? name : "?", elf_errmsg(-1)));
     }
-    sections.push_back({sh.sh_addr, sh.sh_size, static_cast<const std::uint8_t*>(data->d_buf), executable});
+    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+    const bool plt = name != nullptr && std::string_view(name).starts_with(".plt");
+    sections.push_back({sh.sh_addr, sh.sh_size, static_cast<const std::uint8_t*>(data->d_buf), executable, plt});
   }
   if (std::none_of(sections.begin(), sections.end(), [](const Section& x) { return x.executable; })) {
     // No section headers (sstrip) or none of code: the loadable segments instead.
@@ -301,7 +305,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
       Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
       if (data == nullptr || data->d_buf == nullptr) throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
-      sections.push_back({ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0});
+      sections.push_back({ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
     }
   }
   std::sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
@@ -326,6 +330,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   // Function starts known without decoding: symbols (also those of a separate debug file),
   // .eh_frame FDEs, the entry point, and the start of each code section.
   std::vector<std::uint64_t> starts;
+  std::unordered_map<std::uint64_t, std::string> symbolAt;  // function start -> a symbol's name
   const int symbols = dwfl_module_getsymtab(mod);
   for (int i = 1; i < symbols; ++i) {
     GElf_Sym sym;
@@ -335,8 +340,10 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     Dwarf_Addr symBias = 0;
     const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &symElf, &symBias);
     const int type = GELF_ST_TYPE(sym.st_info);
-    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF) continue;
-    if (inCode(addr - bias)) starts.push_back(addr - bias);
+    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || !inCode(addr - bias))
+      continue;
+    starts.push_back(addr - bias);
+    symbolAt.emplace(addr - bias, name);
   }
   for (auto s : readFdeStarts(elf))
     if (inCode(s)) starts.push_back(s);
@@ -345,7 +352,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
 
-  // Chunks between consecutive starts, analysed in parallel.
+  // Chunks between consecutive starts: the functions.
   struct Chunk {
     const Section* section;
     std::uint64_t begin, end;
@@ -359,104 +366,169 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       chunks.push_back({&s, *it, end});
     }
   }
-  // Decode every function in parallel.
-  std::vector<FunctionCode> codes(chunks.size());
+  std::unordered_map<std::uint64_t, std::uint32_t> chunkAt;
+  for (std::uint32_t i = 0; i < chunks.size(); ++i) chunkAt.emplace(chunks[i].begin, i);
+
   tbb::enumerable_thread_specific<std::unique_ptr<Decoder>> decoders;
   auto decoder = [&]() -> Decoder& {
     auto& d = decoders.local();
     if (!d) d = std::make_unique<Decoder>();
     return *d;
   };
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 16), [&](const tbb::blocked_range<std::size_t>& r) {
-    auto& d = decoder();
-    for (std::size_t i = r.begin(); i != r.end(); ++i) {
-      const auto& c = chunks[i];
-      codes[i] = d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, image);
-    }
-  });
 
-  // Calls that never return: to a function of a known name (through the PLT or the GOT, or a
-  // symbol of this module), or to a function of this module from which no path returns (found
-  // by iterating to a fixpoint: exit -> __run_exit_handlers -> _exit).
+  // What calls through the PLT and the GOT call: PLT stubs jump through a GOT slot that a
+  // relocation binds to a symbol.
   const auto slots = slotNames(elf);
-  std::unordered_map<std::uint64_t, std::string> symbolAt;  // function start -> a symbol's name
-  for (int i = 1; i < symbols; ++i) {
-    GElf_Sym sym;
-    GElf_Addr addr = 0;
-    GElf_Word shndx = 0;
-    Elf* symElf = nullptr;
-    Dwarf_Addr symBias = 0;
-    const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &symElf, &symBias);
-    const int type = GELF_ST_TYPE(sym.st_info);
-    if (name != nullptr && (type == STT_FUNC || type == STT_GNU_IFUNC) && sym.st_shndx != SHN_UNDEF)
-      symbolAt.emplace(addr - bias, name);
-  }
-  // A call target's name when it is a PLT stub: jmp *SLOT(%rip) as its first or second instruction.
   std::unordered_map<std::uint64_t, std::string> stubNames;
-  {
-    std::vector<std::uint64_t> targets;
-    for (const auto& c : codes) targets.insert(targets.end(), c.callTargets.begin(), c.callTargets.end());
-    for (const auto& c : codes)
-      for (const auto& i : c.instructions)
-        if (i.flow == Flow::Jump && (i.target < c.blocks.front().start || i.target >= c.blocks.back().end)) targets.push_back(i.target);
-    std::sort(targets.begin(), targets.end());
-    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-    auto& d = decoder();
-    for (auto t : targets) {
-      std::uint8_t bytes[16];
-      const auto lo = image(t, 8), hi = image(t + 8, 8);
-      if (!lo || !hi || !inCode(t)) continue;
-      std::memcpy(bytes, &*lo, 8);
-      std::memcpy(bytes + 8, &*hi, 8);
-      const auto stub = d.decode(bytes, t);
-      for (std::size_t k = 0; k < stub.instructions.size() && k < 2; ++k) {
-        const auto& i = stub.instructions[k];
-        if (i.flow == Flow::IndirectJump && i.slot != 0) {
-          if (auto it = slots.find(i.slot); it != slots.end()) stubNames.emplace(t, it->second);
-          break;
-        }
-        if (i.flow != Flow::Next || i.call) break;
-      }
+  for (const auto& sec : code) {
+    if (!sec.plt) continue;
+    const auto stubs = decoder().decode({sec.data, sec.size}, sec.address);
+    for (std::size_t k = 0; k < stubs.instructions.size(); ++k) {
+      const auto& i = stubs.instructions[k];
+      if (i.flow != Flow::IndirectJump || i.slot == 0) continue;
+      const auto it = slots.find(i.slot);
+      if (it == slots.end()) continue;
+      stubNames.emplace(i.address, it->second);
+      // endbr64 in front (.plt.sec): calls go to the stub's first instruction
+      if (k > 0 && stubs.instructions[k - 1].size == 4 && stubs.instructions[k - 1].flow == Flow::Next &&
+          stubs.instructions[k - 1].address + 4 == i.address)
+        stubNames.emplace(stubs.instructions[k - 1].address, it->second);
     }
   }
-  std::vector<char> noReturn(chunks.size(), 0);
-  std::unordered_map<std::uint64_t, std::size_t> chunkAt;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    chunkAt.emplace(chunks[i].begin, i);
-    if (auto it = symbolAt.find(chunks[i].begin); it != symbolAt.end() && noReturnName(it->second)) noReturn[i] = 1;
-  }
-  auto calleeNoReturn = [&](const Instruction& i) {
+
+  // Which functions never return (calls to them end the path: the code after such a call
+  // belongs to something else, and an edge into it would make false loops). A callee is named
+  // (noReturnName: through the PLT or the GOT, or a symbol of this module), or it is a function
+  // of this module without a way out: no return instruction, no jump that may leave it to a
+  // returning function, and every path ending in a call that does not return. Functions with a
+  // return instruction are taken to return (compilers drop the code after calls that they know
+  // do not return); those without one are decided by a fixpoint over the calls between them
+  // (exit -> __run_exit_handlers -> _exit).
+  enum class Returns : std::uint8_t { Yes, No, Depends };
+  std::vector<Returns> returns(chunks.size(), Returns::Yes);
+  for (std::uint32_t i = 0; i < chunks.size(); ++i)
+    if (auto it = symbolAt.find(chunks[i].begin); it != symbolAt.end() && noReturnName(it->second)) returns[i] = Returns::No;
+  // 1 = never returns, 0 = returns, -1 = a function of this module whose answer is not known yet
+  auto namedIn = [&](const std::vector<Returns>& known, const Instruction& i) -> int {
     if (i.slot != 0) {
-      auto it = slots.find(i.slot);
-      return it != slots.end() && noReturnName(it->second);
+      const auto it = slots.find(i.slot);
+      return it != slots.end() && noReturnName(it->second) ? 1 : 0;
     }
-    if (i.target == 0) return false;
-    if (auto it = stubNames.find(i.target); it != stubNames.end()) return noReturnName(it->second);
-    if (auto it = chunkAt.find(i.target); it != chunkAt.end()) return noReturn[it->second] != 0;
+    if (i.target == 0) return 0;
+    if (const auto it = stubNames.find(i.target); it != stubNames.end()) return noReturnName(it->second) ? 1 : 0;
+    if (const auto it = chunkAt.find(i.target); it != chunkAt.end())
+      return known[it->second] == Returns::No ? 1 : -1;
+    return 0;
+  };
+  const std::vector<Returns> seeded = returns;  // what the parallel decoding may read
+  auto named = [&](const Instruction& i) { return namedIn(seeded, i); };
+  // Whether a block's end may leave the function to its caller.
+  auto leaves = [&](const FunctionCode& fc, std::uint32_t b) {
+    const auto& x = fc.last(b);
+    if (x.flow == Flow::Return) return true;
+    // a tail call: to a function of this module, it leaves as that function does (fixpoint)
+    if ((x.flow == Flow::Jump || x.flow == Flow::IndirectJump) && fc.graph.successors[b].empty()) return named(x) == 0;
     return false;
   };
-  auto tailCallReturns = [&](const Instruction& i) { return !calleeNoReturn(i); };
-  for (int pass = 0; pass < 64; ++pass) {
-    bool changed = false;
-    for (std::size_t c = 0; c < codes.size(); ++c)
-      if (!noReturn[c] && !codes[c].mayReturn(calleeNoReturn, tailCallReturns)) noReturn[c] = changed = true;
-    if (!changed) break;
+
+  // Decode every function in parallel and find its loops, taking the calls to functions of this
+  // module whose return is not known yet as returning. Kept for later: the graphs of those
+  // functions, and per function the callees whose answer would change the loops found (calls
+  // inside a loop: if the callee turns out not to return, the function is analysed again).
+  std::vector<FunctionCode> codes(chunks.size());
+  std::vector<ChunkResult> results(chunks.size());
+  std::vector<std::vector<std::uint64_t>> callTargets(chunks.size()), doubtful(chunks.size());
+  auto decodeChunk = [&](Decoder& d, std::size_t i) {
+    const auto& c = chunks[i];
+    return d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, image);
+  };
+  auto findChunkLoops = [&](Decoder& d, std::size_t i, FunctionCode& fc, const std::function<bool(const Instruction&)>& noReturn) {
+    fc.dropFallthroughOfCalls(noReturn);
+    const auto& c = chunks[i];
+    const auto unresolved = fc.unresolvedJumps;
+    results[i] = loopsOf(fc, [&](std::uint64_t start, std::uint64_t end) {
+      return d.decode({c.section->data + (start - c.section->address), end - start}, start).instructions;
+    });
+    results[i].unresolvedJumps = unresolved;
+  };
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 8), [&](const tbb::blocked_range<std::size_t>& r) {
+    auto& d = decoder();
+    for (std::size_t i = r.begin(); i != r.end(); ++i) {
+      auto fc = decodeChunk(d, i);
+      callTargets[i] = std::move(fc.callTargets);
+      results[i].unresolvedJumps = fc.unresolvedJumps;
+      if (returns[i] == Returns::Yes) {
+        bool exit = false;
+        for (std::uint32_t b = 0; b < fc.blocks.size() && !exit; ++b) exit = leaves(fc, b);
+        if (!exit)
+          returns[i] = fc.mayReturn([&](const Instruction& x) { return named(x) == 1; },
+                                    [&](const Instruction& x) { return named(x) != 1; })
+                           ? Returns::Depends
+                           : Returns::No;
+      }
+      if (fc.mayHaveCycles()) {
+        findChunkLoops(d, i, fc, [&](const Instruction& x) { return named(x) == 1; });
+        const auto& ranges = results[i].innermost;
+        for (std::uint32_t b = 0; b < fc.blocks.size(); ++b) {
+          const auto& x = fc.last(b);
+          if (!x.call || named(x) != -1) continue;
+          auto it = std::upper_bound(ranges.begin(), ranges.end(), fc.blocks[b].start,
+                                     [](std::uint64_t a, const AddressRange& y) { return a < y.start; });
+          if (it != ranges.begin() && fc.blocks[b].start < std::prev(it)->end) doubtful[i].push_back(x.target);
+        }
+      }
+      if (returns[i] == Returns::Depends) {
+        fc.instructions = {};
+        codes[i] = std::move(fc);
+      }
+    }
+  });
+  auto calleeNoReturn = [&](const Instruction& i) {
+    const int n = named(i);
+    return n >= 0 ? n == 1 : returns[chunkAt.at(i.target)] == Returns::No;
+  };
+  {
+    std::vector<std::vector<std::uint32_t>> callers(chunks.size());
+    std::vector<std::uint32_t> work;
+    for (std::uint32_t c = 0; c < chunks.size(); ++c) {
+      if (returns[c] != Returns::Depends) continue;
+      work.push_back(c);
+      for (const auto& x : codes[c].exits)
+        if ((x.call || x.flow == Flow::Jump) && x.target != 0)
+          if (const auto it = chunkAt.find(x.target); it != chunkAt.end()) callers[it->second].push_back(c);
+    }
+    std::reverse(work.begin(), work.end());
+    while (!work.empty()) {
+      const auto c = work.back();
+      work.pop_back();
+      if (returns[c] != Returns::Depends) continue;
+      if (codes[c].mayReturn(calleeNoReturn, [&](const Instruction& i) { return !calleeNoReturn(i); })) continue;
+      returns[c] = Returns::No;
+      for (auto caller : callers[c])
+        if (returns[caller] == Returns::Depends) work.push_back(caller);
+    }
+    for (auto& r : returns)
+      if (r == Returns::Depends) r = Returns::Yes;
+    codes = {};
   }
 
-  // Loops of every function, in parallel, on the graphs without the edges past such calls.
-  std::vector<ChunkResult> results(chunks.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 16), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) {
-      codes[i].dropFallthroughOfCalls(calleeNoReturn);
-      results[i] = loopsOf(codes[i]);
-      results[i].callTargets = std::move(codes[i].callTargets);
-      codes[i] = FunctionCode{};
+  // Functions with a loop around a call that turned out not to return: their loops again.
+  std::vector<std::size_t> again;
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    if (std::any_of(doubtful[i].begin(), doubtful[i].end(), [&](auto t) { return returns[chunkAt.at(t)] == Returns::No; }))
+      again.push_back(i);
+  doubtful = {};
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, again.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    auto& d = decoder();
+    for (std::size_t k = r.begin(); k != r.end(); ++k) {
+      auto fc = decodeChunk(d, again[k]);
+      findChunkLoops(d, again[k], fc, calleeNoReturn);
     }
   });
 
   // Procedure bounds of stripped code also come from the direct calls into it.
-  for (const auto& r : results)
-    for (auto t : r.callTargets)
+  for (const auto& targets : callTargets)
+    for (auto t : targets)
       if (inCode(t)) starts.push_back(t);
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());

@@ -37,11 +37,14 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
   const std::uint64_t begin = address, end = address + code.size();
   // Per instruction, what jump-table recognition needs: the address a RIP-relative lea loads,
   // and whether it is a sign-extending 32-bit load with index scale 4 (movsxd r, [b + i*4]).
-  std::vector<std::uint64_t> leaTarget;
+  std::vector<std::uint64_t> leaAddress;
   std::vector<char> tableLoad;
   {
     const csh h = handle_;
     cs_insn* insn = cs_malloc(h);
+    out.instructions.reserve(code.size() / 4 + 1);
+    leaAddress.reserve(code.size() / 4 + 1);
+    tableLoad.reserve(code.size() / 4 + 1);
     const std::uint8_t* p = code.data();
     std::size_t left = code.size();
     std::uint64_t pc = address;
@@ -91,7 +94,7 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
           ins.slot = insn->address + insn->size + static_cast<std::uint64_t>(x.operands[0].mem.disp);
       }
       out.instructions.push_back(ins);
-      leaTarget.push_back(lea);
+      leaAddress.push_back(lea);
       tableLoad.push_back(load ? 1 : 0);
     }
     cs_free(insn, 1);
@@ -134,8 +137,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
         bool sawLoad = false;
         for (std::size_t back = 1; back <= kJumpTableLookback && back <= k; ++back) {
           sawLoad = sawLoad || tableLoad[k - back];
-          if (leaTarget[k - back] != 0 && sawLoad) {
-            collect(leaTarget[k - back], 4, true);
+          if (leaAddress[k - back] != 0 && sawLoad) {
+            collect(leaAddress[k - back], 4, true);
             break;
           }
           if (insns[k - back].flow != Flow::Next) break;  // only straight-line code before the jump
@@ -183,6 +186,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
   };
   std::size_t table = 0;
   out.graph.resize(out.blocks.size());
+  out.exits.reserve(out.blocks.size());
+  for (const auto& b : out.blocks) out.exits.push_back(insns[b.first + b.count - 1]);
   for (std::uint32_t b = 0; b < out.blocks.size(); ++b) {
     const auto& block = out.blocks[b];
     const std::size_t lastIndex = block.first + block.count - 1;
@@ -203,6 +208,13 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
     succ.erase(std::unique(succ.begin(), succ.end()), succ.end());
   }
   return out;
+}
+
+bool FunctionCode::mayHaveCycles() const {
+  for (std::uint32_t b = 0; b < graph.size(); ++b)
+    for (auto s : graph.successors[b])
+      if (s <= b) return true;
+  return false;
 }
 
 bool FunctionCode::mayReturn(const std::function<bool(const Instruction&)>& noReturn,

@@ -93,13 +93,17 @@ bool noReturnName(std::string_view name);
 using ImageReader = std::function<std::optional<std::uint64_t>(std::uint64_t address, unsigned bytes)>;
 
 struct FunctionCode {
-  std::vector<Instruction> instructions;
-  std::vector<BasicBlock> blocks;  // in address order; block 0 starts at the function's start
-  Graph graph;                     // over blocks
+  std::vector<Instruction> instructions;   // may be dropped once decoded: the rest stays valid
+  std::vector<BasicBlock> blocks;          // in address order; block 0 starts at the function's start
+  std::vector<Instruction> exits;          // per block: its last instruction
+  Graph graph;                             // over blocks
   std::vector<std::uint64_t> callTargets;  // direct call targets, as found
   std::uint32_t unresolvedJumps = 0;       // indirect jumps that are neither a jump table nor followed
 
-  const Instruction& last(std::uint32_t block) const { return instructions[blocks[block].first + blocks[block].count - 1]; }
+  const Instruction& last(std::uint32_t block) const { return exits[block]; }
+  // Whether some edge leads back to its own block or an earlier one: without such an edge the
+  // graph has no cycle (and no loop).
+  bool mayHaveCycles() const;
   // Whether control can reach a return (or leave through a jump that may return) from the entry
   // when calls for which `noReturn` is true do not come back.
   bool mayReturn(const std::function<bool(const Instruction&)>& noReturn,
