@@ -8,7 +8,8 @@
 // off (the baseline: opening the module and its debug information), then with an empty cache
 // (analysis and cache write), then in a new Attributor with the cache filled (cache hit). Prints
 // median (min-max) of each, the analysis time alone, the cache entry's size, the loops found and
-// the peak memory. --smoke: one run on libc, checks that the cache is hit.
+// the peak memory; CPU times beside wall-clock times (a loaded machine stretches the latter).
+// --smoke: one run on libc, checks that the cache is hit.
 #include <sys/resource.h>
 #include <tbb/global_control.h>
 #include <tbb/info.h>
@@ -29,8 +30,15 @@ using namespace csp::reduce;
 
 namespace {
 
+double cpuSeconds() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 struct Timing {
   double wall = 0;      // the attribute() call
+  double cpu = 0;       // CPU time of all threads during it (user + system)
   double analysis = 0;  // AttributionStats::analysisSeconds
   std::uint64_t analysed = 0, cached = 0, loops = 0;
 };
@@ -43,9 +51,11 @@ Timing attributeOnce(const std::string& module, bool loops, const fs::path& cach
   Attributor attributor(strings, o);
   const LoadModule m{module, {}, 0, 0, 0};
   const auto start = std::chrono::steady_clock::now();
+  const double cpu = cpuSeconds();
   (void)attributor.attribute(m, 0x1000, true);
   Timing t;
   t.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.cpu = cpuSeconds() - cpu;
   const auto s = attributor.stats();
   t.analysis = s.analysisSeconds;
   t.analysed = s.modulesAnalysed;
@@ -87,7 +97,7 @@ int main(int argc, char** argv) {
   const int cores = tbb::info::default_concurrency();
   int status = 0;
   for (const auto& module : modules) {
-    std::vector<double> baseline, cold, coldAnalysis, serial, hit;
+    std::vector<double> baseline, cold, coldAnalysis, coldCpu, serial, hit, hitCpu;
     std::uint64_t bytes = 0, loops = 0;
     for (int r = 0; r < runs; ++r) {
       fs::remove_all(work);
@@ -95,10 +105,12 @@ int main(int argc, char** argv) {
       const auto c = attributeOnce(module, true, work / "cache");
       cold.push_back(c.wall);
       coldAnalysis.push_back(c.analysis);
+      coldCpu.push_back(c.cpu);
       loops = c.loops;
       bytes = entryBytes(work / "cache");
       const auto h = attributeOnce(module, true, work / "cache");
       hit.push_back(h.wall);
+      hitCpu.push_back(h.cpu);
       if (c.analysed != 1 || h.cached != 1) {
         std::fprintf(stderr, "structure_bench: %s: expected one analysis and one cache hit, got %llu and %llu\n",
                      module.c_str(), static_cast<unsigned long long>(c.analysed), static_cast<unsigned long long>(h.cached));
@@ -112,10 +124,10 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n", module.c_str());
     std::printf("  attribution without loop recovery (baseline): %s\n", summary(baseline).c_str());
-    std::printf("  cold: analysis %s on %d threads, first attribution %s\n", summary(coldAnalysis).c_str(), cores,
-                summary(cold).c_str());
+    std::printf("  cold: analysis %s on %d threads, first attribution %s, CPU time %s\n", summary(coldAnalysis).c_str(),
+                cores, summary(cold).c_str(), summary(coldCpu).c_str());
     if (!serial.empty()) std::printf("  cold: analysis %s on 1 thread\n", summary(serial).c_str());
-    std::printf("  cache hit: first attribution %s\n", summary(hit).c_str());
+    std::printf("  cache hit: first attribution %s, CPU time %s\n", summary(hit).c_str(), summary(hitCpu).c_str());
     std::printf("  cache entry %.1f KiB, %llu loops\n", static_cast<double>(bytes) / 1024.0, static_cast<unsigned long long>(loops));
   }
   struct rusage ru {};

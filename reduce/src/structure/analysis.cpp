@@ -67,7 +67,7 @@ ChunkResult loopsOf(const FunctionCode& code, Redecode&& redecode) {
     // Candidates for the loop's line: the header block's instructions and the branches back to
     // the header (the loop's continuation tests: the thesis' "bbranch" heuristic).
     const auto& header = code.blocks[l.header];
-    for (const auto& i : redecode(header.start, header.end)) raw.candidates.push_back(i.address);
+    raw.candidates = redecode(header.start, header.end);
     for (auto b : l.blocks) {
       const auto& succ = code.graph.successors[b];
       if (std::find(succ.begin(), succ.end(), l.header) != succ.end()) raw.candidates.push_back(code.last(b).address);
@@ -447,7 +447,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     const auto& c = chunks[i];
     const auto unresolved = fc.unresolvedJumps;
     results[i] = loopsOf(fc, [&](std::uint64_t start, std::uint64_t end) {
-      return d.decode({c.section->data + (start - c.section->address), end - start}, start).instructions;
+      return d.addresses({c.section->data + (start - c.section->address), end - start}, start);
     });
     results[i].unresolvedJumps = unresolved;
   };

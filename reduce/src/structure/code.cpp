@@ -156,6 +156,7 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
 
   // Leaders: the start, branch targets inside the range, what follows a control transfer.
   std::vector<std::uint64_t> leaders{begin};
+  leaders.reserve(insns.size() / 2 + 1);
   for (std::size_t k = 0; k < insns.size(); ++k) {
     const auto& i = insns[k];
     if ((i.flow == Flow::Jump || i.flow == Flow::Branch) && isInstruction(i.target)) leaders.push_back(i.target);
@@ -207,6 +208,25 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
     std::sort(succ.begin(), succ.end());
     succ.erase(std::unique(succ.begin(), succ.end()), succ.end());
   }
+  return out;
+}
+
+std::vector<std::uint64_t> Decoder::addresses(std::span<const std::uint8_t> code, std::uint64_t address) const {
+  std::vector<std::uint64_t> out;
+  const csh h = handle_;
+  cs_insn* insn = cs_malloc(h);
+  const std::uint8_t* p = code.data();
+  std::size_t left = code.size();
+  std::uint64_t pc = address;
+  while (left > 0) {
+    out.push_back(pc);
+    if (!cs_disasm_iter(h, &p, &left, &pc, insn)) {
+      ++p;
+      --left;
+      ++pc;
+    }
+  }
+  cs_free(insn, 1);
   return out;
 }
 

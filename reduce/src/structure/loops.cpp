@@ -1,5 +1,6 @@
 // Dominators and the loop nesting forest of a control-flow graph (structure.hpp).
 #include <algorithm>
+#include <span>
 
 #include "csp/reduce/structure.hpp"
 
@@ -14,38 +15,37 @@ std::vector<std::vector<std::uint32_t>> predecessorsOf(const Graph& g) {
   return preds;
 }
 
-// Reverse postorder of the nodes that `entry` reaches (iterative depth-first search).
-std::vector<std::uint32_t> reversePostorder(const Graph& g, std::uint32_t entry) {
-  std::vector<std::uint32_t> post;
-  std::vector<char> seen(g.size(), 0);
-  std::vector<std::pair<std::uint32_t, std::size_t>> stack{{entry, 0}};
-  seen[entry] = 1;
-  while (!stack.empty()) {
-    auto& [v, next] = stack.back();
-    if (next < g.successors[v].size()) {
-      const auto w = g.successors[v][next++];
-      if (!seen[w]) {
-        seen[w] = 1;
-        stack.push_back({w, 0});
+// Immediate dominators over nodes 0..n-1 with successors `succ(v)` (a span) and predecessors
+// `preds` (Cooper, Harvey, Kennedy: iterate over the reverse postorder until nothing changes).
+template <typename Successors>
+std::vector<std::uint32_t> dominatorsOf(std::size_t n, std::uint32_t entry, Successors&& succ,
+                                        const std::vector<std::vector<std::uint32_t>>& preds) {
+  std::vector<std::uint32_t> idom(n, kNone);
+  if (entry >= n) return idom;
+  // Reverse postorder of what `entry` reaches (iterative depth-first search).
+  std::vector<std::uint32_t> rpo;
+  {
+    std::vector<char> seen(n, 0);
+    std::vector<std::pair<std::uint32_t, std::size_t>> stack{{entry, 0}};
+    seen[entry] = 1;
+    while (!stack.empty()) {
+      auto& [v, next] = stack.back();
+      const std::span<const std::uint32_t> s = succ(v);
+      if (next < s.size()) {
+        const auto w = s[next++];
+        if (!seen[w]) {
+          seen[w] = 1;
+          stack.push_back({w, 0});
+        }
+        continue;
       }
-      continue;
+      rpo.push_back(v);
+      stack.pop_back();
     }
-    post.push_back(v);
-    stack.pop_back();
+    std::reverse(rpo.begin(), rpo.end());
   }
-  std::reverse(post.begin(), post.end());
-  return post;
-}
-
-}  // namespace
-
-std::vector<std::uint32_t> dominators(const Graph& g, std::uint32_t entry) {
-  std::vector<std::uint32_t> idom(g.size(), kNone);
-  if (entry >= g.size()) return idom;
-  const auto rpo = reversePostorder(g, entry);
-  std::vector<std::uint32_t> order(g.size(), kNone);
+  std::vector<std::uint32_t> order(n, kNone);
   for (std::uint32_t i = 0; i < rpo.size(); ++i) order[rpo[i]] = i;
-  const auto preds = predecessorsOf(g);
   idom[entry] = entry;
   auto intersect = [&](std::uint32_t a, std::uint32_t b) {
     while (a != b) {
@@ -70,6 +70,13 @@ std::vector<std::uint32_t> dominators(const Graph& g, std::uint32_t entry) {
     }
   }
   return idom;
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> dominators(const Graph& g, std::uint32_t entry) {
+  return dominatorsOf(g.size(), entry, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); },
+                      predecessorsOf(g));
 }
 
 LoopForest findLoops(const Graph& g) {
@@ -213,12 +220,18 @@ LoopForest findLoops(const Graph& g) {
       loop.header = header;
       loop.parent = w.parent;
       if (idom.empty()) {
-        Graph rooted = g;
-        rooted.resize(n + 1);
-        rooted.edge(n, 0);
+        // node n: the virtual root, above the entry and the nodes nothing reaches
+        auto rootedPreds = preds;
+        rootedPreds.emplace_back();
+        rootedPreds[0].push_back(n);
         for (std::uint32_t v = 1; v < n; ++v)
-          if (preds[v].empty()) rooted.edge(n, v);
-        idom = dominators(rooted, n);
+          if (preds[v].empty()) rootedPreds[v].push_back(n);
+        std::vector<std::uint32_t> rootSuccessors{0};
+        for (std::uint32_t v = 1; v < n; ++v)
+          if (preds[v].empty()) rootSuccessors.push_back(v);
+        idom = dominatorsOf(n + 1, n, [&](std::uint32_t v) {
+          return v < n ? std::span<const std::uint32_t>(g.successors[v]) : std::span<const std::uint32_t>(rootSuccessors);
+        }, rootedPreds);
       }
       if (idom[header] != kNone) {
         loop.irreducible = !std::all_of(scc.begin(), scc.end(), [&](auto v) { return dominatedBy(v, header); });

@@ -128,6 +128,8 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
   FunctionCode decode(std::span<const std::uint8_t> code, std::uint64_t address, const ImageReader& image = {}) const;
+  // Only the addresses of the instructions (the same linear sweep).
+  std::vector<std::uint64_t> addresses(std::span<const std::uint8_t> code, std::uint64_t address) const;
 
  private:
   std::size_t handle_ = 0;
