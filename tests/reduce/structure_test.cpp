@@ -314,6 +314,32 @@ TEST(Decoder, JumpTableTargetsAreEdges) {
   EXPECT_TRUE(blind.graph.successors[0].empty());
 }
 
+TEST(Decoder, JumpTableGuardBoundsTheTable) {
+  const std::uint8_t code[] = {
+      0x83, 0xf8, 0x01,                          // 0: cmp eax, 1
+      0x77, 0x11,                                // 3: ja 16   (default)
+      0x48, 0x8d, 0x15, 0xf4, 0x00, 0x00, 0x00,  // 5: lea rdx, [rip + 0xf4]   (table at 0x100)
+      0x48, 0x63, 0x04, 0x82,                    // c: movsxd rax, [rdx + rax*4]
+      0x48, 0x01, 0xd0,                          // 10: add rax, rdx
+      0xff, 0xe0,                                // 13: jmp rax
+      0xc3,                                      // 15: ret   (case 0)
+      0xc3,                                      // 16: ret   (case 1, default)
+  };
+  // A third word after the table happens to be an offset to an instruction (the lea): read as
+  // an entry it would make a false loop. The guard says the table has two entries.
+  const std::map<std::uint64_t, std::int32_t> table{{0x100, 0x15 - 0x100}, {0x104, 0x16 - 0x100}, {0x108, 0x5 - 0x100}};
+  const ImageReader image = [&](std::uint64_t a, unsigned bytes) -> std::optional<std::uint64_t> {
+    auto it = table.find(a);
+    if (it == table.end() || bytes != 4) return std::nullopt;
+    return static_cast<std::uint32_t>(it->second);
+  };
+  Decoder d;
+  const auto c = d.decode(code, 0, image);
+  EXPECT_EQ(starts(c), (std::vector<std::uint64_t>{0x0, 0x5, 0x15, 0x16}));
+  EXPECT_EQ(c.graph.successors, (std::vector<std::vector<std::uint32_t>>{{1, 3}, {2, 3}, {}, {}}));
+  EXPECT_TRUE(findLoops(c.graph).loops.empty());
+}
+
 TEST(Decoder, CallsThatDoNotReturnHaveNoFallthrough) {
   const std::uint8_t code[] = {
       0xe8, 0xfb, 0x0f, 0x00, 0x00,  // 0: call 1000 (never returns)
@@ -337,9 +363,9 @@ TEST(Decoder, CallsThatDoNotReturnHaveNoFallthrough) {
 
 TEST(Decoder, NoReturnNames) {
   for (const char* n : {"abort", "exit@GLIBC_2.2.5", "__stack_chk_fail", "__cxa_throw", "_Unwind_Resume",
-                        "_ZSt20__throw_length_errorPKc", "__ubsan_handle_builtin_unreachable_abort"})
+                        "_ZSt20__throw_length_errorPKc", "__ubsan_handle_builtin_unreachable_abort", "__asan_report_load8"})
     EXPECT_TRUE(noReturnName(n)) << n;
-  for (const char* n : {"malloc", "exit_handler", "_ZSt4endlIcSt11char_traitsIcEERSt13basic_ostreamIT_T0_ES6_"})
+  for (const char* n : {"malloc", "exit_handler", "__asan_report_load8_noabort", "_ZSt4endlIcSt11char_traitsIcEERSt13basic_ostreamIT_T0_ES6_"})
     EXPECT_FALSE(noReturnName(n)) << n;
 }
 

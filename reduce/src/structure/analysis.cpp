@@ -15,6 +15,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "../elf_support.hpp"
 
@@ -330,7 +331,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   // Function starts known without decoding: symbols (also those of a separate debug file),
   // .eh_frame FDEs, the entry point, and the start of each code section.
   std::vector<std::uint64_t> starts;
-  std::unordered_map<std::uint64_t, std::string> symbolAt;  // function start -> a symbol's name
+  std::unordered_set<std::uint64_t> namedNoReturn;  // starts of functions with a name of noReturnName
   const int symbols = dwfl_module_getsymtab(mod);
   for (int i = 1; i < symbols; ++i) {
     GElf_Sym sym;
@@ -343,7 +344,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || !inCode(addr - bias))
       continue;
     starts.push_back(addr - bias);
-    symbolAt.emplace(addr - bias, name);
+    if (noReturnName(name)) namedNoReturn.insert(addr - bias);  // any of its aliases
   }
   for (auto s : readFdeStarts(elf))
     if (inCode(s)) starts.push_back(s);
@@ -407,7 +408,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   enum class Returns : std::uint8_t { Yes, No, Depends };
   std::vector<Returns> returns(chunks.size(), Returns::Yes);
   for (std::uint32_t i = 0; i < chunks.size(); ++i)
-    if (auto it = symbolAt.find(chunks[i].begin); it != symbolAt.end() && noReturnName(it->second)) returns[i] = Returns::No;
+    if (namedNoReturn.count(chunks[i].begin)) returns[i] = Returns::No;
   // 1 = never returns, 0 = returns, -1 = a function of this module whose answer is not known yet
   auto namedIn = [&](const std::vector<Returns>& known, const Instruction& i) -> int {
     if (i.slot != 0) {

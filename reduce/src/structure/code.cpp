@@ -39,12 +39,18 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
   // and whether it is a sign-extending 32-bit load with index scale 4 (movsxd r, [b + i*4]).
   std::vector<std::uint64_t> leaAddress;
   std::vector<char> tableLoad;
+  // The guard of a jump table: cmp r, N (its N + 1, 0 for none), ja/jae (kAbove/kAboveEqual).
+  std::vector<std::int64_t> cmpLimit;
+  std::vector<char> guard;
+  constexpr char kAbove = 1, kAboveEqual = 2;
   {
     const csh h = handle_;
     cs_insn* insn = cs_malloc(h);
     out.instructions.reserve(code.size() / 4 + 1);
     leaAddress.reserve(code.size() / 4 + 1);
     tableLoad.reserve(code.size() / 4 + 1);
+    cmpLimit.reserve(code.size() / 4 + 1);
+    guard.reserve(code.size() / 4 + 1);
     const std::uint8_t* p = code.data();
     std::size_t left = code.size();
     std::uint64_t pc = address;
@@ -52,6 +58,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
       Instruction ins;
       std::uint64_t lea = 0;
       bool load = false;
+      std::int64_t limit = 0;
+      char above = 0;
       if (!cs_disasm_iter(h, &p, &left, &pc, insn)) {
         ins.address = pc;
         ins.size = 1;
@@ -73,6 +81,7 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
         } else if (inGroup(d, CS_GRP_JUMP)) {
           ins.flow = immediate ? Flow::Branch : Flow::IndirectJump;
           if (immediate) ins.target = static_cast<std::uint64_t>(x.operands[0].imm);
+          above = insn->id == X86_INS_JA ? kAbove : insn->id == X86_INS_JAE ? kAboveEqual : 0;
         } else if (inGroup(d, CS_GRP_CALL)) {
           ins.call = true;
           if (immediate) ins.target = static_cast<std::uint64_t>(x.operands[0].imm);
@@ -86,6 +95,10 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
         } else if (insn->id == X86_INS_MOVSXD && x.op_count == 2 && x.operands[1].type == X86_OP_MEM &&
                    x.operands[1].mem.scale == 4 && x.operands[1].mem.index != X86_REG_INVALID) {
           load = true;
+        } else if (insn->id == X86_INS_CMP && x.op_count == 2 && x.operands[0].type == X86_OP_REG &&
+                   x.operands[1].type == X86_OP_IMM && x.operands[1].imm >= 0 &&
+                   x.operands[1].imm < static_cast<std::int64_t>(kMaxJumpTableEntries)) {
+          limit = x.operands[1].imm + 1;
         }
         if (ins.call && ins.target != 0) out.callTargets.push_back(ins.target);
         // call/jmp *SLOT(%rip): a pointer in the GOT (calls with -fno-plt, tail calls)
@@ -96,6 +109,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
       out.instructions.push_back(ins);
       leaAddress.push_back(lea);
       tableLoad.push_back(load ? 1 : 0);
+      cmpLimit.push_back(limit);
+      guard.push_back(above);
     }
     cs_free(insn, 1);
   }
@@ -119,14 +134,28 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
       std::uint64_t pc = insns[k].address;
       if (!cs_disasm_iter(h, &p, &left, &pc, insn) || insn->detail->x86.op_count < 1) continue;
       const cs_x86_op& op = insn->detail->x86.operands[0];
+      // The table's size: from its guard (cmp r, N; ja default: N + 1 entries; jae: N) when the
+      // code before the jump has one; then every entry must be an instruction of the function.
+      // Without a guard, entries are read while they are.
+      std::size_t entries = 0;
+      for (std::size_t back = 1; back <= 2 * kJumpTableLookback && back < k; ++back) {
+        if (guard[k - back] != 0 && cmpLimit[k - back - 1] > 0) {
+          entries = static_cast<std::size_t>(cmpLimit[k - back - 1]) - (guard[k - back] == kAboveEqual ? 1 : 0);
+          break;
+        }
+        if (insns[k - back].flow != Flow::Next && insns[k - back].flow != Flow::Branch) break;
+      }
       std::vector<std::uint64_t> targets;
       auto collect = [&](std::uint64_t table, unsigned width, bool relative) {
-        for (std::size_t e = 0; e < kMaxJumpTableEntries; ++e) {
+        for (std::size_t e = 0; e < (entries ? entries : kMaxJumpTableEntries); ++e) {
           const auto raw = image(table + e * width, width);
-          if (!raw) break;
-          std::uint64_t target = *raw;
-          if (relative) target = table + static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int32_t>(*raw)));
-          if (!isInstruction(target)) break;
+          std::uint64_t target = raw ? *raw : 0;
+          if (raw && relative)
+            target = table + static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int32_t>(*raw)));
+          if (!raw || !isInstruction(target)) {
+            if (entries) targets.clear();  // the guard says it has more entries: not a table
+            break;
+          }
           targets.push_back(target);
         }
       };
@@ -297,6 +326,7 @@ bool noReturnName(std::string_view name) {
     if (name == n) return true;
   if (name.starts_with("_ZSt") && name.find("__throw_") != std::string_view::npos) return true;  // std::__throw_*
   if (name.starts_with("__ubsan_handle_") && name.ends_with("_abort")) return true;
+  if (name.starts_with("__asan_report_") && !name.ends_with("_noabort")) return true;
   return false;
 }
 
