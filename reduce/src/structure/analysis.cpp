@@ -544,7 +544,24 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   std::vector<AddressRange> ranges;
   AnalysisStats s;
   s.functions = starts.size();
-  for (auto& r : results) {
+  Decoder sweep;
+  // The smallest line among the instructions at `addresses` that belong to the procedure or
+  // inlined subroutine at `depth` (not to code inlined deeper).
+  auto smallestLine = [&](const std::vector<std::uint64_t>& addresses, std::uint32_t depth) {
+    std::optional<std::pair<std::uint32_t, std::string>> best;
+    for (auto c : addresses) {
+      if (inlines.depthAt(c) != depth) continue;
+      Dwfl_Line* l = dwfl_module_getsrc(mod, c + bias);
+      int line = 0;
+      const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
+      if (file == nullptr || line <= 0) continue;
+      std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), file};
+      if (!best || here < *best) best = std::move(here);
+    }
+    return best;
+  };
+  for (std::size_t ci = 0; ci < results.size(); ++ci) {
+    auto& r = results[ci];
     s.unresolvedJumps += r.unresolvedJumps;
     s.rawLoops += r.loops.size();
     std::vector<std::uint32_t> kept(r.loops.size(), kNone);  // nearest kept loop at or around each raw loop
@@ -554,18 +571,26 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       kept[i] = parent;
       std::uint32_t depth = inlines.depthCovering(raw.ranges);
       if (parent != kNone) depth = std::max(depth, loops[parent].inlineDepth);
-      // The line: the smallest line among the candidates that belong to the loop's own
-      // procedure or inlined subroutine (not to code inlined into the loop).
-      std::optional<std::pair<std::uint32_t, std::string>> best;
-      for (auto c : raw.candidates) {
-        if (inlines.depthAt(c) != depth) continue;
-        Dwfl_Line* l = dwfl_module_getsrc(mod, c + bias);
-        int line = 0;
-        const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
-        if (file == nullptr || line <= 0) continue;
-        std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), file};
-        if (!best || here < *best) best = std::move(here);
-      }
+      // The line: from the header and the branches back to it; when all of these belong to
+      // code inlined into the loop (a loop-invariant test hoisted into its header, say), from
+      // the loop's own blocks, then from all of its blocks.
+      auto best = smallestLine(raw.candidates, depth);
+      const Section& sec = *chunks[ci].section;
+      auto instructionsOf = [&](bool own) {
+        std::vector<std::uint64_t> out;
+        auto add = [&](std::uint64_t a, std::uint64_t b) {
+          for (auto x : sweep.addresses({sec.data + (a - sec.address), b - a}, a)) out.push_back(x);
+        };
+        if (!own) {
+          for (const auto& [a, b] : raw.ranges) add(a, b);
+        } else {
+          for (const auto& x : r.innermost)
+            if (x.loop == i) add(x.start, x.end);
+        }
+        return out;
+      };
+      if (!best) best = smallestLine(instructionsOf(true), depth);
+      if (!best) best = smallestLine(instructionsOf(false), depth);
       if (!best) continue;
       auto [fit, fresh] = fileIds.try_emplace(best->second, static_cast<std::uint32_t>(files.size()));
       if (fresh) files.push_back(best->second);
