@@ -118,9 +118,11 @@ struct FunctionCode {
 // FunctionCode::dropFallthroughOfCalls for callees that never return). Direct jumps and branches outside the range (tail calls, other
 // parts of a split function) have no edge. Indirect jumps through a jump table of the patterns
 // that GCC and Clang emit (a table of 32-bit offsets relative to its own address loaded with a
-// RIP-relative lea, or of 64-bit absolute addresses) get an edge to each entry that is an
-// instruction of the range; other indirect jumps have no edge (a conservative choice: a loop
-// whose only way back passes through such a jump is not found). Not thread-safe per Decoder.
+// RIP-relative lea, or of 64-bit absolute addresses) get an edge to each entry; the entries are
+// as many as the table's guard says (cmp r, N; ja) and must all be instructions of the range,
+// or without a guard are read while they are. Other indirect jumps have no edge (a conservative
+// choice: a loop whose only way back passes through such a jump is not found). A Decoder is not
+// thread-safe; use one per thread.
 class Decoder {
  public:
   Decoder();
