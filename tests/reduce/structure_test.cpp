@@ -589,6 +589,31 @@ TEST_P(LoopAttribution, LoopWithEarlyExit) {
 
 INSTANTIATE_TEST_SUITE_P(OptimizationLevels, LoopAttribution, ::testing::Values("O2", "O3"));
 
+// A stripped program without unwind tables: no symbol and no FDE covers its functions, but
+// main calls them directly, so each is one procedure named after its start, not one per address.
+TEST(FunctionBounds, DirectCallTargetsGroupStrippedCodePerFunction) {
+  const std::string binary = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-loops-nounwind";
+  const auto ranges = symbolRanges(binary + ".full", "(anonymous namespace)::findFirst");
+  ASSERT_EQ(ranges.size(), 1u);
+  const auto [begin, end] = ranges[0];
+  for (const bool loops : {true, false}) {
+    StringTable strings;
+    AttributionOptions options;
+    options.loops = loops;
+    options.structureCache = "off";
+    Attributor attributor(strings, options);
+    const LoadModule module{binary, {}, 0, 0, 0};
+    std::set<std::string> names;
+    for (std::uint64_t a = begin; a < end; ++a) names.insert(strings.text(attributor.attribute(module, a, true).front().name));
+    if (loops) {
+      EXPECT_EQ(names, (std::set<std::string>{fmt::format("func@0x{:x} in csp-app-loops-nounwind", begin)}));
+      EXPECT_EQ(attributor.stats().byFunctionBounds, end - begin);
+    } else {
+      EXPECT_EQ(names.size(), end - begin);  // without the analysis: one procedure per address
+    }
+  }
+}
+
 TEST(LoopAttributionOff, NoLoopsWhenTurnedOff) {
   StringTable strings;
   Attributor attributor(strings, {{}, false, ""});
