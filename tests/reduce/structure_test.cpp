@@ -84,6 +84,15 @@ TEST(LoopForest, IrreducibleRegionIsOneLoopHeadedByItsFirstEnteredBlock) {
   EXPECT_EQ(g.loops[0].header, 2u);
 }
 
+TEST(LoopForest, PaddingThatFallsIntoALoopIsNoSecondEntry) {
+  // 0 jumps to the loop's header 2; 1 is alignment padding after that jump (nothing reaches it)
+  // and falls into 3, the body's first block, aligned as the back branch's target: 2 -> 3 -> 2.
+  const auto f = findLoops(graphOf(5, {{0, 2}, {1, 3}, {3, 2}, {2, 3}, {2, 4}}));
+  ASSERT_EQ(f.loops.size(), 1u);
+  EXPECT_EQ(f.loops[0].header, 2u);
+  EXPECT_FALSE(f.loops[0].irreducible);
+}
+
 TEST(LoopForest, CycleThatNothingReachesIsStillALoop) {
   // 2 <-> 3 reached from no block (code behind an unresolved indirect jump)
   const auto f = findLoops(graphOf(4, {{0, 1}, {2, 3}, {3, 2}}));

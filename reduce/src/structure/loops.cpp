@@ -115,10 +115,13 @@ LoopForest findLoops(const Graph& g) {
     for (std::uint32_t v = 1; v < n; ++v) dfs(v);
   }
 
-  // Dominators from a virtual root above the entry and the unreached nodes: a loop is reducible
-  // when its header dominates every block of it.
-  std::vector<std::uint32_t> idom;
-  auto dominatedBy = [&](std::uint32_t v, std::uint32_t h) {
+  // A loop is reducible when its header dominates every block of it: dominators from the
+  // function's entry for the code it reaches; for code it does not reach (behind an unresolved
+  // indirect jump), from a virtual root above the blocks that nothing reaches. (From the entry
+  // first: alignment padding after a jump is such a block, and it falls into the next loop
+  // without being a way into it.)
+  std::vector<std::uint32_t> idomEntry, idomRooted;
+  auto dominatedBy = [&](const std::vector<std::uint32_t>& idom, std::uint32_t v, std::uint32_t h) {
     for (std::uint32_t steps = 0; v != kNone && steps <= n + 1; ++steps) {
       if (v == h) return true;
       if (v == n || idom[v] == v) return false;
@@ -219,7 +222,8 @@ LoopForest findLoops(const Graph& g) {
       LoopForest::Loop loop;
       loop.header = header;
       loop.parent = w.parent;
-      if (idom.empty()) {
+      if (idomEntry.empty()) idomEntry = dominatorsOf(n, 0, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); }, preds);
+      if (idomEntry[header] == kNone && idomRooted.empty()) {
         // node n: the virtual root, above the entry and the nodes nothing reaches
         auto rootedPreds = preds;
         rootedPreds.emplace_back();
@@ -229,12 +233,13 @@ LoopForest findLoops(const Graph& g) {
         std::vector<std::uint32_t> rootSuccessors{0};
         for (std::uint32_t v = 1; v < n; ++v)
           if (preds[v].empty()) rootSuccessors.push_back(v);
-        idom = dominatorsOf(n + 1, n, [&](std::uint32_t v) {
+        idomRooted = dominatorsOf(n + 1, n, [&](std::uint32_t v) {
           return v < n ? std::span<const std::uint32_t>(g.successors[v]) : std::span<const std::uint32_t>(rootSuccessors);
         }, rootedPreds);
       }
+      const auto& idom = idomEntry[header] != kNone ? idomEntry : idomRooted;
       if (idom[header] != kNone) {
-        loop.irreducible = !std::all_of(scc.begin(), scc.end(), [&](auto v) { return dominatedBy(v, header); });
+        loop.irreducible = !std::all_of(scc.begin(), scc.end(), [&](auto v) { return dominatedBy(idom, v, header); });
       } else {
         loop.irreducible = entries.size() > 1;  // a cycle nothing reaches: count its entries
       }
