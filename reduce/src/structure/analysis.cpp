@@ -547,14 +547,16 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   Decoder sweep;
   // The smallest line among the instructions at `addresses` that belong to the procedure or
   // inlined subroutine at `depth` (not to code inlined deeper).
-  auto smallestLine = [&](const std::vector<std::uint64_t>& addresses, std::uint32_t depth) {
+  // `lines` tells whether any of them has a line at all.
+  auto smallestLine = [&](const std::vector<std::uint64_t>& addresses, std::uint32_t depth, bool* lines = nullptr) {
     std::optional<std::pair<std::uint32_t, std::string>> best;
     for (auto c : addresses) {
-      if (inlines.depthAt(c) != depth) continue;
       Dwfl_Line* l = dwfl_module_getsrc(mod, c + bias);
       int line = 0;
       const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
       if (file == nullptr || line <= 0) continue;
+      if (lines) *lines = true;
+      if (inlines.depthAt(c) != depth) continue;
       std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), file};
       if (!best || here < *best) best = std::move(here);
     }
@@ -574,7 +576,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       // The line: from the header and the branches back to it; when all of these belong to
       // code inlined into the loop (a loop-invariant test hoisted into its header, say), from
       // the loop's own blocks, then from all of its blocks.
-      auto best = smallestLine(raw.candidates, depth);
+      bool lines = false;
+      auto best = smallestLine(raw.candidates, depth, &lines);
       const Section& sec = *chunks[ci].section;
       auto instructionsOf = [&](bool own) {
         std::vector<std::uint64_t> out;
@@ -589,8 +592,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
         }
         return out;
       };
-      if (!best) best = smallestLine(instructionsOf(true), depth);
-      if (!best) best = smallestLine(instructionsOf(false), depth);
+      if (!best && lines) best = smallestLine(instructionsOf(true), depth);  // (no lines here: no DWARF for this code)
+      if (!best && lines) best = smallestLine(instructionsOf(false), depth);
       if (!best) continue;
       auto [fit, fresh] = fileIds.try_emplace(best->second, static_cast<std::uint32_t>(files.size()));
       if (fresh) files.push_back(best->second);
