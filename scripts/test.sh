@@ -12,8 +12,8 @@ bash scripts/build.sh build Release -DCSP_WERROR=ON
 echo "== unit and integration tests (Release)"
 ctest --test-dir build --output-on-failure -j 2 --timeout 900
 
-echo "== profile reader, generator, database and metrics tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-bash scripts/build.sh build-asan Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests
+echo "== profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+bash scripts/build.sh build-asan Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j 2 -L sanitize
 

@@ -64,6 +64,12 @@ int main(int argc, char** argv) {
   app.add_option("--replace-path", replace,
                  "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable")
       ->allow_extra_args(false);
+  bool noLoops = false;
+  app.add_flag("--no-loops", noLoops,
+               "no loop recovery: no binary analysis of the modules, no Loop scopes (see docs/postprocessing.md)");
+  app.add_option("--structure-cache", o.pipeline.attribution.structureCache,
+                 "DIR: where the modules' recovered structure (loops, function bounds) is cached per build-id, or "
+                 "'off'; default $CSP_STRUCTURE_CACHE, else $XDG_CACHE_HOME/csp/structure or ~/.cache/csp/structure");
   app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
@@ -121,6 +127,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
+  o.pipeline.attribution.loops = !noLoops;
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
@@ -149,10 +156,15 @@ int main(int argc, char** argv) {
       fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics, s.regions > 0 ? s.regions - 1 : 0);
       fmt::print("  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
                  s.databaseBytes / 1048576.0, s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
-      if (s.attribution.lookups)
-        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} unknown\n",
-                   s.attribution.lookups, s.attribution.withLines, s.attribution.symbolOnly, s.attribution.byUnwindInfo,
-                   s.attribution.unknown);
+      const auto& a = s.attribution;
+      if (a.lookups)
+        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} by "
+                   "function bounds, {} unknown\n",
+                   a.lookups, a.withLines, a.symbolOnly, a.byUnwindInfo, a.byFunctionBounds, a.unknown);
+      if (a.modulesAnalysed + a.modulesFromCache > 0)
+        fmt::print("  structure: {} modules, {} analysed in {:.2f} s, {} from the cache {}; {} loops\n",
+                   a.modulesAnalysed + a.modulesFromCache, a.modulesAnalysed, a.analysisSeconds, a.modulesFromCache,
+                   a.structureCache.empty() ? std::string("(none)") : a.structureCache, a.loops);
       const auto& q = s.quality;
       auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
       fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,

@@ -1,16 +1,23 @@
 #include "csp/reduce/attribution.hpp"
 
+#include "elf_support.hpp"
+#include "structure/analysis.hpp"
+#include "structure/cache.hpp"
+
 #include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <fmt/format.h>
+#include <tbb/collaborative_call_once.h>
 #include <tbb/concurrent_unordered_map.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
@@ -100,11 +107,14 @@ struct Module {
   Dwfl_Module* mod = nullptr;
   GElf_Addr bias = 0;
   std::string name;  // basename: what views show and what csp-diff matches on
+  std::string path;  // the file read (after --replace-path)
   ModuleKind kind = ModuleKind::File;
   bool usable = false;
   std::optional<GElf_Addr> entry;  // ELF e_entry of an executable (virtual address)
   bool fdeStartsRead = false;
   std::vector<GElf_Addr> fdeStarts;  // sorted start addresses (ELF virtual) of the .eh_frame FDEs
+  tbb::collaborative_once_flag structureOnce;
+  std::unique_ptr<structure::ModuleStructure> structure;  // loops and function bounds; null: none
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
   }
@@ -165,43 +175,6 @@ const Dwfl_Callbacks kCallbacks = {
     &gDebuginfoPath,
 };
 
-// The start addresses (ELF virtual addresses, sorted) of the functions that .eh_frame describes,
-// from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME), which stripping keeps. Only
-// the table encoding that GNU ld, gold and lld write (datarel sdata4) is read; other files give
-// an empty list.
-std::vector<GElf_Addr> readFdeStarts(Elf* elf) {
-  std::vector<GElf_Addr> out;
-  std::size_t phnum = 0;
-  if (elf == nullptr || elf_getphdrnum(elf, &phnum) != 0) return out;
-  for (std::size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_GNU_EH_FRAME) continue;
-    Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
-    if (data == nullptr || data->d_size < 4) return out;
-    const auto* b = static_cast<const unsigned char*>(data->d_buf);
-    const std::size_t size = data->d_size;
-    constexpr unsigned char kDatarelSdata4 = 0x3b, kUdata4 = 0x03, kSdata4 = 0x0b, kPcrelSdata4 = 0x1b;
-    if (b[0] != 1 || (b[1] != kPcrelSdata4 && b[1] != kSdata4 && b[1] != kUdata4 && b[1] != kDatarelSdata4) ||
-        (b[2] != kUdata4 && b[2] != kSdata4) || b[3] != kDatarelSdata4 || size < 12)
-      return out;
-    auto u32 = [&](std::size_t at) {
-      std::uint32_t v;
-      std::memcpy(&v, b + at, 4);
-      return v;  // .eh_frame_hdr is in the target's byte order, which is this host's for local profiles
-    };
-    const std::uint32_t count = u32(8);
-    if (count > (size - 12) / 8) return out;
-    out.reserve(count);
-    for (std::uint32_t k = 0; k < count; ++k) {
-      const auto rel = static_cast<std::int32_t>(u32(12 + 8 * std::size_t{k}));
-      out.push_back(ph.p_vaddr + static_cast<GElf_Addr>(static_cast<std::int64_t>(rel)));
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  return out;
-}
-
 // The [start, end) range (module addresses) of the unwind-information entry (FDE) covering
 // `addr`, and whether it leaves the return address undefined there (the end of a stack).
 struct UnwindRange {
@@ -245,11 +218,20 @@ struct Attributor::Impl {
   tbb::concurrent_unordered_map<CacheKey, bool, CacheKeyHash> pathStarts;
   std::mutex perfMapsMutex;
   std::map<std::filesystem::path, std::unique_ptr<PerfMap>> perfMaps;  // null: no such file
-  std::atomic<std::uint64_t> lookups{0}, withLines{0}, symbolOnly{0}, byUnwindInfo{0}, unknown{0};
+  std::atomic<std::uint64_t> lookups{0}, withLines{0}, symbolOnly{0}, byUnwindInfo{0}, byFunctionBounds{0}, unknown{0};
+  std::atomic<std::uint64_t> modulesAnalysed{0}, modulesFromCache{0}, loopsFound{0}, analysisNs{0};
+  structure::StructureCache structureCache;
   mutable std::mutex warningsMutex;
   std::vector<std::string> warnings;
 
-  Impl(StringTable& s, AttributionOptions o) : strings(s), options(std::move(o)) {}
+  Impl(StringTable& s, AttributionOptions o)
+      : strings(s), options(std::move(o)), structureCache(cacheDirectory(options)) {}
+
+  static std::filesystem::path cacheDirectory(const AttributionOptions& o) {
+    if (!o.loops || o.structureCache == "off") return {};
+    if (o.structureCache.empty()) return structure::defaultCacheDirectory();
+    return o.structureCache;
+  }
 
   void warn(std::string text) {
     std::lock_guard lock(warningsMutex);
@@ -272,6 +254,7 @@ struct Attributor::Impl {
     m.kind = kindOf(lm.path);
     if (m.kind != ModuleKind::File) return m;  // no file to read, and nothing to warn about
     const std::string path = resolvePath(lm.path);
+    m.path = path;
     m.dwfl = dwfl_begin(&kCallbacks);
     if (!m.dwfl) {
       warn(fmt::format("{}: cannot start elfutils: {}", path, dwfl_errmsg(-1)));
@@ -309,6 +292,86 @@ struct Attributor::Impl {
     }
     m.usable = true;
     return m;
+  }
+
+  // What a module's cache entry must match: its build-id, or without one its path, size and
+  // modification time; and whether its DWARF came from a separate debug file (installing a
+  // -dbg package later must not keep the loops of the analysis without lines).
+  structure::CacheIdentity identityOf(Module& m) const {
+    structure::CacheIdentity id;
+    id.module = m.path;
+    auto stamp = [](const std::string& file) {
+      struct stat st {};
+      if (::stat(file.c_str(), &st) != 0) return std::string("unreadable");
+      return fmt::format("size {} mtime {}.{:09}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    };
+    const unsigned char* bits = nullptr;
+    GElf_Addr vaddr = 0;
+    const int len = dwfl_module_build_id(m.mod, &bits, &vaddr);
+    if (len > 0) {
+      for (int i = 0; i < len; ++i) id.key += fmt::format("{:02x}", bits[i]);
+      id.check = "build-id " + id.key;
+    } else {
+      std::error_code ec;
+      const auto canonical = std::filesystem::weakly_canonical(m.path, ec);
+      id.check = fmt::format("path {} {}", ec ? m.path : canonical.string(), stamp(m.path));
+      std::uint64_t h = 0xCBF29CE484222325ULL;
+      for (unsigned char c : id.check) h = (h ^ c) * 0x100000001B3ULL;
+      id.key = fmt::format("path-{:016x}", h);
+    }
+    Dwarf_Addr dwarfBias = 0;
+    const bool dwarf = dwfl_module_getdwarf(m.mod, &dwarfBias) != nullptr;
+    const char* mainFile = nullptr;
+    const char* debugFile = nullptr;
+    dwfl_module_info(m.mod, nullptr, nullptr, nullptr, nullptr, nullptr, &mainFile, &debugFile);
+    const bool separate = dwarf && debugFile != nullptr && (mainFile == nullptr || std::strcmp(mainFile, debugFile) != 0);
+    id.check += !dwarf ? "; no DWARF" : !separate ? "; DWARF in the file" : "; DWARF in a separate file";
+    if (separate && len <= 0) id.check += fmt::format(" {} {}", debugFile, stamp(debugFile));
+    return id;
+  }
+
+  // The module's structure (loops, function bounds), from the cache or analysed now, once per
+  // module; threads that need it meanwhile help with the analysis (collaborative_call_once).
+  void ensureStructure(Module& m) {
+    if (!options.loops || !m.usable) return;
+    tbb::collaborative_call_once(m.structureOnce, [&] {
+      std::lock_guard lock(m.mutex);
+      const auto id = identityOf(m);
+      std::string problem;
+      structure::StructureCache::Lock held;  // until the entry is written
+      if (structureCache.enabled()) {
+        auto cached = structureCache.load(id, problem);
+        if (!problem.empty()) warn(problem);
+        if (!cached) {
+          // Another process of the job (or another job) may be analysing this module: wait for
+          // its entry rather than analysing it once more.
+          held = structureCache.lock(id, 120.0, [&] {
+            std::string ignored;
+            cached = structureCache.load(id, ignored);
+            return cached.has_value();
+          });
+          if (!cached && held.held()) cached = structureCache.load(id, problem);
+        }
+        if (cached) {
+          ++modulesFromCache;
+          loopsFound += cached->loops().size();
+          m.structure = std::make_unique<structure::ModuleStructure>(std::move(*cached));
+          return;
+        }
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        auto analysed = structure::analyseModule(m.mod);
+        ++modulesAnalysed;
+        loopsFound += analysed.loops().size();
+        if (structureCache.enabled() && !structureCache.store(id, analysed, problem)) warn(problem + "; the analysis is not cached");
+        m.structure = std::make_unique<structure::ModuleStructure>(std::move(analysed));
+      } catch (const std::exception& e) {
+        warn(fmt::format("{}: no loops recovered: {}", m.path, e.what()));
+      }
+      analysisNs += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    });
   }
 
   // The start (ELF virtual address) of the function whose unwind information covers `addr` (a
@@ -406,6 +469,13 @@ struct Attributor::Impl {
       } else if (m.entry && *m.entry == offset) {
         ++symbolOnly;
         chain.push_back({ScopeKind::ProcFrame, strings.intern("_start"), 0, 0, moduleId});
+      } else if (const auto bound = m.structure ? m.structure->functionStart(addr - m.bias) : std::nullopt) {
+        // No unwind information either: the function bounds of the binary analysis (symbols,
+        // unwind information and direct call targets) still group the code per function.
+        ++byFunctionBounds;
+        const std::string name =
+            m.entry && *m.entry == *bound ? std::string("_start") : fmt::format("func@0x{:x} in {}", *bound, m.name);
+        chain.push_back({ScopeKind::ProcFrame, strings.intern(name), 0, 0, moduleId});
       } else {
         ++unknown;
         chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
@@ -415,8 +485,31 @@ struct Attributor::Impl {
     const char* file = nullptr;
     if (Dwfl_Line* l = dwfl_module_getsrc(m.mod, addr)) file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr);
     if (file) ++withLines;
+    if (m.structure) insertLoops(*m.structure, addr - m.bias, chain);
     chain.push_back({last, 0, strings.intern(file ? file : ""), static_cast<std::uint32_t>(std::max(line, 0)), 0});
     return chain;
+  }
+
+  // Puts the loops around `vaddr` into a chain of ProcFrame, Alien...: each loop below the
+  // inlined scopes it lies in (its inline depth), above those inlined into it.
+  void insertLoops(const structure::ModuleStructure& s, std::uint64_t vaddr, std::vector<ScopeKey>& chain) {
+    auto loop = s.innermostLoop(vaddr);
+    if (loop == structure::kNone || chain.empty()) return;
+    std::vector<std::uint32_t> nest;
+    for (; loop != structure::kNone; loop = s.loops()[loop].parent) nest.push_back(loop);
+    std::vector<ScopeKey> out{chain.front()};
+    const std::size_t aliens = chain.size() - 1;
+    std::size_t placed = 0;
+    for (auto it = nest.rbegin(); it != nest.rend(); ++it) {
+      const auto& l = s.loops()[*it];
+      // The DWARF that attribution saw may nest fewer inlined scopes here than the analysis
+      // counted over the loop's whole body (only with damaged DWARF): never deeper than the chain.
+      const std::size_t depth = std::min<std::size_t>(l.inlineDepth, aliens);
+      while (placed < depth) out.push_back(chain[1 + placed++]);
+      out.push_back({ScopeKind::Loop, 0, strings.intern(s.files()[l.file]), l.line, 0});
+    }
+    while (placed < aliens) out.push_back(chain[1 + placed++]);
+    chain = std::move(out);
   }
 };
 
@@ -431,6 +524,7 @@ std::span<const ScopeKey> Attributor::attribute(const LoadModule& lm, std::uint6
   auto it = impl_->cache.find(key);
   if (it != impl_->cache.end()) return it->second;
   ++impl_->lookups;
+  impl_->ensureStructure(m);
   auto [inserted, fresh] = impl_->cache.emplace(key, impl_->compute(m, offset, leaf));
   return inserted->second;
 }
@@ -476,7 +570,13 @@ AttributionStats Attributor::stats() const {
   s.withLines = impl_->withLines;
   s.symbolOnly = impl_->symbolOnly;
   s.byUnwindInfo = impl_->byUnwindInfo;
+  s.byFunctionBounds = impl_->byFunctionBounds;
   s.unknown = impl_->unknown;
+  s.modulesAnalysed = impl_->modulesAnalysed;
+  s.modulesFromCache = impl_->modulesFromCache;
+  s.loops = impl_->loopsFound;
+  s.analysisSeconds = static_cast<double>(impl_->analysisNs.load()) / 1e9;
+  s.structureCache = impl_->structureCache.directory().string();
   std::lock_guard lock(impl_->warningsMutex);
   s.warnings = impl_->warnings;
   return s;

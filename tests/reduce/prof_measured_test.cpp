@@ -1,5 +1,5 @@
 // csp-prof-mpi on profiles that csp-run recorded from a real optimized MPI program (no frame
-// pointers): procedures, inlined code and lines must come out of attribution right.
+// pointers): procedures, inlined code, loops and lines must come out of attribution right.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -49,7 +49,7 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
   ASSERT_GT(heavyLine, 0u);
   std::map<std::string, std::uint64_t> inclusive;  // procedure -> summed inclusive value
   bool sawMain = false, sawHeavyAlien = false, sawLightAlien = false;
-  std::size_t kernelStatements = 0;
+  std::size_t kernelStatements = 0, kernelLoops = 0;
   for (storage::NodeId id = 1; id < db->metadata().nodeCount; ++id) {
     const auto n = *db->node(id);
     if (n.kind == ScopeKind::ProcFrame && s[n.name] == "main" && endsWith(s[n.file], "tests/apps/mpi_split.cpp")) {
@@ -73,7 +73,21 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
         EXPECT_TRUE(endsWith(s[c.file], "tests/apps/mpi_split.cpp")) << s[c.file];
         EXPECT_EQ(c.line, heavy ? heavyLine : lightLine);
         (heavy ? sawHeavyAlien : sawLightAlien) = true;
-        for (auto leaf : db->children(child)) {
+        // The kernel's statements lie in its loop (recovered from the machine code, keyed by the
+        // loop's first line), or directly in the inlined scope for code outside the loop.
+        std::vector<storage::NodeId> leaves;
+        for (auto below : db->children(child)) {
+          const auto b = *db->node(below);
+          if (b.kind != ScopeKind::Loop) {
+            leaves.push_back(below);
+            continue;
+          }
+          EXPECT_TRUE(endsWith(s[b.file], "tests/apps/kernel.hpp")) << s[b.file];
+          EXPECT_EQ(b.line, spinFirst + 1);
+          for (auto leaf : db->children(below)) leaves.push_back(leaf);
+          ++kernelLoops;
+        }
+        for (auto leaf : leaves) {
           const auto l = *db->node(leaf);
           EXPECT_EQ(l.kind, ScopeKind::Stmt);
           EXPECT_TRUE(endsWith(s[l.file], "tests/apps/kernel.hpp")) << s[l.file];
@@ -88,6 +102,7 @@ TEST(ProfMeasured, ProceduresInlinedScopesAndLinesOfAnOptimizedMpiProgram) {
   EXPECT_TRUE(sawHeavyAlien);
   EXPECT_TRUE(sawLightAlien);
   EXPECT_GT(kernelStatements, 0u);
+  EXPECT_GT(kernelLoops, 0u);
   // The program splits its work 2:1 between the two procedures.
   ASSERT_GT(inclusive["work_light"], 0u);
   const double ratio = static_cast<double>(inclusive["work_heavy"]) / static_cast<double>(inclusive["work_light"]);

@@ -1,6 +1,8 @@
 // Attribution: module-relative addresses -> chains of typed scopes (docs/design.md, "Data model") using
 // elfutils. A leaf address (where a sample landed) becomes ProcFrame, Alien..., Stmt; an interior
-// address (a return address) becomes ProcFrame, Alien..., CallSite at the call's line.
+// address (a return address) becomes ProcFrame, Alien..., CallSite at the call's line. Loops
+// recovered from the machine code (structure.hpp) lie between them, nested with the inlined
+// scopes as their address ranges nest: ProcFrame, Loop, Alien, Loop, ..., Stmt.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,12 @@ namespace csp::reduce {
 struct AttributionOptions {
   // --replace-path OLD=NEW: module paths starting with OLD are looked up under NEW.
   std::vector<std::pair<std::string, std::string>> replacePaths;
+  // Loop scopes from the binary analysis of each module (--no-loops turns it off; then no module
+  // is analysed and procedures of stripped code come from symbols and unwind information only).
+  bool loops = true;
+  // Directory of the structure cache (--structure-cache); "" = the default location
+  // (CSP_STRUCTURE_CACHE, $XDG_CACHE_HOME/csp/structure, ~/.cache/csp/structure), "off" = none.
+  std::string structureCache;
 };
 
 struct AttributionStats {
@@ -26,7 +34,14 @@ struct AttributionStats {
   std::uint64_t withLines = 0;         // got file:line from DWARF
   std::uint64_t symbolOnly = 0;        // procedure from the ELF symbol table only
   std::uint64_t byUnwindInfo = 0;      // procedure = the .eh_frame/.debug_frame range around it
+  std::uint64_t byFunctionBounds = 0;  // procedure = the recovered function bounds around it (call targets)
   std::uint64_t unknown = 0;           // kept as module+0xoffset
+  // Binary analysis (loop recovery) of the modules that attribution needed.
+  std::uint64_t modulesAnalysed = 0;   // analysed here
+  std::uint64_t modulesFromCache = 0;  // read from the structure cache
+  std::uint64_t loops = 0;             // loops of those modules (with a source line)
+  double analysisSeconds = 0;          // time spent analysing (not reading the cache)
+  std::string structureCache;          // the cache directory; empty when there is none
   std::vector<std::string> warnings;   // unreadable modules, build-id mismatches (once per module)
 };
 

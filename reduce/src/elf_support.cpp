@@ -1,0 +1,42 @@
+#include "elf_support.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace csp::reduce {
+
+std::vector<GElf_Addr> readFdeStarts(Elf* elf) {
+  std::vector<GElf_Addr> out;
+  std::size_t phnum = 0;
+  if (elf == nullptr || elf_getphdrnum(elf, &phnum) != 0) return out;
+  for (std::size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_GNU_EH_FRAME) continue;
+    Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
+    if (data == nullptr || data->d_size < 4) return out;
+    const auto* b = static_cast<const unsigned char*>(data->d_buf);
+    const std::size_t size = data->d_size;
+    constexpr unsigned char kDatarelSdata4 = 0x3b, kUdata4 = 0x03, kSdata4 = 0x0b, kPcrelSdata4 = 0x1b;
+    if (b[0] != 1 || (b[1] != kPcrelSdata4 && b[1] != kSdata4 && b[1] != kUdata4 && b[1] != kDatarelSdata4) ||
+        (b[2] != kUdata4 && b[2] != kSdata4) || b[3] != kDatarelSdata4 || size < 12)
+      return out;
+    auto u32 = [&](std::size_t at) {
+      std::uint32_t v;
+      std::memcpy(&v, b + at, 4);
+      return v;  // .eh_frame_hdr is in the target's byte order, which is this host's for local profiles
+    };
+    const std::uint32_t count = u32(8);
+    if (count > (size - 12) / 8) return out;
+    out.reserve(count);
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const auto rel = static_cast<std::int32_t>(u32(12 + 8 * std::size_t{k}));
+      out.push_back(ph.p_vaddr + static_cast<GElf_Addr>(static_cast<std::int64_t>(rel)));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  return out;
+}
+
+}  // namespace csp::reduce
