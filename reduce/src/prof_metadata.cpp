@@ -128,8 +128,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   const std::size_t rawCount = pipeline.rawMetricCount();
   for (std::size_t m = 0; m < pipeline.metrics().size(); ++m)
     meta.metrics.push_back({pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
-  for (const auto& r : regionMetrics())
-    meta.regionMetrics.push_back({r.name, r.unit, r.description, r.exclusive, r.inclusive, r.perProcess});
+  meta.regionMetrics = storage::standardRegionMetrics();
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
   meta.properties = {{"generator", "csp-prof-mpi"},
                      {"inputs", std::to_string(pipeline.inputs().size())}};

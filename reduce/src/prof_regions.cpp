@@ -13,17 +13,6 @@ namespace csp::reduce::prof {
 
 namespace {
 
-constexpr RegionMetric kRegionMetrics[] = {
-    {0, "visits", "visits", true, false, false, "completed visits"},
-    {1, "time", "ns", true, true, false, "time in the region"},
-    {2, "any-time", "ns", true, false, true, "time with at least one thread of the process in the region"},
-    {3, "all-time", "ns", true, false, true, "time with every logging thread of the process in the region"},
-    {4, "area", "thread-ns", true, false, true, "thread time in the region (threads x time)"},
-    {5, "straggler-time", "ns", true, false, true,
-     "time with exactly one thread in the region while the process has others"},
-    {6, "max-parallelism", "threads", true, false, true, "most threads of the process in the region at once"},
-};
-
 // One accumulator per region and stored (metric, scope), in table order.
 struct Slot {
   std::uint16_t metric;
@@ -33,16 +22,18 @@ struct Slot {
 const std::vector<Slot>& slots() {
   static const std::vector<Slot> all = [] {
     std::vector<Slot> out;
-    for (const auto& m : kRegionMetrics) {
-      if (m.exclusive) out.push_back({m.id, storage::MetricScope::Exclusive});
-      if (m.inclusive) out.push_back({m.id, storage::MetricScope::Inclusive});
+    const auto& table = storage::standardRegionMetrics();
+    for (std::size_t id = 0; id < table.size(); ++id) {
+      if (table[id].exclusive) out.push_back({static_cast<std::uint16_t>(id), storage::MetricScope::Exclusive});
+      if (table[id].inclusive) out.push_back({static_cast<std::uint16_t>(id), storage::MetricScope::Inclusive});
     }
     return out;
   }();
   return all;
 }
 
-std::size_t slotOf(std::uint16_t metric, storage::MetricScope scope) {
+std::size_t slotOf(storage::RegionMetricId id, storage::MetricScope scope) {
+  const auto metric = static_cast<std::uint16_t>(id);
   const auto& all = slots();
   for (std::size_t s = 0; s < all.size(); ++s)
     if (all[s].metric == metric && all[s].scope == scope) return s;
@@ -112,14 +103,13 @@ std::vector<RegionConcurrency> regionConcurrency(const std::vector<std::vector<s
 
 }  // namespace
 
-std::span<const RegionMetric> regionMetrics() { return kRegionMetrics; }
-
 RegionSummaries::RegionSummaries(std::size_t regionCount) : acc_(regionCount * slots().size()) {}
 
 void RegionSummaries::accumulate(std::span<const ProfileInfo> batch, const std::vector<RegionValues>& values) {
-  static const std::size_t visits = slotOf(0, storage::MetricScope::Exclusive);
-  static const std::size_t timeE = slotOf(1, storage::MetricScope::Exclusive);
-  static const std::size_t timeI = slotOf(1, storage::MetricScope::Inclusive);
+  using storage::RegionMetricId;
+  static const std::size_t visits = slotOf(RegionMetricId::Visits, storage::MetricScope::Exclusive);
+  static const std::size_t timeE = slotOf(RegionMetricId::Time, storage::MetricScope::Exclusive);
+  static const std::size_t timeI = slotOf(RegionMetricId::Time, storage::MetricScope::Inclusive);
   const std::size_t width = slots().size();
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const RegionValues& r = values[i];
@@ -157,9 +147,11 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
   const std::uint32_t myFirst = pipeline.firstProfileId();
   const std::uint32_t myEnd = myFirst + static_cast<std::uint32_t>(pipeline.localProfiles().size());
   const std::size_t width = slots().size();
-  const std::size_t anyTime = slotOf(2, storage::MetricScope::Exclusive), allTime = slotOf(3, storage::MetricScope::Exclusive),
-                    area = slotOf(4, storage::MetricScope::Exclusive), straggler = slotOf(5, storage::MetricScope::Exclusive),
-                    maxPar = slotOf(6, storage::MetricScope::Exclusive);
+  using storage::RegionMetricId;
+  constexpr auto E = storage::MetricScope::Exclusive;
+  const std::size_t anyTime = slotOf(RegionMetricId::AnyTime, E), allTime = slotOf(RegionMetricId::AllTime, E),
+                    area = slotOf(RegionMetricId::Area, E), straggler = slotOf(RegionMetricId::StragglerTime, E),
+                    maxPar = slotOf(RegionMetricId::MaxParallelism, E);
   // In order of first profile id: the region logs written below are keyed by it.
   std::map<std::uint32_t, decltype(processes)::value_type*> byFirst;
   for (auto& entry : processes) {

@@ -101,19 +101,6 @@ class SummaryTable {
   std::vector<std::vector<Piece>> derivedStacks_;
 };
 
-// The region metrics stored per region (docs/database-format.md): id, name, unit, the scopes
-// stored, and whether the value is one per process (from the event logs) or per thread.
-struct RegionMetric {
-  std::uint16_t id;
-  const char* name;
-  const char* unit;
-  bool exclusive;
-  bool inclusive;
-  bool perProcess;
-  const char* description;
-};
-std::span<const RegionMetric> regionMetrics();
-
 // Region accumulators of this rank: visits and times from each thread's region tree, and from
 // the event logs the concurrency of each process (for the processes whose first profile this
 // rank holds).

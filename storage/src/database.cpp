@@ -291,6 +291,19 @@ std::vector<DistributionEntry> Database::distributions(NodeId id) const {
   return out;
 }
 
+const std::vector<RegionMetricInfo>& standardRegionMetrics() {
+  static const std::vector<RegionMetricInfo> table = {
+      {"visits", "visits", "completed visits", true, false, false},
+      {"time", "ns", "time in the region", true, true, false},
+      {"any-time", "ns", "time with at least one thread of the process in the region", true, false, true},
+      {"all-time", "ns", "time with every logging thread of the process in the region", true, false, true},
+      {"area", "thread-ns", "thread time in the region (threads x time)", true, false, true},
+      {"straggler-time", "ns", "time with exactly one thread in the region while the process has others", true, false,
+       true},
+      {"max-parallelism", "threads", "most threads of the process in the region at once", true, false, true}};
+  return table;
+}
+
 ThreadSelection selectThreads(const DatabaseMetadata& meta, const std::string& threads) {
   ThreadSelection sel;
   sel.profiles = meta.profiles.size();

@@ -64,16 +64,7 @@ double ViewTree::percent(const TreeNode& node, std::size_t c) const {
 }
 
 std::vector<storage::RegionMetricInfo> regionMetricsOf(const storage::Database& db) {
-  const auto& stored = db.metadata().regionMetrics;
-  if (!stored.empty()) return stored;
-  return {{"visits", "visits", "completed visits", true, false, false},
-          {"time", "ns", "time in the region", true, true, false},
-          {"any-time", "ns", "time with at least one thread of the process in the region", true, false, true},
-          {"all-time", "ns", "time with every logging thread of the process in the region", true, false, true},
-          {"area", "thread-ns", "thread time in the region (threads x time)", true, false, true},
-          {"straggler-time", "ns", "time with exactly one thread in the region while the process has others", true,
-           false, true},
-          {"max-parallelism", "threads", "most threads of the process in the region at once", true, false, true}};
+  return db.metadata().describedRegionMetrics();
 }
 
 }  // namespace csp::views

@@ -12,6 +12,10 @@ std::uint64_t ProfileSource::bytes(const std::filesystem::path& entry) const {
   return ec ? 0 : static_cast<std::uint64_t>(size);
 }
 
+// The sources, one file each in reduce/src/sources/: a new input format adds its accessor here
+// and to the list below.
+const ProfileSource& cspProfileSource();
+
 const std::vector<const ProfileSource*>& profileSources() {
   static const std::vector<const ProfileSource*> sources{&cspProfileSource()};
   return sources;

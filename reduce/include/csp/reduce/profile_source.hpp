@@ -45,7 +45,4 @@ const ProfileSource* sourceFor(const std::filesystem::path& file);
 // The known patterns, for messages: "*.cspprof" (joined with " or " when there are several).
 std::string knownProfilePatterns();
 
-// The sources, defined in reduce/src/sources/.
-const ProfileSource& cspProfileSource();
-
 }  // namespace csp::reduce

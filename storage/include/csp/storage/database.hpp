@@ -70,6 +70,15 @@ struct RegionMetricInfo {
   bool operator==(const RegionMetricInfo&) const = default;
 };
 
+// The region metrics csp-prof-mpi writes, ids = positions (docs/database-format.md): from each
+// thread's region tree visits (E) and time (ns, E and I); from the region event logs, one value
+// per process, the concurrency metrics (E). Format 1.1 and later describe them in the metadata
+// (`region-metric/`); databases of format 1.0 were written with exactly this table.
+enum class RegionMetricId : std::uint16_t {
+  Visits = 0, Time = 1, AnyTime = 2, AllTime = 3, Area = 4, StragglerTime = 5, MaxParallelism = 6
+};
+const std::vector<RegionMetricInfo>& standardRegionMetrics();
+
 struct SkippedInput {
   std::string path;
   std::string reason;
@@ -144,6 +153,11 @@ struct DatabaseMetadata {
   std::uint32_t regionCount = 0;  // region tree nodes
   std::vector<StoredMetric> metrics;
   std::vector<RegionMetricInfo> regionMetrics;  // RegionSummary metric id -> descriptor (format 1.1)
+  // The region metrics: regionMetrics, or for a format 1.0 database (which did not describe
+  // them) the table it was written with.
+  const std::vector<RegionMetricInfo>& describedRegionMetrics() const {
+    return regionMetrics.empty() ? standardRegionMetrics() : regionMetrics;
+  }
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
