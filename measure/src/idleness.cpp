@@ -233,14 +233,14 @@ bool lockMayCarryBlame(const ThreadState& t) {
 
 // A thread found the lock taken: it waits in `acquire` (the real call), idle and registered
 // with the lock as a waiter. Returns the real call's result.
-int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call) {
+int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call, std::uint64_t sinceNs) {
   const int savedErrno = errno;
-  const std::uint64_t arrivalNs = monotonicNs();
-  const std::uint64_t arrivalUs = sinceEpochUs(arrivalNs);
+  // Blame accrues from the registration on (a release before it did not see this waiter).
+  const std::uint64_t arrivalUs = sinceEpochUs(monotonicNs());
   LockEntry* e = findLock(lock, true);
   g_lockWaiters.fetch_add(1, std::memory_order_relaxed);
   if (e != nullptr) e->state.fetch_add(kOneWaiter + arrivalUs, std::memory_order_acq_rel);
-  beginWait(t, arrivalNs);
+  beginWait(t, sinceNs);
   const int rc = acquire(call);
   if (e != nullptr) {
     const std::uint64_t since = std::max(arrivalUs, e->lastResetUs.load(std::memory_order_acquire));

@@ -285,9 +285,10 @@ bool lockAccountingOn();
 // True when a release may have blame to collect: some thread waits for a lock, or this thread
 // took a lock after waiting for it. One relaxed load in the common case.
 bool lockMayCarryBlame(const ThreadState& t);
-// The lock was busy: waits for it in acquire(call), idle, registered with the lock as a waiter;
-// charges the wait as lock-wait. Returns acquire's result; errno is preserved.
-int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call);
+// The lock was busy since `sinceNs` (CLOCK_MONOTONIC): waits for it in acquire(call), idle,
+// registered with the lock as a waiter; charges the wait from sinceNs as lock-wait. Returns
+// acquire's result; errno is preserved.
+int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call, std::uint64_t sinceNs);
 // Before a release: the waiting the lock caused since its last release (ns), taken from it.
 std::uint64_t takeBlame(ThreadState& t, const void* lock);
 // After the release: charges the blame to the releasing context (errno preserved).
