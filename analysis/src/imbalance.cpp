@@ -172,7 +172,25 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   tree.children.resize(tree.nodes.size());
   for (std::size_t i = 1; i < tree.nodes.size(); ++i) tree.children[tree.nodes[i].parent].push_back(static_cast<storage::NodeId>(i));
   std::vector<storage::NodeId> roots;
-  if (o.section.empty()) {
+  const bool regionSection = o.section.rfind("region:", 0) == 0;
+  std::vector<char> sectionRegions;  // region tree nodes of the region section's name
+  if (regionSection) {
+    // A region: its threads' time in it comes from the region event logs; the contexts are the
+    // whole CCT's (samples are not tagged with regions).
+    const std::string name = o.section.substr(7);
+    const auto regionNodes = db.regions();
+    sectionRegions.assign(regionNodes.size(), 0);
+    bool any = false;
+    for (std::size_t r = 1; r < regionNodes.size(); ++r)
+      if (regionNodes[r].name < meta.strings.size() && meta.strings[regionNodes[r].name] == name) sectionRegions[r] = 1, any = true;
+    if (!any) throw std::invalid_argument(fmt::format("section {}: no region of this name in the database", o.section));
+    if (!db.hasRegionLogFamily() || db.regionLogProcesses().empty())
+      throw std::invalid_argument(fmt::format(
+          "section {}: the database has no region event logs, which give each thread's time in a region "
+          "(measure with csp-run --region-log)",
+          o.section));
+    roots = {0};
+  } else if (o.section.empty()) {
     roots = {0};
   } else if (std::all_of(o.section.begin(), o.section.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     const auto id = o.section.size() > 10 ? std::uint64_t{UINT64_MAX} : std::stoull(o.section);
@@ -190,7 +208,8 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
     }
     if (roots.empty()) throw std::invalid_argument(fmt::format("section '{}': no procedure of this name in the CCT", o.section));
   }
-  report.section = o.section.empty() ? "<program root>"
+  report.section = regionSection ? fmt::format("region {}", o.section.substr(7))
+                   : o.section.empty() ? "<program root>"
                    : roots.size() == 1 ? tree.label(roots[0])
                                        : fmt::format("{} ({} contexts)", o.section, roots.size());
 
@@ -202,8 +221,39 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
     return out;
   };
   std::map<storage::ProfileId, double> sectionTime;
-  for (auto r : roots)
-    for (const auto& [p, v] : perThread(r)) sectionTime[p] += v;
+  if (regionSection) {
+    // Each thread's time inside any instance of the region (nested instances counted once), from
+    // its enter and leave events; a visit still open at the end of the log is not counted.
+    std::size_t threadsWithLostEvents = 0;
+    for (const auto& process : db.regionLogProcesses()) {
+      for (const auto& thread : process.threads) {
+        if (thread.profile >= meta.profiles.size() || !selected(thread.profile)) continue;
+        if (thread.eventsLost > 0) ++threadsWithLostEvents;
+        auto cursor = db.regionLog(process.process, thread.profile);
+        storage::RegionLogEvent e;
+        std::uint64_t depth = 0, since = 0;
+        double total = 0;
+        while (cursor->next(e)) {
+          if (e.region >= sectionRegions.size() || !sectionRegions[e.region]) continue;
+          if (e.enter) {
+            if (depth++ == 0) since = e.timeNs;
+          } else if (depth > 0 && --depth == 0 && e.timeNs > since) {
+            total += static_cast<double>(e.timeNs - since);
+          }
+        }
+        if (total > 0) sectionTime[thread.profile] += total;
+      }
+    }
+    if (threadsWithLostEvents > 0)
+      report.notes.push_back(fmt::format("{} thread{} lost region events (a full log, csp-run --region-log-events): their "
+                                         "time in the region is a lower bound",
+                                         threadsWithLostEvents, threadsWithLostEvents == 1 ? "" : "s"));
+    report.unit = "ns";
+    report.sectionMeasure = "wall-clock time in the region (region event logs)";
+  } else {
+    for (auto r : roots)
+      for (const auto& [p, v] : perThread(r)) sectionTime[p] += v;
+  }
   std::vector<storage::ProfileId> samples;
   for (const auto& [p, v] : sectionTime)
     if (v > 0) samples.push_back(p);
@@ -251,6 +301,12 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   }
   report.contextsInSection = inSection.size();
   std::sort(inSection.begin(), inSection.end(), [&](auto a, auto b) { return sumOf[a] != sumOf[b] ? sumOf[a] > sumOf[b] : a < b; });
+  VectorXd threadTotal = VectorXd::Zero(static_cast<Eigen::Index>(n));
+  if (regionSection)
+    for (const auto& [p, v] : perThread(0)) {
+      const auto it = row.find(p);
+      if (it != row.end()) threadTotal[static_cast<Eigen::Index>(it->second)] = v;
+    }
   std::vector<storage::NodeId> nodes;
   std::vector<VectorXd> xs;
   for (auto id : inSection) {
@@ -262,9 +318,11 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
     }
     if (!(covariance(x, x) > 0)) continue;  // the same in every thread
     // The section itself in every thread that runs it (a chain of call sites and frames that
-    // carries all of it, or a thread's start that only tells which threads are of which kind).
-    const VectorXd whole = (x.array() > 0).select(t, 0.0);
-    if ((whole - x).cwiseAbs().sum() <= 0.01 * t.sum()) continue;
+    // carries all of it, or a thread's start that only tells which threads are of which kind);
+    // for a region, the threads' whole time (the program's spine).
+    const VectorXd& all = regionSection ? threadTotal : t;
+    const VectorXd whole = (x.array() > 0).select(all, 0.0);
+    if ((whole - x).cwiseAbs().sum() <= 0.01 * all.sum()) continue;
     nodes.push_back(id);
     xs.push_back(std::move(x));
   }

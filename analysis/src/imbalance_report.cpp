@@ -25,8 +25,13 @@ std::string number(double v) {
 }  // namespace
 
 void renderImbalanceText(const ImbalanceReport& r, std::ostream& out) {
-  out << fmt::format("load imbalance in {}: {} {} over {} threads ({})\n", r.section, r.metric, "inclusive", r.threads,
-                     r.threadsLabel);
+  if (r.sectionMeasure == "inclusive")
+    out << fmt::format("load imbalance in {}: {} inclusive over {} threads ({})\n", r.section, r.metric, r.threads,
+                       r.threadsLabel);
+  else
+    out << fmt::format("load imbalance in {}: {} over {} threads ({}); contexts by {}\n", r.section, r.sectionMeasure,
+                       r.threads, r.threadsLabel, r.metric);
+  for (const auto& note : r.notes) out << "  note: " << note << "\n";
   out << fmt::format("  per thread: mean {} {}, max {}, stddev {}; max/mean {:.2f}\n", number(r.mean), r.unit, number(r.max),
                      number(r.stddev), r.imbalance);
   if (!r.slowest.empty()) {
@@ -91,6 +96,8 @@ void renderImbalanceJson(const ImbalanceReport& r, std::ostream& out) {
   Json clusters = Json::array();
   for (const auto& c : r.clusters) clusters.push_back({{"members", c.members}, {"kept", c.kept}, {"p_value", c.pValue}});
   Json j{{"section", r.section},
+         {"section_measure", r.sectionMeasure},
+         {"notes", r.notes},
          {"metric", r.metric},
          {"unit", r.unit},
          {"threads", r.threadsLabel},

@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
                                "path main/solve, or with --flat/--callers an id that view prints");
   std::string imbalanceSection;
   auto* oImbalance = app.add_option("--imbalance", imbalanceSection,
-                                    "which contexts cause the load imbalance of a section (a CCT node id or a procedure "
-                                    "name; default: the whole program); text or json")
+                                    "which contexts cause the load imbalance of a section (a CCT node id, a procedure "
+                                    "name, or region:NAME for a region measured with --region-log; default: the whole "
+                                    "program); text or json")
                          ->expected(0, 1);
   csp::analysis::ImbalanceOptions imbalance;
   app.add_option("--cluster-threshold", imbalance.clusterThreshold,

@@ -1,7 +1,8 @@
 // Test application for the load-imbalance cause attribution (csp-views --imbalance, issue 17):
 // every thread runs the same three procedures; one of them, process_items, holds a loop whose
 // trip counts come from the thread's data, and is the only cause of imbalance. balanced_heavy
-// costs more than any other procedure but the same in every thread; small_setup is small.
+// costs more than any other procedure but the same in every thread; small_setup is small. Each
+// thread's work is the region "work" (for csp-views --imbalance region:work with --region-log).
 //   usage: imbalance [threads=16] [scale=1]   (scale multiplies every amount of work)
 #include <time.h>
 
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "csp/measure/regions.h"
 #include "kernel.hpp"
 
 namespace {
@@ -77,7 +79,11 @@ int main(int argc, char** argv) {
   std::vector<double> results(static_cast<std::size_t>(threads));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] { results[static_cast<std::size_t>(t)] = worker(t, threads, scale); });
+    pool.emplace_back([&, t] {
+      csp_region_begin("work", 0);
+      results[static_cast<std::size_t>(t)] = worker(t, threads, scale);
+      csp_region_end();
+    });
   for (auto& th : pool) th.join();
   double sum = 0;
   for (double r : results) sum += r;

@@ -4,7 +4,9 @@
 //
 // The threads (ranks x threads, of the selected thread classes) are the samples. For a section --
 // a CCT subtree, by default the whole program -- T[t] is thread t's inclusive value of the
-// section. Every context c inside it that holds a noticeable share of the section gives a vector
+// section; for a region (`region:NAME`), thread t's wall-clock time inside it from the region
+// event logs, and the contexts are all of the CCT's (samples carry no region), less the spine
+// that holds a thread's whole time. Every context c inside it that holds a noticeable share of the section gives a vector
 // x_c[t] of its per-thread inclusive values (one scan of the by-node order per context). Then:
 //   1. contexts whose vectors are highly correlated are clustered (hierarchical clustering,
 //      average linkage over Pearson correlation, merging while the closest pair correlates at
@@ -36,7 +38,8 @@
 namespace csp::analysis {
 
 struct ImbalanceOptions {
-  std::string section;            // CCT node id or procedure name (all its outermost contexts); "": the root
+  std::string section;            // CCT node id, procedure name (all its outermost contexts) or
+                                  // "region:NAME" (needs region event logs); "": the root
   std::string metric;             // "": the database's first metric
   std::string threads;            // thread selection (storage::selectThreads); "": the worker threads
                                   // if there are two or more, else the views' default
@@ -83,6 +86,7 @@ struct ImbalanceCluster {
 struct ImbalanceReport {
   std::string section;        // label of the section
   std::string metric, unit;
+  std::string sectionMeasure = "inclusive";  // what T is: the metric's inclusive value, or a region's time
   std::string threadsLabel;   // which threads were the samples
   std::size_t threads = 0;    // samples
   double sum = 0, mean = 0, max = 0, stddev = 0, imbalance = 0;  // of T
@@ -93,6 +97,7 @@ struct ImbalanceReport {
   double r2 = 0;                      // of the final regression
   bool regression = false;            // false: too few threads for one
   std::vector<ImbalanceCause> causes; // ranked
+  std::vector<std::string> notes;     // caveats about the data (lost region events)
 };
 
 // Throws std::invalid_argument for a bad section, metric or thread selection (one line), and
