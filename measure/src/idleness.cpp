@@ -235,11 +235,22 @@ bool lockMayCarryBlame(const ThreadState& t) {
 // with the lock as a waiter. Returns the real call's result.
 int waitForLock(ThreadState& t, const void* lock, int (*acquire)(void*), void* call, std::uint64_t sinceNs) {
   const int savedErrno = errno;
-  // Blame accrues from the registration on (a release before it did not see this waiter).
-  const std::uint64_t arrivalUs = sinceEpochUs(monotonicNs());
+  // Blame accrues from the registration on (a release before it did not see this waiter). The
+  // arrival time is read after the lock's word and added only if the word is unchanged: every
+  // release whose reset this arrival follows then has a reset time no later than the arrival, so
+  // the departure's max(arrival, last reset) is exactly what this waiter contributed. (With the
+  // clock read first, a release between the reading and the addition made the departure take
+  // more than was added, which could borrow from the waiter count.)
   LockEntry* e = findLock(lock, true);
   g_lockWaiters.fetch_add(1, std::memory_order_relaxed);
-  if (e != nullptr) e->state.fetch_add(kOneWaiter + arrivalUs, std::memory_order_acq_rel);
+  std::uint64_t arrivalUs = 0;
+  if (e != nullptr) {
+    std::uint64_t state = e->state.load(std::memory_order_acquire);
+    do {
+      arrivalUs = sinceEpochUs(monotonicNs());
+    } while (!e->state.compare_exchange_weak(state, state + kOneWaiter + arrivalUs, std::memory_order_acq_rel,
+                                             std::memory_order_acquire));
+  }
   beginWait(t, sinceNs);
   const int rc = acquire(call);
   if (e != nullptr) {
@@ -260,8 +271,10 @@ std::uint64_t takeBlame(ThreadState& t, const void* lock) {
   if (e == nullptr) return 0;
   std::uint64_t state = e->state.load(std::memory_order_acquire);
   if (state == 0) return 0;  // nobody waits
-  const std::uint64_t nowUs = sinceEpochUs(monotonicNs());
   for (;;) {
+    // The clock is read after the word it resets: every arrival in that word then has an arrival
+    // time no later than this reset time (waitForLock reads its clock after the word, too).
+    const std::uint64_t nowUs = sinceEpochUs(monotonicNs());
     const std::uint64_t waiters = state >> 48, since = state & kSinceMask;
     if (waiters == 0) return 0;
     if (nowUs > kSinceMask / waiters) {  // n·now no longer fits the word: this lock is no longer tracked
