@@ -141,7 +141,9 @@ struct ThreadState {
   std::uint64_t foreignSignals = 0;    // sampling signals not sent by our timers
   std::uint64_t abandonedSamples = 0;  // handlers left by a jump out of a nested handler
   std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
-  std::uint64_t quietUntilNs = 0;      // thread CPU time before which samples are throttled
+  // Per event, the time on the event's clock (thread CPU time, or CLOCK_MONOTONIC for real-time)
+  // before which its samples are throttled.
+  std::uint64_t quietUntilNs[kMaxEvents]{};
   bool timersStopped = false;
   // The thread ended while the process runs: its profile is appended to the process's bundle
   // (one file per process, docs/profile-format.md) instead of a file of its own.

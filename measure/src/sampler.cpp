@@ -205,12 +205,14 @@ void forwardToProgram(siginfo_t* info, void* ucontext) {
 
 constexpr std::uint64_t kThrottleThresholdNs = 100'000;
 
-// The calling thread's CPU time (a system call for this clock; async-signal-safe).
-std::uint64_t threadCpuNs() {
+std::uint64_t clockNs(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
+
+// The calling thread's CPU time (a system call for this clock; async-signal-safe).
+std::uint64_t threadCpuNs() { return clockNs(CLOCK_THREAD_CPUTIME_ID); }
 
 // Handlers between their entry and exit, and pause requests (pauseSampling).
 constinit std::atomic<int> g_inHandler{0};
@@ -388,10 +390,15 @@ void onSample(int, siginfo_t* info, void* ucontext) {
   const std::uint64_t weight = 1 + static_cast<std::uint64_t>(info->si_overrun > 0 ? info->si_overrun : 0);
   t->samples += weight;
   const std::uint64_t start = threadCpuNs();
+  // The throttle window runs on the event's own clock: a real-time event samples threads that
+  // wait in the kernel, whose CPU time hardly advances (a window in CPU time would silence them
+  // for most of the wait).
+  const clockid_t eventClock = config().events[static_cast<std::size_t>(event)].clock;
+  const std::uint64_t eventNow = eventClock == CLOCK_THREAD_CPUTIME_ID ? start : clockNs(eventClock);
   g_inHandler.fetch_add(1, std::memory_order_seq_cst);
   if (tlsUnsafe != 0 || g_paused.load(std::memory_order_seq_cst) != 0) {
     t->droppedSamples += weight;  // the loader is unmapping code, or a fork is under way
-  } else if (start < t->quietUntilNs) {
+  } else if (eventNow < t->quietUntilNs[event]) {
     t->droppedSamples += weight;
     t->throttledSamples += weight;
   } else {
@@ -400,11 +407,11 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     if (event == 0 && node != kFull && t->cct.state != nullptr) accountSample(*t, node, weight);
     // A slow unwind (a deep stack, or libunwind validating every read after a frame without
     // unwind information) must not eat the program: after a sample that cost d of CPU time,
-    // the thread's next 4d are not sampled, so the handler never takes more than about a fifth
-    // of the thread's time, whatever the rate. Ordinary samples (about 15 us) are far below
-    // the threshold.
+    // the next 4d of the event's clock (the thread's CPU time, or elapsed time) are not sampled,
+    // so the handler never takes more than about a fifth of that time, whatever the rate.
+    // Ordinary samples (about 15 us) are far below the threshold.
     const std::uint64_t cost = threadCpuNs() - start;
-    if (cost > kThrottleThresholdNs) t->quietUntilNs = start + 5 * cost;
+    if (cost > kThrottleThresholdNs) t->quietUntilNs[event] = eventNow + 5 * cost;
   }
   g_inHandler.fetch_sub(1, std::memory_order_release);
   t->phase.store(static_cast<int>(Phase::Active), std::memory_order_release);

@@ -501,6 +501,24 @@ TEST(MeasureIntegration, BadEventInEnvironmentIsSkipped) {
   EXPECT_NE(text.str().find("ignoring event 'bogus'"), std::string::npos) << text.str();
 }
 
+// A thread that waits in the kernel is sampled by the real-time event all the while: the
+// handler's throttle window (after a slow sample) runs on the event's clock, not on the thread's
+// CPU time, which hardly advances while it sleeps (with a CPU-time window 95 % of a sleeping
+// thread's samples were dropped).
+TEST(MeasureIntegration, RealTimeSamplesOfASleepingThreadAreKept) {
+  const fs::path base = scratch("sleep-real-time");
+  ASSERT_EQ(run(kCspRun + " -e real-time@1ms -o " + base.string() + " -- sleep 1"), 0);
+  const auto profiles = readAll(base);
+  ASSERT_EQ(profiles.size(), 1u);
+  const auto& p = profiles[0];
+  const std::string throttled = setting(p, "throttled-samples");
+  std::printf("sleep 1: %llu samples, %llu dropped (%s throttled)\n", static_cast<unsigned long long>(p.stats.samples),
+              static_cast<unsigned long long>(p.stats.droppedSamples), throttled.c_str());
+  EXPECT_GE(p.stats.samples, 900u);  // one per ms of the second
+  EXPECT_LT(p.stats.droppedSamples, p.stats.samples / 10);
+  EXPECT_EQ(p.stats.samples, sampleCount(p) + p.stats.droppedSamples);
+}
+
 // The per-thread limits hold and are reported: deeper samples keep their innermost frames and
 // count as truncated; samples that need more CCT nodes than allowed are counted as dropped.
 TEST(MeasureIntegration, DepthAndNodeLimits) {
