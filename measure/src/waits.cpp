@@ -155,7 +155,9 @@ int acquire(Lock* lock, TryFn tryLock, Call&& lockCall, Short shortWait) {
     const std::uint64_t deadline = start + kShortWaitNs;
     const timespec ts{static_cast<time_t>(deadline / 1'000'000'000u), static_cast<long>(deadline % 1'000'000'000u)};
     rc = shortWait(ts);
-    if (rc != ETIMEDOUT) return shortWaitEnded(*t, start, rc, savedErrno);
+    // EINVAL/ENOTSUP: this mutex has no timed acquisition on CLOCK_MONOTONIC (a priority-
+    // inheritance mutex on a kernel without FUTEX_LOCK_PI2): wait in the real call instead.
+    if (rc != ETIMEDOUT && rc != EINVAL && rc != ENOTSUP) return shortWaitEnded(*t, start, rc, savedErrno);
   } else {
     (void)shortWait;
     for (;;) {

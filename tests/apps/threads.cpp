@@ -12,6 +12,8 @@
 //     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
 //     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
 //     barrier, as measured by the program itself: "barrier thread I: NS ns".
+//   csp-app-threads kinds ITERATIONS
+//     Every kind of mutex under contention and its single-thread rules (see kinds() below).
 //   csp-app-threads heavy THREADS ITERATIONS
 //     Lock-heavy: every thread takes one shared mutex ITERATIONS times for a short critical
 //     section, with some computation outside it (the overhead benchmark). Prints its CPU time.
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -207,6 +210,95 @@ int heavy(int threads, long iterations) {
   return g_counter == static_cast<std::uint64_t>(threads) * static_cast<std::uint64_t>(iterations) ? 0 : 1;
 }
 
+// ---- kinds ----------------------------------------------------------------------------------
+//
+// Every kind of mutex keeps its semantics under contention (the lock wrappers of --idleness wait
+// for a taken mutex with a timed acquisition first): normal, recursive, error-checking,
+// priority-inheritance and robust mutexes, 4 threads x ITERATIONS acquisitions each with a
+// counter check; then the single-thread rules: a recursive relock succeeds, an error-checking
+// relock is EDEADLK, a robust mutex whose owner died is EOWNERDEAD and can be made consistent.
+// Prints one line per check; exits non-zero at the first difference.
+
+struct KindRun {
+  pthread_mutex_t* m;
+  long iterations;
+  std::uint64_t* counter;
+};
+
+void* kindWorker(void* arg) {
+  auto* k = static_cast<KindRun*>(arg);
+  for (long i = 0; i < k->iterations; ++i) {
+    if (pthread_mutex_lock(k->m) != 0) std::abort();
+    ++*k->counter;
+    if ((i & 255) == 0) burn(CLOCK_MONOTONIC, 30'000);  // now and then a hold that outlasts the short wait
+    if (pthread_mutex_unlock(k->m) != 0) std::abort();
+  }
+  return nullptr;
+}
+
+void* dieHolding(void* arg) {
+  pthread_mutex_lock(static_cast<pthread_mutex_t*>(arg));
+  return nullptr;  // ends without unlocking
+}
+
+int kinds(long iterations) {
+  struct Kind {
+    const char* name;
+    int type, protocol, robust;
+  };
+  const Kind all[] = {{"normal", PTHREAD_MUTEX_NORMAL, PTHREAD_PRIO_NONE, PTHREAD_MUTEX_STALLED},
+                      {"recursive", PTHREAD_MUTEX_RECURSIVE, PTHREAD_PRIO_NONE, PTHREAD_MUTEX_STALLED},
+                      {"errorcheck", PTHREAD_MUTEX_ERRORCHECK, PTHREAD_PRIO_NONE, PTHREAD_MUTEX_STALLED},
+                      {"prio-inherit", PTHREAD_MUTEX_NORMAL, PTHREAD_PRIO_INHERIT, PTHREAD_MUTEX_STALLED},
+                      {"robust", PTHREAD_MUTEX_NORMAL, PTHREAD_PRIO_NONE, PTHREAD_MUTEX_ROBUST}};
+  for (const auto& k : all) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, k.type);
+    pthread_mutexattr_setprotocol(&a, k.protocol);
+    pthread_mutexattr_setrobust(&a, k.robust);
+    pthread_mutex_t m;
+    if (pthread_mutex_init(&m, &a) != 0) {
+      std::printf("%s: not available\n", k.name);
+      continue;
+    }
+    std::uint64_t counter = 0;
+    KindRun run{&m, iterations, &counter};
+    pthread_t t[4];
+    for (auto& x : t) pthread_create(&x, nullptr, kindWorker, &run);
+    for (auto& x : t) pthread_join(x, nullptr);
+    std::printf("%s: %llu acquisitions\n", k.name, static_cast<unsigned long long>(counter));
+    if (counter != 4 * static_cast<std::uint64_t>(iterations)) return 1;
+    if (k.type == PTHREAD_MUTEX_RECURSIVE) {
+      const int a1 = pthread_mutex_lock(&m), a2 = pthread_mutex_lock(&m);
+      pthread_mutex_unlock(&m);
+      pthread_mutex_unlock(&m);
+      std::printf("recursive relock: %d %d\n", a1, a2);
+      if (a1 != 0 || a2 != 0) return 1;
+    }
+    if (k.type == PTHREAD_MUTEX_ERRORCHECK) {
+      pthread_mutex_lock(&m);
+      const int again = pthread_mutex_lock(&m);
+      pthread_mutex_unlock(&m);
+      std::printf("errorcheck relock: %s\n", again == EDEADLK ? "EDEADLK" : std::strerror(again));
+      if (again != EDEADLK) return 1;
+    }
+    if (k.robust == PTHREAD_MUTEX_ROBUST) {
+      pthread_t dead;
+      pthread_create(&dead, nullptr, dieHolding, &m);
+      pthread_join(dead, nullptr);
+      const int rc = pthread_mutex_lock(&m);
+      std::printf("robust after owner died: %s\n", rc == EOWNERDEAD ? "EOWNERDEAD" : std::strerror(rc));
+      if (rc != EOWNERDEAD) return 1;
+      pthread_mutex_consistent(&m);
+      pthread_mutex_unlock(&m);
+    }
+    pthread_mutex_destroy(&m);
+    pthread_mutexattr_destroy(&a);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,8 +307,9 @@ int main(int argc, char** argv) {
     return blame(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 400, mode == "spin-blame");
   if (mode == "barrier")
     return barrier(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50, argc > 3 ? std::atoi(argv[3]) : 2);
+  if (mode == "kinds") return kinds(argc > 2 ? std::atol(argv[2]) : 20'000);
   if (mode == "heavy") return heavy(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atol(argv[3]) : 1'000'000);
   std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | barrier UNIT_MS ROUNDS | heavy THREADS "
-                       "ITERATIONS\n");
+                       "ITERATIONS | kinds ITERATIONS\n");
   return 2;
 }

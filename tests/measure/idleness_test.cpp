@@ -195,6 +195,22 @@ TEST(Idleness, ShortLockWaitsAreLockWaitWithoutBlame) {
   EXPECT_LE(blame, waited);
 }
 
+// The lock wrappers keep every mutex kind's semantics under contention (the short wait is a
+// timed acquisition on CLOCK_MONOTONIC; a priority-inheritance mutex may not offer one and then
+// waits in the real call): the program prints the same lines with and without csp-run
+// --idleness and checks its counters and the relock, error-checking and robust rules itself.
+TEST(Idleness, EveryMutexKindKeepsItsSemantics) {
+  const std::string program = kApps + "csp-app-threads kinds 20000";
+  const auto plain = run(program);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  TempDir dir("idle-kinds");
+  const auto measured = run(tool("csp-run") + " --idleness -e cpu-time@1ms -o " + (dir / "meas").string() + " -- " + program);
+  EXPECT_EQ(measured.status, 0) << measured.output;
+  EXPECT_EQ(measured.output, plain.output);
+  EXPECT_NE(plain.output.find("errorcheck relock: EDEADLK"), std::string::npos) << plain.output;
+  EXPECT_NE(plain.output.find("robust after owner died: EOWNERDEAD"), std::string::npos) << plain.output;
+}
+
 // A barrier where four threads arrive with unequal work ((i+1) units of CPU time each): the
 // early threads' waiting at the barrier is what the program measures itself around
 // pthread_barrier_wait (the difference of the work spans), charged as sync-wait at the
