@@ -174,6 +174,7 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   std::vector<storage::NodeId> roots;
   const bool regionSection = o.section.rfind("region:", 0) == 0;
   std::vector<char> sectionRegions;  // region tree nodes of the region section's name
+  std::vector<storage::RegionLogProcess> regionLogs;
   if (regionSection) {
     // A region: its threads' time in it comes from the region event logs; the contexts are the
     // whole CCT's (samples are not tagged with regions).
@@ -184,7 +185,8 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
     for (std::size_t r = 1; r < regionNodes.size(); ++r)
       if (regionNodes[r].name < meta.strings.size() && meta.strings[regionNodes[r].name] == name) sectionRegions[r] = 1, any = true;
     if (!any) throw std::invalid_argument(fmt::format("section {}: no region of this name in the database", o.section));
-    if (!db.hasRegionLogFamily() || db.regionLogProcesses().empty())
+    if (db.hasRegionLogFamily()) regionLogs = db.regionLogProcesses();
+    if (regionLogs.empty())
       throw std::invalid_argument(fmt::format(
           "section {}: the database has no region event logs, which give each thread's time in a region "
           "(measure with csp-run --region-log)",
@@ -225,7 +227,7 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
     // Each thread's time inside any instance of the region (nested instances counted once), from
     // its enter and leave events; a visit still open at the end of the log is not counted.
     std::size_t threadsWithLostEvents = 0;
-    for (const auto& process : db.regionLogProcesses()) {
+    for (const auto& process : regionLogs) {
       for (const auto& thread : process.threads) {
         if (thread.profile >= meta.profiles.size() || !selected(thread.profile)) continue;
         if (thread.eventsLost > 0) ++threadsWithLostEvents;

@@ -6,21 +6,13 @@
 #include <ostream>
 
 #include "csp/analysis/imbalance.hpp"
+#include "csp/metrics/accumulator.hpp"
 
 namespace csp::analysis {
 
 namespace {
 
-std::string number(double v) {
-  if (std::isnan(v)) return "";
-  const double a = std::fabs(v);
-  if (a < 1e3) return fmt::format("{:.4g}", v);
-  static const char* suffix[] = {"k", "M", "G", "T", "P", "E"};
-  double scaled = v / 1e3;
-  std::size_t i = 0;
-  while (std::fabs(scaled) >= 1e3 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
-  return fmt::format("{:.3g}{}", scaled, suffix[i]);
-}
+std::string number(double v) { return metrics::compactNumber(v); }
 
 }  // namespace
 

@@ -195,11 +195,17 @@ int conditionWait(pthread_mutex_t* mutex, Call&& call) {
   return rc;
 }
 
+// A blocking call that makes an accounted thread idle, charged to `metric` (kSyncWait, kMpiWait).
 template <class Call>
-int syncWait(Call&& call) {
+int accountedWait(int metric, Call&& call) {
   ThreadState* t = accountedThread();
   if (t == nullptr) return call();
-  return idleCall(*t, kSyncWait, call);
+  return idleCall(*t, metric, call);
+}
+
+template <class Call>
+int syncWait(Call&& call) {
+  return accountedWait(kSyncWait, call);
 }
 
 }  // namespace
@@ -286,9 +292,7 @@ namespace {
 
 template <class Call>
 int mpiWait(Call&& call) {
-  ThreadState* t = accountedThread();
-  if (t == nullptr) return call();
-  return idleCall(*t, kMpiWait, call);
+  return accountedWait(kMpiWait, call);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace csp::metrics {
@@ -107,6 +108,21 @@ std::string toDecimalString(Uint128 value) {
     value /= 10;
   } while (value != 0);
   return {digits.rbegin(), digits.rend()};
+}
+
+std::string compactNumber(double value) {
+  if (std::isnan(value)) return "";
+  char text[64];
+  if (std::fabs(value) < 1e3) {
+    std::snprintf(text, sizeof text, "%.4g", value);
+    return text;
+  }
+  static const char* suffix[] = {"k", "M", "G", "T", "P", "E"};
+  double scaled = value / 1e3;
+  std::size_t i = 0;
+  while (std::fabs(scaled) >= 1e3 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
+  std::snprintf(text, sizeof text, "%.3g%s", scaled, suffix[i]);
+  return text;
 }
 
 const char* toString(Population population) {

@@ -98,13 +98,11 @@ struct Database::Impl {
     std::vector<Accumulator> out;
     scan(familyName, format::nodeKey(id), [&](std::string_view key, std::string_view value) {
       format::Reader r(key, "accumulator key");
-      r.be32();
-      Accumulator a;
-      a.metric = r.be16();
-      const std::uint8_t scope = r.u8();
-      if (scope > 1) r.fail("unknown scope");
+      const auto head = format::readAccumulatorKeyHead(r);
       r.expectDone();
-      a.scope = static_cast<MetricScope>(scope);
+      Accumulator a;
+      a.metric = head.metric;
+      a.scope = head.scope;
       a.bytes = std::string(value);
       out.push_back(std::move(a));
     });
@@ -249,12 +247,9 @@ void Database::forEachSummary(
     const std::function<void(NodeId, MetricId, MetricScope, std::string_view)>& fn) const {
   impl_->scan(format::kSummaries, std::string(), [&](std::string_view key, std::string_view value) {
     format::Reader k(key, "summary key");
-    const NodeId node = k.be32();
-    const MetricId metric = k.be16();
-    const std::uint8_t scope = k.u8();
-    if (scope > 1) k.fail("unknown scope");
+    const auto head = format::readAccumulatorKeyHead(k);
     k.expectDone();
-    fn(node, metric, static_cast<MetricScope>(scope), value);
+    fn(head.id, head.metric, head.scope, value);
   });
 }
 
@@ -262,19 +257,8 @@ void Database::forEachDistribution(const std::function<void(NodeId, MetricId, Me
                                                             std::string_view)>& fn) const {
   if (!hasDistributions()) return;
   impl_->scan(format::kDistributions, std::string(), [&](std::string_view key, std::string_view value) {
-    format::Reader k(key, "distribution key");
-    const NodeId node = k.be32();
-    const MetricId metric = k.be16();
-    const std::uint8_t scope = k.u8();
-    if (scope > 1) k.fail("unknown scope");
-    const std::uint8_t population = k.u8();
-    if (population > kThreadClassCount) k.fail("unknown thread class");
-    k.expectDone();
-    format::Reader v(value, "distribution");
-    const auto accumulator = v.textView();
-    const auto histogram = v.textView();
-    v.expectDone();
-    fn(node, metric, static_cast<MetricScope>(scope), population, accumulator, histogram);
+    const auto d = format::decodeDistributionView(key, value);
+    fn(d.head.id, d.head.metric, d.head.scope, d.population, d.accumulator, d.histogram);
   });
 }
 

@@ -56,24 +56,35 @@ std::string encodeDistribution(std::string_view accumulator, std::string_view hi
   return v;
 }
 
-DistributionEntry decodeDistribution(std::string_view key, std::string_view value) {
-  DistributionEntry e;
+AccumulatorKeyHead readAccumulatorKeyHead(Reader& key) {
+  AccumulatorKeyHead h;
+  h.id = key.be32();
+  h.metric = key.be16();
+  const std::uint8_t scope = key.u8();
+  if (scope > 1) key.fail("unknown scope");
+  h.scope = static_cast<MetricScope>(scope);
+  return h;
+}
+
+DistributionView decodeDistributionView(std::string_view key, std::string_view value) {
+  DistributionView d;
   Reader k(key, "distribution key");
-  k.be32();
-  e.metric = k.be16();
-  const std::uint8_t scope = k.u8();
-  if (scope > 1) k.fail("unknown scope");
-  e.scope = static_cast<MetricScope>(scope);
-  e.population = k.u8();
-  if (e.population > kThreadClassCount) k.fail("unknown thread class");
+  d.head = readAccumulatorKeyHead(k);
+  d.population = k.u8();
+  if (d.population > kThreadClassCount) k.fail("unknown thread class");
   k.expectDone();
   Reader v(value, "distribution");
-  e.accumulator = v.text();
-  e.histogram = v.text();
+  d.accumulator = v.textView();
+  d.histogram = v.textView();
   v.expectDone();
-  if (e.population == kAllThreads && !e.accumulator.empty()) v.fail("an all-threads entry with an accumulator");
-  if (e.population != kAllThreads && e.accumulator.empty()) v.fail("a thread-class entry without an accumulator");
-  return e;
+  if (d.population == kAllThreads && !d.accumulator.empty()) v.fail("an all-threads entry with an accumulator");
+  if (d.population != kAllThreads && d.accumulator.empty()) v.fail("a thread-class entry without an accumulator");
+  return d;
+}
+
+DistributionEntry decodeDistribution(std::string_view key, std::string_view value) {
+  const DistributionView d = decodeDistributionView(key, value);
+  return {d.head.metric, d.head.scope, d.population, std::string(d.accumulator), std::string(d.histogram)};
 }
 
 std::string profileBlockKey(ProfileId profile, NodeId firstNode) { return childKey(profile, firstNode); }
@@ -230,10 +241,7 @@ void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std
 
 void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out) {
   Reader k(key, "values_by_node key");
-  k.be32();
-  const MetricId metric = k.be16();
-  const std::uint8_t scope = k.u8();
-  if (scope > 1) k.fail("unknown scope");
+  const auto head = readAccumulatorKeyHead(k);  // node, metric, scope: the same head
   std::uint64_t profile = k.be32();
   k.expectDone();
   Reader r(value, "values_by_node block");
@@ -246,7 +254,7 @@ void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<N
     if (profile > UINT32_MAX) r.fail("profile id out of range");
     const std::uint64_t v = r.u64();
     if (v == 0) r.fail("stored zero value");
-    out.push_back({metric, static_cast<MetricScope>(scope), static_cast<ProfileId>(profile), v});
+    out.push_back({head.metric, head.scope, static_cast<ProfileId>(profile), v});
   }
 }
 

@@ -61,7 +61,22 @@ std::string nodeKey(NodeId id);                                   // be32
 std::string childKey(NodeId parent, NodeId child);                // be32 be32
 std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);  // be32 be16 u8
 std::string distributionKey(NodeId id, MetricId metric, MetricScope scope, std::uint8_t population);  // be32 be16 u8 u8
+// The head shared by summary, region-summary, distribution and values_by_node keys: be32 id, be16 metric, u8
+// scope (checked). The caller reads what follows and ends the key.
+struct AccumulatorKeyHead {
+  std::uint32_t id = 0;
+  MetricId metric = 0;
+  MetricScope scope = MetricScope::Exclusive;
+};
+AccumulatorKeyHead readAccumulatorKeyHead(Reader& key);
 std::string encodeDistribution(std::string_view accumulator, std::string_view histogram);
+// A distribution entry decoded in place (views into key and value), with every check.
+struct DistributionView {
+  AccumulatorKeyHead head;
+  std::uint8_t population = kAllThreads;
+  std::string_view accumulator, histogram;
+};
+DistributionView decodeDistributionView(std::string_view key, std::string_view value);
 DistributionEntry decodeDistribution(std::string_view key, std::string_view value);
 std::string profileBlockKey(ProfileId profile, NodeId firstNode);  // be32 be32
 std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile);  // be32 be16 u8 be32

@@ -63,12 +63,7 @@ std::string formatNumber(double v, Statistic s) {
   if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian) return fmt::format("{:.2f}", v);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
-  if (a < 1e3) return fmt::format("{:.4g}", v);
-  static const char* suffix[] = {"k", "M", "G", "T", "P", "E"};
-  double scaled = v / 1e3;
-  std::size_t i = 0;
-  while (std::fabs(scaled) >= 1e3 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
-  return fmt::format("{:.3g}{}", scaled, suffix[i]);
+  return metrics::compactNumber(v);
 }
 
 void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {

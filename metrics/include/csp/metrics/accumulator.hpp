@@ -23,6 +23,9 @@ namespace csp::metrics {
 __extension__ using Uint128 = unsigned __int128;
 // Decimal digits of an exact 128-bit sum, for renderers (iostreams and fmt cannot print it).
 std::string toDecimalString(Uint128 value);
+// A value for reading, as renderers show it: below 1000 with 4 significant digits ("12.35"),
+// above with 3 and an SI suffix ("1.35G"); NaN gives "".
+std::string compactNumber(double value);
 
 // Which profiles a statistic is taken over.
 enum class Population : std::uint8_t {
