@@ -41,7 +41,7 @@ class ImbalanceMeasured : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir("imbalance");
     const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-imbalance";
-    auto r = run("timeout -k 5 300 " + tool("csp-run") + " --region-log -e cpu-time@1000 -o " + (dir_->path() / "meas").string() + " -- " +
+    auto r = run("timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir_->path() / "meas").string() + " -- " +
                  app + " 16");
     ASSERT_EQ(r.status, 0) << r.output;
     r = run(tool("csp-prof-mpi") + " -q " + (dir_->path() / "meas").string() + " -o " + (dir_->path() / "db").string());
@@ -105,24 +105,32 @@ TEST_F(ImbalanceMeasured, TheWholeProgramOverTheWorkerThreadsByDefault) {
   EXPECT_NE(bad.output.find("section 'no_such_proc': no procedure of this name"), std::string::npos) << bad.output;
 }
 
-TEST_F(ImbalanceMeasured, ARegionAsTheSection) {
+TEST(ImbalanceRegion, ARegionAsTheSection) {
   // The region "work" wraps each worker thread's work: its per-thread time comes from the region
   // event logs, the contexts from the whole CCT; the worker's own frames (the spine that holds
-  // the thread's whole time) are not causes.
-  const auto j = report("--imbalance region:work");
+  // the thread's whole time) are not causes. The threads run one after the other: wall-clock
+  // time in the region is then each thread's own work (run concurrently on a 2-core machine, it
+  // is mostly the wait for a core, and on a loaded machine the wait alone).
+  TempDir dir("imbalance-region");
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-imbalance";
+  auto r = run("timeout -k 5 300 " + tool("csp-run") + " --region-log -e cpu-time@1000 -o " + (dir / "meas").string() +
+               " -- " + app + " 16 1 serial");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(tool("csp-views") + " --format json --imbalance region:work " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["section"], "region work");
   EXPECT_EQ(j["section_measure"], "wall-clock time in the region (region event logs)");
   EXPECT_EQ(j["samples"], 16);
-  // Wall-clock time in the region includes the time a thread waits for a core (16 threads on
-  // the test machine's 2): the loop explains less of its variance than of the CPU time's, but it
-  // is still the cause that varies with it.
-  expectTheLoopFirst(j, 0.1);
+  expectTheLoopFirst(j, 0.5);
   for (const auto& c : j["causes"]) EXPECT_NE(c["leader_label"], "worker") << j.dump(1);
-  const auto text = run(tool("csp-views") + " --imbalance region:work " + (dir_->path() / "db").string());
+  const auto text = run(tool("csp-views") + " --imbalance region:work " + (dir / "db").string());
   EXPECT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("load imbalance in region work: wall-clock time in the region"), std::string::npos)
       << text.output;
-  const auto bad = run(tool("csp-views") + " --imbalance region:nope " + (dir_->path() / "db").string());
+  const auto bad = run(tool("csp-views") + " --imbalance region:nope " + (dir / "db").string());
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("section region:nope: no region of this name"), std::string::npos) << bad.output;
 }

@@ -3,12 +3,15 @@
 // trip counts come from the thread's data, and is the only cause of imbalance. balanced_heavy
 // costs more than any other procedure but the same in every thread; small_setup is small. Each
 // thread's work is the region "work" (for csp-views --imbalance region:work with --region-log).
-//   usage: imbalance [threads=16] [scale=1]   (scale multiplies every amount of work)
+//   usage: imbalance [threads=16] [scale=1] [serial]   (scale multiplies every amount of work;
+//   serial: the threads run one after the other, so that each thread's wall-clock time in the
+//   region is its own work, not also its wait for a core)
 #include <time.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -78,13 +81,17 @@ int main(int argc, char** argv) {
   calibrate();
   std::vector<double> results(static_cast<std::size_t>(threads));
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
+  const bool serial = argc > 3 && std::string(argv[3]) == "serial";
+  for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       csp_region_begin("work", 0);
       results[static_cast<std::size_t>(t)] = worker(t, threads, scale);
       csp_region_end();
     });
-  for (auto& th : pool) th.join();
+    if (serial) pool.back().join();
+  }
+  for (auto& th : pool)
+    if (th.joinable()) th.join();
   double sum = 0;
   for (double r : results) sum += r;
   std::printf("imbalance: %d threads, checksum %.6g\n", threads, sum);
