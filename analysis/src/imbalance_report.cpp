@@ -12,7 +12,31 @@ namespace csp::analysis {
 
 namespace {
 
-std::string number(double v) { return metrics::compactNumber(v); }
+std::string number(double v, std::string_view unit) { return metrics::formatQuantity(v, unit); }
+
+// The tail of a call path for a terminal line: its last three procedures, parameter lists
+// collapsed ("…/main/run_sample(...)/scan_items"); JSON has the whole path.
+std::string shortPath(const std::string& path) {
+  std::vector<std::string> names;
+  std::size_t at = 0;
+  int depth = 0;
+  std::string name;
+  for (; at < path.size(); ++at) {
+    const char ch = path[at];
+    if (ch == '(' && depth++ == 0) name += "(...)";
+    if (depth == 0 && ch == '/') {
+      names.push_back(std::move(name));
+      name.clear();
+      continue;
+    }
+    if (depth == 0) name += ch;
+    if (ch == ')' && depth > 0) --depth;
+  }
+  names.push_back(std::move(name));
+  std::string out = names.size() > 3 ? "…" : "";
+  for (std::size_t i = names.size() > 3 ? names.size() - 3 : 0; i < names.size(); ++i) out += (out.empty() ? "" : "/") + names[i];
+  return out;
+}
 
 }  // namespace
 
@@ -24,36 +48,36 @@ void renderImbalanceText(const ImbalanceReport& r, std::ostream& out) {
     out << fmt::format("load imbalance in {}: {} over {} threads ({}); contexts by {}\n", r.section, r.sectionMeasure,
                        r.threads, r.threadsLabel, r.metric);
   for (const auto& note : r.notes) out << "  note: " << note << "\n";
-  out << fmt::format("  per thread: mean {} {}, max {}, stddev {}; max/mean {:.2f}\n", number(r.mean), r.unit, number(r.max),
-                     number(r.stddev), r.imbalance);
+  out << fmt::format("  per thread: mean {}, max {}, stddev {}; max/mean {:.2f}", number(r.mean, r.unit), number(r.max, r.unit),
+                     number(r.stddev, r.unit), r.imbalance);
+  if (r.samplingError > 0) out << fmt::format("; sampling error ±{} per thread", number(r.samplingError, r.unit));
+  out << "\n";
   if (!r.slowest.empty()) {
     out << "  slowest threads (above mean + stddev):";
-    for (const auto& s : r.slowest) out << fmt::format(" {} ({})", s.who, number(s.value));
+    for (const auto& s : r.slowest) out << fmt::format(" {} ({})", s.who, number(s.value, r.unit));
     out << "\n";
   }
-  out << fmt::format("  contexts analysed: {} of {} in the section; {} cluster{}", r.contextsAnalysed, r.contextsInSection,
-                     r.clusters.size(), r.clusters.size() == 1 ? "" : "s");
-  if (r.regression) {
-    std::size_t kept = 0;
-    for (const auto& c : r.clusters) kept += c.kept;
-    out << fmt::format("; the regression keeps {} (R² {:.2f})\n", kept, r.r2);
-  } else {
-    out << "; too few threads for a regression (fewer than 8): clusters ranked by correlation\n";
+  if (r.contextsInSection > 0 || r.contextsAnalysed > 0) {
+    out << fmt::format("  contexts analysed: {} of {} in the section; {} procedures, loops and inlined scopes tested", r.contextsAnalysed,
+                       r.contextsInSection, r.scopesTested);
+    out << "\n";
   }
-  if (r.causes.empty()) {
-    out << "no context explains a share of the imbalance above the threshold\n";
-    return;
-  }
-  out << fmt::format("{:>4} {:>7} {:>7} {:>6} {:>6}  {}\n", "rank", "score", "share", "corr", "beta", "context");
+  out << "  " << r.verdictText << "\n";
+  if (r.causes.empty()) return;
+  out << fmt::format("{:>4} {:>7} {:>6} {:>8}  {}\n", "rank", "share", "corr", "p", "cause");
+  const std::string indent(30, ' ');
   for (std::size_t i = 0; i < r.causes.size(); ++i) {
     const auto& c = r.causes[i];
-    out << fmt::format("{:>4} {:>7.3f} {:>6.1f}% {:>6.2f} {:>6.2f}  {}  [{}]  #{}\n", i + 1, c.score, 100 * c.share,
-                       c.correlation, c.beta, c.leaderLabel, c.path, c.leader);
-    if (c.focus != c.leader) out << fmt::format("{:>36}  where: {}  #{}\n", "", c.focusLabel, c.focus);
-    for (const auto& p : c.parts) out << fmt::format("{:>36}  part: {} ({:.1f}%)  #{}\n", "", p.label, 100 * p.share, p.node);
-    out << fmt::format("{:>36}  per thread: mean {}, max {}; most in", "", number(c.mean), number(c.max));
+    out << fmt::format("{:>4} {:>6.1f}% {:>6.2f} {:>8.2g}  {}  [{}]  #{}\n", i + 1, 100 * c.share, c.correlation, c.pValue,
+                       c.label, shortPath(c.path), c.context);
+    if (c.entry != c.context) out << fmt::format("{}enters at: {}  #{}\n", indent, c.entryLabel, c.entry);
+    if (c.focus != c.context) out << fmt::format("{}hottest line: {}  #{}\n", indent, c.focusLabel, c.focus);
+    for (const auto& site : c.sites)
+      out << fmt::format("{}same pattern: {}  [{}] ({:.1f}%)  #{}\n", indent, site.label, shortPath(site.path), 100 * site.share,
+                         site.context);
+    out << fmt::format("{}own cost per thread: mean {}, max {}; most in", indent, number(c.mean, r.unit), number(c.max, r.unit));
     for (std::size_t k = 0; k < std::min<std::size_t>(c.threads.size(), 3); ++k)
-      out << fmt::format("{} {} ({})", k ? "," : "", c.threads[k].who, number(c.threads[k].value));
+      out << fmt::format("{} {} ({})", k ? "," : "", c.threads[k].who, number(c.threads[k].value, r.unit));
     out << "\n";
   }
 }
@@ -66,27 +90,26 @@ void renderImbalanceJson(const ImbalanceReport& r, std::ostream& out) {
     return a;
   };
   Json causes = Json::array();
-  for (const auto& c : r.causes)
-    causes.push_back({{"leader", c.leader},
-                      {"leader_label", c.leaderLabel},
+  for (const auto& c : r.causes) {
+    Json sites = Json::array();
+    for (const auto& s : c.sites)
+      sites.push_back({{"context", s.context}, {"label", s.label}, {"path", s.path}, {"share", s.share}, {"correlation", s.correlation}});
+    causes.push_back({{"context", c.context},
+                      {"label", c.label},
                       {"path", c.path},
+                      {"entry", c.entry},
+                      {"entry_label", c.entryLabel},
                       {"focus", c.focus},
                       {"focus_label", c.focusLabel},
-                      {"cluster", c.cluster},
-                      {"score", c.score},
                       {"share", c.share},
                       {"correlation", c.correlation},
                       {"beta", c.beta},
+                      {"p_value", c.pValue},
                       {"mean", c.mean},
                       {"max", c.max},
                       {"threads", threads(c.threads)},
-                      {"parts", [&] {
-                         Json a = Json::array();
-                         for (const auto& p : c.parts) a.push_back({{"node", p.node}, {"label", p.label}, {"share", p.share}});
-                         return a;
-                       }()}});
-  Json clusters = Json::array();
-  for (const auto& c : r.clusters) clusters.push_back({{"members", c.members}, {"kept", c.kept}, {"p_value", c.pValue}});
+                      {"sites", std::move(sites)}});
+  }
   Json j{{"section", r.section},
          {"section_measure", r.sectionMeasure},
          {"notes", r.notes},
@@ -99,12 +122,15 @@ void renderImbalanceJson(const ImbalanceReport& r, std::ostream& out) {
          {"max", r.max},
          {"stddev", r.stddev},
          {"imbalance", std::isnan(r.imbalance) ? Json(nullptr) : Json(r.imbalance)},
+         {"sampling_error", r.samplingError},
          {"slowest", threads(r.slowest)},
          {"contexts_in_section", r.contextsInSection},
          {"contexts_analysed", r.contextsAnalysed},
-         {"regression", r.regression},
+         {"scopes_tested", r.scopesTested},
+         {"verdict", toString(r.verdict)},
+         {"verdict_text", r.verdictText},
+         {"model_p_value", r.modelPValue},
          {"r2", r.r2},
-         {"clusters", std::move(clusters)},
          {"causes", std::move(causes)}};
   out << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }

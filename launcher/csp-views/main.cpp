@@ -104,11 +104,16 @@ int main(int argc, char** argv) {
                          ->expected(0, 1);
   csp::analysis::ImbalanceOptions imbalance;
   app.add_option("--cluster-threshold", imbalance.clusterThreshold,
-                 "--imbalance: merge contexts whose per-thread costs correlate at least this much")
+                 "--imbalance: list scopes whose own per-thread costs correlate at least this much with a cause's as "
+                 "further sites of it")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--min-share", imbalance.minShare, "--imbalance: report causes explaining at least this share of the variance")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-imbalance", imbalance.minImbalance,
+                 "--imbalance: a section whose max/mean is below 1 + this is balanced enough and not analysed")
+      ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oImbalance};
   for (auto* a : views)
@@ -231,7 +236,7 @@ int main(int argc, char** argv) {
           *db, nodeSpec, callers ? csp::views::ViewKind::Callers : flat ? csp::views::ViewKind::Flat : csp::views::ViewKind::CallingContext);
       const std::string metric = metricNames.empty() ? db->metrics().at(0).descriptor.name : metricNames[0];
       const auto d = csp::views::drillDown(*db, target, metric, scopes.empty() ? MetricScope::Inclusive : scopes[0], bins,
-                                           threads.empty() ? "all" : threads);
+                                           threads);
       if (format == "csv")
         csp::views::renderDistributionCsv(d, std::cout);
       else if (format == "json")
@@ -276,7 +281,10 @@ int main(int argc, char** argv) {
                               : effort             ? effortMetrics
                                                    : std::vector<std::string>{available.at(0)};
     if (stats.empty()) stats = {Statistic::Sum};
+    // The Flat view answers "which code costs itself the most" (perf's and pprof's first view):
+    // self cost first, and sorted and pruned by it.
     if (scopes.empty()) scopes = effort ? std::vector<MetricScope>{MetricScope::Inclusive}
+                                 : flat ? std::vector<MetricScope>{MetricScope::Exclusive, MetricScope::Inclusive}
                                         : std::vector<MetricScope>{MetricScope::Inclusive, MetricScope::Exclusive};
     for (const auto& m : shownMetrics)
       for (auto st : stats)

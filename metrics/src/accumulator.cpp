@@ -120,8 +120,29 @@ std::string compactNumber(double value) {
   static const char* suffix[] = {"k", "M", "G", "T", "P", "E"};
   double scaled = value / 1e3;
   std::size_t i = 0;
-  while (std::fabs(scaled) >= 1e3 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
+  // 999,999 rounds to 1000k at three digits: the next suffix then ("1M").
+  while (std::fabs(scaled) >= 999.5 && i + 1 < std::size(suffix)) scaled /= 1e3, ++i;
   std::snprintf(text, sizeof text, "%.3g%s", scaled, suffix[i]);
+  return text;
+}
+
+std::string formatQuantity(double value, std::string_view unit) {
+  if (std::isnan(value)) return "";
+  if (unit != "ns" || value == 0) return compactNumber(value);
+  const double a = std::fabs(value);
+  char text[64];
+  if (a >= 999.5e9) {
+    std::snprintf(text, sizeof text, "%.0f s", value / 1e9);
+  } else {
+    // The largest unit in which the value is at least 1 (after rounding to three digits).
+    static const struct {
+      double scale;
+      const char* name;
+    } units[] = {{1e9, "s"}, {1e6, "ms"}, {1e3, "\u00b5s"}, {1, "ns"}};
+    std::size_t u = 0;
+    while (u + 1 < std::size(units) && a < 0.9995 * units[u].scale) ++u;
+    std::snprintf(text, sizeof text, "%.3g %s", value / units[u].scale, units[u].name);
+  }
   return text;
 }
 

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -432,7 +433,7 @@ struct Attributor::Impl {
         const char* declFile = dwarf_decl_file(&scopes[0]);
         std::string name = procedureName(&scopes[0]);
         if (name.empty()) name = fmt::format("{}+0x{:x}", m.name, offset);
-        chain.push_back({ScopeKind::ProcFrame, strings.intern(name), strings.intern(declFile ? declFile : ""),
+        chain.push_back({ScopeKind::ProcFrame, strings.intern(name), strings.intern(sourcePath(declFile, cu)),
                          static_cast<std::uint32_t>(std::max(declLine, 0)), moduleId});
         Dwarf_Files* files = nullptr;
         std::size_t nfiles = 0;
@@ -446,7 +447,7 @@ struct Attributor::Impl {
           const char* file = haveFiles && callFile < nfiles ? dwarf_filesrc(files, callFile, nullptr, nullptr) : nullptr;
           std::string inlined = procedureName(&scopes[i]);
           if (inlined.empty()) inlined = "<inlined>";
-          chain.push_back({ScopeKind::Alien, strings.intern(inlined), strings.intern(file ? file : ""),
+          chain.push_back({ScopeKind::Alien, strings.intern(inlined), strings.intern(sourcePath(file, cu)),
                            static_cast<std::uint32_t>(callLine), 0});
         }
       }
@@ -482,11 +483,13 @@ struct Attributor::Impl {
       }
     }
     int line = 0;
-    const char* file = nullptr;
-    if (Dwfl_Line* l = dwfl_module_getsrc(m.mod, addr)) file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr);
-    if (file) ++withLines;
+    std::string file;
+    if (Dwfl_Line* l = dwfl_module_getsrc(m.mod, addr)) {
+      file = sourcePath(dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr), dwfl_linecu(l));
+    }
+    if (!file.empty()) ++withLines;
     if (m.structure) insertLoops(*m.structure, addr - m.bias, chain);
-    chain.push_back({last, 0, strings.intern(file ? file : ""), static_cast<std::uint32_t>(std::max(line, 0)), 0});
+    chain.push_back({last, 0, strings.intern(file), static_cast<std::uint32_t>(std::max(line, 0)), 0});
     return chain;
   }
 

@@ -1,5 +1,9 @@
 #include "elf_support.hpp"
 
+#include <dwarf.h>
+
+#include <filesystem>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -38,5 +42,16 @@ std::vector<GElf_Addr> readFdeStarts(Elf* elf) {
   }
   return out;
 }
+
+std::string sourcePath(const char* file, Dwarf_Die* cu) {
+  if (!file || !*file) return {};
+  std::filesystem::path path(file);
+  if (path.is_absolute() || !cu) return path.lexically_normal().string();
+  Dwarf_Attribute attr;
+  const char* dir = dwarf_attr(cu, DW_AT_comp_dir, &attr) ? dwarf_formstring(&attr) : nullptr;
+  if (!dir || !*dir) return path.lexically_normal().string();
+  return (std::filesystem::path(dir) / path).lexically_normal().string();
+}
+
 
 }  // namespace csp::reduce

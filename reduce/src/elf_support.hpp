@@ -1,7 +1,10 @@
 // ELF helpers shared by attribution and the structure analysis (reduce/src/structure/).
 #pragma once
 
+#include <elfutils/libdw.h>
 #include <gelf.h>
+
+#include <string>
 
 #include <vector>
 
@@ -12,5 +15,10 @@ namespace csp::reduce {
 // the table encoding that GNU ld, gold and lld write (datarel sdata4) is read; other files give
 // an empty list.
 std::vector<GElf_Addr> readFdeStarts(Elf* elf);
+
+// A source path as the compiler recorded it may be relative to the compilation directory (`gcc
+// -c ../src/x.c`, or ccache with base_dir): made absolute against the unit's DW_AT_comp_dir and
+// normalized, so that every view names a file one way and a source pane can open it. "" for none.
+std::string sourcePath(const char* file, Dwarf_Die* cu);
 
 }  // namespace csp::reduce

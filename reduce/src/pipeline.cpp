@@ -238,16 +238,24 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::vector<StmtValu
   for (const auto& e : p.identity.idTuple)
     if (e.kind == IdKind::Thread) f.initialThread = e.value == 0;
   std::optional<std::uint16_t> cpu;
-  for (std::size_t m = 0; m < p.metrics.size(); ++m)
+  std::vector<char> wait(p.metrics.size(), 0);  // the program's own waits, measured with --idleness
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
     if (p.metrics[m].name == "cpu-time") cpu = static_cast<std::uint16_t>(m);
+    wait[m] = isProgramWaitMetric(p.metrics[m].name);
+  }
+  std::uint64_t waitedNs = 0;
   std::map<std::uint32_t, std::uint64_t> byEntry;
   for (const auto& v : stmt) {
+    if (wait[v.metric]) waitedNs += v.value;
     if (cpu && v.metric != *cpu) continue;
     const std::uint64_t period = std::max<std::uint64_t>(p.metrics[v.metric].period, 1);
     const std::uint64_t samples = v.value / period;
     f.work += samples;
     if (const auto entry = entries.entryOf(v.node); entry != kNoIndex) byEntry[entry] += samples;
   }
+  // A thread that waits in the program's locks, barriers or MPI calls takes part in the work
+  // (it is a lock's waiter, not a runtime's idle helper): its waits count as work, in samples.
+  if (cpu) f.waited = waitedNs / std::max<std::uint64_t>(p.metrics[*cpu].period, 1);
   std::uint32_t best = kNoIndex;
   std::uint64_t most = 0;
   for (const auto& [node, samples] : byEntry) {
@@ -655,6 +663,7 @@ void Pipeline::Impl::classifyThreads() {
     p.text(f.process);
     p.u64(f.initialThread ? 1 : 0);
     p.u64(f.work);
+    p.u64(f.waited);
     p.text(f.entry);
     p.text(f.entryModule);
   }
@@ -669,6 +678,7 @@ void Pipeline::Impl::classifyThreads() {
         f.process = u.text();
         f.initialThread = u.u64() != 0;
         f.work = u.u64();
+        f.waited = u.u64();
         f.entry = u.text();
         f.entryModule = u.text();
         all.push_back(std::move(f));

@@ -46,10 +46,10 @@ ThreadClassRule parseThreadClassRule(std::string_view text) {
 
 std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFeatures>& threads,
                                                       const ThreadClassOptions& options) {
-  std::map<std::string, std::uint64_t> busiest;  // process -> most work of one of its threads
+  std::map<std::string, std::uint64_t> busiest;  // process -> most effort of one of its threads
   for (const auto& t : threads) {
     auto& b = busiest[t.process];
-    b = std::max(b, t.work);
+    b = std::max(b, t.work + t.waited);
   }
   std::vector<storage::ThreadClassInfo> out;
   out.reserve(threads.size());
@@ -78,19 +78,26 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
         }
       }
       const std::uint64_t most = busiest[t.process];
-      if (options.helperFraction > 0 && static_cast<double>(t.work) < options.helperFraction * static_cast<double>(most)) {
+      const std::uint64_t effort = t.work + t.waited;
+      if (options.helperFraction > 0 && static_cast<double>(effort) < options.helperFraction * static_cast<double>(most)) {
         info.threadClass = storage::ThreadClass::Helper;
-        info.reason = fmt::format("{} samples, under {:g} % of its process's busiest thread ({})", t.work,
-                                  100 * options.helperFraction, most);
+        info.reason = fmt::format("{} samples{}, under {:g} % of its process's busiest thread ({})", effort,
+                                  t.waited ? " of work and waits" : "", 100 * options.helperFraction, most);
         return;
       }
       info.threadClass = storage::ThreadClass::Worker;
-      info.reason = fmt::format("{} samples of its own work", t.work);
+      info.reason = t.waited ? fmt::format("{} samples of its own work, {} of waits in the program's synchronization",
+                                           t.work, t.waited)
+                             : fmt::format("{} samples of its own work", t.work);
     };
     decide();
     out.push_back(std::move(info));
   }
   return out;
+}
+
+bool isProgramWaitMetric(std::string_view name) {
+  return name == "sync-wait" || name == "lock-wait" || name == "mpi-wait";
 }
 
 bool EntryTracker::isThreadStart(std::uint32_t name, std::uint32_t module) {

@@ -37,6 +37,22 @@ TEST(ThreadClasses, BuiltInRulesInOrder) {
   EXPECT_EQ(classes[1].entry, "worker_loop");
 }
 
+TEST(ThreadClasses, WaitingInTheProgramsSynchronizationIsEffort) {
+  // A waiter with no CPU work of its own but 900 samples' worth of waiting for a lock is a
+  // worker; the busiest thread's effort includes its waits too.
+  auto waiter = thread("p", false, 2, "wait_for_lock");
+  waiter.waited = 900;
+  auto idle = thread("p", false, 2, "idle_loop");
+  const auto classes = classifyThreads({thread("p", true, 100, "main"), waiter, idle}, {});
+  EXPECT_EQ(classes[1].threadClass, ThreadClass::Worker) << classes[1].reason;
+  EXPECT_EQ(classes[1].reason, "2 samples of its own work, 900 of waits in the program's synchronization");
+  EXPECT_EQ(classes[2].threadClass, ThreadClass::Helper) << classes[2].reason;
+  EXPECT_EQ(classes[2].reason, "2 samples, under 1 % of its process's busiest thread (902)");
+  EXPECT_TRUE(isProgramWaitMetric("lock-wait"));
+  EXPECT_TRUE(isProgramWaitMetric("mpi-wait"));
+  EXPECT_FALSE(isProgramWaitMetric("idleness"));
+}
+
 TEST(ThreadClasses, UserRulesComeFirstAndFractionIsConfigurable) {
   ThreadClassOptions options;
   options.rules.push_back(parseThreadClassRule("worker=progress_*"));

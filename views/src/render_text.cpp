@@ -57,10 +57,11 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
 
 }  // namespace
 
-std::string formatNumber(double v, Statistic s) {
+std::string formatNumber(double v, Statistic s, std::string_view unit) {
   if (std::isnan(v)) return "";
   if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
   if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian) return fmt::format("{:.2f}", v);
+  if (unit == "ns") return metrics::formatQuantity(v, unit);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
   return metrics::compactNumber(v);
@@ -84,18 +85,36 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     h1 += fmt::format("{:>{}} ", fmt::format("{} {}", col.metric, scope), width[c]);
     // Units only where the value is in them (not for ratios and counts), and only if they fit.
     std::string stat = col.formula.empty() ? toString(col.statistic) : "formula";
-    if (pct[c] && !tree.units[c].empty() && stat.size() + tree.units[c].size() + 3 <= width[c])
+    // (Times carry their unit in every value.)
+    if (pct[c] && !tree.units[c].empty() && tree.units[c] != "ns" && stat.size() + tree.units[c].size() + 3 <= width[c])
       stat += " [" + tree.units[c] + "]";
     h2 += fmt::format("{:>{}} ", stat, width[c]);
   }
   out << style(h1, "1") << "\n" << style(h2 + " scope", "1") << "\n";
 
+  // A call site with a single callee is shown on the callee's row ("<- call file:line"), not as a
+  // row of its own: its values are the callee's, and a path would otherwise take two lines per
+  // call. Calls to several procedures (through pointers) keep their row.
+  const auto oneCallee = [&](const TreeNode& n) {
+    return n.kind == NodeKind::CallSite && n.children.size() == 1 && !n.truncated &&
+           tree.nodes[n.children[0]].kind == NodeKind::Procedure;
+  };
+  std::vector<unsigned> lift(tree.nodes.size(), 0);  // collapsed calls above a node
+  for (std::size_t i = 0; i < tree.nodes.size(); ++i) {
+    const auto& n = tree.nodes[i];
+    if (n.parent == kNoIndex) continue;
+    lift[i] = lift[n.parent] + (oneCallee(tree.nodes[n.parent]) ? 1 : 0);
+  }
+
   bool anyNoise = false;
-  for (const auto& n : tree.nodes) {
+  for (std::size_t i = 0; i < tree.nodes.size(); ++i) {
+    const auto& n = tree.nodes[i];
+    if (oneCallee(n)) continue;
     std::string line;
     for (std::size_t c = 0; c < columns; ++c) {
+      const bool formula = !tree.columns[c].formula.empty();
       std::string value =
-          formatNumber(n.values[c], tree.columns[c].formula.empty() ? tree.columns[c].statistic : Statistic::Sum);
+          formatNumber(n.values[c], formula ? Statistic::Sum : tree.columns[c].statistic, formula ? "" : tree.units[c]);
       const bool noise = c < n.withinSamplingError.size() && n.withinSamplingError[c];
       if (noise) value += "~", anyNoise = true;
       line += fmt::format("{:>{}}", value, kValueWidth);
@@ -108,17 +127,23 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
       }
       if (o.bounds) {
         const double e = c < n.errors.size() ? n.errors[c] : NAN;
-        line += fmt::format(" {:<{}}", std::isnan(e) ? "" : "±" + formatNumber(e, Statistic::Sum), kBoundWidth - 1);
+        line += fmt::format(" {:<{}}", std::isnan(e) ? "" : "±" + formatNumber(e, Statistic::Sum, formula ? "" : tree.units[c]),
+                            kBoundWidth - 1);
       }
       line += ' ';
     }
-    const unsigned indent = n.depth;
+    const unsigned indent = n.depth - lift[i];
     line += " " + std::string(2 * indent, ' ');
     std::string text = label(tree, n, o);
     if (n.kind == NodeKind::Procedure || n.kind == NodeKind::Inlined) text = style(text, "1");
     line += text;
     const auto where = location(tree, n);
     if (!where.empty()) line += "  " + style(where, "36");
+    if (n.parent != kNoIndex && oneCallee(tree.nodes[n.parent])) {
+      const auto& call = tree.nodes[n.parent];
+      const auto site = detail::fileLine(baseName(call.file), call.line);
+      line += "  " + style("<- call" + (site.empty() ? std::string() : " " + site), "2");
+    }
     if (n.imbalanceOnly) line += "  " + style(fmt::format("[one thread {:.1f}%]", n.maxThreadPercent), "35");
     if (!n.note.empty()) line += "  " + style("[" + n.note + "]", "32");
     if (n.truncated) line += style(" ...", "2");
@@ -205,9 +230,9 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   out << fmt::format("{} {} ({}), {} profiles{}, present in {}\n", d.metric, scope, d.unit, d.profiles,
                      d.threads.all ? "" : fmt::format(" ({}; {} others left out)", d.threads.label, d.threads.excluded),
                      d.values.size());
-  auto num = [](double v) { return formatNumber(v, Statistic::Sum); };
+  auto num = [&](double v) { return formatNumber(v, Statistic::Sum, d.unit); };
   auto mark = [&](const metrics::Statistics& s, Statistic st, double v) {
-    return formatNumber(v, st) + (metrics::withinSamplingError(s, st, d.perThreadError) ? "~" : "");
+    return formatNumber(v, st, d.unit) + (metrics::withinSamplingError(s, st, d.perThreadError) ? "~" : "");
   };
   out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
                      num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),

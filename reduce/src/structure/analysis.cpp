@@ -557,7 +557,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       if (file == nullptr || line <= 0) continue;
       if (lines) *lines = true;
       if (inlines.depthAt(c) != depth) continue;
-      std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), file};
+      std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), sourcePath(file, dwfl_linecu(l))};
       if (!best || here < *best) best = std::move(here);
     }
     return best;

@@ -26,6 +26,9 @@ std::string toDecimalString(Uint128 value);
 // A value for reading, as renderers show it: below 1000 with 4 significant digits ("12.35"),
 // above with 3 and an SI suffix ("1.35G"); NaN gives "".
 std::string compactNumber(double value);
+// A quantity of `unit` for people: nanoseconds as time in the unit that reads best ("1.92 s",
+// "35 ms", "120 µs", "800 ns"); anything else as compactNumber.
+std::string formatQuantity(double value, std::string_view unit);
 
 // Which profiles a statistic is taken over.
 enum class Population : std::uint8_t {

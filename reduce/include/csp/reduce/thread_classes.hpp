@@ -1,7 +1,8 @@
 // Thread classes (docs/views.md, "Thread classes"): which threads do the program's work. A
 // process's initial thread is `main`; a thread whose own code (its entry procedure) lives in a
-// runtime library that runs progress, communication or monitoring threads, or that did almost
-// no work next to the busiest thread of its process, is a `helper`; the others are `worker`s.
+// runtime library that runs progress, communication or monitoring threads, or that neither
+// worked nor waited in the program's own synchronization for more than a sliver of what the
+// busiest thread of its process did, is a `helper`; the others are `worker`s.
 // csp-prof-mpi keeps statistics per class, and views show the main and worker threads unless
 // told otherwise, so that idle helpers do not distort means, minima and imbalance.
 #pragma once
@@ -29,8 +30,8 @@ ThreadClassRule parseThreadClassRule(std::string_view text);
 
 struct ThreadClassOptions {
   std::vector<ThreadClassRule> rules;
-  // A thread other than the initial one with less work than this share of its process's busiest
-  // thread is a helper (0 turns the rule off).
+  // A thread other than the initial one with less work and waiting than this share of its
+  // process's busiest thread is a helper (0 turns the rule off).
   double helperFraction = 0.01;
 };
 
@@ -45,7 +46,13 @@ struct ThreadFeatures {
   std::uint64_t work = 0;      // recorded samples of cpu-time (of every metric if there is none)
   std::string entry;           // entry procedure (most samples), "" if unknown
   std::string entryModule;     // its module's path
+  std::uint64_t waited = 0;    // its waits in the program's locks, barriers and MPI calls
+                               // (sync-wait, lock-wait, mpi-wait of --idleness), in cpu-time samples
 };
+
+// The metrics of csp-run --idleness that time a thread's waits in the program's own
+// synchronization (a waiting thread is not a helper).
+bool isProgramWaitMetric(std::string_view name);
 
 // One class per thread, in input order, with the entry and the reason shown by csp-views --info.
 std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFeatures>& threads,
