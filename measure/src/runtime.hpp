@@ -167,6 +167,7 @@ struct ThreadState {
   std::uint32_t lastCharged[kStateMetrics]{};  // arena node of the last charge per metric (0: none)
   std::uint64_t unattributedNs = 0;  // credit left at the end with no context to go to
   std::uint32_t contendedHeld = 0;   // locks taken after a wait and not yet released
+  std::uint64_t shortLockWaitNs = 0;  // lock-wait of waits that ended within the short wait (no blame)
   int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
 
