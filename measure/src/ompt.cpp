@@ -162,6 +162,21 @@ std::string openmpToolState() {
   return "ompt (" + *g_runtime + ")";
 }
 
+// By the file name of its library, whether or not it has OMPT (libgomp has none, libomp's can be
+// disabled with OMP_TOOL=disabled): a program whose runtime found no tool has OpenMP threads
+// that csp sees as plain threads, always working, so its OpenMP idleness was not measured.
+std::string openmpRuntime() {
+  refreshLoadMap();
+  const auto modules = loadMapSnapshot();
+  if (modules == nullptr) return "none";
+  for (const auto& m : *modules) {
+    const std::string name = m.path.substr(m.path.find_last_of('/') + 1);
+    for (const char* runtime : {"libgomp.so", "libgomp-", "libomp.so", "libiomp5.so"})
+      if (name.rfind(runtime, 0) == 0) return name;
+  }
+  return "none";
+}
+
 }  // namespace csp::measure
 
 // Looked up by the OpenMP runtime at its start. Without idleness accounting csp declines, and

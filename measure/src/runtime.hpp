@@ -282,6 +282,7 @@ std::uint64_t chargePeriodNs();                 // the period a credit must reac
 bool creatingHelperThreads();                   // inside MPI_Init: threads created now do not count
 void setCreatingHelperThreads(bool on);
 std::string openmpToolState();                  // "ompt (<runtime>)" or "none", for the settings
+std::string openmpRuntime();                    // the OpenMP runtime's file name (ever loaded) or "none"
 std::uint64_t lockTableOverflows();
 // Locks (pthread mutexes and spin locks; waits.cpp wraps them).
 bool lockAccountingOn();

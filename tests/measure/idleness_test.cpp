@@ -29,6 +29,7 @@ using csp::test::tool;
 namespace {
 
 const std::string kApps = std::string(CSP_BINARY_DIR) + "/tests/apps/";
+const std::string kTimeout = "timeout -k 5 300 ";  // a hang fails the test instead of stopping it
 
 // A measured and post-processed run.
 struct Run {
@@ -42,10 +43,10 @@ Run measure(const TempDir& dir, const std::string& options, const std::string& p
   Run r;
   r.meas = dir / "meas";
   r.dbDir = dir / "db";
-  const auto m = run(tool("csp-run") + " --idleness " + options + " -o " + r.meas.string() + " -- " + program);
+  const auto m = run(kTimeout + tool("csp-run") + " --idleness " + options + " -o " + r.meas.string() + " -- " + program);
   EXPECT_EQ(m.status, 0) << m.output;
   r.output = m.output;
-  const auto p = run(tool("csp-prof-mpi") + " -q " + proMpiOptions + " " + r.meas.string() + " -o " + r.dbDir.string());
+  const auto p = run(kTimeout + tool("csp-prof-mpi") + " -q " + proMpiOptions + " " + r.meas.string() + " -o " + r.dbDir.string());
   EXPECT_EQ(p.status, 0) << p.output;
   if (p.status == 0) r.db = storage::Database::open(r.dbDir);
   return r;
@@ -120,6 +121,13 @@ double settingSum(const fs::path& meas, const std::string& key) {
 }
 
 constexpr double kMs = 1e6;
+
+// The database property csp-prof-mpi sets when OpenMP idleness was not measured, "" if none.
+std::string openmpIdleness(const storage::Database& db) {
+  for (const auto& p : db.metadata().properties)
+    if (p.key == storage::kOpenmpIdlenessProperty) return p.value;
+  return "";
+}
 
 // The hold time the blame programs print ("held N ns"), 0 if they did not.
 double heldNs(const std::string& output) {
@@ -322,6 +330,8 @@ TEST(Idleness, OpenMPLongIterationIsBlamed) {
   ASSERT_TRUE(r.db);
   const auto& db = *r.db;
   EXPECT_EQ(settingOf(r.meas, "openmp-tool").rfind("ompt (", 0), 0u) << settingOf(r.meas, "openmp-tool");
+  EXPECT_EQ(settingOf(r.meas, "openmp-runtime").rfind("libomp.so", 0), 0u) << settingOf(r.meas, "openmp-runtime");
+  EXPECT_EQ(openmpIdleness(db), "") << "OpenMP idleness was measured";
   for (const char* proc : {"long_iteration", "serial_part"}) {
     const double work = inclusive(db, proc, "work"), idleness = inclusive(db, proc, "idleness");
     std::printf("%s: work %.1f ms, idleness %.1f ms (%.2fx)\n", proc, work / kMs, idleness / kMs, idleness / work);
@@ -385,6 +395,53 @@ TEST(Idleness, GnuOpenMPWithoutOmpt) {
   const auto bad = run(tool("csp-prof-mpi") + " -q --overhead-rule ':x' " + r.meas.string() + " -o " + (dir / "db-bad").string());
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("MODULE_GLOB"), std::string::npos) << bad.output;
+}
+
+// An OpenMP runtime that found no OpenMP tool (GCC's libgomp; LLVM's libomp with OMP_TOOL=disabled)
+// leaves its threads plain threads to csp, working unless they wait in a wrapped pthread call: a
+// loop where three of four threads wait for one long iteration (75 % of the loop's effort idle)
+// shows no idleness with libgomp (its workers sleep in futexes of their own). The
+// profiles name the runtime (openmp-runtime) beside openmp-tool = none, csp-prof-mpi records
+// that OpenMP idleness was not measured, and csp-views --effort says so on every context instead
+// of a reading (it read "effectively parallel" before).
+TEST(Idleness, OpenMPWithoutToolSaysIdlenessWasNotMeasured) {
+  struct Program {
+    std::string path, runtime, ompTool;  // ompTool: OMP_TOOL
+  };
+  std::vector<Program> programs;
+  if (fs::exists(kApps + "csp-app-omp-gnu")) programs.push_back({kApps + "csp-app-omp-gnu", "libgomp.so", ""});
+  if (!std::string(CSP_OMP_APP).empty()) programs.push_back({CSP_OMP_APP, "libomp.so", "disabled"});
+  if (programs.empty()) GTEST_SKIP() << "no OpenMP support in this build";
+  setenv("OMP_NUM_THREADS", "4", 1);
+  for (const auto& [program, runtime, ompTool] : programs) {
+    TempDir dir("idle-notool");
+    if (!ompTool.empty()) setenv("OMP_TOOL", ompTool.c_str(), 1);
+    const auto r = measure(dir, "-e cpu-time@1ms", program + " 200 5 20 2");
+    unsetenv("OMP_TOOL");
+    ASSERT_TRUE(r.db) << program;
+    EXPECT_EQ(settingOf(r.meas, "openmp-tool"), "none") << program;
+    EXPECT_EQ(settingOf(r.meas, "openmp-runtime").rfind(runtime, 0), 0u) << settingOf(r.meas, "openmp-runtime");
+    EXPECT_NE(openmpIdleness(*r.db).find("not measured: " + runtime), std::string::npos) << openmpIdleness(*r.db);
+
+    // The JSON alone (run() adds stderr, where the warning goes).
+    const auto v = run("{ " + kTimeout + tool("csp-views") + " --effort --format json -t 0 " + r.dbDir.string() + " 2>/dev/null; }");
+    ASSERT_EQ(v.status, 0) << v.output;
+    std::set<std::string> notes;
+    std::string longNote;
+    const auto j = nlohmann::json::parse(v.output);
+    for (const auto& n : j["nodes"]) {
+      if (n["note"].is_null()) continue;
+      notes.insert(n["note"].get<std::string>());
+      if (n["name"] == "long_iteration") longNote = n["note"].get<std::string>();
+    }
+    EXPECT_EQ(notes, std::set<std::string>{"idleness not measured"}) << program;
+    EXPECT_EQ(longNote, "idleness not measured") << program;
+    const auto text = run(kTimeout + tool("csp-views") + " --effort " + r.dbDir.string());
+    ASSERT_EQ(text.status, 0) << text.output;
+    EXPECT_NE(text.output.find("warning: OpenMP idleness not measured: " + runtime), std::string::npos) << text.output;
+    EXPECT_EQ(text.output.find("effectively parallel"), std::string::npos) << text.output;
+  }
+  unsetenv("OMP_NUM_THREADS");
 }
 
 // Without --idleness nothing changes: no state metrics, no OpenMP tool.
