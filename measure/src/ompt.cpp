@@ -162,9 +162,10 @@ std::string openmpToolState() {
   return "ompt (" + *g_runtime + ")";
 }
 
-// By the file name of its library, whether or not it has OMPT (libgomp has none, libomp's can be
-// disabled with OMP_TOOL=disabled): a program whose runtime found no tool has OpenMP threads
-// that csp sees as plain threads, always working, so its OpenMP idleness was not measured.
+// The OpenMP runtime in the load map, known by its file name, with or without OMPT (libgomp has
+// none, libomp's can be disabled with OMP_TOOL=disabled): where it found no tool, its threads are
+// plain threads to csp, working while they wait in the runtime, so OpenMP idleness was not
+// measured (post-processing and csp-views --effort say so).
 std::string openmpRuntime() {
   refreshLoadMap();
   const auto modules = loadMapSnapshot();
