@@ -336,7 +336,15 @@ int main(int argc, char** argv) {
     if (request.top && *request.top == 0) throw ViewError("--top needs a positive number");
 
     auto tree = csp::views::buildView(*db, request);
-    if (effort) csp::views::interpretEffort(tree, highIdleness, highOverhead);
+    if (effort) {
+      bool idlenessMeasured = true;
+      for (const auto& p : db->metadata().properties)
+        if (p.key == csp::storage::kOpenmpIdlenessProperty) {
+          std::cerr << "csp-views: warning: OpenMP idleness " << p.value << "; --effort draws no conclusions\n";
+          idlenessMeasured = false;
+        }
+      csp::views::interpretEffort(tree, highIdleness, highOverhead, idlenessMeasured);
+    }
     if (format == "csv")
       csp::views::renderCsv(tree, std::cout);
     else if (format == "json")

@@ -162,6 +162,22 @@ std::string openmpToolState() {
   return "ompt (" + *g_runtime + ")";
 }
 
+// The OpenMP runtime in the load map, known by its file name, with or without OMPT (libgomp has
+// none, libomp's can be disabled with OMP_TOOL=disabled): where it found no tool, its threads are
+// plain threads to csp, working while they wait in the runtime, so OpenMP idleness was not
+// measured (post-processing and csp-views --effort say so).
+std::string openmpRuntime() {
+  refreshLoadMap();
+  const auto modules = loadMapSnapshot();
+  if (modules == nullptr) return "none";
+  for (const auto& m : *modules) {
+    const std::string name = m.path.substr(m.path.find_last_of('/') + 1);
+    for (const char* runtime : {"libgomp.so", "libgomp-", "libomp.so", "libiomp5.so"})
+      if (name.rfind(runtime, 0) == 0) return name;
+  }
+  return "none";
+}
+
 }  // namespace csp::measure
 
 // Looked up by the OpenMP runtime at its start. Without idleness accounting csp declines, and

@@ -167,6 +167,7 @@ struct ThreadState {
   std::uint32_t lastCharged[kStateMetrics]{};  // arena node of the last charge per metric (0: none)
   std::uint64_t unattributedNs = 0;  // credit left at the end with no context to go to
   std::uint32_t contendedHeld = 0;   // locks taken after a wait and not yet released
+  std::uint64_t shortLockWaitNs = 0;  // lock-wait of waits that ended within the short wait (no blame)
   int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
 
@@ -281,6 +282,7 @@ std::uint64_t chargePeriodNs();                 // the period a credit must reac
 bool creatingHelperThreads();                   // inside MPI_Init: threads created now do not count
 void setCreatingHelperThreads(bool on);
 std::string openmpToolState();                  // "ompt (<runtime>)" or "none", for the settings
+std::string openmpRuntime();                    // the OpenMP runtime's file name (ever loaded) or "none"
 std::uint64_t lockTableOverflows();
 // Locks (pthread mutexes and spin locks; waits.cpp wraps them).
 bool lockAccountingOn();

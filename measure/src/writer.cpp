@@ -293,8 +293,10 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
     settings.push_back({"idleness", "on"});
     settings.push_back({"idleness-event", c.events.empty() ? std::string("none") : c.events.front().name});
     settings.push_back({"openmp-tool", openmpToolState()});
+    settings.push_back({"openmp-runtime", openmpRuntime()});
     settings.push_back({"lock-table-overflows", std::to_string(lockTableOverflows())});
     settings.push_back({"unattributed-wait-ns", std::to_string(t.unattributedNs)});
+    settings.push_back({"short-lock-wait-ns", std::to_string(t.shortLockWaitNs)});
   }
   p.strings.push_back("");
   p.frameKind = FrameKind::Address;

@@ -11,6 +11,26 @@
 
 namespace csp::reduce::prof {
 
+namespace {
+
+// (Pipeline keeps these settings of the profiles: command, idleness, openmp-tool, openmp-runtime.)
+std::string settingOf(const Identity& identity, const std::string& key) {
+  for (const auto& st : identity.settings)
+    if (st.key == key) return st.value;
+  return "";
+}
+
+// The OpenMP runtime of a profile measured with --idleness where that runtime found no OpenMP
+// tool (libgomp; libomp with OMPT disabled): its OpenMP threads were plain, always-working
+// threads, so OpenMP idleness was not measured (docs/measurement.md, "OpenMP"). Else "".
+std::string openmpWithoutTool(const Identity& identity) {
+  const std::string runtime = settingOf(identity, "openmp-runtime");
+  if (settingOf(identity, "idleness") != "on" || settingOf(identity, "openmp-tool") != "none") return "";
+  return runtime == "none" ? "" : runtime;
+}
+
+}  // namespace
+
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline) {
   Packer p;
   p.u64(pipeline.localProfiles().size());
@@ -26,10 +46,8 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.text(info.identity.executable);
     p.u64(info.identity.commandLine.size());
     for (const auto& a : info.identity.commandLine) p.text(a);
-    std::string command;
-    for (const auto& st : info.identity.settings)
-      if (st.key == "command") command = st.value;
-    p.text(command);
+    p.text(settingOf(info.identity, "command"));
+    p.text(openmpWithoutTool(info.identity));
     // Sampling quality (docs/postprocessing.md, "Path quality").
     p.u64(info.stats.samples);
     p.u64(info.stats.unwindFailures);
@@ -65,6 +83,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   // that most threads ran. Other executables (mpirun's helpers, a script's children) are listed.
   std::map<std::string, std::uint64_t> commands, threadsOf;
   std::map<std::string, std::vector<std::string>> commandLineOf;
+  std::set<std::string> openmpUnmeasured;  // OpenMP runtimes that found no tool
   for (const auto& part : identities) {
     Unpacker u(part);
     for (auto n = u.u64(); n > 0; --n) {
@@ -80,6 +99,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       std::vector<std::string> cmd(u.u64());
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
+      if (auto runtime = u.text(); !runtime.empty()) openmpUnmeasured.insert(std::move(runtime));
       storage::SamplingQuality q;
       q.samples = u.u64();
       q.unwindFailures = u.u64();
@@ -141,6 +161,12 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
     std::string list;
     for (const auto& [n, exe] : byThreads) list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
     meta.properties.push_back({"executables", list});
+  }
+  if (!openmpUnmeasured.empty()) {
+    std::string list;
+    for (const auto& r : openmpUnmeasured) list += (list.empty() ? "" : ", ") + r;
+    meta.properties.push_back({std::string(storage::kOpenmpIdlenessProperty),
+                               "not measured: " + list + " ran without an OpenMP tool (OMPT)"});
   }
   return meta;
 }

@@ -8,6 +8,9 @@
 //     lock-blame; the waiters get lock-wait. Prints the time the lock was held: "held NS ns".
 //   csp-app-threads spin-blame HOLD_MS
 //     The same with a pthread spin lock: the waiters spin in pthread_spin_lock.
+//   csp-app-threads blame-rounds HOLD_US ROUNDS, spin-blame-rounds HOLD_US ROUNDS
+//     Many holds of HOLD_US with the same three waiters (see "blame rounds" below). Prints
+//     "held NS ns, waited NS ns, waited-in-hold NS ns".
 //   csp-app-threads barrier UNIT_MS ROUNDS
 //     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
 //     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
@@ -144,6 +147,80 @@ int blame(std::uint64_t holdMs, bool spin) {
   pthread_join(h, nullptr);
   for (auto& t : w) pthread_join(t, nullptr);
   std::printf("blame: held %llu ns\n", static_cast<unsigned long long>(g_heldNs));
+  return 0;
+}
+
+// ---- blame rounds ---------------------------------------------------------------------------
+//
+// Many short holds: in each of ROUNDS rounds the holder takes the lock, lets the three waiters
+// start (each calls takeLock as soon as it sees the round begin), holds the lock for HOLD_US of
+// wall-clock time once all three have announced themselves, and releases it; the round ends
+// when every waiter has taken and released the lock. The program measures, by CLOCK_MONOTONIC:
+// the holder's holds ("held"), the waiters' time in takeLock ("waited"), and the part of that
+// time before the holder's release of the round ("waited-in-hold": what the holder is to blame
+// for).
+
+std::atomic<int> g_round{0};
+std::atomic<int> g_roundDone{0};
+std::uint64_t g_releaseNs = 0;  // the holder's release time of the current round (read under the lock)
+std::atomic<std::uint64_t> g_waitedNs{0}, g_waitedInHoldNs{0};
+
+__attribute__((noinline)) void hold_lock_round(int round) {
+  takeLock();
+  const std::uint64_t acquired = nowNs(CLOCK_MONOTONIC);
+  g_announced.store(0);
+  g_round.store(round);
+  while (g_announced.load() < 3) sched_yield();
+  burn(CLOCK_MONOTONIC, g_holdNs);
+  g_releaseNs = nowNs(CLOCK_MONOTONIC);
+  g_heldNs += g_releaseNs - acquired;
+  releaseLock();
+  g_released.fetch_add(1);  // not a tail call (see hold_lock)
+}
+
+__attribute__((noinline)) void wait_for_lock_round() {
+  const std::uint64_t start = nowNs(CLOCK_MONOTONIC);
+  takeLock();
+  const std::uint64_t got = nowNs(CLOCK_MONOTONIC);
+  const std::uint64_t release = g_releaseNs;
+  releaseLock();
+  g_waitedNs.fetch_add(got - start);
+  g_waitedInHoldNs.fetch_add(release > start ? release - start : 0);
+}
+
+void* roundHolder(void* arg) {
+  const int rounds = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  for (int r = 1; r <= rounds; ++r) {
+    hold_lock_round(r);
+    while (g_roundDone.load() < 3 * r) sched_yield();
+  }
+  return nullptr;
+}
+
+void* roundWaiter(void* arg) {
+  const int rounds = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  for (int r = 1; r <= rounds; ++r) {
+    while (g_round.load() < r) sched_yield();
+    g_announced.fetch_add(1);
+    wait_for_lock_round();
+    g_roundDone.fetch_add(1);
+  }
+  return nullptr;
+}
+
+int blameRounds(std::uint64_t holdUs, int rounds, bool spin) {
+  g_holdNs = holdUs * 1'000u;
+  g_spin = spin;
+  pthread_spin_init(&g_spinLock, PTHREAD_PROCESS_PRIVATE);
+  const auto arg = reinterpret_cast<void*>(static_cast<std::intptr_t>(rounds));
+  pthread_t h, w[3];
+  pthread_create(&h, nullptr, roundHolder, arg);
+  for (auto& t : w) pthread_create(&t, nullptr, roundWaiter, arg);
+  pthread_join(h, nullptr);
+  for (auto& t : w) pthread_join(t, nullptr);
+  std::printf("blame-rounds: %d rounds, held %llu ns, waited %llu ns, waited-in-hold %llu ns\n", rounds,
+              static_cast<unsigned long long>(g_heldNs), static_cast<unsigned long long>(g_waitedNs.load()),
+              static_cast<unsigned long long>(g_waitedInHoldNs.load()));
   return 0;
 }
 
@@ -305,11 +382,15 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "blame" || mode == "spin-blame")
     return blame(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 400, mode == "spin-blame");
+  if (mode == "blame-rounds" || mode == "spin-blame-rounds")
+    return blameRounds(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1000, argc > 3 ? std::atoi(argv[3]) : 100,
+                       mode == "spin-blame-rounds");
   if (mode == "barrier")
     return barrier(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50, argc > 3 ? std::atoi(argv[3]) : 2);
   if (mode == "kinds") return kinds(argc > 2 ? std::atol(argv[2]) : 20'000);
   if (mode == "heavy") return heavy(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atol(argv[3]) : 1'000'000);
-  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | barrier UNIT_MS ROUNDS | heavy THREADS "
+  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | blame-rounds HOLD_US ROUNDS | "
+                       "spin-blame-rounds HOLD_US ROUNDS | barrier UNIT_MS ROUNDS | heavy THREADS "
                        "ITERATIONS | kinds ITERATIONS\n");
   return 2;
 }

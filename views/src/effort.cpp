@@ -19,7 +19,7 @@ std::string effortNote(double work, double idleness, double overhead, double hig
   return "effectively parallel";
 }
 
-void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent) {
+void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent, bool idlenessMeasured) {
   if (tree.kind == ViewKind::Regions) throw ViewError("--effort applies to the calling context, callers and flat views");
   auto column = [&](const char* metric) -> std::ptrdiff_t {
     for (std::size_t c = 0; c < tree.columns.size(); ++c)
@@ -41,6 +41,9 @@ void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOver
       return std::isnan(s) ? 0.0 : s;
     };
     n.note = effortNote(sum(work), sum(idleness), sum(overhead), highIdlenessPercent, highOverheadPercent);
+    // Without the idleness every reading would be a guess (a libgomp loop with 75 % imbalance read
+    // "effectively parallel").
+    if (!idlenessMeasured && !n.note.empty()) n.note = "idleness not measured";
   }
   tree.hasNotes = true;
 }

@@ -142,6 +142,11 @@ ThreadSelection selectThreads(const DatabaseMetadata& metadata, const std::strin
 // truncated or dropped.
 inline constexpr double kQualityWarningShare = 0.10;
 
+// The property csp-prof-mpi sets when an OpenMP runtime of the measurement found no OpenMP tool
+// under csp-run --idleness ("not measured: <runtimes> ..."): OpenMP idleness is missing, and
+// csp-views --effort draws no conclusions.
+inline constexpr std::string_view kOpenmpIdlenessProperty = "openmp-idleness";
+
 struct DatabaseMetadata {
   std::string title;  // free description of the experiment
   std::string executable;

@@ -159,8 +159,11 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request);
 // call sites and statements (they repeat their callee or scope). The tree must
 // have columns of `work` and `idleness` in the inclusive scope (any statistic: the sums behind
 // them are used); an `overhead` column is optional (absent: no overhead). Throws ViewError
-// otherwise.
-void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent);
+// otherwise. With `idlenessMeasured` false (an OpenMP runtime ran without an OpenMP tool: the
+// database property kOpenmpIdlenessProperty), every context with effort reads
+// "idleness not measured" instead.
+void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent,
+                     bool idlenessMeasured = true);
 // The note interpretEffort gives a context with these inclusive sums.
 std::string effortNote(double work, double idleness, double overhead, double highIdlenessPercent,
                        double highOverheadPercent);
