@@ -57,7 +57,8 @@ show() {  # show TITLE COMMAND...: the first $lines lines of a view
 show "Flat view of the 2-process run: where the time goes (solve_share: the divided work)" \
   "$CSP_BIN/csp-views" --flat --top 8 "$study/run-p2/db"
 show "Callers view of the scaling loss from 2 to 4 processes, by exclusive loss: replicated_setup,
-   repeated by every rank, does not scale; nor does the waiting in MPI" \
+   repeated by every rank, does not scale, nor does combine_on_root, rank 0's serial combination
+   of one result per rank (the rest is MPI start-up, which varies from run to run)" \
   "$CSP_BIN/csp-views" --callers --sort sum:exclusive --top 6 "$study/scaling-db"
 
 cat <<EOT

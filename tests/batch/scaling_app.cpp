@@ -2,11 +2,17 @@
 // test and the demo. A fixed total problem of WORK units is divided among the P ranks
 // (solve_share: perfect strong scaling, its summed cost is the same for any P), but every rank
 // also repeats the same SETUP units of initialization (replicated_setup: its summed cost grows
-// as P x SETUP) and rank 0 combines one result per rank serially (combine_on_root: P x 2 units)
-// while the other ranks wait in MPI_Bcast. Going from p to q ranks, the scaling loss is in
-// replicated_setup, combine_on_root and the waiting in MPI, never in solve_share.
+// as P x SETUP) and rank 0 combines one result per rank serially (combine_on_root: P x 20 units)
+// while the other ranks wait for the result. Going from p to q ranks, the scaling loss in CPU
+// time is in replicated_setup and combine_on_root, never in solve_share. The ranks wait without
+// burning CPU (a non-blocking collective polled with sleeps): Open MPI's busy-polling waits
+// would put CPU time into the waiting that depends on what else runs on the machine, and the
+// loss measured in CPU time would change with the load (csp-run --idleness measures waiting as
+// time instead: mpi-wait).
 //   usage: csp-app-scaling [WORK=2000] [SETUP=100]      (one unit is about 1 ms of CPU)
 #include <mpi.h>
+
+#include <time.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +31,16 @@ __attribute__((always_inline)) inline double spin(std::uint64_t iterations, doub
   return x;
 }
 
+// Waits for a non-blocking MPI operation, 1 ms at a time, without using the CPU meanwhile.
+void wait(MPI_Request* request) {
+  for (int done = 0;;) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    const timespec pause{0, 1'000'000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 }  // namespace
 
 extern "C" __attribute__((noinline)) double solve_share(int units, double x) {
@@ -39,7 +55,7 @@ extern "C" __attribute__((noinline)) double replicated_setup(int units, double x
 
 extern "C" __attribute__((noinline)) double combine_on_root(const std::vector<double>& parts) {
   double x = 0;
-  for (double p : parts) x = spin(2 * kUnitIterations, x + p);
+  for (double p : parts) x = spin(20 * kUnitIterations, x + p);
   return x;
 }
 
@@ -61,9 +77,12 @@ int main(int argc, char** argv) {
   x = solve_share(share, x);
 
   std::vector<double> parts(static_cast<std::size_t>(size));
-  MPI_Gather(&x, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Igather(&x, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &request);
+  wait(&request);
   double result = rank == 0 ? combine_on_root(parts) : 0.0;
-  MPI_Bcast(&result, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Ibcast(&result, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &request);
+  wait(&request);
   if (rank == 0) std::printf("csp-app-scaling: %d ranks, %d work units, %d setup units per rank, result %.6g\n", size, work, setup, result);
   MPI_Finalize();
   return 0;

@@ -579,6 +579,31 @@ TEST_F(Diff, InconsistentDatabasesAreDamaged) {
 // End to end on a real MPI program measured by csp-run at 2 and 4 ranks: replicated_setup does
 // the same work on every rank (its total doubles), solve splits a fixed total. The report must
 // name replicated_setup as where the loss is. Skipped until csp-run is built in this tree.
+// A q run that is faster overall (a gain elsewhere outweighs the loss): the scaling loss of the
+// whole is negative, and the Callers view of the loss still shows its largest contributors,
+// the loss and the gain, by size, with percentages of the total's size.
+TEST_F(Diff, CallersViewOfANegativeTotalShowsTheLargestContributors) {
+  auto spec = [](int ranks, int a, int b) {
+    std::string threads;
+    for (int r = 0; r < ranks; ++r)
+      threads += std::string(r ? "," : "") + R"({"id": {"rank": )" + std::to_string(r) + R"(}, "samples": [
+        {"path": [{"proc": "main"}, {"callsite": "m.c:2"}, {"proc": "grows", "file": "g.c", "line": 1}, {"stmt": "g.c:2"}], "counts": {"c": )" +
+                 std::to_string(a) + R"(}},
+        {"path": [{"proc": "main"}, {"callsite": "m.c:3"}, {"proc": "shrinks", "file": "s.c", "line": 1}, {"stmt": "s.c:2"}], "counts": {"c": )" +
+                 std::to_string(b) + R"(}}]})";
+    return R"({"metrics": [{"name": "c", "unit": "count", "kind": "counted"}], "threads": [)" + threads + "]}";
+  };
+  const auto p = database("neg-p2", spec(2, 100, 100));  // 200 + 200
+  const auto q = database("neg-p4", spec(4, 75, 10));    // 300 + 40: +100 and -160, total -60
+  csp_diff(p.string() + " " + q.string() + " -o " + (dir / "neg-db").string(), 0);
+  const auto r = run(tool("csp-views") + " --callers --sort sum:exclusive --top 6 " + (dir / "neg-db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto grows = r.output.find("grows"), shrinks = r.output.find("shrinks");
+  EXPECT_NE(grows, std::string::npos) << r.output;
+  EXPECT_NE(shrinks, std::string::npos) << r.output;
+  EXPECT_LT(shrinks, grows) << "the larger contributor (the gain) first: " << r.output;
+}
+
 TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   ASSERT_TRUE(std::filesystem::exists(tool("csp-run"))) << "csp-run is not built";
   const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
@@ -604,15 +629,16 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   EXPECT_EQ(path.find("solve"), std::string::npos) << out;
   // Library view: replicated_setup holds most of the loss; solve's excess is small beside it.
   const auto d = diff(dir / "run-p2" / "db", dir / "run-p4" / "db");
-  double setup = 0, solve = 0;
+  double setup = 0, setupP = 0, solve = 0;
   for (const auto& n : d.nodes) {
     if (n.kind != ScopeKind::ProcFrame) continue;
-    if (n.name == "replicated_setup") setup += n.inclusive.excess;
+    if (n.name == "replicated_setup") setup += n.inclusive.excess, setupP += n.inclusive.sumP;
     if (n.name == "solve") solve += n.inclusive.excess;
   }
-  // 4 x 300 - 2 x 300 = 600 ms of CPU time more in setup; solve ideally 0.
+  // 4 x 300 - 2 x 300 units of CPU time more in setup, as much as the p run's setup in all;
+  // solve ideally 0. (Relations, not nominal times: the machine may be loaded.)
   EXPECT_GT(setup, 0.5 * d.total().excess) << out;
-  EXPECT_GT(setup, 400e6) << out;
+  EXPECT_GT(setup, 0.6 * setupP) << out;
   EXPECT_LT(std::fabs(solve), 0.25 * setup) << out;
   EXPECT_TRUE(storage::Database::open(dir / "scaling-db"));
 }
@@ -629,7 +655,7 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
   for (int ranks : {2, 4}) {
     const auto runDir = dir / ("wait-p" + std::to_string(ranks));
     auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " --idleness -o " + (runDir / "meas").string() + " -- " +
-                 app + " 200 150 300");
+                 app + " 200 150 300 block");
     ASSERT_EQ(r.status, 0) << r.output;
     r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
             (runDir / "db").string());
@@ -639,9 +665,17 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
   analysis::DiffOptions waitOptions;
   waitOptions.metric = "mpi-wait";
   const auto waiting = diff(p, q, waitOptions);
-  // Every rank but 0 waits about root_only's time (at least its CPU time): 1 rank at p = 2, 3 at q = 4.
-  EXPECT_GT(waiting.total().sumP, 100e6);
-  EXPECT_GT(waiting.total().excess, 100e6);
+  analysis::DiffOptions workOptions;
+  workOptions.metric = "work";
+  const auto compute = diff(p, q, workOptions);
+  double rootWorkP = 0;
+  for (const auto& n : compute.nodes)
+    if (n.kind == ScopeKind::ProcFrame && n.name == "root_only") rootWorkP += n.inclusive.sumP;
+  // Every rank but 0 waits at least root_only's time, which is at least its CPU time: 1 rank at
+  // p = 2, 3 at q = 4. (Relations, not nominal times: the machine may be loaded.)
+  ASSERT_GT(rootWorkP, 0);
+  EXPECT_GT(waiting.total().sumP, 0.9 * rootWorkP);
+  EXPECT_GT(waiting.total().excess, 0.9 * rootWorkP);
   double atMain = 0, inSetup = 0;
   for (const auto& n : waiting.nodes) {
     if (n.kind != ScopeKind::ProcFrame) continue;
@@ -651,17 +685,15 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
   EXPECT_GT(atMain, 0.9 * waiting.total().excess);
   EXPECT_EQ(inSetup, 0.0) << "nobody waits in the compute functions";
 
-  analysis::DiffOptions workOptions;
-  workOptions.metric = "work";
-  const auto compute = diff(p, q, workOptions);
-  double setup = 0, root = 0;
+  double setup = 0, setupP = 0, root = 0;
   for (const auto& n : compute.nodes) {
     if (n.kind != ScopeKind::ProcFrame) continue;
-    if (n.name == "replicated_setup") setup += n.inclusive.excess;
+    if (n.name == "replicated_setup") setup += n.inclusive.excess, setupP += n.inclusive.sumP;
     if (n.name == "root_only") root += n.inclusive.excess;
   }
-  // 4 x 150 - 2 x 150 = 300 ms more of replicated setup; root_only is the same in both runs.
-  EXPECT_GT(setup, 200e6);
+  // 4 x 150 - 2 x 150 units more of replicated setup, as much as the p run's setup in all;
+  // root_only is the same in both runs.
+  EXPECT_GT(setup, 0.6 * setupP);
   EXPECT_LT(std::fabs(root), 0.25 * setup);
 
   // The report of any metric gives both totals side by side.

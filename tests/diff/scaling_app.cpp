@@ -5,13 +5,18 @@
 //                     its total grows with the process count: the deliberate scaling loss
 //   root_only:        optional CPU time rank 0 alone spends before the final MPI_Allreduce, which
 //                     the other ranks wait for inside MPI_Allreduce (csp-run --idleness: mpi-wait)
-// usage: csp-diff-scaling-app [solve-ms-total=400] [setup-ms-per-rank=300] [root-only-ms=0]
+// usage: csp-diff-scaling-app [solve-ms-total=400] [setup-ms-per-rank=300] [root-only-ms=0] [block|sleep]
 // Costs are CPU time of the calling thread, so they do not depend on the machine's speed or load.
+// The final reduction waits in a blocking MPI_Allreduce with `block` (what csp-run --idleness
+// times as mpi-wait), else (`sleep`, the default) in a non-blocking one polled with 1 ms sleeps:
+// Open MPI's blocking waits poll the CPU, and CPU time spent waiting for ranks that a loaded
+// machine started late would be a scaling loss that depends on the load.
 #include <mpi.h>
 #include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -47,7 +52,18 @@ int main(int argc, char** argv) {
   local += solve(solveMs, size);
   if (rank == 0 && rootMs > 0) local += root_only(rootMs);
   double total = 0;
-  MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  if (argc > 4 && std::strcmp(argv[4], "block") == 0) {
+    MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  } else {
+    MPI_Request request;
+    MPI_Iallreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &request);
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      const timespec pause{0, 1000000};
+      nanosleep(&pause, nullptr);
+    }
+  }
   if (rank == 0) std::printf("scaling_app: %d ranks, checksum %.6g\n", size, total);
   MPI_Finalize();
   return 0;

@@ -58,7 +58,9 @@ double ViewTree::percent(const TreeNode& node, std::size_t c) const {
   if (!hasPercent(s)) return NAN;
   // Sums against the root's total; per-thread statistics against the average thread's total, so
   // that "max 40 %" reads "one thread spends here 40 % of what a thread spends in all".
-  const double base = s == Statistic::Sum ? rootSum[c] : rootMean[c];
+  // A total that can be negative (a scaling loss where other contexts gained more) is the base by
+  // its size: a context's loss stays positive however the whole came out.
+  const double base = std::fabs(s == Statistic::Sum ? rootSum[c] : rootMean[c]);
   if (!(base > 0) || std::isnan(node.values[c])) return NAN;
   return 100.0 * node.values[c] / base;
 }

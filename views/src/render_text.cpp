@@ -49,7 +49,10 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
     case NodeKind::File:
     case NodeKind::Region: return "";
     case NodeKind::Procedure:
-      if (tree.kind == ViewKind::Callers && n.depth >= 2) return "at " + detail::fileLine(baseName(n.file), n.line);
+      if (tree.kind == ViewKind::Callers && n.depth >= 2) {
+        const auto site = detail::fileLine(baseName(n.file), n.line);
+        return site.empty() ? site : "at " + site;
+      }
       [[fallthrough]];
     default: return detail::fileLine(baseName(n.file), n.line);
   }

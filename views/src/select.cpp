@@ -191,8 +191,11 @@ class Selector {
         }
       }
       const auto p = n.acc[primary_].finalize(profiles_, metrics::Population::All);
-      const double share = primarySum_ > 0 ? 100.0 * p.sum / primarySum_ : 0;
-      const double maxShare = primaryMean_ > 0 ? 100.0 * p.max / primaryMean_ : 0;
+      // Shares by size: with a total below zero (a scaling loss where other contexts gained) the
+      // largest contributors either way are the ones to show.
+      const double base = std::fabs(primarySum_), meanBase = std::fabs(primaryMean_);
+      const double share = base > 0 ? 100.0 * std::fabs(p.sum) / base : 0;
+      const double maxShare = meanBase > 0 ? 100.0 * std::max(std::fabs(p.max), std::fabs(p.min)) / meanBase : 0;
       bool imbalanceOnly = false;
       if (request_.thresholdPercent > 0 && share < request_.thresholdPercent && !unprunable_) {
         if (maxShare >= request_.thresholdPercent) {
@@ -209,6 +212,8 @@ class Selector {
       if (!request_.sortByName) {
         const bool an = std::isnan(a.sortValue), bn = std::isnan(b.sortValue);
         if (an != bn) return bn;
+        // By size: the largest losses and the largest gains of a scaling loss before the small.
+        if (!an && std::fabs(a.sortValue) != std::fabs(b.sortValue)) return std::fabs(a.sortValue) > std::fabs(b.sortValue);
         if (!an && a.sortValue != b.sortValue) return a.sortValue > b.sortValue;
       }
       return detail::matchLabel(model_.node(a.handle)) < detail::matchLabel(model_.node(b.handle));
