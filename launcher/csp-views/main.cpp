@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
+#include "cli_numbers.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/analysis/imbalance.hpp"
 #include "csp/views/views.hpp"
@@ -84,10 +86,10 @@ int main(int argc, char** argv) {
   std::optional<unsigned> depth;
   std::optional<double> threshold;
   std::optional<std::size_t> top;
-  double hotPath = 50;
+  std::string hotPath;  // a number, checked after parsing: it may have taken the database (below)
   std::size_t bins = 16, nameWidth = 72;
 
-  app.add_option("DB", dbPath, "the database directory")->required();
+  app.add_option("DB", dbPath, "the database directory");
   auto* oCc = app.add_flag("--cc,--calling-context", cc, "Calling Context view (top-down; the default)");
   auto* oCallers = app.add_flag("--callers", callers, "Callers view (bottom-up; built lazily)");
   auto* oFlat = app.add_flag("--flat", flat, "Flat view (module, file, procedure, loop, line)");
@@ -105,10 +107,10 @@ int main(int argc, char** argv) {
   csp::analysis::ImbalanceOptions imbalance;
   app.add_option("--cluster-threshold", imbalance.clusterThreshold,
                  "--imbalance: merge contexts whose per-thread costs correlate at least this much")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   app.add_option("--min-share", imbalance.minShare, "--imbalance: report causes explaining at least this share of the variance")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oImbalance};
   for (auto* a : views)
@@ -140,7 +142,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sort", sort, "sort by a column [metric:]stat[:scope], or 'name'");
   app.add_option("-d,--depth", depth, "levels shown below the top (callers default: 2)");
-  app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)");
+  app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)")
+      ->check(csp::cli::finiteRange(0, 100));
   auto* oHot = app.add_option("--hot-path", hotPath, "follow the hottest child while it holds >= H % of its parent")
                    ->expected(0, 1)
                    ->default_str("50");
@@ -167,6 +170,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "csp-views: " << e.what() << " (csp-views --help shows the options)\n";
+    return 2;
+  }
+  // --imbalance and --hot-path take an optional value: without another DB, the value they took
+  // was the database (csp-views --imbalance DB).
+  if (dbPath.empty() && !imbalanceSection.empty()) dbPath = std::exchange(imbalanceSection, std::string());
+  else if (dbPath.empty() && !hotPath.empty()) dbPath = std::exchange(hotPath, std::string());
+  if (dbPath.empty()) {
+    std::cerr << "csp-views: DB is required (csp-views --help shows the options)\n";
+    return 2;
+  }
+  if (const auto bad = hotPath.empty() ? std::string() : csp::cli::finiteRangeError(hotPath, 0, 100); !bad.empty()) {
+    std::cerr << "csp-views: --hot-path: " << bad << " (csp-views --help shows the options)\n";
     return 2;
   }
 
@@ -259,13 +274,13 @@ int main(int argc, char** argv) {
     if (effort) {
       if (regions) throw ViewError("--effort applies to the calling context, callers and flat views");
       const auto parts = splitList({effortThresholds});
-      try {
-        if (parts.size() != 2) throw std::invalid_argument("two numbers");
-        highIdleness = std::stod(parts[0]);
-        highOverhead = std::stod(parts[1]);
-      } catch (const std::exception&) {
-        throw ViewError(fmt::format("--effort-thresholds {}: expected IDLE,OVERHEAD (percentages)", effortThresholds));
-      }
+      const auto idle = parts.size() == 2 ? csp::cli::parseFinite(parts[0]) : std::nullopt;
+      const auto over = parts.size() == 2 ? csp::cli::parseFinite(parts[1]) : std::nullopt;
+      if (!idle || !over || *idle < 0 || *idle > 100 || *over < 0 || *over > 100)
+        throw ViewError(fmt::format("--effort-thresholds {}: expected IDLE,OVERHEAD (finite percentages from 0 to 100)",
+                                    effortThresholds));
+      highIdleness = *idle;
+      highOverhead = *over;
       for (const char* m : {"effort", "work", "idleness", "overhead"})
         if (std::find(available.begin(), available.end(), m) != available.end()) effortMetrics.push_back(m);
       if (std::find(effortMetrics.begin(), effortMetrics.end(), "work") == effortMetrics.end() ||
@@ -319,7 +334,7 @@ int main(int argc, char** argv) {
     request.depth = depth;
     if (!depth && callers) request.depth = 2;
     if (threshold) request.thresholdPercent = *threshold;
-    if (oHot->count() > 0) request.hotPathPercent = hotPath;
+    if (oHot->count() > 0) request.hotPathPercent = hotPath.empty() ? 50.0 : *csp::cli::parseFinite(hotPath);
     request.focus = focus;
     request.hide = hide;
     request.keep = keep;
