@@ -67,6 +67,34 @@ bool colorWanted(const std::string& mode) {
   return ::isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr && !(term && std::string(term) == "dumb");
 }
 
+// Parses `args`. An option with an optional value (--imbalance [SECTION], --hot-path [H]) takes
+// the next word even when it is the database and more options follow (CLI11 keeps only as many
+// words for the required DB as remain): then DB is missing, and the parse is done again with
+// that word moved to the end, where it can only be the database.
+void parseLeavingTheDatabase(CLI::App& app, std::vector<std::string> args, const std::string& db,
+                             const std::vector<std::pair<std::string, std::string*>>& optional) {
+  auto parse = [&](std::vector<std::string> a) {
+    std::reverse(a.begin(), a.end());  // CLI11 takes them last first
+    app.parse(a);
+  };
+  try {
+    parse(args);
+  } catch (const CLI::RequiredError&) {
+    if (!db.empty()) throw;
+    for (const auto& [name, value] : optional) {
+      if (value->empty()) continue;
+      for (std::size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == name && args[i + 1] == *value) {
+          std::rotate(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.begin() + static_cast<std::ptrdiff_t>(i) + 2,
+                      args.end());
+          value->clear();
+          return parse(args);
+        }
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,7 +117,7 @@ int main(int argc, char** argv) {
   std::string hotPath;  // a number, checked after parsing: it may have taken the database (below)
   std::size_t bins = 16, nameWidth = 72;
 
-  app.add_option("DB", dbPath, "the database directory");
+  app.add_option("DB", dbPath, "the database directory")->required();
   auto* oCc = app.add_flag("--cc,--calling-context", cc, "Calling Context view (top-down; the default)");
   auto* oCallers = app.add_flag("--callers", callers, "Callers view (bottom-up; built lazily)");
   auto* oFlat = app.add_flag("--flat", flat, "Flat view (module, file, procedure, loop, line)");
@@ -163,21 +191,13 @@ int main(int argc, char** argv) {
   app.add_option("--bins", bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
 
   try {
-    app.parse(argc, argv);
+    parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath, {{"--imbalance", &imbalanceSection}, {"--hot-path", &hotPath}});
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "csp-views: " << e.what() << " (csp-views --help shows the options)\n";
-    return 2;
-  }
-  // --imbalance and --hot-path take an optional value: without another DB, the value they took
-  // was the database (csp-views --imbalance DB).
-  if (dbPath.empty() && !imbalanceSection.empty()) dbPath = std::exchange(imbalanceSection, std::string());
-  else if (dbPath.empty() && !hotPath.empty()) dbPath = std::exchange(hotPath, std::string());
-  if (dbPath.empty()) {
-    std::cerr << "csp-views: DB is required (csp-views --help shows the options)\n";
     return 2;
   }
   if (const auto bad = hotPath.empty() ? std::string() : csp::cli::finiteRangeError(hotPath, 0, 100); !bad.empty()) {
