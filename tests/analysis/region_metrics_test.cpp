@@ -49,14 +49,14 @@ std::map<std::string, std::map<std::string, std::string>> regionView(const fs::p
   return out;
 }
 
-// csp-query's value per process (JSON numbers as text; null as "0": no frame).
-std::vector<std::string> queryValues(const fs::path& db, const std::string& q) {
+// csp-query's value per process.
+std::vector<double> queryValues(const fs::path& db, const std::string& q) {
   // Other processes lack the region: their warnings go to /dev/null.
   const auto r = run(withoutStderr("timeout 120 " + tool("csp-query") + " " + db.string() + " '" + q + "' --format json"));
   EXPECT_EQ(r.status, 0) << q << "\n" << r.output;
   const auto json = nlohmann::json::parse(r.output);
-  std::vector<std::string> out;
-  for (const auto& v : json["rows"][0]["values"]) out.push_back(v.dump());
+  std::vector<double> out;
+  for (const auto& v : json["rows"][0]["values"]) out.push_back(v.get<double>());
   return out;
 }
 
@@ -83,7 +83,7 @@ TEST(RegionMetrics, HandOverAtTheSameNanosecondIsNoOverlap) {
   EXPECT_EQ(view.at("cs").at("area"), "20");
   EXPECT_EQ(view.at("cs").at("straggler-time"), "20");
   EXPECT_EQ(view.at("cs").at("all-time"), "0");
-  EXPECT_EQ(queryValues(db, "MaxPar(exists t: (t, cs))"), std::vector<std::string>{"1"});
+  EXPECT_EQ(queryValues(db, "MaxPar(exists t: (t, cs))"), std::vector<double>{1});
 }
 
 // Random logs of five processes (2 to 4 threads; regions a, b and c inside a, named per process)
@@ -125,7 +125,8 @@ TEST(RegionMetrics, EqualTheFrameEnginesAnswersOnRandomLogs) {
       for (const auto& [metric, q] : asQueries(region, threadsOf[static_cast<std::size_t>(p)])) {
         const auto values = queryValues(db, q);
         ASSERT_EQ(values.size(), 5u) << q;
-        EXPECT_EQ(view.at(region).at(metric), values[static_cast<std::size_t>(p)]) << region << " " << metric << ": " << q;
+        EXPECT_EQ(std::stod(view.at(region).at(metric)), values[static_cast<std::size_t>(p)])
+            << region << " " << metric << ": " << q;
       }
     }
   }
