@@ -46,14 +46,21 @@ std::string quote(const std::string& region) {
 struct Runner {
   const RegionTree& tree;
   const ProcessInput& process;
+  std::vector<std::string>* warnings;
   std::vector<CannedRow> rows;
 
-  ProcessResult run(const std::string& q) { return evaluate(parseQuery(q), tree, process); }
+  ProcessResult run(const std::string& q) {
+    auto r = evaluate(parseQuery(q), tree, process);
+    if (warnings)
+      for (const auto& w : r.warnings)
+        if (std::find(warnings->begin(), warnings->end(), w) == warnings->end()) warnings->push_back(w);
+    return r;
+  }
 
   // A value query; with a free thread variable, one row per thread.
   void value(const std::string& name, const std::string& q, const std::string& unit) {
     const auto r = run(q);
-    for (const auto& b : r.bindings) rows.push_back({name, b.label, b.value, unit, q});
+    for (const auto& b : r.bindings) rows.push_back({name, b.label, b.number, unit, q});
   }
   std::vector<std::string> threadsOf(const std::string& region) {
     const auto r = run("WhichThreads(exists t: (t, " + quote(region) + "))");
@@ -71,8 +78,8 @@ void requireArgs(const std::string& name, const std::vector<std::string>& args, 
 }  // namespace
 
 std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std::string>& args, const RegionTree& tree,
-                                 const ProcessInput& process) {
-  Runner r{tree, process, {}};
+                                 const ProcessInput& process, std::vector<std::string>* warnings) {
+  Runner r{tree, process, warnings, {}};
   if (name == "imbalance") {
     std::vector<std::string> regions = args;
     if (regions.empty()) {
@@ -140,12 +147,14 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
     // The straggler: the thread with the largest degree (none when all are 0 or undefined).
     double best = 0;
     std::string who;
-    for (std::size_t i = first; i < r.rows.size(); ++i)
-      if (std::isfinite(r.rows[i].value) && r.rows[i].value > best) {
-        best = r.rows[i].value;
+    for (std::size_t i = first; i < r.rows.size(); ++i) {
+      const double degree = r.rows[i].value.toDouble();
+      if (std::isfinite(degree) && degree > best) {
+        best = degree;
         who = r.rows[i].key.substr(r.rows[i].key.find('=') + 1);
       }
-    r.rows.push_back({"straggler-thread", "", who.empty() ? std::nan("") : std::stod(who), "thread", ""});
+    }
+    r.rows.push_back({"straggler-thread", "", who.empty() ? Number{} : Number::ofInteger(std::stoull(who)), "thread", ""});
   } else if (name == "barrier") {
     requireArgs(name, args, 1, 1);
     const std::string B = quote(args[0]);

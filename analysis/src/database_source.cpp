@@ -44,7 +44,9 @@ DatabaseLogs loadLogs(const storage::Database& db) {
     if (p.process < meta.profiles.size())
       for (const auto& e : meta.profiles[p.process])
         if (e.kind != IdKind::Thread) processTuple.push_back(e);
-    in.label = fmt::format("{}{}{} pid {}", formatIdTuple(processTuple), processTuple.empty() ? "" : " ", p.hostname, p.pid);
+    // Without a process id (threads numbered, no rank): host and pid alone, not "(no id)".
+    in.label = processTuple.empty() ? fmt::format("{} pid {}", p.hostname, p.pid)
+                                    : fmt::format("{} {} pid {}", formatIdTuple(processTuple), p.hostname, p.pid);
     std::vector<storage::ProfileId> ids;
     for (const auto& t : p.threads) {
       std::uint64_t number = t.profile;
@@ -54,6 +56,7 @@ DatabaseLogs loadLogs(const storage::Database& db) {
       in.threadNumbers.push_back(number);
       ids.push_back(t.profile);
       out.events += t.events;
+      in.events += t.events;
       out.eventsLost += t.eventsLost;
     }
     const storage::Database* dbp = &db;

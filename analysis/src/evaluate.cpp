@@ -1,11 +1,15 @@
 #include "csp/analysis/evaluate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
+
+#include "csp/metrics/accumulator.hpp"
 
 namespace csp::analysis {
 
@@ -43,6 +47,103 @@ struct CFormula {
   int cache = -1;           // a quantifier that depends on no enclosing variable: its slot in cache_
 };
 
+// a + b, a - b, a * b or a / b (docs/query.md, "Numbers").
+Number arithmetic(Expr::Kind op, const Number& a, const Number& b) {
+  using K = Number::Kind;
+  if (a.kind == K::None || b.kind == K::None) return {};
+  if (op == Expr::Kind::Div) {
+    const double d = b.toDouble();
+    return d == 0 ? Number{} : Number::ofReal(a.toDouble() / d);
+  }
+  if (a.kind == K::Integer && b.kind == K::Integer) {
+    Number::Int r = 0;
+    const bool overflow = op == Expr::Kind::Add   ? __builtin_add_overflow(a.integer, b.integer, &r)
+                          : op == Expr::Kind::Sub ? __builtin_sub_overflow(a.integer, b.integer, &r)
+                                                  : __builtin_mul_overflow(a.integer, b.integer, &r);
+    if (!overflow) return Number::ofInteger(r);
+  }
+  const double x = a.toDouble(), y = b.toDouble();
+  return Number::ofReal(op == Expr::Kind::Add ? x + y : op == Expr::Kind::Sub ? x - y : x * y);
+}
+
+bool isQuantifier(Formula::Kind k) {
+  return k == Formula::Kind::ForAll || k == Formula::Kind::Exists || k == Formula::Kind::ExistsExactly;
+}
+
+bool usesVar(const CFormula& f, int var) {
+  auto is = [&](const CTerm& t) { return t.kind == CTerm::Kind::Var && t.var == var; };
+  if (f.kind == Formula::Kind::Predicate && (is(f.thread) || is(f.region))) return true;
+  for (const auto& c : f.constraints)
+    if (std::any_of(c.values.begin(), c.values.end(), is)) return true;
+  return (f.a && usesVar(*f.a, var)) || (f.b && usesVar(*f.b, var));
+}
+
+// The operands of a chain of `kind` (And or Or), moved out of it.
+void flatten(std::unique_ptr<CFormula> f, Formula::Kind kind, std::vector<std::unique_ptr<CFormula>>& out) {
+  if (f->kind != kind) {
+    out.push_back(std::move(f));
+    return;
+  }
+  flatten(std::move(f->a), kind, out);
+  flatten(std::move(f->b), kind, out);
+}
+
+std::unique_ptr<CFormula> join(std::vector<std::unique_ptr<CFormula>> parts, Formula::Kind kind) {
+  auto out = std::move(parts.front());
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    auto n = std::make_unique<CFormula>();
+    n->kind = kind;
+    n->a = std::move(out);
+    n->b = std::move(parts[i]);
+    out = std::move(n);
+  }
+  return out;
+}
+
+// A quantifier like q (kind, variable, constraints) over another body.
+std::unique_ptr<CFormula> requantify(const CFormula& q, std::unique_ptr<CFormula> body) {
+  auto n = std::make_unique<CFormula>();
+  n->kind = q.kind;
+  n->var = q.var;
+  n->varType = q.varType;
+  n->k = q.k;
+  n->constraints = q.constraints;
+  n->a = std::move(body);
+  return n;
+}
+
+// Moves quantifiers inward, bottom-up, so that independent quantified variables are evaluated
+// one after the other instead of for every combination (docs/query.md, "Cost"):
+//   Qx : B               -> B                     x not in B, no constraints on x (Q = forall, exists)
+//   Qx : A(x) and B      -> (Qx : B) and (Qx : A(x))   Q = forall, exists
+//   exists x : A(x) or B -> (exists x : B) or (exists x : A(x))
+// and the first rule again on (Qx : B). Each keeps the value and the pruned sub-frame of every
+// frame: the domains are never empty without constraints (a frame has an active thread, a
+// database with frames a region), and `forall` keeps no pair of a body that fails (so it does
+// not distribute over `or`); exactly-k quantifiers count and are left as they are.
+std::unique_ptr<CFormula> factor(std::unique_ptr<CFormula> f) {
+  if (f->a) f->a = factor(std::move(f->a));
+  if (f->b) f->b = factor(std::move(f->b));
+  if (f->kind != Formula::Kind::ForAll && f->kind != Formula::Kind::Exists) return f;
+  if (!usesVar(*f->a, f->var)) return f->constraints.empty() ? std::move(f->a) : std::move(f);
+  const Formula::Kind over = f->a->kind;
+  if (over != Formula::Kind::And && !(over == Formula::Kind::Or && f->kind == Formula::Kind::Exists)) return f;
+  std::vector<std::unique_ptr<CFormula>> parts, dependent, independent;
+  flatten(std::move(f->a), over, parts);
+  for (auto& p : parts) (usesVar(*p, f->var) ? dependent : independent).push_back(std::move(p));
+  if (independent.empty()) {
+    f->a = join(std::move(dependent), over);
+    return f;
+  }
+  auto rest = join(std::move(independent), over);
+  if (!f->constraints.empty()) rest = requantify(*f, std::move(rest));
+  auto n = std::make_unique<CFormula>();
+  n->kind = over;
+  n->a = std::move(rest);
+  n->b = requantify(*f, join(std::move(dependent), over));
+  return n;
+}
+
 // The value and pruned sub-frame of a quantifier that does not depend on any enclosing
 // quantifier's variable, kept for the rest of one evaluation (epoch) of a frame query.
 struct CachedFormula {
@@ -54,7 +155,7 @@ struct CachedFormula {
 struct Accum {
   std::uint64_t duration = 0;
   std::uint64_t maxPar = 0;
-  double area = 0;  // thread-ns; double: the product may exceed 64 bits on long runs
+  Number::Int area = 0;  // thread-ns: exact, where 64 bits may not do on long runs
   std::set<std::uint32_t> threads, regions;
 };
 
@@ -74,57 +175,72 @@ class Evaluator {
     }
     symOf_ = std::move(symOf);
     for (std::size_t s = 0; s < p.threadNumbers.size(); ++s) slotOf_.try_emplace(p.threadNumbers[s], s);
-    for (const auto& c : q.calls) calls_.push_back(compile(*c.formula, false));
+    for (const auto& c : q.calls) calls_.push_back(compile(*c.formula));
     env_.assign(q.variables.size(), kNone);
     needSets_.assign(q.calls.size(), q.kind == Query::Kind::Attribute);
     if (q.expr) markCounts(*q.expr);
     mark_.assign(p.threadNumbers.size(), 0);
   }
 
-  // `inQuantifier`: f is part of a quantifier's body, so it may be evaluated many times for one
-  // frame; those that depend on no enclosing variable are evaluated once and cached.
-  std::unique_ptr<CFormula> compile(const Formula& f, bool inQuantifier) {
+  // The formula with its terms resolved, factored, then annotated (deps, caches).
+  std::unique_ptr<CFormula> compile(const Formula& f) {
+    auto c = factor(translate(f));
+    annotate(*c, false);
+    return c;
+  }
+
+  std::unique_ptr<CFormula> translate(const Formula& f) {
     auto c = std::make_unique<CFormula>();
     c->kind = f.kind;
     c->filter = f.filter;
     c->var = f.var;
     c->k = f.k;
-    const bool quantifier = f.kind == Formula::Kind::ForAll || f.kind == Formula::Kind::Exists ||
-                            f.kind == Formula::Kind::ExistsExactly;
     if (f.var >= 0) c->varType = q_.variables[static_cast<std::size_t>(f.var)].type;
-    auto use = [&](const CTerm& t) {
-      // Free variables are fixed for a whole evaluation: only quantified ones count.
-      if (t.kind == CTerm::Kind::Var && !q_.variables[static_cast<std::size_t>(t.var)].free) c->deps.push_back(t.var);
-    };
     if (f.kind == Formula::Kind::Predicate) {
       c->thread = term(f.thread, VarType::Thread);
       c->region = term(f.region, VarType::Region);
-      use(c->thread);
-      use(c->region);
     }
     for (const auto& k : f.constraints) {
       CConstraint cc{k.op, k.join, {}};
       for (const auto& v : k.values) cc.values.push_back(term(v, c->varType));
-      for (const auto& t : cc.values) use(t);
       c->constraints.push_back(std::move(cc));
     }
-    if (f.a) c->a = compile(*f.a, inQuantifier || quantifier);
-    if (f.b) c->b = compile(*f.b, inQuantifier || quantifier);
-    for (const CFormula* child : {c->a.get(), c->b.get()})
-      if (child)
-        for (const int v : child->deps)
-          if (!quantifier || v != f.var) c->deps.push_back(v);
-    std::sort(c->deps.begin(), c->deps.end());
-    c->deps.erase(std::unique(c->deps.begin(), c->deps.end()), c->deps.end());
+    if (f.a) c->a = translate(*f.a);
+    if (f.b) c->b = translate(*f.b);
+    return c;
+  }
+
+  // deps, bodyUsesVar and cache slots. `inQuantifier`: f is part of a quantifier's body, so it
+  // may be evaluated many times for one frame; those that depend on no enclosing variable are
+  // evaluated once and cached.
+  void annotate(CFormula& c, bool inQuantifier) {
+    const bool quantifier = isQuantifier(c.kind);
+    auto use = [&](const CTerm& t) {
+      // Free variables are fixed for a whole evaluation: only quantified ones count.
+      if (t.kind == CTerm::Kind::Var && !q_.variables[static_cast<std::size_t>(t.var)].free) c.deps.push_back(t.var);
+    };
+    c.deps.clear();
+    if (c.kind == Formula::Kind::Predicate) {
+      use(c.thread);
+      use(c.region);
+    }
+    for (const auto& k : c.constraints)
+      for (const auto& t : k.values) use(t);
+    for (CFormula* child : {c.a.get(), c.b.get()}) {
+      if (!child) continue;
+      annotate(*child, inQuantifier || quantifier);
+      for (const int v : child->deps)
+        if (!quantifier || v != c.var) c.deps.push_back(v);
+    }
+    std::sort(c.deps.begin(), c.deps.end());
+    c.deps.erase(std::unique(c.deps.begin(), c.deps.end()), c.deps.end());
     if (quantifier) {
-      const auto& body = c->a->deps;
-      c->bodyUsesVar = std::binary_search(body.begin(), body.end(), f.var);
-      if (inQuantifier && c->deps.empty()) {
-        c->cache = static_cast<int>(cache_.size());
+      c.bodyUsesVar = usesVar(*c.a, c.var);
+      if (inQuantifier && c.deps.empty()) {
+        c.cache = static_cast<int>(cache_.size());
         cache_.emplace_back();
       }
     }
-    return c;
   }
 
   void markCounts(const Expr& e) {
@@ -304,6 +420,7 @@ class Evaluator {
     for (std::size_t s = 0; s < names_.size(); ++s) allSyms_.push_back(static_cast<std::int64_t>(s));
     // Bindings of the free variables: every combination of threads.
     const auto free = q_.freeVariables();
+    checkWork(options.maxWork, std::pow(static_cast<double>(p_.threadNumbers.size()), static_cast<double>(free.size())));
     std::vector<std::vector<std::int64_t>> bindings(1);
     for (const int v : free) {
       std::vector<std::vector<std::int64_t>> next;
@@ -364,7 +481,7 @@ class Evaluator {
           Accum& a = acc[b * nc + c];
           a.duration += dt;
           a.maxPar = std::max(a.maxPar, par);
-          a.area += static_cast<double>(dt) * static_cast<double>(par);
+          a.area += static_cast<Number::Int>(dt) * static_cast<Number::Int>(par);  // < 2^96 per frame
           if (needSets_[c])
             for (const auto& [th, rg] : witness_) {
               a.threads.insert(th);
@@ -390,7 +507,8 @@ class Evaluator {
     for (std::size_t b = 0; b < nb; ++b) {
       BindingResult& r = out.bindings[b];
       if (q_.kind == Query::Kind::Value) {
-        r.value = value(*q_.expr, &acc[b * nc]);
+        r.number = value(*q_.expr, &acc[b * nc]);
+        r.value = r.number.toDouble();
       } else if (q_.kind == Query::Kind::Attribute) {
         const Accum& a = acc[b * nc];
         if (q_.attribute == Attribute::WhichThreads) {
@@ -407,32 +525,72 @@ class Evaluator {
     return out;
   }
 
-  double value(const Expr& e, const Accum* acc) const {
+  Number value(const Expr& e, const Accum* acc) const {
     switch (e.kind) {
-      case Expr::Kind::Number: return e.number;
+      case Expr::Kind::Number: return e.integer ? Number::ofInteger(*e.integer) : Number::ofReal(e.number);
       case Expr::Kind::Measure: {
         const Accum& a = acc[e.call];
         switch (e.measure) {
-          case Measure::Duration: return static_cast<double>(a.duration);
-          case Measure::MaxPar: return static_cast<double>(a.maxPar);
-          case Measure::Area: return a.area;
+          case Measure::Duration: return Number::ofInteger(a.duration);
+          case Measure::MaxPar: return Number::ofInteger(a.maxPar);
+          case Measure::Area: return Number::ofInteger(a.area);
         }
-        return 0;
+        return {};
       }
       case Expr::Kind::Count: {
         const Accum& a = acc[e.call];
-        return static_cast<double>(e.attribute == Attribute::WhichThreads ? a.threads.size() : a.regions.size());
+        return Number::ofInteger(static_cast<Number::Int>(e.attribute == Attribute::WhichThreads ? a.threads.size() : a.regions.size()));
       }
-      case Expr::Kind::Neg: return -value(*e.a, acc);
-      case Expr::Kind::Add: return value(*e.a, acc) + value(*e.b, acc);
-      case Expr::Kind::Sub: return value(*e.a, acc) - value(*e.b, acc);
-      case Expr::Kind::Mul: return value(*e.a, acc) * value(*e.b, acc);
-      case Expr::Kind::Div: {
-        const double d = value(*e.b, acc);
-        return d == 0 ? std::numeric_limits<double>::quiet_NaN() : value(*e.a, acc) / d;
-      }
+      case Expr::Kind::Neg: return arithmetic(Expr::Kind::Sub, Number::ofInteger(0), value(*e.a, acc));
+      default: return arithmetic(e.kind, value(*e.a, acc), value(*e.b, acc));
     }
-    return 0;
+  }
+
+  // At most how many predicates and constraint checks one evaluation of f takes; a quantifier
+  // evaluated once per frame (cached) adds its cost to `once` and 1 where it is used.
+  double cost(const CFormula& f, double& once) const {
+    switch (f.kind) {
+      case Formula::Kind::Predicate: return 1;
+      case Formula::Kind::And:
+      case Formula::Kind::Or: return cost(*f.a, once) + cost(*f.b, once);
+      case Formula::Kind::Not: return cost(*f.a, once);
+      default: break;
+    }
+    const double domain = static_cast<double>(f.varType == VarType::Thread ? p_.threadNumbers.size() : names_.size());
+    const double body = cost(*f.a, once);
+    const double c = f.bodyUsesVar ? domain * (1 + body) : domain + body;
+    if (f.cache < 0) return c;
+    once += c;
+    return 1;
+  }
+
+  // Refuses, before reading a frame, a query whose worst case is beyond `maxWork` and beyond 64
+  // one-level scans of the same logs (so that long logs alone never refuse a query): quantifiers
+  // that factoring could not separate cost the product of their domains in every frame, and
+  // each free variable multiplies the bindings by the threads.
+  void checkWork(double maxWork, double bindings) const {
+    if (bindings > kMaxBindings)
+      throw QueryError(0, fmt::format("the query has {:.3g} bindings of its free variables in {} ({} threads to the "
+                                      "power of {} free variables), more than {:.0g}: bind some of them with a "
+                                      "quantifier (docs/query.md, \"Cost\")",
+                                      bindings, p_.label, p_.threadNumbers.size(), q_.freeVariables().size(), kMaxBindings));
+    double perFrame = 0;
+    for (const auto& c : calls_) {
+      double once = 0;
+      perFrame += cost(*c, once) + once;
+    }
+    const double frames = std::max(1.0, static_cast<double>(p_.events));
+    const double work = perFrame * bindings * frames;
+    const double scans = 64 * frames * static_cast<double>(calls_.size()) *
+                         static_cast<double>(p_.threadNumbers.size() + names_.size());
+    if (work <= std::max(maxWork, scans)) return;
+    throw QueryError(0, fmt::format("the query needs up to {:.3g} evaluations in {} ({:.3g} per frame{}, up to {:.0f} "
+                                    "frames), more than the limit of {:.3g}: its quantified variables depend on each "
+                                    "other, so their values are tried in every combination; restrict their domains "
+                                    "(forall t in {{0, 1}}: ...) or nest fewer quantifiers (docs/query.md, \"Cost\")",
+                                    work, p_.label, perFrame * bindings,
+                                    bindings > 1 ? fmt::format(" with {:.0f} bindings of the free variables", bindings) : "",
+                                    frames, std::max(maxWork, scans)));
   }
 
  private:
@@ -454,9 +612,52 @@ class Evaluator {
   std::vector<CachedFormula> cache_;
   std::uint64_t epoch_ = 0;
   static constexpr std::size_t kWitnessDedup = 64;
+  static constexpr double kMaxBindings = 1e6;
 };
 
 }  // namespace
+
+double Number::toDouble() const {
+  switch (kind) {
+    case Kind::Integer: return static_cast<double>(integer);
+    case Kind::Real: return real;
+    case Kind::None: break;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string toString(const Number& n) {
+  switch (n.kind) {
+    case Number::Kind::Integer: {
+      const auto magnitude = n.integer < 0 ? -static_cast<metrics::Uint128>(n.integer) : static_cast<metrics::Uint128>(n.integer);
+      std::string out(n.integer < 0 ? 1 : 0, '-');
+      out += metrics::toDecimalString(magnitude);
+      return out;
+    }
+    case Number::Kind::Real: return fmt::format("{}", n.real);
+    case Number::Kind::None: break;
+  }
+  return "nan";
+}
+
+bool operator<(const Number& a, const Number& b) {
+  if (a.kind == Number::Kind::None || b.kind == Number::Kind::None) return a.kind == Number::Kind::None && b.kind != Number::Kind::None;
+  if (a.kind == Number::Kind::Integer && b.kind == Number::Kind::Integer) return a.integer < b.integer;
+  return a.toDouble() < b.toDouble();
+}
+
+Number median(const std::vector<Number>& sorted) {
+  if (sorted.empty()) return {};
+  const std::size_t n = sorted.size();
+  if (n % 2) return sorted[n / 2];
+  const Number& a = sorted[n / 2 - 1];
+  const Number& b = sorted[n / 2];
+  Number::Int sum = 0;
+  if (a.kind == Number::Kind::Integer && b.kind == Number::Kind::Integer && !__builtin_add_overflow(a.integer, b.integer, &sum) &&
+      sum % 2 == 0)
+    return Number::ofInteger(sum / 2);
+  return Number::ofReal(a.toDouble() / 2 + b.toDouble() / 2);
+}
 
 ProcessResult evaluate(const Query& query, const RegionTree& tree, const ProcessInput& process, const EvalOptions& options) {
   std::vector<std::string> warnings;

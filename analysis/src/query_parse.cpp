@@ -24,6 +24,19 @@ const char* toString(Measure m) {
 
 const char* toString(Attribute a) { return a == Attribute::WhichThreads ? "WhichThreads" : "WhatRegions"; }
 
+std::string listItem(const std::string& name) {
+  const bool plain = !name.empty() && std::none_of(name.begin(), name.end(), [](char c) {
+    return std::isspace(static_cast<unsigned char>(c)) || c == '"' || c == '\\' || c == ',' || c == '(' || c == ')';
+  });
+  if (plain) return name;
+  std::string q = "\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+
 std::vector<int> Query::freeVariables() const {
   std::vector<int> out;
   for (std::size_t i = 0; i < variables.size(); ++i)
@@ -380,6 +393,7 @@ class Parser {
       if (peek().unit) fail("a unit of time belongs in an interval");
       auto n = std::make_unique<Expr>();
       n->number = peek().number;
+      if (peek().integer) n->integer = peek().exact;
       ++pos;
       height_ = 1;
       return n;

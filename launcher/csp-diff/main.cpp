@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "cli_numbers.hpp"
 #include "csp/analysis/diff.hpp"
 
 int main(int argc, char** argv) {
@@ -23,8 +24,8 @@ int main(int argc, char** argv) {
   auto* strongFlag = app.add_flag("--strong", strong, "strong scaling, same total problem (the default)");
   app.add_flag("--weak", weak, "weak scaling, same problem per process")->excludes(strongFlag);
   auto* pOption = app.add_option("--p", p, "process count of RUN_P (default: its distinct MPI ranks, else processes)")
-      ->check(CLI::PositiveNumber);
-  auto* qOption = app.add_option("--q", q, "process count of RUN_Q (default: as for --p)")->check(CLI::PositiveNumber);
+      ->check(csp::cli::positiveFinite());
+  auto* qOption = app.add_option("--q", q, "process count of RUN_Q (default: as for --p)")->check(csp::cli::positiveFinite());
   app.add_option("--metric", o.metric, "metric to compare (default: cpu-time, else real-time, else the first in common)");
   app.add_option("-o,--output", output, "write the result as a CSP database to this directory");
   app.add_flag("--force", force, "replace an existing output database");

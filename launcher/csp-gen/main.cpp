@@ -11,16 +11,10 @@
 #include "csp/storage/profile_io.hpp"
 #include "csp/synth/json_spec.hpp"
 #include "csp/synth/synthetic.hpp"
+#include "cli_numbers.hpp"
 #include "output_dir.hpp"
 #include "progress.hpp"
 #include "signal_cleanup.hpp"
-
-// CLI::Range lets NaN through (every comparison with it is false).
-const CLI::Validator kANumber(
-    [](std::string& text) {
-      return std::isnan(std::strtod(text.c_str(), nullptr)) ? std::string("not a number") : std::string();
-    },
-    "", "a number");
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -39,9 +33,9 @@ int main(int argc, char** argv) {
   app.add_option("--depth", o.depth, "maximum CCT depth")->check(CLI::Range(3u, 4096u))->capture_default_str();
   app.add_option("--groups", o.groups, "distinct call-path groups (SPMD codes have a few)")->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--metrics", o.metrics, "metrics: 1 = cpu-time, 2 = + real-time, more = counted events")->check(CLI::Range(1u, 64u))->capture_default_str();
-  app.add_option("--imbalance", o.imbalance, "extra work of the last rank over rank 0 (0.25 = 25 %)")->check(kANumber & CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_option("--imbalance", o.imbalance, "extra work of the last rank over rank 0 (0.25 = 25 %)")->check(csp::cli::finiteRange(0, 100))->capture_default_str();
   app.add_option("--hot-paths", o.hotPaths, "statements that carry most of the samples")->capture_default_str();
-  app.add_option("--presence", o.presence, "probability that a statement occurs in a profile")->check(kANumber & CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--presence", o.presence, "probability that a statement occurs in a profile")->check(csp::cli::finiteRange(0, 1))->capture_default_str();
   app.add_option("--ranks-per-node", o.ranksPerNode, "ranks per compute node in the id tuples")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_flag("--regions", o.regions, "add a small region tree to every profile");
   app.add_option("--seed", o.seed, "random seed; the same seed gives byte-identical files")->capture_default_str();

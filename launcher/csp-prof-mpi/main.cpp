@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli_numbers.hpp"
 #include "csp/reduce/overhead.hpp"
 #include "csp/reduce/prof.hpp"
 #include "progress.hpp"
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--helper-fraction", o.pipeline.threadClasses.helperFraction,
                  "a thread other than the first with less work than this share of its process's busiest thread is a "
                  "helper (0: never by work)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   try {
     app.parse(argc, argv);

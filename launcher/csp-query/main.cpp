@@ -14,17 +14,17 @@
 #include "csp/analysis/evaluate.hpp"
 #include "csp/analysis/query.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/views/format.hpp"
 
 namespace {
 
 using namespace csp::analysis;
 
-// A value to print: numbers for measures, text for sets.
+// A value to print: a number (measures, arithmetic, canned figures) or a set.
 struct Cell {
-  bool present = false;
-  bool text = false;
-  double number = 0;
-  std::string str;
+  enum class Kind : std::uint8_t { Absent, Number, Threads, Regions } kind = Kind::Absent;
+  Number number;
+  std::vector<std::string> items;  // Threads (decimal numbers), Regions (names)
 };
 
 struct Table {
@@ -49,65 +49,85 @@ std::string dumpJson(const nlohmann::json& j) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
-  return fmt::format("{:.6g}", v);
+// Integers as JSON integers while they fit 64 bits (beyond, a real), reals with round-trip
+// precision, none as null.
+nlohmann::json jsonNumber(const Number& n) {
+  if (n.kind == Number::Kind::Integer) {
+    if (n.integer >= INT64_MIN && n.integer <= INT64_MAX) return static_cast<std::int64_t>(n.integer);
+    if (n.integer > 0 && n.integer <= UINT64_MAX) return static_cast<std::uint64_t>(n.integer);
+  }
+  const double v = n.toDouble();
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
 struct Stats {
-  double min = 0, median = 0, max = 0;
+  Number min, median, max;
   bool any = false;
 };
 Stats stats(const std::vector<Cell>& cells) {
-  std::vector<double> v;
+  std::vector<Number> v;
   for (const auto& c : cells)
-    if (c.present && !c.text && !std::isnan(c.number)) v.push_back(c.number);
+    if (c.kind == Cell::Kind::Number && c.number.kind != Number::Kind::None) v.push_back(c.number);
   Stats s;
   if (v.empty()) return s;
   std::sort(v.begin(), v.end());
   s.any = true;
   s.min = v.front();
   s.max = v.back();
-  s.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  s.median = median(v);
   return s;
 }
 
-std::string cellText(const Cell& c) { return !c.present ? "-" : c.text ? c.str : number(c.number); }
+// A set in text and CSV: its items separated by spaces, region names quoted where they would not
+// be told apart (listItem).
+std::string listText(const Cell& c) {
+  std::string out;
+  for (const auto& m : c.items) out += (out.empty() ? "" : " ") + (c.kind == Cell::Kind::Regions ? listItem(m) : m);
+  return out;
+}
 
-std::string csvField(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+std::string cellText(const Cell& c) {
+  switch (c.kind) {
+    case Cell::Kind::Absent: return "-";
+    case Cell::Kind::Number: return toString(c.number);
+    default: return listText(c);
+  }
+}
+
+nlohmann::json cellJson(const Cell& c) {
+  switch (c.kind) {
+    case Cell::Kind::Absent: return nullptr;
+    case Cell::Kind::Number: return jsonNumber(c.number);
+    case Cell::Kind::Regions: return c.items;
+    case Cell::Kind::Threads: break;
+  }
+  nlohmann::json threads = nlohmann::json::array();
+  for (const auto& t : c.items) threads.push_back(std::stoull(t));
+  return threads;
+}
+
+void renderJson(const Table& t, std::ostream& out) {
+  nlohmann::json j;
+  j["processes"] = t.processes;
+  j["rows"] = nlohmann::json::array();
+  for (std::size_t r = 0; r < t.rowNames.size(); ++r) {
+    const auto& cells = t.cells.at(t.rowNames[r]);
+    nlohmann::json row;
+    row["name"] = t.rowNames[r];
+    row["unit"] = t.units[r];
+    nlohmann::json values = nlohmann::json::array();
+    for (const auto& c : cells) values.push_back(cellJson(c));
+    row["values"] = values;
+    const auto s = stats(cells);
+    if (s.any) row["summary"] = {{"min", jsonNumber(s.min)}, {"median", jsonNumber(s.median)}, {"max", jsonNumber(s.max)}};
+    j["rows"].push_back(row);
+  }
+  out << dumpJson(j) << "\n";
 }
 
 void renderTable(const Table& t, const std::string& format, std::ostream& out) {
+  if (format == "json") return renderJson(t, out);
   const bool multi = t.processes.size() > 1;
-  if (format == "json") {
-    nlohmann::json j;
-    j["processes"] = t.processes;
-    j["rows"] = nlohmann::json::array();
-    for (std::size_t r = 0; r < t.rowNames.size(); ++r) {
-      const auto& cells = t.cells.at(t.rowNames[r]);
-      nlohmann::json row;
-      row["name"] = t.rowNames[r];
-      row["unit"] = t.units[r];
-      nlohmann::json values = nlohmann::json::array();
-      for (const auto& c : cells) {
-        if (!c.present) values.push_back(nullptr);
-        else if (c.text) values.push_back(c.str);
-        else if (std::isnan(c.number)) values.push_back(nullptr);
-        else values.push_back(c.number);
-      }
-      row["values"] = values;
-      const auto s = stats(cells);
-      if (s.any) row["summary"] = {{"min", s.min}, {"median", s.median}, {"max", s.max}};
-      j["rows"].push_back(row);
-    }
-    out << dumpJson(j) << "\n";
-    return;
-  }
   std::vector<std::vector<std::string>> grid;
   std::vector<std::string> header{"result", "unit"};
   for (const auto& p : t.processes) header.push_back(p);
@@ -123,15 +143,13 @@ void renderTable(const Table& t, const std::string& format, std::ostream& out) {
     for (const auto& c : cells) row.push_back(cellText(c));
     if (multi) {
       const auto s = stats(cells);
-      row.push_back(s.any ? number(s.min) : "-");
-      row.push_back(s.any ? number(s.median) : "-");
-      row.push_back(s.any ? number(s.max) : "-");
+      for (const Number* n : {&s.min, &s.median, &s.max}) row.push_back(s.any ? toString(*n) : "-");
     }
     grid.push_back(row);
   }
   if (format == "csv") {
     for (const auto& row : grid) {
-      for (std::size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << csvField(row[i]);
+      for (std::size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << csp::views::csvField(row[i]);
       out << "\n";
     }
     return;
@@ -187,9 +205,10 @@ void renderFrames(const std::vector<ProcessResult>& results, const std::string& 
                            b.durationNs, b.frameCount > b.frames.size() ? fmt::format(" (first {} shown)", limit) : "");
       for (const auto& f : b.frames) {
         std::string members;
-        for (const auto& [t, r] : f.members) members += fmt::format("{}({}, {})", members.empty() ? "" : " ", t, r);
+        for (const auto& [t, r] : f.members) members += fmt::format("{}({}, {})", members.empty() ? "" : " ", t, listItem(r));
         if (format == "csv")
-          out << fmt::format("{},{},{},{},{}\n", csvField(p.label), csvField(b.label), f.beginNs, f.endNs, csvField(members));
+          out << fmt::format("{},{},{},{},{}\n", csp::views::csvField(p.label), csp::views::csvField(b.label), f.beginNs,
+                             f.endNs, csp::views::csvField(members));
         else
           out << fmt::format("  [{}, {}) ns  {}\n", f.beginNs, f.endNs, members);
       }
@@ -267,36 +286,36 @@ int main(int argc, char** argv) {
     Table table;
     for (const auto& p : logs.processes) table.processes.push_back(p.label);
     std::vector<std::string> warnings;
+    auto warn = [&](const std::string& w) {
+      const std::string text = "warning: " + w;
+      if (std::find(warnings.begin(), warnings.end(), text) == warnings.end()) warnings.push_back(text);
+    };
     for (std::size_t i = 0; i < logs.processes.size(); ++i) {
       const auto& p = logs.processes[i];
       if (!canned.empty()) {
-        for (const auto& row : runCanned(canned, cannedArgs, logs.tree, p)) {
-          Cell c{true, false, row.value, ""};
-          table.put(row.key.empty() ? row.name : row.name + " " + row.key, row.unit, i, c);
-        }
+        std::vector<std::string> cannedWarnings;
+        for (const auto& row : runCanned(canned, cannedArgs, logs.tree, p, &cannedWarnings))
+          table.put(row.key.empty() ? row.name : row.name + " " + row.key, row.unit, i, Cell{Cell::Kind::Number, row.value, {}});
+        for (const auto& w : cannedWarnings) warn(w);
         continue;
       }
       EvalOptions options;
       options.maxFrames = limit;
       auto r = evaluate(*parsed, logs.tree, p, options);
-      for (const auto& w : r.warnings) {
-        const std::string text = "warning: " + w;
-        if (std::find(warnings.begin(), warnings.end(), text) == warnings.end()) warnings.push_back(text);
-      }
+      for (const auto& w : r.warnings) warn(w);
       if (parsed->kind == Query::Kind::Value) {
         const bool durationLike = parsed->expr->kind == Expr::Kind::Measure;
         const std::string unit = !durationLike ? ""
                                  : parsed->expr->measure == Measure::Duration ? "ns"
                                  : parsed->expr->measure == Measure::Area     ? "thread-ns"
                                                                               : "threads";
-        for (const auto& b : r.bindings) table.put(b.label.empty() ? "value" : b.label, unit, i, Cell{true, false, b.value, ""});
+        for (const auto& b : r.bindings)
+          table.put(b.label.empty() ? "value" : b.label, unit, i, Cell{Cell::Kind::Number, b.number, {}});
       } else if (parsed->kind == Query::Kind::Attribute) {
-        for (const auto& b : r.bindings) {
-          std::string members;
-          for (const auto& m : b.members) members += (members.empty() ? "" : " ") + m;
-          table.put(b.label.empty() ? toString(parsed->attribute) : b.label,
-                    parsed->attribute == Attribute::WhichThreads ? "threads" : "regions", i, Cell{true, true, 0, members});
-        }
+        const bool threads = parsed->attribute == Attribute::WhichThreads;
+        for (const auto& b : r.bindings)
+          table.put(b.label.empty() ? toString(parsed->attribute) : b.label, threads ? "threads" : "regions", i,
+                    Cell{threads ? Cell::Kind::Threads : Cell::Kind::Regions, {}, b.members});
       }
       results.push_back(std::move(r));
     }

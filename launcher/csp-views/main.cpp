@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
+#include "cli_numbers.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/analysis/imbalance.hpp"
 #include "csp/views/views.hpp"
@@ -65,6 +67,34 @@ bool colorWanted(const std::string& mode) {
   return ::isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr && !(term && std::string(term) == "dumb");
 }
 
+// Parses `args`. An option with an optional value (--imbalance [SECTION], --hot-path [H]) takes
+// the next word even when it is the database and more options follow (CLI11 keeps only as many
+// words for the required DB as remain): then DB is missing, and the parse is done again with
+// that word moved to the end, where it can only be the database.
+void parseLeavingTheDatabase(CLI::App& app, std::vector<std::string> args, const std::string& db,
+                             const std::vector<std::pair<std::string, std::string*>>& optional) {
+  auto parse = [&](std::vector<std::string> a) {
+    std::reverse(a.begin(), a.end());  // CLI11 takes them last first
+    app.parse(a);
+  };
+  try {
+    parse(args);
+  } catch (const CLI::RequiredError&) {
+    if (!db.empty()) throw;
+    for (const auto& [name, value] : optional) {
+      if (value->empty()) continue;
+      for (std::size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == name && args[i + 1] == *value) {
+          std::rotate(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.begin() + static_cast<std::ptrdiff_t>(i) + 2,
+                      args.end());
+          value->clear();
+          return parse(args);
+        }
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,7 +114,7 @@ int main(int argc, char** argv) {
   std::optional<unsigned> depth;
   std::optional<double> threshold;
   std::optional<std::size_t> top;
-  double hotPath = 50;
+  std::string hotPath;  // a number, checked after parsing: it may have taken the database (below)
   std::size_t bins = 16, nameWidth = 72;
 
   app.add_option("DB", dbPath, "the database directory")->required();
@@ -106,14 +136,14 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-threshold", imbalance.clusterThreshold,
                  "--imbalance: list scopes whose own per-thread costs correlate at least this much with a cause's as "
                  "further sites of it")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   app.add_option("--min-share", imbalance.minShare, "--imbalance: report causes explaining at least this share of the variance")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   app.add_option("--min-imbalance", imbalance.minImbalance,
                  "--imbalance: a section whose max/mean is below 1 + this is balanced enough and not analysed")
-      ->check(CLI::Range(0.0, 1e9))
+      ->check(csp::cli::finiteRange(0, 1e9))
       ->capture_default_str();
   const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oImbalance};
   for (auto* a : views)
@@ -145,7 +175,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sort", sort, "sort by a column [metric:]stat[:scope], or 'name'");
   app.add_option("-d,--depth", depth, "levels shown below the top (callers default: 2)");
-  app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)");
+  app.add_option("-t,--threshold", threshold, "hide nodes below this % of the root unless one thread exceeds it (default 1; 0 shows all)")
+      ->check(csp::cli::finiteRange(0, 100));
   auto* oHot = app.add_option("--hot-path", hotPath, "follow the hottest child while it holds >= H % of its parent")
                    ->expected(0, 1)
                    ->default_str("50");
@@ -165,13 +196,17 @@ int main(int argc, char** argv) {
   app.add_option("--bins", bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
 
   try {
-    app.parse(argc, argv);
+    parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath, {{"--imbalance", &imbalanceSection}, {"--hot-path", &hotPath}});
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "csp-views: " << e.what() << " (csp-views --help shows the options)\n";
+    return 2;
+  }
+  if (const auto bad = hotPath.empty() ? std::string() : csp::cli::finiteRangeError(hotPath, 0, 100); !bad.empty()) {
+    std::cerr << "csp-views: --hot-path: " << bad << " (csp-views --help shows the options)\n";
     return 2;
   }
 
@@ -264,13 +299,13 @@ int main(int argc, char** argv) {
     if (effort) {
       if (regions) throw ViewError("--effort applies to the calling context, callers and flat views");
       const auto parts = splitList({effortThresholds});
-      try {
-        if (parts.size() != 2) throw std::invalid_argument("two numbers");
-        highIdleness = std::stod(parts[0]);
-        highOverhead = std::stod(parts[1]);
-      } catch (const std::exception&) {
-        throw ViewError(fmt::format("--effort-thresholds {}: expected IDLE,OVERHEAD (percentages)", effortThresholds));
-      }
+      const auto idle = parts.size() == 2 ? csp::cli::parseFinite(parts[0]) : std::nullopt;
+      const auto over = parts.size() == 2 ? csp::cli::parseFinite(parts[1]) : std::nullopt;
+      if (!idle || !over || *idle < 0 || *idle > 100 || *over < 0 || *over > 100)
+        throw ViewError(fmt::format("--effort-thresholds {}: expected IDLE,OVERHEAD (finite percentages from 0 to 100)",
+                                    effortThresholds));
+      highIdleness = *idle;
+      highOverhead = *over;
       for (const char* m : {"effort", "work", "idleness", "overhead"})
         if (std::find(available.begin(), available.end(), m) != available.end()) effortMetrics.push_back(m);
       if (std::find(effortMetrics.begin(), effortMetrics.end(), "work") == effortMetrics.end() ||
@@ -327,7 +362,7 @@ int main(int argc, char** argv) {
     request.depth = depth;
     if (!depth && callers) request.depth = 2;
     if (threshold) request.thresholdPercent = *threshold;
-    if (oHot->count() > 0) request.hotPathPercent = hotPath;
+    if (oHot->count() > 0) request.hotPathPercent = hotPath.empty() ? 50.0 : *csp::cli::parseFinite(hotPath);
     request.focus = focus;
     request.hide = hide;
     request.keep = keep;

@@ -200,6 +200,7 @@ Statistics IntAccumulator::finalize(std::uint64_t profiles, Population populatio
   s.count = count_;
   s.inputs = populationSize(count_, instances_, profiles, population);
   s.sum = static_cast<double>(toLongDouble(sum_));
+  s.exactSum = sum_;
   if (s.inputs == 0) {
     setUndefined(s);
     return s;
@@ -228,6 +229,8 @@ Statistics IntAccumulator::finalize(std::uint64_t profiles, Population populatio
     s.max = static_cast<double>(max_);
     s.argmax = argmax_;
   }
+  s.exactMin = hasAbsent ? 0 : min_;
+  s.exactMax = count_ == 0 ? 0 : max_;
   fillRatios(s);
   return s;
 }
@@ -364,6 +367,16 @@ std::optional<Statistic> parseStatistic(std::string_view text) {
   if (text == "median") return Statistic::P50;
   if (text == "imbm") return Statistic::ImbalanceMedian;
   return std::nullopt;
+}
+
+std::optional<Uint128> exactValueOf(const Statistics& s, Statistic statistic) {
+  switch (statistic) {
+    case Statistic::Count: return s.count;
+    case Statistic::Sum: return s.exactSum;
+    case Statistic::Min: return s.exactMin;
+    case Statistic::Max: return s.exactMax;
+    default: return std::nullopt;
+  }
 }
 
 double valueOf(const Statistics& s, Statistic statistic) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "csp/analysis/frames.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "prof_stages.hpp"
 #include "region_logs.hpp"
@@ -40,8 +41,10 @@ std::size_t slotOf(storage::RegionMetricId id, storage::MetricScope scope) {
   throw std::logic_error("no such region metric slot");
 }
 
-// Concurrency of regions within one process, from its threads' enter/exit logs merged in time
-// order. A thread is in a region while the region is on its stack (nested regions included).
+// Concurrency of regions within one process, from the frames of its threads' enter/exit logs
+// (docs/query.md, "Frames"): the frame engine of csp-query, so that these metrics and its
+// answers cannot disagree (events of one nanosecond change the state at once: a hand-over is no
+// overlap). A thread is in a region while the region is on its stack (nested regions included).
 struct RegionConcurrency {
   std::uint64_t anyNs = 0, allNs = 0, areaNs = 0, stragglerNs = 0, maxParallelism = 0;
 };
@@ -52,51 +55,62 @@ struct AreaOverflow {
   std::uint32_t region;
 };
 
-std::vector<RegionConcurrency> regionConcurrency(const std::vector<std::vector<std::uint32_t>>& threadRegions,
-                                                 const std::vector<const RegionProfile*>& threads,
-                                                 std::size_t regionCount) {
-  struct Event {
-    std::uint64_t t;
-    std::uint32_t thread;
-    std::uint32_t region;
-    bool enter;
-  };
-  std::vector<Event> events;
-  for (std::uint32_t th = 0; th < threads.size(); ++th) {
-    const RegionProfile& r = *threads[th];
-    for (std::size_t e = 0; e < r.eventTimeNs.size(); ++e)
-      events.push_back({r.eventTimeNs[e], th, threadRegions[th][r.eventNode[e]], static_cast<bool>(r.eventIsEnter[e])});
+// One thread's log in reduced region ids. Attributes are left out: they split frames but change
+// none of these metrics.
+class LogStream final : public analysis::EventStream {
+ public:
+  LogStream(const RegionProfile& log, const std::vector<std::uint32_t>& ids) : log_(log), ids_(ids) {}
+  bool next(analysis::Event& out) override {
+    if (at_ == log_.eventTimeNs.size()) return false;
+    out.timeNs = log_.eventTimeNs[at_];
+    out.region = ids_[log_.eventNode[at_]];
+    out.enter = log_.eventIsEnter[at_];
+    ++at_;
+    return true;
   }
-  // Stable: each thread's own order is kept for equal times.
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.t < b.t; });
-  const std::uint64_t threadCount = threads.size();
-  std::vector<RegionConcurrency> out(regionCount);
-  std::vector<std::uint64_t> inside(regionCount, 0), since(regionCount, 0);
-  std::vector<std::vector<std::uint32_t>> stack(threads.size());
-  auto flush = [&](std::uint32_t r, std::uint64_t t) {
-    const std::uint64_t dt = t - since[r];
-    if (inside[r] >= 1) {
-      out[r].anyNs += dt;
-      std::uint64_t area = 0;
-      if (__builtin_mul_overflow(inside[r], dt, &area) || __builtin_add_overflow(out[r].areaNs, area, &out[r].areaNs))
-        throw AreaOverflow{r};
-      if (inside[r] == threadCount) out[r].allNs += dt;
-      if (inside[r] == 1 && threadCount > 1) out[r].stragglerNs += dt;
+
+ private:
+  const RegionProfile& log_;
+  const std::vector<std::uint32_t>& ids_;
+  std::size_t at_ = 0;
+};
+
+analysis::RegionTree frameTree(const std::vector<RegionTreeNode>& regions) {
+  analysis::RegionTree tree;
+  for (std::size_t i = 1; i < regions.size(); ++i) tree.add(regions[i].parent, regions[i].name, regions[i].dynamicId);
+  return tree;
+}
+
+void account(RegionConcurrency& c, std::uint32_t region, std::uint64_t inside, std::uint64_t dt, std::uint64_t threads) {
+  c.anyNs += dt;
+  std::uint64_t area = 0;
+  if (__builtin_mul_overflow(inside, dt, &area) || __builtin_add_overflow(c.areaNs, area, &c.areaNs))
+    throw AreaOverflow{region};
+  if (inside == threads) c.allNs += dt;
+  if (inside == 1 && threads > 1) c.stragglerNs += dt;
+  c.maxParallelism = std::max(c.maxParallelism, inside);
+}
+
+std::vector<RegionConcurrency> regionConcurrency(const analysis::RegionTree& tree,
+                                                 const std::vector<std::vector<std::uint32_t>>& threadRegions,
+                                                 const std::vector<const RegionProfile*>& threads) {
+  std::vector<std::unique_ptr<analysis::EventStream>> streams;
+  for (std::size_t th = 0; th < threads.size(); ++th)
+    streams.push_back(std::make_unique<LogStream>(*threads[th], threadRegions[th]));
+  analysis::FrameBuilder frames(tree, std::move(streams));
+  std::vector<RegionConcurrency> out(tree.size());
+  std::vector<std::uint64_t> inside(tree.size(), 0);
+  std::vector<std::uint32_t> touched;
+  analysis::Frame frame;
+  while (frames.next(frame)) {
+    for (const auto& state : *frame.states)
+      for (std::uint32_t r = state.region; r != 0; r = tree.parent[r])
+        if (inside[r]++ == 0) touched.push_back(r);
+    for (const auto r : touched) {
+      account(out[r], r, inside[r], frame.endNs - frame.beginNs, threads.size());
+      inside[r] = 0;
     }
-    since[r] = t;
-  };
-  for (const Event& e : events) {
-    auto& st = stack[e.thread];
-    if (e.enter) {
-      flush(e.region, e.t);
-      ++inside[e.region];
-      out[e.region].maxParallelism = std::max(out[e.region].maxParallelism, inside[e.region]);
-      st.push_back(e.region);
-    } else if (!st.empty() && st.back() == e.region) {  // unmatched exits were counted at measurement
-      flush(e.region, e.t);
-      --inside[e.region];
-      st.pop_back();
-    }
+    touched.clear();
   }
   return out;
 }
@@ -154,6 +168,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
                     maxPar = slotOf(RegionMetricId::MaxParallelism, E);
   // In order of first profile id: the region logs written below are keyed by it.
   std::map<std::uint32_t, decltype(processes)::value_type*> byFirst;
+  const analysis::RegionTree tree = frameTree(pipeline.regions());
   for (auto& entry : processes) {
     std::sort(entry.second.begin(), entry.second.end());
     byFirst[entry.second.front().first] = &entry;
@@ -174,7 +189,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     }
     std::vector<RegionConcurrency> c;
     try {
-      c = regionConcurrency(ids, logs, pipeline.regions().size());
+      c = regionConcurrency(tree, ids, logs);
     } catch (const AreaOverflow& e) {
       const auto& region = pipeline.regions()[e.region];
       const auto& in = pipeline.inputs()[members.front().second];

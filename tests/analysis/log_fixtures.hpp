@@ -75,6 +75,7 @@ struct LogBuilder {
     ProcessInput p;
     p.label = "test";
     p.threadNumbers = numbers;
+    for (const auto& t : threads) p.events += t.size();
     auto copy = threads;
     p.open = [copy] {
       std::vector<std::unique_ptr<EventStream>> s;

@@ -16,7 +16,7 @@ using test::value;
 
 double row(const std::vector<CannedRow>& rows, const std::string& name, const std::string& key = "") {
   for (const auto& r : rows)
-    if (r.name == name && r.key == key) return r.value;
+    if (r.name == name && r.key == key) return r.value.toDouble();
   ADD_FAILURE() << "no row " << name << " " << key;
   return std::nan("");
 }

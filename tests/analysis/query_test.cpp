@@ -370,7 +370,7 @@ TEST(QueryParser, QuotedNamesTakeEscapedQuotesAndBackslashes) {
   const auto rows = runCanned("barrier", {"say \"hi\""}, b.tree, b.process());
   ASSERT_FALSE(rows.empty());
   EXPECT_EQ(rows[0].name, "any-waiting");
-  EXPECT_EQ(rows[0].value, 10);
+  EXPECT_EQ(rows[0].value.toDouble(), 10);
 }
 
 TEST(QueryParser, UnicodeAndAsciiSpellingsAreTheSameQuery) {

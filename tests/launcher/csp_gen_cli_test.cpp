@@ -203,7 +203,7 @@ TEST_F(CspGen, NotANumberIsRefused) {
       const auto out = dir_ / "nan";
       auto r = run(std::string(option) + " " + value + " --ranks 2 --nodes 50 -q -o " + out.string());
       EXPECT_EQ(r.status, 2) << option << " " << value;  // a bad option
-      EXPECT_NE(r.output.find("not a number"), std::string::npos) << option << " " << value << ": " << r.output;
+      EXPECT_NE(r.output.find("is not a finite number"), std::string::npos) << option << " " << value << ": " << r.output;
       EXPECT_FALSE(fs::exists(out)) << option << " " << value;
     }
 }

@@ -15,6 +15,9 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <atomic>
+#include <chrono>
 
 #include "common/test_support.hpp"
 #include "csp/reduce/attribution.hpp"
@@ -464,6 +467,44 @@ TEST(StructureCache, StoresLoadsAndRejectsDamagedEntries) {
   std::filesystem::remove(path);
   rewrite(bytes);
   EXPECT_TRUE(cache.load(id, problem).has_value()) << problem;
+}
+
+// The lock of an entry excludes other holders, also across the removal of its file by the
+// previous holder, and leaves no .lock file behind.
+TEST(StructureCache, LocksExcludeEachOtherAndLeaveNoFiles) {
+  csp::test::TempDir dir("structure-lock");
+  const StructureCache cache(dir.path() / "cache");
+  const CacheIdentity id{"0123abcd", "build-id 0123abcd", "/bin/sample"};
+  auto never = [] { return false; };
+  auto lockFiles = [&] {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() / "cache"))
+      n += e.path().extension() == ".lock";
+    return n;
+  };
+  auto first = cache.lock(id, 0, never);
+  ASSERT_TRUE(first.held());
+  EXPECT_FALSE(cache.lock(id, 0.1, never).held());
+  std::atomic<bool> waiting{false};
+  StructureCache::Lock second;
+  std::thread waiter([&] {
+    waiting = true;
+    second = cache.lock(id, 60, never);
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  first = {};  // released: its file is removed
+  waiter.join();
+  ASSERT_TRUE(second.held());
+  EXPECT_FALSE(cache.lock(id, 0.1, never).held()) << "two holders of one entry's lock";
+  second = {};
+  EXPECT_EQ(lockFiles(), 0u);
+  // A waiter that sees the entry appear stops waiting without a lock.
+  auto third = cache.lock(id, 0, never);
+  ASSERT_TRUE(third.held());
+  EXPECT_FALSE(cache.lock(id, 60, [] { return true; }).held());
+  third = {};
+  EXPECT_EQ(lockFiles(), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------

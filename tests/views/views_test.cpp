@@ -636,6 +636,58 @@ TEST_F(Views, RegionMetricsWithoutInclusiveValues) {
   for (const auto& n : tree.nodes) EXPECT_LE(tree.percent(n, 0), 100.0) << n.name;
 }
 
+// --imbalance and --hot-path take an optional value: "csp-views --imbalance DB --format json"
+// failed with "DB is required" (the option took the database). --info counted the region
+// tree's root as a region ("regions 1" without any).
+TEST_F(Views, CliOptionalValuesLeaveTheDatabaseAndInfoCountsRegions) {
+  const auto db = databaseFromSpec("fig75", std::filesystem::path(CSP_TEST_DATA_DIR) / "fig75.json").string();
+  auto r = views("--imbalance " + db + " --format json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(nlohmann::json::accept(r.output)) << r.output;
+  r = views("--hot-path " + db + " --format csv");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("id,parent,", 0), 0u) << r.output;
+  EXPECT_EQ(views("--imbalance main " + db).status, 0);
+  r = views("--info " + db);
+  EXPECT_NE(r.output.find("regions      0\n"), std::string::npos) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(views("--info --format json " + db).output)["regions"], 0);
+  const auto withRegions = database("two-regions", R"({
+    "metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1}],
+    "threads": [{"id": {"thread": 0},
+       "samples": [{"path": [{"proc": "main", "file": "m.c", "line": 1}, {"stmt": "m.c:2"}], "counts": {"cpu-time": 5}}],
+       "events": [{"t": 0, "enter": "solve"}, {"t": 5, "enter": "solve/halo"}, {"t": 9, "exit": "solve/halo"},
+                  {"t": 10, "exit": "solve"}]}]})");
+  r = views("--info " + withRegions.string());
+  EXPECT_NE(r.output.find("regions      2\n"), std::string::npos) << r.output;
+}
+
+// Integer metrics print exactly in CSV and JSON: 2^55 + 1 ns came out as 3.602879701896397e+16.
+TEST_F(Views, CliRegionExportsKeepIntegersExact) {
+  const auto db = database("exact", R"({
+    "metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1}],
+    "threads": [{"id": {"thread": 0},
+       "samples": [{"path": [{"proc": "main", "file": "m.c", "line": 1}, {"stmt": "m.c:2"}], "counts": {"cpu-time": 5}}],
+       "events": [{"t": 0, "enter": "long"}, {"t": 36028797018963969, "exit": "long"},
+                  {"t": 36028797018963969, "enter": "peta"}, {"t": 36028797019963969, "exit": "peta"}]}]})");
+  auto r = views("--regions -m time,any-time -s sum,max --scope exclusive -t 0 --format csv " + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(",long,,0,,36028797018963969,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(",peta,,0,,1000000,"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("e+"), std::string::npos) << r.output;
+  r = views("--regions -m time -s sum,max --scope exclusive --format json " + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  bool seen = false;
+  for (const auto& n : j["nodes"])
+    if (n["name"] == "long") {
+      seen = true;
+      EXPECT_TRUE(n["values"]["time:sum:E"].is_number_integer()) << n.dump();
+      EXPECT_EQ(n["values"]["time:sum:E"].get<std::uint64_t>(), 36028797018963969u) << n.dump();
+      EXPECT_EQ(n["values"]["time:max:E"].get<std::uint64_t>(), 36028797018963969u) << n.dump();
+    }
+  EXPECT_TRUE(seen) << r.output;
+}
+
 TEST_F(Views, CliBadInputIsOneClearLine) {
   const auto db = databaseFromSpec("fig75", std::filesystem::path(CSP_TEST_DATA_DIR) / "fig75.json").string();
   std::filesystem::create_directories(dir / "notadb");

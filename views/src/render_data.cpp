@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "csp/metrics/scaling.hpp"
+#include "csp/views/format.hpp"
 #include "render_util.hpp"
 
 namespace csp::views {
@@ -22,11 +23,6 @@ std::string dumpJson(const nlohmann::json& j, int indent) {
 
 }  // namespace
 
-
-namespace {
-
-using Json = nlohmann::ordered_json;
-
 std::string csvField(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
@@ -37,7 +33,20 @@ std::string csvField(const std::string& s) {
   return out + "\"";
 }
 
-std::string csvNumber(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
+std::string csvNumber(double v) {
+  if (std::isnan(v)) return "";
+  if (std::fabs(v) <= 0x1p53 && v == std::trunc(v)) return fmt::format("{:.0f}", v);
+  return fmt::format("{}", v);
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+
+// The region tree's nodes without its root (the state outside every region).
+std::uint32_t annotatedRegions(const storage::DatabaseMetadata& m) { return m.regionCount > 0 ? m.regionCount - 1 : 0; }
+
 
 Json jsonNumber(double v) { return std::isnan(v) ? Json(nullptr) : Json(v); }
 
@@ -88,6 +97,24 @@ std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
   return out;
 }
 
+// A node's value in column c as an exact integer where it is one: counts, and sums, minima and
+// maxima of integer metrics (their doubles round beyond 2^53); formulas are reals.
+std::optional<metrics::Uint128> exactValue(const ViewTree& tree, const TreeNode& n, std::size_t c) {
+  if (!tree.columns[c].formula.empty() || c >= n.stats.size() || std::isnan(n.values[c])) return std::nullopt;
+  return metrics::exactValueOf(n.stats[c], tree.columns[c].statistic);
+}
+
+std::string csvValue(const ViewTree& tree, const TreeNode& n, std::size_t c) {
+  const auto exact = exactValue(tree, n, c);
+  return exact ? metrics::toDecimalString(*exact) : csvNumber(n.values[c]);
+}
+
+Json jsonValue(const ViewTree& tree, const TreeNode& n, std::size_t c) {
+  const auto exact = exactValue(tree, n, c);
+  if (exact && *exact <= UINT64_MAX) return Json(static_cast<std::uint64_t>(*exact));
+  return jsonNumber(n.values[c]);
+}
+
 std::string speedscopeUnit(const std::string& unit) {
   if (unit == "ns" || unit == "nanoseconds") return "nanoseconds";
   if (unit == "us" || unit == "microseconds") return "microseconds";
@@ -110,7 +137,7 @@ void renderCsv(const ViewTree& tree, std::ostream& out) {
     out << n.viewId << "," << parentId(tree, n) << "," << n.depth << "," << toString(n.kind) << "," << csvField(n.name)
         << "," << csvField(n.file) << "," << n.line << "," << csvField(n.module);
     for (std::size_t c = 0; c < tree.columns.size(); ++c) {
-      out << "," << csvNumber(n.values[c]);
+      out << "," << csvValue(tree, n, c);
       if (hasPercent(tree.columns[c].statistic)) out << "," << csvNumber(tree.percent(n, c));
     }
     out << "," << (n.instances.empty() ? 0 : n.instances[0]) << "," << (n.imbalanceOnly ? 1 : 0) << ","
@@ -152,7 +179,7 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
     Json values = Json::object(), percents = Json::object(), instances = Json::object(), errors = Json::object();
     Json noise = Json::array();
     for (std::size_t c = 0; c < tree.columns.size(); ++c) {
-      values[tree.columns[c].title()] = jsonNumber(n.values[c]);
+      values[tree.columns[c].title()] = jsonValue(tree, n, c);
       if (hasPercent(tree.columns[c].statistic)) percents[tree.columns[c].title()] = jsonNumber(tree.percent(n, c));
       instances[tree.columns[c].title()] = n.instances[c];
       if (c < n.errors.size() && !std::isnan(n.errors[c])) errors[tree.columns[c].title()] = n.errors[c];
@@ -369,7 +396,7 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   if (m.hostnames.size() > 8) hosts += fmt::format(", ... ({} hosts)", m.hostnames.size());
   out << fmt::format("hosts        {}\n", hosts);
   out << fmt::format("CCT          {} nodes\n", m.nodeCount);
-  out << fmt::format("regions      {}\n", m.regionCount);
+  out << fmt::format("regions      {}\n", annotatedRegions(m));
   out << "metrics\n";
   for (std::size_t i = 0; i < m.metrics.size(); ++i) {
     const auto& d = m.metrics[i].descriptor;
@@ -437,7 +464,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
           }()},
          {"hosts", m.hostnames},
          {"cct_nodes", m.nodeCount},
-         {"regions", m.regionCount},
+         {"regions", annotatedRegions(m)},
          {"metrics", std::move(metrics)},
          {"region_metrics", std::move(regionMetrics)},
          {"sampling", [&] {

@@ -155,16 +155,33 @@ bool StructureCache::store(const CacheIdentity& id, const ModuleStructure& struc
 
 StructureCache::Lock& StructureCache::Lock::operator=(Lock&& o) noexcept {
   if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
+    release();
     fd_ = o.fd_;
+    path_ = std::move(o.path_);
     o.fd_ = -1;
   }
   return *this;
 }
 
-StructureCache::Lock::~Lock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+// The file goes while the lock is held: a process waiting on it then holds a lock on a file no
+// longer in the directory, which lockImpl notices (sameFile) and opens the path again.
+void StructureCache::Lock::release() noexcept {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());
+  ::close(fd_);  // closing releases the flock
+  fd_ = -1;
 }
+
+namespace {
+
+// Whether `fd` is still the file at `path` (and not one a previous holder removed).
+bool sameFile(int fd, const fs::path& path) {
+  struct stat open {}, named {};
+  return ::fstat(fd, &open) == 0 && ::stat(path.c_str(), &named) == 0 && open.st_dev == named.st_dev &&
+         open.st_ino == named.st_ino;
+}
+
+}  // namespace
 
 StructureCache::Lock StructureCache::lockImpl(const CacheIdentity& id, double timeoutSeconds,
                                               const std::function<bool()>& ready) const {
@@ -172,11 +189,17 @@ StructureCache::Lock StructureCache::lockImpl(const CacheIdentity& id, double ti
   std::error_code ec;
   fs::create_directories(dir_, ec);
   const fs::path path = dir_ / fmt::format(".{}.v{}.lock", id.key, kCacheVersion);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return {};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds);
+  int fd = -1;
   for (;;) {
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Lock(fd);
+    if (fd < 0) fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return {};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      if (sameFile(fd, path)) return Lock(fd, path);
+      ::close(fd);  // the previous holder removed it: lock the path's file
+      fd = -1;
+      continue;
+    }
     if (errno != EWOULDBLOCK && errno != EINTR) break;  // no flock here: go on without
     if (ready() || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -41,19 +41,22 @@ class StructureCache {
   bool store(const CacheIdentity& id, const ModuleStructure& structure, std::string& problem) const;
 
   // An advisory lock on one entry (flock), so that the processes of a job on one host analyse a
-  // module once: held until destroyed. Without a lock (read-only directory, a file system
-  // without flock) `held()` is false and everybody analyses.
+  // module once: held until destroyed, when its lock file is removed (no empty .lock files stay
+  // in the cache). Without a lock (read-only directory, a file system without flock) `held()`
+  // is false and everybody analyses.
   class Lock {
    public:
     Lock() = default;
-    explicit Lock(int fd) : fd_(fd) {}
-    Lock(Lock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Lock(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+    Lock(Lock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
     Lock& operator=(Lock&& o) noexcept;
-    ~Lock();
+    ~Lock() { release(); }
     bool held() const { return fd_ >= 0; }
 
    private:
+    void release() noexcept;
     int fd_ = -1;
+    std::filesystem::path path_;
   };
   // Waits for the entry's lock, at most `timeoutSeconds`; `ready` is asked between attempts
   // (another process may have written the entry meanwhile) and ends the wait when it is true.

@@ -21,13 +21,14 @@ const std::vector<CannedInfo>& cannedAnalyses();
 struct CannedRow {
   std::string name;    // e.g. "straggler-degree"
   std::string key;     // e.g. "t=3", "" for a process-wide figure
-  double value = 0;    // NaN: undefined (nothing to divide by)
+  Number value;        // none: undefined (nothing to divide by)
   std::string unit;    // "ns", "thread-ns", "ratio", "thread", "threads"
   std::string query;   // the query that computed it (for --format json and the docs)
 };
 
-// Throws QueryError (column 0) for an unknown analysis or wrong arguments.
+// Throws QueryError (column 0) for an unknown analysis or wrong arguments. `warnings` gets what
+// its queries warn about (a region name that matches no region), each once.
 std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std::string>& args, const RegionTree& tree,
-                                 const ProcessInput& process);
+                                 const ProcessInput& process, std::vector<std::string>* warnings = nullptr);
 
 }  // namespace csp::analysis

@@ -95,6 +95,7 @@ struct FrameQuery {
 struct Expr {
   enum class Kind : std::uint8_t { Number, Measure, Count, Neg, Add, Sub, Mul, Div } kind = Kind::Number;
   double number = 0;
+  std::optional<std::uint64_t> integer;  // Number: written as a whole number (exact)
   Measure measure = Measure::Duration;
   Attribute attribute = Attribute::WhichThreads;  // Count
   int call = -1;  // Measure, Count: index into Query::calls
@@ -113,6 +114,11 @@ struct Query {
 };
 
 Query parseQuery(const std::string& text);
+
+// A region name in a list of text or CSV output: as it is, or in double quotes with '"' and '\'
+// escaped by '\' (as the query language reads it) when it is empty or holds whitespace, a quote,
+// a backslash, a comma or a parenthesis, so that the items of a list can be told apart.
+std::string listItem(const std::string& name);
 
 const char* toString(Measure m);
 const char* toString(Attribute a);

@@ -60,6 +60,10 @@ struct Statistics {
   double p75 = std::numeric_limits<double>::quiet_NaN();
   double p95 = std::numeric_limits<double>::quiet_NaN();
   double imbalanceMedian = std::numeric_limits<double>::quiet_NaN();
+  // Integer metrics (IntAccumulator) only: sum, min and max exactly, where the doubles above
+  // round beyond 2^53 (exports print these); min and max are absent where undefined.
+  std::optional<Uint128> exactSum;
+  std::optional<std::uint64_t> exactMin, exactMax;
 };
 
 // One field of Statistics, as views select and formulas name them.
@@ -77,6 +81,9 @@ bool isPercentile(Statistic statistic);  // p5 .. p95
 // A canonical name or one of the short forms std, sd, cv, imb, median (p50), imbm (imbmedian).
 std::optional<Statistic> parseStatistic(std::string_view text);
 double valueOf(const Statistics& statistics, Statistic statistic);
+// The statistic as an exact integer: count always, sum, min and max of integer metrics; nullopt
+// for the others (real-valued statistics or metrics).
+std::optional<Uint128> exactValueOf(const Statistics& statistics, Statistic statistic);
 
 // Exact accumulator for raw integer metric values (count x period). Every field is an integer,
 // so combine is commutative and associative bit for bit: the same inputs give the same bytes
