@@ -3,6 +3,8 @@
 
 #include <gelf.h>
 
+#include <cstdint>
+#include <span>
 #include <vector>
 
 namespace csp::reduce {
@@ -12,5 +14,10 @@ namespace csp::reduce {
 // the table encoding that GNU ld, gold and lld write (datarel sdata4) is read; other files give
 // an empty list.
 std::vector<GElf_Addr> readFdeStarts(Elf* elf);
+
+// The bytes of executable code at [start, end) (ELF virtual addresses), cut at the end of the
+// section (or, without section headers, the executable segment) that holds `start`; empty if
+// no code lies there.
+std::span<const std::uint8_t> codeBytes(Elf* elf, GElf_Addr start, GElf_Addr end);
 
 }  // namespace csp::reduce

@@ -514,7 +514,7 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
     const auto& input = inputs[begin + i];
     try {
       ThreadProfile p = input.source->read(input.path);
-      std::uint64_t truncated = 0;
+      std::uint64_t truncated = 0, scanned = 0, recovered = 0;
       EntryTracker entries(strings);
       const auto stmt = projectProfile(p, strings, attributor,
                                        [&](std::uint32_t parent, const ScopeKey& key) {
@@ -522,15 +522,17 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
                                          entries.edge(parent, key, child);
                                          return child;
                                        },
-                                       {jitSymbols(attributor, input.path, p), &truncated});
+                                       {jitSymbols(attributor, input.path, p), &truncated, &scanned, &recovered});
       const ThreadFeatures features = threadFeatures(p, stmt, entries, localCct, strings);
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
       // the executable, the command csp-run ran (a setting), and a command line only for the
       // first profile of each executable in a row.
       std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command"; });
-      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, {}};
+      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, 0, 0, {}};
       local[i]->truncatedSamples = truncated;
+      local[i]->scannedSamples = scanned;
+      local[i]->recoveredSamples = recovered;
       local[i]->features = features;
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {

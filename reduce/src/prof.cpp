@@ -119,6 +119,8 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     auto meta = prof::assembleMetadata(options, pipeline, identities);
     meta.strings = strings.take();
     summary.quality = meta.qualityTotal();
+    summary.unwindRecovery = *meta.unwindRecovery;
+    summary.moduleLoops = meta.moduleLoops;
     mainShard.finish();
     builder->writeMetadata(meta);
   } else {
@@ -191,6 +193,33 @@ std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
                               "profiles",
                               percent(q.droppedSamples), q.droppedSamples, q.samples));
   return out;
+}
+
+std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& modules) {
+  std::uint64_t loops = 0, byAddress = 0, with = 0;
+  std::string addressed, without;
+  for (const auto& m : modules) {
+    loops += m.loops;
+    byAddress += m.byAddress;
+    with += m.loops > 0 ? 1 : 0;
+    if (m.byAddress > 0)
+      addressed += fmt::format("{}{} {} of {}{}", addressed.empty() ? "" : ", ", m.module, m.byAddress, m.loops,
+                               m.note.empty() ? "" : " (" + m.note + ")");
+    if (m.loops == 0) without += fmt::format("{}{} ({})", without.empty() ? "" : ", ", m.module, m.note);
+  }
+  std::vector<std::string> out;
+  if (modules.empty()) return out;
+  out.push_back(fmt::format("loops: {} in {} of {} modules{}", loops, with, modules.size(),
+                            byAddress ? fmt::format("; known by header address: {}", addressed) : std::string()));
+  if (!without.empty()) out.push_back("no loops: " + without);
+  return out;
+}
+
+std::string unwindSummary(const storage::UnwindRecovery& r) {
+  if (r.scannedSamples == 0) return {};
+  return fmt::format("code without unwind tables: {} samples had such frames on their call path; {} completed by "
+                     "binary analysis (unwind recipes), {} truncated",
+                     r.scannedSamples, r.recoveredSamples, r.scannedSamples - r.recoveredSamples);
 }
 
 }  // namespace csp::reduce
