@@ -355,8 +355,10 @@ std::optional<std::uint64_t> Decoder::callBefore(std::span<const std::uint8_t> c
     std::uint64_t pc = returnAddress - n;
     return cs_disasm_iter(h, &p, &left, &pc, insn) && left == 0 && inGroup(insn->detail, CS_GRP_CALL);
   };
-  if (code.size() >= 5 && code[code.size() - 5] == 0xE8 && callOf(5)) found = returnAddress - 5;  // the common direct call
-  for (std::size_t n = 2; !found && n <= std::min<std::size_t>(code.size(), 15); ++n)
+  // The common direct call first; then the longest call (a REX prefix makes `call *%r12` end
+  // with the bytes of `call *%rsp`).
+  if (code.size() >= 5 && code[code.size() - 5] == 0xE8 && callOf(5)) found = returnAddress - 5;
+  for (std::size_t n = std::min<std::size_t>(code.size(), 15); !found && n >= 2; --n)
     if (callOf(n)) found = returnAddress - n;
   cs_free(insn, 1);
   return found;
@@ -365,14 +367,32 @@ std::optional<std::uint64_t> Decoder::callBefore(std::span<const std::uint8_t> c
 std::vector<std::uint64_t> FunctionCode::startsAfterPadding() const {
   std::vector<std::uint64_t> out;
   std::vector<char> reached(blocks.size(), 0);
-  for (std::uint32_t b = 0; b < graph.size(); ++b)
-    for (auto s : graph.successors[b]) reached[s] = s != b || reached[s];
+  auto reach = [&](std::uint32_t from) {
+    std::vector<std::uint32_t> work{from};
+    reached[from] = 1;
+    while (!work.empty()) {
+      const auto b = work.back();
+      work.pop_back();
+      for (auto s : graph.successors[b])
+        if (!reached[s]) reached[s] = 1, work.push_back(s);
+    }
+  };
+  if (!blocks.empty()) reach(0);
+  // In address order, so that the loops and branches of a function found here are its own.
   for (std::uint32_t b = 1; b < blocks.size(); ++b) {
-    const auto& prev = last(b - 1);
-    if (reached[b] || prev.call || prev.flow == Flow::Next || prev.flow == Flow::Branch) continue;
+    if (reached[b]) continue;
     std::uint32_t k = blocks[b].first;
     while (k < blocks[b].first + blocks[b].count && instructions[k].padding) ++k;
-    if (k < blocks[b].first + blocks[b].count && instructions[k].address % 16 == 0) out.push_back(instructions[k].address);
+    if (k == blocks[b].first + blocks[b].count || instructions[k].address % 16 != 0) continue;
+    // Nothing may fall into it: before the padding, a return, a jump or a stop.
+    std::uint32_t before = k;
+    while (before > 0 && instructions[before - 1].padding) --before;
+    if (before > 0) {
+      const auto& prev = instructions[before - 1];
+      if (prev.call || prev.flow == Flow::Next || prev.flow == Flow::Branch) continue;
+    }
+    out.push_back(instructions[k].address);
+    reach(b);
   }
   return out;
 }

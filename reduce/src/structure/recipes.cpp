@@ -86,7 +86,7 @@ FrameRule ruleOf(const FrameState& s) {
   }
   r.bpKept = s.bpKept;
   r.bpSaved = s.bpSaved;
-  r.bpSave = static_cast<std::int32_t>(s.bpSave);
+  r.bpSave = s.bpSaved ? static_cast<std::int32_t>(s.bpSave) : 0;
   return r;
 }
 
