@@ -13,7 +13,11 @@
 //   signals blocked, so an interrupted thread never holds it; fork waits for handlers to leave
 //   it (pauseSampling) so that no child inherits it locked;
 // - all signals are blocked while it runs (sa_mask), so no other handler can interrupt it and
-//   jump out of it, and it runs on the thread's alternate signal stack (SA_ONSTACK).
+//   jump out of it, and it runs on the thread's alternate signal stack (SA_ONSTACK);
+// - above a frame without unwind tables it scans the stack (scanStack): the stack is copied
+//   with process_vm_readv, which fails instead of faulting, and code bytes are read only inside
+//   the executable segments of objects that _dl_find_object knows; nothing is decoded or
+//   allocated (csp-prof-mpi does the binary analysis).
 //
 // libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: a linked dependency of a
 // preloaded library joins the program's global scope, where libunwind's _Unwind_* compatibility
@@ -28,6 +32,7 @@
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <mutex>
@@ -370,7 +375,9 @@ bool scanStack(CctArena& a, UnwindResult& r, std::uint64_t sp, std::uint64_t bp,
     const std::uint64_t v = a.scan[i];
     if (!looksLikeReturnAddress(v)) continue;
     if (hasTables(v)) {
-      memcpy(&context, ucontext, sizeof context);
+      // The kernel's ucontext in the signal frame is shorter than glibc's ucontext_t: copy the
+      // registers only (all that libunwind reads).
+      memcpy(&context, ucontext, offsetof(ucontext_t, uc_sigmask));
       auto& g = context.uc_mcontext.gregs;
       g[REG_RIP] = static_cast<greg_t>(v);
       g[REG_RSP] = static_cast<greg_t>(sp + 8 * (std::uint64_t{i} + 1));
