@@ -126,6 +126,9 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
     return it != insns.end() && it->address == a;
   };
 
+  for (auto a : leaAddress)
+    if (a != 0 && isInstruction(a)) out.codeAddresses.push_back(a);
+
   // Jump tables: targets per indirect jump (instruction index).
   std::vector<std::pair<std::size_t, std::vector<std::uint64_t>>> tables;
   if (image) {
@@ -378,6 +381,12 @@ std::vector<std::uint64_t> FunctionCode::startsAfterPadding() const {
     }
   };
   if (!blocks.empty()) reach(0);
+  for (auto a : codeAddresses) {  // the block that holds it
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), a, [](std::uint64_t v, const BasicBlock& x) { return v < x.start; });
+    if (it == blocks.begin() || a >= std::prev(it)->end) continue;
+    const auto b = static_cast<std::uint32_t>(std::prev(it) - blocks.begin());
+    if (!reached[b]) reach(b);
+  }
   // In address order, so that the loops and branches of a function found here are its own.
   for (std::uint32_t b = 1; b < blocks.size(); ++b) {
     if (reached[b]) continue;

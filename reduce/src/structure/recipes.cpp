@@ -90,9 +90,31 @@ FrameRule ruleOf(const FrameState& s) {
   return r;
 }
 
+// The state that most instructions so far had: the function body's frame, which code reached
+// only through computed jumps shares (its prologue and epilogue are a few instructions).
+class CommonState {
+ public:
+  void add(const FrameState& s, std::size_t instructions) {
+    for (auto& [state, n] : seen_)
+      if (state == s) {
+        n += instructions;
+        return;
+      }
+    seen_.emplace_back(s, instructions);
+  }
+  FrameState get() const {
+    const auto best = std::max_element(seen_.begin(), seen_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    return best == seen_.end() ? FrameState{} : best->first;
+  }
+
+ private:
+  std::vector<std::pair<FrameState, std::size_t>> seen_;
+};
+
 // Per block, the state at its entry: from the entry block through the graph (the first
-// predecessor in reverse postorder wins); blocks the entry does not reach get the state of the
-// code before them (after a return, the state before the returning block: the body's frame).
+// predecessor in reverse postorder wins). A block the entry does not reach (through a computed
+// jump, or after a return) continues the block before it if that falls into it, and otherwise
+// gets the state most of the code before it has (CommonState).
 std::vector<FrameState> entryStates(const FunctionCode& code, std::span<const FrameEffect> effects) {
   const std::size_t n = code.blocks.size();
   std::vector<FrameState> in(n), out(n);
@@ -116,12 +138,21 @@ std::vector<FrameState> entryStates(const FunctionCode& code, std::span<const Fr
       work.push_back(*it);
     }
   }
-  for (std::uint32_t b = 1; b < n; ++b) {
-    if (seen[b]) continue;
-    const bool afterReturn = code.last(b - 1).flow == Flow::Return;
-    in[b] = afterReturn ? in[b - 1] : out[b - 1];
-    out[b] = exitOf(b);
-    seen[b] = 1;
+  CommonState common;
+  for (std::uint32_t b = 0; b < n; ++b) {
+    if (!seen[b]) {
+      const auto& prev = code.last(b - 1);
+      const bool fallsIn = (prev.flow == Flow::Next || prev.flow == Flow::Branch) && code.blocks[b - 1].end == code.blocks[b].start;
+      in[b] = fallsIn ? out[b - 1] : common.get();
+      out[b] = exitOf(b);
+      seen[b] = 1;
+    }
+    FrameState s = in[b];
+    const auto& block = code.blocks[b];
+    for (std::uint32_t k = block.first; k < block.first + block.count; ++k) {
+      common.add(s, 1);
+      apply(s, effects[k]);
+    }
   }
   return in;
 }

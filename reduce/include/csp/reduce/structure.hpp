@@ -99,11 +99,13 @@ struct FunctionCode {
   std::vector<Instruction> exits;          // per block: its last instruction
   Graph graph;                             // over blocks
   std::vector<std::uint64_t> callTargets;  // direct call targets, as found
-  // Where code that nothing in the range reaches starts after a return or jump and the padding
-  // behind it, at a 16-byte boundary: the start of a function without symbol, unwind table or
-  // direct call (hand-written assembler called through pointers).
+  // Where code that nothing in the range reaches (from its start, or from an address that the
+  // range takes with a RIP-relative lea: a computed jump) starts after a return or jump and the
+  // padding behind it, at a 16-byte boundary: the start of a function without symbol, unwind
+  // table or direct call (hand-written assembler called through pointers).
   std::vector<std::uint64_t> startsAfterPadding() const;
   std::vector<std::uint64_t> jumpTargets;  // direct jump and branch targets outside the range
+  std::vector<std::uint64_t> codeAddresses;  // instructions of the range whose address a RIP-relative lea takes (computed jumps)
   std::uint32_t unresolvedJumps = 0;       // indirect jumps that are neither a jump table nor followed
 
   const Instruction& last(std::uint32_t block) const { return exits[block]; }
