@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <tbb/parallel_invoke.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -196,22 +197,28 @@ std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
 }
 
 std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& modules) {
+  constexpr std::size_t kListed = 8;  // per line; csp-views --info lists them all
   std::uint64_t loops = 0, byAddress = 0, with = 0;
-  std::string addressed, without;
+  std::vector<std::string> addressed, without;
   for (const auto& m : modules) {
     loops += m.loops;
     byAddress += m.byAddress;
     with += m.loops > 0 ? 1 : 0;
     if (m.byAddress > 0)
-      addressed += fmt::format("{}{} {} of {}{}", addressed.empty() ? "" : ", ", m.module, m.byAddress, m.loops,
-                               m.note.empty() ? "" : " (" + m.note + ")");
-    if (m.loops == 0) without += fmt::format("{}{} ({})", without.empty() ? "" : ", ", m.module, m.note);
+      addressed.push_back(fmt::format("{} {} of {}{}", m.module, m.byAddress, m.loops, m.note.empty() ? "" : " (" + m.note + ")"));
+    if (m.loops == 0) without.push_back(fmt::format("{} ({})", m.module, m.note));
   }
+  auto list = [&](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < std::min(items.size(), kListed); ++i) out += (i ? ", " : "") + items[i];
+    if (items.size() > kListed) out += fmt::format(", and {} more (csp-views --info lists them)", items.size() - kListed);
+    return out;
+  };
   std::vector<std::string> out;
   if (modules.empty()) return out;
   out.push_back(fmt::format("loops: {} in {} of {} modules{}", loops, with, modules.size(),
-                            byAddress ? fmt::format("; known by header address: {}", addressed) : std::string()));
-  if (!without.empty()) out.push_back("no loops: " + without);
+                            byAddress ? "; known by header address: " + list(addressed) : std::string()));
+  if (!without.empty()) out.push_back("no loops: " + list(without));
   return out;
 }
 
