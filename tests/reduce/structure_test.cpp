@@ -429,11 +429,16 @@ TEST(Decoder, CallBeforeAReturnAddress) {
 
 // Code that nothing reaches after a return and padding, at a 16-byte boundary, starts a
 // function (hand-written assembler called through pointers); code reached by a jump does not.
+// Appends bytes one by one (vector::insert of a list trips GCC 12's -Warray-bounds).
+void append(std::vector<std::uint8_t>& code, std::initializer_list<std::uint8_t> bytes) {
+  for (auto b : bytes) code.push_back(b);
+}
+
 TEST(Decoder, StartsAfterPadding) {
   std::vector<std::uint8_t> code{0xeb, 0x2e};  // 0: jmp 30
   auto at = [&](std::size_t address, std::uint8_t pad, std::initializer_list<std::uint8_t> bytes) {
     code.resize(address, pad);
-    code.insert(code.end(), bytes);
+    append(code, bytes);
   };
   at(0x10, 0xcc, {0x31, 0xc0, 0x75, 0x0c, 0xc3});  // 10: xor eax, eax; jne 20; ret  (after int3 padding)
   at(0x20, 0x90, {0x31, 0xc0, 0xc3});              // 20: reached from 12
@@ -441,6 +446,26 @@ TEST(Decoder, StartsAfterPadding) {
   at(0x40, 0x90, {0x31, 0xc0, 0xeb, 0xfc});        // 40: xor eax, eax; jmp 40 (its own loop)
   Decoder d;
   EXPECT_EQ(d.decode(code, 0x1000).startsAfterPadding(), (std::vector<std::uint64_t>{0x1010, 0x1040}));
+}
+
+// A block reached only through a computed jump (its address taken by a RIP-relative lea, as in
+// GMP's __gmpn_mul_basecase) is no function start, and its recipe is the body's frame. Before:
+// a start after the padding, with the frame of a function's entry, which truncated every path.
+TEST(UnwindRecipes, CodeReachedThroughAComputedJump) {
+  std::vector<std::uint8_t> code{
+      0x53,                                      // 0: push rbx
+      0x4c, 0x8d, 0x35, 0x08, 0x00, 0x00, 0x00,  // 1: lea r14, [rip + 8] (= 10)
+      0x41, 0xff, 0xe6,                          // 8: jmp r14
+  };
+  code.resize(0x10, 0x90);
+  append(code, {0x31, 0xc0, 0x5b, 0xc3});  // 10: xor eax, eax; pop rbx; ret
+  Decoder d;
+  const auto c = d.decode(code, 0);
+  EXPECT_EQ(c.codeAddresses, (std::vector<std::uint64_t>{0x10}));
+  EXPECT_TRUE(c.startsAfterPadding().empty());
+  const auto r = computeRecipes(c, d.frameEffects(code, 0));
+  EXPECT_EQ(r.at(0x10).cfa, 16);
+  EXPECT_EQ(r.at(0x13).cfa, 8);
 }
 
 TEST(Decoder, NoReturnNames) {
