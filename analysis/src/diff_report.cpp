@@ -19,9 +19,12 @@ std::string segment(const DiffNode& n) {
     case ScopeKind::Root: return "<program root>";
     case ScopeKind::ProcFrame: return n.name.empty() ? "<unknown procedure>" : n.name;
     case ScopeKind::Alien: return "inlined " + n.name;
-    case ScopeKind::Loop: return fmt::format("loop {}:{}", baseName(n.file), n.line);
+    // Code without a line table: loops by header address, statements and calls by offset.
+    case ScopeKind::Loop: return n.name.empty() ? fmt::format("loop {}:{}", baseName(n.file), n.line) : n.name;
     case ScopeKind::CallSite:
-    case ScopeKind::Stmt: return n.file.empty() ? std::string() : fmt::format("{}:{}", baseName(n.file), n.line);
+    case ScopeKind::Stmt:
+      if (!n.name.empty()) return n.name;
+      return n.file.empty() ? std::string() : fmt::format("{}:{}", baseName(n.file), n.line);
   }
   return "?";
 }

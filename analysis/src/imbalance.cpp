@@ -119,15 +119,17 @@ struct Tree {
       case ScopeKind::Root: return "<program root>";
       case ScopeKind::ProcFrame: return s[n.name];
       case ScopeKind::Alien: return "inlined " + s[n.name];
-      case ScopeKind::Loop: return where(n).empty() ? "loop" : "loop " + where(n);
+      // Code without lines is known by address: a loop by its header ("loop @0x1160 in libz.so"),
+      // a statement or call by its offset in the procedure ("+0x24"), kept in the name.
+      case ScopeKind::Loop: return !s[n.name].empty() ? s[n.name] : where(n).empty() ? "loop" : "loop " + where(n);
       case ScopeKind::CallSite: {
         if (!where(n).empty()) return "call " + where(n);
-        // A call without a line (no debug information): name it by what it calls.
+        // A call without a line: name it by what it calls, else by its offset.
         const auto& callees = children[id];
         if (callees.size() == 1 && nodes[callees[0]].kind == ScopeKind::ProcFrame) return "call to " + s[nodes[callees[0]].name];
-        return "call";
+        return !s[n.name].empty() ? "call " + s[n.name] : "call";
       }
-      case ScopeKind::Stmt: return where(n).empty() ? "line" : where(n);
+      case ScopeKind::Stmt: return !where(n).empty() ? where(n) : !s[n.name].empty() ? s[n.name] : "line";
     }
     return "?";
   }

@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
       auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
       fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
                  q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
+      if (const auto u = csp::reduce::unwindSummary(s.unwindRecovery); !u.empty()) fmt::print("  {}\n", u);
+      for (const auto& line : csp::reduce::loopSummary(s.moduleLoops)) fmt::print("  {}\n", line);
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;

@@ -57,8 +57,13 @@ Config readConfig();
 struct ArenaNode {
   std::uint64_t address;  // leaf: interrupted PC; interior: return address
   std::uint32_t parent;
+  std::uint32_t note;     // storage UnwindNote, encoded: how the unwind found the frame (0: by its tables)
   std::uint64_t count[kMaxEvents];
 };
+
+// Stack words copied above a frame that has no unwind tables (sampler.cpp, scanStack): the
+// deepest frame of hand-written assembler that the stack scan can step over.
+inline constexpr std::uint32_t kScanWords = 512;
 
 // The thread-state metrics that idleness accounting adds to every node (idleness.cpp): counted
 // metrics in ns, stored after the sampled events' metrics in the profile.
@@ -71,6 +76,8 @@ struct CctArena {
   std::uint64_t* state = nullptr;  // kStateMetrics values per node, only with idleness accounting
   std::uint32_t* table = nullptr;  // open addressing, node index + 1, 0 = empty
   std::uint64_t* path = nullptr;   // scratch for one unwind, maxDepth entries
+  std::uint32_t* pathNote = nullptr;  // the unwind notes of `path`
+  std::uint64_t* scan = nullptr;   // scratch: kScanWords stack words (scanStack)
   std::uint32_t capacity = 0;
   std::uint32_t size = 0;
   std::uint32_t tableMask = 0;
@@ -141,6 +148,7 @@ struct ThreadState {
   std::uint64_t foreignSignals = 0;    // sampling signals not sent by our timers
   std::uint64_t abandonedSamples = 0;  // handlers left by a jump out of a nested handler
   std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
+  std::uint64_t stackScans = 0;        // frames without unwind tables whose stack was scanned
   // Per event, the time on the event's clock (thread CPU time, or CLOCK_MONOTONIC for real-time)
   // before which its samples are throttled.
   std::uint64_t quietUntilNs[kMaxEvents]{};

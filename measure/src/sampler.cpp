@@ -13,7 +13,11 @@
 //   signals blocked, so an interrupted thread never holds it; fork waits for handlers to leave
 //   it (pauseSampling) so that no child inherits it locked;
 // - all signals are blocked while it runs (sa_mask), so no other handler can interrupt it and
-//   jump out of it, and it runs on the thread's alternate signal stack (SA_ONSTACK).
+//   jump out of it, and it runs on the thread's alternate signal stack (SA_ONSTACK);
+// - above a frame without unwind tables it scans the stack (scanStack): the stack is copied
+//   with process_vm_readv, which fails instead of faulting, and code bytes are read only inside
+//   the executable segments of objects that _dl_find_object knows; nothing is decoded or
+//   allocated (csp-prof-mpi does the binary analysis).
 //
 // libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: a linked dependency of a
 // preloaded library joins the program's global scope, where libunwind's _Unwind_* compatibility
@@ -28,15 +32,19 @@
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <mutex>
 #include <string>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <vector>
 
+#include "csp/storage/profile.hpp"
 #include "runtime.hpp"
 
 namespace csp::measure {
@@ -111,12 +119,15 @@ unw_word_t globalPointer(const struct link_map* map) {
   return 0;
 }
 
-// libunwind's find_proc_info accessor for the local address space: _dl_find_object() (glibc
-// >= 2.35, lock-free and async-signal-safe) gives the object and its PT_GNU_EH_FRAME, whose
-// binary search table libunwind then searches as it would after its own dl_iterate_phdr walk.
-int findProcInfo(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int needUnwindInfo, void* arg) {
-  struct dl_find_object found;
-  if (_dl_find_object(reinterpret_cast<void*>(ip), &found) != 0 || found.dlfo_eh_frame == nullptr)
+// Set by findProcInfo when no unwind table covers an address: unwind() then knows that
+// libunwind's step from a frame was a guess (its frame-pointer heuristic), not the tables'.
+thread_local int tlsNoTables __attribute__((tls_model("initial-exec"))) = 0;
+
+// The FDE of `ip` from the binary search table of its object's .eh_frame_hdr: _dl_find_object()
+// (glibc >= 2.35, lock-free and async-signal-safe) gives the object and its PT_GNU_EH_FRAME,
+// whose table libunwind then searches as it would after its own dl_iterate_phdr walk.
+int searchTables(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int needUnwindInfo, void* arg) {
+  struct dl_find_object found;  if (_dl_find_object(reinterpret_cast<void*>(ip), &found) != 0 || found.dlfo_eh_frame == nullptr)
     return -UNW_ENOINFO;
   const auto* hdr = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
   // version, eh_frame_ptr encoding, fde_count encoding, table encoding
@@ -146,6 +157,13 @@ int findProcInfo(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int ne
   return g_unwinder.searchTable(as, ip, &di, pi, needUnwindInfo, arg);
 }
 
+// libunwind's find_proc_info accessor for the local address space.
+int findProcInfo(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int needUnwindInfo, void* arg) {
+  const int result = searchTables(as, ip, pi, needUnwindInfo, arg);
+  if (result == -UNW_ENOINFO) tlsNoTables = 1;
+  return result;
+}
+
 // ---- The arena -----------------------------------------------------------------------------
 
 inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
@@ -153,10 +171,12 @@ inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
   return h ^ (h >> 29);
 }
 
-// The child of `parent` for `address`, inserted if new; kFull when the arena has no room. The
-// node is complete before the table points to it and before it is counted in `size`.
-inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t address) {
-  for (std::uint32_t i = static_cast<std::uint32_t>(mix(parent, address)) & a.tableMask;; i = (i + 1) & a.tableMask) {
+// The child of `parent` for `address` (found as `note` says), inserted if new; kFull when the
+// arena has no room. The node is complete before the table points to it and before it is
+// counted in `size`.
+inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t address, std::uint32_t note = 0) {
+  const std::uint64_t key = address ^ std::uint64_t{note} << 32;
+  for (std::uint32_t i = static_cast<std::uint32_t>(mix(parent, key)) & a.tableMask;; i = (i + 1) & a.tableMask) {
     const std::uint32_t e = a.table[i];
     if (e == 0) {
       if (a.size == a.capacity) return kFull;
@@ -164,13 +184,14 @@ inline std::uint32_t child(CctArena& a, std::uint32_t parent, std::uint64_t addr
       ArenaNode& node = a.nodes[n];
       node.address = address;
       node.parent = parent;
+      node.note = note;
       for (auto& c : node.count) c = 0;
       a.table[i] = n + 1;
       a.size = n + 1;
       return n;
     }
     const ArenaNode& node = a.nodes[e - 1];
-    if (node.address == address && node.parent == parent) return e - 1;
+    if (node.address == address && node.parent == parent && node.note == note) return e - 1;
   }
 }
 
@@ -225,22 +246,191 @@ struct UnwindResult {
   bool truncated = false;
 };
 
-UnwindResult unwind(CctArena& a, void* ucontext) {
+// ---- Frames without unwind tables --------------------------------------------------------------
+//
+// Hand-written assembler (x264, FFmpeg, ...) often has no CFI. Where no table covers a frame of
+// a loaded object (or stepping from it fails), libunwind's guess from the frame pointer is not
+// trusted. The stack above the frame is copied and scanned instead: every word that looks like a
+// return address (it points into an executable segment of a loaded object, just after a call
+// instruction) is recorded as a Candidate frame, up to the first one whose code has tables,
+// where libunwind goes on (Resumed). csp-prof-mpi then computes by binary analysis where each
+// frame keeps its return address (its unwind recipe, thesis §3.2), keeps the candidates that are
+// the frames, and checks that they lead to the resumed one (docs/postprocessing.md, "Code without
+// unwind information"). No decoding, no allocation here: only reads of the stack and of code.
+
+constexpr std::uint32_t kMaxCandidates = 64;  // per scan
+constexpr int kMaxScans = 4;                  // per sample
+constinit std::uint64_t g_pageSize = 4096;
+
+// Copies up to `words` stack words from `sp` into `out`; returns how many. process_vm_readv
+// reads our own memory without faulting where the stack ends; where it is not allowed (a
+// seccomp filter), only the rest of sp's page, which the interrupted code was using, is copied.
+std::uint32_t copyStack(std::uint64_t* out, std::uint64_t sp, std::uint32_t words) {
+  if (sp % 8 != 0 || sp == 0) return 0;
+  const std::uint64_t pageEnd = (sp / g_pageSize + 1) * g_pageSize;
+  const std::uint64_t bytes = std::uint64_t{words} * 8;
+  struct iovec local = {out, bytes};
+  struct iovec remote[2];
+  remote[0] = {reinterpret_cast<void*>(sp), std::min(bytes, pageEnd - sp)};
+  remote[1] = {reinterpret_cast<void*>(pageEnd), bytes - remote[0].iov_len};
+  const ssize_t n = process_vm_readv(getpid(), &local, 1, remote, remote[1].iov_len > 0 ? 2 : 1, 0);
+  if (n >= 0) return static_cast<std::uint32_t>(n / 8);
+  if (errno == EFAULT) return 0;
+  memcpy(out, reinterpret_cast<const void*>(sp), remote[0].iov_len);
+  return static_cast<std::uint32_t>(remote[0].iov_len / 8);
+}
+
+// Whether `before` bytes of code are readable before `address`: both lie in an executable
+// segment of a loaded object (found without the loader lock; gaps between segments are
+// inaccessible, so the whole object's range is not enough).
+bool codeBefore(std::uint64_t address, std::uint64_t before) {
+  struct dl_find_object o;
+  if (_dl_find_object(reinterpret_cast<void*>(address), &o) != 0 || o.dlfo_link_map == nullptr) return false;
+  const auto* eh = static_cast<const ElfW(Ehdr)*>(o.dlfo_map_start);
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
+      eh->e_phoff + std::uint64_t{eh->e_phnum} * sizeof(ElfW(Phdr)) > g_pageSize)
+    return false;  // program headers outside the first page: not where the loader left them
+  const auto* ph = reinterpret_cast<const ElfW(Phdr)*>(reinterpret_cast<const char*>(eh) + eh->e_phoff);
+  const std::uint64_t base = o.dlfo_link_map->l_addr;
+  for (unsigned k = 0; k < eh->e_phnum; ++k) {
+    if (ph[k].p_type != PT_LOAD || (ph[k].p_flags & PF_X) == 0) continue;
+    const std::uint64_t begin = base + ph[k].p_vaddr, end = begin + ph[k].p_filesz;
+    if (address >= begin + before && address < end) return true;
+  }
+  return false;
+}
+
+// Whether the 8 bytes before `ra` end with a call: E8 rel32, or FF /2 (through a register or
+// memory) with an optional REX prefix.
+bool endsWithCall(const std::uint8_t* ra) {
+  if (ra[-5] == 0xE8) return true;
+  for (unsigned n = 2; n <= 8; ++n) {
+    const std::uint8_t* p = ra - n;
+    unsigned at = (p[0] & 0xF0) == 0x40 ? 1 : 0;
+    if (p[at] != 0xFF || at + 1 >= n) continue;
+    const std::uint8_t modrm = p[at + 1];
+    if (((modrm >> 3) & 7) != 2) continue;
+    const unsigned mod = modrm >> 6, rm = modrm & 7;
+    unsigned length = at + 2;
+    if (mod != 3 && rm == 4) {
+      if (at + 2 >= n) continue;
+      ++length;  // SIB
+      if (mod == 0 && (p[at + 2] & 7) == 5) length += 4;  // no base: disp32
+    }
+    if (mod == 1) length += 1;
+    if (mod == 2 || (mod == 0 && rm == 5)) length += 4;
+    if (length == n) return true;
+  }
+  return false;
+}
+
+bool looksLikeReturnAddress(std::uint64_t v) {
+  return v >= g_pageSize && v < (std::uint64_t{1} << 47) && codeBefore(v, 8) && endsWithCall(reinterpret_cast<const std::uint8_t*>(v));
+}
+
+bool hasTables(std::uint64_t returnAddress) {
+  unw_proc_info_t pi;
+  memset(&pi, 0, sizeof pi);
+  return searchTables(*g_unwinder.localAddrSpace, returnAddress - 1, &pi, 0, nullptr) == 0;
+}
+
+bool inObject(std::uint64_t address) {
+  struct dl_find_object o;
+  return _dl_find_object(reinterpret_cast<void*>(address), &o) == 0;
+}
+
+// The words of the last stack scan of an unwind: frames that the tables find above it, whose
+// return address was read from one of these words, are noted with its index (Resumed), so that
+// csp-prof-mpi can join its own unwinding of the scanned frames to them (docs/profile-format.md).
+struct ScanWindow {
+  std::uint64_t sp = 0;
+  std::uint32_t words = 0;
+  // 1 + the word `v` points at, 0 if outside.
+  std::uint32_t slotOf(std::uint64_t v) const {
+    return v >= sp && v - sp < std::uint64_t{words} * 8 && (v - sp) % 8 == 0 ? static_cast<std::uint32_t>((v - sp) / 8 + 1) : 0;
+  }
+  // The note of a frame with stack pointer `frameSp` found by the tables: its return address was
+  // read just below it.
+  std::uint32_t noteOf(const CctArena& a, std::uint64_t frameSp) const {
+    const std::uint32_t slot = frameSp >= 8 ? slotOf(frameSp - 8) : 0;
+    if (slot == 0) return 0;
+    const std::uint32_t link = slot > 1 ? slotOf(a.scan[slot - 2]) : 0;
+    return UnwindNote{UnwindNoteKind::Resumed, slot - 1, link}.encode();
+  }
+};
+
+// The frame at path[r.depth - 1] has no unwind tables; `sp` and `bp` are its stack and frame
+// pointers. Records the return-address candidates above it and sets `cursor` (registers in
+// `context`, which must outlive it) at the first one that has tables. False if there is none:
+// the path ends here. The first candidate with tables may be stale (left by an earlier call in
+// the part of the stack that a frame without tables reserved but did not write): then the
+// tables' unwind from it usually comes back to the real frames, whose return addresses lie in
+// the scanned words too (ScanWindow::noteOf).
+bool scanStack(CctArena& a, UnwindResult& r, std::uint64_t sp, std::uint64_t bp, const void* ucontext,
+               ucontext_t& context, unw_cursor_t& cursor, ScanWindow& window) {
+  window = {sp, copyStack(a.scan, sp, kScanWords)};
+  a.pathNote[r.depth - 1] = UnwindNote{UnwindNoteKind::Stopped, 0, window.slotOf(bp)}.encode();
+  std::uint32_t candidates = 0;
+  for (std::uint32_t i = 0; i < window.words; ++i) {
+    const std::uint64_t v = a.scan[i];
+    if (!looksLikeReturnAddress(v)) continue;
+    if (hasTables(v)) {
+      // The kernel's ucontext in the signal frame is shorter than glibc's ucontext_t: copy the
+      // registers only (all that libunwind reads).
+      memcpy(&context, ucontext, offsetof(ucontext_t, uc_sigmask));
+      auto& g = context.uc_mcontext.gregs;
+      g[REG_RIP] = static_cast<greg_t>(v);
+      g[REG_RSP] = static_cast<greg_t>(sp + 8 * (std::uint64_t{i} + 1));
+      // A callee that set up a frame pointer (push %rbp; mov %rsp, %rbp) and still has it keeps
+      // its caller's just below its return address.
+      if (i > 0 && bp == sp + 8 * (std::uint64_t{i} - 1)) g[REG_RBP] = static_cast<greg_t>(a.scan[i - 1]);
+      return g_unwinder.initLocal2(&cursor, reinterpret_cast<unw_context_t*>(&context), 0) >= 0;
+    }
+    if (r.depth == a.maxDepth) {
+      r.truncated = true;
+      return false;
+    }
+    if (++candidates > kMaxCandidates) return false;
+    const std::uint32_t link = i > 0 ? window.slotOf(a.scan[i - 1]) : 0;
+    a.path[r.depth] = v;
+    a.pathNote[r.depth] = UnwindNote{UnwindNoteKind::Candidate, i, link}.encode();
+    ++r.depth;
+  }
+  return false;
+}
+
+UnwindResult unwind(ThreadState& t, CctArena& a, void* ucontext) {
   UnwindResult r;
   unw_cursor_t cursor;
+  ucontext_t resumeContext;  // the registers where unwinding resumes after a stack scan
   if (g_unwinder.initLocal2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) < 0) {
     r.failed = true;
     return r;
   }
-  for (;;) {
-    unw_word_t ip = 0;
+  ScanWindow window;
+  for (int scans = 0;;) {
+    unw_word_t ip = 0, sp = 0, bp = 0;
     if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0) {
       r.failed = true;
       break;
     }
     if (ip == 0) break;  // some outermost frames end the chain with a null return address
-    a.path[r.depth++] = ip;
+    const bool haveSp = g_unwinder.getReg(&cursor, UNW_X86_64_RSP, &sp) == 0;
+    if (g_unwinder.getReg(&cursor, UNW_X86_64_RBP, &bp) < 0) bp = 0;
+    a.path[r.depth] = ip;
+    a.pathNote[r.depth++] = haveSp && window.words > 0 ? window.noteOf(a, sp) : 0;
+    tlsNoTables = 0;
     const int step = g_unwinder.step(&cursor);
+    if ((tlsNoTables != 0 || step < 0) && haveSp && scans < kMaxScans && inObject(ip)) {
+      ++scans;
+      ++t.stackScans;
+      if (!scanStack(a, r, sp, bp, ucontext, resumeContext, cursor, window)) break;
+      if (r.depth == a.maxDepth) {
+        r.truncated = true;
+        break;
+      }
+      continue;
+    }
     if (step == 0) break;
     if (step < 0) {
       r.failed = true;
@@ -262,7 +452,7 @@ std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void
     t.droppedSamples += weight;  // no memory for the tree
     return kFull;
   }
-  const UnwindResult r = unwind(a, ucontext);
+  const UnwindResult r = unwind(t, a, ucontext);
   if (r.depth == 0) {
     // Nothing to attribute the sample to.
     ++t.unwindFailures;
@@ -272,7 +462,7 @@ std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void
   if (r.failed) ++t.unwindFailures;
   if (r.truncated) ++t.truncatedPaths;
   std::uint32_t node = 0;
-  for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
+  for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i], a.pathNote[i]);
   if (node == kFull)
     t.droppedSamples += weight;
   else
@@ -520,8 +710,10 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   const std::size_t nodeBytes = std::size_t{maxNodes} * sizeof(ArenaNode);
   const std::size_t tableBytes = std::size_t{tableSize} * sizeof(std::uint32_t);
   const std::size_t pathBytes = std::size_t{maxDepth} * sizeof(std::uint64_t);
+  const std::size_t scanBytes = std::size_t{kScanWords} * sizeof(std::uint64_t);
   const std::size_t stateBytes = config().idleness ? std::size_t{maxNodes} * kStateMetrics * sizeof(std::uint64_t) : 0;
-  const std::size_t bytes = nodeBytes + tableBytes + pathBytes + stateBytes;
+  const std::size_t noteBytes = std::size_t{maxDepth} * sizeof(std::uint32_t);
+  const std::size_t bytes = nodeBytes + tableBytes + pathBytes + scanBytes + stateBytes + noteBytes;
   // NORESERVE: only the pages a thread touches cost memory, so the limit can be generous.
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
@@ -529,12 +721,15 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   a.nodes = reinterpret_cast<ArenaNode*>(base);
   a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
   a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
-  a.state = stateBytes != 0 ? reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes) : nullptr;
+  a.scan = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes);
+  a.state = stateBytes != 0 ? reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes + scanBytes) : nullptr;
+  a.pathNote = reinterpret_cast<std::uint32_t*>(base + nodeBytes + tableBytes + pathBytes + scanBytes + stateBytes);
   a.capacity = maxNodes;
   a.tableMask = tableSize - 1;
   a.maxDepth = maxDepth;
   a.nodes[0].address = 0;
   a.nodes[0].parent = 0xFFFFFFFFu;
+  a.nodes[0].note = 0;
   a.size = 1;  // the root, never in the table
   a.mappingBytes = bytes;
   a.mapping = m;
@@ -575,6 +770,7 @@ bool chargeNode(ThreadState& t, std::uint32_t node, int metric, std::uint64_t va
 
 bool installSampler() {
   findSelf();
+  if (const long page = sysconf(_SC_PAGESIZE); page > 0) g_pageSize = static_cast<std::uint64_t>(page);
   if (!loadUnwinder()) {
     const char* why = dlerror();
     say(std::string("csp: error: cannot use " CSP_LIBUNWIND_SONAME ": ") + (why != nullptr ? why : "symbols missing") +

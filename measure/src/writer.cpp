@@ -115,6 +115,7 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
   p.cct.parent.reserve(a.size);
   p.cct.frame.reserve(a.size);
+  p.cct.unwindNote.assign(1, 0);  // the root's
   for (std::uint32_t i = 1; i < a.size; ++i) {
     const std::uint64_t address = a.nodes[i].address;
     auto [it, inserted] = frameOf.try_emplace(address, static_cast<std::uint32_t>(p.addressFrames.size()));
@@ -141,7 +142,11 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
     }
     p.cct.parent.push_back(a.nodes[i].parent);
     p.cct.frame.push_back(it->second);
+    p.cct.unwindNote.push_back(a.nodes[i].note);
   }
+  // Notes only when some frame was found by a stack scan (older readers ignore them anyway).
+  if (std::all_of(p.cct.unwindNote.begin(), p.cct.unwindNote.end(), [](std::uint32_t n) { return n == 0; }))
+    p.cct.unwindNote.clear();
   const auto events = static_cast<std::uint32_t>(std::min<std::size_t>(config().events.size(), kMaxEvents));
   for (std::uint32_t i = 1; i < a.size; ++i) {
     for (std::uint32_t e = 0; e < events; ++e) {
@@ -320,6 +325,7 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   }
   settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
   settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
+  settings.push_back({"stack-scans", std::to_string(t.stackScans)});
   return true;
 }
 

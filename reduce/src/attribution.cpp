@@ -116,6 +116,10 @@ struct Module {
   std::vector<GElf_Addr> fdeStarts;  // sorted start addresses (ELF virtual) of the .eh_frame FDEs
   tbb::collaborative_once_flag structureOnce;
   std::unique_ptr<structure::ModuleStructure> structure;  // loops and function bounds; null: none
+  std::string noStructure;  // why there is none (not analysed, analysis failed)
+  bool dwarf = false;       // the module has DWARF (its own or a separate debug file)
+  std::unique_ptr<structure::Decoder> decoder;  // call sites and unwind recipes, under `mutex`
+  std::map<std::uint64_t, std::unique_ptr<structure::FunctionRecipes>> recipes;  // by function start
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
   }
@@ -267,10 +271,12 @@ struct Attributor::Impl {
     if (!m.mod) {
       warn(fmt::format("{}: cannot read module: {}; its addresses are kept as {}+0xOFFSET", path, dwfl_errmsg(-1),
                        m.name));
+      m.noStructure = "not analysed: the file cannot be read";
       return m;
     }
     if (!dwfl_module_getelf(m.mod, &m.bias)) {
       warn(fmt::format("{}: not an ELF file; its addresses are kept as {}+0xOFFSET", path, m.name));
+      m.noStructure = "not analysed: not an ELF file";
       return m;
     }
     const unsigned char* bits = nullptr;
@@ -280,6 +286,7 @@ struct Attributor::Impl {
         (static_cast<std::size_t>(len) != lm.buildId.size() || !std::equal(lm.buildId.begin(), lm.buildId.end(), bits))) {
       warn(fmt::format("{}: build-id differs from the measured module (rebuilt since?); its addresses are kept as "
                        "{}+0xOFFSET (use --replace-path to point at the measured binary)", path, m.name));
+      m.noStructure = "not analysed: its build-id differs from the measured module's";
       return m;
     }
     GElf_Addr elfBias = 0;
@@ -322,6 +329,7 @@ struct Attributor::Impl {
     }
     Dwarf_Addr dwarfBias = 0;
     const bool dwarf = dwfl_module_getdwarf(m.mod, &dwarfBias) != nullptr;
+    m.dwarf = dwarf;
     const char* mainFile = nullptr;
     const char* debugFile = nullptr;
     dwfl_module_info(m.mod, nullptr, nullptr, nullptr, nullptr, nullptr, &mainFile, &debugFile);
@@ -334,6 +342,7 @@ struct Attributor::Impl {
   // The module's structure (loops, function bounds), from the cache or analysed now, once per
   // module; threads that need it meanwhile help with the analysis (collaborative_call_once).
   void ensureStructure(Module& m) {
+    if (!options.loops && m.noStructure.empty()) m.noStructure = "not analysed: --no-loops";
     if (!options.loops || !m.usable) return;
     tbb::collaborative_call_once(m.structureOnce, [&] {
       std::lock_guard lock(m.mutex);
@@ -369,6 +378,7 @@ struct Attributor::Impl {
         m.structure = std::make_unique<structure::ModuleStructure>(std::move(analysed));
       } catch (const std::exception& e) {
         warn(fmt::format("{}: no loops recovered: {}", m.path, e.what()));
+        m.noStructure = fmt::format("not analysed: {}", e.what());
       }
       analysisNs += static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
@@ -388,6 +398,74 @@ struct Attributor::Impl {
     auto it = std::upper_bound(m.fdeStarts.begin(), m.fdeStarts.end(), vaddr);
     if (it == m.fdeStarts.begin()) return std::nullopt;
     return *std::prev(it);
+  }
+
+  // The unwind recipe at `offset` (Attributor::frameRule).
+  std::optional<structure::FrameRule> frameRule(Module& m, std::uint64_t offset, bool leaf) {
+    if (!m.usable) return std::nullopt;
+    ensureStructure(m);
+    std::lock_guard lock(m.mutex);
+    const std::uint64_t vaddr = offset - (leaf ? 0 : 1);  // a return address: the call instruction
+    const auto bounds = functionBounds(m, vaddr);
+    if (!bounds) return std::nullopt;
+    auto& recipes = m.recipes[bounds->first];
+    if (!recipes) {
+      GElf_Addr bias = 0;
+      const auto bytes = codeBytes(dwfl_module_getelf(m.mod, &bias), bounds->first, bounds->second);
+      if (!m.decoder) m.decoder = std::make_unique<structure::Decoder>();
+      const auto code = m.decoder->decode(bytes, bounds->first);
+      const auto effects = m.decoder->frameEffects(bytes, bounds->first);
+      recipes = std::make_unique<structure::FunctionRecipes>(structure::computeRecipes(code, effects));
+    }
+    if (recipes->size() == 0) return std::nullopt;
+    return recipes->at(vaddr);
+  }
+
+  // [start, end) (ELF virtual addresses) of the function around `vaddr`: the bounds of the binary
+  // analysis, else a symbol with a size, else its FDE. The caller holds m.mutex.
+  static std::optional<std::pair<std::uint64_t, std::uint64_t>> functionBounds(Module& m, std::uint64_t vaddr) {
+    constexpr std::uint64_t kMaxFunctionBytes = 1u << 20;
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> b;
+    if (m.structure) {
+      const auto start = m.structure->functionStart(vaddr), end = m.structure->functionEnd(vaddr);
+      if (start && end) b.emplace(*start, *end);
+    } else {
+      GElf_Off off = 0;
+      GElf_Sym sym;
+      if (dwfl_module_addrinfo(m.mod, vaddr + m.bias, &off, &sym, nullptr, nullptr, nullptr) && sym.st_size > 0)
+        b.emplace(vaddr - off, vaddr - off + sym.st_size);
+      else if (const auto r = unwindRange(m.mod, vaddr + m.bias))
+        b.emplace(r->start - m.bias, r->end - m.bias);
+    }
+    if (!b) return std::nullopt;
+    b->second = std::min(b->second, b->first + kMaxFunctionBytes);
+    if (vaddr < b->first || vaddr >= b->second) return std::nullopt;
+    return b;
+  }
+
+  // What loops each module got, and why none or why without lines (AttributionStats::modules).
+  std::vector<ModuleLoops> moduleLoops() {
+    std::vector<ModuleLoops> out;
+    std::lock_guard lock(modulesMutex);
+    for (const auto& [key, m] : modules) {
+      if (m->kind == ModuleKind::Unmapped) continue;
+      ModuleLoops r;
+      r.module = m->name;
+      if (m->kind == ModuleKind::Vdso) {
+        r.note = "not analysed: no file (the kernel's vDSO)";
+      } else if (m->structure) {
+        r.loops = m->structure->loops().size();
+        for (const auto& l : m->structure->loops()) r.byAddress += l.line == 0 ? 1 : 0;
+        if (r.loops == 0) r.note = "none in its code";
+        else if (r.byAddress == r.loops && !m->dwarf) r.note = "known by address: no line table (no DWARF, no debug file found)";
+        else if (r.byAddress > 0) r.note = "partly known by address: no line table for some of its code";
+      } else {
+        r.note = m->noStructure.empty() ? std::string("not analysed") : m->noStructure;
+      }
+      out.push_back(std::move(r));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   static bool hasInterpreter(Elf* elf) {
@@ -421,6 +499,7 @@ struct Attributor::Impl {
     std::lock_guard lock(m.mutex);
     // A return address points after the call; look up the call instruction itself.
     const Dwarf_Addr addr = offset + m.bias - (leaf ? 0 : 1);
+    std::optional<std::uint64_t> procStart;  // ELF virtual address, when known
     Dwarf_Addr cuBias = 0;
     if (Dwarf_Die* cu = dwfl_module_addrdie(m.mod, addr, &cuBias)) {
       std::vector<Dwarf_Die> scopes;
@@ -428,6 +507,7 @@ struct Attributor::Impl {
       // The outermost subprogram is the procedure frame; inlined subroutines inside it are Alien
       // scopes, outermost first.
       if (!scopes.empty() && dwarf_tag(&scopes[0]) == DW_TAG_subprogram) {
+        if (Dwarf_Addr entry = 0; dwarf_entrypc(&scopes[0], &entry) == 0) procStart = entry + cuBias - m.bias;
         int declLine = 0;
         dwarf_decl_line(&scopes[0], &declLine);
         const char* declFile = dwarf_decl_file(&scopes[0]);
@@ -456,29 +536,35 @@ struct Attributor::Impl {
       GElf_Off symOffset = 0;
       GElf_Sym sym;
       const char* symbol = dwfl_module_addrinfo(m.mod, addr, &symOffset, &sym, nullptr, nullptr, nullptr);
+      if (symbol && sym.st_size == 0 && symOffset != 0 && !sizelessSymbolReaches(m, addr - symOffset - m.bias, addr)) symbol = nullptr;
       if (symbol) {
         ++symbolOnly;
+        procStart = addr - symOffset - m.bias;
         chain.push_back({ScopeKind::ProcFrame, strings.intern(demangle(symbol)), 0, 0, moduleId});
       } else if (auto start = functionStart(m, addr)) {
         // Stripped code: the unwind information still delimits functions, so all addresses of
         // one function become one procedure, named after its start (an ELF virtual address as
         // objdump shows it). The program's entry point is _start.
         ++byUnwindInfo;
+        procStart = *start;
         const std::string name =
             m.entry && *m.entry == *start ? std::string("_start") : fmt::format("func@0x{:x} in {}", *start, m.name);
         chain.push_back({ScopeKind::ProcFrame, strings.intern(name), 0, 0, moduleId});
       } else if (m.entry && *m.entry == offset) {
         ++symbolOnly;
+        procStart = offset;
         chain.push_back({ScopeKind::ProcFrame, strings.intern("_start"), 0, 0, moduleId});
       } else if (const auto bound = m.structure ? m.structure->functionStart(addr - m.bias) : std::nullopt) {
         // No unwind information either: the function bounds of the binary analysis (symbols,
         // unwind information and direct call targets) still group the code per function.
         ++byFunctionBounds;
+        procStart = *bound;
         const std::string name =
             m.entry && *m.entry == *bound ? std::string("_start") : fmt::format("func@0x{:x} in {}", *bound, m.name);
         chain.push_back({ScopeKind::ProcFrame, strings.intern(name), 0, 0, moduleId});
       } else {
         ++unknown;
+        procStart = offset;
         chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
       }
     }
@@ -488,14 +574,47 @@ struct Attributor::Impl {
       file = sourcePath(dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr), dwfl_linecu(l));
     }
     if (!file.empty()) ++withLines;
-    if (m.structure) insertLoops(*m.structure, addr - m.bias, chain);
-    chain.push_back({last, 0, strings.intern(file), static_cast<std::uint32_t>(std::max(line, 0)), 0});
+    if (m.structure) insertLoops(*m.structure, addr - m.bias, chain, m.name);
+    // Without a line, the statement or call is known by its instruction's offset in its procedure.
+    const std::uint32_t where = !file.empty() ? 0 : strings.intern(instructionOffset(m, offset, leaf, procStart));
+    chain.push_back({last, where, strings.intern(file), static_cast<std::uint32_t>(std::max(line, 0)), 0});
     return chain;
+  }
+
+  // Whether a symbol without size at `symbol` (ELF virtual address) names the code at `addr`: no
+  // function start that the analysis knows (symbols, FDEs, call targets, code after padding)
+  // lies between them. Where nothing is known (no analysis), it names only itself, never code far
+  // behind it. The caller holds m.mutex.
+  static bool sizelessSymbolReaches(Module& m, std::uint64_t symbol, Dwarf_Addr addr) {
+    std::optional<std::uint64_t> start;
+    if (m.structure) start = m.structure->functionStart(addr - m.bias);
+    else if (auto fde = functionStart(m, addr)) start = *fde;
+    else return false;
+    return !start || *start <= symbol;
+  }
+
+  // "+0x1a4": the offset of the statement's instruction (a leaf) or of the call instruction before
+  // a return address in its procedure. The caller holds m.mutex.
+  std::string instructionOffset(Module& m, std::uint64_t offset, bool leaf, std::optional<std::uint64_t> procStart) {
+    std::uint64_t at = offset;
+    if (!leaf) {
+      at = offset - 1;
+      GElf_Addr bias = 0;
+      const std::uint64_t from = offset >= 15 ? offset - 15 : 0;
+      const auto bytes = codeBytes(dwfl_module_getelf(m.mod, &bias), from, offset);
+      if (bytes.size() == offset - from) {
+        if (!m.decoder) m.decoder = std::make_unique<structure::Decoder>();
+        if (const auto call = m.decoder->callBefore(bytes, offset)) at = *call;
+      }
+    }
+    if (procStart && *procStart <= at) return fmt::format("+0x{:x}", at - *procStart);
+    return fmt::format("0x{:x}", at);
   }
 
   // Puts the loops around `vaddr` into a chain of ProcFrame, Alien...: each loop below the
   // inlined scopes it lies in (its inline depth), above those inlined into it.
-  void insertLoops(const structure::ModuleStructure& s, std::uint64_t vaddr, std::vector<ScopeKey>& chain) {
+  void insertLoops(const structure::ModuleStructure& s, std::uint64_t vaddr, std::vector<ScopeKey>& chain,
+                   const std::string& moduleName) {
     auto loop = s.innermostLoop(vaddr);
     if (loop == structure::kNone || chain.empty()) return;
     std::vector<std::uint32_t> nest;
@@ -509,7 +628,10 @@ struct Attributor::Impl {
       // counted over the loop's whole body (only with damaged DWARF): never deeper than the chain.
       const std::size_t depth = std::min<std::size_t>(l.inlineDepth, aliens);
       while (placed < depth) out.push_back(chain[1 + placed++]);
-      out.push_back({ScopeKind::Loop, 0, strings.intern(s.files()[l.file]), l.line, 0});
+      if (l.line == 0)  // no line table for its code: known by its header
+        out.push_back({ScopeKind::Loop, strings.intern(fmt::format("loop @0x{:x} in {}", l.header, moduleName)), 0, 0, 0});
+      else
+        out.push_back({ScopeKind::Loop, 0, strings.intern(s.files()[l.file]), l.line, 0});
     }
     while (placed < aliens) out.push_back(chain[1 + placed++]);
     chain = std::move(out);
@@ -550,6 +672,10 @@ bool Attributor::startsPath(const LoadModule& lm, std::uint64_t offset, bool lea
   return starts;
 }
 
+std::optional<structure::FrameRule> Attributor::frameRule(const LoadModule& lm, std::uint64_t offset, bool leaf) {
+  return impl_->frameRule(impl_->module(lm), offset, leaf);
+}
+
 const PerfMap* Attributor::perfMap(const std::filesystem::path& file) {
   std::lock_guard lock(impl_->perfMapsMutex);
   auto [it, fresh] = impl_->perfMaps.try_emplace(file);
@@ -580,6 +706,7 @@ AttributionStats Attributor::stats() const {
   s.loops = impl_->loopsFound;
   s.analysisSeconds = static_cast<double>(impl_->analysisNs.load()) / 1e9;
   s.structureCache = impl_->structureCache.directory().string();
+  s.modules = impl_->moduleLoops();
   std::lock_guard lock(impl_->warningsMutex);
   s.warnings = impl_->warnings;
   return s;

@@ -43,6 +43,35 @@ std::vector<GElf_Addr> readFdeStarts(Elf* elf) {
   return out;
 }
 
+std::span<const std::uint8_t> codeBytes(Elf* elf, GElf_Addr start, GElf_Addr end) {
+  if (elf == nullptr || end <= start) return {};
+  auto cut = [&](const void* data, GElf_Addr at, GElf_Addr size) -> std::span<const std::uint8_t> {
+    if (data == nullptr || start < at || start >= at + size) return {};
+    return {static_cast<const std::uint8_t*>(data) + (start - at), std::min(end, at + size) - start};
+  };
+  bool sections = false;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_PROGBITS || (sh.sh_flags & SHF_EXECINSTR) == 0) continue;
+    sections = true;
+    if (start < sh.sh_addr || start >= sh.sh_addr + sh.sh_size) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    return data != nullptr && data->d_size >= sh.sh_size ? cut(data->d_buf, sh.sh_addr, sh.sh_size) : std::span<const std::uint8_t>{};
+  }
+  if (sections) return {};
+  std::size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) return {};
+  for (std::size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    if (start < ph.p_vaddr || start >= ph.p_vaddr + ph.p_filesz) continue;
+    Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
+    return data != nullptr ? cut(data->d_buf, ph.p_vaddr, ph.p_filesz) : std::span<const std::uint8_t>{};
+  }
+  return {};
+}
+
+
 std::string sourcePath(const char* file, Dwarf_Die* cu) {
   if (!file || !*file) return {};
   std::filesystem::path path(file);
@@ -52,6 +81,5 @@ std::string sourcePath(const char* file, Dwarf_Die* cu) {
   if (!dir || !*dir) return path.lexically_normal().string();
   return (std::filesystem::path(dir) / path).lexically_normal().string();
 }
-
 
 }  // namespace csp::reduce

@@ -4,8 +4,9 @@
 #include <elfutils/libdw.h>
 #include <gelf.h>
 
+#include <cstdint>
+#include <span>
 #include <string>
-
 #include <vector>
 
 namespace csp::reduce {
@@ -15,6 +16,11 @@ namespace csp::reduce {
 // the table encoding that GNU ld, gold and lld write (datarel sdata4) is read; other files give
 // an empty list.
 std::vector<GElf_Addr> readFdeStarts(Elf* elf);
+
+// The bytes of executable code at [start, end) (ELF virtual addresses), cut at the end of the
+// section (or, without section headers, the executable segment) that holds `start`; empty if
+// no code lies there.
+std::span<const std::uint8_t> codeBytes(Elf* elf, GElf_Addr start, GElf_Addr end);
 
 // A source path as the compiler recorded it may be relative to the compilation directory (`gcc
 // -c ../src/x.c`, or ccache with base_dir): made absolute against the unit's DW_AT_comp_dir and

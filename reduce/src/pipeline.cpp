@@ -522,7 +522,7 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
     const auto& input = inputs[begin + i];
     try {
       ThreadProfile p = input.source->read(input.path);
-      std::uint64_t truncated = 0;
+      std::uint64_t truncated = 0, scanned = 0, recovered = 0;
       EntryTracker entries(strings);
       const auto stmt = projectProfile(p, strings, attributor,
                                        [&](std::uint32_t parent, const ScopeKey& key) {
@@ -530,7 +530,7 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
                                          entries.edge(parent, key, child);
                                          return child;
                                        },
-                                       {jitSymbols(attributor, input.path, p), &truncated});
+                                       {jitSymbols(attributor, input.path, p), &truncated, &scanned, &recovered});
       const ThreadFeatures features = threadFeatures(p, stmt, entries, localCct, strings);
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
@@ -539,8 +539,10 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
       std::erase_if(p.identity.settings, [](const Setting& st) {
         return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime";
       });
-      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, {}};
+      local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, 0, 0, {}};
       local[i]->truncatedSamples = truncated;
+      local[i]->scannedSamples = scanned;
+      local[i]->recoveredSamples = recovered;
       local[i]->features = features;
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {

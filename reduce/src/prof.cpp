@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <tbb/parallel_invoke.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -119,6 +120,8 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     auto meta = prof::assembleMetadata(options, pipeline, identities);
     meta.strings = strings.take();
     summary.quality = meta.qualityTotal();
+    summary.unwindRecovery = *meta.unwindRecovery;
+    summary.moduleLoops = meta.moduleLoops;
     mainShard.finish();
     builder->writeMetadata(meta);
   } else {
@@ -191,6 +194,39 @@ std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
                               "profiles",
                               percent(q.droppedSamples), q.droppedSamples, q.samples));
   return out;
+}
+
+std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& modules) {
+  constexpr std::size_t kListed = 8;  // per line; csp-views --info lists them all
+  std::uint64_t loops = 0, byAddress = 0, with = 0;
+  std::vector<std::string> addressed, without;
+  for (const auto& m : modules) {
+    loops += m.loops;
+    byAddress += m.byAddress;
+    with += m.loops > 0 ? 1 : 0;
+    if (m.byAddress > 0)
+      addressed.push_back(fmt::format("{} {} of {}{}", m.module, m.byAddress, m.loops, m.note.empty() ? "" : " (" + m.note + ")"));
+    if (m.loops == 0) without.push_back(fmt::format("{} ({})", m.module, m.note));
+  }
+  auto list = [&](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < std::min(items.size(), kListed); ++i) out += (i ? ", " : "") + items[i];
+    if (items.size() > kListed) out += fmt::format(", and {} more (csp-views --info lists them)", items.size() - kListed);
+    return out;
+  };
+  std::vector<std::string> out;
+  if (modules.empty()) return out;
+  out.push_back(fmt::format("loops: {} in {} of {} modules{}", loops, with, modules.size(),
+                            byAddress ? "; known by header address: " + list(addressed) : std::string()));
+  if (!without.empty()) out.push_back("no loops: " + list(without));
+  return out;
+}
+
+std::string unwindSummary(const storage::UnwindRecovery& r) {
+  if (r.scannedSamples == 0) return {};
+  return fmt::format("code without unwind tables: {} samples had such frames on their call path; {} completed by "
+                     "binary analysis (unwind recipes), {} truncated",
+                     r.scannedSamples, r.recoveredSamples, r.scannedSamples - r.recoveredSamples);
 }
 
 }  // namespace csp::reduce

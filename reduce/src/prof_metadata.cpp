@@ -54,6 +54,17 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.u64(info.stats.droppedSamples);
     p.u64(info.truncatedSamples);
     p.u64(info.stats.truncatedPaths);
+    p.u64(info.scannedSamples);
+    p.u64(info.recoveredSamples);
+  }
+  // The loops of the modules this rank's attribution needed (the root takes their union).
+  const auto modules = pipeline.attributionStats().modules;
+  p.u64(modules.size());
+  for (const auto& m : modules) {
+    p.text(m.module);
+    p.u64(m.loops);
+    p.u64(m.byAddress);
+    p.text(m.note);
   }
   return comm.gather(p.take());
 }
@@ -84,6 +95,8 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   std::map<std::string, std::uint64_t> commands, threadsOf;
   std::map<std::string, std::vector<std::string>> commandLineOf;
   std::set<std::string> openmpUnmeasured;  // OpenMP runtimes that found no tool
+  std::set<storage::ModuleLoops> moduleLoops;
+  storage::UnwindRecovery unwind;
   for (const auto& part : identities) {
     Unpacker u(part);
     for (auto n = u.u64(); n > 0; --n) {
@@ -106,6 +119,8 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       q.droppedSamples = u.u64();
       q.truncatedSamples = u.u64();
       q.depthLimited = u.u64();
+      unwind.scannedSamples += u.u64();
+      unwind.recoveredSamples += u.u64();
       meta.quality.at(id) = q;
       meta.profiles.at(id) = std::move(tuple);
       hosts.insert(host);
@@ -114,7 +129,17 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       if (!exe.empty()) ++threadsOf[exe];
       if (!exe.empty() && !cmd.empty() && !commandLineOf.count(exe)) commandLineOf[exe] = cmd;
     }
+    for (auto n = u.u64(); n > 0; --n) {
+      storage::ModuleLoops m;
+      m.module = u.text();
+      m.loops = u.u64();
+      m.byAddress = u.u64();
+      m.note = u.text();
+      moduleLoops.insert(std::move(m));
+    }
   }
+  meta.moduleLoops.assign(moduleLoops.begin(), moduleLoops.end());
+  meta.unwindRecovery = unwind;
   auto mostFrequent = [](const std::map<std::string, std::uint64_t>& counts) {
     std::string best;
     std::uint64_t n = 0;

@@ -1,8 +1,74 @@
 #include "csp/reduce/projection.hpp"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 namespace csp::reduce {
+
+namespace {
+
+// The frames above a Stopped frame (docs/postprocessing.md, "Code without unwind information").
+struct GapWalk {
+  bool complete = false;               // the frames found lead to `resumed`, or to a stack's start
+  std::uint32_t resumed = kNoIndex;    // the frame found by the tables that the recipes lead to
+  std::vector<std::uint32_t> frames;   // the candidates that are frames, innermost first
+};
+
+// Follows the unwind recipes from the Stopped frame `stopped` through the candidates above it.
+// Positions are in bytes above the stopped frame's stack pointer, as the notes' slots count them.
+GapWalk walkGap(const ThreadProfile& p, Attributor& attributor, std::uint32_t stopped, bool leafRole) {
+  GapWalk w;
+  // Stack word -> the frame whose address it held: the candidates, then the frames that the
+  // tables found from the first candidate that has them (usually that frame, but a stale return
+  // address can come first: the tables' unwind from it then finds the real frames further up).
+  std::map<std::uint32_t, std::uint32_t> bySlot;
+  std::set<std::uint32_t> resumed;
+  std::uint32_t above = p.cct.parent[stopped];
+  for (; above != 0 && p.cct.note(above).kind == UnwindNoteKind::Candidate; above = p.cct.parent[above])
+    bySlot.emplace(p.cct.note(above).slot, above);
+  for (; above != 0 && p.cct.note(above).kind == UnwindNoteKind::Resumed; above = p.cct.parent[above]) {
+    bySlot.emplace(p.cct.note(above).slot, above);
+    resumed.insert(above);
+  }
+  auto linkAt = [&](std::uint32_t node) -> std::optional<std::int64_t> {
+    const auto link = p.cct.note(node).link;
+    return link ? std::optional<std::int64_t>(std::int64_t{link - 1} * 8) : std::nullopt;
+  };
+  std::int64_t sp = 0;
+  std::optional<std::int64_t> bp = linkAt(stopped);
+  std::uint32_t node = stopped;
+  bool leaf = leafRole;
+  auto moduleOf = [&](std::uint32_t n) -> const LoadModule& { return p.modules[p.addressFrames[p.cct.frame[n]].module]; };
+  auto offsetOf = [&](std::uint32_t n) { return p.addressFrames[p.cct.frame[n]].offset; };
+  for (;;) {
+    const LoadModule& module = moduleOf(node);
+    const auto rule = module.path == kUnmappedModulePath ? std::nullopt : attributor.frameRule(module, offsetOf(node), leaf);
+    std::optional<std::int64_t> cfa;
+    if (rule && rule->base == structure::FrameRule::Base::Sp) cfa = sp + rule->cfa;
+    if (rule && rule->base == structure::FrameRule::Base::Bp && bp) cfa = *bp + rule->cfa;
+    if (!cfa || *cfa < sp + 8 || *cfa % 8 != 0) break;
+    const auto next = bySlot.find(static_cast<std::uint32_t>(*cfa / 8 - 1));
+    if (next == bySlot.end()) break;
+    // The caller's frame pointer: unchanged, or saved by a `push %rbp` just below the return address.
+    if (!rule->bpKept) bp = rule->bpSaved && rule->bpSave == 16 ? linkAt(next->second) : std::nullopt;
+    if (resumed.count(next->second)) {
+      w.complete = true;
+      w.resumed = next->second;
+      return w;
+    }
+    w.frames.push_back(next->second);
+    node = next->second;
+    leaf = false;
+    sp = *cfa;
+  }
+  const LoadModule& module = moduleOf(node);
+  w.complete = module.path != kUnmappedModulePath && attributor.startsPath(module, offsetOf(node), leaf);
+  return w;
+}
+
+}  // namespace
 
 std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context) {
@@ -13,6 +79,7 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
   std::vector<std::uint32_t> interior(n, kNoIndex), leaf(n, kNoIndex);
   interior[0] = 0;
   std::vector<std::uint8_t> partialLeaf;  // address profiles: the leaf lies on an incomplete path
+  std::vector<std::uint8_t> scannedLeaf;  // address profiles: its path went through stack scans (see below)
 
   if (p.frameKind == FrameKind::Symbolic) {
     std::vector<std::uint32_t> stringId(p.strings.size(), kNoIndex);
@@ -42,12 +109,16 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
       }
       return truncatedRoot;
     };
-    // Whether a raw node's interior (resp. leaf) scope lies on an incomplete path.
-    std::vector<std::uint8_t> partialInterior(n, 0);
+    // Whether a raw node's interior (resp. leaf) scope lies on an incomplete path; and whether
+    // its path went through stack scans: 0 no, 1 all of them completed, 2 one was not.
+    std::vector<std::uint8_t> partialInterior(n, 0), scannedInterior(n, 0);
     partialLeaf.assign(n, 0);
+    scannedLeaf.assign(n, 0);
     const std::uint32_t jitModule = context.jit ? strings.intern(kJitModuleName) : 0;
     ScopeKey jitChain[2];
     for (std::size_t i = 1; i < n; ++i) {
+      const UnwindNoteKind note = p.cct.note(i).kind;
+      if (note == UnwindNoteKind::Candidate) continue;  // placed by the Stopped frame below it, if it is a frame
       const AddressFrame& f = p.addressFrames[p.cct.frame[i]];
       const LoadModule& module = p.modules[f.module];
       const std::uint32_t parent = p.cct.parent[i];
@@ -62,11 +133,36 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
       // Where this frame's scopes attach: below its caller's, at the root for the outermost
       // frame of a complete path, else below the truncated-paths procedure. The callers of code
       // outside every module come from unwinding without unwind information: they are dropped.
-      auto baseOf = [&](bool leafRole, std::uint8_t& partial) -> std::uint32_t {
+      // Above a frame without unwind tables: the candidates that its unwind recipe and theirs
+      // pick, then the frame where the measurement resumed (docs/postprocessing.md).
+      auto scannedBase = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
+        const GapWalk w = walkGap(p, attributor, static_cast<std::uint32_t>(i), leafRole);
+        std::uint32_t base = 0;
+        if (!w.complete) {
+          base = truncated();
+          partial = 1;
+          scanned = 2;
+        } else if (w.resumed != kNoIndex) {
+          base = interior[w.resumed];
+          partial = partialInterior[w.resumed];
+          scanned = std::max<std::uint8_t>(scannedInterior[w.resumed], 1);
+        } else {
+          partial = 0;
+          scanned = 1;
+        }
+        for (auto it = w.frames.rbegin(); it != w.frames.rend(); ++it) {
+          const AddressFrame& c = p.addressFrames[p.cct.frame[*it]];
+          base = fold(base, attributor.attribute(p.modules[c.module], c.offset, false));
+        }
+        return base;
+      };
+      auto baseOf = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
+        scanned = parent == 0 ? 0 : scannedInterior[parent];
         if (unmapped && jitName == nullptr) {
           partial = 1;
           return truncated();
         }
+        if (note == UnwindNoteKind::Stopped) return scannedBase(leafRole, partial, scanned);
         if (parent == 0) {
           const bool complete = !unmapped && attributor.startsPath(module, f.offset, leafRole);
           partial = complete ? 0 : 1;
@@ -75,19 +171,23 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
         partial = partialInterior[parent];
         return interior[parent];
       };
-      if (hasChild[i]) interior[i] = fold(baseOf(false, partialInterior[i]), chainOf(false));
-      if (hasValue[i]) leaf[i] = fold(baseOf(true, partialLeaf[i]), chainOf(true));
+      if (hasChild[i]) interior[i] = fold(baseOf(false, partialInterior[i], scannedInterior[i]), chainOf(false));
+      if (hasValue[i]) leaf[i] = fold(baseOf(true, partialLeaf[i], scannedLeaf[i]), chainOf(true));
     }
   }
-  std::uint64_t truncatedSamples = 0;
+  std::uint64_t truncatedSamples = 0, scannedSamples = 0, recoveredSamples = 0;
   for (std::size_t v = 0; v < p.values.size(); ++v) {
     const auto metric = p.values.metric[v];
     const auto node = p.values.node[v];
     out.push_back({leaf[node], metric, p.values.count[v] * p.metrics[metric].period});
-    if (!partialLeaf.empty() && partialLeaf[node] && p.metrics[metric].kind == MetricKind::Sampled)
-      truncatedSamples += p.values.count[v];
+    if (partialLeaf.empty() || p.metrics[metric].kind != MetricKind::Sampled) continue;
+    if (partialLeaf[node]) truncatedSamples += p.values.count[v];
+    if (scannedLeaf[node] != 0) scannedSamples += p.values.count[v];
+    if (scannedLeaf[node] == 1) recoveredSamples += p.values.count[v];
   }
   if (context.truncatedSamples) *context.truncatedSamples = truncatedSamples;
+  if (context.scannedSamples) *context.scannedSamples = scannedSamples;
+  if (context.recoveredSamples) *context.recoveredSamples = recoveredSamples;
   return out;
 }
 

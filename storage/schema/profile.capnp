@@ -110,6 +110,10 @@ enum ScopeKind {
 struct Cct {
   parent @0 :List(UInt32);
   frame @1 :List(UInt32);
+  # Format 1.1: empty, or per node how the measurement found the frame where the unwind tables
+  # gave out: kind << 28 | link << 14 | slot (docs/profile-format.md, "Frames found without
+  # unwind tables"). Older readers ignore it and see the scanned candidate frames as frames.
+  unwindNote @2 :List(UInt32);
 }
 
 # Sparse sample counts, sorted by (node, metric), no duplicates, no zeros.

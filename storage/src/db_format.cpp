@@ -273,6 +273,9 @@ constexpr std::string_view kRegionMetricPrefix = "region-metric/";
 constexpr std::string_view kQualityKey = "quality";
 constexpr std::string_view kQualityPrefix = "quality/";
 constexpr std::string_view kThreadClassPrefix = "thread-class/";
+constexpr std::string_view kUnwindKey = "unwind";
+constexpr std::string_view kModuleLoopsKey = "module-loops";
+constexpr std::string_view kModuleLoopsPrefix = "module-loops/";
 
 std::string keyWithBe32(std::string_view prefix, std::uint32_t id) {
   std::string k(prefix);
@@ -375,6 +378,26 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
       v.clear();
       put(m.quality[i]);
       emit(keyWithBe32(kQualityPrefix, static_cast<std::uint32_t>(i)), v);
+    }
+  }
+  if (m.unwindRecovery) {
+    v.clear();
+    putVarint(v, m.unwindRecovery->scannedSamples);
+    putVarint(v, m.unwindRecovery->recoveredSamples);
+    emit(std::string(kUnwindKey), v);
+  }
+  if (!m.moduleLoops.empty()) {
+    v.clear();
+    putVarint(v, m.moduleLoops.size());
+    emit(std::string(kModuleLoopsKey), v);
+    for (std::size_t i = 0; i < m.moduleLoops.size(); ++i) {
+      const auto& l = m.moduleLoops[i];
+      v.clear();
+      putBytes(v, l.module);
+      putVarint(v, l.loops);
+      putVarint(v, l.byAddress);
+      putBytes(v, l.note);
+      emit(keyWithBe32(kModuleLoopsPrefix, static_cast<std::uint32_t>(i)), v);
     }
   }
   if (!m.threadClasses.empty()) {
@@ -518,6 +541,29 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     r.expectDone();
     placeAt(m_.threadClasses, tableIndex(key, kThreadClassPrefix, 4), std::move(c));
     ++seen_.threadClasses;
+  } else if (key == kUnwindKey) {
+    Reader r(value, "unwind recovery");
+    UnwindRecovery u;
+    u.scannedSamples = r.u64();
+    u.recoveredSamples = r.u64();
+    r.expectDone();
+    if (u.recoveredSamples > u.scannedSamples) r.fail("more recovered than scanned samples");
+    m_.unwindRecovery = u;
+  } else if (key == kModuleLoopsKey) {
+    Reader r(value, "module loops count");
+    expected_.moduleLoops = r.u64();
+    r.expectDone();
+  } else if (key.starts_with(kModuleLoopsPrefix)) {
+    Reader r(value, "module loops");
+    ModuleLoops l;
+    l.module = r.text();
+    l.loops = r.u64();
+    l.byAddress = r.u64();
+    l.note = r.text();
+    r.expectDone();
+    if (l.byAddress > l.loops) r.fail("more loops known by address than loops");
+    placeAt(m_.moduleLoops, tableIndex(key, kModuleLoopsPrefix, 4), std::move(l));
+    ++seen_.moduleLoops;
   } else if (key.starts_with(kPropertyPrefix)) {
     m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});
   }
@@ -535,6 +581,7 @@ DatabaseMetadata MetadataDecoder::finish() {
   check("profile", expected_.profiles, seen_.profiles, m_.profiles.size());
   check("string", expected_.strings, seen_.strings, m_.strings.size());
   check("skipped-input", expected_.skipped, seen_.skipped, m_.skipped.size());
+  check("module-loops", expected_.moduleLoops, seen_.moduleLoops, m_.moduleLoops.size());  // format 1.5
   // Sampling quality (format 1.1): absent in older databases; when present, one entry per
   // profile adding up to the stored total.
   if (sawQuality_ || seen_.quality > 0) {

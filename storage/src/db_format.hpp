@@ -121,7 +121,7 @@ class MetadataDecoder {
 
  private:
   struct Counts {
-    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0, quality = 0, threadClasses = 0;
+    std::uint64_t metrics = 0, profiles = 0, strings = 0, skipped = 0, quality = 0, threadClasses = 0, moduleLoops = 0;
   };
   SamplingQuality qualityTotal_;
   bool sawQuality_ = false;

@@ -122,6 +122,7 @@ void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
   auto cct = root.initCct();
   fillList(cct.initParent(p.cct.parent.size()), p.cct.parent);
   fillList(cct.initFrame(p.cct.frame.size()), p.cct.frame);
+  if (!p.cct.unwindNote.empty()) fillList(cct.initUnwindNote(p.cct.unwindNote.size()), p.cct.unwindNote);
 
   auto values = root.initValues();
   fillList(values.initNode(p.values.node.size()), p.values.node);
@@ -221,6 +222,7 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
   auto cct = root.getCct();
   p.cct.parent = toVector<std::uint32_t>(cct.getParent());
   p.cct.frame = toVector<std::uint32_t>(cct.getFrame());
+  p.cct.unwindNote = toVector<std::uint32_t>(cct.getUnwindNote());
 
   auto values = root.getValues();
   p.values.node = toVector<std::uint32_t>(values.getNode());

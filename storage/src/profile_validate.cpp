@@ -42,6 +42,39 @@ void checkString(std::uint32_t id, std::size_t strings, const char* what, std::s
     fail(name, fmt::format("symbolic frame {}: {} string id {} out of range ({} strings)", frame, what, id, strings));
 }
 
+// The unwind notes (docs/profile-format.md, "Frames found without unwind tables"): one per node
+// of an address profile; the scanned words of a Stopped frame lie between it and the frame
+// where unwinding resumed (or the root), and only frames that the unwind reached carry samples.
+void checkUnwindNotes(const ThreadProfile& p, const std::string& name) {
+  const auto& notes = p.cct.unwindNote;
+  if (notes.empty()) return;
+  if (p.frameKind != FrameKind::Address) fail(name, "unwind notes in a symbolic profile");
+  if (notes.size() != p.cct.size())
+    fail(name, fmt::format("CCT has {} nodes but {} unwind notes", p.cct.size(), notes.size()));
+  if (notes[0] != 0) fail(name, "CCT root has an unwind note");
+  auto kindOf = [&](std::uint32_t node) { return UnwindNote::decode(notes[node]).kind; };
+  for (std::size_t i = 1; i < notes.size(); ++i) {
+    const auto kind = kindOf(static_cast<std::uint32_t>(i));
+    if (static_cast<std::uint8_t>(kind) > static_cast<std::uint8_t>(UnwindNoteKind::Resumed))
+      fail(name, fmt::format("CCT node {}: unknown unwind note kind {}", i, static_cast<int>(kind)));
+    if (kind != UnwindNoteKind::Stopped && kind != UnwindNoteKind::Candidate) continue;
+    const auto parent = p.cct.parent[i];
+    const auto above = parent == 0 ? UnwindNoteKind::Resumed : kindOf(parent);
+    if (above != UnwindNoteKind::Candidate && above != UnwindNoteKind::Resumed)
+      fail(name, fmt::format("CCT node {}: a {} frame below a frame that no stack scan found", i,
+                             kind == UnwindNoteKind::Stopped ? "stopped" : "candidate"));
+  }
+  for (std::size_t i = 1; i < notes.size(); ++i) {
+    const auto kind = kindOf(p.cct.parent[i]);
+    if (kind == UnwindNoteKind::Candidate && kindOf(static_cast<std::uint32_t>(i)) != UnwindNoteKind::Candidate &&
+        kindOf(static_cast<std::uint32_t>(i)) != UnwindNoteKind::Stopped)
+      fail(name, fmt::format("CCT node {}: an unwound frame below a candidate frame", i));
+  }
+  for (auto node : p.values.node)
+    if (node < notes.size() && (kindOf(node) == UnwindNoteKind::Candidate || kindOf(node) == UnwindNoteKind::Resumed))
+      fail(name, fmt::format("CCT node {}: samples on a frame found by a stack scan", node));
+}
+
 // The typed-path rules of docs/design.md, "Data model" for symbolic profiles, which name scopes directly.
 void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
   const auto& parent = p.cct.parent;
@@ -160,6 +193,7 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     if (p.cct.frame[i] >= frames)
       fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
   }
+  checkUnwindNotes(p, name);
 
   // Values.
   const std::size_t v = p.values.node.size();

@@ -11,6 +11,9 @@
 # Then lock-heavy threads (tests/apps/threads.cpp `heavy`): 4 threads take one mutex LOCKS times
 # each (default 1,000,000), uninstrumented, under csp-run and under csp-run --idleness (mutex
 # wrappers, lock blame). Target: --idleness within 5 % of csp-run's CPU time.
+# Last, code without unwind tables (tests/apps/asm_frames.cpp `nocfi`: every sample stops in
+# assembler without CFI and the handler scans the stack above it) against the compute app,
+# both at cpu-time@1000: CPU time per sample (measured minus uninstrumented, over the samples).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -22,9 +25,10 @@ locks=${6:-1000000}
 app=$build/tests/apps/csp-app-compute
 locker=$build/tests/apps/csp-app-threads
 hostile=$build/tests/apps/csp-app-hostile
+asm=$build/tests/apps/csp-app-asm
 csprun=$build/launcher/csp-run
-for f in "$app" "$hostile" "$csprun" "$locker"; do
-  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute csp-app-hostile csp-app-threads)" >&2; exit 1; }
+for f in "$app" "$hostile" "$csprun" "$locker" "$asm"; do
+  [[ -x $f ]] || { echo "measure_overhead: $f not built (ninja -C $build csp-run csp-app-compute csp-app-hostile csp-app-threads csp-app-asm)" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -116,3 +120,24 @@ printf '  runs (wall cpu), csp-run --idleness:     %s\n' "$(tr '\n' ',' <"$work/
 printf '  median cpu       %.3f s  /  %.3f s  /  %.3f s\n' "$lplainCpu" "$lcspCpu" "$lidleCpu"
 printf '  --idleness over csp-run: median cpu %+.2f %%, paired median %+.2f %%   (target <= 5 %%)\n' \
   "$(pct "$lcspCpu" "$lidleCpu")" "$lpaired"
+
+# Code without unwind tables: CPU cost per sample.
+# Prints "median-uninstrumented-cpu median-measured-cpu samples-per-run microseconds-per-sample".
+perSample() {
+  local name=$1; shift
+  : >"$work/$name-plain" ; : >"$work/$name-measured" ; : >"$work/verbose"
+  for ((i = 1; i <= runs; i++)); do
+    timed "$work/$name-plain" "$@"
+    timed "$work/$name-measured" "$csprun" -v -e cpu-time@1000 -o "$work/$name-meas-$i" -- "$@"
+  done
+  local p m n
+  p=$(cut -d' ' -f2 "$work/$name-plain" | median)
+  m=$(cut -d' ' -f2 "$work/$name-measured" | median)
+  n=$(sed -n 's/^csp: .*: \([0-9]*\) samples, .*/\1/p' "$work/verbose" | awk '{ s += $1 } END { print s / NR }')
+  awk -v p="$p" -v m="$m" -v n="$n" 'BEGIN { printf "%.3f %.3f %.0f %.1f\n", p, m, n, 1e6 * (m - p) / n }'
+}
+read -r cp cm cn cus < <(perSample compute "$app" "$units")
+read -r ap am an aus < <(perSample asm "$asm" nocfi 60)
+printf 'code without unwind tables, cpu-time@1000, %s runs each (median cpu: uninstrumented / csp-run, samples per run)\n' "$runs"
+printf '  compute app (CFI everywhere)       %.3f s / %.3f s, %s samples: %.1f us per sample\n' "$cp" "$cm" "$cn" "$cus"
+printf '  assembler without CFI (nocfi 60)   %.3f s / %.3f s, %s samples: %.1f us per sample (stack scans)\n' "$ap" "$am" "$an" "$aus"

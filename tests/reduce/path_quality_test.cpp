@@ -64,6 +64,20 @@ std::vector<Procedure> procedures(const storage::Database& db) {
 
 std::uint64_t rootTotal(const storage::Database& db) { return inclusiveOf(db, 0); }
 
+// The procedures from the root down to `id` (its own included), outermost first.
+std::vector<std::string> procedurePath(const storage::Database& db, storage::NodeId id) {
+  std::vector<std::string> out;
+  const auto& s = db.metadata().strings;
+  for (storage::NodeId at = id; at != 0;) {
+    const auto n = *db.node(at);
+    if (n.kind == ScopeKind::ProcFrame) out.insert(out.begin(), s[n.name]);
+    at = n.parent;
+  }
+  return out;
+}
+
+const std::string kAsmApp = kApps + "csp-app-asm";
+
 // csp-run at 1,000 samples per CPU second.
 test::RunResult measure(const fs::path& meas, const std::string& app) {
   return run("timeout 120 " + tool("csp-run") + " -e cpu-time@1000 -o " + meas.string() + " -- " + app);
@@ -247,7 +261,11 @@ TEST(PathQuality, VdsoIsOneProcedureWithoutWarning) {
   ASSERT_EQ(r.status, 0) << r.output;
   r = reduce(dir / "meas", dir / "db");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.output.find("vdso"), std::string::npos) << r.output;  // before: "linux-vdso.so.1: cannot read module"
+  // No warning about it (before: "linux-vdso.so.1: cannot read module"); the loop report lists it
+  // as not analysed, having no file.
+  for (std::size_t at = r.output.find("warning:"); at != std::string::npos; at = r.output.find("warning:", at + 1))
+    EXPECT_EQ(r.output.substr(at, r.output.find('\n', at) - at).find("vdso"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("linux-vdso.so.1 (not analysed: no file"), std::string::npos) << r.output;
   auto db = storage::Database::open(dir / "db");
   std::size_t vdsoProcedures = 0;
   std::uint64_t vdso = 0;
@@ -345,4 +363,131 @@ TEST_F(StrippedCode, DebugFilesComeFromTheDebuginfodCache) {
   EXPECT_TRUE(named.count("stripped_hot_a")) << fmt::format("{}", fmt::join(named, ", "));
   EXPECT_TRUE(named.count("stripped_hot_b"));
   EXPECT_TRUE(named.count("main"));
+}
+
+// Hand-written assembler without unwind tables (CFI) below compiled code, as in x264: the
+// measurement scans the stack above the frames without tables and csp-prof-mpi completes the
+// paths from the unwind recipes of their code: main > outer (a frame pointer and an aligned
+// stack) > caller (saved registers, reserved stack) > leaf. Before: every sample below
+// '[truncated call paths]', the leaf's callers unknown.
+TEST(PathQuality, AssemblerWithoutUnwindTablesHasCompletePaths) {
+  TempDir dir("asm-nocfi");
+  auto r = measure(dir / "meas", kAsmApp + " nocfi 20");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = reduce(dir / "meas", dir / "db");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("truncated call paths that"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("code without unwind tables"), std::string::npos) << r.output;
+  auto db = storage::Database::open(dir / "db");
+  const auto& meta = db->metadata();
+  const auto total = meta.qualityTotal();
+  ASSERT_GT(total.samples, 100u);
+  EXPECT_LT(static_cast<double>(total.truncatedSamples), 0.05 * static_cast<double>(total.samples));
+  ASSERT_TRUE(meta.unwindRecovery.has_value());
+  EXPECT_GT(static_cast<double>(meta.unwindRecovery->scannedSamples), 0.9 * static_cast<double>(total.samples));
+  EXPECT_GT(static_cast<double>(meta.unwindRecovery->recoveredSamples),
+            0.95 * static_cast<double>(meta.unwindRecovery->scannedSamples));
+  std::uint64_t leaf = 0;
+  for (const auto& p : procedures(*db)) {
+    EXPECT_NE(p.name, "[truncated call paths]") << "with " << p.inclusive << " ns";
+    if (p.name != "csp_asm_leaf") continue;
+    const auto path = procedurePath(*db, p.id);
+    ASSERT_GE(path.size(), 4u);
+    EXPECT_EQ(std::vector<std::string>(path.end() - 4, path.end()),
+              (std::vector<std::string>{"main", "csp_asm_outer", "csp_asm_caller", "csp_asm_leaf"}));
+    EXPECT_EQ(path.front(), "_start");
+    leaf += p.inclusive;
+  }
+  EXPECT_GT(leaf, rootTotal(*db) * 9 / 10);
+  r = run(tool("csp-views") + " --info " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("code without unwind tables on the call path: {} samples; {} completed",
+                                      meta.unwindRecovery->scannedSamples, meta.unwindRecovery->recoveredSamples)),
+            std::string::npos)
+      << r.output;
+}
+
+// A function symbol of size 0 (x264's x264_8_trellis_coefn) must not name the code after it:
+// the code without a symbol that follows, reached by a direct call, is a function of its own,
+// named by its address. Before: all of it was 'csp_asm_zero_size'.
+TEST(PathQuality, ZeroSizeSymbolDoesNotNameTheCodeAfterIt) {
+  TempDir dir("asm-zero-size");
+  auto r = measure(dir / "meas", kAsmApp + " zero-size 20");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = reduce(dir / "meas", dir / "db");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const test::ElfSymbols symbols(kAsmApp);
+  const auto zero = symbols.named("csp_asm_zero_size");
+  ASSERT_EQ(zero.size(), 1u);
+  ASSERT_EQ(zero[0].size, 0u);
+  // `ret`, then padding to 16 bytes: the hidden code starts at the next 16-byte boundary.
+  const std::string hidden = fmt::format("func@0x{:x} in csp-app-asm", (zero[0].begin + 16) & ~std::uint64_t{15});
+  auto db = storage::Database::open(dir / "db");
+  std::uint64_t named = 0, zeroSize = 0;
+  for (const auto& p : procedures(*db)) {
+    if (p.name == "csp_asm_zero_size") zeroSize += p.inclusive;
+    if (p.name != hidden) continue;
+    named += p.inclusive;
+    const auto path = procedurePath(*db, p.id);
+    ASSERT_GE(path.size(), 3u);
+    EXPECT_EQ(std::vector<std::string>(path.end() - 3, path.end()),
+              (std::vector<std::string>{"main", "csp_asm_calls_hidden", hidden}));
+  }
+  EXPECT_EQ(zeroSize, 0u);
+  EXPECT_GT(named, rootTotal(*db) * 9 / 10) << hidden;
+}
+
+// Stripped code without a line table: loops are kept, known by their header address
+// ("loop @0x1120 in libcsp-app-stripped.so"), statements and calls by their offset in their
+// procedure ("+0x24"), and Flat names the files of such code after their module; csp-prof-mpi and
+// csp-views --info say which modules got loops and why those have no lines. Before: no loop, one
+// bare 'line' per procedure, file rows without a name, and no word about it.
+TEST_F(StrippedCode, LoopsAndStatementsWithoutLinesAreKnownByAddress) {
+  ASSERT_TRUE(measured_);
+  fs::create_directories(dir() / "empty-cache");
+  auto r = reduce(dir() / "meas", dir() / "db-address", "DEBUGINFOD_CACHE_PATH=" + (dir() / "empty-cache").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("libcsp-app-stripped.so 3 of 3 (known by address: no line table"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no loops: csp-app-stripped (none in its code)"), std::string::npos) << r.output;
+  auto db = storage::Database::open(dir() / "db-address");
+  const auto& meta = db->metadata();
+  const auto& s = meta.strings;
+  const test::ElfSymbols lib(kApps + "debug-files/libcsp-app-stripped.so.debug");
+  const auto hotA = lib.named("_ZN12_GLOBAL__N_114stripped_hot_a");
+  ASSERT_EQ(hotA.size(), 1u);
+  std::set<std::string> loops;
+  std::uint64_t statements = 0, inHotALoop = 0;
+  for (storage::NodeId id = 1; id < meta.nodeCount; ++id) {
+    const auto n = *db->node(id);
+    if (n.kind == ScopeKind::Loop && s[n.module].empty() && s[n.file].empty()) loops.insert(s[n.name]);
+    if (n.kind == ScopeKind::Stmt) {
+      EXPECT_TRUE(s[n.file].empty() ? s[n.name].starts_with("+0x") : s[n.name].empty()) << s[n.name];
+      statements += s[n.name].starts_with("+0x") ? 1 : 0;
+    }
+    std::uint64_t header = 0;
+    if (n.kind == ScopeKind::Loop && std::sscanf(s[n.name].c_str(), "loop @0x%lx in libcsp-app-stripped.so", &header) == 1 &&
+        header >= hotA[0].begin && header < hotA[0].begin + hotA[0].size)
+      inHotALoop += inclusiveOf(*db, id);
+  }
+  EXPECT_GE(loops.size(), 3u) << fmt::format("{}", fmt::join(loops, ", "));  // stripped_work's and the two spin loops
+  EXPECT_GE(statements, 2u);
+  EXPECT_GT(inHotALoop, rootTotal(*db) / 2);  // two thirds of the work by construction
+  bool libReported = false, exeReported = false;
+  for (const auto& m : meta.moduleLoops) {
+    if (m.module == "libcsp-app-stripped.so") libReported = m.loops >= 3 && m.byAddress == m.loops && !m.note.empty();
+    if (m.module == "csp-app-stripped") exeReported = m.loops == 0 && m.note == "none in its code";
+  }
+  EXPECT_TRUE(libReported);
+  EXPECT_TRUE(exeReported);
+
+  r = run(tool("csp-views") + " --info " + (dir() / "db-address").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("known by address: no line table (no DWARF, no debug file found)"), std::string::npos) << r.output;
+  r = run(tool("csp-views") + " --flat --full-names " + (dir() / "db-address").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("file libcsp-app-stripped.so (no source file)"), std::string::npos) << r.output;
+  r = run(tool("csp-views") + " " + (dir() / "db-address").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("loop @0x"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(" \\+0x[0-9a-f]+  #"))) << r.output;
 }

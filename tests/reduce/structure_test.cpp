@@ -373,6 +373,104 @@ TEST(Decoder, CallsThatDoNotReturnHaveNoFallthrough) {
   EXPECT_TRUE(c.graph.successors[0].empty());
 }
 
+// Unwind recipes (thesis §3.2): where the caller's frame is at each instruction, from the moves
+// of rsp and rbp along the graph.
+TEST(UnwindRecipes, FramePointerAndAlignedStack) {
+  const std::uint8_t code[] = {
+      0x55,                          // 0: push rbp
+      0x48, 0x89, 0xe5,              // 1: mov rbp, rsp
+      0x48, 0x83, 0xe4, 0xe0,        // 4: and rsp, -32
+      0x48, 0x83, 0xec, 0x40,        // 8: sub rsp, 64
+      0xe8, 0x00, 0x00, 0x00, 0x00,  // c: call 11
+      0x48, 0x89, 0xec,              // 11: mov rsp, rbp
+      0x5d,                          // 14: pop rbp
+      0xc3,                          // 15: ret
+  };
+  Decoder d;
+  const auto r = computeRecipes(d.decode(code, 0), d.frameEffects(code, 0));
+  using B = FrameRule::Base;
+  EXPECT_EQ(r.at(0x0), (FrameRule{B::Sp, 8, true, false, 0}));
+  EXPECT_EQ(r.at(0x1), (FrameRule{B::Sp, 16, true, true, 16}));
+  EXPECT_EQ(r.at(0x4), (FrameRule{B::Sp, 16, false, true, 16}));  // rbp = CFA - 16 from here
+  EXPECT_EQ(r.at(0x8), (FrameRule{B::Bp, 16, false, true, 16}));  // rsp aligned: only rbp says where the frame is
+  EXPECT_EQ(r.at(0xc), (FrameRule{B::Bp, 16, false, true, 16}));
+  EXPECT_EQ(r.at(0x14), (FrameRule{B::Sp, 16, false, true, 16}));
+  EXPECT_EQ(r.at(0x15), (FrameRule{B::Sp, 8, true, false, 0}));
+}
+
+TEST(UnwindRecipes, SavedRegistersAndCodeAfterAReturn) {
+  const std::uint8_t code[] = {
+      0x53,                          // 0: push rbx
+      0x48, 0x83, 0xec, 0x18,        // 1: sub rsp, 24
+      0x85, 0xff,                    // 5: test edi, edi
+      0x74, 0x06,                    // 7: je f
+      0x48, 0x83, 0xc4, 0x18,        // 9: add rsp, 24
+      0x5b,                          // d: pop rbx
+      0xc3,                          // e: ret
+      0xe8, 0x00, 0x00, 0x00, 0x00,  // f: call 14 (the body's frame, reached by the branch)
+      0xeb, 0xf3,                    // 14: jmp 9
+  };
+  Decoder d;
+  const auto r = computeRecipes(d.decode(code, 0), d.frameEffects(code, 0));
+  EXPECT_EQ(r.at(0x5).cfa, 40);
+  EXPECT_EQ(r.at(0xd).cfa, 16);
+  EXPECT_EQ(r.at(0xe).cfa, 8);
+  EXPECT_EQ(r.at(0xf).cfa, 40);
+  EXPECT_EQ(r.at(0x14).cfa, 40);
+  for (std::uint64_t a : {0x0, 0x5, 0xe, 0xf}) EXPECT_EQ(r.at(a).base, FrameRule::Base::Sp) << a;
+}
+
+TEST(Decoder, CallBeforeAReturnAddress) {
+  Decoder d;
+  const std::uint8_t direct[] = {0x90, 0x90, 0xe8, 0x10, 0x00, 0x00, 0x00};  // nop; nop; call +0x10
+  EXPECT_EQ(d.callBefore(direct, 0x107), std::optional<std::uint64_t>(0x102));
+  const std::uint8_t indirect[] = {0x48, 0x89, 0xc7, 0x41, 0xff, 0xd4};  // mov rdi, rax; call r12
+  EXPECT_EQ(d.callBefore(indirect, 0x206), std::optional<std::uint64_t>(0x203));
+  const std::uint8_t none[] = {0x48, 0x89, 0xc7};  // mov rdi, rax
+  EXPECT_EQ(d.callBefore(none, 0x303), std::nullopt);
+}
+
+// Code that nothing reaches after a return and padding, at a 16-byte boundary, starts a
+// function (hand-written assembler called through pointers); code reached by a jump does not.
+// Appends bytes one by one (vector::insert of a list trips GCC 12's -Warray-bounds).
+void append(std::vector<std::uint8_t>& code, std::initializer_list<std::uint8_t> bytes) {
+  for (auto b : bytes) code.push_back(b);
+}
+
+TEST(Decoder, StartsAfterPadding) {
+  std::vector<std::uint8_t> code{0xeb, 0x2e};  // 0: jmp 30
+  auto at = [&](std::size_t address, std::uint8_t pad, std::initializer_list<std::uint8_t> bytes) {
+    code.resize(address, pad);
+    append(code, bytes);
+  };
+  at(0x10, 0xcc, {0x31, 0xc0, 0x75, 0x0c, 0xc3});  // 10: xor eax, eax; jne 20; ret  (after int3 padding)
+  at(0x20, 0x90, {0x31, 0xc0, 0xc3});              // 20: reached from 12
+  at(0x30, 0x90, {0x31, 0xc0, 0xc3});              // 30: reached from the entry
+  at(0x40, 0x90, {0x31, 0xc0, 0xeb, 0xfc});        // 40: xor eax, eax; jmp 40 (its own loop)
+  Decoder d;
+  EXPECT_EQ(d.decode(code, 0x1000).startsAfterPadding(), (std::vector<std::uint64_t>{0x1010, 0x1040}));
+}
+
+// A block reached only through a computed jump (its address taken by a RIP-relative lea, as in
+// GMP's __gmpn_mul_basecase) is no function start, and its recipe is the body's frame. Before:
+// a start after the padding, with the frame of a function's entry, which truncated every path.
+TEST(UnwindRecipes, CodeReachedThroughAComputedJump) {
+  std::vector<std::uint8_t> code{
+      0x53,                                      // 0: push rbx
+      0x4c, 0x8d, 0x35, 0x08, 0x00, 0x00, 0x00,  // 1: lea r14, [rip + 8] (= 10)
+      0x41, 0xff, 0xe6,                          // 8: jmp r14
+  };
+  code.resize(0x10, 0x90);
+  append(code, {0x31, 0xc0, 0x5b, 0xc3});  // 10: xor eax, eax; pop rbx; ret
+  Decoder d;
+  const auto c = d.decode(code, 0);
+  EXPECT_EQ(c.codeAddresses, (std::vector<std::uint64_t>{0x10}));
+  EXPECT_TRUE(c.startsAfterPadding().empty());
+  const auto r = computeRecipes(c, d.frameEffects(code, 0));
+  EXPECT_EQ(r.at(0x10).cfa, 16);
+  EXPECT_EQ(r.at(0x13).cfa, 8);
+}
+
 TEST(Decoder, NoReturnNames) {
   for (const char* n : {"abort", "exit@GLIBC_2.2.5", "__stack_chk_fail", "__cxa_throw", "_Unwind_Resume",
                         "_ZSt20__throw_length_errorPKc", "__ubsan_handle_builtin_unreachable_abort", "__asan_report_load8"})

@@ -155,6 +155,8 @@ struct Synthetic {
     for (ProfileId p = 0; p < profiles; ++p)
       m.threadClasses.push_back({p % 2 == 0 ? ThreadClass::Main : ThreadClass::Worker, p % 2 == 0 ? "main" : "worker_loop",
                                  p % 2 == 0 ? "the process's initial thread" : "its own work"});
+    m.unwindRecovery = storage::UnwindRecovery{40 + seed % 7, 30};
+    m.moduleLoops = {{"app", 12, 0, ""}, {"libz.so.1", 37, 37, "known by address: no line table"}, {"[vdso]", 0, 0, "not analysed"}};
     return m;
   }
 

@@ -83,4 +83,15 @@ inline ThreadProfile fullAddressProfile() {
   return b.finish();
 }
 
+// fullAddressProfile with unwind notes (format 1.1): node 1 (app+0x1234) was found by the tables
+// after a stack scan (its return address in word 3), node 3 (app+0x2000) is a candidate of that
+// scan (word 1), and node 4, a sample's leaf, the frame without tables whose stack was scanned
+// (its frame pointer at word 2).
+inline ThreadProfile scannedAddressProfile() {
+  ThreadProfile p = fullAddressProfile();
+  p.cct.unwindNote = {0, UnwindNote{UnwindNoteKind::Resumed, 3, 0}.encode(), 0,
+                      UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode(), UnwindNote{UnwindNoteKind::Stopped, 0, 3}.encode()};
+  return p;
+}
+
 }  // namespace csp::test

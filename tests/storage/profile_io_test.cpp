@@ -62,6 +62,22 @@ TEST(ProfileRoundTrip, EveryAddressFieldSurvives) {
   EXPECT_EQ(back, original);
 }
 
+// Format 1.1: the unwind notes of frames found by a stack scan survive; profiles without them
+// store none.
+TEST(ProfileRoundTrip, UnwindNotesSurvive) {
+  TempDir dir;
+  const ThreadProfile original = test::scannedAddressProfile();
+  ASSERT_EQ(original.cct.note(4), (UnwindNote{UnwindNoteKind::Stopped, 0, 3}));
+  const auto path = dir.path() / "a.cspprof";
+  storage::writeProfile(original, path);
+  const ThreadProfile back = storage::readProfile(path);
+  EXPECT_EQ(back.cct.unwindNote, original.cct.unwindNote);
+  EXPECT_EQ(back, original);
+  EXPECT_TRUE(storage::readProfile(dir.path() / "a.cspprof").cct.unwindNote.size() == original.cct.size());
+  storage::writeProfile(test::fullAddressProfile(), dir.path() / "b.cspprof");
+  EXPECT_TRUE(storage::readProfile(dir.path() / "b.cspprof").cct.unwindNote.empty());
+}
+
 TEST(ProfileWriter, NeverFollowsAPlantedSymlink) {
   // A symlink planted where the writer used to put its temporary file (NAME.tmp.PID) must not
   // make it overwrite the link's target; nothing temporary stays behind.

@@ -211,6 +211,27 @@ TEST(ProfileReject, AddressFrameWithUnknownModule) {
   EXPECT_EQ(parseError(storage::serializeProfileUnchecked(p)), "address frame 1 refers to load module 9 (2 modules)");
 }
 
+// Unwind notes (format 1.1): one per node of an address profile; a scan's candidates lie
+// between the frame without tables and the frame where unwinding resumed, and carry no samples.
+TEST(ProfileReject, UnwindNoteDefects) {
+  auto error = [](const std::function<void(ThreadProfile&)>& mutate) {
+    ThreadProfile p = test::scannedAddressProfile();
+    mutate(p);
+    return parseError(storage::serializeProfileUnchecked(p));
+  };
+  EXPECT_EQ(error([](ThreadProfile&) {}), "");
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote.pop_back(); }), "CCT has 5 nodes but 4 unwind notes");
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[0] = 1; }), "CCT root has an unwind note");
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[2] = 7u << 28; }), "CCT node 2: unknown unwind note kind 7");
+  // A candidate below a frame that no scan found (node 2's parent is the resumed node 1; node 2's
+  // child would need to be a candidate or a stopped frame).
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[1] = 0; }),
+            "CCT node 3: a candidate frame below a frame that no stack scan found");
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[4] = 0; }), "CCT node 4: an unwound frame below a candidate frame");
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[2] = UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode(); }),
+            "CCT node 2: samples on a frame found by a stack scan");
+}
+
 TEST(ProfileReject, RegionDefects) {
   EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.staticId[2] = 9; }).find("static id 9"), std::string::npos);
   EXPECT_NE(mutatedError([](ThreadProfile& p) { p.regions.exclusiveNs[1] = 1000; }).find("exceeds inclusive"),

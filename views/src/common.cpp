@@ -213,9 +213,10 @@ std::string matchLabel(const ModelNode& n) {
     case NodeKind::Procedure:
     case NodeKind::Inlined:
     case NodeKind::Region: return n.name;
-    case NodeKind::Loop: return "loop " + fileLine(n.file, n.line);
-    case NodeKind::CallSite: return "call " + fileLine(n.file, n.line);
-    case NodeKind::Statement: return fileLine(n.file, n.line);
+    // Code without a line table: loops by header address, statements and calls by offset.
+    case NodeKind::Loop: return n.name.empty() ? "loop " + fileLine(n.file, n.line) : n.name;
+    case NodeKind::CallSite: return "call " + (n.name.empty() ? fileLine(n.file, n.line) : n.name);
+    case NodeKind::Statement: return n.name.empty() ? fileLine(n.file, n.line) : n.name;
   }
   return n.name;
 }

@@ -121,7 +121,7 @@ class FlatModel final : public ViewModel {
     const Node& n = nodes_[h];
     ModelNode& m = it->second;
     m.kind = n.kind;
-    m.name = strings_[n.name];
+    m.name = nameOf(n);
     m.file = strings_[n.file];
     m.module = strings_[n.module];
     m.line = n.line;
@@ -167,11 +167,17 @@ class FlatModel final : public ViewModel {
     std::uint32_t line = 0;
   };
 
+  // A file row of code without a line table is named after its module.
+  std::string nameOf(const Node& n) const {
+    if (n.kind == NodeKind::File && strings_[n.name].empty()) return strings_[n.module] + " (no source file)";
+    return strings_[n.name];
+  }
+
   std::string label(std::uint32_t h) const {
     const Node& n = nodes_[h];
     ModelNode m;
     m.kind = n.kind;
-    m.name = strings_[n.name];
+    m.name = nameOf(n);
     m.file = strings_[n.file];
     m.line = n.line;
     return matchLabel(m);

@@ -345,6 +345,26 @@ void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
   if (qualityWarrants(total, total.droppedSamples))
     out << fmt::format("  warning: {:.1f} % of the samples were dropped by the measurement (more than {:.0f} %)\n",
                        shareOf(total.droppedSamples, total.samples), limit);
+  if (const auto& u = m.unwindRecovery; u && u->scannedSamples > 0)
+    out << fmt::format("  code without unwind tables on the call path: {} samples; {} completed by binary analysis, {} "
+                       "truncated\n",
+                       u->scannedSamples, u->recoveredSamples, u->scannedSamples - u->recoveredSamples);
+}
+
+// Loop recovery per module (format 1.5): which modules have loops, which are known by address
+// only (no line table), and why the others have none.
+void renderModuleLoopsText(const storage::DatabaseMetadata& m, std::ostream& out) {
+  if (m.moduleLoops.empty()) return;
+  out << "loops        (per module: loops recovered, of them known by header address; why)\n";
+  for (const auto& l : m.moduleLoops)
+    out << fmt::format("  {:<32} {:>7} {:>7}  {}\n", l.module, l.loops, l.byAddress, l.note);
+}
+
+Json moduleLoopsJson(const storage::DatabaseMetadata& m) {
+  Json a = Json::array();
+  for (const auto& l : m.moduleLoops)
+    a.push_back({{"module", l.module}, {"loops", l.loops}, {"by_address", l.byAddress}, {"note", l.note}});
+  return a;
 }
 
 Json qualityJson(const storage::SamplingQuality& q) {
@@ -415,6 +435,7 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
     }
   }
   renderQualityText(m, out);
+  renderModuleLoopsText(m, out);
   out << fmt::format("skipped      {} inputs\n", m.skipped.size());
   for (const auto& s : m.skipped) out << fmt::format("  {}: {}\n", s.path, s.reason);
   if (!m.properties.empty()) {
@@ -477,8 +498,12 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
               perProfile.push_back(std::move(p));
             }
             j["profiles"] = std::move(perProfile);
+            if (m.unwindRecovery)
+              j["unwind_recovery"] = {{"scanned", m.unwindRecovery->scannedSamples},
+                                      {"completed", m.unwindRecovery->recoveredSamples}};
             return j;
           }()},
+         {"module_loops", moduleLoopsJson(m)},
          {"skipped", std::move(skipped)},
          {"properties", std::move(props)}};
   out << dumpJson(j, 1) << "\n";

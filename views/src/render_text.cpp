@@ -34,9 +34,10 @@ std::string label(const ViewTree& tree, const TreeNode& n, const TextOptions& o)
       if (tree.kind == ViewKind::Callers && n.depth >= 2) return "<- " + name(n.name);
       return name(n.name);
     case NodeKind::Inlined: return "[inlined] " + name(n.name);
-    case NodeKind::Loop: return "loop";
-    case NodeKind::CallSite: return "call";
-    case NodeKind::Statement: return "line";
+    // Code without a line table: "loop @0x1234 in libz.so.1", "call +0x1a4", "+0x1a4".
+    case NodeKind::Loop: return n.name.empty() ? "loop" : n.name;
+    case NodeKind::CallSite: return n.name.empty() ? "call" : "call " + n.name;
+    case NodeKind::Statement: return n.name.empty() ? "line" : n.name;
     case NodeKind::Region: return name(n.name);
   }
   return n.name;

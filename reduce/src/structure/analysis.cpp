@@ -439,6 +439,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   std::vector<FunctionCode> codes(chunks.size());
   std::vector<ChunkResult> results(chunks.size());
   std::vector<std::vector<std::uint64_t>> callTargets(chunks.size()), doubtful(chunks.size());
+  std::vector<std::vector<std::uint64_t>> paddingStarts(chunks.size()), jumpTargets(chunks.size());
   auto decodeChunk = [&](Decoder& d, std::size_t i) {
     const auto& c = chunks[i];
     return d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, image);
@@ -457,6 +458,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) {
       auto fc = decodeChunk(d, i);
       callTargets[i] = std::move(fc.callTargets);
+      jumpTargets[i] = std::move(fc.jumpTargets);
+      paddingStarts[i] = fc.startsAfterPadding();
       results[i].unresolvedJumps = fc.unresolvedJumps;
       if (returns[i] == Returns::Yes) {
         bool exit = false;
@@ -527,16 +530,21 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     }
   });
 
-  // Procedure bounds of stripped code also come from the direct calls into it.
+  // Procedure bounds of stripped code also come from the direct calls into it, and from code
+  // after padding that no jump reaches (hand-written assembler called through pointers).
   for (const auto& targets : callTargets)
     for (auto t : targets)
       if (inCode(t)) starts.push_back(t);
+  std::unordered_set<std::uint64_t> jumpedTo;
+  for (const auto& targets : jumpTargets) jumpedTo.insert(targets.begin(), targets.end());
+  for (const auto& found : paddingStarts)
+    for (auto t : found)
+      if (!jumpedTo.count(t)) starts.push_back(t);
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
 
   // Loops get their inline depth and line from DWARF (read here, by this thread only). Loops
-  // without a line (no line table for their code) are left out: their blocks belong to the
-  // enclosing loop that has one.
+  // without a line (no line table for their code) keep line 0 and are known by their header.
   InlineMap inlines(mod, bias);
   std::vector<LoopScope> loops;
   std::vector<std::string> files;
@@ -594,7 +602,11 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       };
       if (!best && lines) best = smallestLine(instructionsOf(true), depth);  // (no lines here: no DWARF for this code)
       if (!best && lines) best = smallestLine(instructionsOf(false), depth);
-      if (!best) continue;
+      if (!best) {
+        // No line at all (no line table for this code): the loop is known by its header.
+        best.emplace(0, std::string());
+        ++s.addressLoops;
+      }
       auto [fit, fresh] = fileIds.try_emplace(best->second, static_cast<std::uint32_t>(files.size()));
       if (fresh) files.push_back(best->second);
       kept[i] = static_cast<std::uint32_t>(loops.size());

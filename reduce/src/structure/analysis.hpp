@@ -22,7 +22,8 @@ class AnalysisError : public std::runtime_error {
 struct AnalysisStats {
   std::size_t functions = 0;        // function starts found
   std::size_t rawLoops = 0;         // loops of the control-flow graphs
-  std::size_t loops = 0;            // loops kept (those with a source line)
+  std::size_t loops = 0;            // loops kept
+  std::size_t addressLoops = 0;     // of them, loops without a source line (known by their header address)
   std::size_t irreducible = 0;      // kept loops entered at more than one block
   std::size_t unresolvedJumps = 0;  // indirect jumps without a recognised jump table
 };

@@ -13,7 +13,7 @@
 namespace csp::reduce::structure {
 
 // Bump when the analysis or the byte form changes: entries of other versions are never read.
-inline constexpr unsigned kCacheVersion = 2;  // 2: loop files made absolute (sourcePath)
+inline constexpr unsigned kCacheVersion = 3;  // 2: loops without a line, starts after padding; 3: loop files absolute
 
 // What a cache entry belongs to.
 struct CacheIdentity {

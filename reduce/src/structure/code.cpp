@@ -3,6 +3,7 @@
 #include <capstone/capstone.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
 
 #include "csp/reduce/structure.hpp"
@@ -89,6 +90,7 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
           ins.flow = Flow::Return;
         } else if (insn->id == X86_INS_UD2 || insn->id == X86_INS_HLT || insn->id == X86_INS_INT3) {
           ins.flow = Flow::Stop;
+          ins.padding = insn->id == X86_INS_INT3;
         } else if (insn->id == X86_INS_LEA && x.op_count == 2 && x.operands[1].type == X86_OP_MEM &&
                    x.operands[1].mem.base == X86_REG_RIP && x.operands[1].mem.index == X86_REG_INVALID) {
           lea = insn->address + insn->size + static_cast<std::uint64_t>(x.operands[1].mem.disp);
@@ -100,7 +102,10 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
                    x.operands[1].imm < static_cast<std::int64_t>(kMaxJumpTableEntries)) {
           limit = x.operands[1].imm + 1;
         }
+        if (insn->id == X86_INS_NOP) ins.padding = true;
         if (ins.call && ins.target != 0) out.callTargets.push_back(ins.target);
+        if ((ins.flow == Flow::Jump || ins.flow == Flow::Branch) && (ins.target < begin || ins.target >= end))
+          out.jumpTargets.push_back(ins.target);
         // call/jmp *SLOT(%rip): a pointer in the GOT (calls with -fno-plt, tail calls)
         if ((ins.call || ins.flow == Flow::IndirectJump) && x.op_count == 1 && x.operands[0].type == X86_OP_MEM &&
             x.operands[0].mem.base == X86_REG_RIP && x.operands[0].mem.index == X86_REG_INVALID)
@@ -120,6 +125,9 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
     auto it = std::lower_bound(insns.begin(), insns.end(), a, [](const Instruction& i, std::uint64_t x) { return i.address < x; });
     return it != insns.end() && it->address == a;
   };
+
+  for (auto a : leaAddress)
+    if (a != 0 && isInstruction(a)) out.codeAddresses.push_back(a);
 
   // Jump tables: targets per indirect jump (instruction index).
   std::vector<std::pair<std::size_t, std::vector<std::uint64_t>>> tables;
@@ -256,6 +264,145 @@ std::vector<std::uint64_t> Decoder::addresses(std::span<const std::uint8_t> code
     }
   }
   cs_free(insn, 1);
+  return out;
+}
+
+namespace {
+
+bool isReg(const cs_x86_op& op, std::initializer_list<x86_reg> regs) {
+  return op.type == X86_OP_REG && std::find(regs.begin(), regs.end(), op.reg) != regs.end();
+}
+constexpr std::initializer_list<x86_reg> kSp = {X86_REG_RSP, X86_REG_ESP, X86_REG_SP, X86_REG_SPL};
+constexpr std::initializer_list<x86_reg> kBp = {X86_REG_RBP, X86_REG_EBP, X86_REG_BP, X86_REG_BPL};
+
+// The effect on rsp and rbp of one decoded instruction (structure.hpp, FrameOp).
+FrameEffect frameEffectOf(csh h, const cs_insn* insn) {
+  FrameEffect e{insn->address, FrameOp::None, 0};
+  const cs_detail* d = insn->detail;
+  const cs_x86& x = d->x86;
+  const bool twoOps = x.op_count == 2;
+  if (inGroup(d, CS_GRP_CALL) || inGroup(d, CS_GRP_RET) || inGroup(d, CS_GRP_JUMP)) return e;  // calls return: no net change
+  const std::int64_t word = x.prefix[2] == 0x66 ? 2 : 8;  // push/pop with an operand-size prefix move 2 bytes
+  switch (insn->id) {
+    case X86_INS_PUSH:
+      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8) e.op = FrameOp::PushBp;
+      else e = {insn->address, FrameOp::SpAdd, -word};
+      return e;
+    case X86_INS_POP:
+      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8) e.op = FrameOp::PopBp;
+      else if (x.op_count == 1 && isReg(x.operands[0], kSp)) e.op = FrameOp::SpLost;
+      else e = {insn->address, FrameOp::SpAdd, word};
+      return e;
+    case X86_INS_PUSHFQ: return {insn->address, FrameOp::SpAdd, -8};
+    case X86_INS_POPFQ: return {insn->address, FrameOp::SpAdd, 8};
+    case X86_INS_LEAVE: e.op = FrameOp::Leave; return e;
+    case X86_INS_ENTER:
+      return {insn->address, FrameOp::Enter, x.op_count > 0 && x.operands[0].type == X86_OP_IMM ? x.operands[0].imm : 0};
+    default: break;
+  }
+  if (twoOps && isReg(x.operands[0], {X86_REG_RSP})) {
+    const cs_x86_op& src = x.operands[1];
+    if ((insn->id == X86_INS_SUB || insn->id == X86_INS_ADD) && src.type == X86_OP_IMM)
+      return {insn->address, FrameOp::SpAdd, insn->id == X86_INS_SUB ? -src.imm : src.imm};
+    if (insn->id == X86_INS_LEA && src.type == X86_OP_MEM && src.mem.index == X86_REG_INVALID && src.mem.segment == X86_REG_INVALID) {
+      if (src.mem.base == X86_REG_RSP) return {insn->address, FrameOp::SpAdd, src.mem.disp};
+      if (src.mem.base == X86_REG_RBP) return {insn->address, FrameOp::SpFromBp, src.mem.disp};
+    }
+    if (insn->id == X86_INS_MOV && isReg(src, {X86_REG_RBP})) return {insn->address, FrameOp::SpFromBp, 0};
+  }
+  if (twoOps && insn->id == X86_INS_MOV && isReg(x.operands[0], {X86_REG_RBP}) && isReg(x.operands[1], {X86_REG_RSP})) {
+    e.op = FrameOp::BpFromSp;
+    return e;
+  }
+  cs_regs read, written;
+  std::uint8_t nRead = 0, nWritten = 0;
+  if (cs_regs_access(h, insn, read, &nRead, written, &nWritten) != CS_ERR_OK) return e;
+  for (std::uint8_t k = 0; k < nWritten; ++k) {
+    const auto r = static_cast<x86_reg>(written[k]);
+    if (std::find(kSp.begin(), kSp.end(), r) != kSp.end()) return {insn->address, FrameOp::SpLost, 0};
+    if (std::find(kBp.begin(), kBp.end(), r) != kBp.end()) e.op = FrameOp::BpLost;
+  }
+  return e;
+}
+
+}  // namespace
+
+std::vector<FrameEffect> Decoder::frameEffects(std::span<const std::uint8_t> code, std::uint64_t address) const {
+  std::vector<FrameEffect> out;
+  const csh h = handle_;
+  cs_insn* insn = cs_malloc(h);
+  const std::uint8_t* p = code.data();
+  std::size_t left = code.size();
+  std::uint64_t pc = address;
+  while (left > 0) {
+    if (!cs_disasm_iter(h, &p, &left, &pc, insn)) {
+      out.push_back({pc, FrameOp::None, 0});
+      ++p;
+      --left;
+      ++pc;
+      continue;
+    }
+    out.push_back(frameEffectOf(h, insn));
+  }
+  cs_free(insn, 1);
+  return out;
+}
+
+std::optional<std::uint64_t> Decoder::callBefore(std::span<const std::uint8_t> code, std::uint64_t returnAddress) const {
+  const csh h = handle_;
+  cs_insn* insn = cs_malloc(h);
+  std::optional<std::uint64_t> found;
+  auto callOf = [&](std::size_t n) {
+    const std::uint8_t* p = code.data() + code.size() - n;
+    std::size_t left = n;
+    std::uint64_t pc = returnAddress - n;
+    return cs_disasm_iter(h, &p, &left, &pc, insn) && left == 0 && inGroup(insn->detail, CS_GRP_CALL);
+  };
+  // The common direct call first; then the longest call (a REX prefix makes `call *%r12` end
+  // with the bytes of `call *%rsp`).
+  if (code.size() >= 5 && code[code.size() - 5] == 0xE8 && callOf(5)) found = returnAddress - 5;
+  for (std::size_t n = std::min<std::size_t>(code.size(), 15); !found && n >= 2; --n)
+    if (callOf(n)) found = returnAddress - n;
+  cs_free(insn, 1);
+  return found;
+}
+
+std::vector<std::uint64_t> FunctionCode::startsAfterPadding() const {
+  std::vector<std::uint64_t> out;
+  std::vector<char> reached(blocks.size(), 0);
+  auto reach = [&](std::uint32_t from) {
+    std::vector<std::uint32_t> work{from};
+    reached[from] = 1;
+    while (!work.empty()) {
+      const auto b = work.back();
+      work.pop_back();
+      for (auto s : graph.successors[b])
+        if (!reached[s]) reached[s] = 1, work.push_back(s);
+    }
+  };
+  if (!blocks.empty()) reach(0);
+  for (auto a : codeAddresses) {  // the block that holds it
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), a, [](std::uint64_t v, const BasicBlock& x) { return v < x.start; });
+    if (it == blocks.begin() || a >= std::prev(it)->end) continue;
+    const auto b = static_cast<std::uint32_t>(std::prev(it) - blocks.begin());
+    if (!reached[b]) reach(b);
+  }
+  // In address order, so that the loops and branches of a function found here are its own.
+  for (std::uint32_t b = 1; b < blocks.size(); ++b) {
+    if (reached[b]) continue;
+    std::uint32_t k = blocks[b].first;
+    while (k < blocks[b].first + blocks[b].count && instructions[k].padding) ++k;
+    if (k == blocks[b].first + blocks[b].count || instructions[k].address % 16 != 0) continue;
+    // Nothing may fall into it: before the padding, a return, a jump or a stop.
+    std::uint32_t before = k;
+    while (before > 0 && instructions[before - 1].padding) --before;
+    if (before > 0) {
+      const auto& prev = instructions[before - 1];
+      if (prev.call || prev.flow == Flow::Next || prev.flow == Flow::Branch) continue;
+    }
+    out.push_back(instructions[k].address);
+    reach(b);
+  }
   return out;
 }
 

@@ -35,6 +35,13 @@ std::optional<std::uint64_t> ModuleStructure::functionStart(std::uint64_t addres
   return *std::prev(s);
 }
 
+std::optional<std::uint64_t> ModuleStructure::functionEnd(std::uint64_t address) const {
+  auto c = std::upper_bound(code_.begin(), code_.end(), address, [](std::uint64_t a, const auto& r) { return a < r.first; });
+  if (c == code_.begin() || address >= std::prev(c)->second) return std::nullopt;
+  auto s = std::upper_bound(starts_.begin(), starts_.end(), address);
+  return s != starts_.end() && *s < std::prev(c)->second ? *s : std::prev(c)->second;
+}
+
 std::uint32_t ModuleStructure::innermostLoop(std::uint64_t address) const {
   auto r = std::upper_bound(ranges_.begin(), ranges_.end(), address, [](std::uint64_t a, const AddressRange& x) { return a < x.start; });
   if (r == ranges_.begin()) return kNone;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -15,6 +16,8 @@
 
 #include "csp/reduce/perf_map.hpp"
 #include "csp/reduce/scope.hpp"
+#include "csp/reduce/structure.hpp"
+#include "csp/storage/database.hpp"
 
 namespace csp::reduce {
 
@@ -28,6 +31,10 @@ struct AttributionOptions {
   // (CSP_STRUCTURE_CACHE, $XDG_CACHE_HOME/csp/structure, ~/.cache/csp/structure), "off" = none.
   std::string structureCache;
 };
+
+// Whether loops were recovered in one module and why not, or why without lines
+// (docs/postprocessing.md, "Loops"): one per module that attribution needed.
+using storage::ModuleLoops;
 
 struct AttributionStats {
   std::uint64_t lookups = 0;           // distinct (module, offset, leaf) attributed
@@ -43,6 +50,7 @@ struct AttributionStats {
   double analysisSeconds = 0;          // time spent analysing (not reading the cache)
   std::string structureCache;          // the cache directory; empty when there is none
   std::vector<std::string> warnings;   // unreadable modules, build-id mismatches (once per module)
+  std::vector<ModuleLoops> modules;    // per module, sorted by name
 };
 
 // Procedures at which a call path is complete although their unwind information may not say so.
@@ -70,6 +78,11 @@ class Attributor {
   // a known thread entry (kThreadEntries), or the module's unwind information marks the return
   // address there as undefined, which is how runtimes end the stack (glibc's _start and clone3).
   bool startsPath(const LoadModule& module, std::uint64_t offset, bool leaf);
+
+  // Where the caller of a frame at `offset` is, from the binary analysis of its function (its
+  // unwind recipe: docs/postprocessing.md, "Code without unwind information"); nullopt when the
+  // function's code cannot be read or delimited. Computed once per function, then cached.
+  std::optional<structure::FrameRule> frameRule(const LoadModule& module, std::uint64_t offset, bool leaf);
 
   // The JIT symbol map in `file` (read once, then shared); nullptr if there is no such file.
   // Unreadable files and malformed lines become warnings.

@@ -78,6 +78,8 @@ struct ProfileInfo {
   std::size_t input = 0;          // index into inputs()
   bool hasRegionEvents = false;   // the profile carries a region event log
   std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
+  std::uint64_t scannedSamples = 0;    // samples whose path went through stack scans (projectProfile)
+  std::uint64_t recoveredSamples = 0;  // of them, those the unwind recipes completed
   ThreadFeatures features;             // what the thread classification looks at (structure pass)
 };
 

@@ -37,11 +37,20 @@ struct ProfSummary {
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
   storage::SamplingQuality quality; // sum over all profiles (rank 0)
+  storage::UnwindRecovery unwindRecovery;      // sum over all profiles (rank 0)
+  std::vector<storage::ModuleLoops> moduleLoops;  // every rank's modules (rank 0)
 };
 
 // The warnings csp-prof-mpi prints about sampling quality: one line each for truncated and
 // dropped samples above storage::kQualityWarningShare of all samples; empty when it is fine.
 std::vector<std::string> qualityWarnings(const storage::SamplingQuality& total);
+
+// The summary's lines about loop recovery: the modules with loops (those known by address and
+// why), then those without and why (docs/postprocessing.md, "Loops").
+std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& modules);
+
+// The summary's line about call paths through code without unwind tables; empty if there were none.
+std::string unwindSummary(const storage::UnwindRecovery& recovery);
 
 // Throws PipelineError on every rank if any rank fails (bad input or output, a lost peer), after
 // the failure discipline of mpi_comm.hpp: rank 0's message names every failing rank's reason,

@@ -25,6 +25,11 @@ using CctStep = std::function<std::uint32_t(std::uint32_t parent, const ScopeKey
 struct ProjectionContext {
   const PerfMap* jit = nullptr;                // the process's JIT symbols (perf map), if any
   std::uint64_t* truncatedSamples = nullptr;   // out: samples of sampled metrics on truncated paths
+  // out: samples of sampled metrics whose path goes through frames without unwind tables (the
+  // measurement scanned the stack above them), and those of them whose path the unwind recipes
+  // completed
+  std::uint64_t* scannedSamples = nullptr;
+  std::uint64_t* recoveredSamples = nullptr;
 };
 
 // Walks the profile's raw CCT, turning frames into typed scopes (symbolic frames directly,
@@ -34,7 +39,12 @@ struct ProjectionContext {
 // Address paths are checked for completeness (docs/postprocessing.md, "Path quality"): a path
 // whose outermost frame does not start a stack (Attributor::startsPath), and the part of a path
 // inside a frame outside every module (not named by the perf map), go below the root-level
-// procedure kTruncatedPathsName; their samples are counted in `truncatedSamples`.
+// procedure kTruncatedPathsName; their samples are counted in `truncatedSamples`. Where the
+// measurement stopped at a frame without unwind tables and scanned the stack above it
+// (storage UnwindNote), the frame's unwind recipe (Attributor::frameRule) picks the candidate
+// that holds its return address, and so on until the frame where unwinding resumed: the path
+// goes on there, or, if the recipes do not lead to it, it is truncated after the frames found.
+// Candidates that are not frames are dropped.
 std::vector<StmtValue> projectProfile(const ThreadProfile& profile, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context = {});
 

@@ -75,6 +75,7 @@ struct Instruction {
   std::uint8_t size = 0;
   Flow flow = Flow::Next;
   bool call = false;          // a direct call (target set) or an indirect one
+  bool padding = false;       // nop or int3: what assemblers put between functions
   std::uint64_t target = 0;   // direct jumps, branches and calls
   std::uint64_t slot = 0;     // calls and jumps through a RIP-relative pointer (GOT slot): its address
 };
@@ -98,6 +99,13 @@ struct FunctionCode {
   std::vector<Instruction> exits;          // per block: its last instruction
   Graph graph;                             // over blocks
   std::vector<std::uint64_t> callTargets;  // direct call targets, as found
+  // Where code that nothing in the range reaches (from its start, or from an address that the
+  // range takes with a RIP-relative lea: a computed jump) starts after a return or jump and the
+  // padding behind it, at a 16-byte boundary: the start of a function without symbol, unwind
+  // table or direct call (hand-written assembler called through pointers).
+  std::vector<std::uint64_t> startsAfterPadding() const;
+  std::vector<std::uint64_t> jumpTargets;  // direct jump and branch targets outside the range
+  std::vector<std::uint64_t> codeAddresses;  // instructions of the range whose address a RIP-relative lea takes (computed jumps)
   std::uint32_t unresolvedJumps = 0;       // indirect jumps that are neither a jump table nor followed
 
   const Instruction& last(std::uint32_t block) const { return exits[block]; }
@@ -123,6 +131,27 @@ struct FunctionCode {
 // or without a guard are read while they are. Other indirect jumps have no edge (a conservative
 // choice: a loop whose only way back passes through such a jump is not found). A Decoder is not
 // thread-safe; use one per thread.
+// What an instruction does to the stack pointer (rsp) and the frame pointer (rbp), for unwind
+// recipes (below). `value` is the byte count of SpAdd (rsp += value), SpFromBp (rsp = rbp +
+// value) and Enter (its frame size).
+enum class FrameOp : std::uint8_t {
+  None,
+  SpAdd,     // push, pop, sub/add/lea of rsp by a constant
+  PushBp,    // push %rbp
+  PopBp,     // pop %rbp
+  BpFromSp,  // mov %rsp, %rbp
+  SpFromBp,  // mov %rbp, %rsp; lea value(%rbp), %rsp
+  Leave,
+  Enter,
+  SpLost,    // any other change of rsp (and $-32, %rsp; sub %rax, %rsp; mov ..., %rsp)
+  BpLost,    // any other change of rbp
+};
+struct FrameEffect {
+  std::uint64_t address = 0;
+  FrameOp op = FrameOp::None;
+  std::int64_t value = 0;
+};
+
 class Decoder {
  public:
   Decoder();
@@ -132,10 +161,52 @@ class Decoder {
   FunctionCode decode(std::span<const std::uint8_t> code, std::uint64_t address, const ImageReader& image = {}) const;
   // Only the addresses of the instructions (the same linear sweep).
   std::vector<std::uint64_t> addresses(std::span<const std::uint8_t> code, std::uint64_t address) const;
+  // Per instruction (the same linear sweep), its effect on rsp and rbp.
+  std::vector<FrameEffect> frameEffects(std::span<const std::uint8_t> code, std::uint64_t address) const;
+  // The start of the call instruction that ends just before `returnAddress`, if `code` (the
+  // bytes before it, at most 15) ends with one.
+  std::optional<std::uint64_t> callBefore(std::span<const std::uint8_t> code, std::uint64_t returnAddress) const;
 
  private:
   std::size_t handle_ = 0;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Unwind recipes (thesis §3.2, "Computing Unwind Recipes"): for code without unwind tables,
+// where a frame's caller is, per instruction, from the moves of rsp and rbp since the function's
+// start, followed along its control-flow graph.
+
+struct FrameRule {
+  enum class Base : std::uint8_t { Sp, Bp, Unknown };
+  Base base = Base::Unknown;
+  // The canonical frame address (CFA: the caller's rsp after the return) is base + cfa; the
+  // return address is at CFA - 8.
+  std::int32_t cfa = 0;
+  bool bpKept = true;      // rbp still holds the caller's
+  bool bpSaved = false;    // else the caller's rbp is saved at CFA - bpSave
+  std::int32_t bpSave = 0;
+  bool operator==(const FrameRule&) const = default;
+};
+
+// The rules of one function: changes in address order; the rule at an address is that of the
+// last change at or before it (the state before the instruction there executes).
+class FunctionRecipes {
+ public:
+  FunctionRecipes() = default;
+  FunctionRecipes(std::vector<std::uint64_t> at, std::vector<FrameRule> rules) : at_(std::move(at)), rules_(std::move(rules)) {}
+  FrameRule at(std::uint64_t address) const;
+  std::size_t size() const { return at_.size(); }
+
+ private:
+  std::vector<std::uint64_t> at_;
+  std::vector<FrameRule> rules_;
+};
+
+// The recipes of the function decoded into `code` (its start is its first block), with
+// `effects` of the same instructions. The state at a block's entry comes from its first
+// predecessor in reverse postorder; a block that the entry does not reach takes that of the
+// code before it (after a return: the state before the return's block).
+FunctionRecipes computeRecipes(const FunctionCode& code, std::span<const FrameEffect> effects);
 
 // ---------------------------------------------------------------------------------------------
 // One module's structure
@@ -145,7 +216,7 @@ struct LoopScope {
   std::uint32_t parent = kNone;   // enclosing loop (index into loops())
   std::uint32_t inlineDepth = 0;  // inlined-subroutine levels between the procedure and the loop
   std::uint32_t file = 0;         // index into files()
-  std::uint32_t line = 0;
+  std::uint32_t line = 0;         // 0: its code has no line (no line table): the loop is known by its header
   bool irreducible = false;
   bool operator==(const LoopScope&) const = default;
 };
@@ -161,6 +232,8 @@ class ModuleStructure {
   // The start of the function around `address` (an ELF virtual address): the closest function
   // start at or below it in the same executable section; nullopt outside executable code.
   std::optional<std::uint64_t> functionStart(std::uint64_t address) const;
+  // Where that function ends: the next start, or the end of its section.
+  std::optional<std::uint64_t> functionEnd(std::uint64_t address) const;
   // The innermost loop around `address`, or kNone.
   std::uint32_t innermostLoop(std::uint64_t address) const;
 

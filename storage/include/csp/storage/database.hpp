@@ -23,7 +23,7 @@ namespace csp::storage {
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
 // 1.3: the sampling quality per profile (quality/ metadata keys).
-inline constexpr std::uint32_t kDatabaseFormatMinor = 4;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 5;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -147,6 +147,26 @@ inline constexpr double kQualityWarningShare = 0.10;
 // csp-views --effort draws no conclusions.
 inline constexpr std::string_view kOpenmpIdlenessProperty = "openmp-idleness";
 
+// Call paths through code without unwind tables (format 1.5; docs/postprocessing.md, "Code
+// without unwind information"): samples (of sampled metrics) whose path went through frames
+// above which the measurement scanned the stack, and those of them whose path the unwind recipes
+// of csp-prof-mpi completed (the others are truncated).
+struct UnwindRecovery {
+  std::uint64_t scannedSamples = 0;
+  std::uint64_t recoveredSamples = 0;
+  bool operator==(const UnwindRecovery&) const = default;
+};
+
+// The loops recovered in one module, or why none, or why some have no line (format 1.5;
+// docs/postprocessing.md, "Loops").
+struct ModuleLoops {
+  std::string module;           // the module's file name
+  std::uint64_t loops = 0;
+  std::uint64_t byAddress = 0;  // of them, known by their header address (their code has no line)
+  std::string note;             // why none, or why by address; empty when every loop has a line
+  auto operator<=>(const ModuleLoops&) const = default;
+};
+
 struct DatabaseMetadata {
   std::string title;  // free description of the experiment
   std::string executable;
@@ -172,6 +192,8 @@ struct DatabaseMetadata {
   std::vector<SamplingQuality> quality;
   // Thread class per profile (format 1.4); empty in older databases.
   std::vector<ThreadClassInfo> threadClasses;
+  std::optional<UnwindRecovery> unwindRecovery;  // format 1.5; absent in older databases
+  std::vector<ModuleLoops> moduleLoops;          // format 1.5: per module that attribution needed, by name
   bool operator==(const DatabaseMetadata&) const = default;
   bool hasQuality() const { return !quality.empty(); }
   SamplingQuality qualityTotal() const {

@@ -102,11 +102,40 @@ struct SymbolicFrame {
   auto operator<=>(const SymbolicFrame&) const = default;
 };
 
+// How the measurement found a frame of an address profile where the unwind tables gave out
+// (docs/profile-format.md, "Frames found without unwind tables"). Stored per CCT node as one
+// UInt32: kind << 28 | link << 14 | slot. Slots count the 8-byte stack words upwards from the
+// stack pointer of the frame the unwind stopped at (word 0 is at that stack pointer).
+enum class UnwindNoteKind : std::uint8_t {
+  Tables = 0,     // found by the unwind tables (CFI), as every frame of older profiles
+  Stopped = 1,    // no unwind tables cover this frame (or stepping failed): the stack above was scanned
+  Candidate = 2,  // a stack word above a Stopped frame that looks like a return address (unverified)
+  Resumed = 3,    // the first return address above a Stopped frame that has unwind tables: unwinding went on here
+};
+struct UnwindNote {
+  static constexpr std::uint32_t kMaxSlot = (1u << 14) - 1;
+  UnwindNoteKind kind = UnwindNoteKind::Tables;
+  std::uint32_t slot = 0;  // Candidate, Resumed: the word that held this frame's address
+  // 1 + a word index, 0 for none. Stopped: the word the frame pointer (rbp) pointed at.
+  // Candidate, Resumed: the word that the stack word just below `slot` points at (where a
+  // callee's `push %rbp` keeps its caller's frame pointer).
+  std::uint32_t link = 0;
+  constexpr std::uint32_t encode() const { return std::uint32_t{static_cast<std::uint8_t>(kind)} << 28 | link << 14 | slot; }
+  static constexpr UnwindNote decode(std::uint32_t v) {
+    return {static_cast<UnwindNoteKind>(v >> 28), v & kMaxSlot, (v >> 14) & kMaxSlot};
+  }
+  bool operator==(const UnwindNote&) const = default;
+};
+
 // Raw calling context tree; node 0 is the root. parent[i] < i for every i > 0.
 struct RawCct {
   std::vector<std::uint32_t> parent;
   std::vector<std::uint32_t> frame;
+  // Empty, or one encoded UnwindNote per node (address profiles whose unwind went past code
+  // without unwind tables; format 1.1).
+  std::vector<std::uint32_t> unwindNote;
   std::size_t size() const { return parent.size(); }
+  UnwindNote note(std::size_t node) const { return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]); }
   bool operator==(const RawCct&) const = default;
 };
 

@@ -107,7 +107,8 @@ struct TreeNode {
   std::vector<std::uint32_t> children;       // in display order
   unsigned depth = 0;
   NodeKind kind = NodeKind::Root;
-  std::string name;    // procedure, inlined procedure, module, file or region; empty otherwise
+  std::string name;    // procedure, inlined procedure, module, file or region; for a loop, call site or
+                       // statement without a line its header address or instruction offset; else empty
   std::string file;
   std::uint32_t line = 0;
   std::string module;
