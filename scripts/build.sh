@@ -10,6 +10,8 @@ while [[ $# -gt 0 ]]; do
   if [[ "$1" == "--" ]]; then shift; targets=("$@"); break; fi
   opts+=("$1"); shift
 done
+# The tests share a precompiled header: ccache caches compilations that use one only with these.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "${opts[@]}" >/dev/null
 jobs=$(nproc)
 ninja -C "$dir" -j "$jobs" "${targets[@]}"

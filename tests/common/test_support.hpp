@@ -1,13 +1,18 @@
 // Shared helpers for tests that run CSP's programs as a user would.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 
 namespace csp::test {
@@ -55,5 +60,41 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Inputs that several tests share: ctest runs every test case in a process of its own, so a
+// suite's SetUpTestSuite would build them once per case. sharedInput builds the directory
+// CSP_BINARY_DIR/test-shared/NAME-STAMP once, under a lock, by whichever test needs it first, and
+// hands the others the finished directory. STAMP follows the modification times of the tools
+// that build such inputs, so that a rebuilt tool never serves inputs of the old one. ctest
+// removes test-shared before and after a run (the CTest fixture csp_shared_inputs,
+// tests/CMakeLists.txt). `build` fills the directory and returns whether it succeeded (a failed
+// build leaves nothing; the next test tries again).
+inline std::filesystem::path sharedInput(const std::string& name,
+                                         const std::function<bool(const std::filesystem::path&)>& build) {
+  namespace fs = std::filesystem;
+  long long stamp = 0;
+  for (const char* t : {"csp-gen", "csp-prof-mpi", "csp-run"}) {
+    std::error_code ec;
+    const auto when = fs::last_write_time(tool(t), ec);
+    if (!ec) stamp ^= static_cast<long long>(when.time_since_epoch().count()) * 31;
+  }
+  const fs::path root = fs::path(CSP_BINARY_DIR) / "test-shared";
+  fs::create_directories(root);
+  const fs::path dir = root / (name + "-" + std::to_string(stamp & 0x7fffffffffffLL));
+  const int lock = ::open((dir.string() + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock >= 0) ::flock(lock, LOCK_EX);
+  const fs::path done = dir / ".complete";
+  if (!fs::exists(done)) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    if (build(dir)) {
+      std::ofstream(done) << "complete\n";
+    } else {
+      fs::remove_all(dir);
+    }
+  }
+  if (lock >= 0) ::close(lock);  // releases the lock
+  return dir;
+}
 
 }  // namespace csp::test

@@ -121,7 +121,7 @@ class Diff : public ::testing::Test {
     auto r = run(tool("csp-gen") + " -q --from-json " + json.string() + " -o " + meas.string());
     EXPECT_EQ(r.status, 0) << r.output;
     const auto db = dir / name;
-    r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+    r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
     EXPECT_EQ(r.status, 0) << r.output;
     return db;
   }
@@ -612,7 +612,7 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
     auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " -o " + (runDir / "meas").string() + " -- " + app +
                  " 400 300");
     ASSERT_EQ(r.status, 0) << r.output;
-    r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
+    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
             (runDir / "db").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
@@ -657,7 +657,7 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
     auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " --idleness -o " + (runDir / "meas").string() + " -- " +
                  app + " 200 150 300 block");
     ASSERT_EQ(r.status, 0) << r.output;
-    r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
+    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
             (runDir / "db").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }

@@ -47,16 +47,22 @@ bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// One measurement per optimization level, shared by the tests (about 1.5-2.5 s of CPU each,
-// sampled at 1000/s: a few hundred samples per kernel).
+// One measurement per optimization level, shared by the tests of a ctest run (about 1.5-2.5 s of
+// CPU each, sampled at 1000/s: a few hundred samples per kernel; csp::test::sharedInput).
 struct Measured {
-  TempDir dir;
   fs::path meas, db;
-  explicit Measured(const std::string& opt) : dir("loops-measured-" + opt), meas(dir / "meas"), db(dir / "db") {
-    auto r = run(tool("csp-run") + " -e cpu-time@1000 -o " + meas.string() + " -- " + app(opt) + " all 6");
-    EXPECT_EQ(r.status, 0) << r.output;
-    r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
-    EXPECT_EQ(r.status, 0) << r.output;
+  explicit Measured(const std::string& opt) {
+    const auto dir = csp::test::sharedInput("loops-measured-" + opt, [&](const fs::path& d) {
+      auto r = run("timeout -k 5 120 " + tool("csp-run") + " -e cpu-time@1000 -o " + (d / "meas").string() + " -- " +
+                   app(opt) + " all 6");
+      EXPECT_EQ(r.status, 0) << r.output;
+      if (r.status != 0) return false;
+      r = run(tool("csp-prof-mpi") + " -q " + (d / "meas").string() + " -o " + (d / "db").string());
+      EXPECT_EQ(r.status, 0) << r.output;
+      return r.status == 0;
+    });
+    meas = dir / "meas";
+    db = dir / "db";
   }
 };
 
@@ -258,15 +264,14 @@ TEST_P(LoopsMeasured, FlatAndCallersViews) {
 
 TEST_P(LoopsMeasured, SameDatabaseForAnyProcessCount) {
   const auto& m = measured(GetParam());
-  const auto db3 = m.dir / "db-np3";
+  TempDir dir("loops-np");
+  const auto db3 = dir / "db-np3";
   auto r = run(csp::test::mpirun(3) + tool("csp-prof-mpi") + " -q -j 1 --batch 1 " + m.meas.string() + " -o " + db3.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto db1 = m.dir / "db-np1";
+  const auto db1 = dir / "db-np1";
   r = run(tool("csp-prof-mpi") + " -q -j 2 --batch 1 " + m.meas.string() + " -o " + db1.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(csp::test::dumpDatabase(db1) == csp::test::dumpDatabase(db3));
-  fs::remove_all(db1);
-  fs::remove_all(db3);
 }
 
 INSTANTIATE_TEST_SUITE_P(OptimizationLevels, LoopsMeasured, ::testing::Values("O2", "O3"));

@@ -31,26 +31,27 @@ constexpr double kP[] = {5, 25, 50, 75, 95};
 // three; shared by the tests of this file.
 class Distributions : public ::testing::Test {
  protected:
+  // 1,000 profiles reduced by one and by three processes, shared by the tests of a ctest run
+  // (csp::test::sharedInput).
   static void SetUpTestSuite() {
-    dir_ = new TempDir("distributions");
-    const auto meas = dir_->path() / "meas";
-    auto r = run(tool("csp-gen") + " -q --ranks 250 --threads 4 --nodes 120 --imbalance 1.6 -o " + meas.string());
-    ASSERT_EQ(r.status, 0) << r.output;
-    for (int np : {1, 3}) {
-      const auto db = dir_->path() / ("np" + std::to_string(np));
-      r = run("timeout -k 5 300 " + csp::test::mpirun(np) + tool("csp-prof-mpi") + " -q -j 1 " + meas.string() + " -o " +
-              db.string());
-      ASSERT_EQ(r.status, 0) << r.output;
-    }
+    dir_ = csp::test::sharedInput("distributions", [](const fs::path& d) {
+      const auto meas = d / "meas";
+      auto r = run(tool("csp-gen") + " -q --ranks 250 --threads 4 --nodes 120 --imbalance 1.6 -o " + meas.string());
+      EXPECT_EQ(r.status, 0) << r.output;
+      if (r.status != 0) return false;
+      for (int np : {1, 3}) {
+        r = run("timeout -k 5 300 " + (np > 1 ? csp::test::mpirun(np) : std::string()) + tool("csp-prof-mpi") +
+                " -q -j 1 " + meas.string() + " -o " + (d / ("np" + std::to_string(np))).string());
+        EXPECT_EQ(r.status, 0) << r.output;
+        if (r.status != 0) return false;
+      }
+      return true;
+    });
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static fs::path db(int np) { return dir_->path() / ("np" + std::to_string(np)); }
-  static TempDir* dir_;
+  static fs::path db(int np) { return dir_ / ("np" + std::to_string(np)); }
+  static fs::path dir_;
 };
-TempDir* Distributions::dir_ = nullptr;
+fs::path Distributions::dir_;
 
 // The nearest-rank percentile of `values` (ascending) padded with `zeros` leading zeros.
 std::uint64_t nearestRank(const std::vector<std::uint64_t>& values, std::uint64_t zeros, double p) {

@@ -84,7 +84,7 @@ class Views : public ::testing::Test {
     auto r = run(tool("csp-gen") + " -q --from-json " + spec.string() + " -o " + meas.string());
     EXPECT_EQ(r.status, 0) << r.output;
     const auto db = dir / name;
-    r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+    r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
     EXPECT_EQ(r.status, 0) << r.output;
     return db;
   }
@@ -579,7 +579,7 @@ TEST_F(Views, CliSyntheticDatabaseEveryViewAndFormat) {
   auto r = run(tool("csp-gen") + " -q --ranks 4 --threads 2 --nodes 300 --metrics 2 --regions -o " + meas.string());
   ASSERT_EQ(r.status, 0) << r.output;
   const auto db = (dir / "syn").string();
-  r = run(csp::test::mpirun(1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db);
+  r = run(tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db);
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* view : {"", "--flat", "--callers", "--regions"})
     for (const char* format : {"text", "csv", "json"}) {
