@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/lint.sh [--format-only] [BASE]: the code's format and the clang-tidy checks.
+#   Every C and C++ file of the repository must be formatted as .clang-format says (clang-format
+#   14 from Debian 12; `clang-format -i FILE` fixes one). Then, unless --format-only, clang-tidy
+#   (.clang-tidy: function size, bugprone and performance checks) runs on the C++ sources that
+#   changed since BASE (default: the previous commit), with build/compile_commands.json.
+# Exits non-zero naming every file and finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+format_only=0 base=HEAD~1
+for arg in "$@"; do
+  case $arg in
+    --format-only) format_only=1 ;;
+    -*) echo "lint.sh: unknown option '$arg'" >&2; exit 2 ;;
+    *) base=$arg ;;
+  esac
+done
+command -v clang-format >/dev/null || { echo "lint.sh: clang-format is not installed (scripts/install-deps.sh)" >&2; exit 1; }
+
+mapfile -t sources < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
+bad=()
+for f in "${sources[@]}"; do
+  clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+done
+if [[ ${#bad[@]} -gt 0 ]]; then
+  echo "lint: not formatted as .clang-format says (fix with clang-format -i):" >&2
+  printf '  %s\n' "${bad[@]}" >&2
+  exit 1
+fi
+echo "lint: ${#sources[@]} files formatted as .clang-format says"
+[[ $format_only == 1 ]] && exit 0
+
+command -v clang-tidy >/dev/null || { echo "lint.sh: clang-tidy is not installed (scripts/install-deps.sh)" >&2; exit 1; }
+[[ -f build/compile_commands.json ]] || { echo "lint.sh: build/compile_commands.json missing (bash scripts/build.sh first)" >&2; exit 1; }
+mapfile -t changed < <(git diff --name-only --diff-filter=AM "$base" -- '*.cpp' | grep -v '^tests/' || true)
+if [[ ${#changed[@]} -eq 0 ]]; then
+  echo "lint: no C++ source of the libraries or tools changed since $base"
+  exit 0
+fi
+echo "lint: clang-tidy on ${#changed[@]} file(s) changed since $base"
+status=0
+for f in "${changed[@]}"; do
+  out=$(clang-tidy -p build --quiet "$f" 2>/dev/null | grep -E '^/.*(warning|error):' || true)
+  if [[ -n "$out" ]]; then
+    echo "$out"
+    status=1
+  fi
+done
+exit $status
