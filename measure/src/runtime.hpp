@@ -14,9 +14,11 @@
 #include <span>
 #include <vector>
 
+#include "csp/measure/events.hpp"
+
 namespace csp::measure {
 
-inline constexpr int kMaxEvents = 4;
+inline constexpr int kMaxEvents = kMaxEventCount;
 
 struct EventConfig {
   std::string name;  // "cpu-time" or "real-time"

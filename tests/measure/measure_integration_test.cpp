@@ -108,6 +108,13 @@ void expectHealthy(const ThreadProfile& p) {
   EXPECT_EQ(p.stats.truncatedPaths, 0u);
 }
 
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::string setting(const ThreadProfile& p, const std::string& key) {
   for (const auto& s : p.identity.settings)
     if (s.key == key) return s.value;
@@ -459,6 +466,34 @@ TEST(MeasureIntegration, CspRunDefaultDirectoryAndErrors) {
   EXPECT_EQ(run(kCspRun + " -e bogus-event -- true 2> /dev/null"), 2);
   EXPECT_EQ(run(kCspRun + " 2> /dev/null"), 2);
   EXPECT_EQ(run(kCspRun + " -o " + base.string() + "/x -- /nonexistent/program 2> /dev/null"), 127);
+}
+
+// csp-run accepts exactly what the library can sample (`-e none`, documented, samples nothing)
+// and refuses the rest as usage errors, naming the option: the library would otherwise ignore
+// an event with a warning and sample cpu-time@200 instead (cpu-time@200000 used to exit 0).
+TEST(MeasureIntegration, CspRunEventsAreCheckedLikeTheLibraryReadsThem) {
+  const fs::path base = scratch("cli-events");
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("timeout -k 5 60 " + kCspRun + " -e none -o " + (base / "none").string() + " -- " + kApps +
+                "csp-app-compute 4 > /dev/null 2> " + err),
+            0)
+      << slurp(err);
+  const auto none = readAll(base / "none");
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(none[0].metrics.empty()) << "no event sampled";
+  EXPECT_EQ(none[0].stats.samples, 0u);
+  for (const std::string bad : {"cpu-time@200000", "cpu-time@0", "real-time@5us", "real-time@3601s", "cpu-time@1x",
+                                "none -e cpu-time", "cpu-time -e cpu", "bogus"}) {
+    EXPECT_EQ(run("timeout -k 5 60 " + kCspRun + " -e " + bad + " -o " + (base / "bad").string() + " -- true 2> " + err), 2)
+        << bad;
+    const std::string text = slurp(err);
+    EXPECT_NE(text.find("csp-run: error: --event"), std::string::npos) << bad << ": " << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << bad << ": one line: " << text;
+  }
+  EXPECT_FALSE(fs::exists(base / "bad")) << "nothing is created for a refused command";
+  for (const std::string good : {"cpu-time@100000", "real-time@10us", "cpu@1s", "wall@3600s"})
+    EXPECT_EQ(run("timeout -k 5 60 " + kCspRun + " -e " + good + " -o " + (base / "good").string() + " -- true"), 0)
+        << good;
 }
 
 // exec is survived: a shell that runs the app in a child and then execs it leaves two profiles
