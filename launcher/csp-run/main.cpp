@@ -215,6 +215,12 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   const fs::path outDir = fs::absolute(output, ec);  // the program may change directory
+  // Ranks share the directory, so an existing one (or a link to one) is used as it is; a link
+  // to nothing is no place for profiles, and is never replaced.
+  if (fs::is_symlink(fs::symlink_status(outDir, ec)) && !fs::exists(outDir, ec)) {
+    fmt::print(stderr, "csp-run: error: {}: a dangling symbolic link, not a measurement directory\n", outDir.string());
+    return 2;
+  }
   fs::create_directories(outDir, ec);
   if (ec || !fs::is_directory(outDir)) {
     fmt::print(stderr, "csp-run: error: {}: cannot create the measurement directory{}\n", outDir.string(),

@@ -626,9 +626,15 @@ struct DatabaseBuilder::Impl {
   }
 
   // Checks made at construction and again just before the rename.
+  // Any entry at the target counts, a dangling symbolic link included; a link is never followed
+  // to decide, nor replaced (publishing would swap the link itself, not what it points to).
   void checkTarget() const {
     std::error_code ec;
-    if (!fs::exists(target, ec)) return;
+    const auto status = fs::symlink_status(target, ec);
+    if (!fs::exists(status)) return;
+    if (fs::is_symlink(status))
+      throw DatabaseError(target, "is a symbolic link; it is never replaced, even with --force: remove it, or give the "
+                                  "directory it points to");
     if (!isCspDatabase(target))
       throw DatabaseError(target, "exists and is not a CSP database; it is never replaced, even with --force");
     if (!options.force) throw DatabaseError(target, "already exists (use --force to replace it)");
