@@ -147,6 +147,8 @@ int main(int argc, char** argv) {
     csp::reduce::Comm comm(MPI_COMM_WORLD);
     const auto s = csp::reduce::runProf(comm, o, &progress);
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
+    if (rank == 0 && quiet)  // what is missing from the measurement is said even then
+      for (const auto& w : s.measurementWarnings) fmt::print(stderr, "csp-prof-mpi: warning: {}\n", w);
     if (rank == 0 && !quiet) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("csp-prof-mpi: wrote {}\n", output);
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
       fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
                  q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
+      for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);

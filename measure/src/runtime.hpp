@@ -237,6 +237,12 @@ class TerminationGuard {
   TerminationGuard(const TerminationGuard&) = delete;
   TerminationGuard& operator=(const TerminationGuard&) = delete;
 };
+// Ranks of one node that end together on a termination signal (peers.cpp): under mpirun every
+// rank's death shortens the time the others have before SIGKILL, so a rank that has written
+// waits for the node's other terminating ranks (at most until deadlineNs, CLOCK_MONOTONIC).
+void initTerminationPeers();  // at start-up and in a fork child: this process's local rank, if any
+void announceTerminating();   // the writer of a termination starts
+void waitForTerminatingPeers(std::uint64_t deadlineNs);
 // Writes the profile of every thread still registered (termination: the threads keep running;
 // their arenas stay mapped).
 void writeAllProfilesNow();
@@ -258,7 +264,7 @@ std::shared_ptr<const std::vector<ModuleRecord>> loadMapSnapshot();
 // ---------------------------------------------------------------------------------------------
 // Process identity (rank, fork generation) used for id tuples.
 
-void setMpiRank(long rank);
+void setMpiRank(long rank, long size);  // MPI_COMM_WORLD's, learnt in MPI_Init
 
 // ---------------------------------------------------------------------------------------------
 // Work and idleness (idleness.cpp, ompt.cpp).

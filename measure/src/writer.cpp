@@ -23,17 +23,37 @@ namespace csp::measure {
 namespace {
 
 constinit std::atomic<long> g_mpiRank{-1};
+constinit std::atomic<long> g_mpiSize{-1};
 
-// The launcher's rank when the program never calls MPI_Init (or uses an MPI whose handles we
-// cannot pass): Open MPI, PMIx, MPICH/Hydra, Slurm.
+long numberFromEnvironment(const char* name) {
+  const char* v = name != nullptr ? std::getenv(name) : nullptr;
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 ? n : -1;
+}
+
+// The launcher's rank and rank count when the program never calls MPI_Init (or uses an MPI whose
+// handles we cannot pass): Open MPI, PMIx, MPICH/Hydra, Slurm.
+struct LauncherVariables {
+  const char* rank;
+  const char* size;
+};
+constexpr LauncherVariables kLaunchers[] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                            {"PMIX_RANK", nullptr},
+                                            {"PMI_RANK", "PMI_SIZE"},
+                                            {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}};
+
 long rankFromEnvironment() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long r = std::strtol(v, &end, 10);
-    if (*end == '\0' && r >= 0) return r;
-  }
+  for (const auto& l : kLaunchers)
+    if (const long r = numberFromEnvironment(l.rank); r >= 0) return r;
+  return -1;
+}
+
+long rankCount() {
+  if (const long size = g_mpiSize.load(); size > 0) return size;
+  for (const auto& l : kLaunchers)
+    if (numberFromEnvironment(l.rank) >= 0) return numberFromEnvironment(l.size);
   return -1;
 }
 
@@ -232,7 +252,10 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
 
 }  // namespace
 
-void setMpiRank(long rank) { g_mpiRank.store(rank); }
+void setMpiRank(long rank, long size) {
+  g_mpiRank.store(rank);
+  g_mpiSize.store(size);
+}
 
 // fork: the writer thread may be appending to the bundle; the child must not inherit the lock
 // held by a thread it does not have.
@@ -275,6 +298,9 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   settings.push_back({"max-depth", std::to_string(c.maxDepth)});
   settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
   settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+  // The job's rank count, so that post-processing can tell which ranks left no profile.
+  if (const long ranks = rankCount(); ranks > 0 && p.identity.idTuple.front().kind == IdKind::Rank)
+    settings.push_back({"mpi-ranks", std::to_string(ranks)});
   if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
     settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
   if (takenOver) {

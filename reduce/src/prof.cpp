@@ -116,7 +116,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     storage::StringIds strings;  // texts in order of first use by the final CCT, then region names
     mainShard.putCct(prof::cctNodes(pipeline, strings));
     prof::RegionSummaries::write(regionParts, pipeline.regions(), strings, mainShard);
-    auto meta = prof::assembleMetadata(options, pipeline, identities);
+    auto meta = prof::assembleMetadata(options, pipeline, identities, summary.measurementWarnings);
     meta.strings = strings.take();
     summary.quality = meta.qualityTotal();
     mainShard.finish();

@@ -26,10 +26,13 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.text(info.identity.executable);
     p.u64(info.identity.commandLine.size());
     for (const auto& a : info.identity.commandLine) p.text(a);
-    std::string command;
-    for (const auto& st : info.identity.settings)
+    std::string command, ranks;
+    for (const auto& st : info.identity.settings) {
       if (st.key == "command") command = st.value;
+      if (st.key == "mpi-ranks") ranks = st.value;
+    }
     p.text(command);
+    p.text(ranks);
     // Sampling quality (docs/postprocessing.md, "Path quality").
     p.u64(info.stats.samples);
     p.u64(info.stats.unwindFailures);
@@ -39,6 +42,60 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
   }
   return comm.gather(p.take());
 }
+
+namespace {
+
+constexpr std::size_t kNamedTemporaries = 5;
+
+// "1, 3-5, 9": sorted numbers as ranges.
+std::string numberRanges(const std::vector<std::uint64_t>& sorted) {
+  std::string out;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ",
+                       j == i ? fmt::format("{}", sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+// Ranks of the measured job without any profile (gaps in the numbering, and ranks up to the
+// recorded rank count), and ranks with fewer thread profiles than most ranks have: what a rank
+// killed before it wrote everything leaves (docs/postprocessing.md, "Incomplete measurements").
+std::vector<std::string> missingRanksAndThreads(const std::map<std::uint64_t, std::uint64_t>& profilesOfRank,
+                                                std::uint64_t rankCount) {
+  std::vector<std::string> warnings;
+  if (profilesOfRank.empty()) return warnings;
+  const std::uint64_t ranks = std::max(rankCount, profilesOfRank.rbegin()->first + 1);
+  std::vector<std::uint64_t> absent;
+  for (std::uint64_t r = 0; r < ranks && absent.size() <= ranks; ++r)
+    if (!profilesOfRank.count(r)) absent.push_back(r);
+  const std::string which = fmt::format("rank{} {}", absent.size() == 1 ? "" : "s", numberRanges(absent));
+  if (!absent.empty() && rankCount > 0)
+    warnings.push_back(fmt::format("{} of {} ranks left no profile ({}): killed before they wrote them?", absent.size(),
+                                   ranks, which));
+  else if (!absent.empty())
+    warnings.push_back(fmt::format("{} left no profile, though ranks up to {} did: killed before they wrote them?", which,
+                                   ranks - 1));
+  // The most common number of thread profiles per rank (ties: the larger).
+  std::map<std::uint64_t, std::uint64_t> ranksWith;
+  for (const auto& [rank, n] : profilesOfRank) ++ranksWith[n];
+  std::uint64_t usual = 0, most = 0;
+  for (const auto& [n, count] : ranksWith)
+    if (count >= most) usual = n, most = count;
+  std::map<std::uint64_t, std::vector<std::uint64_t>> fewer;  // thread count -> ranks
+  for (const auto& [rank, n] : profilesOfRank)
+    if (n < usual) fewer[n].push_back(rank);
+  for (const auto& [n, list] : fewer)
+    warnings.push_back(fmt::format("rank{} {} ha{} {} thread profile{}, most ranks have {}: profiles may be missing "
+                                   "(killed while writing them?)",
+                                   list.size() == 1 ? "" : "s", numberRanges(list), list.size() == 1 ? "s" : "ve", n,
+                                   n == 1 ? "" : "s", usual));
+  return warnings;
+}
+
+}  // namespace
 
 std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings) {
   const FinalCct& cct = pipeline.cct();
@@ -53,8 +110,11 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
 }
 
 storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
-                                           const std::vector<std::vector<std::byte>>& identities) {
+                                           const std::vector<std::vector<std::byte>>& identities,
+                                           std::vector<std::string>& warnings) {
   storage::DatabaseMetadata meta;
+  std::map<std::uint64_t, std::uint64_t> profilesOfRank;
+  std::uint64_t rankCount = 0;  // the measured job's, as the measurement recorded it (0: unknown)
   meta.title = options.title;
   meta.profiles.resize(pipeline.profileCount());
   meta.quality.resize(pipeline.profileCount());
@@ -80,6 +140,10 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       std::vector<std::string> cmd(u.u64());
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
+      const std::string ranks = u.text();
+      for (const auto& e : tuple)
+        if (e.kind == IdKind::Rank) ++profilesOfRank[e.value];
+      rankCount = std::max<std::uint64_t>(rankCount, std::strtoull(ranks.c_str(), nullptr, 10));
       storage::SamplingQuality q;
       q.samples = u.u64();
       q.unwindFailures = u.u64();
@@ -141,6 +205,22 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
     std::string list;
     for (const auto& [n, exe] : byThreads) list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
     meta.properties.push_back({"executables", list});
+  }
+  warnings = missingRanksAndThreads(profilesOfRank, rankCount);
+  const auto& temporaries = pipeline.leftoverTemporaries();
+  if (!temporaries.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < std::min<std::size_t>(temporaries.size(), kNamedTemporaries); ++i)
+      names += fmt::format("{}{}", i ? ", " : "", temporaries[i]);
+    if (temporaries.size() > kNamedTemporaries) names += fmt::format(" and {} more", temporaries.size() - kNamedTemporaries);
+    warnings.push_back(fmt::format("{} unfinished profile temporar{} left by a measurement killed while writing (those "
+                                   "profiles are missing; remove them): {}",
+                                   temporaries.size(), temporaries.size() == 1 ? "y" : "ies", names));
+  }
+  if (!warnings.empty()) {
+    std::string joined;
+    for (const auto& w : warnings) joined += (joined.empty() ? "" : "; ") + w;
+    meta.properties.push_back({"measurement-warnings", joined});
   }
   return meta;
 }

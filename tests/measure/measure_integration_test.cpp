@@ -449,6 +449,27 @@ TEST(MeasureIntegration, SamplingSignalTakeoverIsIntercepted) {
   for (const auto& p : readAll(base / "meas3")) EXPECT_EQ(setting(p, "sampling-signal-taken-over"), "no");
 }
 
+// Every rank's profiles record the job's rank count (setting mpi-ranks, from MPI_Comm_size or
+// the launcher), so that csp-prof-mpi names the last ranks when they left no profile: a gap at
+// the end of the numbering is invisible otherwise.
+TEST(MeasureIntegration, RankCountIsRecordedSoMissingRanksAreNamed) {
+  const fs::path base = scratch("mpi-ranks");
+  const fs::path dir = base / "meas";
+  ASSERT_EQ(run("timeout -k 5 120 env " + kMpirun + " -np 3 " + kCspRun + " -o " + dir.string() + " -- " + kApps +
+                "csp-app-mpi-split 4 1 > /dev/null"),
+            0);
+  for (const auto& p : readAll(dir)) EXPECT_EQ(setting(p, "mpi-ranks"), "3") << formatIdTuple(p.identity.idTuple);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().starts_with("r000002")) fs::remove(e.path());
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q " + dir.string() + " -o " + (base / "db").string() +
+                " 2> " + err),
+            0)
+      << slurp(err);
+  EXPECT_NE(slurp(err).find("csp-prof-mpi: warning: 1 of 3 ranks left no profile (rank 2)"), std::string::npos)
+      << slurp(err);
+}
+
 // csp-run names the default directory after the program and the job (here: the pid).
 TEST(MeasureIntegration, CspRunDefaultDirectoryAndErrors) {
   const fs::path base = scratch("cli");

@@ -296,8 +296,8 @@ TEST(MeasureSafety, ProgramTerminationHandlerIsKept) {
 }
 
 // `kill -TERM` to mpirun: Open MPI 4.1 sends the ranks SIGCONT, then, a second later
-// (odls_base_sigkill_timeout), SIGTERM, and ends the job as soon as the first rank is gone, so
-// a rank may be killed before its SIGTERM arrives (plain `bash` ranks with a trap show the same).
+// (odls_base_sigkill_timeout), SIGTERM, and SIGKILL a second after that; every rank that dies
+// meanwhile cuts the rest of that second short (see Termination, below).
 // The ranks that do get SIGTERM keep all their threads' profiles; before, no rank kept any.
 TEST(MeasureSafety, MpirunTerminatedKeepsRankProfiles) {
   const fs::path dir = scratch("terminate-mpi") / "meas";
@@ -316,6 +316,62 @@ TEST(MeasureSafety, MpirunTerminatedKeepsRankProfiles) {
   ASSERT_FALSE(threadsByRank.empty()) << "no rank kept its profiles";
   for (const auto& [rank, threads] : threadsByRank)
     EXPECT_EQ(threads, (std::set<std::uint64_t>{0, 1})) << "rank " << rank << ": every thread or none";
+}
+
+namespace {
+
+// Two busy loops in shells, one per core of the test machine, for as long as the object lives:
+// the termination path must hold up on a loaded machine.
+class CpuHogs {
+ public:
+  CpuHogs() {
+    for (auto& pid : pids_) {
+      pid = fork();
+      if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
+        _exit(127);
+      }
+    }
+  }
+  ~CpuHogs() {
+    for (const pid_t pid : pids_) {
+      if (pid <= 0) continue;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  CpuHogs(const CpuHogs&) = delete;
+  CpuHogs& operator=(const CpuHogs&) = delete;
+
+ private:
+  pid_t pids_[2] = {-1, -1};
+};
+
+}  // namespace
+
+// What a Slurm time limit does to an mpirun job, on a loaded machine: `timeout -s TERM` ends
+// mpirun, which sends its 4 ranks SIGTERM and SIGKILL a second later; every rank that dies
+// meanwhile interrupts that second, which Open MPI then resumes with its whole seconds only, so
+// the first rank done writing used to have the others killed at once (2 or 3 of 6 runs lost one
+// or two ranks). Ranks of a node now die together once all of them have written (peers.cpp):
+// every run keeps every thread of every rank.
+TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
+  const fs::path base = scratch("terminate-mpi-loaded");
+  CpuHogs hogs;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const fs::path dir = base / ("meas" + std::to_string(attempt));
+    run("timeout -k 30 -s TERM 6 " + kMpirun + " -np 4 " + kCspRun + " -o " + dir.string() + " -- " + kBin +
+        "/tests/apps/csp-app-mpi-split 2000 2 > /dev/null 2>&1");
+    std::map<std::uint64_t, std::set<std::uint64_t>> threadsByRank;
+    for (const auto& p : readAll(dir)) threadsByRank[idOf(p, IdKind::Rank)].insert(idOf(p, IdKind::Thread));
+    ASSERT_EQ(threadsByRank.size(), 4u) << "attempt " << attempt << ": ranks lost";
+    for (const auto& [rank, threads] : threadsByRank) {
+      EXPECT_GE(threads.size(), 3u) << "attempt " << attempt << ", rank " << rank << ": main + 2 workers at least";
+      EXPECT_EQ(threads, threadsByRank.begin()->second) << "attempt " << attempt << ", rank " << rank;
+    }
+    for (const auto& e : fs::directory_iterator(dir))
+      EXPECT_EQ(e.path().extension(), ".cspprof") << "attempt " << attempt << ": left behind: " << e.path();
+  }
 }
 
 // Item 4: a SIGALRM handler that siglongjmps out, 20,000 times a second. It used to interrupt the

@@ -174,6 +174,44 @@ TEST(ProfBundles, BundledProfilesGiveTheSameViewsForAnyProcessCount) {
   EXPECT_NE(twice.output.find(".cspbundle@"), std::string::npos) << twice.output;
 }
 
+// What a rank killed before or while writing leaves: no profile at all, fewer threads than the
+// other ranks, or a temporary of an unfinished profile. csp-prof-mpi used to say nothing; it now
+// names each in its summary (and on stderr with -q) and in the database's property
+// "measurement-warnings", the same for any process count; a complete measurement has none.
+TEST(ProfWarnings, MissingRanksThreadsAndTemporariesAreNamed) {
+  TempDir dir("prof-missing");
+  const auto meas = dir / "meas";
+  auto r = run("timeout -k 5 60 " + tool("csp-gen") + " -q --ranks 6 --threads 3 --nodes 30 -o " + meas.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto complete = run(limited(120, 2) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + (dir / "db0").string());
+  ASSERT_EQ(complete.status, 0) << complete.output;
+  EXPECT_EQ(complete.output.find("warning"), std::string::npos) << complete.output;
+  for (const auto& e : fs::directory_iterator(meas)) {
+    const std::string name = e.path().filename().string();
+    if (name.find("-r000002-") != std::string::npos || name.find("-r000004-t0001") != std::string::npos ||
+        name.find("-r000005-t0002") != std::string::npos)
+      fs::remove(e.path());
+  }
+  std::ofstream(meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf");  // 0 bytes, as a killed writer left it
+  const std::string expected[] = {
+      "warning: rank 2 left no profile, though ranks up to 5 did",
+      "warning: ranks 4-5 have 2 thread profiles, most ranks have 3: profiles may be missing",
+      "warning: 1 unfinished profile temporary left by a measurement killed while writing (those profiles are missing; "
+      "remove them): " + (meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf").string()};
+  for (int ranks : {1, 3}) {
+    const auto db = dir / ("db" + std::to_string(ranks));
+    r = run(limited(120, ranks) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + db.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (const auto& line : expected) EXPECT_NE(r.output.find("  " + line), std::string::npos) << ranks << ": " << r.output;
+    const auto quiet = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string() +
+                           " --force");
+    ASSERT_EQ(quiet.status, 0) << quiet.output;
+    for (const auto& line : expected)
+      EXPECT_NE(quiet.output.find("csp-prof-mpi: " + line), std::string::npos) << ranks << ": " << quiet.output;
+    EXPECT_NE(views(db, "--info").find("measurement-warnings = rank 2 left no profile"), std::string::npos);
+  }
+}
+
 class ProfFailure : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -37,6 +37,10 @@ struct ProfSummary {
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
   storage::SamplingQuality quality; // sum over all profiles (rank 0)
+  // What is missing from the measurement (rank 0): ranks without profiles, ranks with fewer
+  // thread profiles than most, unfinished profile temporaries (also in the database's property
+  // "measurement-warnings").
+  std::vector<std::string> measurementWarnings;
 };
 
 // The warnings csp-prof-mpi prints about sampling quality: one line each for truncated and
