@@ -132,7 +132,9 @@ int main(int argc, char** argv) {
   o.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
-  o.onTempDir = [](const std::filesystem::path& dir) { csp::cli::removeOnTermination(dir); };
+  o.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
+    csp::cli::removeOnTermination(dir, ownerPid == ::getpid() ? 0 : ownerPid);
+  };
   o.onLeftover = [quiet](bool removed, const std::string& text) {
     if (!removed) fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
     else if (!quiet) fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);

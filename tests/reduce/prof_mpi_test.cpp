@@ -338,6 +338,65 @@ TEST_F(ProfFailure, TerminatedOrKilledLauncherLeavesNothingBehind) {
   }
 }
 
+// Two busy loops, one per core, while the object lives: termination must hold up under load.
+class CpuHogs {
+ public:
+  CpuHogs() {
+    for (auto& pid : pids_) {
+      pid = ::fork();
+      if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+    }
+  }
+  ~CpuHogs() {
+    for (const pid_t pid : pids_) {
+      if (pid <= 0) continue;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  CpuHogs(const CpuHogs&) = delete;
+  CpuHogs& operator=(const CpuHogs&) = delete;
+
+ private:
+  pid_t pids_[2] = {-1, -1};
+};
+
+// SIGTERM to mpirun while rank 0 creates the database (fault point "output": the temporary
+// directory and its RocksDB instance exist), on a loaded machine, at 4 processes, several times.
+// The directory used to exist before any process would remove it on a termination signal: it
+// survived with its RocksDB files, and nothing was said. Now every rank knows it beforehand.
+TEST_F(ProfFailure, TerminatedWhileCreatingTheOutputLeavesNothing) {
+  CpuHogs hogs;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string name = "db-output-" + std::to_string(attempt);
+    const std::string command = "CSP_FAULT_INJECT=0:output:stall " + csp::test::mpirun(4) + tool("csp-prof-mpi") +
+                                " -q -j 1 " + meas_.string() + " -o " + (dir_->path() / name).string() +
+                                " >/dev/null 2>&1 & echo $!";
+    const int launcher = std::atoi(run(command).output.c_str());
+    ASSERT_GT(launcher, 0);
+    for (int i = 0; i < 400 && !hasTemporary(dir_->path()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(hasTemporary(dir_->path())) << "attempt " << attempt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(launcher, SIGTERM);
+    int left = -1;
+    for (int i = 0; i < 150; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      left = processesWriting(name);
+      if (left == 0) break;
+    }
+    EXPECT_EQ(left, 0) << "attempt " << attempt << ": processes still running 15 s after SIGTERM";
+    EXPECT_FALSE(hasTemporary(dir_->path())) << "attempt " << attempt << ": the temporary directory survived";
+    EXPECT_FALSE(fs::exists(dir_->path() / name)) << "attempt " << attempt;
+    ::waitpid(launcher, nullptr, WNOHANG);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_->path()))
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove_all(e.path(), ec);
+  }
+}
+
 TEST_F(ProfFailure, FullOutputFileSystemStopsEveryRank) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   // File systems too small at different points of the run (staging, merge, ingest), then big enough.
