@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
       auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
       fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
                  q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
+      if (!s.droppedByCause.empty()) fmt::print("    dropped by cause: {}\n", s.droppedByCause);
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);

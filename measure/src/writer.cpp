@@ -128,8 +128,7 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
   p.cct.parent.push_back(kNoIndex);
   p.cct.frame.push_back(kNoIndex);
   if (a.size <= 1) return;  // never sampled (most short threads): no frame, so no module is needed
-  const auto snapshot = loadMapSnapshot();
-  const auto& modules = *snapshot;
+  const auto modules = loadMapSnapshot();
   for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
   std::uint32_t unknownModule = kNoIndex;
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
@@ -252,6 +251,12 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
 
 }  // namespace
 
+const char* dropCauseName(int cause) {
+  static constexpr const char* kNames[kDropCauses] = {"no-memory",      "no-frame",    "tree-full",
+                                                      "recording-wait", "loader-busy", "throttled"};
+  return cause >= 0 && cause < kDropCauses ? kNames[cause] : "unknown";
+}
+
 void setMpiRank(long rank, long size) {
   g_mpiRank.store(rank);
   g_mpiSize.store(size);
@@ -263,6 +268,19 @@ void lockWriterForFork() { g_factsMutex.lock(); }
 void unlockWriterAfterFork() { g_factsMutex.unlock(); }
 
 namespace {
+
+// Settings dropped-<cause> (non-zero ones): why the profile's dropped samples were not
+// recorded. What the counters do not explain (samples whose handler never finished) is
+// dropped-abandoned.
+void addDropCauses(const ThreadState& t, ThreadProfile& p) {
+  std::uint64_t explained = 0;
+  for (int c = 0; c < kDropCauses; ++c) {
+    explained += t.droppedBy[c];
+    if (t.droppedBy[c] != 0) p.identity.settings.push_back({std::string("dropped-") + dropCauseName(c), std::to_string(t.droppedBy[c])});
+  }
+  if (p.stats.droppedSamples > explained)
+    p.identity.settings.push_back({"dropped-abandoned", std::to_string(p.stats.droppedSamples - explained)});
+}
 
 // Builds `t`'s profile into `p` and the measurement directory into `dir`; false if the
 // directory cannot be made (reported once: the profile is lost).
@@ -344,6 +362,7 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   }
   settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
   settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
+  addDropCauses(t, p);
   return true;
 }
 

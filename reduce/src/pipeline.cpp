@@ -551,9 +551,12 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
       const ThreadFeatures features = threadFeatures(p, stmt, entries, localCct, strings);
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
-      // the executable, the command csp-run ran and the job's rank count (settings), and a
-      // command line only for the first profile of each executable in a row.
-      std::erase_if(p.identity.settings, [](const Setting& st) { return st.key != "command" && st.key != "mpi-ranks"; });
+      // the executable, the command csp-run ran, the job's rank count and the causes of dropped
+      // samples (settings), and a command line only for the first profile of each executable
+      // in a row.
+      std::erase_if(p.identity.settings, [](const Setting& st) {
+        return st.key != "command" && st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
+      });
       local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, {}};
       local[i]->truncatedSamples = truncated;
       local[i]->features = features;

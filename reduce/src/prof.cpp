@@ -136,6 +136,8 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     mainShard.putCct(prof::cctNodes(pipeline, strings));
     prof::RegionSummaries::write(regionParts, pipeline.regions(), strings, mainShard);
     auto meta = prof::assembleMetadata(options, pipeline, identities, summary.measurementWarnings);
+    for (const auto& p : meta.properties)
+      if (p.key == "dropped-samples-by-cause") summary.droppedByCause = p.value;
     meta.strings = strings.take();
     summary.quality = meta.qualityTotal();
     mainShard.finish();

@@ -27,12 +27,19 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.u64(info.identity.commandLine.size());
     for (const auto& a : info.identity.commandLine) p.text(a);
     std::string command, ranks;
+    std::vector<const Setting*> dropped;
     for (const auto& st : info.identity.settings) {
       if (st.key == "command") command = st.value;
       if (st.key == "mpi-ranks") ranks = st.value;
+      if (st.key.starts_with("dropped-")) dropped.push_back(&st);
     }
     p.text(command);
     p.text(ranks);
+    p.u64(dropped.size());
+    for (const Setting* st : dropped) {
+      p.text(st->key.substr(std::string_view("dropped-").size()));
+      p.u64(std::strtoull(st->value.c_str(), nullptr, 10));
+    }
     // Sampling quality (docs/postprocessing.md, "Path quality").
     p.u64(info.stats.samples);
     p.u64(info.stats.unwindFailures);
@@ -95,6 +102,23 @@ std::vector<std::string> missingRanksAndThreads(const std::map<std::uint64_t, st
   return warnings;
 }
 
+// "loader-busy 72803 (93.1 %), throttled 5000 (6.4 %)": the measurement's causes of dropped
+// samples (docs/measurement.md, "Health counters"), the most frequent first.
+std::string droppedByCause(const std::map<std::string, std::uint64_t>& droppedBy) {
+  std::vector<std::pair<std::uint64_t, std::string>> causes;
+  std::uint64_t total = 0;
+  for (const auto& [cause, n] : droppedBy) {
+    if (n == 0) continue;
+    causes.emplace_back(n, cause);
+    total += n;
+  }
+  std::stable_sort(causes.begin(), causes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text;
+  for (const auto& [n, cause] : causes)
+    text += fmt::format("{}{} {} ({:.1f} %)", text.empty() ? "" : ", ", cause, n, 100.0 * double(n) / double(total));
+  return text;
+}
+
 }  // namespace
 
 std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings) {
@@ -115,6 +139,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   storage::DatabaseMetadata meta;
   std::map<std::uint64_t, std::uint64_t> profilesOfRank;
   std::uint64_t rankCount = 0;  // the measured job's, as the measurement recorded it (0: unknown)
+  std::map<std::string, std::uint64_t> droppedBy;  // dropped samples by the measurement's cause
   meta.title = options.title;
   meta.profiles.resize(pipeline.profileCount());
   meta.quality.resize(pipeline.profileCount());
@@ -141,6 +166,10 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
       const std::string ranks = u.text();
+      for (auto n = u.u64(); n > 0; --n) {
+        const std::string cause = u.text();
+        droppedBy[cause] += u.u64();
+      }
       for (const auto& e : tuple)
         if (e.kind == IdKind::Rank) ++profilesOfRank[e.value];
       rankCount = std::max<std::uint64_t>(rankCount, std::strtoull(ranks.c_str(), nullptr, 10));
@@ -206,6 +235,8 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
     for (const auto& [n, exe] : byThreads) list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
     meta.properties.push_back({"executables", list});
   }
+  if (const auto causes = droppedByCause(droppedBy); !causes.empty())
+    meta.properties.push_back({"dropped-samples-by-cause", causes});
   warnings = missingRanksAndThreads(profilesOfRank, rankCount);
   const auto& temporaries = pipeline.leftoverTemporaries();
   if (!temporaries.empty()) {

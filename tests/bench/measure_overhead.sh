@@ -11,6 +11,8 @@
 # Then lock-heavy threads (tests/apps/threads.cpp `heavy`): 4 threads take one mutex LOCKS times
 # each (default 1,000,000), uninstrumented, under csp-run and under csp-run --idleness (mutex
 # wrappers, lock blame). Target: --idleness within 5 % of csp-run's CPU time.
+# Then a dlopen/dlclose storm (tests/apps/hostile.cpp `dlopen-pairs`), uninstrumented and under
+# csp-run -e none. Target: at most 5 us of CPU per dlopen/dlclose pair.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -116,3 +118,26 @@ printf '  runs (wall cpu), csp-run --idleness:     %s\n' "$(tr '\n' ',' <"$work/
 printf '  median cpu       %.3f s  /  %.3f s  /  %.3f s\n' "$lplainCpu" "$lcspCpu" "$lidleCpu"
 printf '  --idleness over csp-run: median cpu %+.2f %%, paired median %+.2f %%   (target <= 5 %%)\n' \
   "$(pct "$lcspCpu" "$lidleCpu")" "$lpaired"
+
+# dlopen/dlclose storm: PAIRS pairs of the test plugin with 100 other copies of it loaded (a load
+# map as large as an MPI program's), uninstrumented and under csp-run -e none (no sampling: what
+# is left is the interposed dlclose, which records modules new to the load map). Target: at most
+# 5 us of CPU per pair.
+pairs=12300
+plugin=$build/tests/apps/csp-app-plugin.so
+mkdir -p "$work/resident"
+for ((k = 1; k <= 100; k++)); do cp "$plugin" "$work/resident/p$k.so"; done
+: >"$work/dl-plain" ; : >"$work/dl-none"
+for ((i = 1; i <= runs; i++)); do
+  timed "$work/dl-plain" "$hostile" dlopen-pairs "$plugin" "$pairs" 0 "$work"/resident/*.so
+  timed "$work/dl-none" "$csprun" -e none -o "$work/dl-meas" -- "$hostile" dlopen-pairs "$plugin" "$pairs" 0 "$work"/resident/*.so
+done
+dplainCpu=$(cut -d' ' -f2 "$work/dl-plain" | median)
+dnoneCpu=$(cut -d' ' -f2 "$work/dl-none" | median)
+dpaired=$(paste -d' ' "$work/dl-plain" "$work/dl-none" | awk -v n="$pairs" '{ print 1e6 * ($4 - $2) / n }' | median)
+printf 'dlopen/dlclose storm, %s pairs, 100 resident modules, %s runs each, csp-run -e none\n' "$pairs" "$runs"
+printf '  runs (wall cpu), uninstrumented:  %s\n' "$(tr '\n' ',' <"$work/dl-plain")"
+printf '  runs (wall cpu), csp-run -e none: %s\n' "$(tr '\n' ',' <"$work/dl-none")"
+printf '  median cpu       %.3f s  vs  %.3f s   %+.1f us per pair (paired median %+.1f us; target <= 5 us)\n' \
+  "$dplainCpu" "$dnoneCpu" "$(awk -v a="$dplainCpu" -v b="$dnoneCpu" -v n="$pairs" 'BEGIN { print 1e6 * (b - a) / n }')" \
+  "$dpaired"

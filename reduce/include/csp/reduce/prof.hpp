@@ -39,6 +39,7 @@ struct ProfSummary {
   std::vector<PhaseTime> phases;    // rank 0's
   AttributionStats attribution;     // rank 0's
   storage::SamplingQuality quality; // sum over all profiles (rank 0)
+  std::string droppedByCause;       // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
   // What is missing from the measurement (rank 0): ranks without profiles, ranks with fewer
   // thread profiles than most, unfinished profile temporaries (also in the database's property
   // "measurement-warnings").
