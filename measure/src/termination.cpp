@@ -112,7 +112,9 @@ void terminate(int sig) {
   // Every thread that takes a termination signal waits for the one write (bounded: a helper
   // stuck on a lock must not keep the process alive until SIGKILL).
   if (g_helperRunning) {
-    const std::uint64_t deadline = std::max(g_deadlineNs.load(), monotonicNs() + 1'000'000'000u);
+    // The first signal's deadline (not yet stored if that handler is only just starting).
+    const std::uint64_t first = g_deadlineNs.load();
+    const std::uint64_t deadline = first != 0 ? first : monotonicNs() + waitNs();
     while (g_done.load() == 0) {
       const std::uint64_t now = monotonicNs();
       if (now >= deadline) break;
@@ -185,6 +187,7 @@ void restartTerminationHelper() {
   g_request.store(0);
   g_done.store(0);
   g_requester.store(0);
+  g_deadlineNs.store(0);
   g_helperRunning = false;
   initTerminationPeers();  // off: a fork child is no rank
   bool any = false;
