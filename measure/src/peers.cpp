@@ -9,10 +9,12 @@
 // written too (bounded by the termination wait), and then all die within milliseconds.
 //
 // The ranks meet through abstract Unix socket names (no file, gone when the process is):
-// "csp-term/<uid>/<job>/<local rank>/started" when a rank's writer starts, ".../done" when it has
-// written. A rank waits for every peer that started and is not done, and for a short grace
-// period for peers whose signal has not arrived yet (the launcher signals them one after the
-// other); a rank terminated alone (`kill` of one pid) is held up by that grace period only.
+// "csp-term/<uid>/<job>/<local rank>/alive" from start-up, ".../started" when a rank's writer
+// starts, ".../done" when it has written. A rank waits for every peer that started and is not
+// done, and, for a grace period, for live peers that have not started yet: the launcher signals
+// them one after the other, and on a loaded node a signalled rank may wait a while for a CPU.
+// A rank terminated alone (`kill` of one pid) is held up by that grace period; ranks that have
+// ended hold up nobody.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -30,7 +32,7 @@ namespace csp::measure {
 namespace {
 
 constexpr int kMaxPeers = 1024;                       // local ranks followed; beyond, no waiting
-constexpr std::uint64_t kGraceNs = 300'000'000;       // for peers whose signal is still on its way
+constexpr std::uint64_t kGraceNs = 3'000'000'000;     // for live peers whose signal is still on its way
 constexpr std::uint64_t kPollNs = 2'000'000;
 
 struct Peers {
@@ -59,14 +61,18 @@ socklen_t addressOf(int rank, const char* state, sockaddr_un& a) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + static_cast<std::size_t>(n));
 }
 
-// Holds the name (rank, state) until the process ends.
-void bindName(int rank, const char* state) {
+// Holds the name (rank, state) until the process ends; returns the socket (-1 if none).
+int bindName(int rank, const char* state) {
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
+  if (fd < 0) return -1;
   sockaddr_un a;
   const socklen_t len = addressOf(rank, state, a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) ::close(fd);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+  ::close(fd);
+  return -1;
 }
+
+constinit int g_aliveSocket = -1;
 
 bool nameExists(int probe, int rank, const char* state) {
   sockaddr_un a;
@@ -78,6 +84,8 @@ bool nameExists(int probe, int rank, const char* state) {
 
 void initTerminationPeers() {
   g_peers = Peers{};
+  if (g_aliveSocket >= 0) ::close(g_aliveSocket);  // a fork child's copy: the parent is the rank
+  g_aliveSocket = -1;
   if (isDescendantProcess()) return;  // a rank's child is no rank of its own
   Peers p;
   const bool local = (readInt("OMPI_COMM_WORLD_LOCAL_RANK", p.localRank) && readInt("OMPI_COMM_WORLD_LOCAL_SIZE", p.localSize)) ||
@@ -91,6 +99,7 @@ void initTerminationPeers() {
   if (n <= 0 || static_cast<std::size_t>(n) >= sizeof p.prefix) return;
   p.on = true;
   g_peers = p;
+  g_aliveSocket = bindName(p.localRank, "alive");
 }
 
 void announceTerminating() {
@@ -112,8 +121,8 @@ void waitForTerminatingPeers(std::uint64_t deadlineNs) {
     for (int r = 0; r < g_peers.localSize; ++r) {
       if (done[r]) continue;
       done[r] = nameExists(probe, r, "done");
-      // A peer that is writing is waited for; one not yet signalled, only during the grace.
-      if (!done[r] && (inGrace || nameExists(probe, r, "started"))) waiting = true;
+      // A peer that is writing is waited for; a live one not yet signalled, during the grace.
+      if (!done[r] && (nameExists(probe, r, "started") || (inGrace && nameExists(probe, r, "alive")))) waiting = true;
     }
     if (!waiting || monotonicNs() >= deadlineNs) break;
     const timespec pause{0, static_cast<long>(kPollNs)};

@@ -431,22 +431,65 @@ class CpuHogs {
 
 }  // namespace
 
+namespace {
+
+// What a shell command prints on stdout.
+std::string output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    pclose(pipe);
+  }
+  return out;
+}
+
+// Processes whose command line is `command` (pgrep -f, anchored: not the launchers that carry it).
+int processesMatching(const std::string& command) {
+  if (FILE* p = popen(("pgrep -fc -- '^" + command + "$'").c_str(), "r")) {
+    int n = 0;
+    if (std::fscanf(p, "%d", &n) != 1) n = 0;
+    pclose(p);
+    return n;
+  }
+  return -1;
+}
+
+}  // namespace
+
 // What a Slurm time limit does to an mpirun job, on a loaded machine: `timeout -s TERM` ends
-// mpirun, which sends its 4 ranks SIGTERM and SIGKILL a second later; every rank that dies
-// meanwhile interrupts that second, which Open MPI then resumes with its whole seconds only, so
-// the first rank done writing used to have the others killed at once (2 or 3 of 6 runs lost one
-// or two ranks). Ranks of a node now die together once all of them have written (peers.cpp):
-// every run keeps every thread of every rank.
+// mpirun (here once all 4 ranks compute: on a machine loaded by other jobs mpirun took more than
+// 6 s to start them), which sends its ranks SIGTERM and SIGKILL a second later; every rank that
+// dies meanwhile interrupts that second, which Open MPI then resumes with its whole seconds
+// only, so the first rank done writing used to have the others killed at once (2 or 3 of 6 runs
+// lost one or two ranks). Ranks of a node now die together once all of them have written
+// (peers.cpp): every run keeps every thread of every rank.
 TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
   const fs::path base = scratch("terminate-mpi-loaded");
+  const std::string app = kBin + "/tests/apps/csp-app-mpi-split 2011 2";  // 2011: this test's ranks
   CpuHogs hogs;
   for (int attempt = 0; attempt < 4; ++attempt) {
     const fs::path dir = base / ("meas" + std::to_string(attempt));
-    run("timeout -k 30 -s TERM 6 " + kMpirun + " -np 4 " + kCspRun + " -o " + dir.string() + " -- " + kBin +
-        "/tests/apps/csp-app-mpi-split 2000 2 > /dev/null 2>&1");
+    const fs::path log = base / ("log" + std::to_string(attempt) + ".txt");
+    const int limiter = std::atoi(output("timeout -k 30 -s TERM 300 env CSP_VERBOSE=1 " + kMpirun + " -np 4 " + kCspRun +
+                                         " -o " + dir.string() + " -- " + app + " > " + log.string() +
+                                         " 2>&1 & echo $!")
+                                      .c_str());
+    ASSERT_GT(limiter, 0);
+    for (int i = 0; i < 1200 && processesMatching(app) < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(processesMatching(app), 4) << "attempt " << attempt << ": the ranks did not start within 60 s";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past MPI_Init, into the work
+    kill(limiter, SIGTERM);  // as at the time limit: timeout passes it to mpirun and its process group
+    for (int i = 0; i < 1200 && (kill(limiter, 0) == 0 || processesMatching(app) > 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(processesMatching(app), 0) << "attempt " << attempt << ": ranks still running 60 s after SIGTERM";
     std::map<std::uint64_t, std::set<std::uint64_t>> threadsByRank;
     for (const auto& p : readAll(dir)) threadsByRank[idOf(p, IdKind::Rank)].insert(idOf(p, IdKind::Thread));
-    ASSERT_EQ(threadsByRank.size(), 4u) << "attempt " << attempt << ": ranks lost";
+    std::string ranks;
+    for (const auto& [rank, threads] : threadsByRank)
+      ranks.append(" ").append(std::to_string(rank)).append(":").append(std::to_string(threads.size()));
+    ASSERT_EQ(threadsByRank.size(), 4u) << "attempt " << attempt << ": ranks lost; rank:threads" << ranks << "\n"
+                                        << slurp(log);
     for (const auto& [rank, threads] : threadsByRank) {
       EXPECT_GE(threads.size(), 3u) << "attempt " << attempt << ", rank " << rank << ": main + 2 workers at least";
       EXPECT_EQ(threads, threadsByRank.begin()->second) << "attempt " << attempt << ", rank " << rank;
