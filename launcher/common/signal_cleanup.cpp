@@ -1,6 +1,7 @@
 #include "signal_cleanup.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 namespace csp::cli {
@@ -17,6 +19,7 @@ namespace {
 
 constexpr std::size_t kPathMax = 4096;
 char g_dir[kPathMax];              // the directory to remove, NUL-terminated
+std::atomic<int> g_owner{0};       // a process of this host that may write into it, or 0
 std::atomic<bool> g_armed{false};  // g_dir is complete
 const char* g_tool = "csp";
 bool g_report = true;             // print the one line (rank 0 only)
@@ -64,10 +67,31 @@ void removeEntries(int dirFd, int depth) {
   }
 }
 
+bool exists(const char* path) {
+  struct stat st;
+  return ::lstat(path, &st) == 0;
+}
+
+// Removes the directory and does not return while it exists, or while its owner process (whose
+// threads may bring it back: a database being opened, a shard directory being created) lives,
+// at most kGoneWaitMs: under mpirun every death hastens the SIGKILL of the other processes, and
+// an owner killed before it got to remove what it created leaves that behind.
+constexpr int kGoneWaitMs = 3000;
+void removeUntilGone(const char* dir, int owner) {
+  removeTreeNoAlloc(dir);
+  for (int waited = 0; waited < kGoneWaitMs; waited += 5) {
+    const bool ownerAlive = owner > 0 && (::kill(owner, 0) == 0 || errno == EPERM);
+    if (!ownerAlive && !exists(dir)) return;
+    const timespec pause{0, 5'000'000};
+    ::nanosleep(&pause, nullptr);
+    removeTreeNoAlloc(dir);
+  }
+}
+
 void onTerminate(int sig) {
   const int saved = errno;
   if (g_armed.load()) {
-    removeTreeNoAlloc(g_dir);
+    removeUntilGone(g_dir, g_owner.load());
     if (g_report) {
       writeText(g_tool);
       writeText(": stopped by a termination signal; removed the temporary directory ");
@@ -106,8 +130,9 @@ void installTerminationCleanup(const char* tool, bool report) {
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXCPU}) ::sigaction(sig, &sa, nullptr);
 }
 
-void removeOnTermination(const std::filesystem::path& dir) {
+void removeOnTermination(const std::filesystem::path& dir, int ownerPid) {
   g_armed.store(false);
+  g_owner.store(ownerPid);
   const std::string text = dir.string();
   if (text.empty() || text.size() >= kPathMax) return;
   std::memcpy(g_dir, text.c_str(), text.size() + 1);

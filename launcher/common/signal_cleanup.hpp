@@ -14,8 +14,11 @@ namespace csp::cli {
 // Installs the termination handlers; `tool` prefixes the one line the handler prints when
 // `report` is set.
 void installTerminationCleanup(const char* tool, bool report);
-// The directory to remove on termination (replaces any earlier one; empty path: none).
-void removeOnTermination(const std::filesystem::path& dir);
+// The directory to remove on termination (replaces any earlier one; empty path: none). With
+// `ownerPid` (a process of this host that may still create files in it), the handler does not
+// let this process die before that one is gone too (bounded): under mpirun every death hastens
+// the SIGKILL of the others, and the owner killed first leaves what it created meanwhile.
+void removeOnTermination(const std::filesystem::path& dir, int ownerPid = 0);
 // Removes `dir` recursively without allocating (usable in a signal handler); ignores errors.
 void removeTreeNoAlloc(const char* dir);
 

@@ -133,7 +133,9 @@ int main(int argc, char** argv) {
   o.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
-  o.onTempDir = [](const std::filesystem::path& dir) { csp::cli::removeOnTermination(dir); };
+  o.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
+    csp::cli::removeOnTermination(dir, ownerPid == ::getpid() ? 0 : ownerPid);
+  };
   o.onLeftover = [quiet](bool removed, const std::string& text) {
     if (!removed) fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
     else if (!quiet) fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
@@ -148,6 +150,8 @@ int main(int argc, char** argv) {
     csp::reduce::Comm comm(MPI_COMM_WORLD);
     const auto s = csp::reduce::runProf(comm, o, &progress);
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
+    if (rank == 0 && quiet)  // what is missing from the measurement is said even then
+      for (const auto& w : s.measurementWarnings) fmt::print(stderr, "csp-prof-mpi: warning: {}\n", w);
     if (rank == 0 && !quiet) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("csp-prof-mpi: wrote {}\n", output);
@@ -172,7 +176,9 @@ int main(int argc, char** argv) {
                  q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
       if (const auto u = csp::reduce::unwindSummary(s.unwindRecovery); !u.empty()) fmt::print("  {}\n", u);
       for (const auto& line : csp::reduce::loopSummary(s.moduleLoops)) fmt::print("  {}\n", line);
+      if (!s.droppedByCause.empty()) fmt::print("    dropped by cause: {}\n", s.droppedByCause);
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
+      for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "csp/measure/events.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -84,9 +86,23 @@ std::optional<fs::path> findLibrary(const std::string& explicitPath) {
   return std::nullopt;
 }
 
-bool validEvent(const std::string& e) {
-  static const std::regex kEvent(R"((cpu-time|cpu|real-time|real|wall)(@([0-9]+|[0-9]+(ns|us|ms|s)))?)");
-  return std::regex_match(e, kEvent);
+// Why the -e options cannot be measured as given (empty: they can): the library would ignore
+// such an event with a warning and sample something else.
+std::string eventsProblem(const std::vector<std::string>& events) {
+  std::vector<std::string_view> names;
+  for (const auto& e : events) {
+    if (e == "none") {
+      if (events.size() > 1) return "--event none: samples nothing, so it cannot be combined with other events";
+      continue;
+    }
+    csp::measure::EventSpec spec;
+    if (const char* why = csp::measure::parseEventSpec(e, spec); why != nullptr)
+      return fmt::format("--event {}: {}", e, why);
+    for (const auto& n : names)
+      if (n == spec.name) return fmt::format("--event {}: {} is given twice", e, spec.name);
+    names.push_back(spec.name);
+  }
+  return {};
 }
 
 void setEnv(const char* name, const std::string& value, bool verbose) {
@@ -116,8 +132,9 @@ int main(int argc, char** argv) {
   int verbose = 0;
   app.add_option("-e,--event", events,
                  "event to sample, repeatable: NAME[@RATE], NAME = cpu-time (thread CPU time) or real-time "
-                 "(wall-clock time, also while blocked); RATE = samples per second or a period with unit "
-                 "(ns, us, ms, s). Default cpu-time@200. Env: CSP_EVENTS=cpu-time@200,real-time@1000")
+                 "(wall-clock time, also while blocked); RATE = samples per second (1 to 100000) or a period with "
+                 "unit (ns, us, ms, s; 10us to 3600s); 'none' alone samples nothing (regions, idleness waits). "
+                 "Default cpu-time@200. Env: CSP_EVENTS=cpu-time@200,real-time@1000")
       ->allow_extra_args(false);
   app.add_option("-o,--output", output,
                  "measurement directory (created; existing profiles of the same threads are replaced). Default "
@@ -166,12 +183,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "csp-run: error: --idleness and --no-idleness contradict each other\n");
     return 2;
   }
-  for (const auto& e : events) {
-    if (!validEvent(e)) {
-      fmt::print(stderr, "csp-run: error: --event {}: expected cpu-time or real-time, optionally @RATE "
-                         "(samples/s) or @PERIOD with unit ns/us/ms/s\n", e);
-      return 2;
-    }
+  if (const auto problem = eventsProblem(events); !problem.empty()) {
+    fmt::print(stderr, "csp-run: error: {}\n", problem);
+    return 2;
   }
 
   if (!signal.empty()) {
@@ -201,6 +215,12 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   const fs::path outDir = fs::absolute(output, ec);  // the program may change directory
+  // Ranks share the directory, so an existing one (or a link to one) is used as it is; a link
+  // to nothing is no place for profiles, and is never replaced.
+  if (fs::is_symlink(fs::symlink_status(outDir, ec)) && !fs::exists(outDir, ec)) {
+    fmt::print(stderr, "csp-run: error: {}: a dangling symbolic link, not a measurement directory\n", outDir.string());
+    return 2;
+  }
   fs::create_directories(outDir, ec);
   if (ec || !fs::is_directory(outDir)) {
     fmt::print(stderr, "csp-run: error: {}: cannot create the measurement directory{}\n", outDir.string(),

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "csp/measure/events.hpp"
 #include "runtime.hpp"
 
 namespace csp::measure {
@@ -31,38 +32,12 @@ bool parseUnsigned(std::string_view text, std::uint64_t& out) {
   return true;
 }
 
-// "<event>[@<rate>]": rate in samples per second, or a period with a unit suffix
-// (ns, us, ms, s), e.g. "cpu-time@200", "real-time@1ms".
-bool parseEvent(std::string_view spec, EventConfig& e) {
-  std::string_view name = spec, rate;
-  if (auto at = spec.find('@'); at != std::string_view::npos) {
-    name = spec.substr(0, at);
-    rate = spec.substr(at + 1);
-  }
-  if (name == "cpu-time" || name == "cpu")
-    e = {"cpu-time", CLOCK_THREAD_CPUTIME_ID, 5'000'000};
-  else if (name == "real-time" || name == "wall" || name == "real")
-    e = {"real-time", CLOCK_MONOTONIC, 5'000'000};
-  else
-    return false;
-  if (rate.empty()) return true;
-  static constexpr struct {
-    std::string_view suffix;
-    std::uint64_t ns;
-  } kUnits[] = {{"ns", 1}, {"us", 1'000}, {"ms", 1'000'000}, {"s", 1'000'000'000}};
-  for (const auto& u : kUnits) {
-    if (rate.size() > u.suffix.size() && rate.substr(rate.size() - u.suffix.size()) == u.suffix) {
-      std::uint64_t v = 0;
-      if (!parseUnsigned(rate.substr(0, rate.size() - u.suffix.size()), v) || v == 0) return false;
-      e.periodNs = v * u.ns;
-      // A period below 10 us would spend most of the time in the handler.
-      return e.periodNs >= 10'000;
-    }
-  }
-  std::uint64_t hz = 0;
-  if (!parseUnsigned(rate, hz) || hz == 0 || hz > 100'000) return false;
-  e.periodNs = 1'000'000'000u / hz;
-  return true;
+// Why `spec` cannot be sampled (nullptr: it can, and `e` is set).
+const char* parseEvent(std::string_view spec, EventConfig& e) {
+  EventSpec parsed;
+  if (const char* why = parseEventSpec(spec, parsed)) return why;
+  e = {std::string(parsed.name), parsed.clock, parsed.periodNs};
+  return nullptr;
 }
 
 std::uint64_t envNumber(const char* name, std::uint64_t fallback, std::uint64_t lo, std::uint64_t hi) {
@@ -99,12 +74,13 @@ Config readConfig() {
       const std::string_view item = rest.substr(0, comma);
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
       EventConfig e;
-      bool usable = parseEvent(item, e) && c.events.size() < static_cast<std::size_t>(kMaxEvents);
-      for (const auto& other : c.events) usable = usable && other.name != e.name;
-      if (!usable) {
-        std::fprintf(stderr, "csp: warning: ignoring event '%.*s' in CSP_EVENTS (known: cpu-time, real-time; "
-                             "rate in samples/s or a period like 1ms; each event once, at most %d)\n",
-                     static_cast<int>(item.size()), item.data(), kMaxEvents);
+      const char* why = parseEvent(item, e);
+      if (why == nullptr && c.events.size() >= static_cast<std::size_t>(kMaxEvents)) why = "too many events";
+      for (const auto& other : c.events)
+        if (why == nullptr && other.name == e.name) why = "the event is given twice";
+      if (why != nullptr) {
+        std::fprintf(stderr, "csp: warning: ignoring event '%.*s' in CSP_EVENTS: %s\n", static_cast<int>(item.size()),
+                     item.data(), why);
         continue;
       }
       c.events.push_back(e);

@@ -168,9 +168,7 @@ std::string openmpToolState() {
 // measured (post-processing and csp-views --effort say so).
 std::string openmpRuntime() {
   refreshLoadMap();
-  const auto modules = loadMapSnapshot();
-  if (modules == nullptr) return "none";
-  for (const auto& m : *modules) {
+  for (const auto& m : loadMapSnapshot()) {
     const std::string name = m.path.substr(m.path.find_last_of('/') + 1);
     for (const char* runtime : {"libgomp.so", "libgomp-", "libomp.so", "libiomp5.so"})
       if (name.rfind(runtime, 0) == 0) return name;

@@ -549,11 +549,14 @@ Fn lookup(const char* name) {
 void learnRank() {
   // MPI_Comm is an ABI detail: Open MPI passes MPI_COMM_WORLD as &ompi_mpi_comm_world. With
   // other MPIs the launcher's rank variables (read at write time) supply the rank.
-  using CommRank = int (*)(void*, int*);
-  auto commRank = lookup<CommRank>("PMPI_Comm_rank");
+  using CommQuery = int (*)(void*, int*);
+  auto commRank = lookup<CommQuery>("PMPI_Comm_rank");
+  auto commSize = lookup<CommQuery>("PMPI_Comm_size");
   void* world = dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world");
-  int rank = -1;
-  if (commRank != nullptr && world != nullptr && commRank(world, &rank) == 0 && rank >= 0) setMpiRank(rank);
+  int rank = -1, size = -1;
+  if (commRank == nullptr || world == nullptr || commRank(world, &rank) != 0 || rank < 0) return;
+  if (commSize == nullptr || commSize(world, &size) != 0) size = -1;
+  setMpiRank(rank, size);
 }
 
 }  // namespace

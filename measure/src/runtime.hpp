@@ -14,9 +14,11 @@
 #include <span>
 #include <vector>
 
+#include "csp/measure/events.hpp"
+
 namespace csp::measure {
 
-inline constexpr int kMaxEvents = 4;
+inline constexpr int kMaxEvents = kMaxEventCount;
 
 struct EventConfig {
   std::string name;  // "cpu-time" or "real-time"
@@ -127,6 +129,19 @@ std::vector<std::string> regionNames();
 
 // ---------------------------------------------------------------------------------------------
 
+// Why a sample was not recorded (ThreadState::droppedBy; the profile's settings dropped-<name>,
+// docs/measurement.md "Health counters").
+enum DropCause : int {
+  kDropNoMemory,      // the thread's tree could not be mapped
+  kDropNoFrame,       // the unwind found no frame at all
+  kDropTreeFull,      // the tree reached CSP_MAX_NODES
+  kDropRecordingWait, // the thread was recording a wait or blame (idleness accounting)
+  kDropLoaderBusy,    // a dlclose or fork was under way in some thread: unwinding was unsafe
+  kDropThrottled,     // within the quiet time after a slow sample
+  kDropCauses
+};
+const char* dropCauseName(int cause);  // "loader-busy", ...
+
 // Active: the handler may record; Busy: the handler is recording; Closed: the profile is final;
 // Charging: the thread itself records a wait or blame in normal context (idleness.cpp), and a
 // sample arriving meanwhile is dropped.
@@ -149,6 +164,7 @@ struct ThreadState {
   std::uint64_t abandonedSamples = 0;  // handlers left by a jump out of a nested handler
   std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
   std::uint64_t stackScans = 0;        // frames without unwind tables whose stack was scanned
+  std::uint64_t droppedBy[kDropCauses]{};  // droppedSamples by cause
   // Per event, the time on the event's clock (thread CPU time, or CLOCK_MONOTONIC for real-time)
   // before which its samples are throttled.
   std::uint64_t quietUntilNs[kMaxEvents]{};
@@ -178,6 +194,12 @@ struct ThreadState {
   std::uint64_t shortLockWaitNs = 0;  // lock-wait of waits that ended within the short wait (no blame)
   int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
+
+// A sample of `weight` periods not recorded, for `cause` (signal handler or the owning thread).
+inline void dropSample(ThreadState& t, DropCause cause, std::uint64_t weight) {
+  t.droppedSamples += weight;
+  t.droppedBy[cause] += weight;
+}
 
 // The calling thread's state, readable from the signal handler: initial-exec TLS never
 // allocates, unlike the general dynamic model.
@@ -244,6 +266,12 @@ class TerminationGuard {
   TerminationGuard(const TerminationGuard&) = delete;
   TerminationGuard& operator=(const TerminationGuard&) = delete;
 };
+// Ranks of one node that end together on a termination signal (peers.cpp): under mpirun every
+// rank's death shortens the time the others have before SIGKILL, so a rank that has written
+// waits for the node's other terminating ranks (at most until deadlineNs, CLOCK_MONOTONIC).
+void initTerminationPeers();  // at start-up and in a fork child: this process's local rank, if any
+void announceTerminating();   // the writer of a termination starts
+void waitForTerminatingPeers(std::uint64_t deadlineNs);
 // Writes the profile of every thread still registered (termination: the threads keep running;
 // their arenas stay mapped).
 void writeAllProfilesNow();
@@ -258,14 +286,39 @@ struct ModuleRecord {
   std::string path;
   std::vector<std::uint8_t> buildId;
   std::uint64_t begin = 0, end = 0, bias = 0;
+  bool unnamed = false;  // the loader gave no name (the main program, anonymous objects)
 };
-void refreshLoadMap();  // cheap when no module was loaded or unloaded since the last call
-std::shared_ptr<const std::vector<ModuleRecord>> loadMapSnapshot();
+// Records the modules loaded since the last call. Without a load or unload since, it costs two
+// counter reads; otherwise one walk of the loader's list with a lookup per module, and only a
+// module not seen before (at its address) is recorded: no allocation for a module reloaded
+// where it was (a dlopen/dlclose loop).
+void refreshLoadMap();
+// The modules recorded so far, in order of first sight. Records are never changed or freed, so
+// the view stays valid; modules recorded after it was taken are not in it.
+class LoadMapView {
+ public:
+  explicit LoadMapView(std::size_t size) : size_(size) {}
+  std::size_t size() const { return size_; }
+  const ModuleRecord& operator[](std::size_t i) const;
+  struct Iterator {
+    const LoadMapView* view;
+    std::size_t i;
+    const ModuleRecord& operator*() const { return (*view)[i]; }
+    Iterator& operator++() { return ++i, *this; }
+    bool operator!=(const Iterator& o) const { return i != o.i; }
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size_}; }
+
+ private:
+  std::size_t size_;
+};
+LoadMapView loadMapSnapshot();
 
 // ---------------------------------------------------------------------------------------------
 // Process identity (rank, fork generation) used for id tuples.
 
-void setMpiRank(long rank);
+void setMpiRank(long rank, long size);  // MPI_COMM_WORLD's, learnt in MPI_Init
 
 // ---------------------------------------------------------------------------------------------
 // Work and idleness (idleness.cpp, ompt.cpp).

@@ -449,14 +449,14 @@ UnwindResult unwind(ThreadState& t, CctArena& a, void* ucontext) {
 std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void* ucontext) {
   CctArena& a = t.cct;
   if (a.mapping == nullptr && !mapArena(a, config().maxNodes, config().maxDepth)) {
-    t.droppedSamples += weight;  // no memory for the tree
+    dropSample(t, kDropNoMemory, weight);
     return kFull;
   }
   const UnwindResult r = unwind(t, a, ucontext);
   if (r.depth == 0) {
     // Nothing to attribute the sample to.
     ++t.unwindFailures;
-    t.droppedSamples += weight;
+    dropSample(t, kDropNoFrame, weight);
     return kFull;
   }
   if (r.failed) ++t.unwindFailures;
@@ -464,7 +464,7 @@ std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void
   std::uint32_t node = 0;
   for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i], a.pathNote[i]);
   if (node == kFull)
-    t.droppedSamples += weight;
+    dropSample(t, kDropTreeFull, weight);
   else
     a.nodes[node].count[event] += weight;
   return node;
@@ -561,7 +561,7 @@ void onSample(int, siginfo_t* info, void* ucontext) {
       // dropped rather than interleaved with that insertion.
       const std::uint64_t w = 1 + static_cast<std::uint64_t>(info->si_overrun > 0 ? info->si_overrun : 0);
       t->samples += w;
-      t->droppedSamples += w;
+      dropSample(*t, kDropRecordingWait, w);
       errno = savedErrno;
       return;
     }
@@ -587,9 +587,9 @@ void onSample(int, siginfo_t* info, void* ucontext) {
   const std::uint64_t eventNow = eventClock == CLOCK_THREAD_CPUTIME_ID ? start : clockNs(eventClock);
   g_inHandler.fetch_add(1, std::memory_order_seq_cst);
   if (tlsUnsafe != 0 || g_paused.load(std::memory_order_seq_cst) != 0) {
-    t->droppedSamples += weight;  // the loader is unmapping code, or a fork is under way
+    dropSample(*t, kDropLoaderBusy, weight);  // the loader is unmapping code, or a fork is under way
   } else if (eventNow < t->quietUntilNs[event]) {
-    t->droppedSamples += weight;
+    dropSample(*t, kDropThrottled, weight);
     t->throttledSamples += weight;
   } else {
     const std::uint32_t node = recordSample(*t, event, weight, ucontext);

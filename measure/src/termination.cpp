@@ -47,6 +47,7 @@ SignalState g_state[_NSIG];
 constinit std::atomic<int> g_request{0};    // set by a handler: write everything
 constinit std::atomic<int> g_done{0};       // set by the helper when done
 constinit std::atomic<int> g_requester{0};  // the signal being handled
+constinit std::atomic<std::uint64_t> g_deadlineNs{0};  // CLOCK_MONOTONIC: the process dies then at the latest
 constinit bool g_helperRunning = false;
 
 long futex(std::atomic<int>* word, int op, int value, const timespec* timeout) {
@@ -56,7 +57,9 @@ long futex(std::atomic<int>* word, int op, int value, const timespec* timeout) {
 void* helperMain(void*) {
   for (;;) {
     while (g_request.load() == 0) futex(&g_request, FUTEX_WAIT_PRIVATE, 0, nullptr);
+    announceTerminating();
     writeAllProfilesNow();
+    waitForTerminatingPeers(g_deadlineNs.load());  // under mpirun: die together (peers.cpp)
     g_done.store(1);
     futex(&g_done, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
     // One termination per process: the handler raises the signal again, and the process ends.
@@ -102,13 +105,16 @@ thread_local int tlsDeferredSignal __attribute__((tls_model("initial-exec"))) = 
 void terminate(int sig) {
   int none = 0;
   if (g_requester.compare_exchange_strong(none, sig) && g_helperRunning) {
+    g_deadlineNs.store(monotonicNs() + waitNs());
     g_request.store(1);
     futex(&g_request, FUTEX_WAKE_PRIVATE, 1, nullptr);
   }
   // Every thread that takes a termination signal waits for the one write (bounded: a helper
   // stuck on a lock must not keep the process alive until SIGKILL).
   if (g_helperRunning) {
-    const std::uint64_t deadline = monotonicNs() + waitNs();
+    // The first signal's deadline (not yet stored if that handler is only just starting).
+    const std::uint64_t first = g_deadlineNs.load();
+    const std::uint64_t deadline = first != 0 ? first : monotonicNs() + waitNs();
     while (g_done.load() == 0) {
       const std::uint64_t now = monotonicNs();
       if (now >= deadline) break;
@@ -167,6 +173,7 @@ void installTerminationHandlers() {
     say("csp: warning: cannot start the writer thread; profiles are lost if the program is killed by a signal\n");
     return;
   }
+  initTerminationPeers();
   for (int sig : kSignals) {
     struct sigaction current;
     if (realSigaction()(sig, nullptr, &current) != 0) continue;
@@ -180,7 +187,9 @@ void restartTerminationHelper() {
   g_request.store(0);
   g_done.store(0);
   g_requester.store(0);
+  g_deadlineNs.store(0);
   g_helperRunning = false;
+  initTerminationPeers();  // off: a fork child is no rank
   bool any = false;
   for (int sig : kSignals) any = any || g_state[sig].ours.load();
   if (any) startHelper();

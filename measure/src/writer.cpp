@@ -23,17 +23,37 @@ namespace csp::measure {
 namespace {
 
 constinit std::atomic<long> g_mpiRank{-1};
+constinit std::atomic<long> g_mpiSize{-1};
 
-// The launcher's rank when the program never calls MPI_Init (or uses an MPI whose handles we
-// cannot pass): Open MPI, PMIx, MPICH/Hydra, Slurm.
+long numberFromEnvironment(const char* name) {
+  const char* v = name != nullptr ? std::getenv(name) : nullptr;
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 ? n : -1;
+}
+
+// The launcher's rank and rank count when the program never calls MPI_Init (or uses an MPI whose
+// handles we cannot pass): Open MPI, PMIx, MPICH/Hydra, Slurm.
+struct LauncherVariables {
+  const char* rank;
+  const char* size;
+};
+constexpr LauncherVariables kLaunchers[] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                            {"PMIX_RANK", nullptr},
+                                            {"PMI_RANK", "PMI_SIZE"},
+                                            {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}};
+
 long rankFromEnvironment() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long r = std::strtol(v, &end, 10);
-    if (*end == '\0' && r >= 0) return r;
-  }
+  for (const auto& l : kLaunchers)
+    if (const long r = numberFromEnvironment(l.rank); r >= 0) return r;
+  return -1;
+}
+
+long rankCount() {
+  if (const long size = g_mpiSize.load(); size > 0) return size;
+  for (const auto& l : kLaunchers)
+    if (numberFromEnvironment(l.rank) >= 0) return numberFromEnvironment(l.size);
   return -1;
 }
 
@@ -108,8 +128,7 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
   p.cct.parent.push_back(kNoIndex);
   p.cct.frame.push_back(kNoIndex);
   if (a.size <= 1) return;  // never sampled (most short threads): no frame, so no module is needed
-  const auto snapshot = loadMapSnapshot();
-  const auto& modules = *snapshot;
+  const auto modules = loadMapSnapshot();
   for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
   std::uint32_t unknownModule = kNoIndex;
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
@@ -237,7 +256,16 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
 
 }  // namespace
 
-void setMpiRank(long rank) { g_mpiRank.store(rank); }
+const char* dropCauseName(int cause) {
+  static constexpr const char* kNames[kDropCauses] = {"no-memory",      "no-frame",    "tree-full",
+                                                      "recording-wait", "loader-busy", "throttled"};
+  return cause >= 0 && cause < kDropCauses ? kNames[cause] : "unknown";
+}
+
+void setMpiRank(long rank, long size) {
+  g_mpiRank.store(rank);
+  g_mpiSize.store(size);
+}
 
 // fork: the writer thread may be appending to the bundle; the child must not inherit the lock
 // held by a thread it does not have.
@@ -245,6 +273,19 @@ void lockWriterForFork() { g_factsMutex.lock(); }
 void unlockWriterAfterFork() { g_factsMutex.unlock(); }
 
 namespace {
+
+// Settings dropped-<cause> (non-zero ones): why the profile's dropped samples were not
+// recorded. What the counters do not explain (samples whose handler never finished) is
+// dropped-abandoned.
+void addDropCauses(const ThreadState& t, ThreadProfile& p) {
+  std::uint64_t explained = 0;
+  for (int c = 0; c < kDropCauses; ++c) {
+    explained += t.droppedBy[c];
+    if (t.droppedBy[c] != 0) p.identity.settings.push_back({std::string("dropped-") + dropCauseName(c), std::to_string(t.droppedBy[c])});
+  }
+  if (p.stats.droppedSamples > explained)
+    p.identity.settings.push_back({"dropped-abandoned", std::to_string(p.stats.droppedSamples - explained)});
+}
 
 // Builds `t`'s profile into `p` and the measurement directory into `dir`; false if the
 // directory cannot be made (reported once: the profile is lost).
@@ -280,6 +321,9 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   settings.push_back({"max-depth", std::to_string(c.maxDepth)});
   settings.push_back({"max-nodes", std::to_string(c.maxNodes)});
   settings.push_back({"foreign-sampling-signals", std::to_string(t.foreignSignals)});
+  // The job's rank count, so that post-processing can tell which ranks left no profile.
+  if (const long ranks = rankCount(); ranks > 0 && p.identity.idTuple.front().kind == IdKind::Rank)
+    settings.push_back({"mpi-ranks", std::to_string(ranks)});
   if (const char* command = std::getenv("CSP_COMMAND"); command != nullptr && *command != '\0')
     settings.push_back({"command", command});  // what csp-run ran (\x1f between arguments)
   if (takenOver) {
@@ -326,6 +370,7 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   settings.push_back({"abandoned-samples", std::to_string(t.abandonedSamples)});
   settings.push_back({"throttled-samples", std::to_string(t.throttledSamples)});
   settings.push_back({"stack-scans", std::to_string(t.stackScans)});
+  addDropCauses(t, p);
   return true;
 }
 

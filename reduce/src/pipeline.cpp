@@ -293,6 +293,7 @@ struct Pipeline::Impl {
   std::vector<ProfileInfo> localProfiles;
   std::vector<std::size_t> localInputOf;  // local valid profile -> input index
   std::vector<SkippedInput> skipped;
+  std::vector<std::string> leftoverTemporaries;  // rank 0
   std::vector<MetricDescriptor> metrics;
   std::size_t rawMetrics = 0;
   struct Derived {
@@ -317,7 +318,7 @@ struct Pipeline::Impl {
   std::vector<storage::ThreadClassInfo> threadClasses;  // all profiles, rank 0
 
   // The steps of discover() and buildStructure(), in order.
-  std::vector<InputProfile> listInputs() const;  // rank 0
+  std::vector<InputProfile> listInputs();  // rank 0
   std::uint64_t sourceIndex(const ProfileSource* source) const;
   void partition();
   void readAndAttribute(LocalCct& localCct, RegionUnion& regionUnion);
@@ -421,7 +422,30 @@ void Pipeline::discover() {
   s.phases.push_back({"discover", watch.seconds()});
 }
 
-std::vector<InputProfile> Pipeline::Impl::listInputs() const {
+namespace {
+
+// Temporaries that a measurement killed while writing left in a measurement directory: the
+// profile (or perf-map copy) each was to become is missing. Writers that can write without a
+// name leave none (docs/profile-format.md).
+std::vector<std::string> temporariesIn(const fs::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto tmp = name.find(".tmp.");
+    if (tmp == std::string::npos) continue;
+    const std::string_view stem(name.data(), tmp);
+    if (stem.ends_with(storage::kProfileExtension) || stem.ends_with(storage::kBundleExtension) ||
+        (stem.starts_with("perf-") && stem.ends_with(".map")))
+      found.push_back(it->path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<InputProfile> Pipeline::Impl::listInputs() {
   std::vector<std::string> errors;
   std::vector<InputProfile> found;
   for (const auto& input : options.inputs) {
@@ -433,6 +457,7 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() const {
           for (const auto& f : source->list(input)) found.push_back({f, source->bytes(f), source});
         if (found.size() == before)
           errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
+        for (auto& t : temporariesIn(input)) leftoverTemporaries.push_back(std::move(t));
       } catch (const std::exception& e) {
         errors.push_back(e.what());
       }
@@ -534,10 +559,12 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
       const ThreadFeatures features = threadFeatures(p, stmt, entries, localCct, strings);
       regionUnion.add(p.regions);
       // Kept for every profile until the database is written, so only what the metadata needs:
-      // the executable, the command csp-run ran and the OpenMP settings (settings), and a command
-      // line only for the first profile of each executable in a row.
+      // the executable, the command csp-run ran, the OpenMP settings, the job's rank count and the
+      // causes of dropped samples (settings), and a command line only for the first profile of
+      // each executable in a row.
       std::erase_if(p.identity.settings, [](const Setting& st) {
-        return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime";
+        return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime" &&
+               st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
       });
       local[i] = ProfileInfo{0, std::move(p.identity), p.stats, begin + i, !p.regions.eventTimeNs.empty(), 0, 0, 0, {}};
       local[i]->truncatedSamples = truncated;
@@ -937,6 +964,7 @@ const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_-
 const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses; }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->localProfiles; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->skipped; }
+const std::vector<std::string>& Pipeline::leftoverTemporaries() const { return impl_->leftoverTemporaries; }
 AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
 const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->phases; }
 tbb::task_arena& Pipeline::arena() { return impl_->arena; }

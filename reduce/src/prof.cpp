@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <tbb/parallel_invoke.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -26,6 +28,12 @@ std::vector<std::byte> toBytes(const std::string& s) {
 
 std::string toString(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
+std::string hostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
 class PhaseClock {
  public:
   void mark(std::string phase) {
@@ -40,26 +48,37 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-// The output, before any heavy work: the root creates the database builder (failing fast on a
-// bad target); every rank learns the staging directory and removes it if the job is aborted.
+// The output, before any heavy work: every rank learns the temporary directory and arms its
+// removal on a termination signal before the root creates it (a directory that exists before
+// every rank would remove it outlived SIGTERM to mpirun), then the root creates the database
+// builder (failing fast on a bad target).
 fs::path openOutput(const Comm& comm, const ProfOptions& options, std::optional<storage::DatabaseBuilder>& builder) {
-  std::vector<std::byte> staging;
-  if (comm.rank() == 0) {
-    builder.emplace(options.output, storage::BuildOptions{options.force, {}});
-    staging = toBytes(builder->stagingDir().string());
-    if (options.onTempDir) options.onTempDir(builder->tempDir());
-    if (options.onLeftover)
-      for (const auto& l : builder->leftovers()) options.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
-  }
-  comm.broadcast(staging);
-  const fs::path stagingDir = toString(staging);
-  const fs::path tempDir = stagingDir.parent_path();
+  // "<pid> <host>\n<directory>" of the root.
+  std::vector<std::byte> owner;
+  if (comm.rank() == 0)
+    owner = toBytes(fmt::format("{} {}\n{}", ::getpid(), hostName(),
+                                storage::DatabaseBuilder::temporaryDirectoryFor(options.output).string()));
+  comm.broadcast(owner);
+  const std::string text = toString(owner);
+  const auto newline = text.find('\n');
+  const fs::path tempDir = text.substr(newline + 1);
+  const auto space = text.find(' ');
+  const bool sameHost = text.substr(space + 1, newline - space - 1) == hostName();
+  if (options.onTempDir) options.onTempDir(tempDir, sameHost ? std::stoi(text.substr(0, space)) : 0);
   comm.onAbort([tempDir] {
     std::error_code ec;
     fs::remove_all(tempDir, ec);
   });
-  if (options.onTempDir) options.onTempDir(tempDir);
-  return stagingDir;
+  if (comm.rank() == 0) {
+    // Fault point "output": the database directory exists, nothing else is done yet.
+    auto step = [&comm](std::string_view s) {
+      if (s == "created") faultPoint(comm, "output");
+    };
+    builder.emplace(options.output, storage::BuildOptions{options.force, step});
+    if (options.onLeftover)
+      for (const auto& l : builder->leftovers()) options.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
+  }
+  return storage::DatabaseBuilder::stagingDirIn(tempDir);
 }
 
 // The stages on this rank. Any exception ends them here; runProf turns it into the job-wide
@@ -117,7 +136,9 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
     storage::StringIds strings;  // texts in order of first use by the final CCT, then region names
     mainShard.putCct(prof::cctNodes(pipeline, strings));
     prof::RegionSummaries::write(regionParts, pipeline.regions(), strings, mainShard);
-    auto meta = prof::assembleMetadata(options, pipeline, identities);
+    auto meta = prof::assembleMetadata(options, pipeline, identities, summary.measurementWarnings);
+    for (const auto& p : meta.properties)
+      if (p.key == "dropped-samples-by-cause") summary.droppedByCause = p.value;
     meta.strings = strings.take();
     summary.quality = meta.qualityTotal();
     summary.unwindRecovery = *meta.unwindRecovery;

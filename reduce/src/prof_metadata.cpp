@@ -13,7 +13,8 @@ namespace csp::reduce::prof {
 
 namespace {
 
-// (Pipeline keeps these settings of the profiles: command, idleness, openmp-tool, openmp-runtime.)
+// (Pipeline keeps these settings of the profiles: command, idleness, openmp-tool, openmp-runtime,
+// mpi-ranks and dropped-*.)
 std::string settingOf(const Identity& identity, const std::string& key) {
   for (const auto& st : identity.settings)
     if (st.key == key) return st.value;
@@ -46,8 +47,21 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.text(info.identity.executable);
     p.u64(info.identity.commandLine.size());
     for (const auto& a : info.identity.commandLine) p.text(a);
-    p.text(settingOf(info.identity, "command"));
+    std::string command, ranks;
+    std::vector<const Setting*> dropped;
+    for (const auto& st : info.identity.settings) {
+      if (st.key == "command") command = st.value;
+      if (st.key == "mpi-ranks") ranks = st.value;
+      if (st.key.starts_with("dropped-")) dropped.push_back(&st);
+    }
+    p.text(command);
     p.text(openmpWithoutTool(info.identity));
+    p.text(ranks);
+    p.u64(dropped.size());
+    for (const Setting* st : dropped) {
+      p.text(st->key.substr(std::string_view("dropped-").size()));
+      p.u64(std::strtoull(st->value.c_str(), nullptr, 10));
+    }
     // Sampling quality (docs/postprocessing.md, "Path quality").
     p.u64(info.stats.samples);
     p.u64(info.stats.unwindFailures);
@@ -69,6 +83,77 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
   return comm.gather(p.take());
 }
 
+namespace {
+
+constexpr std::size_t kNamedTemporaries = 5;
+
+// "1, 3-5, 9": sorted numbers as ranges.
+std::string numberRanges(const std::vector<std::uint64_t>& sorted) {
+  std::string out;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ",
+                       j == i ? fmt::format("{}", sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+// Ranks of the measured job without any profile (gaps in the numbering, and ranks up to the
+// recorded rank count), and ranks with fewer thread profiles than most ranks have: what a rank
+// killed before it wrote everything leaves (docs/postprocessing.md, "Incomplete measurements").
+std::vector<std::string> missingRanksAndThreads(const std::map<std::uint64_t, std::uint64_t>& profilesOfRank,
+                                                std::uint64_t rankCount) {
+  std::vector<std::string> warnings;
+  if (profilesOfRank.empty()) return warnings;
+  const std::uint64_t ranks = std::max(rankCount, profilesOfRank.rbegin()->first + 1);
+  std::vector<std::uint64_t> absent;
+  for (std::uint64_t r = 0; r < ranks && absent.size() <= ranks; ++r)
+    if (!profilesOfRank.count(r)) absent.push_back(r);
+  const std::string which = fmt::format("rank{} {}", absent.size() == 1 ? "" : "s", numberRanges(absent));
+  if (!absent.empty() && rankCount > 0)
+    warnings.push_back(fmt::format("{} of {} ranks left no profile ({}): killed before they wrote them?", absent.size(),
+                                   ranks, which));
+  else if (!absent.empty())
+    warnings.push_back(fmt::format("{} left no profile, though ranks up to {} did: killed before they wrote them?", which,
+                                   ranks - 1));
+  // The most common number of thread profiles per rank (ties: the larger).
+  std::map<std::uint64_t, std::uint64_t> ranksWith;
+  for (const auto& [rank, n] : profilesOfRank) ++ranksWith[n];
+  std::uint64_t usual = 0, most = 0;
+  for (const auto& [n, count] : ranksWith)
+    if (count >= most) usual = n, most = count;
+  std::map<std::uint64_t, std::vector<std::uint64_t>> fewer;  // thread count -> ranks
+  for (const auto& [rank, n] : profilesOfRank)
+    if (n < usual) fewer[n].push_back(rank);
+  for (const auto& [n, list] : fewer)
+    warnings.push_back(fmt::format("rank{} {} ha{} {} thread profile{}, most ranks have {}: profiles may be missing "
+                                   "(killed while writing them?)",
+                                   list.size() == 1 ? "" : "s", numberRanges(list), list.size() == 1 ? "s" : "ve", n,
+                                   n == 1 ? "" : "s", usual));
+  return warnings;
+}
+
+// "loader-busy 72803 (93.1 %), throttled 5000 (6.4 %)": the measurement's causes of dropped
+// samples (docs/measurement.md, "Health counters"), the most frequent first.
+std::string droppedByCause(const std::map<std::string, std::uint64_t>& droppedBy) {
+  std::vector<std::pair<std::uint64_t, std::string>> causes;
+  std::uint64_t total = 0;
+  for (const auto& [cause, n] : droppedBy) {
+    if (n == 0) continue;
+    causes.emplace_back(n, cause);
+    total += n;
+  }
+  std::stable_sort(causes.begin(), causes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text;
+  for (const auto& [n, cause] : causes)
+    text += fmt::format("{}{} {} ({:.1f} %)", text.empty() ? "" : ", ", cause, n, 100.0 * double(n) / double(total));
+  return text;
+}
+
+}  // namespace
+
 std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings) {
   const FinalCct& cct = pipeline.cct();
   const auto& text = pipeline.strings();
@@ -82,8 +167,12 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
 }
 
 storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
-                                           const std::vector<std::vector<std::byte>>& identities) {
+                                           const std::vector<std::vector<std::byte>>& identities,
+                                           std::vector<std::string>& warnings) {
   storage::DatabaseMetadata meta;
+  std::map<std::uint64_t, std::uint64_t> profilesOfRank;
+  std::uint64_t rankCount = 0;  // the measured job's, as the measurement recorded it (0: unknown)
+  std::map<std::string, std::uint64_t> droppedBy;  // dropped samples by the measurement's cause
   meta.title = options.title;
   meta.profiles.resize(pipeline.profileCount());
   meta.quality.resize(pipeline.profileCount());
@@ -113,6 +202,14 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
       if (auto runtime = u.text(); !runtime.empty()) openmpUnmeasured.insert(std::move(runtime));
+      const std::string ranks = u.text();
+      for (auto n = u.u64(); n > 0; --n) {
+        const std::string cause = u.text();
+        droppedBy[cause] += u.u64();
+      }
+      for (const auto& e : tuple)
+        if (e.kind == IdKind::Rank) ++profilesOfRank[e.value];
+      rankCount = std::max<std::uint64_t>(rankCount, std::strtoull(ranks.c_str(), nullptr, 10));
       storage::SamplingQuality q;
       q.samples = u.u64();
       q.unwindFailures = u.u64();
@@ -192,6 +289,24 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
     for (const auto& r : openmpUnmeasured) list += (list.empty() ? "" : ", ") + r;
     meta.properties.push_back({std::string(storage::kOpenmpIdlenessProperty),
                                "not measured: " + list + " ran without an OpenMP tool (OMPT)"});
+  }
+  if (const auto causes = droppedByCause(droppedBy); !causes.empty())
+    meta.properties.push_back({"dropped-samples-by-cause", causes});
+  warnings = missingRanksAndThreads(profilesOfRank, rankCount);
+  const auto& temporaries = pipeline.leftoverTemporaries();
+  if (!temporaries.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < std::min<std::size_t>(temporaries.size(), kNamedTemporaries); ++i)
+      names += fmt::format("{}{}", i ? ", " : "", temporaries[i]);
+    if (temporaries.size() > kNamedTemporaries) names += fmt::format(" and {} more", temporaries.size() - kNamedTemporaries);
+    warnings.push_back(fmt::format("{} unfinished profile temporar{} left by a measurement killed while writing (those "
+                                   "profiles are missing; remove them): {}",
+                                   temporaries.size(), temporaries.size() == 1 ? "y" : "ies", names));
+  }
+  if (!warnings.empty()) {
+    std::string joined;
+    for (const auto& w : warnings) joined += (joined.empty() ? "" : "; ") + w;
+    meta.properties.push_back({"measurement-warnings", joined});
   }
   return meta;
 }

@@ -124,8 +124,12 @@ class RegionSummaries {
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline);
 // The canonical CCT with its texts numbered in `strings` (first use order).
 std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& strings);
-// The database metadata, at the root, from the gathered identities.
+// The database metadata, at the root, from the gathered identities. `warnings` receives what
+// the profiles say is missing from the measurement (ranks without profiles, ranks with fewer
+// threads than most, temporaries of unfinished profiles), also stored as the property
+// "measurement-warnings".
 storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
-                                           const std::vector<std::vector<std::byte>>& identities);
+                                           const std::vector<std::vector<std::byte>>& identities,
+                                           std::vector<std::string>& warnings);
 
 }  // namespace csp::reduce::prof

@@ -626,9 +626,15 @@ struct DatabaseBuilder::Impl {
   }
 
   // Checks made at construction and again just before the rename.
+  // Any entry at the target counts, a dangling symbolic link included; a link is never followed
+  // to decide, nor replaced (publishing would swap the link itself, not what it points to).
   void checkTarget() const {
     std::error_code ec;
-    if (!fs::exists(target, ec)) return;
+    const auto status = fs::symlink_status(target, ec);
+    if (!fs::exists(status)) return;
+    if (fs::is_symlink(status))
+      throw DatabaseError(target, "is a symbolic link; it is never replaced, even with --force: remove it, or give the "
+                                  "directory it points to");
     if (!isCspDatabase(target))
       throw DatabaseError(target, "exists and is not a CSP database; it is never replaced, even with --force");
     if (!options.force) throw DatabaseError(target, "already exists (use --force to replace it)");
@@ -646,7 +652,7 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
   if (ec) throw DatabaseError(parent, "cannot create: " + ec.message());
   d.leftovers = cleanupLeftovers(d.target);
 
-  d.temp = parent / fmt::format(".{}.tmp-{}", d.target.filename().string(), ::getpid());
+  d.temp = temporaryDirectoryFor(d.target);
   if (!LiveBuilds::instance().add(d.temp))
     throw DatabaseError(d.target, "another build of this database is under way in this process");
   d.registered = true;
@@ -684,7 +690,14 @@ DatabaseBuilder::~DatabaseBuilder() {
 
 const fs::path& DatabaseBuilder::target() const { return impl_->target; }
 const fs::path& DatabaseBuilder::tempDir() const { return impl_->temp; }
-fs::path DatabaseBuilder::stagingDir() const { return impl_->temp / kStagingName; }
+fs::path DatabaseBuilder::stagingDir() const { return stagingDirIn(impl_->temp); }
+
+fs::path DatabaseBuilder::temporaryDirectoryFor(const fs::path& target) {
+  const fs::path t = normalizedTarget(target);
+  return parentOf(t) / fmt::format(".{}.tmp-{}", t.filename().string(), ::getpid());
+}
+
+fs::path DatabaseBuilder::stagingDirIn(const fs::path& temporaryDirectory) { return temporaryDirectory / kStagingName; }
 const std::vector<LeftoverReport>& DatabaseBuilder::leftovers() const { return impl_->leftovers; }
 
 void DatabaseBuilder::writeMetadata(const DatabaseMetadata& metadata) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <cerrno>
 #include <cstring>
@@ -35,6 +36,21 @@ struct Header {
   std::uint64_t checksum;
 };
 static_assert(sizeof(Header) == kProfileHeaderBytes);
+
+// Header flags. Standalone profiles have none. A bundle's writer marks every record it writes
+// and the last record of each write, so that a bundle cut between two records of one write
+// (every record whole, some missing) is still recognized as cut. Readers that predate the marks
+// ignore the flags.
+constexpr std::uint32_t kFlagBundleRecord = 1;
+constexpr std::uint32_t kFlagEndOfWrite = 2;
+constexpr std::size_t kFlagsOffset = offsetof(Header, flags);
+
+void addFlags(std::span<std::byte> record, std::uint32_t flags) {
+  std::uint32_t f;
+  std::memcpy(&f, record.data() + kFlagsOffset, sizeof f);
+  f |= flags;
+  std::memcpy(record.data() + kFlagsOffset, &f, sizeof f);
+}
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -458,6 +474,22 @@ std::vector<std::uint64_t> bundleRecordOffsets(std::span<const std::byte> bundle
   return offsets;
 }
 
+std::string bundleIncompleteness(std::span<const std::byte> bundle) {
+  if (bundle.empty())
+    return "an empty bundle: its process was killed during its first write, whose thread profiles are lost";
+  const auto offsets = bundleRecordOffsets(bundle);
+  const std::uint64_t last = offsets.back();
+  Header h;
+  if (bundle.size() - last < sizeof h) return {};  // a damaged last record reports itself
+  std::memcpy(&h, bundle.data() + last, sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.payloadBytes != bundle.size() - last - sizeof h) return {};
+  if ((h.flags & kFlagBundleRecord) == 0 || (h.flags & kFlagEndOfWrite) != 0) return {};  // unmarked (older) or whole
+  return fmt::format("cut after its record {} (byte {}), inside one of the measurement's writes: the profiles of "
+                     "threads in the rest of that write and later are missing (the file was truncated, or its "
+                     "process was killed while writing)",
+                     offsets.size(), bundle.size());
+}
+
 ProfileLocation locateProfile(const std::filesystem::path& entry) {
   const std::string name = entry.filename().string();
   const auto at = name.rfind('@');
@@ -492,6 +524,7 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   if (!where.inBundle) {
     MappedFile file(path);
     if (isBundle(path)) {
+      if (const auto cut = bundleIncompleteness(file.bytes()); !cut.empty()) throw ProfileError(path.string(), cut);
       const auto records = bundleRecordOffsets(file.bytes());
       if (records.size() != 1)
         throw ProfileError(path.string(), fmt::format("a bundle of {} thread profiles; give its measurement "
@@ -502,6 +535,8 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   }
   MappedFile file(where.file);
   const auto bytes = file.bytes();
+  if (where.offset == bytes.size())
+    if (const auto cut = bundleIncompleteness(bytes); !cut.empty()) throw ProfileError(path.string(), cut);
   if (where.offset >= bytes.size())
     throw ProfileError(path.string(), fmt::format("no record at byte {} of a {}-byte bundle", where.offset, bytes.size()));
   return parseProfile(bytes.subspan(where.offset, bundleRecordLength(bytes, where.offset)), path.string(), options);
@@ -536,6 +571,9 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
     }
     for (const std::uint64_t offset : bundleRecordOffsets(bundle->bytes()))
       out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), offset));
+    // A cut bundle's end is an entry too: reading it reports the missing profiles.
+    if (!bundleIncompleteness(bundle->bytes()).empty())
+      out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), bundle->bytes().size()));
   }
   return out;
 }
@@ -557,13 +595,49 @@ void ProfileBundleWriter::open() {
     fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ >= 0) break;
     if (errno != EEXIST || k == 100) throw ProfileError(candidate.string(), "cannot create the bundle: " + errnoText());
-    candidate = path_.parent_path() / fmt::format("{}.{}{}", path_.stem().string(), k, kBundleExtension);
+    candidate = suffixed(k);
   }
   path_ = candidate;
 }
 
-void ProfileBundleWriter::writeOut(std::span<const std::byte> bytes, std::uint64_t records) {
-  if (fd_ < 0) open();
+std::filesystem::path ProfileBundleWriter::suffixed(int k) const {
+  return path_.parent_path() / fmt::format("{}.{}{}", path_.stem().string(), k, kBundleExtension);
+}
+
+// The first write creates the bundle already holding it: written into a file without a name,
+// which is linked under the bundle's name (or a suffixed one, as in open()) once complete. A
+// process killed during it leaves no bundle, rather than an empty or partial one. False, with
+// nothing written, where the file system cannot (open() then creates the name first).
+bool ProfileBundleWriter::createWhole(std::span<const std::byte> bytes) {
+  const int fd = openUnnamedFile(path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path());
+  if (fd < 0) return false;
+  fd_ = fd;
+  try {
+    writeOrCut(bytes);
+  } catch (const ProfileError&) {
+    ::close(fd_);  // never named: nothing is left
+    fd_ = -1;
+    size_ = 0;
+    throw;
+  }
+  std::filesystem::path candidate = path_;
+  for (int k = 1;; ++k) {
+    if (nameUnnamedFile(fd_, candidate)) break;
+    if (errno == EEXIST && k < 100) {
+      candidate = suffixed(k);
+      continue;
+    }
+    ::close(fd_);  // no /proc to name it by, or no room for a name: the file goes with its descriptor
+    fd_ = -1;
+    size_ = 0;
+    return false;
+  }
+  path_ = candidate;
+  ::fcntl(fd_, F_SETFL, O_APPEND);
+  return true;
+}
+
+void ProfileBundleWriter::writeOrCut(std::span<const std::byte> bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
@@ -578,17 +652,30 @@ void ProfileBundleWriter::writeOut(std::span<const std::byte> bytes, std::uint64
     done += static_cast<std::size_t>(n);
   }
   size_ += bytes.size();
+}
+
+void ProfileBundleWriter::writeOut(std::span<std::byte> bytes, std::size_t lastRecord, std::uint64_t records) {
+  addFlags(bytes.subspan(lastRecord), kFlagEndOfWrite);
+  if (fd_ >= 0) {
+    writeOrCut(bytes);
+  } else if (!createWhole(bytes)) {
+    open();
+    writeOrCut(bytes);
+  }
   records_ += records;
 }
 
 void ProfileBundleWriter::append(const ThreadProfile& profile) {
   flush();
-  const auto image = serializeProfile(profile, path_.string());
-  writeOut(image, 1);
+  auto image = serializeProfile(profile, path_.string());
+  addFlags(image, kFlagBundleRecord);
+  writeOut(image, 0, 1);
 }
 
 void ProfileBundleWriter::stage(const ThreadProfile& profile) {
-  const auto image = serializeProfile(profile, path_.string());
+  auto image = serializeProfile(profile, path_.string());
+  addFlags(image, kFlagBundleRecord);
+  lastStaged_ = staged_.size();
   staged_.insert(staged_.end(), image.begin(), image.end());
   ++stagedRecords_;
   if (staged_.size() >= kStageBytes) flush();
@@ -600,7 +687,7 @@ void ProfileBundleWriter::flush() {
   bytes.swap(staged_);
   const std::uint64_t records = stagedRecords_;
   stagedRecords_ = 0;
-  writeOut(bytes, records);
+  writeOut(bytes, lastStaged_, records);
 }
 
 namespace {

@@ -6,6 +6,11 @@
 //                                         dlopens and dlcloses PLUGIN in a loop and one more
 //                                         walks the module list with dl_iterate_phdr (the
 //                                         loader's locks are taken all the time); exit 0
+//     dlopen-pairs PLUGIN PAIRS THREADS [RESIDENT...]
+//                                         PAIRS dlopen/dlclose pairs while THREADS threads compute,
+//                                         without the walker, the RESIDENT libraries loaded first
+//                                         and kept (the cost of a load-map update:
+//                                         tests/bench/measure_overhead.sh); exit 0
 //     terminate THREADS [own-handler]      THREADS threads and the main thread compute until the
 //                                         process is killed; "ready" on stdout once each has
 //                                         computed for 80 ms of its CPU time.
@@ -76,14 +81,18 @@ static int walkModule(dl_phdr_info* info, std::size_t, void* sum) {
   return 0;
 }
 
-static int dlopenStorm(const char* plugin, double duration, int threads) {
+// For `duration` seconds with a thread walking the module list, or `pairs` dlopen/dlclose pairs
+// (when that is not 0) without it.
+static int dlopenStorm(const char* plugin, double duration, int threads, long pairs = 0) {
   std::vector<std::thread> workers;
   std::atomic<long> units{0};
-  workers.emplace_back([] {
-    double sum = 0;
-    while (!g_stop.load(std::memory_order_relaxed)) dl_iterate_phdr(walkModule, &sum);
-    if (sum == 0) std::printf("impossible\n");
-  });
+  if (pairs == 0) {
+    workers.emplace_back([] {
+      double sum = 0;
+      while (!g_stop.load(std::memory_order_relaxed)) dl_iterate_phdr(walkModule, &sum);
+      if (sum == 0) std::printf("impossible\n");
+    });
+  }
   for (int i = 0; i < threads; ++i) {
     workers.emplace_back([&] {
       double x = 1.0;
@@ -96,7 +105,7 @@ static int dlopenStorm(const char* plugin, double duration, int threads) {
   }
   long loads = 0;
   const double end = seconds() + duration;
-  while (seconds() < end) {
+  while (pairs > 0 ? loads < pairs : seconds() < end) {
     void* h = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       std::fprintf(stderr, "hostile: %s\n", dlerror());
@@ -348,6 +357,15 @@ static int threadChurn(long n, long iterations) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "dlopen-storm" && argc == 5) return dlopenStorm(argv[2], std::atof(argv[3]), std::atoi(argv[4]));
+  if (mode == "dlopen-pairs" && argc >= 5) {
+    for (int i = 5; i < argc; ++i) {  // kept loaded: a load map as large as an MPI program's
+      if (dlopen(argv[i], RTLD_NOW | RTLD_LOCAL) == nullptr) {
+        std::fprintf(stderr, "hostile: %s\n", dlerror());
+        return 1;
+      }
+    }
+    return dlopenStorm(argv[2], 0, std::atoi(argv[4]), std::atol(argv[3]));
+  }
   if (mode == "terminate" && (argc == 3 || argc == 4))
     return terminate(std::atoi(argv[2]), argc == 4 && std::strcmp(argv[3], "own-handler") == 0);
   if (mode == "longjmp" && argc == 3) return longjmpMode(std::atof(argv[2]));

@@ -14,6 +14,8 @@
 # Last, code without unwind tables (tests/apps/asm_frames.cpp `nocfi`: every sample stops in
 # assembler without CFI and the handler scans the stack above it) against the compute app,
 # both at cpu-time@1000: CPU time per sample (measured minus uninstrumented, over the samples).
+# Then a dlopen/dlclose storm (tests/apps/hostile.cpp `dlopen-pairs`), uninstrumented and under
+# csp-run -e none. Target: at most 5 us of CPU per dlopen/dlclose pair.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -141,3 +143,25 @@ read -r ap am an aus < <(perSample asm "$asm" nocfi 60)
 printf 'code without unwind tables, cpu-time@1000, %s runs each (median cpu: uninstrumented / csp-run, samples per run)\n' "$runs"
 printf '  compute app (CFI everywhere)       %.3f s / %.3f s, %s samples: %.1f us per sample\n' "$cp" "$cm" "$cn" "$cus"
 printf '  assembler without CFI (nocfi 60)   %.3f s / %.3f s, %s samples: %.1f us per sample (stack scans)\n' "$ap" "$am" "$an" "$aus"
+# dlopen/dlclose storm: PAIRS pairs of the test plugin with 100 other copies of it loaded (a load
+# map as large as an MPI program's), uninstrumented and under csp-run -e none (no sampling: what
+# is left is the interposed dlclose, which records modules new to the load map). Target: at most
+# 5 us of CPU per pair.
+pairs=12300
+plugin=$build/tests/apps/csp-app-plugin.so
+mkdir -p "$work/resident"
+for ((k = 1; k <= 100; k++)); do cp "$plugin" "$work/resident/p$k.so"; done
+: >"$work/dl-plain" ; : >"$work/dl-none"
+for ((i = 1; i <= runs; i++)); do
+  timed "$work/dl-plain" "$hostile" dlopen-pairs "$plugin" "$pairs" 0 "$work"/resident/*.so
+  timed "$work/dl-none" "$csprun" -e none -o "$work/dl-meas" -- "$hostile" dlopen-pairs "$plugin" "$pairs" 0 "$work"/resident/*.so
+done
+dplainCpu=$(cut -d' ' -f2 "$work/dl-plain" | median)
+dnoneCpu=$(cut -d' ' -f2 "$work/dl-none" | median)
+dpaired=$(paste -d' ' "$work/dl-plain" "$work/dl-none" | awk -v n="$pairs" '{ print 1e6 * ($4 - $2) / n }' | median)
+printf 'dlopen/dlclose storm, %s pairs, 100 resident modules, %s runs each, csp-run -e none\n' "$pairs" "$runs"
+printf '  runs (wall cpu), uninstrumented:  %s\n' "$(tr '\n' ',' <"$work/dl-plain")"
+printf '  runs (wall cpu), csp-run -e none: %s\n' "$(tr '\n' ',' <"$work/dl-none")"
+printf '  median cpu       %.3f s  vs  %.3f s   %+.1f us per pair (paired median %+.1f us; target <= 5 us)\n' \
+  "$dplainCpu" "$dnoneCpu" "$(awk -v a="$dplainCpu" -v b="$dnoneCpu" -v n="$pairs" 'BEGIN { print 1e6 * (b - a) / n }')" \
+  "$dpaired"

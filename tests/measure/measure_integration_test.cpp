@@ -108,6 +108,13 @@ void expectHealthy(const ThreadProfile& p) {
   EXPECT_EQ(p.stats.truncatedPaths, 0u);
 }
 
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::string setting(const ThreadProfile& p, const std::string& key) {
   for (const auto& s : p.identity.settings)
     if (s.key == key) return s.value;
@@ -442,6 +449,27 @@ TEST(MeasureIntegration, SamplingSignalTakeoverIsIntercepted) {
   for (const auto& p : readAll(base / "meas3")) EXPECT_EQ(setting(p, "sampling-signal-taken-over"), "no");
 }
 
+// Every rank's profiles record the job's rank count (setting mpi-ranks, from MPI_Comm_size or
+// the launcher), so that csp-prof-mpi names the last ranks when they left no profile: a gap at
+// the end of the numbering is invisible otherwise.
+TEST(MeasureIntegration, RankCountIsRecordedSoMissingRanksAreNamed) {
+  const fs::path base = scratch("mpi-ranks");
+  const fs::path dir = base / "meas";
+  ASSERT_EQ(run("timeout -k 5 120 env " + kMpirun + " -np 3 " + kCspRun + " -o " + dir.string() + " -- " + kApps +
+                "csp-app-mpi-split 4 1 > /dev/null"),
+            0);
+  for (const auto& p : readAll(dir)) EXPECT_EQ(setting(p, "mpi-ranks"), "3") << formatIdTuple(p.identity.idTuple);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().starts_with("r000002")) fs::remove(e.path());
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q " + dir.string() + " -o " + (base / "db").string() +
+                " 2> " + err),
+            0)
+      << slurp(err);
+  EXPECT_NE(slurp(err).find("csp-prof-mpi: warning: 1 of 3 ranks left no profile (rank 2)"), std::string::npos)
+      << slurp(err);
+}
+
 // csp-run names the default directory after the program and the job (here: the pid).
 TEST(MeasureIntegration, CspRunDefaultDirectoryAndErrors) {
   const fs::path base = scratch("cli");
@@ -459,6 +487,34 @@ TEST(MeasureIntegration, CspRunDefaultDirectoryAndErrors) {
   EXPECT_EQ(run(kCspRun + " -e bogus-event -- true 2> /dev/null"), 2);
   EXPECT_EQ(run(kCspRun + " 2> /dev/null"), 2);
   EXPECT_EQ(run(kCspRun + " -o " + base.string() + "/x -- /nonexistent/program 2> /dev/null"), 127);
+}
+
+// csp-run accepts exactly what the library can sample (`-e none`, documented, samples nothing)
+// and refuses the rest as usage errors, naming the option: the library would otherwise ignore
+// an event with a warning and sample cpu-time@200 instead (cpu-time@200000 used to exit 0).
+TEST(MeasureIntegration, CspRunEventsAreCheckedLikeTheLibraryReadsThem) {
+  const fs::path base = scratch("cli-events");
+  const std::string err = (base / "stderr.txt").string();
+  ASSERT_EQ(run("timeout -k 5 60 " + kCspRun + " -e none -o " + (base / "none").string() + " -- " + kApps +
+                "csp-app-compute 4 > /dev/null 2> " + err),
+            0)
+      << slurp(err);
+  const auto none = readAll(base / "none");
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(none[0].metrics.empty()) << "no event sampled";
+  EXPECT_EQ(none[0].stats.samples, 0u);
+  for (const std::string bad : {"cpu-time@200000", "cpu-time@0", "real-time@5us", "real-time@3601s", "cpu-time@1x",
+                                "none -e cpu-time", "cpu-time -e cpu", "bogus"}) {
+    EXPECT_EQ(run("timeout -k 5 60 " + kCspRun + " -e " + bad + " -o " + (base / "bad").string() + " -- true 2> " + err), 2)
+        << bad;
+    const std::string text = slurp(err);
+    EXPECT_NE(text.find("csp-run: error: --event"), std::string::npos) << bad << ": " << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << bad << ": one line: " << text;
+  }
+  EXPECT_FALSE(fs::exists(base / "bad")) << "nothing is created for a refused command";
+  for (const std::string good : {"cpu-time@100000", "real-time@10us", "cpu@1s", "wall@3600s"})
+    EXPECT_EQ(run("timeout -k 5 60 " + kCspRun + " -e " + good + " -o " + (base / "good").string() + " -- true"), 0)
+        << good;
 }
 
 // exec is survived: a shell that runs the app in a child and then execs it leaves two profiles

@@ -193,6 +193,44 @@ TEST(ProfBundles, BundledProfilesGiveTheSameViewsForAnyProcessCount) {
   EXPECT_NE(twice.output.find(".cspbundle@"), std::string::npos) << twice.output;
 }
 
+// What a rank killed before or while writing leaves: no profile at all, fewer threads than the
+// other ranks, or a temporary of an unfinished profile. csp-prof-mpi used to say nothing; it now
+// names each in its summary (and on stderr with -q) and in the database's property
+// "measurement-warnings", the same for any process count; a complete measurement has none.
+TEST(ProfWarnings, MissingRanksThreadsAndTemporariesAreNamed) {
+  TempDir dir("prof-missing");
+  const auto meas = dir / "meas";
+  auto r = run("timeout -k 5 60 " + tool("csp-gen") + " -q --ranks 6 --threads 3 --nodes 30 -o " + meas.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto complete = run(limited(120, 2) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + (dir / "db0").string());
+  ASSERT_EQ(complete.status, 0) << complete.output;
+  EXPECT_EQ(complete.output.find("warning"), std::string::npos) << complete.output;
+  for (const auto& e : fs::directory_iterator(meas)) {
+    const std::string name = e.path().filename().string();
+    if (name.find("-r000002-") != std::string::npos || name.find("-r000004-t0001") != std::string::npos ||
+        name.find("-r000005-t0002") != std::string::npos)
+      fs::remove(e.path());
+  }
+  std::ofstream(meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf");  // 0 bytes, as a killed writer left it
+  const std::string expected[] = {
+      "warning: rank 2 left no profile, though ranks up to 5 did",
+      "warning: ranks 4-5 have 2 thread profiles, most ranks have 3: profiles may be missing",
+      "warning: 1 unfinished profile temporary left by a measurement killed while writing (those profiles are missing; "
+      "remove them): " + (meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf").string()};
+  for (int ranks : {1, 3}) {
+    const auto db = dir / ("db" + std::to_string(ranks));
+    r = run(limited(120, ranks) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + db.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (const auto& line : expected) EXPECT_NE(r.output.find("  " + line), std::string::npos) << ranks << ": " << r.output;
+    const auto quiet = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string() +
+                           " --force");
+    ASSERT_EQ(quiet.status, 0) << quiet.output;
+    for (const auto& line : expected)
+      EXPECT_NE(quiet.output.find("csp-prof-mpi: " + line), std::string::npos) << ranks << ": " << quiet.output;
+    EXPECT_NE(views(db, "--info").find("measurement-warnings = rank 2 left no profile"), std::string::npos);
+  }
+}
+
 class ProfFailure : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -320,6 +358,65 @@ TEST_F(ProfFailure, TerminatedOrKilledLauncherLeavesNothingBehind) {
     EXPECT_FALSE(hasTemporary(dir_->path())) << "signal " << sig;
     EXPECT_FALSE(fs::exists(dir_->path() / name)) << "signal " << sig;
     ::waitpid(launcher, nullptr, WNOHANG);
+  }
+}
+
+// Two busy loops, one per core, while the object lives: termination must hold up under load.
+class CpuHogs {
+ public:
+  CpuHogs() {
+    for (auto& pid : pids_) {
+      pid = ::fork();
+      if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+    }
+  }
+  ~CpuHogs() {
+    for (const pid_t pid : pids_) {
+      if (pid <= 0) continue;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  CpuHogs(const CpuHogs&) = delete;
+  CpuHogs& operator=(const CpuHogs&) = delete;
+
+ private:
+  pid_t pids_[2] = {-1, -1};
+};
+
+// SIGTERM to mpirun while rank 0 creates the database (fault point "output": the temporary
+// directory and its RocksDB instance exist), on a loaded machine, at 4 processes, several times.
+// The directory used to exist before any process would remove it on a termination signal: it
+// survived with its RocksDB files, and nothing was said. Now every rank knows it beforehand.
+TEST_F(ProfFailure, TerminatedWhileCreatingTheOutputLeavesNothing) {
+  CpuHogs hogs;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string name = "db-output-" + std::to_string(attempt);
+    const std::string command = "CSP_FAULT_INJECT=0:output:stall " + csp::test::mpirun(4) + tool("csp-prof-mpi") +
+                                " -q -j 1 " + meas_.string() + " -o " + (dir_->path() / name).string() +
+                                " >/dev/null 2>&1 & echo $!";
+    const int launcher = std::atoi(run(command).output.c_str());
+    ASSERT_GT(launcher, 0);
+    for (int i = 0; i < 400 && !hasTemporary(dir_->path()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(hasTemporary(dir_->path())) << "attempt " << attempt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(launcher, SIGTERM);
+    int left = -1;
+    for (int i = 0; i < 150; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      left = processesWriting(name);
+      if (left == 0) break;
+    }
+    EXPECT_EQ(left, 0) << "attempt " << attempt << ": processes still running 15 s after SIGTERM";
+    EXPECT_FALSE(hasTemporary(dir_->path())) << "attempt " << attempt << ": the temporary directory survived";
+    EXPECT_FALSE(fs::exists(dir_->path() / name)) << "attempt " << attempt;
+    ::waitpid(launcher, nullptr, WNOHANG);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_->path()))
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove_all(e.path(), ec);
   }
 }
 

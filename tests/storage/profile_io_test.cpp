@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <iterator>
 
@@ -346,4 +349,122 @@ TEST(AtomicFile, NeverFollowsALinkAndLeavesNothingOnFailure) {
   EXPECT_THROW(storage::writeFileAtomically(dir.path() / "blocked", std::string("data")), storage::AtomicFileError);
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// A writer killed at any moment leaves complete files or nothing: the file is written without a
+// name and linked when complete (a temporary under NAME.tmp.* was left behind by every kill
+// that landed in a write: 0-byte or partial, next to the profiles).
+TEST(AtomicFile, KilledWriterLeavesNoTemporary) {
+  TempDir dir;
+  const std::string data(4u << 20, 'x');
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // Fresh names, as profiles have; the older files go, so that the directory stays small.
+      auto name = [&](int i) { return dir.path() / (std::to_string(attempt) + "-" + std::to_string(i) + ".cspprof"); };
+      for (int i = 0;; ++i) {
+        storage::writeFileAtomically(name(i), data, {.fsync = false, .temporaryTag = "7"});
+        if (i >= 2) ::unlink(name(i - 2).c_str());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 70 * attempt));
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  int complete = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
+    EXPECT_EQ(fs::file_size(e.path()), data.size()) << e.path();
+    ++complete;
+  }
+  EXPECT_GT(complete, 0) << "the writer never finished a file: the test proves nothing";
+}
+
+namespace {
+
+// A bundle of `records` profiles (threads 1, 2, ...) in writes of the given sizes.
+fs::path bundleInWrites(const fs::path& dir, std::initializer_list<int> writes) {
+  storage::ProfileBundleWriter w(dir / storage::bundleFileName(threadOf(1).identity));
+  std::uint64_t thread = 1;
+  for (const int n : writes) {
+    for (int k = 0; k < n; ++k) w.stage(threadOf(thread++));
+    w.flush();
+  }
+  return w.path();
+}
+
+}  // namespace
+
+// A bundle cut exactly between two records of one write holds whole records only; it used to be
+// read silently with fewer threads. Each write marks its last record: a cut inside a write is
+// listed as one more entry at the bundle's end, whose reading says what is missing. A cut
+// between two writes is the state the bundle had after the earlier write: consistent.
+TEST(ProfileBundles, CutBetweenRecordsIsReported) {
+  const auto recordBytes = storage::serializeProfile(threadOf(1)).size();
+  for (const std::uint64_t keep : {1u, 2u, 3u}) {
+    TempDir dir;
+    const fs::path bundle = bundleInWrites(dir.path(), {1, 3});  // records 1 | 2 3 4
+    fs::resize_file(bundle, keep * recordBytes);
+    const auto entries = storage::listProfiles(dir.path());
+    for (std::uint64_t r = 0; r < keep; ++r) EXPECT_EQ(storage::readProfile(entries.at(r)), threadOf(r + 1));
+    if (keep == 1) {
+      EXPECT_EQ(entries.size(), 1u) << "cut at the end of the first write: consistent";
+      continue;
+    }
+    ASSERT_EQ(entries.size(), keep + 1) << "keep " << keep;
+    EXPECT_EQ(entries.back().string(), bundle.string() + "@" + std::to_string(keep * recordBytes));
+    const std::string e = readError(entries.back());
+    EXPECT_NE(e.find(entries.back().string() + ": cut after its record " + std::to_string(keep)), std::string::npos) << e;
+    EXPECT_EQ(storage::profileBytes(entries.back()), 0u);
+    // Given by itself, a cut bundle is refused with the same reason.
+    EXPECT_NE(readError(bundle).find("cut after its record"), std::string::npos) << readError(bundle);
+  }
+  // A whole bundle lists its records only.
+  TempDir whole;
+  bundleInWrites(whole.path(), {2, 1, 3});
+  EXPECT_EQ(storage::listProfiles(whole.path()).size(), 6u);
+}
+
+// Bundles written before the marks (records with no header flags) stay readable as they were;
+// an empty bundle (a process killed in its first write, before bundles were created whole) is
+// reported, not silently empty.
+TEST(ProfileBundles, UnmarkedAndEmptyBundles) {
+  TempDir dir;
+  {
+    std::ofstream out(dir.path() / "r000001.77.cspbundle", std::ios::binary);
+    for (std::uint64_t t = 1; t <= 2; ++t) {
+      const auto image = storage::serializeProfile(threadOf(t));
+      out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    }
+  }
+  std::ofstream(dir.path() / "r000002.78.cspbundle");
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(1));
+  EXPECT_EQ(storage::readProfile(entries[1]), threadOf(2));
+  EXPECT_NE(readError(entries[2]).find("an empty bundle"), std::string::npos) << readError(entries[2]);
+}
+
+// The first write creates the bundle already holding it: a first write that fails (a full disk)
+// leaves no bundle at all (it used to leave an empty one).
+TEST(ProfileBundles, FailedFirstWriteLeavesNoBundle) {
+  TempDir dir;
+  storage::ProfileBundleWriter w(dir.path() / storage::bundleFileName(threadOf(1).identity));
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old);
+  struct rlimit small = saved;
+  small.rlim_cur = 100;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW(w.append(threadOf(1)), storage::ProfileError);
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &old, nullptr);
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  w.append(threadOf(2));  // and the bundle goes on
+  const auto entries = storage::listProfiles(dir.path());
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(storage::readProfile(entries[0]), threadOf(2));
 }

@@ -342,6 +342,9 @@ void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
     out << fmt::format("  warning: {:.1f} % of the samples have truncated call paths (more than {:.0f} %); they are "
                        "below '[truncated call paths]'\n",
                        shareOf(total.truncatedSamples, total.samples), limit);
+  // Why, as the measurement counted it (csp-prof-mpi's property; databases before it lack it).
+  for (const auto& p : m.properties)
+    if (p.key == "dropped-samples-by-cause") out << "  dropped by cause: " << p.value << "\n";
   if (qualityWarrants(total, total.droppedSamples))
     out << fmt::format("  warning: {:.1f} % of the samples were dropped by the measurement (more than {:.0f} %)\n",
                        shareOf(total.droppedSamples, total.samples), limit);

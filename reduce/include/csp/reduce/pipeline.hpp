@@ -142,6 +142,9 @@ class Pipeline {
   const std::vector<storage::ThreadClassInfo>& threadClasses() const;
   const std::vector<ProfileInfo>& localProfiles() const;    // this rank's valid profiles
   const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
+  // Profile temporaries found in the input directories (rank 0, after discover): each is a
+  // profile that a measurement killed while writing it did not finish.
+  const std::vector<std::string>& leftoverTemporaries() const;
   AttributionStats attributionStats() const;
   const std::vector<PhaseTime>& phaseTimes() const;
 

@@ -21,8 +21,10 @@ struct ProfOptions {
   // Rank 0: what the builder found of earlier interrupted builds of the same target
   // (`removed` = cleaned up, otherwise left alone; the text says why and what to do).
   std::function<void(bool removed, const std::string& text)> onLeftover;
-  // Every rank, once the temporary directory is known (for signal handlers that remove it).
-  std::function<void(const std::filesystem::path&)> onTempDir;
+  // Every rank, once the temporary directory's name is known, before the root creates it (for
+  // signal handlers that remove it). `ownerPid`: the root's pid when it runs on this host (its
+  // threads may create files in the directory until it dies), else 0.
+  std::function<void(const std::filesystem::path&, int ownerPid)> onTempDir;
 };
 
 struct ProfSummary {
@@ -39,6 +41,11 @@ struct ProfSummary {
   storage::SamplingQuality quality; // sum over all profiles (rank 0)
   storage::UnwindRecovery unwindRecovery;      // sum over all profiles (rank 0)
   std::vector<storage::ModuleLoops> moduleLoops;  // every rank's modules (rank 0)
+  std::string droppedByCause;       // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
+  // What is missing from the measurement (rank 0): ranks without profiles, ranks with fewer
+  // thread profiles than most, unfinished profile temporaries (also in the database's property
+  // "measurement-warnings").
+  std::vector<std::string> measurementWarnings;
 };
 
 // The warnings csp-prof-mpi prints about sampling quality: one line each for truncated and

@@ -110,6 +110,11 @@ class DatabaseBuilder {
   const std::filesystem::path& target() const;
   const std::filesystem::path& tempDir() const;
   std::filesystem::path stagingDir() const;
+  // The temporary directory a builder of `target` in this process creates, known before it
+  // exists (so that cleanup on a termination signal can be armed first), and the staging area
+  // in it.
+  static std::filesystem::path temporaryDirectoryFor(const std::filesystem::path& target);
+  static std::filesystem::path stagingDirIn(const std::filesystem::path& temporaryDirectory);
   const std::vector<LeftoverReport>& leftovers() const;
 
   // Small metadata, written directly. Call once.

@@ -76,6 +76,11 @@ std::vector<std::uint64_t> bundleRecordOffsets(std::span<const std::byte> bundle
 // Length of the record at `offset` as its header announces it, clipped to what the bytes hold
 // (a truncated record is then reported by the parser); 0 past the end.
 std::size_t bundleRecordLength(std::span<const std::byte> bundle, std::uint64_t offset);
+// Why a bundle is incomplete although its last record is whole (empty: it is not, or its last
+// record reports its own damage): it is empty, or it ends inside one of its writer's writes (the
+// last record lacks the end-of-write mark; bundles written before the marks have none and pass).
+// listProfiles lists such a bundle's end as one more entry, "BUNDLE@SIZE", whose reading reports it.
+std::string bundleIncompleteness(std::span<const std::byte> bundle);
 
 // Where an entry of listProfiles is: a file of its own, or a record of a bundle.
 struct ProfileLocation {
@@ -87,10 +92,12 @@ ProfileLocation locateProfile(const std::filesystem::path& entry);
 // Bytes of the entry's profile image (0 if it cannot be read; reading it reports why).
 std::uint64_t profileBytes(const std::filesystem::path& entry);
 
-// Appends profiles to a bundle, created on the first append (exclusively: an existing file,
-// link or anything else under the name is never opened; the name then gets a suffix). A failed
-// append (a full disk) is cut off again, so that the bundle never holds part of a record; only
-// a process killed in the middle of a write leaves a truncated last record.
+// Appends profiles to a bundle, created holding its first write (written without a name and
+// linked when complete; exclusively: an existing file, link or anything else under the name is
+// never opened; the name then gets a suffix). Every write marks its last record, so that a
+// bundle cut between records is recognized (bundleIncompleteness). A failed append (a full disk)
+// is cut off again, so that the bundle never holds part of a record; only a process killed in
+// the middle of a write leaves a truncated last record, or a cut reported as such.
 class ProfileBundleWriter {
  public:
   explicit ProfileBundleWriter(std::filesystem::path path) : path_(std::move(path)) {}
@@ -110,13 +117,18 @@ class ProfileBundleWriter {
 
  private:
   void open();
-  void writeOut(std::span<const std::byte> bytes, std::uint64_t records);
+  std::filesystem::path suffixed(int k) const;
+  bool createWhole(std::span<const std::byte> bytes);
+  void writeOrCut(std::span<const std::byte> bytes);
+  // Marks the record at `lastRecord` as the end of this write, then writes.
+  void writeOut(std::span<std::byte> bytes, std::size_t lastRecord, std::uint64_t records);
 
   std::filesystem::path path_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
   std::uint64_t records_ = 0;
   std::vector<std::byte> staged_;
+  std::size_t lastStaged_ = 0;  // offset of the last staged record in staged_
   std::uint64_t stagedRecords_ = 0;
 };
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# csp-measure.sbatch and csp-prof.sbatch give mpirun time between the SIGTERM it passes on (a
+# time limit) and its SIGKILL: OMPI_MCA_odls_base_sigkill_timeout=10 unless the environment sets
+# it (Open MPI's default, 1 s, lost whole ranks' profiles on a loaded node). mpirun passes the
+# variable on to its ranks, where the programs here read it.
+#   sigkill_timeout_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+work=$(mktemp -d /tmp/csp-sigkill-timeout.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail=0
+
+# The measured program: records what its rank was given (bash: it ends with exit(), which
+# writes its profile; dash's _exit writes none, and the script wants profiles).
+cat >"$work/record.sh" <<'EOS'
+#!/bin/bash
+echo "${OMPI_MCA_odls_base_sigkill_timeout:-unset}" >"$RECORD.$OMPI_COMM_WORLD_RANK"
+EOS
+chmod +x "$work/record.sh"
+# A stand-in csp-prof-mpi: records the same and writes the database directory.
+mkdir -p "$work/bin"
+cat >"$work/bin/csp-prof-mpi" <<'EOS'
+#!/bin/sh
+echo "${OMPI_MCA_odls_base_sigkill_timeout:-unset}" >"$RECORD.$OMPI_COMM_WORLD_RANK"
+for a; do out=$a; done
+mkdir -p "$out"
+EOS
+chmod +x "$work/bin/csp-prof-mpi"
+
+expect() {  # WHAT FILE VALUE
+  local got
+  got=$(cat "$2" 2>/dev/null || echo missing)
+  if [[ "$got" != "$3" ]]; then echo "FAIL: $1: the rank saw '$got', expected '$3'"; fail=1; fi
+}
+
+for setting in default 4; do
+  want=10
+  env=()
+  if [[ $setting != default ]]; then want=$setting; env=(OMPI_MCA_odls_base_sigkill_timeout=$setting); fi
+  run="$work/run-$setting"
+  out=$(env "${env[@]}" RECORD="$work/measure-$setting" CSP_BIN="$build/launcher" \
+        CSP_MPIRUN_ARGS=--oversubscribe timeout -k 5 120 \
+        bash "$src/batch-scripts/csp-measure.sbatch" --launcher mpirun -n 2 "$run" -- "$work/record.sh" 2>&1)
+  [[ $? -eq 0 ]] || { echo "FAIL: csp-measure.sbatch ($setting):"; echo "$out"; fail=1; }
+  expect "csp-measure.sbatch, $setting, rank 0" "$work/measure-$setting.0" "$want"
+  expect "csp-measure.sbatch, $setting, rank 1" "$work/measure-$setting.1" "$want"
+  out=$(env "${env[@]}" RECORD="$work/prof-$setting" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS=--oversubscribe \
+        timeout -k 5 120 bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 "$run" 2>&1)
+  [[ $? -eq 0 ]] || { echo "FAIL: csp-prof.sbatch ($setting):"; echo "$out"; fail=1; }
+  expect "csp-prof.sbatch, $setting, rank 0" "$work/prof-$setting.0" "$want"
+done
+[[ $fail == 0 ]] && echo "PASS"
+exit $fail
