@@ -61,9 +61,9 @@ MODES = {
                   view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
                   lock_iterations=500000,
                   dbwrite=dict(profiles=1024, nodes=5000, writers=2)),
-    "tiny": dict(runs=2, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
+    "tiny": dict(runs=1, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
-                 view_runs=2, overhead_units=5, overhead_runs=2, rates=[200, 1000], churn_threads=200,
+                 view_runs=1, overhead_units=5, overhead_runs=1, rates=[200, 1000], churn_threads=200,
                  lock_iterations=20000,
                  dbwrite=dict(profiles=64, nodes=300, writers=2)),
 }
