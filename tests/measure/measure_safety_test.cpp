@@ -306,7 +306,10 @@ TEST(MeasureSafety, DroppedSamplesAreCountedByCause) {
   ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q --no-loops " + dir.string() + " -o " + db), 0);
   ASSERT_EQ(run("timeout -k 5 60 " + kBin + "/launcher/csp-views --info " + db + " > " + (base / "info.txt").string()), 0);
   const std::string info = slurp(base / "info.txt");
-  EXPECT_NE(info.find("  dropped by cause: loader-busy "), std::string::npos) << info;
+  // (loader-busy is the cause named first on an idle machine; under load others may outnumber it.)
+  const auto line = info.find("  dropped by cause: ");
+  ASSERT_NE(line, std::string::npos) << info;
+  EXPECT_NE(info.substr(line, info.find('\n', line) - line).find("loader-busy "), std::string::npos) << info;
 }
 
 // Item 1, with MPI: every rank loads its transport components with dlopen in MPI_Init while the
