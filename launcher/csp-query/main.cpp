@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "cli_parse.hpp"
 #include "csp/analysis/query.hpp"
 #include "csp/views/render.hpp"
 #include "csp/views/request.hpp"
@@ -30,16 +31,7 @@ int main(int argc, char** argv) {
   app.add_flag("--list-canned", listCanned, "list the canned analyses and exit");
   app.add_option("--format", format, "text, csv or json")->check(CLI::IsMember({"text", "csv", "json"}))->capture_default_str();
   app.add_option("--limit", o.limit, "pruned frames shown per process for a query without measure")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "csp-query: " << e.what() << " (csp-query --help shows the options)\n";
-    return 2;
-  }
+  if (const auto exit = csp::cli::parseOrExit(app, "csp-query", [&] { app.parse(argc, argv); })) return *exit;
   if (listCanned) {
     csp::views::renderCannedList(std::cout);
     return 0;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cli_numbers.hpp"
+#include "cli_parse.hpp"
 #include "csp/views/render.hpp"
 #include "csp/views/request.hpp"
 #include "csp/views/session.hpp"
@@ -159,16 +160,11 @@ int main(int argc, char** argv) {
   app.add_option("--name-width", nameWidth, "shorten names to this many characters")->capture_default_str();
   app.add_option("--bins", o.bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
 
-  try {
-    parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath, {{"--imbalance", &imbalanceSection}, {"--hot-path", &hotPath}});
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "csp-views: " << e.what() << " (csp-views --help shows the options)\n";
-    return 2;
-  }
+  if (const auto exit = csp::cli::parseOrExit(app, "csp-views", [&] {
+        parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath,
+                                {{"--imbalance", &imbalanceSection}, {"--hot-path", &hotPath}});
+      }))
+    return *exit;
   if (const auto bad = hotPath.empty() ? std::string() : csp::cli::finiteRangeError(hotPath, 0, 100); !bad.empty()) {
     std::cerr << "csp-views: --hot-path: " << bad << " (csp-views --help shows the options)\n";
     return 2;

@@ -141,27 +141,21 @@ void renderDiffText(const DiffReport& r, std::ostream& out) {
 }
 
 void renderDiffJson(const DiffReport& r, std::ostream& out) {
-  nlohmann::json states = nlohmann::json::array();
+  using Json = nlohmann::json;
+  Json states = Json::array();
   for (const auto& s : r.states)
     states.push_back({{"metric", s.metric}, {"waiting", s.waiting}, {"sum_p", s.sumP}, {"sum_q", s.sumQ}, {"excess", s.excess}});
-  nlohmann::json j{{"mode", strongScaling(r) ? "strong" : "weak"},
-                   {"metric", r.metric},
-                   {"unit", r.unit},
-                   {"p", r.study.p},
-                   {"q", r.study.q},
-                   {"run_p", runJson(r, r.runP)},
-                   {"run_q", runJson(r, r.runQ)},
-                   {"total", scopeJson(r.total)},
-                   {"hot_path", r.hotPath},
-                   {"hot_path_label", r.hotPathLabel},
-                   {"losses", rowsJson(r.losses)},
-                   {"gains", rowsJson(r.gains)},
-                   {"one_run_only", rowsJson(r.oneRunOnly)},
-                   {"one_run_only_count", r.oneRunOnlyCount},
-                   {"only_p", r.onlyP},
-                   {"only_q", r.onlyQ},
-                   {"exact", r.exact},
-                   {"states", std::move(states)}};
+  const Json study{{"mode", strongScaling(r) ? "strong" : "weak"}, {"metric", r.metric}, {"unit", r.unit},
+                   {"p", r.study.p}, {"q", r.study.q}, {"exact", r.exact}};
+  const Json hotPath{{"nodes", r.hotPath}, {"label", r.hotPathLabel}, {"end", scopeJson(r.hotPathEnd)}};
+  const Json contexts{{"losses", rowsJson(r.losses)},
+                      {"gains", rowsJson(r.gains)},
+                      {"one_run_only", {{"rows", rowsJson(r.oneRunOnly)}, {"count", r.oneRunOnlyCount}}},
+                      {"only_p", r.onlyP},
+                      {"only_q", r.onlyQ}};
+  const Json j{{"study", study},       {"runs", {{"p", runJson(r, r.runP)}, {"q", runJson(r, r.runQ)}}},
+               {"total", scopeJson(r.total)}, {"hot_path", hotPath},
+               {"contexts", contexts}, {"states", std::move(states)}};
   out << detail::dumpJson(j, 1) << "\n";
 }
 

@@ -76,22 +76,19 @@ Json cellJson(const QueryCell& c) {
   return threads;
 }
 
+Json rowJson(const QueryRow& r) {
+  Json values = Json::array();
+  for (const auto& c : r.cells) values.push_back(cellJson(c));
+  Json row{{"name", r.name}, {"unit", r.unit}, {"values", std::move(values)}};
+  if (const auto s = summary(r.cells); s.any)
+    row["summary"] = {{"min", jsonNumber(s.min)}, {"median", jsonNumber(s.median)}, {"max", jsonNumber(s.max)}};
+  return row;
+}
+
 void tableJson(const QueryAnswer& t, std::ostream& out) {
-  Json j;
-  j["processes"] = t.processes;
-  j["rows"] = Json::array();
-  for (const auto& r : t.rows) {
-    Json row;
-    row["name"] = r.name;
-    row["unit"] = r.unit;
-    Json values = Json::array();
-    for (const auto& c : r.cells) values.push_back(cellJson(c));
-    row["values"] = values;
-    const auto s = summary(r.cells);
-    if (s.any) row["summary"] = {{"min", jsonNumber(s.min)}, {"median", jsonNumber(s.median)}, {"max", jsonNumber(s.max)}};
-    j["rows"].push_back(row);
-  }
-  out << detail::dumpJson(j, 2) << "\n";
+  Json rows = Json::array();
+  for (const auto& r : t.rows) rows.push_back(rowJson(r));
+  out << detail::dumpJson(Json{{"processes", t.processes}, {"rows", std::move(rows)}}, 2) << "\n";
 }
 
 // The table as rows of text: a header, then a row per result.
@@ -137,29 +134,24 @@ void alignedRows(const std::vector<std::vector<std::string>>& grid, std::ostream
   }
 }
 
+Json frameJson(const analysis::FrameRow& f) {
+  Json members = Json::array();
+  for (const auto& [t, r] : f.members) members.push_back({{"thread", t}, {"region", r}});
+  return {{"begin_ns", f.beginNs}, {"end_ns", f.endNs}, {"members", std::move(members)}};
+}
+
+Json bindingJson(const analysis::BindingResult& b) {
+  Json shown = Json::array();
+  for (const auto& f : b.frames) shown.push_back(frameJson(f));
+  return {{"binding", b.label}, {"frames", b.frameCount}, {"duration_ns", b.durationNs}, {"shown", std::move(shown)}};
+}
+
 void framesJson(const QueryAnswer& a, std::ostream& out) {
   Json j = Json::array();
   for (const auto& p : a.results) {
-    Json pj;
-    pj["process"] = p.label;
-    pj["bindings"] = Json::array();
-    for (const auto& b : p.bindings) {
-      Json bj;
-      bj["binding"] = b.label;
-      bj["frames"] = b.frameCount;
-      bj["duration_ns"] = b.durationNs;
-      bj["shown"] = Json::array();
-      for (const auto& f : b.frames) {
-        Json fj;
-        fj["begin_ns"] = f.beginNs;
-        fj["end_ns"] = f.endNs;
-        fj["members"] = Json::array();
-        for (const auto& [t, r] : f.members) fj["members"].push_back({{"thread", t}, {"region", r}});
-        bj["shown"].push_back(fj);
-      }
-      pj["bindings"].push_back(bj);
-    }
-    j.push_back(pj);
+    Json bindings = Json::array();
+    for (const auto& b : p.bindings) bindings.push_back(bindingJson(b));
+    j.push_back({{"process", p.label}, {"bindings", std::move(bindings)}});
   }
   out << detail::dumpJson(j, 2) << "\n";
 }

@@ -204,11 +204,11 @@ void navigation(const ViewOptions& o, const std::vector<std::string>& available,
   if (o.threshold) r.thresholdPercent = *o.threshold;
   r.hotPathPercent = o.hotPath;
   r.focus = o.focus;
+  r.top = o.top;
+  if (r.top && *r.top == 0) throw ViewError("--top needs a positive number");
   r.hide = o.hide;
   r.keep = o.keep;
-  r.top = o.top;
   r.threads = o.threads;
-  if (r.top && *r.top == 0) throw ViewError("--top needs a positive number");
 }
 
 TreeRequest treeRequest(const storage::Database& db, const ViewOptions& o, Selection s) {
