@@ -16,9 +16,8 @@
 
 using namespace csp;
 using namespace csp::views;
-using csp::test::run;
-using csp::test::TempDir;
-using csp::test::tool;
+using test::run;
+using test::tool;
 
 namespace {
 
@@ -68,7 +67,7 @@ std::string rendered(const Answer& answer, Format format, const std::string& tit
 
 class Presentation : public ::testing::Test {
  protected:
-  TempDir dir{"presentation"};
+  test::TempDir dir{"presentation"};
 
   // csp-gen OPTIONS -> csp-prof-mpi: the database's path.
   std::filesystem::path database(const std::string& name, const std::string& genOptions) {
