@@ -488,3 +488,121 @@ void writeDiffDatabase(const ScalingDiff& d, const fs::path& target, bool force)
 }
 
 }  // namespace csp::analysis
+
+namespace csp::analysis {
+
+namespace {
+
+double numberProperty(const storage::Database& db, const std::string& key) {
+  const auto text = property(db.metadata(), key);
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  damaged(db, fmt::format("csp-diff property {} is '{}', not a number", key, text));
+}
+
+DiffRun runOf(const storage::Database& db, const std::string& which) {
+  DiffRun r;
+  r.database = property(db.metadata(), "diff.run-" + which);
+  r.title = property(db.metadata(), "diff.run-" + which + "-title");
+  r.processes = numberProperty(db, "diff." + which);
+  r.processesFrom = property(db.metadata(), "diff." + which + "-from");
+  return r;
+}
+
+}  // namespace
+
+ScalingDiff readScalingDiff(const storage::Database& db) {
+  const auto& meta = db.metadata();
+  if (property(meta, "generator") != "csp-diff")
+    throw DiffError(fmt::format("{}: is no csp-diff result (csp-diff -o writes one)", db.directory().string()));
+  const auto& names = diffMetricNames();
+  if (meta.metrics.size() != names.size())
+    damaged(db, fmt::format("a csp-diff result has {} metrics, not {}", names.size(), meta.metrics.size()));
+  for (std::size_t m = 0; m < names.size(); ++m)
+    if (meta.metrics[m].descriptor.name != names[m]) damaged(db, fmt::format("metric {} of a csp-diff result is not {}", m, names[m]));
+
+  ScalingDiff d;
+  d.readBack = true;
+  d.metric = property(meta, "diff.metric");
+  d.unit = property(meta, "diff.unit");
+  d.study.mode = property(meta, "diff.mode") == "weak" ? metrics::ScalingMode::Weak : metrics::ScalingMode::Strong;
+  d.runP = runOf(db, "p");
+  d.runQ = runOf(db, "q");
+  d.study.p = d.runP.processes;
+  d.study.q = d.runQ.processes;
+  for (const auto& n : db.readCct()) {
+    DiffNode node;
+    node.parent = n.parent;
+    node.kind = n.kind;
+    node.name = meta.strings.at(n.name);
+    node.file = meta.strings.at(n.file);
+    node.module = meta.strings.at(n.module);
+    node.line = n.line;
+    d.nodes.push_back(std::move(node));
+  }
+  if (d.nodes.empty()) damaged(db, "a csp-diff result without CCT");
+  // Summaries hold every value written (profile 0's values leave out zeros); a loss is written
+  // exactly where the scope was measured, a share where it was finite (docs/diff.md).
+  std::vector<std::array<bool, 2>> shareStored(d.nodes.size(), {false, false});
+  db.forEachSummary([&](NodeId node, storage::MetricId metric, MetricScope scope, std::string_view bytes) {
+    if (node >= d.nodes.size()) damaged(db, fmt::format("summary of node {} beyond the CCT", node));
+    ScopeDiff& x = scope == MetricScope::Exclusive ? d.nodes[node].exclusive : d.nodes[node].inclusive;
+    const double v = metrics::decodeRealAccumulator(bytes).mean();
+    switch (metric) {
+      case kLoss: x.loss = v, x.measured = true; break;
+      case kShare: x.share = v, shareStored[node][static_cast<std::size_t>(scope)] = true; break;
+      case kExcess: x.excess = v; break;
+      case kSumP: x.sumP = v; break;
+      case kSumQ: x.sumQ = v; break;
+      case kNoise: x.noise = v; break;
+      case kOnlyP:
+        if (scope == MetricScope::Exclusive && v == 1) d.nodes[node].presence = Presence::OnlyP;
+        break;
+      case kOnlyQ:
+        if (scope == MetricScope::Exclusive && v == 1) d.nodes[node].presence = Presence::OnlyQ;
+        break;
+      default: break;
+    }
+  });
+  const double totalExcess = d.nodes[0].inclusive.excess;
+  for (NodeId i = 0; i < d.nodes.size(); ++i) {
+    auto& n = d.nodes[i];
+    d.onlyP += n.presence == Presence::OnlyP;
+    d.onlyQ += n.presence == Presence::OnlyQ;
+    for (auto scope : {MetricScope::Exclusive, MetricScope::Inclusive}) {
+      ScopeDiff& x = scope == MetricScope::Exclusive ? n.exclusive : n.inclusive;
+      if (!shareStored[i][static_cast<std::size_t>(scope)])
+        x.share = totalExcess != 0 ? 100.0 * x.excess / totalExcess : std::nan("");
+      x.withinNoise = x.noise > 0 && std::fabs(x.excess) <= x.noise;
+    }
+  }
+  d.study.rootSumQ = d.nodes[0].inclusive.sumQ;
+  // The runs' sampling is not stored; a noise at the root says that either run has an error.
+  d.runP.sampled = d.runQ.sampled = d.nodes[0].inclusive.noise > 0;
+  return d;
+}
+
+void checkDiffOutput(const fs::path& output, const std::vector<std::pair<std::string, fs::path>>& inputs) {
+  std::error_code ec;
+  for (const auto& [given, db] : inputs) {
+    for (const fs::path& input : {fs::path(given), db})
+      if (fs::equivalent(output, input, ec) && !ec)
+        throw DiffError(
+            fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o", output.string(), given));
+    // Nor into one: a directory inside an input database would change it.
+    const fs::path absolute = fs::absolute(output, ec);
+    for (fs::path up = absolute.parent_path(); !ec && !up.empty(); up = up.parent_path()) {
+      std::error_code ignore;
+      if (fs::equivalent(up, db, ignore) && !ignore)
+        throw DiffError(fmt::format("{}: is inside the input {}; csp-diff never writes over its inputs: choose another -o",
+                                    output.string(), given));
+      if (up == up.parent_path()) break;
+    }
+  }
+}
+
+}  // namespace csp::analysis

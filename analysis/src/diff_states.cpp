@@ -1,6 +1,4 @@
 // Waiting versus compute between two runs measured with csp-run --idleness (diff.hpp).
-#include <fmt/format.h>
-
 #include <cmath>
 #include <optional>
 
@@ -24,9 +22,6 @@ std::optional<double> rootTotal(const storage::Database& db, const std::string& 
   return std::nullopt;
 }
 
-std::string seconds(double ns) { return fmt::format("{:.3f} s", ns / 1e9); }
-std::string signedSeconds(double ns) { return fmt::format("{:+.3f} s", ns / 1e9); }
-
 }  // namespace
 
 std::vector<StateExcess> stateExcess(const storage::Database& runP, const storage::Database& runQ,
@@ -44,25 +39,6 @@ std::vector<StateExcess> stateExcess(const storage::Database& runP, const storag
     s.excess = metrics::scalingExcess(diff.study, s.sumP, s.sumQ);
     out.push_back(std::move(s));
   }
-  return out;
-}
-
-std::string formatStateExcess(const std::vector<StateExcess>& states, const ScalingDiff& diff) {
-  if (states.empty()) return "";
-  const bool strong = diff.study.mode == metrics::ScalingMode::Strong;
-  std::string out = "\nWaiting and compute (csp-run --idleness; whole program, ns metrics";
-  out += strong ? ")\n" : ", excess per process)\n";
-  out += fmt::format("  {:<11} {:>14} {:>14} {:>14}\n", "metric", "run P", "run Q", "excess");
-  double waiting = 0, compute = 0;
-  for (const auto& s : states) {
-    out += fmt::format("  {:<11} {:>14} {:>14} {:>14}\n", s.metric, seconds(s.sumP), seconds(s.sumQ),
-                       signedSeconds(s.excess));
-    if (s.waiting) waiting += s.excess;
-    if (s.metric == "work") compute = s.excess;
-  }
-  out += fmt::format("  compute (work) grew by {}, waiting (sync-wait + lock-wait + mpi-wait) by {}", signedSeconds(compute),
-                     signedSeconds(waiting));
-  out += "; csp-diff --metric NAME shows where\n";
   return out;
 }
 

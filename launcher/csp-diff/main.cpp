@@ -1,12 +1,15 @@
 // csp-diff: where scaling is lost between a run on p and a run on q > p processes.
 //   csp-diff [--strong|--weak] [--p N --q M] [--metric NAME] RUN_P RUN_Q [-o OUT_DB [--force]] [--top K]
+// Argument parsing only: the analysis lives in analysis/, the report and its renderers in views/.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <iostream>
 
 #include "cli_numbers.hpp"
 #include "csp/analysis/diff.hpp"
+#include "csp/views/render.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -14,7 +17,7 @@ int main(int argc, char** argv) {
       "  csp-diff run-p64 run-p4096 [-o scaling-db]\n"
       "Each run is a CSP database or a run directory holding db/; RUN_P is the smaller run.",
       "csp-diff"};
-  std::string runP, runQ, output;
+  std::string runP, runQ, output, format = "text";
   bool strong = false, weak = false, force = false, quiet = false;
   double p = 0, q = 0;
   std::size_t top = 10;
@@ -30,48 +33,32 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", output, "write the result as a CSP database to this directory");
   app.add_flag("--force", force, "replace an existing output database");
   app.add_option("--top", top, "contexts to list in each part of the report")->capture_default_str();
+  app.add_option("--format", format, "the report as text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   app.add_flag("--quiet", quiet, "no report (errors only)");
   CLI11_PARSE(app, argc, argv);
   o.mode = weak ? csp::metrics::ScalingMode::Weak : csp::metrics::ScalingMode::Strong;
   if (*pOption) o.p = p;
   if (*qOption) o.q = q;
+  const bool json = format == "json";
 
   try {
     const auto pathP = csp::analysis::resolveRunDatabase(runP);
     const auto pathQ = csp::analysis::resolveRunDatabase(runQ);
-    if (!output.empty()) {
-      // The result never replaces one of its inputs, however the path is spelled (symlinks,
-      // "..", a run directory and its db/).
-      namespace fs = std::filesystem;
-      std::error_code ec;
-      for (const auto& [given, db] : {std::pair{runP, pathP}, std::pair{runQ, pathQ}}) {
-        for (const fs::path& input : {fs::path(given), db})
-          if (fs::equivalent(output, input, ec) && !ec)
-            throw csp::analysis::DiffError(
-                fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o", output, given));
-        // Nor into one: a directory inside an input database would change it.
-        const fs::path absolute = fs::absolute(output, ec);
-        for (fs::path up = absolute.parent_path(); !ec && !up.empty(); up = up.parent_path()) {
-          std::error_code ignore;
-          if (fs::equivalent(up, db, ignore) && !ignore)
-            throw csp::analysis::DiffError(fmt::format(
-                "{}: is inside the input {}; csp-diff never writes over its inputs: choose another -o", output, given));
-          if (up == up.parent_path()) break;
-        }
-      }
-    }
+    if (!output.empty()) csp::analysis::checkDiffOutput(output, {{runP, pathP}, {runQ, pathQ}});
     const auto dbP = csp::storage::Database::open(pathP);
     const auto dbQ = csp::storage::Database::open(pathQ);
     const auto diff = csp::analysis::computeScalingDiff(*dbP, *dbQ, o);
     // Written before the report so that a refused output does not look like success.
     if (!output.empty()) csp::analysis::writeDiffDatabase(diff, output, force);
     if (!quiet) {
-      fmt::print("{}", csp::analysis::formatDiffReport(diff, top));
-      fmt::print("{}", csp::analysis::formatStateExcess(csp::analysis::stateExcess(*dbP, *dbQ, diff), diff));
-      if (!output.empty()) fmt::print("\ncsp-diff: wrote {}\n", output);
+      const auto report = csp::views::diffReport(diff, top, csp::analysis::stateExcess(*dbP, *dbQ, diff));
+      csp::views::render(report, json ? csp::views::Format::Json : csp::views::Format::Text, std::cout);
+      std::cout.flush();
+      // With JSON on stdout, what was written is said on stderr.
+      if (!output.empty()) (json ? std::cerr : std::cout) << fmt::format("{}csp-diff: wrote {}\n", json ? "" : "\n", output);
     }
   } catch (const std::exception& e) {
-    std::fflush(stdout);
+    std::cout.flush();
     fmt::print(stderr, "csp-diff: error: {}\n", e.what());
     return 1;
   }

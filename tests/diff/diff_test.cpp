@@ -13,6 +13,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/analysis/diff.hpp"
+#include "csp/views/answers.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/database_writer.hpp"
 
@@ -140,7 +141,7 @@ class Diff : public ::testing::Test {
 
   static std::map<std::string, storage::NodeId> labels(const analysis::ScalingDiff& d) {
     std::map<std::string, storage::NodeId> out;
-    for (storage::NodeId i = 0; i < d.nodes.size(); ++i) out[analysis::contextLabel(d, i)] = i;
+    for (storage::NodeId i = 0; i < d.nodes.size(); ++i) out[views::contextLabel(d, i)] = i;
     return out;
   }
 
@@ -162,7 +163,7 @@ void checkContexts(const analysis::ScalingDiff& d, const std::vector<Expect>& ex
                    double totalExcess) {
   auto at = [&, index = std::map<std::string, storage::NodeId>()](const std::string& l) mutable {
     if (index.empty())
-      for (storage::NodeId i = 0; i < d.nodes.size(); ++i) index[analysis::contextLabel(d, i)] = i;
+      for (storage::NodeId i = 0; i < d.nodes.size(); ++i) index[views::contextLabel(d, i)] = i;
     return index.count(l) ? index[l] : kNoIndex;
   };
   for (const auto& x : expected) {

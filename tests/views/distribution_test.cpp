@@ -12,7 +12,7 @@
 #include "common/test_support.hpp"
 #include "csp/metrics/histogram.hpp"
 #include "csp/metrics/scaling.hpp"
-#include "csp/views/views.hpp"
+#include "csp/views/render.hpp"
 
 using namespace csp;
 using csp::test::run;

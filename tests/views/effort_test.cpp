@@ -9,7 +9,7 @@
 
 #include "common/test_support.hpp"
 #include "csp/storage/database.hpp"
-#include "csp/views/views.hpp"
+#include "csp/views/render.hpp"
 
 using namespace csp;
 using namespace csp::views;

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "csp/views/views.hpp"
+#include "csp/views/render.hpp"
 #include "storage/db_fixtures.hpp"
 
 using namespace csp;
@@ -36,7 +36,7 @@ TEST(InfoQuality, TableTotalsWarningAndJson) {
   build(tmp.path() / "db", s, true, {{200, 1, 0, 10, 0}, {500, 4, 2, 280, 7}, {300, 0, 0, 10, 0}});
   auto db = storage::Database::open(tmp.path() / "db");
   std::ostringstream text;
-  views::renderInfoText(*db, text);
+  views::renderInfoText(views::describe(*db), text);
   const std::string t = text.str();
   EXPECT_NE(t.find("  all                            1000  300 (30.0 %)         5 (0.5 %)            2 (0.2 %)            7\n"),
             std::string::npos) << t;
@@ -44,7 +44,7 @@ TEST(InfoQuality, TableTotalsWarningAndJson) {
   EXPECT_NE(t.find("warning: 30.0 % of the samples have truncated call paths (more than 10 %)"), std::string::npos) << t;
   EXPECT_EQ(t.find("were dropped"), std::string::npos) << t;
   std::ostringstream json;
-  views::renderInfoJson(*db, json);
+  views::renderInfoJson(views::describe(*db), json);
   const auto j = nlohmann::json::parse(json.str());
   EXPECT_EQ(j["sampling"]["samples"], 1000);
   EXPECT_EQ(j["sampling"]["truncated"], 300);
@@ -62,7 +62,7 @@ TEST(InfoQuality, ManyThreadsShowTheWorstAndNoWarningBelowTheThreshold) {
   build(tmp.path() / "db", s, true, q);
   auto db = storage::Database::open(tmp.path() / "db");
   std::ostringstream text;
-  views::renderInfoText(*db, text);
+  views::renderInfoText(views::describe(*db), text);
   const std::string t = text.str();
   EXPECT_NE(t.find("(the 8 of 40 threads with the largest share of truncated and dropped samples)"), std::string::npos) << t;
   EXPECT_NE(t.find(formatIdTuple(db->metadata().profiles[33])), std::string::npos) << t;
@@ -74,9 +74,9 @@ TEST(InfoQuality, Format10DatabasesSayNotRecorded) {
   build(tmp.path() / "db", Synthetic{.profiles = 2, .nodes = 10}, false);
   auto db = storage::Database::open(tmp.path() / "db");
   std::ostringstream text;
-  views::renderInfoText(*db, text);
+  views::renderInfoText(views::describe(*db), text);
   EXPECT_NE(text.str().find("sampling     not recorded (databases before format 1.3)"), std::string::npos) << text.str();
   std::ostringstream json;
-  views::renderInfoJson(*db, json);
+  views::renderInfoJson(views::describe(*db), json);
   EXPECT_TRUE(nlohmann::json::parse(json.str())["sampling"].is_null());
 }

@@ -11,7 +11,7 @@
 #include "common/test_support.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database_writer.hpp"
-#include "csp/views/views.hpp"
+#include "csp/views/render.hpp"
 
 using namespace csp;
 using namespace csp::views;

@@ -11,7 +11,7 @@
 #include "csp/storage/profile_io.hpp"
 #include "csp/storage/profile_builder.hpp"
 #include "csp/storage/database.hpp"
-#include "csp/views/views.hpp"
+#include "csp/views/render.hpp"
 
 using namespace csp;
 using namespace csp::views;

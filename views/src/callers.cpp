@@ -48,6 +48,12 @@ class CallersModel final : public ViewModel {
     return static_cast<std::uint32_t>(id);
   }
 
+  // Within one model a chain's id is its handle.
+  std::optional<std::uint32_t> built(std::uint64_t id) override {
+    if (id >= nodes_.size()) return std::nullopt;
+    return static_cast<std::uint32_t>(id);
+  }
+
   std::vector<std::uint32_t> procedures() override { return nodes_[0].children; }
 
   std::vector<std::pair<storage::NodeId, bool>> contributors(std::uint32_t h) override {

@@ -98,6 +98,9 @@ class ViewModel {
   virtual bool hasChildren(std::uint32_t node) = 0;
   // The node with this view id (TreeNode::viewId), for --focus ID.
   virtual std::optional<std::uint32_t> byId(std::uint64_t viewId) = 0;
+  // The same for a node this model has shown (a session's children()): lazy models whose ids
+  // depend on what was expanded before (Callers chains) know those they built.
+  virtual std::optional<std::uint32_t> built(std::uint64_t viewId) { return byId(viewId); }
   // Nodes whose name (or label) matches, for --focus by name: outermost matches only. `exact`:
   // the label equals the pattern (tried first, so that "main" does not pick the file main.c).
   virtual std::vector<std::uint32_t> find(const std::string& pattern, bool exact) = 0;
@@ -143,6 +146,19 @@ std::unique_ptr<ViewModel> makeCallingContext(const storage::Database& db, const
 std::unique_ptr<ViewModel> makeFlat(const storage::Database& db, const MetricSet& metrics);
 std::unique_ptr<ViewModel> makeCallers(const storage::Database& db, const MetricSet& metrics);
 std::unique_ptr<ViewModel> makeRegions(const storage::Database& db, const MetricSet& metrics);
+
+// What buildView resolves before a model is built: the columns as shown, the metrics to load and
+// the request as the selection applies it.
+struct PreparedView {
+  ViewTree tree;  // kind, columns, units, threads and profiles; the selection adds the nodes
+  ViewRequest request;
+  MetricSet metrics;
+};
+PreparedView prepareView(const storage::Database& db, const ViewRequest& request);
+std::unique_ptr<ViewModel> makeModel(const storage::Database& db, ViewKind kind, const MetricSet& metrics);
+// Selects from `model` into prepared.tree: the view's top (root, focus or top procedures), or
+// with `start` that node and what the request's depth shows below it.
+void selectView(ViewModel& model, PreparedView& prepared, std::optional<std::uint32_t> start = std::nullopt);
 
 // Region summaries have their own metric table (reduce/src/prof.cpp): visits (E), time ns (E, I).
 MetricSet regionMetrics(const storage::Database& db, std::vector<Column>& columns);

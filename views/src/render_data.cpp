@@ -9,46 +9,22 @@
 
 #include "csp/metrics/scaling.hpp"
 #include "csp/views/format.hpp"
-#include "render_util.hpp"
+#include "csp/views/render.hpp"
+#include "json.hpp"
 
 namespace csp::views {
 
 namespace {
 
-// Names come from binaries and users: not always UTF-8. Invalid bytes become U+FFFD instead of
-// failing the export (docs/views.md, "Exports").
-std::string dumpJson(const nlohmann::json& j, int indent) {
-  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-}  // namespace
-
-std::string csvField(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string csvNumber(double v) {
-  if (std::isnan(v)) return "";
-  if (std::fabs(v) <= 0x1p53 && v == std::trunc(v)) return fmt::format("{:.0f}", v);
-  return fmt::format("{}", v);
-}
-
-namespace {
-
-using Json = nlohmann::ordered_json;
+using Json = nlohmann::json;
 
 
 // The region tree's nodes without its root (the state outside every region).
 std::uint32_t annotatedRegions(const storage::DatabaseMetadata& m) { return m.regionCount > 0 ? m.regionCount - 1 : 0; }
 
 
-Json jsonNumber(double v) { return std::isnan(v) ? Json(nullptr) : Json(v); }
+using detail::dumpJson;
+using detail::jsonNumber;
 
 const char* scopeName(storage::MetricScope s) { return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive"; }
 
@@ -380,13 +356,13 @@ Json qualityJson(const storage::SamplingQuality& q) {
 
 }  // namespace
 
-void renderInfoText(const storage::Database& db, std::ostream& out) {
-  const auto& m = db.metadata();
-  const auto version = db.formatVersion();
+void renderInfoText(const DatabaseInfo& info, std::ostream& out) {
+  const auto& m = info.metadata;
+  const auto version = info.format;
   std::string command;
   for (const auto& a : m.commandLine) command += (command.empty() ? "" : " ") + a;
-  out << fmt::format("database     {} (format {}.{}, {} on disk)\n", db.directory().string(), version.major, version.minor,
-                     formatNumber(static_cast<double>(storage::directoryBytes(db.directory())), Statistic::Sum) + "B");
+  out << fmt::format("database     {} (format {}.{}, {} on disk)\n", info.directory.string(), version.major, version.minor,
+                     formatNumber(static_cast<double>(info.bytes), Statistic::Sum) + "B");
   if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
   // The program is what csp-run ran (or, without that record, the executable most threads ran);
   // other executables measured along (mpirun's helpers, a script's children) follow.
@@ -428,7 +404,7 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   }
   if (m.regionCount > 1) {
     out << "region metrics\n";
-    const auto described = regionMetricsOf(db);
+    const auto& described = info.regionMetrics;
     for (std::size_t i = 0; i < described.size(); ++i) {
       const auto& r = described[i];
       out << fmt::format("  {:<3} {:<20} {:<10} {:<11} {}\n", i, r.name, r.unit,
@@ -447,8 +423,8 @@ void renderInfoText(const storage::Database& db, std::ostream& out) {
   }
 }
 
-void renderInfoJson(const storage::Database& db, std::ostream& out) {
-  const auto& m = db.metadata();
+void renderInfoJson(const DatabaseInfo& info, std::ostream& out) {
+  const auto& m = info.metadata;
   Json metrics = Json::array();
   for (const auto& sm : m.metrics)
     metrics.push_back({{"name", sm.descriptor.name},
@@ -458,7 +434,7 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
                        {"value_type", sm.valueType == storage::ValueType::Real ? "real" : "count"},
                        {"description", sm.descriptor.description}});
   Json regionMetrics = Json::array();
-  for (const auto& r : regionMetricsOf(db))
+  for (const auto& r : info.regionMetrics)
     regionMetrics.push_back({{"name", r.name},
                              {"unit", r.unit},
                              {"exclusive", r.exclusive},
@@ -469,9 +445,9 @@ void renderInfoJson(const storage::Database& db, std::ostream& out) {
   for (const auto& s : m.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
   Json props = Json::object();
   for (const auto& p : m.properties) props[p.key] = p.value;
-  Json j{{"database", db.directory().string()},
-         {"format", fmt::format("{}.{}", db.formatVersion().major, db.formatVersion().minor)},
-         {"bytes", storage::directoryBytes(db.directory())},
+  Json j{{"database", info.directory.string()},
+         {"format", fmt::format("{}.{}", info.format.major, info.format.minor)},
+         {"bytes", info.bytes},
          {"title", m.title},
          {"executable", m.executable},
          {"command", m.commandLine},

@@ -6,7 +6,9 @@
 #include <ostream>
 
 #include "csp/metrics/scaling.hpp"
-#include "render_util.hpp"
+#include "csp/views/format.hpp"
+#include "csp/views/render.hpp"
+#include "model.hpp"
 
 namespace csp::views {
 
@@ -60,16 +62,6 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
 }
 
 }  // namespace
-
-std::string formatNumber(double v, Statistic s, std::string_view unit) {
-  if (std::isnan(v)) return "";
-  if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
-  if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian) return fmt::format("{:.2f}", v);
-  if (unit == "ns") return metrics::formatQuantity(v, unit);
-  const double a = std::fabs(v);
-  if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));
-  return metrics::compactNumber(v);
-}
 
 void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
   const Style style{o.color};

@@ -20,8 +20,9 @@ using detail::ViewModel;
 
 class Selector {
  public:
-  Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles, ViewTree& tree)
-      : model_(model), request_(request), metrics_(metrics), profiles_(profiles), tree_(tree) {
+  Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles, ViewTree& tree,
+           std::optional<std::uint32_t> start)
+      : model_(model), request_(request), metrics_(metrics), profiles_(profiles), tree_(tree), start_(start) {
     for (const auto& c : tree_.columns) {
       if (!c.formula.empty()) {
         // A formula: the slots of its references at the column's scope.
@@ -97,13 +98,18 @@ class Selector {
     primaryMean_ = tree_.rootMean[sortColumn_];
 
     std::vector<std::uint32_t> tops;
-    if (!request_.focus.empty()) {
+    if (start_) {
+      tops = {*start_};
+    } else if (!request_.focus.empty()) {
       tops = focusNodes();
     } else if (request_.top) {
       // The root, then the N hottest procedures directly below it.
       const auto rootIndex = emit(root, kNoIndex, 0);
       tree_.roots.push_back(rootIndex);
       auto procs = candidates(model_.procedures(), false);
+      const auto skip = std::min(procs.size(), request_.topOffset);
+      procs.erase(procs.begin(), procs.begin() + static_cast<std::ptrdiff_t>(skip));
+      tree_.pruned.beyondTop += skip;
       if (procs.size() > *request_.top) {
         tree_.pruned.beyondTop += procs.size() - *request_.top;
         procs.resize(*request_.top);
@@ -305,6 +311,7 @@ class Selector {
   std::size_t primary_ = 1;
   bool unprunable_ = false;
   double primarySum_ = 0, primaryMean_ = 0;
+  std::optional<std::uint32_t> start_;  // a node to show with its children instead of the view's top
 };
 
 }  // namespace
@@ -354,8 +361,11 @@ void configure(const storage::Database& db, const ThreadSelection& threads, cons
 
 }  // namespace
 
-ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
-  ViewTree tree;
+namespace detail {
+
+PreparedView prepareView(const storage::Database& db, const ViewRequest& request) {
+  PreparedView p;
+  ViewTree& tree = p.tree;
   tree.kind = request.kind;
   tree.columns = request.columns;
   tree.threads = request.kind == ViewKind::Regions ? selectThreads(db, "all") : selectThreads(db, request.threads);
@@ -370,9 +380,10 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   if (request.hotPathPercent && (*request.hotPathPercent <= 0 || *request.hotPathPercent > 100))
     throw ViewError("--hot-path must be above 0 and at most 100");
 
-  MetricSet metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns)
-                                                        : detail::resolveMetrics(db, tree.columns);
-  ViewRequest effective = request;
+  MetricSet& metrics = p.metrics;
+  metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns) : detail::resolveMetrics(db, tree.columns);
+  ViewRequest& effective = p.request;
+  effective = request;
   if (request.kind == ViewKind::Regions) {
     // A region metric stored without inclusive values (visits, the per-process concurrency
     // metrics) is shown and sorted by its exclusive values: an inclusive column would be zeros.
@@ -395,16 +406,30 @@ ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
   }
   effective.columns = tree.columns;
   if (request.kind != ViewKind::Regions) configure(db, tree.threads, tree.columns, metrics);
+  return p;
+}
 
-  std::unique_ptr<ViewModel> model;
-  switch (request.kind) {
-    case ViewKind::CallingContext: model = detail::makeCallingContext(db, metrics); break;
-    case ViewKind::Flat: model = detail::makeFlat(db, metrics); break;
-    case ViewKind::Callers: model = detail::makeCallers(db, metrics); break;
-    case ViewKind::Regions: model = detail::makeRegions(db, metrics); break;
+std::unique_ptr<ViewModel> makeModel(const storage::Database& db, ViewKind kind, const MetricSet& metrics) {
+  switch (kind) {
+    case ViewKind::CallingContext: return makeCallingContext(db, metrics);
+    case ViewKind::Flat: return makeFlat(db, metrics);
+    case ViewKind::Callers: return makeCallers(db, metrics);
+    case ViewKind::Regions: return makeRegions(db, metrics);
   }
-  Selector(*model, effective, metrics, tree.profiles, tree).run();
-  return tree;
+  throw std::logic_error("unknown view kind");
+}
+
+void selectView(ViewModel& model, PreparedView& prepared, std::optional<std::uint32_t> start) {
+  Selector(model, prepared.request, prepared.metrics, prepared.tree.profiles, prepared.tree, start).run();
+}
+
+}  // namespace detail
+
+ViewTree buildView(const storage::Database& db, const ViewRequest& request) {
+  auto prepared = detail::prepareView(db, request);
+  const auto model = detail::makeModel(db, request.kind, prepared.metrics);
+  detail::selectView(*model, prepared);
+  return std::move(prepared.tree);
 }
 
 }  // namespace csp::views

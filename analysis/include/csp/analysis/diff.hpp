@@ -3,8 +3,8 @@
 //   auto p = storage::Database::open(resolveRunDatabase("run-p64"));
 //   auto q = storage::Database::open(resolveRunDatabase("run-p4096"));
 //   ScalingDiff d = computeScalingDiff(*p, *q, {});
-//   fmt::print("{}", formatDiffReport(d, 10));
 //   writeDiffDatabase(d, "scaling-db", /*force=*/false);
+//   views::renderDiffText(views::diffReport(d, 10), std::cout);   // the report: views/
 //
 // The two canonical CCTs are matched by symbolic path (kinds, names, files, lines and module
 // base names; never addresses) into their union; every union node gets both runs' sums, the
@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "csp/metrics/scaling.hpp"
@@ -87,6 +88,9 @@ struct ScalingDiff {
   // preorder (so parent < child and a subtree is a contiguous id range).
   std::vector<DiffNode> nodes;
   std::uint64_t onlyP = 0, onlyQ = 0;  // union nodes present in one run only
+  // Read from a diff database (readScalingDiff), which does not store the runs' profile and
+  // context counts, skipped inputs and periods.
+  bool readBack = false;
 
   const ScopeDiff& total() const { return nodes.front().inclusive; }
 };
@@ -103,10 +107,6 @@ void writeDiffDatabase(const ScalingDiff& diff, const std::filesystem::path& tar
 // The names of the metrics of a diff database, in metric-id order.
 const std::vector<std::string>& diffMetricNames();
 
-// The terminal report: the total loss, the `top` contexts by inclusive loss with their exclusive
-// loss beside, and the contexts present in one run only. Plain text, no colour.
-std::string formatDiffReport(const ScalingDiff& diff, std::size_t top);
-
 // Waiting versus compute (docs/diff.md, "Waiting and compute"): for runs measured with csp-run
 // --idleness, the whole-program totals of the thread-state metrics in both runs and their excess
 // under the diff's scaling mode and process counts. Empty when either run lacks `work`.
@@ -117,10 +117,16 @@ struct StateExcess {
 };
 std::vector<StateExcess> stateExcess(const storage::Database& runP, const storage::Database& runQ,
                                      const ScalingDiff& diff);
-// The report's section for them ("" when `states` is empty).
-std::string formatStateExcess(const std::vector<StateExcess>& states, const ScalingDiff& diff);
 
-// "main > solve.c:12 > MPI_Allreduce" style label of a union node, for reports and tests.
-std::string contextLabel(const ScalingDiff& diff, storage::NodeId node);
+// A diff database (writeDiffDatabase) read back: the union CCT with every node's values, the
+// scaling study and the runs as far as stored (readBack). Throws DiffError for a database that is
+// no csp-diff result and storage::DatabaseError for a damaged one.
+ScalingDiff readScalingDiff(const storage::Database& db);
+
+// Refuses an output path that is one of the inputs or lies inside one, however spelled
+// (symlinks, "..", a run directory and its db/): DiffError naming the input as given.
+// `inputs`: (the run as given, its database).
+void checkDiffOutput(const std::filesystem::path& output,
+                     const std::vector<std::pair<std::string, std::filesystem::path>>& inputs);
 
 }  // namespace csp::analysis

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <cstdint>
-#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -117,9 +116,6 @@ struct ImbalanceReport {
 // Throws std::invalid_argument for a bad section, metric, option or thread selection (one line),
 // and storage::DatabaseError for a damaged database.
 ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOptions& options);
-
-void renderImbalanceText(const ImbalanceReport& report, std::ostream& out);
-void renderImbalanceJson(const ImbalanceReport& report, std::ostream& out);
 
 // P(F > f) for an F-distributed variable with (d1, d2) degrees of freedom (the regularized
 // incomplete beta function).

@@ -1,11 +1,15 @@
-// The presentation side of CSP (docs/views.md): Calling Context, Callers, Flat and Regions views
-// built on demand from a database, selected and pruned for display, then handed to a renderer.
+// The views of CSP (docs/views.md): Calling Context, Callers, Flat and Regions views built on
+// demand from a database, selected and pruned for display; and the per-thread drill-down.
 //
 //   auto db = storage::Database::open(dir);
 //   ViewRequest request;                       // what to show
 //   request.kind = ViewKind::Flat;
 //   ViewTree tree = buildView(*db, request);   // built, finalized, pruned, sorted
-//   renderText(tree, std::cout, {});          // or CSV, JSON, folded stacks, speedscope
+//   renderText(tree, std::cout, {});           // render.hpp: text, CSV, JSON, folded, speedscope
+//
+// This header is the view engine. The presentation layer around it: request.hpp builds requests
+// from a tool's options, session.hpp answers them over a database opened once (lazily, node by
+// node), render.hpp prints every answer of every tool.
 //
 // A ViewTree holds only what is shown. Callers and Flat values are combined from the stored
 // non-finalized accumulators with instance counting (thesis Fig. 7.7); docs/views.md says what
@@ -76,6 +80,7 @@ struct ViewRequest {
   std::vector<std::string> hide;        // glob patterns (a plain word matches as a substring)
   std::vector<std::string> keep;
   std::optional<std::size_t> top;       // Flat/Callers: only the N hottest procedures
+  std::size_t topOffset = 0;            // with top: skip this many hottest first (page k of N: k * N)
 
   // Which threads the statistics are over (docs/views.md, "Thread classes"): "" for the default
   // (the main and worker threads when the database has helper threads, else all), "all", "work"
@@ -144,6 +149,9 @@ struct ViewTree {
   std::uint64_t profiles = 0;            // N
   ThreadSelection threads;               // which threads N counts
   bool hasNotes = false;                 // nodes carry notes (interpretEffort): renderers show them
+  // What the user should be told beside the tree (the CLI prints them to stderr, "warning: ...");
+  // no renderer prints them.
+  std::vector<std::string> warnings;
   // Share of the root for column c of node n, NaN where no percentage makes sense.
   double percent(const TreeNode& node, std::size_t column) const;
 };
@@ -230,32 +238,5 @@ Distribution drillDown(const storage::Database& db, storage::NodeId node, const 
 // The same for a target of one or several nodes, over the threads of a --threads selection.
 Distribution drillDown(const storage::Database& db, const DrillTarget& target, const std::string& metric,
                        storage::MetricScope scope, std::size_t bins = 16, const std::string& threads = "all");
-
-// --- renderers ----------------------------------------------------------------------------------
-struct TextOptions {
-  bool color = false;
-  bool bounds = false;       // show each value's sampling-error bound (±)
-  bool fullNames = false;    // no shortening of long (C++) names
-  std::size_t nameWidth = 72;
-};
-
-void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& options);
-void renderCsv(const ViewTree& tree, std::ostream& out);
-void renderJson(const ViewTree& tree, std::ostream& out);
-// Flame-graph input: one line "frame;frame;... value" per stack, value = the first column's
-// self cost (inclusive sum minus the shown children's). Calling Context and Regions only.
-void renderFolded(const ViewTree& tree, std::ostream& out);
-void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string& title);
-
-void renderDistributionText(const Distribution& d, std::ostream& out, const TextOptions& options);
-void renderDistributionCsv(const Distribution& d, std::ostream& out);
-void renderDistributionJson(const Distribution& d, std::ostream& out);
-
-void renderInfoText(const storage::Database& db, std::ostream& out);
-void renderInfoJson(const storage::Database& db, std::ostream& out);
-
-// Shortens a demangled name for a terminal: template arguments and parameter lists collapse to
-// "<…>" and "(…)", and what is still too long loses its middle.
-std::string shortenName(const std::string& name, std::size_t width);
 
 }  // namespace csp::views

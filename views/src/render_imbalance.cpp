@@ -1,14 +1,18 @@
-// Text and JSON of an imbalance report (csp-views --imbalance).
+// Text and JSON of an imbalance report (csp-views --imbalance): the analysis' data
+// (analysis/imbalance.hpp), printed.
 #include <fmt/format.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <ostream>
 
-#include "csp/analysis/imbalance.hpp"
 #include "csp/metrics/accumulator.hpp"
+#include "csp/views/render.hpp"
+#include "json.hpp"
 
-namespace csp::analysis {
+namespace csp::views {
+
+using analysis::ImbalanceReport;
+using analysis::SlowThread;
 
 namespace {
 
@@ -121,18 +125,18 @@ void renderImbalanceJson(const ImbalanceReport& r, std::ostream& out) {
          {"mean", r.mean},
          {"max", r.max},
          {"stddev", r.stddev},
-         {"imbalance", std::isnan(r.imbalance) ? Json(nullptr) : Json(r.imbalance)},
+         {"imbalance", detail::jsonNumber(r.imbalance)},
          {"sampling_error", r.samplingError},
          {"slowest", threads(r.slowest)},
          {"contexts_in_section", r.contextsInSection},
          {"contexts_analysed", r.contextsAnalysed},
          {"scopes_tested", r.scopesTested},
-         {"verdict", toString(r.verdict)},
+         {"verdict", analysis::toString(r.verdict)},
          {"verdict_text", r.verdictText},
          {"model_p_value", r.modelPValue},
          {"r2", r.r2},
          {"causes", std::move(causes)}};
-  out << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  out << detail::dumpJson(j, 1) << "\n";
 }
 
-}  // namespace csp::analysis
+}  // namespace csp::views
