@@ -427,14 +427,16 @@ namespace {
 
 class DbRegionLogCursor final : public RegionLogCursor {
  public:
-  DbRegionLogCursor(const Database::Impl& impl, rocksdb::ColumnFamilyHandle* family, ProfileId process, ProfileId thread)
+  // From block `firstBlock` on (0: the whole log).
+  DbRegionLogCursor(const Database::Impl& impl, rocksdb::ColumnFamilyHandle* family, ProfileId process, ProfileId thread,
+                    std::uint32_t firstBlock = 0)
       : impl_(impl), prefix_(format::regionLogThreadKey(process, thread)), end_(format::prefixEnd(prefix_)) {
     rocksdb::ReadOptions ro;
     upper_ = rocksdb::Slice(end_);
     ro.iterate_upper_bound = &upper_;
-    ro.fill_cache = false;  // a log is streamed once
+    ro.fill_cache = firstBlock > 0;  // a whole log is streamed once; windows are read again
     it_.reset(impl.db->NewIterator(ro, family));
-    it_->Seek(prefix_);
+    it_->Seek(firstBlock > 0 ? format::regionLogBlockKey(process, thread, firstBlock) : prefix_);
     if (it_->Valid() && it_->key().size() == prefix_.size()) it_->Next();  // the thread entry
   }
 
@@ -476,6 +478,26 @@ class EmptyRegionLogCursor final : public RegionLogCursor {
 std::unique_ptr<RegionLogCursor> Database::regionLog(ProfileId process, ProfileId thread) const {
   if (!hasRegionLogFamily()) return std::make_unique<EmptyRegionLogCursor>();
   return std::make_unique<DbRegionLogCursor>(*impl_, impl_->family(format::kRegionEvents), process, thread);
+}
+
+std::unique_ptr<RegionLogCursor> Database::regionLog(ProfileId process, ProfileId thread, std::uint64_t fromNs) const {
+  if (!hasRegionLogFamily()) return std::make_unique<EmptyRegionLogCursor>();
+  const auto entry = impl_->get(format::kRegionEvents, format::regionLogThreadKey(process, thread));
+  if (!entry) return std::make_unique<EmptyRegionLogCursor>();
+  // Blocks [0, hi) are stored; find the last one that starts before fromNs.
+  std::uint32_t lo = 0, hi = 0;
+  try {
+    hi = format::regionLogThreadBlocks(*entry);
+    while (hi - lo > 1) {
+      const std::uint32_t mid = lo + (hi - lo) / 2;
+      const auto block = impl_->get(format::kRegionEvents, format::regionLogBlockKey(process, thread, mid));
+      if (!block) throw format::FormatError(fmt::format("region log of thread {}: block {} is missing", thread, mid));
+      (format::regionLogBlockStart(*block) < fromNs ? lo : hi) = mid;
+    }
+  } catch (const format::FormatError& e) {
+    impl_->damaged(fmt::format("column family {}: {}", format::kRegionEvents, e.what()));
+  }
+  return std::make_unique<DbRegionLogCursor>(*impl_, impl_->family(format::kRegionEvents), process, thread, lo);
 }
 
 std::vector<Accumulator> Database::regionSummaries(RegionId id) const {

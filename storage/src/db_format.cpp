@@ -668,6 +668,19 @@ RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view val
   return t;
 }
 
+std::uint32_t regionLogThreadBlocks(std::string_view value) {
+  Reader r(value, "region log thread");
+  for (int i = 0; i < 4; ++i) r.u64();
+  const std::uint64_t blocks = r.u64();
+  if (blocks > UINT32_MAX) r.fail("block count exceeds 32 bits");
+  return static_cast<std::uint32_t>(blocks);
+}
+
+std::uint64_t regionLogBlockStart(std::string_view value) {
+  Reader r(value, "region log block");
+  return r.u64() == 0 ? 0 : r.u64();
+}
+
 // Per event: varint time delta (the block's first event: absolute), varint code = region << 2 |
 // enter << 1 | hasAttr, and with hasAttr the zigzag varint attribute.
 std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events) {

@@ -108,6 +108,8 @@ std::string encodeRegionLogThread(const RegionLogThread& t, std::uint32_t blocks
 RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view value);
 std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events);
 void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out);  // appends
+std::uint32_t regionLogThreadBlocks(std::string_view value);      // the block count of a thread entry
+std::uint64_t regionLogBlockStart(std::string_view value);        // a block's first event time (0 if empty)
 
 // Metadata column family: every entry of the metadata, keyed as documented.
 void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);

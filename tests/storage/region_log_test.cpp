@@ -92,6 +92,40 @@ TEST(RegionLogs, RoundTripOverSeveralBlocksWithAttributes) {
   EXPECT_FALSE(db->regionLog(9, 9)->next(e));  // no such process
 }
 
+// A window of a long log is read from the block holding its start: every event at or after the
+// start is delivered, with the last one before it, and the blocks before are not.
+TEST(RegionLogs, AWindowStartsAtTheBlockHoldingItsStart) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  const auto log = makeLog(5 * 4096 + 17, 5);
+  buildWithLogs(target, {{0, "h", 1, {{0, 0, 0, 0, 0}}}}, {{log}});
+  auto db = Database::open(target);
+  auto readFrom = [&](std::uint64_t from) {
+    std::vector<RegionLogEvent> back;
+    RegionLogEvent e;
+    for (auto c = db->regionLog(0, 0, from); c->next(e);) back.push_back(e);
+    return back;
+  };
+  for (std::size_t at : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{9000},
+                         std::size_t{5 * 4096 + 16}}) {
+    const std::uint64_t from = log[at].timeNs;
+    const auto back = readFrom(from);
+    // A suffix of the log from a block boundary: every event at or after `from`, the last one
+    // before it, and no block more than that needs.
+    std::size_t first = 0;  // the first event at or after from
+    while (log[first].timeNs < from) ++first;
+    const std::size_t skipped = log.size() - back.size();
+    EXPECT_EQ(skipped % 4096, 0u) << at;
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), log.begin() + static_cast<std::ptrdiff_t>(skipped))) << at;
+    if (first > 0) EXPECT_LT(skipped, first) << at;
+    EXPECT_GE(skipped + 4096, first) << at;
+  }
+  EXPECT_EQ(readFrom(0), log);  // before the first event: the whole log
+  EXPECT_EQ(readFrom(UINT64_MAX).size(), 17u);  // after the last: the last block
+  RegionLogEvent e;
+  EXPECT_FALSE(db->regionLog(0, 3, 0)->next(e));  // no such thread
+}
+
 TEST(RegionLogs, ShardWriterRejectsEventsOutOfOrder) {
   TempDir tmp;
   DatabaseBuilder b(tmp.path() / "db");

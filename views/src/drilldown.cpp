@@ -9,6 +9,7 @@
 #include <map>
 
 #include "csp/metrics/accumulator.hpp"
+#include "csp/views/answers.hpp"
 #include "model.hpp"
 #include "sources.hpp"
 
@@ -262,6 +263,44 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
   for (const auto& v : d.values) d.histogram[binOf(v.value)].count++;
   d.histogram[binOf(0)].count += d.profiles - d.values.size();  // absent profiles hold 0
   return d;
+}
+
+ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profile, const std::string& metric,
+                           storage::MetricScope scope, std::size_t top) {
+  const auto& meta = db.metadata();
+  if (profile >= meta.profiles.size())
+    throw ViewError(fmt::format("no profile {} (the database has profiles 0 to {})", profile,
+                                meta.profiles.empty() ? 0 : meta.profiles.size() - 1));
+  std::vector<Column> columns{{metric, Statistic::Sum, scope}};
+  const auto metrics = detail::resolveMetrics(db, columns);
+  const bool real = metrics.types[0] == storage::ValueType::Real;
+  ThreadContexts t;
+  t.profile = profile;
+  t.who = formatIdTuple(meta.profiles[profile]);
+  if (!meta.threadClasses.empty()) t.threadClass = storage::toString(meta.threadClasses[profile].threadClass);
+  t.metric = metrics.names[0];
+  t.unit = metrics.units[0];
+  t.scope = scope;
+  auto valueOf = [&](std::uint64_t v) { return real ? std::bit_cast<double>(v) : static_cast<double>(v); };
+  std::vector<std::pair<double, storage::NodeId>> found;
+  for (const auto& v : db.profileValues(profile)) {
+    if (v.metric != metrics.ids[0]) continue;
+    if (v.node == 0 && v.scope == storage::MetricScope::Inclusive) t.total = valueOf(v.value);
+    if (v.scope != scope || v.node == 0) continue;
+    found.emplace_back(valueOf(v.value), v.node);
+  }
+  t.contextsWithValues = found.size();
+  const auto shown = std::min(top, found.size());
+  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(shown), found.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto node = found[i].second;
+    const auto stored = db.node(node);
+    if (!stored) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", node));
+    const auto m = detail::labelOf(db, node, *stored);
+    t.contexts.push_back({node, labelWithPlace(m), toString(m.kind), found[i].first});
+  }
+  return t;
 }
 
 }  // namespace csp::views

@@ -6,12 +6,46 @@
 
 #include <algorithm>
 #include <deque>
+#include <fstream>
+#include <unordered_set>
 
 #include "model.hpp"
 
 namespace csp::views {
 
 namespace {
+
+using storage::StringId;
+
+// The text of a source file, or why there is none.
+void readSourceText(const std::string& file, SourceFile& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path(file);
+  if (!fs::is_regular_file(path, ec)) {
+    out.reason = path.is_relative() ? fmt::format("not found on this machine (a relative path, taken from {})", fs::current_path(ec).string())
+                                    : "not found on this machine";
+    return;
+  }
+  const auto size = fs::file_size(path, ec);
+  if (ec || size > kMaxSourceBytes) {
+    out.reason = ec ? ec.message() : fmt::format("larger than {} MiB", kMaxSourceBytes >> 20);
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  out.text.assign(std::istreambuf_iterator<char>(in), {});
+  if (!in && !in.eof()) {
+    out.text.clear();
+    out.reason = "not readable";
+    return;
+  }
+  out.readable = true;
+}
+
+bool onSourceLine(NodeKind kind) {
+  return kind == NodeKind::Statement || kind == NodeKind::Loop || kind == NodeKind::CallSite ||
+         kind == NodeKind::Procedure || kind == NodeKind::Inlined;
+}
 
 // Models a session keeps: a browser switches between a few views; each model holds what it has
 // built of its view (for the Callers view of a large CCT, a copy of the CCT index).
@@ -35,6 +69,18 @@ struct Session::Impl {
     std::unique_ptr<detail::ViewModel> model;
   };
   std::deque<Kept> models;  // most recently used first
+  std::optional<std::unordered_set<std::string>> files;  // CCT nodes' files, read when first asked
+
+  bool recorded(const std::string& file) {
+    if (!files) {
+      std::unordered_set<StringId> ids;
+      for (const auto& n : db->readCct()) ids.insert(n.file);
+      files.emplace();
+      for (auto id : ids)
+        if (id != 0) files->insert(db->metadata().strings[id]);
+    }
+    return files->count(file) > 0;
+  }
 
   detail::ViewModel& modelFor(const detail::PreparedView& view) {
     const auto key = modelKey(view.tree.kind, view.metrics);
@@ -144,6 +190,45 @@ DiffReport Session::diff(std::size_t top) const { return diffReport(analysis::re
 DiffReport Session::diff(const Session& q, const analysis::DiffOptions& options, std::size_t top) const {
   const auto d = analysis::computeScalingDiff(database(), q.database(), options);
   return diffReport(d, top, analysis::stateExcess(database(), q.database(), d));
+}
+
+ThreadContexts Session::threadContexts(storage::ProfileId profile, const std::string& metric, storage::MetricScope scope,
+                                       std::size_t top) const {
+  return topContexts(database(), profile, metric, scope, top);
+}
+
+SourceFile Session::source(const std::string& file, const ViewRequest& request) {
+  if (file.empty() || !impl_->recorded(file)) throw ViewError(fmt::format("{}: not a source file of this database", file));
+  SourceFile out;
+  out.file = file;
+  readSourceText(file, out);
+  // The Flat view re-rooted at the file (in every module that has it), everything shown.
+  ViewRequest flat = request;
+  flat.kind = ViewKind::Flat;
+  flat.focus = file;
+  flat.thresholdPercent = 0;
+  flat.depth.reset();
+  flat.hide.clear();
+  flat.keep.clear();
+  flat.top.reset();
+  flat.hotPathPercent.reset();
+  ViewTree tree;
+  try {
+    tree = impl_->select(detail::prepareView(database(), flat));
+  } catch (const ViewError&) {
+    // No procedure of the file has costs (its code may be inlined into other files' procedures).
+    out.warnings.push_back(fmt::format("no procedure of {} has costs in the Flat view", file));
+    return out;
+  }
+  out.columns = tree.columns;
+  out.units = tree.units;
+  out.rootSum = tree.rootSum;
+  out.warnings = tree.warnings;
+  for (const auto& n : tree.nodes)
+    if (n.file == file && n.line > 0 && onSourceLine(n.kind))
+      out.lines.push_back({n.line, toString(n.kind), n.kind == NodeKind::Statement ? std::string() : n.name, n.values});
+  std::stable_sort(out.lines.begin(), out.lines.end(), [](const auto& a, const auto& b) { return a.line < b.line; });
+  return out;
 }
 
 }  // namespace csp::views

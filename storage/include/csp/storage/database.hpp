@@ -361,6 +361,11 @@ class Database {
   std::vector<RegionLogProcess> regionLogProcesses() const;
   // One thread's events; an empty log for unknown (process, thread).
   std::unique_ptr<RegionLogCursor> regionLog(ProfileId process, ProfileId thread) const;
+  // The same from the last block that starts before `fromNs` (the first block if none does):
+  // every event at or after `fromNs` without reading the log before it, and the last event
+  // before `fromNs`, which tells the regions open then (a region tree node is its path). Finds the block by a
+  // binary search over the blocks' first events (one read each).
+  std::unique_ptr<RegionLogCursor> regionLog(ProfileId process, ProfileId thread, std::uint64_t fromNs) const;
   std::vector<Accumulator> regionSummaries(RegionId id) const;
 
   // Bytes of table files per column family (after compression): for statistics and benchmarks.

@@ -60,6 +60,11 @@ void renderQueryJson(const QueryAnswer& answer, std::ostream& out);
 // csp-query --list-canned: every canned analysis with its arguments and description.
 void renderCannedList(std::ostream& out);
 
+// --- what a browser asks beside the views (the web viewer; JSON only) ---------------------------
+void renderThreadContextsJson(const ThreadContexts& contexts, std::ostream& out);
+void renderSourceJson(const SourceFile& source, std::ostream& out);
+void renderTimelineJson(const Timeline& timeline, std::ostream& out);
+
 // Shortens a demangled name for a terminal: template arguments and parameter lists collapse to
 // "<…>" and "(…)", and what is still too long loses its middle.
 std::string shortenName(const std::string& name, std::size_t width);

@@ -95,4 +95,14 @@ struct QueryRequest {
 // Parses the query: analysis::QueryError (with its column) for one that does not parse.
 QueryRequest queryRequestFrom(const QueryOptions& options);
 
+// A window of the region timeline (Session::timeline): times in ns since each process's first
+// event, as csp-query's frames.
+struct TimelineRequest {
+  std::uint64_t fromNs = 0;
+  std::optional<std::uint64_t> toNs;  // none: the end of the longest process
+  std::size_t pixels = 1000;          // visits shorter than (to - from) / pixels are merged
+  std::size_t maxProcesses = 16;      // the first processes (ascending ids) shown
+  std::optional<QueryRequest> query;  // its frames are highlighted (a frames query: no measure)
+};
+
 }  // namespace csp::views

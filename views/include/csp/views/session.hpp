@@ -69,6 +69,19 @@ class Session {
   DiffReport diff(std::size_t top) const;
   DiffReport diff(const Session& q, const analysis::DiffOptions& options, std::size_t top) const;
 
+  // What a browser asks beside the views (docs/web.md):
+  // one thread's top contexts (ViewError for an unknown profile or metric);
+  ThreadContexts threadContexts(storage::ProfileId profile, const std::string& metric, storage::MetricScope scope,
+                                std::size_t top) const;
+  // a source file recorded in the database (as a CCT node's file; ViewError for any other path,
+  // before the file system is asked) with its text when readable here, and the costs of its lines
+  // from the Flat view under `request`'s columns and threads;
+  SourceFile source(const std::string& file, const ViewRequest& request);
+  // the regions of a time window per thread from the region event logs, reading only the log
+  // blocks the window needs (ViewError when the database has no logs, analysis::QueryError for a
+  // highlight query that is refused).
+  Timeline timeline(const TimelineRequest& request) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
