@@ -265,6 +265,21 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
   return d;
 }
 
+namespace {
+
+// " in solve" for a node below a procedure frame (its nearest), "" otherwise.
+std::string enclosingProcedure(const storage::Database& db, const storage::CctNode& node) {
+  for (auto p = node.parent; p != kNoIndex;) {
+    const auto n = db.node(p);
+    if (!n) break;
+    if (n->kind == ScopeKind::ProcFrame || n->kind == ScopeKind::Alien) return " in " + db.metadata().strings.at(n->name);
+    p = n->parent;
+  }
+  return "";
+}
+
+}  // namespace
+
 ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profile, const std::string& metric,
                            storage::MetricScope scope, std::size_t top) {
   const auto& meta = db.metadata();
@@ -282,6 +297,9 @@ ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profi
   t.unit = metrics.units[0];
   t.scope = scope;
   auto valueOf = [&](std::uint64_t v) { return real ? std::bit_cast<double>(v) : static_cast<double>(v); };
+  // Exclusive values nest (a procedure's holds its statements'): then the statements alone, where
+  // the samples landed, so that the list adds up to at most the thread's total.
+  const bool statementsOnly = scope == storage::MetricScope::Exclusive;
   std::vector<std::pair<double, storage::NodeId>> found;
   for (const auto& v : db.profileValues(profile)) {
     if (v.metric != metrics.ids[0]) continue;
@@ -290,15 +308,16 @@ ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profi
     found.emplace_back(valueOf(v.value), v.node);
   }
   t.contextsWithValues = found.size();
-  const auto shown = std::min(top, found.size());
-  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(shown), found.end(),
-                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto node = found[i].second;
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  // Largest first: few nodes are read.
+  for (const auto& [value, node] : found) {
+    if (t.contexts.size() >= top) break;
     const auto stored = db.node(node);
     if (!stored) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", node));
+    if (statementsOnly && stored->kind != ScopeKind::Stmt) continue;
     const auto m = detail::labelOf(db, node, *stored);
-    t.contexts.push_back({node, labelWithPlace(m), toString(m.kind), found[i].first});
+    t.contexts.push_back({node, labelWithPlace(m) + enclosingProcedure(db, *stored), toString(m.kind), value});
   }
   return t;
 }

@@ -42,6 +42,18 @@ void readSourceText(const std::string& file, SourceFile& out) {
   out.readable = true;
 }
 
+// A --keep pattern that matches labels containing `text` (a glob only if it has to be, with the
+// glob characters of the text escaped).
+std::string literalPattern(const std::string& text) {
+  if (text.find_first_of("*?[\\") == std::string::npos) return text;
+  std::string p = "*";
+  for (char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') p += '\\';
+    p += c;
+  }
+  return p + "*";
+}
+
 bool onSourceLine(NodeKind kind) {
   return kind == NodeKind::Statement || kind == NodeKind::Loop || kind == NodeKind::CallSite ||
          kind == NodeKind::Procedure || kind == NodeKind::Inlined;
@@ -202,22 +214,22 @@ SourceFile Session::source(const std::string& file, const ViewRequest& request) 
   SourceFile out;
   out.file = file;
   readSourceText(file, out);
-  // The Flat view re-rooted at the file (in every module that has it), everything shown.
+  // The Flat view kept to what names the file (--keep): its File rows with their procedures,
+  // and its lines inlined into other files' procedures ("FILE:LINE" rows), everything shown.
   ViewRequest flat = request;
   flat.kind = ViewKind::Flat;
-  flat.focus = file;
+  flat.keep = {literalPattern(file)};
   flat.thresholdPercent = 0;
   flat.depth.reset();
   flat.hide.clear();
-  flat.keep.clear();
+  flat.focus.clear();
   flat.top.reset();
   flat.hotPathPercent.reset();
   ViewTree tree;
   try {
     tree = impl_->select(detail::prepareView(database(), flat));
-  } catch (const ViewError&) {
-    // No procedure of the file has costs (its code may be inlined into other files' procedures).
-    out.warnings.push_back(fmt::format("no procedure of {} has costs in the Flat view", file));
+  } catch (const ViewError& e) {
+    out.warnings.push_back(fmt::format("no costs of {}: {}", file, e.what()));
     return out;
   }
   out.columns = tree.columns;

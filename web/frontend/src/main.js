@@ -102,16 +102,17 @@ class Panel {
   async treeTab(kind, { extra = {}, decorate, host = null, extraHeader } = {}) {
     const target = host || this.main;
     const tools = el('div.tree-tools', {},
-      el('button.hot', { text: 'expand hottest path', onclick: () => this.tree.expandHotPath() }));
+      el('button.hot', { text: 'expand hottest path', onclick: () => this.tree.expandHotPath().catch((e) => this.tree.fail(e)) }));
     const table = el('div.tree-host');
     target.replaceChildren(tools, table);
     const searching = Boolean(this.settings.keep);
+    const base = this.params(); // this tree's database and settings, whatever the panel shows later
     this.tree = new TreeTable(table, {
-      fetchTop: () => api('/api/view', this.params({ kind, depth: searching ? undefined : 1, ...extra })),
+      fetchTop: () => api('/api/view', { ...base, kind, depth: searching ? undefined : 1, ...extra }),
       fetchChildren: (id) => (extra.effort
-        ? api('/api/view', this.params({ kind, focus: id, depth: 1, keep: undefined, ...extra }))
-        : api('/api/children', this.params({ kind, id, focus: undefined, ...extra }))),
-      onSelect: (n) => this.selected(n, kind),
+        ? api('/api/view', { ...base, kind, focus: id, depth: 1, keep: undefined, ...extra })
+        : api('/api/children', { ...base, kind, id, focus: undefined, ...extra })),
+      onSelect: (n) => this.selected(n, kind, base.db),
       decorate,
       extraHeader,
     });
@@ -120,12 +121,12 @@ class Panel {
   }
 
   // The side pane of a selected node: actions and its per-thread plot.
-  selected(n, kind) {
+  selected(n, kind, db = this.db) {
     const actions = el('div.actions', {},
       kind !== 'regions' && n.kind !== 'root' ? el('button', { text: 'focus here', onclick: () => { this.settings.focus = String(n.id); this.refresh(); } }) : null,
       n.kind !== 'root' && n.name ? el('button', { text: `hide ${n.name.slice(0, 24)}`, onclick: () => { this.settings.hide = n.name; this.refresh(); } }) : null,
       kind === 'cc' && n.kind !== 'root' ? el('button', { text: 'flame graph from here', onclick: () => { this.flameFocus = n.id; this.open('flame'); } }) : null,
-      n.file ? el('button.source-btn', { text: `source ${n.file.split('/').pop()}${n.line ? `:${n.line}` : ''}`, onclick: () => this.openSource(n) }) : null);
+      n.file ? el('button.source-btn', { text: `source ${n.file.split('/').pop()}${n.line ? `:${n.line}` : ''}`, onclick: () => this.openSource(n, db) }) : null);
     const plotHost = el('div.plot');
     this.side.replaceChildren(actions, plotHost);
     if (kind === 'regions') {
@@ -133,11 +134,11 @@ class Panel {
       return;
     }
     this.plot = new ThreadPlot(plotHost, { onContext: (id) => this.showContext(id) });
-    this.plot.show({ db: this.db, kind, spec: String(n.id), metric: this.settings.metric || undefined, threads: this.settings.threads || undefined });
+    this.plot.show({ db, kind, spec: String(n.id), metric: this.settings.metric || undefined, threads: this.settings.threads || undefined });
   }
 
-  openSource(n) {
-    this.source.show({ db: this.db, file: n.file, metric: this.settings.metric || undefined, threads: this.settings.threads || undefined }, n.line);
+  openSource(n, db) {
+    this.source.show({ db, file: n.file, metric: this.settings.metric || undefined, threads: this.settings.threads || undefined }, n.line);
   }
 
   // A context named by a CCT id elsewhere (a thread's top contexts, an imbalance cause, a loss row).

@@ -29,11 +29,13 @@ export class SourcePane {
     const inc = s.columns.findIndex((c) => c.scope === 'inclusive');
     const lines = new Map();
     for (const r of s.lines) {
-      const l = lines.get(r.line) || { self: 0, calls: 0, loop: null, procedures: [] };
+      const l = lines.get(r.line) || { self: 0, calls: 0, loop: null, procedures: [], scope: 0 };
+      const inclusive = inc >= 0 ? r.values[inc] || 0 : 0;
       if (r.kind === 'statement' && ex >= 0) l.self += r.values[ex] || 0;
-      if (r.kind === 'callsite' && inc >= 0) l.calls += r.values[inc] || 0;
-      if (r.kind === 'loop') l.loop = inc >= 0 ? r.values[inc] : 0;
+      if (r.kind === 'callsite') l.calls += inclusive;
+      if (r.kind === 'loop') l.loop = inclusive;
       if (r.kind === 'procedure' || r.kind === 'inlined') l.procedures.push(r.name);
+      if (r.kind !== 'statement' && r.kind !== 'callsite') l.scope = Math.max(l.scope, inclusive);
       lines.set(r.line, l);
     }
     return { lines, unit: (s.columns[0] || {}).unit || '' };
@@ -46,8 +48,8 @@ export class SourcePane {
       const c = l ? l.self + l.calls : 0;
       return [
         el('td.src-no', { text: n }),
-        el('td.src-cost', { style: c > 0 ? `background:${heat(c / max)}` : '', title: l ? `own ${fmtValue(l.self, unit)}, calls ${fmtValue(l.calls, unit)}` : '' },
-          c > 0 ? fmtValue(c, unit) : ''),
+        el('td.src-cost', { style: c > 0 ? `background:${heat(c / max)}` : '', title: l ? `own ${fmtValue(l.self, unit)}, calls ${fmtValue(l.calls, unit)}, scope starting here ${fmtValue(l.scope, unit)} inclusive` : '' },
+          c > 0 ? fmtValue(c, unit) : l && l.scope > 0 ? el('span.scope-cost', { text: `(${fmtValue(l.scope, unit)})` }) : ''),
         el('td.src-mark', {}, l && l.loop !== null ? el('span.loop', { text: '⟳', title: `loop header: ${fmtValue(l.loop, unit)} inclusive` }) : '',
           l && l.procedures.length ? el('span.proc', { text: 'ƒ', title: l.procedures.join(', ') }) : ''),
       ];
@@ -65,8 +67,8 @@ export class SourcePane {
     }
     const note = s.readable ? null
       : el('div.note.unreadable', { text: `The file is not readable on the machine serving this page (${s.reason}): only its lines' costs are shown.` });
-    this.host.replaceChildren(this.header(s.file), note, (warnings || []).map((w) => el('div.warning', { text: w })),
-      el('div.src-legend', { text: `cost: the line's own ${s.columns[0] ? s.columns[0].metric : ''} plus the calls made on it · ⟳ loop header · ƒ procedure` }),
+    this.host.replaceChildren(...[this.header(s.file), note].filter(Boolean), ...(warnings || []).map((w) => el('div.warning', { text: w })),
+      el('div.src-legend', { text: `cost: the line's own ${s.columns[0] ? s.columns[0].metric : ''} plus the calls made on it; (in brackets) a loop or procedure starting on the line, inclusive · ⟳ loop header · ƒ procedure` }),
       el('div.src-scroll', {}, el('table.src', { 'data-readable': s.readable ? 1 : 0 }, body)));
     const focus = this.host.querySelector('tr.focus');
     if (focus) focus.scrollIntoView({ block: 'center' });

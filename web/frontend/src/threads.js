@@ -117,7 +117,7 @@ export class ThreadPlot {
     try {
       const { answer } = await api('/api/thread', { db: this.params.db, profile: v.profile, metric: this.params.metric, threads: undefined, scope: 'exclusive', top: 12 });
       const rows = answer.contexts.map((c) => el('tr', { onclick: () => this.onContext(c.node), 'data-node': c.node },
-        el('td', { text: c.label }), el('td.num', { text: fmtValue(c.value, answer.unit) }),
+        el('td', { text: c.label.replace(/\S*\/([^/\s]+:\d+)/g, '$1'), title: c.label }), el('td.num', { text: fmtValue(c.value, answer.unit) }),
         el('td.num', { text: answer.total ? `${((100 * c.value) / answer.total).toFixed(1)} %` : '' })));
       this.contexts.replaceChildren(
         el('div.plot-title', {}, el('b', { text: answer.id }), answer.class ? ` (${answer.class})` : '',

@@ -67,6 +67,11 @@ export class TreeTable {
     return e.n.truncated || (e.children && e.children.length > 0);
   }
 
+  // An answer that did not come (a refused request, a lost server): said above the table.
+  fail(e) {
+    this.host.prepend(el('div.error', { text: e.message }));
+  }
+
   async toggle(id) {
     const e = this.nodes.get(id);
     if (!e) return;
@@ -148,7 +153,7 @@ export class TreeTable {
     const n = e.n;
     const t = this.tree;
     const toggle = this.hasChildren(e)
-      ? el('span.toggle', { text: e.open ? '▾' : '▸', onclick: (ev) => { ev.stopPropagation(); this.toggle(n.id); } })
+      ? el('span.toggle', { text: e.open ? '▾' : '▸', onclick: (ev) => { ev.stopPropagation(); this.toggle(n.id).catch((e) => this.fail(e)); } })
       : el('span.toggle.leaf', { text: '·' });
     const name = el('td.name', { style: `padding-left:${4 + depth * 14}px` }, toggle,
       el(`span.label.kind-${n.kind}`, { text: nodeLabel(n), title: n.name }),
@@ -166,7 +171,7 @@ export class TreeTable {
         pct !== null && pct !== undefined ? el('span.pct', { text: fmtPercent(pct) }) : null,
         noisy ? el('span.mark', { text: '~', title: 'within sampling error' }) : null);
     });
-    const tr = el(`tr.row${this.selected === n.id ? '.selected' : ''}`, { 'data-id': n.id, 'data-kind': n.kind, onclick: () => this.select(n.id), ondblclick: () => this.toggle(n.id) },
+    const tr = el(`tr.row${this.selected === n.id ? '.selected' : ''}`, { 'data-id': n.id, 'data-kind': n.kind, onclick: () => this.select(n.id), ondblclick: () => this.toggle(n.id).catch((e) => this.fail(e)) },
       name, cells);
     this.decorate(tr, n, t);
     return tr;

@@ -89,10 +89,11 @@ std::string contextLabel(const analysis::ScalingDiff& diff, storage::NodeId node
 
 // --- what a browser asks beside the views (the web viewer, docs/web.md) ------------------------
 // One thread's own top contexts: the CCT nodes where this profile has the largest values of a
-// metric in a scope (exclusive: where its time went; inclusive: the heaviest subtrees).
+// metric in a scope (exclusive: the statements where its samples landed, as exclusive values
+// nest; inclusive: the heaviest subtrees of any kind).
 struct ThreadContext {
   storage::NodeId node = 0;  // CCT node id
-  std::string label;         // "solve (solve.c:40)", "loop solve.c:42"
+  std::string label;         // "solve.c:42 in solve", "solve (solve.c:40)"
   std::string kind;          // toString(NodeKind)
   double value = 0;
 };
@@ -104,7 +105,7 @@ struct ThreadContexts {
   storage::MetricScope scope = storage::MetricScope::Exclusive;
   double total = 0;  // the thread's inclusive value at the root
   std::vector<ThreadContext> contexts;  // by value descending, at most `top`
-  std::uint64_t contextsWithValues = 0; // in all
+  std::uint64_t contextsWithValues = 0; // nodes with a value in the scope, of any kind
 };
 // ViewError for an unknown profile or metric.
 ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profile, const std::string& metric,

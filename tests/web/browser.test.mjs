@@ -1,0 +1,234 @@
+// End-to-end tests of the web viewer in a real browser: Debian's headless Chromium driven by
+// playwright-core (never a browser download). A measured program's database (csp-run
+// --region-log on tests/apps/regions.cpp, csp-prof-mpi) and a csp-diff database are served by
+// csp-web; the tests click through the views as a user would and compare what the page shows
+// with what csp-views prints. Screenshots are kept in CSP_WEB_ARTIFACTS.
+//   CSP_BINARY_DIR, CSP_WEB_NODE_MODULES, CSP_WEB_ARTIFACTS: set by ctest (tests/web/CMakeLists.txt).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const BIN = process.env.CSP_BINARY_DIR;
+const MODULES = process.env.CSP_WEB_NODE_MODULES;
+const OUT = process.env.CSP_WEB_ARTIFACTS;
+const tool = (name) => join(BIN, 'launcher', name);
+const ENV = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' };
+const sh = (file, args, timeout = 120000) => execFileSync(file, args, { env: ENV, timeout, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+
+let server;
+let url;
+let context;
+let page;
+let profile;
+const pageErrors = [];
+const work = join(OUT, 'work');
+const db = join(work, 'run', 'db');
+const diffDb = join(work, 'scaling-db');
+
+function requirePage() {
+  const html = join(BIN, 'web', 'csp-web.html');
+  const status = existsSync(join(BIN, 'web', 'assets-status.txt')) ? readFileSync(join(BIN, 'web', 'assets-status.txt'), 'utf8') : 'no status';
+  if (!existsSync(html) || statSync(html).size === 0) throw new Error(`the web viewer's page was not built: ${status}`);
+  if (!existsSync(join(MODULES, 'playwright-core'))) throw new Error(`playwright-core is not installed in ${MODULES} (web/frontend/build.sh)`);
+}
+
+function databases() {
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(work, { recursive: true });
+  sh(tool('csp-run'), ['--region-log', '-o', join(work, 'run', 'meas'), '--', join(BIN, 'tests', 'apps', 'csp-app-regions'), join(work, 'expected.txt'), '6']);
+  sh(tool('csp-prof-mpi'), ['-q', join(work, 'run', 'meas'), '-o', db]);
+  // A scaling study of a synthetic code at 2 and 4 ranks, and its loss.
+  for (const ranks of [2, 4]) {
+    const run = join(work, `p${ranks}`);
+    sh(tool('csp-gen'), ['-q', '--ranks', String(ranks), '--nodes', '300', '--seed', '5', '--imbalance', '0.5', '-o', join(run, 'meas')]);
+    sh(tool('csp-prof-mpi'), ['-q', join(run, 'meas'), '-o', join(run, 'db')]);
+  }
+  sh(tool('csp-diff'), ['--quiet', join(work, 'p2', 'db'), join(work, 'p4', 'db'), '-o', diffDb]);
+}
+
+async function startServer() {
+  server = spawn(tool('csp-web'), ['-q', db, diffDb], { env: ENV, stdio: ['ignore', 'pipe', 'inherit'] });
+  url = await new Promise((resolve, reject) => {
+    let text = '';
+    const timer = setTimeout(() => reject(new Error(`csp-web printed no URL: ${text}`)), 20000);
+    server.stdout.on('data', (d) => {
+      text += d;
+      const m = text.match(/http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]+/);
+      if (m) { clearTimeout(timer); resolve(m[0]); }
+    });
+    server.on('exit', (code) => reject(new Error(`csp-web exited (${code}): ${text}`)));
+  });
+}
+
+async function startBrowser() {
+  const { chromium } = createRequire(join(MODULES, 'x.js'))('playwright-core');
+  profile = mkdtempSync(join(tmpdir(), 'csp-web-chromium-'));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1500, height: 900 },
+  });
+  page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(20000);
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+}
+
+const shot = (name) => page.screenshot({ path: join(OUT, `${name}.png`) });
+const cli = (args) => JSON.parse(sh(tool('csp-views'), args));
+
+before(async () => {
+  requirePage();
+  mkdirSync(OUT, { recursive: true });
+  databases();
+  await startServer();
+  await startBrowser();
+});
+
+after(async () => {
+  if (context) await context.close();
+  if (server) server.kill('SIGTERM');
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+test('opens the measured database and expands the hottest path', async () => {
+  await page.goto(url);
+  await page.waitForSelector('table.tree tr.row');
+  await page.click('button.hot');
+  // The hottest path of the program ends in the spin loop's statements (kernel.hpp).
+  await page.waitForFunction(() => {
+    const tr = document.querySelector('tr.row.selected');
+    return tr && tr.dataset.kind === 'statement';
+  });
+  const selected = await page.textContent('tr.row.selected .label');
+  assert.match(selected, /kernel\.hpp:\d+/);
+  const rows = await page.$$eval('tr.row', (trs) => trs.length);
+  assert.ok(rows > 10, `${rows} rows`);
+  await page.waitForSelector('svg.threads');
+  await shot('calling-context');
+});
+
+test('the per-thread plot of a node shows every thread with its value', async () => {
+  const row = page.locator('tr.row', { has: page.locator('.label', { hasText: /^region_work$/ }) }).first();
+  const id = await row.getAttribute('data-id');
+  await row.click();
+  await page.waitForFunction((spec) => document.querySelector('.plot-title') && document.querySelector('.plot-title').textContent.includes(`CCT node ${spec}`), id);
+  const expected = cli(['--node', id, '--format', 'json', db]);
+  const n = Number(await page.getAttribute('svg.threads', 'data-threads'));
+  assert.equal(n, expected.profiles);
+  assert.equal(n, 9, 'the main thread and 8 workers');
+  const values = await page.$$eval('svg.threads rect.bar', (rs) => rs.map((r) => Number(r.dataset.value)));
+  assert.equal(values.length, n);
+  const want = expected.values.map((v) => v.value);
+  while (want.length < n) want.push(0);
+  assert.deepEqual(values, want);
+  // The straggler (double work) is the tallest bar; its own top contexts are listed on a click.
+  assert.ok(values[0] > 1.5 * values[1], `straggler ${values[0]} vs ${values[1]}`);
+  await page.click('svg.threads rect.bar >> nth=0');
+  await page.waitForSelector('.thread-contexts table tr');
+  const profileShown = Number(await page.getAttribute('.thread-contexts table', 'data-profile'));
+  assert.equal(profileShown, expected.values[0].profile);
+  await shot('per-thread');
+});
+
+test('search finds a procedure and the source pane shows its lines', async () => {
+  await page.fill('input.search', 'region_work');
+  await page.press('input.search', 'Enter');
+  await page.waitForFunction(() => document.querySelector('table.tree') && !document.querySelector('.loading'));
+  const labels = await page.$$eval('tr.row .label', (ls) => ls.map((l) => l.textContent));
+  assert.ok(labels.includes('region_work'), labels.join(', '));
+  const row = page.locator('tr.row', { has: page.locator('.label', { hasText: /^region_work$/ }) }).first();
+  await row.click();
+  await page.click('button.source-btn');
+  await page.waitForSelector('table.src');
+  assert.equal(await page.getAttribute('table.src', 'data-readable'), '1');
+  const focus = Number(await page.getAttribute('tr.src-line.focus', 'data-line'));
+  const text = await page.textContent('tr.src-line.focus .src-text');
+  assert.ok(text.includes('region_work'), `line ${focus}: ${text}`);
+  assert.ok((await page.$$('tr.src-line.costly')).length > 0, 'lines with costs');
+  assert.ok((await page.$$('table.src .loop')).length > 0, 'a loop header marked');
+  await shot('source');
+  await page.fill('input.search', '');
+  await page.press('input.search', 'Enter');
+});
+
+test('the flame graph zooms into a frame', async () => {
+  await page.click('button.tab[data-tab=flame]');
+  await page.waitForSelector('svg.flame');
+  const frames = Number(await page.getAttribute('svg.flame', 'data-frames'));
+  assert.ok(frames > 5, `${frames} frames`);
+  await shot('flame');
+  const target = page.locator('svg.flame g.frame', { has: page.locator('text', { hasText: 'region_work' }) }).first();
+  await target.click();
+  await page.waitForFunction((before) => {
+    const s = document.querySelector('svg.flame');
+    return s && Number(s.dataset.frames) < before;
+  }, frames);
+});
+
+test('the timeline shows a lane per thread and zooms without reading the whole log', async () => {
+  await page.click('button.tab[data-tab=timeline]');
+  await page.waitForSelector('.timeline-host[data-state=ready]');
+  const c = await page.$eval('canvas.timeline', (e) => ({ ...e.dataset }));
+  assert.equal(Number(c.lanes), 9);
+  assert.ok(Number(c.intervals) > 9);
+  await page.fill('input.tl-query', 'exists1 t: (t, compute)');
+  await page.click('.tl-controls button:has-text("highlight")');
+  await page.waitForFunction(() => Number(document.querySelector('canvas.timeline').dataset.frames) > 0);
+  await shot('timeline');
+  for (let i = 0; i < 3; ++i) {
+    const before = await page.$eval('canvas.timeline', (e) => e.dataset.to - e.dataset.from);
+    await page.click('.tl-controls button:has-text("zoom in")');
+    await page.waitForFunction((b) => {
+      const e = document.querySelector('canvas.timeline');
+      return e.dataset.to - e.dataset.from < b && document.querySelector('.timeline-host').dataset.state === 'ready';
+    }, before);
+  }
+  const z = await page.$eval('canvas.timeline', (e) => ({ ...e.dataset }));
+  assert.ok(Number(z.to) - Number(z.from) < (Number(c.to) - Number(c.from)) / 4);
+  await shot('timeline-zoomed');
+});
+
+test('a csp-diff database shows the scaling loss, its hot path and marks', async () => {
+  await page.selectOption('select.db', '1');
+  await page.waitForSelector('table.losses tbody tr');
+  const report = cli(['--info', '--format', 'json', diffDb]);
+  assert.ok(report.cct_nodes > 1);
+  const rows = await page.$$eval('table.losses tbody tr', (trs) => trs.length);
+  assert.ok(rows > 0);
+  await page.waitForSelector('.loss-tree table.tree tr.row');
+  await page.click('.loss-tree button.hot');
+  await page.waitForSelector('.loss-tree tr.hot-path');
+  await shot('scaling-loss');
+});
+
+test('imbalance causes and the info page', async () => {
+  await page.selectOption('select.db', '0');
+  await page.click('button.tab[data-tab=imbalance]');
+  await page.waitForSelector('.page h3');
+  assert.match(await page.textContent('.page h3'), /Load imbalance/);
+  await shot('imbalance');
+  await page.click('button.tab[data-tab=info]');
+  await page.waitForSelector('table.info');
+});
+
+test('csp-web --html writes one page that opens without a server', async () => {
+  const report = join(OUT, 'report.html');
+  sh(tool('csp-web'), ['--html', report, db, diffDb]);
+  const r = await context.newPage();
+  await r.goto(`file://${report}`);
+  await r.waitForSelector('table.tree tr.row');
+  await r.click('button.hot');
+  await r.waitForSelector('svg.threads');
+  await r.screenshot({ path: join(OUT, 'report.png') });
+  await r.close();
+});
+
+test('the page raised no error', () => {
+  assert.deepEqual(pageErrors, []);
+});
