@@ -18,7 +18,13 @@ packages=(
   python3 libgoogle-perftools-dev linux-perf
   libcapstone-dev libeigen3-dev libomp-dev ccache
   clang-format clang-tidy
+  libcpp-httplib-dev chromium
 )
+# The web viewer's front end is built with Node and npm (web/frontend/build.sh): Debian's, unless
+# a node and npm are already there (a newer Node installed otherwise is kept).
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+  packages+=(nodejs npm)
+fi
 if [[ "${CSP_WITH_SLURM:-1}" == 1 ]]; then
   packages+=(slurm-wlm munge)
 fi

@@ -1,7 +1,7 @@
 // csp-web: look at CSP databases in a browser (docs/web.md). Argument parsing only: the server,
 // the API and the report live in web/, every answer in views/.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   bool quiet = false;
   app.add_option("DB", databases, "database directories (csp-prof-mpi or csp-diff -o)")->required();
   app.add_option("--port", port, "port on 127.0.0.1 (default: a free one)")->check(CLI::Range(1, 65535));
-  app.add_option("--html", html, "write one self-contained HTML page with the likely answers embedded, instead of serving");
+  app.add_option("--html", html,
+                 "write one self-contained HTML page with the likely answers embedded, instead of serving");
   app.add_flag("-q,--quiet", quiet, "print only the URL");
   if (const auto exit = csp::cli::parseOrExit(app, "csp-web", [&] { app.parse(argc, argv); })) return *exit;
 

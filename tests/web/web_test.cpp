@@ -27,15 +27,19 @@ namespace {
 
 // csp-app-regions measured with its region log: 1 process, the main thread and 8 workers.
 fs::path measured() {
-  return csp::test::sharedInput("web-regions", [](const fs::path& dir) {
-    const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-regions";
-    auto r = run("timeout -k 5 120 " + tool("csp-run") + " --region-log -o " + (dir / "meas").string() + " -- " + app + " " +
-                 (dir / "expected.txt").string() + " 6");
-    if (r.status != 0) return ADD_FAILURE() << r.output, false;
-    r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " + (dir / "db").string());
-    if (r.status != 0) return ADD_FAILURE() << r.output, false;
-    return true;
-  }) / "db";
+  return csp::test::sharedInput("web-regions",
+                                [](const fs::path& dir) {
+                                  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-regions";
+                                  auto r = run("timeout -k 5 120 " + tool("csp-run") + " --region-log -o " +
+                                               (dir / "meas").string() + " -- " + app + " " +
+                                               (dir / "expected.txt").string() + " 6");
+                                  if (r.status != 0) return ADD_FAILURE() << r.output, false;
+                                  r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " +
+                                          (dir / "meas").string() + " -o " + (dir / "db").string());
+                                  if (r.status != 0) return ADD_FAILURE() << r.output, false;
+                                  return true;
+                                }) /
+         "db";
 }
 
 Json answerOf(const csp::web::Response& r) {
@@ -88,7 +92,8 @@ TEST(Web, ServerRefusesWithoutTokenDotDotPathsOtherMethodsAndForeignFiles) {
   EXPECT_EQ(page->get_header_value("Referrer-Policy"), "no-referrer");
 
   // Paths that climb, plain or percent-encoded, and paths that are no route.
-  for (const char* path : {"/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/api/..%2F..%2Fetc%2Fpasswd", "/.%2E/x"}) {
+  for (const char* path :
+       {"/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/api/..%2F..%2Fetc%2Fpasswd", "/.%2E/x"}) {
     const auto res = c.Get(std::string(path) + "?" + t);
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 400) << path << " " << res->body;
@@ -102,8 +107,8 @@ TEST(Web, ServerRefusesWithoutTokenDotDotPathsOtherMethodsAndForeignFiles) {
   EXPECT_EQ(c.Delete("/api/databases?" + t)->status, 405);
 
   // Only the database's recorded source files, checked before the file system is asked.
-  for (const std::string& file :
-       std::vector<std::string>{"/etc/passwd", "../../../../etc/passwd", std::string(CSP_SOURCE_DIR) + "/CMakeLists.txt"}) {
+  for (const std::string& file : std::vector<std::string>{"/etc/passwd", "../../../../etc/passwd",
+                                                          std::string(CSP_SOURCE_DIR) + "/CMakeLists.txt"}) {
     const auto res = c.Get("/api/source?" + t + "&db=0&file=" + httplib::detail::encode_query_param(file));
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 400) << file << " " << res->body;
@@ -135,7 +140,8 @@ TEST(Web, ApiAnswersAreThePresentationLayersJson) {
   csp::views::renderJson(top, expected);
   EXPECT_EQ(answerOf(api.get("/api/view", {{"db", "0"}, {"kind", "cc"}, {"depth", "1"}})), Json::parse(expected.str()));
   const auto child = top.nodes.back().viewId;
-  const auto children = s.children(std::get<csp::views::TreeRequest>(csp::views::requestFrom(s.database(), o)).view, child);
+  const auto children =
+      s.children(std::get<csp::views::TreeRequest>(csp::views::requestFrom(s.database(), o)).view, child);
   expected.str("");
   csp::views::renderJson(children, expected);
   EXPECT_EQ(answerOf(api.get("/api/children", {{"db", "0"}, {"kind", "cc"}, {"id", std::to_string(child)}})),
@@ -143,7 +149,8 @@ TEST(Web, ApiAnswersAreThePresentationLayersJson) {
   // A node per thread: what csp-views --node prints.
   const auto cli = run("(" + tool("csp-views") + " --node region_work --format json " + db.string() + " 2>/dev/null)");
   ASSERT_EQ(cli.status, 0) << cli.output;
-  EXPECT_EQ(answerOf(api.get("/api/node", {{"db", "0"}, {"kind", "cc"}, {"spec", "region_work"}})), Json::parse(cli.output));
+  EXPECT_EQ(answerOf(api.get("/api/node", {{"db", "0"}, {"kind", "cc"}, {"spec", "region_work"}})),
+            Json::parse(cli.output));
   // Refusals are one line with status 400.
   const auto bad = api.get("/api/view", {{"db", "0"}, {"stat", "nosuch"}});
   EXPECT_EQ(bad.status, 400);
@@ -157,7 +164,8 @@ TEST(Web, AThreadsTopContextsAreItsOwnValues) {
   const auto db = measured();
   csp::views::Session s(db);
   const auto metric = s.database().metrics()[0].descriptor.name;
-  const auto d = s.perThread({.spec = "region_work", .metric = metric, .scope = csp::storage::MetricScope::Inclusive, .threads = "all"});
+  const auto d = s.perThread(
+      {.spec = "region_work", .metric = metric, .scope = csp::storage::MetricScope::Inclusive, .threads = "all"});
   ASSERT_GE(d.values.size(), 8u);
   const auto slowest = d.values.front().profile;
   const auto t = s.threadContexts(slowest, metric, csp::storage::MetricScope::Exclusive, 5);
@@ -171,7 +179,8 @@ TEST(Web, AThreadsTopContextsAreItsOwnValues) {
     }
     sum += c.value;
     const auto per = csp::views::drillDown(s.database(), c.node, metric, csp::storage::MetricScope::Exclusive);
-    const auto it = std::find_if(per.values.begin(), per.values.end(), [&](const auto& v) { return v.profile == slowest; });
+    const auto it =
+        std::find_if(per.values.begin(), per.values.end(), [&](const auto& v) { return v.profile == slowest; });
     ASSERT_NE(it, per.values.end()) << c.label;
     EXPECT_EQ(it->value, c.value) << c.label;
   }

@@ -12,9 +12,12 @@ namespace {
 using Json = nlohmann::json;
 using detail::jsonNumber;
 
-const char* scopeWord(storage::MetricScope s) { return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive"; }
+const char* scopeWord(storage::MetricScope s) {
+  return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive";
+}
 
-Json columnsJson(const std::vector<Column>& columns, const std::vector<std::string>& units, const std::vector<double>& rootSum) {
+Json columnsJson(const std::vector<Column>& columns, const std::vector<std::string>& units,
+                 const std::vector<double>& rootSum) {
   Json cols = Json::array();
   for (std::size_t c = 0; c < columns.size(); ++c)
     cols.push_back({{"title", columns[c].title()},
@@ -32,10 +35,14 @@ void renderThreadContextsJson(const ThreadContexts& t, std::ostream& out) {
   Json contexts = Json::array();
   for (const auto& c : t.contexts)
     contexts.push_back({{"node", c.node}, {"label", c.label}, {"kind", c.kind}, {"value", jsonNumber(c.value)}});
-  Json j{{"profile", t.profile},         {"id", t.who},
-         {"class", t.threadClass},       {"metric", t.metric},
-         {"unit", t.unit},               {"scope", scopeWord(t.scope)},
-         {"total", jsonNumber(t.total)}, {"contexts_with_values", t.contextsWithValues},
+  Json j{{"profile", t.profile},
+         {"id", t.who},
+         {"class", t.threadClass},
+         {"metric", t.metric},
+         {"unit", t.unit},
+         {"scope", scopeWord(t.scope)},
+         {"total", jsonNumber(t.total)},
+         {"contexts_with_values", t.contextsWithValues},
          {"contexts", std::move(contexts)}};
   out << detail::dumpJson(j, -1) << "\n";
 }
@@ -65,8 +72,8 @@ void renderTimelineJson(const Timeline& t, std::ostream& out) {
       // window, 2 open after it): a zoomed-out lane has thousands.
       Json intervals = Json::array();
       for (const auto& iv : lane.intervals)
-        intervals.push_back(Json::array({iv.beginNs, iv.endNs, iv.region, iv.depth, iv.visits,
-                                         (iv.openBefore ? 1 : 0) | (iv.openAfter ? 2 : 0)}));
+        intervals.push_back(Json::array(
+            {iv.beginNs, iv.endNs, iv.region, iv.depth, iv.visits, (iv.openBefore ? 1 : 0) | (iv.openAfter ? 2 : 0)}));
       lanes.push_back({{"thread", lane.thread},
                        {"id", lane.who},
                        {"class", lane.threadClass},
@@ -82,8 +89,12 @@ void renderTimelineJson(const Timeline& t, std::ostream& out) {
                          {"frames", std::move(frames)},
                          {"frames_in_all", p.framesInAll}});
   }
-  Json j{{"from", t.fromNs},        {"to", t.toNs},   {"resolution", t.resolutionNs}, {"regions", t.regions},
-         {"processes", std::move(processes)}, {"query", t.query}};
+  Json j{{"from", t.fromNs},
+         {"to", t.toNs},
+         {"resolution", t.resolutionNs},
+         {"regions", t.regions},
+         {"processes", std::move(processes)},
+         {"query", t.query}};
   out << detail::dumpJson(j, -1) << "\n";
 }
 

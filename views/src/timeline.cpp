@@ -46,8 +46,9 @@ class LaneBuilder {
 
   void finish() {
     for (std::size_t d = 0; d < pending_.size(); ++d) flush(d);
-    std::stable_sort(lane_.intervals.begin(), lane_.intervals.end(),
-                     [](const auto& a, const auto& b) { return a.beginNs < b.beginNs || (a.beginNs == b.beginNs && a.depth < b.depth); });
+    std::stable_sort(lane_.intervals.begin(), lane_.intervals.end(), [](const auto& a, const auto& b) {
+      return a.beginNs < b.beginNs || (a.beginNs == b.beginNs && a.depth < b.depth);
+    });
   }
 
  private:
@@ -75,7 +76,8 @@ std::vector<Open> openAfter(const analysis::RegionTree& tree, const storage::Reg
 
 // One thread's visits in [from, to] (absolute ns); `origin` makes them relative.
 void readLane(const storage::Database& db, const analysis::RegionTree& tree, storage::ProfileId process,
-              std::uint64_t origin, std::uint64_t from, std::uint64_t to, std::uint64_t resolution, TimelineLane& lane) {
+              std::uint64_t origin, std::uint64_t from, std::uint64_t to, std::uint64_t resolution,
+              TimelineLane& lane) {
   LaneBuilder out(lane, resolution);
   auto emit = [&](const Open& o, std::size_t depth, std::uint64_t end, bool after) {
     out.add({o.beginNs - origin, end - origin, o.region, static_cast<std::uint32_t>(depth), 1, o.before, after});
@@ -119,7 +121,8 @@ void readLane(const storage::Database& db, const analysis::RegionTree& tree, sto
 }
 
 // First and last event time of a thread (two block reads).
-std::pair<std::uint64_t, std::uint64_t> span(const storage::Database& db, storage::ProfileId process, storage::ProfileId thread) {
+std::pair<std::uint64_t, std::uint64_t> span(const storage::Database& db, storage::ProfileId process,
+                                             storage::ProfileId thread) {
   storage::RegionLogEvent e;
   std::uint64_t first = UINT64_MAX, last = 0;
   if (db.regionLog(process, thread)->next(e)) first = e.timeNs;
@@ -171,7 +174,8 @@ Timeline Session::timeline(const TimelineRequest& request) const {
   t.toNs = std::max(request.toNs.value_or(longest), t.fromNs + 1);
   t.resolutionNs = (t.toNs - t.fromNs) / std::max<std::size_t>(request.pixels, 1);
   if (processes.size() > request.maxProcesses)
-    t.warnings.push_back(fmt::format("warning: the first {} of {} processes shown", request.maxProcesses, processes.size()));
+    t.warnings.push_back(
+        fmt::format("warning: the first {} of {} processes shown", request.maxProcesses, processes.size()));
   for (std::size_t i = 0; i < processes.size() && i < request.maxProcesses; ++i) {
     TimelineProcess p;
     p.process = processes[i].process;
@@ -182,7 +186,8 @@ Timeline Session::timeline(const TimelineRequest& request) const {
       TimelineLane lane;
       lane.thread = th.profile;
       if (th.profile < meta.profiles.size()) lane.who = formatIdTuple(meta.profiles[th.profile]);
-      if (th.profile < meta.threadClasses.size()) lane.threadClass = storage::toString(meta.threadClasses[th.profile].threadClass);
+      if (th.profile < meta.threadClasses.size())
+        lane.threadClass = storage::toString(meta.threadClasses[th.profile].threadClass);
       readLane(db, logs.tree, p.process, origin, origin + t.fromNs, origin + t.toNs, t.resolutionNs, lane);
       p.lanes.push_back(std::move(lane));
     }

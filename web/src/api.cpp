@@ -108,8 +108,8 @@ Response wrap(std::string answer, const std::vector<std::string>& warnings) {
   while (!answer.empty() && answer.back() == '\n') answer.pop_back();
   Json w = Json::array();
   for (const auto& text : warnings) w.push_back(text.rfind("warning: ", 0) == 0 ? text.substr(9) : text);
-  return {200, "application/json", "{\"warnings\":" + w.dump(-1, ' ', false, Json::error_handler_t::replace) +
-                                       ",\"answer\":" + answer + "}"};
+  return {200, "application/json",
+          "{\"warnings\":" + w.dump(-1, ' ', false, Json::error_handler_t::replace) + ",\"answer\":" + answer + "}"};
 }
 
 Response error(int status, const std::string& message) {
@@ -145,7 +145,8 @@ struct Api::Impl {
       const auto& s = dbs[i]->session;
       const auto& m = s.database().metadata();
       Json metrics = Json::array();
-      for (const auto& metric : m.metrics) metrics.push_back({{"name", metric.descriptor.name}, {"unit", metric.descriptor.unit}});
+      for (const auto& metric : m.metrics)
+        metrics.push_back({{"name", metric.descriptor.name}, {"unit", metric.descriptor.unit}});
       list.push_back({{"index", i},
                       {"path", dbs[i]->path.string()},
                       {"title", s.title()},
@@ -186,9 +187,11 @@ struct Api::Impl {
 
   Response thread(Database& d, const Params& p) {
     auto metric = param(p, "metric");
-    if (metric.empty() && !d.session.database().metrics().empty()) metric = d.session.database().metrics()[0].descriptor.name;
-    const auto answer = d.session.threadContexts(number<storage::ProfileId>(p, "profile", 0), metric,
-                                                 scopeOf(param(p, "scope", "exclusive")), number<std::size_t>(p, "top", 20));
+    if (metric.empty() && !d.session.database().metrics().empty())
+      metric = d.session.database().metrics()[0].descriptor.name;
+    const auto answer =
+        d.session.threadContexts(number<storage::ProfileId>(p, "profile", 0), metric,
+                                 scopeOf(param(p, "scope", "exclusive")), number<std::size_t>(p, "top", 20));
     return wrap(json([](const auto& a, std::ostream& out) { views::renderThreadContextsJson(a, out); }, answer), {});
   }
 
@@ -214,7 +217,8 @@ struct Api::Impl {
     o.cannedArgs = list(p, "arg");
     o.limit = number<std::size_t>(p, "limit", 50);
     const auto answer = d.session.query(views::queryRequestFrom(o));
-    return wrap(json([](const auto& a, std::ostream& out) { views::renderQueryJson(a, out); }, answer), answer.warnings);
+    return wrap(json([](const auto& a, std::ostream& out) { views::renderQueryJson(a, out); }, answer),
+                answer.warnings);
   }
 
   Response timeline(Database& d, const Params& p) {
@@ -229,14 +233,16 @@ struct Api::Impl {
       r.query = views::queryRequestFrom(o);
     }
     const auto answer = d.session.timeline(r);
-    return wrap(json([](const auto& a, std::ostream& out) { views::renderTimelineJson(a, out); }, answer), answer.warnings);
+    return wrap(json([](const auto& a, std::ostream& out) { views::renderTimelineJson(a, out); }, answer),
+                answer.warnings);
   }
 
   Response source(Database& d, const Params& p) {
     const auto request = views::requestFrom(d.session.database(), viewOptions(p));
     const auto& tree = std::get<views::TreeRequest>(request);
     const auto answer = d.session.source(param(p, "file"), tree.view);
-    return wrap(json([](const auto& a, std::ostream& out) { views::renderSourceJson(a, out); }, answer), answer.warnings);
+    return wrap(json([](const auto& a, std::ostream& out) { views::renderSourceJson(a, out); }, answer),
+                answer.warnings);
   }
 
   Response info(Database& d) {

@@ -23,13 +23,15 @@ __asm__(".section .rodata\n"
         ".previous\n");
 
 extern "C" {
-__attribute__((visibility("hidden"))) extern const char csp_web_page_begin[], csp_web_page_end[], csp_web_status_begin[],
-    csp_web_status_end[];
+__attribute__((visibility("hidden"))) extern const char csp_web_page_begin[], csp_web_page_end[],
+    csp_web_status_begin[], csp_web_status_end[];
 }
 
 namespace csp::web {
 
-std::string_view page() { return {csp_web_page_begin, static_cast<std::size_t>(csp_web_page_end - csp_web_page_begin)}; }
+std::string_view page() {
+  return {csp_web_page_begin, static_cast<std::size_t>(csp_web_page_end - csp_web_page_begin)};
+}
 
 std::string assetsProblem() {
   std::string status(csp_web_status_begin, static_cast<std::size_t>(csp_web_status_end - csp_web_status_begin));

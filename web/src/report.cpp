@@ -157,15 +157,27 @@ void crawlDatabase(Crawler& c, const Json& d) {
   for (const auto& m : d["metrics"]) metrics.insert(m["name"].get<std::string>());
   if (d["diff"].get<bool>()) {
     c.get("/api/diff", {{"db", db}, {"top", "20"}});
-    c.tree({{"db", db}, {"kind", "cc"}, {"metric", "loss"}, {"metric", "excess"}, {"metric", "noise"}, {"scope", "inclusive"}}, false);
+    c.tree({{"db", db},
+            {"kind", "cc"},
+            {"metric", "loss"},
+            {"metric", "excess"},
+            {"metric", "noise"},
+            {"scope", "inclusive"}},
+           false);
   } else {
     c.get("/api/imbalance", {{"db", db}});
   }
   c.tree({{"db", db}, {"kind", "cc"}}, !d["diff"].get<bool>());
   c.tree({{"db", db}, {"kind", "flat"}}, false);
   c.tree({{"db", db}, {"kind", "callers"}}, false);
-  c.get("/api/view", {{"db", db}, {"depth", std::to_string(kFlameDepth)}, {"kind", "cc"}, {"scope", "inclusive"}, {"stat", "sum"}, {"stat", "imbalance"}});
-  if (metrics.count("work") && metrics.count("idleness")) c.get("/api/view", {{"db", db}, {"depth", "1"}, {"effort", "1"}, {"kind", "cc"}});
+  c.get("/api/view", {{"db", db},
+                      {"depth", std::to_string(kFlameDepth)},
+                      {"kind", "cc"},
+                      {"scope", "inclusive"},
+                      {"stat", "sum"},
+                      {"stat", "imbalance"}});
+  if (metrics.count("work") && metrics.count("idleness"))
+    c.get("/api/view", {{"db", db}, {"depth", "1"}, {"effort", "1"}, {"kind", "cc"}});
   if (d["regions"].get<bool>()) c.tree({{"db", db}, {"kind", "regions"}}, false);
   if (d["region_logs"].get<bool>()) c.get("/api/timeline", {{"db", db}, {"from", "0"}, {"px", "1000"}});
   c.threads(db, d["profiles"].get<std::size_t>());
