@@ -72,7 +72,7 @@ async function startBrowser() {
     headless: true,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync'],
-    viewport: { width: 1500, height: 900 },
+    viewport: { width: 1280, height: 760 },
   });
   page = context.pages()[0] || (await context.newPage());
   page.setDefaultTimeout(20000);
@@ -169,6 +169,11 @@ test('the flame graph zooms into a frame', async () => {
     const s = document.querySelector('svg.flame');
     return s && Number(s.dataset.frames) < before;
   }, frames);
+  // Bottom-up: the procedures' own cost split by caller chains; region_work's inlined kernel
+  // holds it all.
+  await page.selectOption('select.flame-kind', 'callers');
+  await page.waitForFunction(() => document.querySelector('select.flame-kind') && document.querySelector('select.flame-kind').value === 'callers' && document.querySelector('svg.flame'));
+  await page.waitForSelector('svg.flame g.frame');
 });
 
 test('the timeline shows a lane per thread and zooms without reading the whole log', async () => {

@@ -18,7 +18,7 @@ namespace {
 using Json = nlohmann::json;
 
 // Must match the front end (flame.js FLAME_DEPTH, main.js, threads.js, timeline.js).
-constexpr int kFlameDepth = 16;
+constexpr int kFlameDepth = 32;
 constexpr std::size_t kHotPathLevels = 40;
 constexpr std::size_t kMaxAnswers = 600;
 

@@ -5,12 +5,13 @@
 import { el, svg, fmtValue, fmtPercent, heat, nodeLabel, place } from './util.js';
 
 const ROW = 18;
-export const FLAME_DEPTH = 16;
+export const FLAME_DEPTH = 32;
 
 export class Flame {
   constructor(host, { fetch, onSelect }) {
     this.host = host;
-    this.fetch = fetch; // (focus) -> ViewTree answer with columns [sum I, imbalance I]
+    this.fetch = fetch; // (focus, kind) -> ViewTree answer with columns [sum, imbalance]
+    this.kind = 'cc'; // or 'callers': bottom-up, the procedures' own (exclusive) cost split by caller chains
     this.onSelect = onSelect || (() => {});
     this.colour = 'share';
     this.stack = []; // zoomed-into ids
@@ -19,7 +20,7 @@ export class Flame {
   async load(focus) {
     this.host.replaceChildren(el('div.loading', { text: 'loading…' }));
     try {
-      const { answer } = await this.fetch(focus);
+      const { answer } = await this.fetch(focus, this.kind);
       this.tree = answer;
       this.render();
     } catch (e) {
@@ -55,7 +56,9 @@ export class Flame {
     const frames = [];
     let depth = 0;
     const place = (n, x, level) => {
-      frames.push({ n, x, level, width: w(n) / total, imbalance: imb ? n.values[imb.title] : null });
+      // Own share: what the node holds beyond its shown children (its own cost and pruned ones).
+      const own = Math.max(w(n) - kids.get(n.id).reduce((sum, c) => sum + w(c), 0), 0) / total;
+      frames.push({ n, x, level, width: w(n) / total, own, imbalance: imb ? n.values[imb.title] : null });
       depth = Math.max(depth, level + 1);
       let cx = x;
       for (const c of kids.get(n.id)) {
@@ -74,33 +77,41 @@ export class Flame {
   render() {
     const { frames, depth, total } = this.layout();
     const width = Math.max(this.host.clientWidth - 8, 600);
-    const maxImb = Math.max(...frames.map((f) => f.imbalance || 0), 1e-9);
+    const maxOwn = Math.max(...frames.map((f) => f.own), 1e-12);
+    // Imbalance is max / mean: 1 is balanced.
+    const maxImb = Math.max(...frames.map((f) => f.imbalance || 1), 1 + 1e-9);
     const chart = svg('svg', { width, height: depth * ROW + 4, class: 'flame', 'data-frames': frames.length });
     const unit = this.tree.columns[0].unit;
     for (const f of frames) {
       const w = f.width * width;
       if (w < 0.5) continue;
-      const fill = this.colour === 'imbalance' ? heat((f.imbalance || 0) / maxImb) : heat(f.width);
+      const level = this.colour === 'imbalance' ? ((f.imbalance || 1) - 1) / (maxImb - 1) : f.own / maxOwn;
+      const fill = heat(0.75 * level);
       const g = svg('g', { transform: `translate(${f.x * width},${f.level * ROW})`, class: 'frame', 'data-id': f.n.id,
         onclick: () => this.zoom(f.n), onmouseenter: () => this.onSelect(f.n, this.tree, true) },
       svg('rect', { width: Math.max(w - 1, 0.5), height: ROW - 1, fill }),
-      svg('title', { text: `${nodeLabel(f.n)} ${place(f.n)}\n${fmtValue(f.n.values[this.tree.columns[0].title], unit)} (${fmtPercent(100 * f.width)} of the shown root)${f.imbalance !== null ? `\nimbalance ${f.imbalance.toFixed(3)}` : ''}` }));
+      svg('title', { text: `${nodeLabel(f.n)} ${place(f.n)}\n${fmtValue(f.n.values[this.tree.columns[0].title], unit)} (${fmtPercent(100 * f.width)} of the shown root, own ${fmtPercent(100 * f.own)})${f.imbalance !== null ? `\nimbalance ${f.imbalance.toFixed(3)}` : ''}` }));
       if (w > 30) g.append(svg('text', { x: 3, y: ROW - 5, text: clip(nodeLabel(f.n), w) }));
       chart.append(g);
     }
     const controls = el('div.flame-controls', {},
       el('button', { text: '⟲ whole program', disabled: this.stack.length === 0, onclick: () => { this.stack = []; this.load(undefined); } }),
       el('button', { text: '↑ up', disabled: this.stack.length === 0, onclick: () => { this.stack.pop(); this.load(this.stack[this.stack.length - 1]); } }),
+      ' view ',
+      el('select.flame-kind', { onchange: (e) => { this.kind = e.target.value; this.stack = []; this.load(undefined); } },
+        el('option', { value: 'cc', selected: this.kind === 'cc' }, 'calling context (top-down)'),
+        el('option', { value: 'callers', selected: this.kind === 'callers' }, 'callers (bottom-up, exclusive)')),
       ' colour by ',
       el('select', { onchange: (e) => { this.colour = e.target.value; this.render(); } },
-        el('option', { value: 'share', selected: this.colour === 'share' }, 'share of the metric'),
-        el('option', { value: 'imbalance', selected: this.colour === 'imbalance' }, 'imbalance (max / mean − 1)')),
+        el('option', { value: 'share', selected: this.colour === 'share' }, 'own share of the metric'),
+        el('option', { value: 'imbalance', selected: this.colour === 'imbalance' }, 'imbalance (max / mean)')),
       el('span.note', { text: ` ${frames.length} frames to depth ${FLAME_DEPTH}; nodes below the threshold are left out (empty space) · click to zoom · total ${fmtValue(total, unit)}` }));
     this.host.replaceChildren(controls, chart);
   }
 
   zoom(n) {
-    if (n.kind === 'root') return;
+    // Callers chains have no id that --focus takes: only the procedures at the top.
+    if (n.kind === 'root' || (this.kind === 'callers' && n.parent !== -1)) return;
     this.stack.push(n.id);
     this.load(n.id);
   }

@@ -86,6 +86,7 @@ class Panel {
 
   open(tab) {
     this.tab = tab;
+    this.sourceHost.hidden = true;
     for (const b of this.tabs.querySelectorAll('button.tab')) b.classList.toggle('on', b.dataset.tab === tab);
     this.focusBox.replaceChildren(this.settings.focus
       ? el('span', {}, `focus #${this.settings.focus} `, el('button', { text: '× unfocus', onclick: () => { this.settings.focus = ''; this.refresh(); } })) : '');
@@ -152,7 +153,7 @@ class Panel {
     const host = el('div.flame-host');
     this.main.replaceChildren(host);
     const flame = new Flame(host, {
-      fetch: (focus) => api('/api/view', this.params({ kind: 'cc', depth: FLAME_DEPTH, stat: ['sum', 'imbalance'], scope: 'inclusive', focus: focus === undefined ? undefined : String(focus), keep: undefined })),
+      fetch: (focus, kind) => api('/api/view', this.params({ kind, depth: FLAME_DEPTH, stat: ['sum', 'imbalance'], scope: kind === 'callers' ? 'exclusive' : 'inclusive', focus: focus === undefined ? undefined : String(focus), keep: undefined })),
       onSelect: () => {},
     });
     const start = this.flameFocus ?? (this.settings.focus || undefined);
