@@ -117,7 +117,9 @@ TEST(RegionLogs, AWindowStartsAtTheBlockHoldingItsStart) {
     const std::size_t skipped = log.size() - back.size();
     EXPECT_EQ(skipped % 4096, 0u) << at;
     EXPECT_TRUE(std::equal(back.begin(), back.end(), log.begin() + static_cast<std::ptrdiff_t>(skipped))) << at;
-    if (first > 0) EXPECT_LT(skipped, first) << at;
+    if (first > 0) {
+      EXPECT_LT(skipped, first) << at;
+    }
     EXPECT_GE(skipped + 4096, first) << at;
   }
   EXPECT_EQ(readFrom(0), log);  // before the first event: the whole log
