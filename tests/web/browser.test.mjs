@@ -39,7 +39,7 @@ function requirePage() {
 function databases() {
   rmSync(work, { recursive: true, force: true });
   mkdirSync(work, { recursive: true });
-  sh(tool('csp-run'), ['--region-log', '-o', join(work, 'run', 'meas'), '--', join(BIN, 'tests', 'apps', 'csp-app-regions'), join(work, 'expected.txt'), '6']);
+  sh(tool('csp-run'), ['--region-log', '--idleness', '-o', join(work, 'run', 'meas'), '--', join(BIN, 'tests', 'apps', 'csp-app-regions'), join(work, 'expected.txt'), '6']);
   sh(tool('csp-prof-mpi'), ['-q', join(work, 'run', 'meas'), '-o', db]);
   // A scaling study of a synthetic code at 2 and 4 ranks, and its loss.
   for (const ranks of [2, 4]) {
@@ -210,6 +210,26 @@ test('a csp-diff database shows the scaling loss, its hot path and marks', async
   await page.click('.loss-tree button.hot');
   await page.waitForSelector('.loss-tree tr.hot-path');
   await shot('scaling-loss');
+});
+
+test('effort, regions and a second panel side by side', async () => {
+  await page.selectOption('select.db', '0');
+  await page.click('button.tab[data-tab=effort]');
+  await page.waitForSelector('td.effort .stack');
+  await page.click('button.hot');
+  await page.waitForFunction(() => document.querySelectorAll('td.effort .stack').length > 5);
+  assert.ok((await page.$$('td.effort .note')).length > 0, 'a Fig. 5.1 reading');
+  await shot('effort');
+  await page.click('button.tab[data-tab=regions]');
+  await page.waitForSelector('table.tree tr.row');
+  await page.click('button.hot');
+  await page.waitForFunction(() => [...document.querySelectorAll('tr.row .label')].some((l) => l.textContent === 'compute'));
+  await page.click('button.add');
+  assert.equal(await page.$$eval('section.panel', (p) => p.length), 2);
+  await page.waitForSelector('section.panel:nth-child(2) table.tree tr.row');
+  await shot('side-by-side');
+  await page.click('button.remove');
+  assert.equal(await page.$$eval('section.panel', (p) => p.length), 1);
 });
 
 test('imbalance causes and the info page', async () => {

@@ -21,7 +21,7 @@ class Panel {
   constructor(app, dbIndex) {
     this.app = app;
     this.tab = null;
-    this.settings = { metric: '', threads: '', threshold: '', keep: '', hide: '', focus: '' };
+    this.settings = { metric: '', stat: '', sort: '', threads: '', threshold: '', keep: '', hide: '', focus: '' };
     this.root = el('section.panel');
     this.setDatabase(dbIndex);
   }
@@ -30,7 +30,7 @@ class Panel {
 
   setDatabase(index) {
     this.database = this.app.databases[index];
-    this.settings = { metric: '', threads: '', threshold: '', keep: '', hide: '', focus: '' };
+    this.settings = { metric: '', stat: '', sort: '', threads: '', threshold: '', keep: '', hide: '', focus: '' };
     this.build();
     this.open(this.database.diff ? 'loss' : 'cc');
   }
@@ -67,6 +67,8 @@ class Panel {
     this.search = input('keep', { type: 'search', class: 'search', placeholder: 'search procedure (keep)…', size: 22 });
     this.focusBox = el('span.focus');
     this.toolbar = el('div.toolbar', {}, dbSelect, this.metricSelect, threads,
+      input('stat', { placeholder: 'statistics: sum,mean,max,imbalance…', size: 18, class: 'stat', title: 'csp-views -s: sum mean min max stddev cfvar imbalance count p5 p25 p50 p75 p95 imbmedian' }),
+      input('sort', { placeholder: 'sort [metric:]stat[:scope]', size: 14, class: 'sort', title: 'csp-views --sort, or name' }),
       el('label', {}, ' threshold % ', input('threshold', { type: 'number', min: 0, max: 100, step: 0.1, placeholder: '1', class: 'threshold', size: 4 })),
       ' ', this.search, ' ', input('hide', { placeholder: 'hide (glob)…', size: 12, class: 'hide' }), ' ', this.focusBox);
     this.main = el('div.main');
@@ -78,7 +80,7 @@ class Panel {
 
   params(extra = {}) {
     const s = this.settings;
-    return { db: this.db, metric: s.metric || undefined, threads: s.threads || undefined, threshold: s.threshold || undefined,
+    return { db: this.db, metric: s.metric || undefined, stat: s.stat || undefined, sort: s.sort || undefined, threads: s.threads || undefined, threshold: s.threshold || undefined,
       keep: s.keep || undefined, hide: s.hide || undefined, focus: s.focus || undefined, ...extra };
   }
 
