@@ -57,9 +57,9 @@ using storage::putVarint;
 using Reader = ByteReader<FormatError>;
 
 // --- keys ------------------------------------------------------------------------------------
-std::string nodeKey(NodeId id);                                   // be32
-std::string childKey(NodeId parent, NodeId child);                // be32 be32
-std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);  // be32 be16 u8
+std::string nodeKey(NodeId id);                                                                       // be32
+std::string childKey(NodeId parent, NodeId child);                                                    // be32 be32
+std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);                         // be32 be16 u8
 std::string distributionKey(NodeId id, MetricId metric, MetricScope scope, std::uint8_t population);  // be32 be16 u8 u8
 // The head shared by summary, region-summary, distribution and values_by_node keys: be32 id, be16 metric, u8
 // scope (checked). The caller reads what follows and ends the key.
@@ -78,7 +78,7 @@ struct DistributionView {
 };
 DistributionView decodeDistributionView(std::string_view key, std::string_view value);
 DistributionEntry decodeDistribution(std::string_view key, std::string_view value);
-std::string profileBlockKey(ProfileId profile, NodeId firstNode);  // be32 be32
+std::string profileBlockKey(ProfileId profile, NodeId firstNode);                                   // be32 be32
 std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile);  // be32 be16 u8 be32
 
 // The smallest key greater than every key starting with `prefix` (an exclusive upper bound).
@@ -108,8 +108,8 @@ std::string encodeRegionLogThread(const RegionLogThread& t, std::uint32_t blocks
 RegionLogThread decodeRegionLogThread(std::string_view key, std::string_view value);
 std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events);
 void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out);  // appends
-std::uint32_t regionLogThreadBlocks(std::string_view value);      // the block count of a thread entry
-std::uint64_t regionLogBlockStart(std::string_view value);        // a block's first event time (0 if empty)
+std::uint32_t regionLogThreadBlocks(std::string_view value);  // the block count of a thread entry
+std::uint64_t regionLogBlockStart(std::string_view value);    // a block's first event time (0 if empty)
 
 // Metadata column family: every entry of the metadata, keyed as documented.
 void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);

@@ -122,7 +122,7 @@ TEST(RegionLogs, AWindowStartsAtTheBlockHoldingItsStart) {
     }
     EXPECT_GE(skipped + 4096, first) << at;
   }
-  EXPECT_EQ(readFrom(0), log);  // before the first event: the whole log
+  EXPECT_EQ(readFrom(0), log);                  // before the first event: the whole log
   EXPECT_EQ(readFrom(UINT64_MAX).size(), 17u);  // after the last: the last block
   RegionLogEvent e;
   EXPECT_FALSE(db->regionLog(0, 3, 0)->next(e));  // no such thread

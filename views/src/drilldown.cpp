@@ -67,7 +67,8 @@ std::string labelWithPlace(const detail::ModelNode& label) {
 
 // The call path's nodes: the first name below the root or, when no root path starts with it,
 // anywhere in the tree.
-std::vector<storage::NodeId> resolvePath(const storage::Database& db, const detail::CctIndex& idx, const std::string& spec) {
+std::vector<storage::NodeId> resolvePath(const storage::Database& db, const detail::CctIndex& idx,
+                                         const std::string& spec) {
   const auto parts = splitPath(spec);
   if (parts.empty()) throw ViewError(fmt::format("--node {}: empty call path", spec));
   const auto& strings = db.metadata().strings;
@@ -96,16 +97,18 @@ storage::NodeId resolveNode(const storage::Database& db, const std::string& spec
   if (spec.empty()) throw ViewError("--node needs a node id or a call path such as main/solve");
   if (isNumber(spec)) {
     const auto id = spec.size() > 10 ? std::uint64_t{UINT64_MAX} : std::stoull(spec);
-    if (id >= count) throw ViewError(fmt::format("no CCT node {} (the CCT has nodes 0 to {})", spec, count ? count - 1 : 0));
+    if (id >= count)
+      throw ViewError(fmt::format("no CCT node {} (the CCT has nodes 0 to {})", spec, count ? count - 1 : 0));
     return static_cast<storage::NodeId>(id);
   }
   const auto idx = detail::CctIndex::read(db);
   const auto frontier = resolvePath(db, idx, spec);
   if (frontier.size() > 1) {
     std::string ids;
-    for (std::size_t i = 0; i < std::min<std::size_t>(frontier.size(), 8); ++i) ids += fmt::format("{}{}", i ? ", " : "", frontier[i]);
-    throw ViewError(fmt::format("--node {}: {} nodes match (ids {}{}); give a longer path or an id", spec, frontier.size(), ids,
-                                frontier.size() > 8 ? ", ..." : ""));
+    for (std::size_t i = 0; i < std::min<std::size_t>(frontier.size(), 8); ++i)
+      ids += fmt::format("{}{}", i ? ", " : "", frontier[i]);
+    throw ViewError(fmt::format("--node {}: {} nodes match (ids {}{}); give a longer path or an id", spec,
+                                frontier.size(), ids, frontier.size() > 8 ? ", ..." : ""));
   }
   return frontier[0];
 }
@@ -128,13 +131,15 @@ DrillTarget resolveDrillTarget(const storage::Database& db, const std::string& s
       t.nodes.push_back(node);
       t.inclusive.push_back(inclusive);
     }
-    t.what = fmt::format("{} node {}, {} context{} combined", toString(kind), id, t.nodes.size(), t.nodes.size() == 1 ? "" : "s");
+    t.what = fmt::format("{} node {}, {} context{} combined", toString(kind), id, t.nodes.size(),
+                         t.nodes.size() == 1 ? "" : "s");
     return t;
   }
   if (isNumber(spec)) {
     const auto id = resolveNode(db, spec);
     const auto stored = db.node(id);
-    if (!stored) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", id));
+    if (!stored)
+      throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", id));
     t.label = labelWithPlace(detail::labelOf(db, id, *stored));
     t.nodes = {id};
     t.inclusive = {true};
@@ -194,8 +199,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
     if (scope == storage::MetricScope::Inclusive && !target.inclusive[k]) continue;
     for (const auto& v : db.nodeValues(target.nodes[k], metrics.ids[0], scope)) {
       if (v.profile >= meta.profiles.size())
-        throw storage::DatabaseError(db.directory(),
-                                     fmt::format("damaged database: value of node {} for profile {}", target.nodes[k], v.profile));
+        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: value of node {} for profile {}",
+                                                                 target.nodes[k], v.profile));
       if (!selected(v.profile)) continue;
       if (real)
         realSum[v.profile] += std::bit_cast<double>(v.value);
@@ -217,7 +222,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
   for (const auto& [p, v] : intSum)
     if (v != 0) ia.accumulate(p, v), add(p, static_cast<double>(v));
   d.all = real ? ra.finalize(d.profiles, metrics::Population::All) : ia.finalize(d.profiles, metrics::Population::All);
-  d.present = real ? ra.finalize(d.profiles, metrics::Population::Present) : ia.finalize(d.profiles, metrics::Population::Present);
+  d.present = real ? ra.finalize(d.profiles, metrics::Population::Present)
+                   : ia.finalize(d.profiles, metrics::Population::Present);
   std::stable_sort(d.values.begin(), d.values.end(), [](const auto& a, const auto& b) { return a.value > b.value; });
 
   // Exact percentiles by the nearest-rank rule: over the present values, and over all N with
@@ -242,7 +248,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
                      : stored.descriptor.kind == MetricKind::Counted
                          ? 0.0
                          : static_cast<double>(std::max<std::uint64_t>(stored.descriptor.period, 1) - 1);
-  const double meanError = d.profiles ? static_cast<double>(d.all.count) * d.perThreadError / static_cast<double>(d.profiles) : 0;
+  const double meanError =
+      d.profiles ? static_cast<double>(d.all.count) * d.perThreadError / static_cast<double>(d.profiles) : 0;
   for (const auto& v : d.values) {
     if (!(d.all.stddev > 0 && std::fabs(v.value - d.all.mean) > 3 * d.all.stddev)) continue;
     d.outliers.push_back(v);
@@ -272,7 +279,8 @@ std::string enclosingProcedure(const storage::Database& db, const storage::CctNo
   for (auto p = node.parent; p != kNoIndex;) {
     const auto n = db.node(p);
     if (!n) break;
-    if (n->kind == ScopeKind::ProcFrame || n->kind == ScopeKind::Alien) return " in " + db.metadata().strings.at(n->name);
+    if (n->kind == ScopeKind::ProcFrame || n->kind == ScopeKind::Alien)
+      return " in " + db.metadata().strings.at(n->name);
     p = n->parent;
   }
   return "";
@@ -308,13 +316,15 @@ ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profi
     found.emplace_back(valueOf(v.value), v.node);
   }
   t.contextsWithValues = found.size();
-  std::sort(found.begin(), found.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   // Largest first: few nodes are read.
   for (const auto& [value, node] : found) {
     if (t.contexts.size() >= top) break;
     const auto stored = db.node(node);
-    if (!stored) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", node));
+    if (!stored)
+      throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", node));
     if (statementsOnly && stored->kind != ScopeKind::Stmt) continue;
     const auto m = detail::labelOf(db, node, *stored);
     t.contexts.push_back({node, labelWithPlace(m) + enclosingProcedure(db, *stored), toString(m.kind), value});

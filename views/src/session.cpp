@@ -23,7 +23,8 @@ void readSourceText(const std::string& file, SourceFile& out) {
   std::error_code ec;
   const fs::path path(file);
   if (!fs::is_regular_file(path, ec)) {
-    out.reason = path.is_relative() ? fmt::format("not found on this machine (a relative path, taken from {})", fs::current_path(ec).string())
+    out.reason = path.is_relative() ? fmt::format("not found on this machine (a relative path, taken from {})",
+                                                  fs::current_path(ec).string())
                                     : "not found on this machine";
     return;
   }
@@ -80,7 +81,7 @@ struct Session::Impl {
     std::string key;
     std::unique_ptr<detail::ViewModel> model;
   };
-  std::deque<Kept> models;  // most recently used first
+  std::deque<Kept> models;                               // most recently used first
   std::optional<std::unordered_set<std::string>> files;  // CCT nodes' files, read when first asked
 
   bool recorded(const std::string& file) {
@@ -111,7 +112,9 @@ struct Session::Impl {
     std::optional<std::uint32_t> start;
     if (startId) {
       start = model.built(*startId);
-      if (!start) throw ViewError(fmt::format("node {}: no node with this id in the {} view", *startId, toString(view.tree.kind)));
+      if (!start)
+        throw ViewError(
+            fmt::format("node {}: no node with this id in the {} view", *startId, toString(view.tree.kind)));
     }
     detail::selectView(model, view, start);
     return std::move(view.tree);
@@ -184,7 +187,8 @@ Distribution Session::perThread(const NodeRequest& request) const {
 }
 
 DatabaseInfo describe(const storage::Database& db) {
-  return {db.directory(), db.formatVersion(), storage::directoryBytes(db.directory()), db.metadata(), regionMetricsOf(db)};
+  return {db.directory(), db.formatVersion(), storage::directoryBytes(db.directory()), db.metadata(),
+          regionMetricsOf(db)};
 }
 
 DatabaseInfo Session::info() const { return describe(database()); }
@@ -204,13 +208,14 @@ DiffReport Session::diff(const Session& q, const analysis::DiffOptions& options,
   return diffReport(d, top, analysis::stateExcess(database(), q.database(), d));
 }
 
-ThreadContexts Session::threadContexts(storage::ProfileId profile, const std::string& metric, storage::MetricScope scope,
-                                       std::size_t top) const {
+ThreadContexts Session::threadContexts(storage::ProfileId profile, const std::string& metric,
+                                       storage::MetricScope scope, std::size_t top) const {
   return topContexts(database(), profile, metric, scope, top);
 }
 
 SourceFile Session::source(const std::string& file, const ViewRequest& request) {
-  if (file.empty() || !impl_->recorded(file)) throw ViewError(fmt::format("{}: not a source file of this database", file));
+  if (file.empty() || !impl_->recorded(file))
+    throw ViewError(fmt::format("{}: not a source file of this database", file));
   SourceFile out;
   out.file = file;
   readSourceText(file, out);

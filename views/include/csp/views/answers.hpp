@@ -70,18 +70,19 @@ struct DiffReport {
   analysis::ScopeDiff total;
   std::vector<storage::NodeId> hotPath;  // from below the root; empty when none (or no loss)
   std::string hotPathLabel;
-  analysis::ScopeDiff hotPathEnd;        // inclusive values of its last context
-  std::vector<DiffRow> losses;           // the top contexts by inclusive loss
-  std::vector<DiffRow> gains;            // the largest gains, at most 3
-  std::vector<DiffRow> oneRunOnly;       // outermost contexts of one run only, by |loss|
-  std::size_t oneRunOnlyCount = 0;       // of them in all
-  std::uint64_t onlyP = 0, onlyQ = 0;    // union nodes in one run only
-  bool exact = false;                    // the metric has no sampling error in either run
+  analysis::ScopeDiff hotPathEnd;             // inclusive values of its last context
+  std::vector<DiffRow> losses;                // the top contexts by inclusive loss
+  std::vector<DiffRow> gains;                 // the largest gains, at most 3
+  std::vector<DiffRow> oneRunOnly;            // outermost contexts of one run only, by |loss|
+  std::size_t oneRunOnlyCount = 0;            // of them in all
+  std::uint64_t onlyP = 0, onlyQ = 0;         // union nodes in one run only
+  bool exact = false;                         // the metric has no sampling error in either run
   std::vector<analysis::StateExcess> states;  // waiting and compute (csp-run --idleness)
 };
 
 // The report of `top` contexts per list.
-DiffReport diffReport(const analysis::ScalingDiff& diff, std::size_t top, std::vector<analysis::StateExcess> states = {});
+DiffReport diffReport(const analysis::ScalingDiff& diff, std::size_t top,
+                      std::vector<analysis::StateExcess> states = {});
 
 // "main > solve.c:12 > MPI_Allreduce" style label of a union node: file base names, call sites
 // without a line left out, the innermost part of long paths.
@@ -103,9 +104,9 @@ struct ThreadContexts {
   std::string threadClass;
   std::string metric, unit;
   storage::MetricScope scope = storage::MetricScope::Exclusive;
-  double total = 0;  // the thread's inclusive value at the root
-  std::vector<ThreadContext> contexts;  // by value descending, at most `top`
-  std::uint64_t contextsWithValues = 0; // nodes with a value in the scope, of any kind
+  double total = 0;                      // the thread's inclusive value at the root
+  std::vector<ThreadContext> contexts;   // by value descending, at most `top`
+  std::uint64_t contextsWithValues = 0;  // nodes with a value in the scope, of any kind
 };
 // ViewError for an unknown profile or metric.
 ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profile, const std::string& metric,
@@ -115,18 +116,18 @@ ThreadContexts topContexts(const storage::Database& db, storage::ProfileId profi
 // loops, call sites and procedures at their lines).
 struct SourceLine {
   std::uint32_t line = 0;
-  std::string kind;           // toString(NodeKind) of the row: Statement, Loop, CallSite, Procedure, Inlined
-  std::string name;           // procedure or callee name, loop label
-  std::vector<double> values; // per column of `columns`
+  std::string kind;            // toString(NodeKind) of the row: Statement, Loop, CallSite, Procedure, Inlined
+  std::string name;            // procedure or callee name, loop label
+  std::vector<double> values;  // per column of `columns`
 };
 struct SourceFile {
-  std::string file;           // as recorded in the database
-  bool readable = false;      // the text could be read on this machine
-  std::string reason;         // why not
-  std::string text;           // the file's contents (at most kMaxSourceBytes)
+  std::string file;       // as recorded in the database
+  bool readable = false;  // the text could be read on this machine
+  std::string reason;     // why not
+  std::string text;       // the file's contents (at most kMaxSourceBytes)
   std::vector<Column> columns;
   std::vector<std::string> units;
-  std::vector<double> rootSum;  // per column, for percentages
+  std::vector<double> rootSum;    // per column, for percentages
   std::vector<SourceLine> lines;  // ascending line, rows of one line in Flat view order
   std::vector<std::string> warnings;
 };
@@ -155,7 +156,7 @@ struct TimelineFrame {
 };
 struct TimelineProcess {
   storage::ProfileId process = 0;
-  std::string label;           // as csp-query labels it
+  std::string label;             // as csp-query labels it
   std::uint64_t durationNs = 0;  // first to last event of any of its threads
   std::vector<TimelineLane> lanes;
   std::vector<TimelineFrame> frames;  // the query's frames in the window
@@ -166,7 +167,7 @@ struct Timeline {
   std::uint64_t resolutionNs = 0;      // shorter visits are merged
   std::vector<std::string> regions;    // name by region tree node
   std::vector<TimelineProcess> processes;
-  std::string query;                   // highlighted
+  std::string query;  // highlighted
   std::vector<std::string> warnings;
 };
 
