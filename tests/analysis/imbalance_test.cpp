@@ -357,8 +357,9 @@ void expectTwoCausesInOrder(const Json& j) {
     EXPECT_FALSE(path.ends_with("/set_up")) << j.dump(1);
     EXPECT_NE(label, "inlined work") << "the common caller is no cause: " << j.dump(1);
     EXPECT_LE(c["share"].get<double>(), 1.0);
-    if (&c != second && !path.ends_with("/scan_items"))
+    if (&c != second && !path.ends_with("/scan_items")) {
       EXPECT_LT(c["share"].get<double>(), (*second)["share"].get<double>()) << "noise above a cause: " << j.dump(1);
+    }
     total += c["share"].get<double>();
   }
   EXPECT_LE(total, 1.0 + 1e-9) << j.dump(1);
