@@ -39,11 +39,8 @@ class PhaseProgress : public csp::reduce::ProgressSink {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const csp::reduce::MpiSession mpi(argc, argv);  // ends MPI however main returns
+  const int rank = mpi.rank(), size = mpi.size();
 
   CLI::App app{
       "csp-prof-mpi: reduce per-thread profiles into a CSP database (canonical CCT, summary statistics, "
@@ -100,14 +97,12 @@ int main(int argc, char** argv) {
     int code = 0;
     if (rank == 0) code = app.exit(e);
     else code = e.get_exit_code();
-    MPI_Finalize();
     return code;
   }
   for (const auto& r : replace) {
     auto eq = r.find('=');
     if (eq == std::string::npos || eq == 0) {
       if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --replace-path '{}': expected OLD=NEW\n", r);
-      MPI_Finalize();
       return 2;
     }
     o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
@@ -117,7 +112,6 @@ int main(int argc, char** argv) {
       o.pipeline.threadClasses.rules.push_back(csp::reduce::parseThreadClassRule(rule));
     } catch (const std::invalid_argument& e) {
       if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --thread-class {}\n", e.what());
-      MPI_Finalize();
       return 2;
     }
   }
@@ -125,10 +119,11 @@ int main(int argc, char** argv) {
     (void)csp::reduce::OverheadRules::parse(o.pipeline.overheadRules);
   } catch (const std::invalid_argument& e) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
-    MPI_Finalize();
     return 2;
   }
   o.pipeline.attribution.loops = !noLoops;
+  // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
+  o.pipeline.sources = {csp::reduce::cspProfileSource()};
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
@@ -147,7 +142,7 @@ int main(int argc, char** argv) {
   PhaseProgress progress(!quiet);
   int status = 0;
   try {
-    csp::reduce::Comm comm(MPI_COMM_WORLD);
+    csp::reduce::Comm comm(mpi.world());
     const auto s = csp::reduce::runProf(comm, o, &progress);
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
     if (rank == 0 && quiet)  // what is missing from the measurement is said even then
@@ -190,6 +185,5 @@ int main(int argc, char** argv) {
     status = 1;
   }
   watchdog.reset();
-  MPI_Finalize();
   return status;
 }

@@ -95,16 +95,13 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   pipeline.buildStructure();
   const auto nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
   const std::size_t metricCount = pipeline.metrics().size();
-  const std::size_t rawCount = pipeline.rawMetricCount();
 
   // Metrics: each batch's values go to three sinks side by side while the pipeline computes
   // the next batch.
   const prof::ShardPlan plan(comm);
   storage::ShardWriter mainShard(stagingDir, plan.main);
   prof::NodeValueSink byNode(stagingDir, plan, nodeCount, metricCount);
-  std::vector<std::uint64_t> periods;
-  for (std::size_t m = 0; m < rawCount; ++m) periods.push_back(pipeline.metrics()[m].period);
-  prof::SummaryTable summaries(nodeCount, std::move(periods), metricCount - rawCount, pipeline.threadClassOf());
+  prof::SummaryTable summaries(nodeCount, pipeline.metrics(), pipeline.threadClassOf());
   prof::RegionSummaries regions(pipeline.regions().size());
   double writeSeconds = 0;
   pipeline.computeMetrics([&](std::size_t batchIndex, std::span<const ProfileInfo> batch,

@@ -267,9 +267,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   meta.threadClasses = pipeline.threadClasses();
   meta.nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
   meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
-  const std::size_t rawCount = pipeline.rawMetricCount();
-  for (std::size_t m = 0; m < pipeline.metrics().size(); ++m)
-    meta.metrics.push_back({pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
+  for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, m.valueType});
   meta.regionMetrics = storage::standardRegionMetrics();
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
   meta.properties = {{"generator", "csp-prof-mpi"},

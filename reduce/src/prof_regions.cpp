@@ -181,7 +181,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     std::vector<std::vector<std::uint32_t>> ids;
     for (const auto& [id, input] : members) {
       const auto& in = pipeline.inputs()[input];
-      threads.push_back(in.source->read(in.path));
+      threads.push_back(readInput(in));
     }
     for (const auto& t : threads) {
       logs.push_back(&t.regions);
