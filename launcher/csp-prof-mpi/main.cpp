@@ -48,13 +48,14 @@ int main(int argc, char** argv) {
       "runs as one process.",
       "csp-prof-mpi"};
   csp::reduce::ProfOptions o;
+  csp::reduce::DatabaseSinkOptions database;
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
   app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
-  app.add_flag("--force", o.force, "replace an existing database");
+  app.add_flag("--force", database.force, "replace an existing database");
   app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
-  app.add_option("--title", o.title, "description stored in the database");
+  app.add_option("--title", database.title, "description stored in the database");
   app.add_option("--derive", o.pipeline.derive,
                  "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
                  "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
@@ -125,16 +126,18 @@ int main(int argc, char** argv) {
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
   o.pipeline.sources = {csp::reduce::cspProfileSource()};
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
-  o.output = output;
+  database.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
-  o.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
+  database.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
     csp::cli::removeOnTermination(dir, ownerPid == ::getpid() ? 0 : ownerPid);
   };
-  o.onLeftover = [quiet](bool removed, const std::string& text) {
+  database.onLeftover = [quiet](bool removed, const std::string& text) {
     if (!removed) fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
     else if (!quiet) fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
   };
+  // The outputs (docs/layout.md, "Extending": a new format is added here).
+  o.sinks = {csp::reduce::cspDatabaseSink(std::move(database))};
   std::optional<csp::cli::OrphanWatchdog> watchdog;
   if (size > 1) watchdog.emplace("csp-prof-mpi");
 

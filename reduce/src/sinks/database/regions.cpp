@@ -7,10 +7,10 @@
 
 #include "csp/analysis/frames.hpp"
 #include "csp/metrics/encoding.hpp"
-#include "prof_stages.hpp"
+#include "stages.hpp"
 #include "region_logs.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace {
 
@@ -249,4 +249,4 @@ void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts, co
   }
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

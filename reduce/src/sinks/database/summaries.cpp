@@ -7,9 +7,9 @@
 #include <tuple>
 
 #include "csp/metrics/encoding.hpp"
-#include "prof_stages.hpp"
+#include "stages.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace {
 
@@ -245,4 +245,4 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
   }
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

@@ -1,8 +1,9 @@
-// The stages of csp-prof-mpi after the pipeline (pipeline.hpp) has the canonical CCT and hands
-// out per-thread values batch by batch. Each stage has one job; prof.cpp runs them in order:
+// The steps of the CSP database sink (sink.cpp, docs/database-format.md) after the pipeline
+// (pipeline.hpp) has the canonical CCT and hands out per-thread values batch by batch. Each step
+// has one job; sink.cpp runs them in order:
 //
 //   ShardPlan          which shard numbers a rank writes
-//   ProfileValueSink   values by profile, batch by batch, into the rank's main shard
+//   writeValuesByProfile  values by profile, batch by batch, into the rank's main shard
 //   NodeValueSink      values by node: a provisional shard per batch, merged into one sorted run
 //   SummaryTable       summary accumulators per (node, metric, scope); the reduce-scatter that
 //                      brings every node's partial accumulators to the rank owning its range
@@ -26,7 +27,7 @@
 #include "csp/storage/database_writer.hpp"
 #include "csp/storage/string_ids.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 // Rank r owns shard 2r (its profiles' values by profile, its node range's summaries, and on the
 // root the CCT and regions) and shard 2r+1 (its values by node, merged from provisional
@@ -132,8 +133,8 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
 // the profiles say is missing from the measurement (ranks without profiles, ranks with fewer
 // threads than most, temporaries of unfinished profiles), also stored as the property
 // "measurement-warnings".
-storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
+storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& pipeline,
                                            const std::vector<std::vector<std::byte>>& identities,
                                            std::vector<std::string>& warnings);
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink
