@@ -20,7 +20,8 @@ inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::ma
 
 // The kinds of an id tuple's elements, outermost first (docs/profile-format.md, "Identity"). The
 // GPU kinds identify the execution contexts of a GPU (a device context and a stream or queue in
-// it), as formats of GPU-tracing profilers record them; CSP's own measurement writes none.
+// it), as formats of GPU-tracing profilers record them; CSP's own profiles hold none
+// (docs/profile-format.md, "The data model beyond this file").
 enum class IdKind : std::uint8_t { Node = 0, Rank = 1, Thread = 2, Core = 3, Process = 4, GpuContext = 5, GpuStream = 6 };
 inline constexpr IdKind kLastIdKind = IdKind::GpuStream;
 
@@ -144,7 +145,7 @@ struct UnwindNote {
 };
 
 // How a call path that begins at a child of the raw CCT's root begins, where the profile's
-// format records it (docs/profile-format.md, "Path starts"). CSP's own profiles leave it Unknown:
+// format records it (docs/profile-format.md, "The data model beyond this file"). CSP's own profiles leave it Unknown:
 // for address frames csp-prof-mpi then decides from the binaries whether the outermost frame
 // starts a stack (Attributor::startsPath); symbolic paths are complete.
 enum class PathStart : std::uint8_t {
