@@ -109,7 +109,9 @@ class LiveBuilds {
 }  // namespace
 
 PublishError::PublishError(fs::path path, std::string problem)
-    : std::runtime_error(fmt::format("{}: {}", path.string(), problem)), path_(std::move(path)), problem_(std::move(problem)) {}
+    : std::runtime_error(fmt::format("{}: {}", path.string(), problem)),
+      path_(std::move(path)),
+      problem_(std::move(problem)) {}
 
 fs::path publicationTarget(fs::path target) { return normalizedTarget(std::move(target)); }
 
@@ -157,7 +159,8 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
     if (const auto dash = pidText.find('-'); isTmp && dash != std::string::npos) {
       const std::string suffix = pidText.substr(dash + 1);
-      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(),
+                                             [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
         continue;
       pidText.resize(dash);
     }

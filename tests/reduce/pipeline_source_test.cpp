@@ -51,8 +51,9 @@ ThreadProfile fakeProfile(std::uint64_t k) {
                       {ScopeKind::ProcFrame, 7, 2, 8, 3}, {ScopeKind::Stmt, 0, 2, 9, 0}};
   p.cct.parent = {kNoIndex, 0, 1, 0, 3, 4, 5, 0, 7};
   p.cct.frame = {kNoIndex, 0, 1, 2, 3, 4, 5, 6, 7};
-  p.cct.pathStart = {PathStart::Unknown, PathStart::Complete, PathStart::Unknown, PathStart::Placeholder,
-                     PathStart::Unknown, PathStart::Unknown, PathStart::Unknown, PathStart::Partial, PathStart::Unknown};
+  p.cct.pathStart = {PathStart::Unknown,     PathStart::Complete, PathStart::Unknown,
+                     PathStart::Placeholder, PathStart::Unknown,  PathStart::Unknown,
+                     PathStart::Unknown,     PathStart::Partial,  PathStart::Unknown};
   p.values.node = {2, 6, 6, 8};
   p.values.metric = {0, 0, 1, 0};
   p.values.count = {10 + k, 50, realBits(kGpuSeconds * double(k + 1)), 3};
@@ -63,8 +64,10 @@ ThreadProfile fakeProfile(std::uint64_t k) {
 // "*.fake" files; the profile is made up from the file name, the file's bytes are its size.
 class FakeSource : public reduce::ProfileSource {
  public:
-  explicit FakeSource(reduce::SourceProvides provides = {.symbolicFrames = true, .realMetrics = true,
-                                                        .pathStarts = true, .gpuIdentities = true})
+  explicit FakeSource(reduce::SourceProvides provides = {.symbolicFrames = true,
+                                                         .realMetrics = true,
+                                                         .pathStarts = true,
+                                                         .gpuIdentities = true})
       : provides_(provides) {}
   reduce::SourceProvides provides() const override { return provides_; }
   std::string pattern() const override { return "*.fake"; }
@@ -106,7 +109,8 @@ class PipelineSource : public ::testing::Test {
  protected:
   PipelineSource() : dir_("pipeline-source") {
     std::filesystem::create_directories(dir_ / "meas");
-    for (const char* name : {"t0.fake", "t1.fake", "t2.fake", "t9.fake.part"}) std::ofstream(dir_ / "meas" / name) << "x";
+    for (const char* name : {"t0.fake", "t1.fake", "t2.fake", "t9.fake.part"})
+      std::ofstream(dir_ / "meas" / name) << "x";
   }
 
   reduce::ProfOptions options(std::shared_ptr<const reduce::ProfileSource> source) const {
@@ -146,9 +150,9 @@ TEST_F(PipelineSource, FakeFormatWithRealMetricsGpuIdsAndPathStartsReachesTheDat
   reduce::Comm comm(MPI_COMM_WORLD);
   const auto summary = reduce::runProf(comm, options(std::make_shared<FakeSource>()));
   EXPECT_EQ(summary.profiles, 3u);
-  ASSERT_TRUE(std::any_of(summary.measurementWarnings.begin(), summary.measurementWarnings.end(),
-                          [](const auto& w) { return w.find("t9.fake.part") != std::string::npos; }))
-      << "the source's unfinished files are reported";
+  ASSERT_TRUE(std::any_of(summary.measurementWarnings.begin(), summary.measurementWarnings.end(), [](const auto& w) {
+    return w.find("t9.fake.part") != std::string::npos;
+  })) << "the source's unfinished files are reported";
 
   const auto db = storage::Database::open(dir_ / "db");
   const auto& meta = db->metadata();
@@ -193,8 +197,8 @@ TEST_F(PipelineSource, FakeFormatWithRealMetricsGpuIdsAndPathStartsReachesTheDat
 }
 
 TEST_F(PipelineSource, ProfileHoldingWhatItsSourceDoesNotDeclareIsRefusedOrSkipped) {
-  auto o = options(std::make_shared<FakeSource>(reduce::SourceProvides{.symbolicFrames = true, .pathStarts = true,
-                                                                       .gpuIdentities = true}));
+  auto o = options(std::make_shared<FakeSource>(
+      reduce::SourceProvides{.symbolicFrames = true, .pathStarts = true, .gpuIdentities = true}));
   const auto message = failure(o);
   EXPECT_NE(message.find("t0.fake: holds real-valued metrics, which its format's source does not declare"),
             std::string::npos)

@@ -47,7 +47,8 @@ void checkListedOnce(const std::vector<InputProfile>& inputs, std::vector<std::s
     if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
     auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path.string());
     if (!fresh)
-      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
+      errors.push_back(
+          fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
   }
 }
 
@@ -67,8 +68,8 @@ Listing listInputs(const PipelineOptions& options) {
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
     } else {
-      errors.push_back(
-          fmt::format("{}: neither a measurement directory nor a profile ({})", input.string(), profilePatterns(sources)));
+      errors.push_back(fmt::format("{}: neither a measurement directory nor a profile ({})", input.string(),
+                                   profilePatterns(sources)));
     }
   }
   if (options.inputs.empty()) errors.push_back("no measurement directory given");

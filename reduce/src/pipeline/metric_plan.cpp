@@ -49,7 +49,8 @@ std::vector<MetricOrigin> unpackMetrics(const std::vector<std::byte>& bytes) {
 
 std::string describeMetric(const MetricDescriptor& m) {
   return fmt::format("{}{}{}", m.kind == MetricKind::Sampled ? "sampled" : "counted",
-                     m.valueType == ValueType::Real ? ", real-valued" : "", m.unit.empty() ? std::string() : ", unit " + m.unit);
+                     m.valueType == ValueType::Real ? ", real-valued" : "",
+                     m.unit.empty() ? std::string() : ", unit " + m.unit);
 }
 
 // Appends the metrics not yet in `into` (by name), keeping first-appearance order. Metrics are
@@ -57,7 +58,8 @@ std::string describeMetric(const MetricDescriptor& m) {
 // (the period may differ: values are count x period already); otherwise values of different
 // quantities would be added up.
 void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
-  const auto it = std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
+  const auto it =
+      std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
   if (it == into.end()) {
     into.push_back(m);
     return;
@@ -65,9 +67,10 @@ void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
   const auto& a = it->descriptor;
   const auto& b = m.descriptor;
   if (a.kind != b.kind || a.unit != b.unit || a.valueType != b.valueType)
-    throw PipelineError(fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
-                                    "not from compatible measurements",
-                                    b.name, it->file, describeMetric(a), m.file, describeMetric(b)));
+    throw PipelineError(
+        fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
+                    "not from compatible measurements",
+                    b.name, it->file, describeMetric(a), m.file, describeMetric(b)));
 }
 
 // Global metric list: first appearance in profile-id order, which is rank order of the ranks'
@@ -76,7 +79,8 @@ std::vector<MetricDescriptor> measuredMetrics(const Comm& comm, const Discovery&
   std::vector<MetricOrigin> mine;
   for (std::size_t i = 0; i < read.profiles.size(); ++i) {
     if (!read.profiles[i]) continue;
-    for (const auto& m : read.profiles[i]->metrics) mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path.string()});
+    for (const auto& m : read.profiles[i]->metrics)
+      mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path.string()});
     read.profiles[i]->metrics = {};  // each profile's own list is not needed any more
   }
   const auto parts = comm.gather(packMetrics(mine));
@@ -113,8 +117,9 @@ void addStateMetrics(MetricPlan& plan, const OverheadRules& overheadRules) {
   if (plan.state.work == kNoMetric) return;
   if (!taken("overhead")) {
     plan.state.overhead = static_cast<std::uint16_t>(metrics.size());
-    metrics.push_back({"overhead", "ns", MetricKind::Counted, 1,
-                       "work in parallel runtime code (csp-prof-mpi overhead rules: " + overheadRules.describe() + ")"});
+    metrics.push_back(
+        {"overhead", "ns", MetricKind::Counted, 1,
+         "work in parallel runtime code (csp-prof-mpi overhead rules: " + overheadRules.describe() + ")"});
   }
   if (plan.state.idleness != kNoMetric && !taken("effort")) {
     plan.state.effort = static_cast<std::uint16_t>(metrics.size());
@@ -136,11 +141,13 @@ DerivedMetric parseDerived(const std::string& text, const MetricPlan& plan) {
     const auto& name = d.metric.inputs()[i];
     const auto it = std::find_if(plan.metrics.begin(), rawEnd, [&](const auto& m) { return m.name == name; });
     if (it == rawEnd)
-      throw metrics::ExpressionError(d.metric.expression().column(i), fmt::format("unknown metric '{}' (the profiles have: {})",
-                                                                                 name, rawMetricNames(plan)));
+      throw metrics::ExpressionError(
+          d.metric.expression().column(i),
+          fmt::format("unknown metric '{}' (the profiles have: {})", name, rawMetricNames(plan)));
     d.inputs.push_back(static_cast<std::uint16_t>(it - plan.metrics.begin()));
   }
-  const bool clash = std::any_of(plan.metrics.begin(), plan.metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
+  const bool clash =
+      std::any_of(plan.metrics.begin(), plan.metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
   if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
   return d;
 }
@@ -189,8 +196,8 @@ struct NodeInputs {
 };
 
 // A derived metric where at least one input is present in the scope; nullopt elsewhere.
-std::optional<double> evaluate(const DerivedMetric& d, const std::vector<double>& values, const std::vector<bool>& present,
-                               std::vector<double>& args) {
+std::optional<double> evaluate(const DerivedMetric& d, const std::vector<double>& values,
+                               const std::vector<bool>& present, std::vector<double>& args) {
   if (std::none_of(d.inputs.begin(), d.inputs.end(), [&](auto m) { return present[m]; })) return std::nullopt;
   args.clear();
   for (auto m : d.inputs) args.push_back(values[m]);

@@ -11,18 +11,18 @@ struct Pipeline::Impl {
   const Comm& comm;
   PipelineOptions options;
   OverheadRules overheadRules;
-  StringTable strings;     // MT: thread-safe interning
-  Attributor attributor;   // MT: thread-safe
+  StringTable strings;    // MT: thread-safe interning
+  Attributor attributor;  // MT: thread-safe
   Workers workers;
 
   // Stage results, each set once by its stage.
-  Discovery discovery;                  // discover
-  ProfileTable profiles;                // buildStructure
-  ThreadClassification threadClasses;   // buildStructure
-  MetricPlan metrics;                   // buildStructure
-  FinalCct cct;                         // buildStructure
+  Discovery discovery;                     // discover
+  ProfileTable profiles;                   // buildStructure
+  ThreadClassification threadClasses;      // buildStructure
+  MetricPlan metrics;                      // buildStructure
+  FinalCct cct;                            // buildStructure
   std::vector<std::uint8_t> overheadNode;  // buildStructure: per final node, when `overhead` is computed
-  RegionTree regions;                   // buildStructure
+  RegionTree regions;                      // buildStructure
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -62,7 +62,8 @@ void Pipeline::buildStructure() {
   Stopwatch unify;
   s.profiles = tabulateProfiles(s.comm, s.discovery, read);
   s.threadClasses = stages::classifyThreads(s.comm, s.profiles.local, s.options.threadClasses);
-  if (s.threadClasses.classOf.size() != s.profiles.count) throw std::logic_error("thread classes: one per profile expected");
+  if (s.threadClasses.classOf.size() != s.profiles.count)
+    throw std::logic_error("thread classes: one per profile expected");
   s.metrics = planMetrics(s.comm, s.discovery, read, s.options, s.overheadRules);
   s.cct = unifyCct(s.comm, localCct, s.strings);
   if (s.metrics.state.overhead != kNoMetric) s.overheadNode = s.overheadRules.classify(s.cct, s.strings);

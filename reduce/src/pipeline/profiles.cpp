@@ -92,10 +92,11 @@ void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const
   std::vector<std::string> errors;
   for (std::size_t i = 1; i < all.size(); ++i)
     if (all[i].first == all[i - 1].first)
-      errors.push_back(fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
-                                   "copied; post-process one run at a time",
-                                   discovery.inputs[all[i - 1].second].path.string(),
-                                   discovery.inputs[all[i].second].path.string(), formatIdTuple(all[i].first)));
+      errors.push_back(
+          fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+                      "copied; post-process one run at a time",
+                      discovery.inputs[all[i - 1].second].path.string(), discovery.inputs[all[i].second].path.string(),
+                      formatIdTuple(all[i].first)));
   throwIfAny(errors);
 }
 

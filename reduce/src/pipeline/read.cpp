@@ -17,14 +17,16 @@ void checkDeclared(const ThreadProfile& p, const SourceProvides& provides, const
   auto refuse = [&](const char* what) {
     throw storage::ProfileError(name, fmt::format("holds {}, which its format's source does not declare", what));
   };
-  if (p.frameKind == FrameKind::Address && !p.addressFrames.empty() && !provides.addressFrames) refuse("address frames");
-  if (p.frameKind == FrameKind::Symbolic && !p.symbolicFrames.empty() && !provides.symbolicFrames) refuse("symbolic frames");
-  if (!provides.realMetrics && std::any_of(p.metrics.begin(), p.metrics.end(),
-                                           [](const auto& m) { return m.valueType == ValueType::Real; }))
+  if (p.frameKind == FrameKind::Address && !p.addressFrames.empty() && !provides.addressFrames)
+    refuse("address frames");
+  if (p.frameKind == FrameKind::Symbolic && !p.symbolicFrames.empty() && !provides.symbolicFrames)
+    refuse("symbolic frames");
+  if (!provides.realMetrics &&
+      std::any_of(p.metrics.begin(), p.metrics.end(), [](const auto& m) { return m.valueType == ValueType::Real; }))
     refuse("real-valued metrics");
   if (!provides.regions && p.regions.size() > 1) refuse("regions");
-  if (!provides.pathStarts && std::any_of(p.cct.pathStart.begin(), p.cct.pathStart.end(),
-                                          [](auto s) { return s != PathStart::Unknown; }))
+  if (!provides.pathStarts &&
+      std::any_of(p.cct.pathStart.begin(), p.cct.pathStart.end(), [](auto s) { return s != PathStart::Unknown; }))
     refuse("path start marks");
   if (!provides.gpuIdentities && std::any_of(p.identity.idTuple.begin(), p.identity.idTuple.end(), [](const auto& e) {
         return e.kind == IdKind::GpuContext || e.kind == IdKind::GpuStream;
@@ -117,8 +119,10 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
       out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
-      if (options.skipInvalid) out.skipped.push_back({e.file(), e.defect()});
-      else errors.push_back(e.what());
+      if (options.skipInvalid)
+        out.skipped.push_back({e.file(), e.defect()});
+      else
+        errors.push_back(e.what());
     } catch (const std::exception& e) {
       std::lock_guard lock(errorsMutex);
       errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));

@@ -36,7 +36,8 @@ std::vector<RegionTreeNode> unpackTree(const std::vector<std::byte>& bytes) {
 
 std::uint32_t RegionUnion::child(std::uint32_t parent, const std::string& name, std::uint64_t dynamicId) {
   std::lock_guard lock(mutex_);
-  auto [it, fresh] = index_.try_emplace(std::make_tuple(parent, name, dynamicId), static_cast<std::uint32_t>(nodes_.size()));
+  auto [it, fresh] =
+      index_.try_emplace(std::make_tuple(parent, name, dynamicId), static_cast<std::uint32_t>(nodes_.size()));
   if (fresh) nodes_.push_back({parent, name, dynamicId});
   return it->second;
 }
@@ -92,7 +93,8 @@ RegionTree RegionTree::unify(const Comm& comm, const RegionUnion& mine) {
 
 std::vector<std::uint32_t> RegionTree::idsOf(const RegionProfile& r) const {
   std::vector<std::uint32_t> id(r.size(), 0);
-  for (std::size_t k = 1; k < r.size(); ++k) id[k] = index_.at({id[r.parent[k]], r.names[r.staticId[k]], r.dynamicId[k]});
+  for (std::size_t k = 1; k < r.size(); ++k)
+    id[k] = index_.at({id[r.parent[k]], r.names[r.staticId[k]], r.dynamicId[k]});
   return id;
 }
 

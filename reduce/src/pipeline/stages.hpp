@@ -41,9 +41,7 @@ namespace csp::reduce::stages {
 
 class Stopwatch {
  public:
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -123,14 +121,14 @@ class RegionUnion {
  private:
   std::uint32_t child(std::uint32_t parent, const std::string& name, std::uint64_t dynamicId);
   std::mutex mutex_;
-  std::vector<RegionTreeNode> nodes_;  // MT: under mutex_
+  std::vector<RegionTreeNode> nodes_;                                                     // MT: under mutex_
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;  // MT: under mutex_
 };
 
 // What the structure pass keeps of one profile until the database is written.
 struct ReadProfile {
-  ProfileInfo info;                         // id still 0
-  std::vector<MetricDescriptor> metrics;    // until the metric list is unified
+  ProfileInfo info;                       // id still 0
+  std::vector<MetricDescriptor> metrics;  // until the metric list is unified
 };
 
 struct ReadResult {
@@ -175,13 +173,14 @@ ThreadFeatures threadFeatures(const ThreadProfile& profile, const std::string& w
                               const StringTable& strings);
 
 struct ThreadClassification {
-  std::vector<std::uint8_t> classOf;             // storage::ThreadClass of every profile, all ranks
-  std::vector<storage::ThreadClassInfo> infos;   // rank 0: class, entry and reason per profile
+  std::vector<std::uint8_t> classOf;            // storage::ThreadClass of every profile, all ranks
+  std::vector<storage::ThreadClassInfo> infos;  // rank 0: class, entry and reason per profile
 };
 
 // The features of every profile go to rank 0, which classifies them with the whole process in
 // view (a process's threads may lie on several ranks). Clears the local profiles' features.
-ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local, const ThreadClassOptions& options);
+ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
+                                     const ThreadClassOptions& options);
 
 // --- metrics (metric_plan.cpp) -----------------------------------------------------------------
 

@@ -15,7 +15,8 @@ namespace {
 // process's initial thread: thread index 0, or none; a GPU stream or context is no initial thread.
 void identify(const Identity& identity, ThreadFeatures& f) {
   for (const auto& e : identity.idTuple)
-    if (e.kind == IdKind::Process || e.kind == IdKind::Rank) f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
+    if (e.kind == IdKind::Process || e.kind == IdKind::Rank)
+      f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
   f.process += fmt::format("{}:{}", identity.hostname, identity.pid);
   f.initialThread = true;
   for (const auto& e : identity.idTuple) {
@@ -79,7 +80,8 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   return f;
 }
 
-ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local, const ThreadClassOptions& options) {
+ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
+                                     const ThreadClassOptions& options) {
   Packer p;
   p.u64(local.size());
   for (const auto& info : local) {

@@ -16,7 +16,8 @@ namespace {
 
 // The post-processing's own integer metrics at each statement (docs/postprocessing.md, "Work,
 // idleness, overhead"): overhead = work at nodes the overhead rules name, effort = work + idleness.
-void addStateValues(std::vector<StmtValue>& stmt, const StateMetrics& state, const std::vector<std::uint8_t>& overheadNode) {
+void addStateValues(std::vector<StmtValue>& stmt, const StateMetrics& state,
+                    const std::vector<std::uint8_t>& overheadNode) {
   if (!state.any()) return;
   const std::size_t measured = stmt.size();
   for (std::size_t k = 0; k < measured; ++k) {
@@ -32,7 +33,8 @@ void addStateValues(std::vector<StmtValue>& stmt, const StateMetrics& state, con
 class ProfileValues {
  public:
   ProfileValues(const ValueInputs& in, Attribution a) : in_(in), a_(a) {
-    for (std::size_t m = 0; m < in.plan.metrics.size(); ++m) globalMetric_[in.plan.metrics[m].name] = static_cast<std::uint16_t>(m);
+    for (std::size_t m = 0; m < in.plan.metrics.size(); ++m)
+      globalMetric_[in.plan.metrics[m].name] = static_cast<std::uint16_t>(m);
     for (const auto& m : in.plan.metrics) real_.push_back(m.valueType == ValueType::Real);
   }
 
@@ -40,11 +42,14 @@ class ProfileValues {
     // Re-reading keeps memory flat in the number of profiles; the attribution cache makes the
     // second walk cheap.
     ThreadProfile p = readInput(input);
-    auto stmt = projectProfile(p, a_.strings, a_.attributor, [&](std::uint32_t parent, const ScopeKey& key) {
-      const auto id = in_.cct.find(parent, key);
-      if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");
-      return id;
-    }, {jitSymbolsOf(a_.attributor, input, p), nullptr});
+    auto stmt = projectProfile(p, a_.strings, a_.attributor,
+                               [&](std::uint32_t parent, const ScopeKey& key) {
+                                 const auto id = in_.cct.find(parent, key);
+                                 if (id == kNoIndex)
+                                   throw std::runtime_error("context missing from the canonical CCT (file changed?)");
+                                 return id;
+                               },
+                               {jitSymbolsOf(a_.attributor, input, p), nullptr});
     for (auto& v : stmt) v.metric = globalMetric_.at(p.metrics[v.metric].name);
     addStateValues(stmt, in_.plan.state, in_.overheadNode);
     auto& mine = scratch_.local();
@@ -68,7 +73,7 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
                    Workers& workers, Attribution attribution, const ValueInputs& inputs,
                    const Pipeline::BatchConsumer& consume) {
   Stopwatch watch;
-  ProfileValues compute(inputs, attribution);
+  ProfileValues profileValues(inputs, attribution);
   const std::size_t total = profiles.local.size();
   const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
   std::vector<std::string> errors;  // MT: under errorsMutex
@@ -87,7 +92,7 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
           const auto& input = discovery.inputs[profiles.inputOf[first + i]];
           try {
-            compute.compute(input, values[i], regionValues[i]);
+            profileValues.compute(input, values[i], regionValues[i]);
           } catch (const std::exception& e) {
             std::lock_guard lock(errorsMutex);
             errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
@@ -99,11 +104,12 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
     // The consumer (database writing) of this batch overlaps the computation of the next one;
     // at most two batches are alive at a time.
     if (pending.valid()) pending.get();
-    pending = std::async(std::launch::async,
-                         [&consume, batchIndex, batchProfiles = std::span<const ProfileInfo>(profiles.local).subspan(first, n),
-                          values = std::move(values), regionValues = std::move(regionValues)]() mutable {
-                           consume(batchIndex, batchProfiles, values, regionValues);
-                         });
+    pending =
+        std::async(std::launch::async, [&consume, batchIndex,
+                                        batchProfiles = std::span<const ProfileInfo>(profiles.local).subspan(first, n),
+                                        values = std::move(values), regionValues = std::move(regionValues)]() mutable {
+          consume(batchIndex, batchProfiles, values, regionValues);
+        });
     first += n;
     if (workers.progress()) workers.progress()->update(first);
   }

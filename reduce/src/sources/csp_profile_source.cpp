@@ -16,9 +16,7 @@ namespace fs = std::filesystem;
 
 class CspProfileSource final : public ProfileSource {
  public:
-  SourceProvides provides() const override {
-    return {.addressFrames = true, .symbolicFrames = true, .regions = true};
-  }
+  SourceProvides provides() const override { return {.addressFrames = true, .symbolicFrames = true, .regions = true}; }
   std::string pattern() const override {
     return std::string("*") + storage::kProfileExtension + ", *" + storage::kBundleExtension;
   }

@@ -141,7 +141,8 @@ fs::path DatabaseSink::openOutput(const Comm& comm) {
     };
     builder_.emplace(options_.output, storage::BuildOptions{options_.force, step});
     if (options_.onLeftover)
-      for (const auto& l : builder_->leftovers()) options_.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
+      for (const auto& l : builder_->leftovers())
+        options_.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
   }
   return storage::DatabaseBuilder::stagingDirIn(tempDir);
 }
@@ -157,8 +158,10 @@ void DatabaseSink::finish(const Comm& comm, Pipeline& pipeline, ProfSummary& sum
   w.summaries.exchangeAndWrite(comm, w.mainShard);
   const auto regionParts = w.regions.gather(comm);
   const auto identities = gatherIdentities(comm, pipeline);
-  if (comm.rank() == 0) writeRoot(pipeline, regionParts, identities, summary);  // finishes the main shard
-  else w.mainShard.finish();
+  if (comm.rank() == 0)
+    writeRoot(pipeline, regionParts, identities, summary);  // finishes the main shard
+  else
+    w.mainShard.finish();
   clock_.mark("combine + metadata");
 }
 
