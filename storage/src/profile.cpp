@@ -11,6 +11,8 @@ const char* toString(IdKind kind) {
     case IdKind::Thread: return "thread";
     case IdKind::Core: return "core";
     case IdKind::Process: return "process";
+    case IdKind::GpuContext: return "gpu-context";
+    case IdKind::GpuStream: return "gpu-stream";
   }
   return "unknown";
 }
