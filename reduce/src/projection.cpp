@@ -11,9 +11,9 @@ namespace {
 
 // The frames above a Stopped frame (docs/postprocessing.md, "Code without unwind information").
 struct GapWalk {
-  bool complete = false;               // the frames found lead to `resumed`, or to a stack's start
-  std::uint32_t resumed = kNoIndex;    // the frame found by the tables that the recipes lead to
-  std::vector<std::uint32_t> frames;   // the candidates that are frames, innermost first
+  bool complete = false;              // the frames found lead to `resumed`, or to a stack's start
+  std::uint32_t resumed = kNoIndex;   // the frame found by the tables that the recipes lead to
+  std::vector<std::uint32_t> frames;  // the candidates that are frames, innermost first
 };
 
 // Follows the unwind recipes from the Stopped frame `stopped` through the candidates above it.
@@ -40,11 +40,14 @@ GapWalk walkGap(const ThreadProfile& p, Attributor& attributor, std::uint32_t st
   std::optional<std::int64_t> bp = linkAt(stopped);
   std::uint32_t node = stopped;
   bool leaf = leafRole;
-  auto moduleOf = [&](std::uint32_t n) -> const LoadModule& { return p.modules[p.addressFrames[p.cct.frame[n]].module]; };
+  auto moduleOf = [&](std::uint32_t n) -> const LoadModule& {
+    return p.modules[p.addressFrames[p.cct.frame[n]].module];
+  };
   auto offsetOf = [&](std::uint32_t n) { return p.addressFrames[p.cct.frame[n]].offset; };
   for (;;) {
     const LoadModule& module = moduleOf(node);
-    const auto rule = module.path == kUnmappedModulePath ? std::nullopt : attributor.frameRule(module, offsetOf(node), leaf);
+    const auto rule =
+        module.path == kUnmappedModulePath ? std::nullopt : attributor.frameRule(module, offsetOf(node), leaf);
     std::optional<std::int64_t> cfa;
     if (rule && rule->base == structure::FrameRule::Base::Sp) cfa = sp + rule->cfa;
     if (rule && rule->base == structure::FrameRule::Base::Bp && bp) cfa = *bp + rule->cfa;
@@ -187,9 +190,12 @@ void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& at
     auto startsPath = [&](bool leafRole) {
       switch (p.cct.start(i)) {
         case PathStart::Complete:
-        case PathStart::Placeholder: return true;
-        case PathStart::Partial: return false;
-        case PathStart::Unknown: break;
+        case PathStart::Placeholder:
+          return true;
+        case PathStart::Partial:
+          return false;
+        case PathStart::Unknown:
+          break;
       }
       return !unmapped && attributor.startsPath(module, f.offset, leafRole);
     };
@@ -218,8 +224,10 @@ void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& at
 std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context) {
   Placement at(p.cct.size());
-  if (p.frameKind == FrameKind::Symbolic) placeSymbolic(p, strings, step, at);
-  else placeAddresses(p, strings, attributor, step, context.jit, at);
+  if (p.frameKind == FrameKind::Symbolic)
+    placeSymbolic(p, strings, step, at);
+  else
+    placeAddresses(p, strings, attributor, step, context.jit, at);
   std::vector<StmtValue> out;
   out.reserve(p.values.size());
   std::uint64_t truncatedSamples = 0, scannedSamples = 0, recoveredSamples = 0;
@@ -274,7 +282,8 @@ ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtVa
   for (auto it = touchedList_.rbegin(); it != touchedList_.rend(); ++it) {
     const std::uint32_t parent = cct.node(*it).parent;
     if (parent == kNoIndex) continue;
-    for (std::size_t m = 0; m < metrics_; ++m) add(inclusive_[parent * metrics_ + m], m, inclusive_[*it * metrics_ + m]);
+    for (std::size_t m = 0; m < metrics_; ++m)
+      add(inclusive_[parent * metrics_ + m], m, inclusive_[*it * metrics_ + m]);
   }
   ThreadValues out;
   out.node.reserve(touchedList_.size() * metrics_);

@@ -91,7 +91,8 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
       case ScopeKind::ProcFrame:
         if (ps != ScopeKind::Root && ps != ScopeKind::CallSite)
           fail(name, fmt::format("CCT node {}: a procedure frame must be an outermost frame or follow a call site "
-                                 "(its parent is a {})", i, toString(ps)));
+                                 "(its parent is a {})",
+                                 i, toString(ps)));
         underProc[i] = true;
         break;
       case ScopeKind::CallSite:
@@ -128,8 +129,8 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   checkParents(r.parent, "region tree", name);
   for (std::size_t i = 1; i < n; ++i) {
     if (r.staticId[i] >= r.names.size())
-      fail(name, fmt::format("region node {} has static id {} but only {} region names", i, r.staticId[i],
-                             r.names.size()));
+      fail(name,
+           fmt::format("region node {} has static id {} but only {} region names", i, r.staticId[i], r.names.size()));
     if (r.exclusiveNs[i] > r.inclusiveNs[i])
       fail(name, fmt::format("region node {}: exclusive time {} ns exceeds inclusive time {} ns", i, r.exclusiveNs[i],
                              r.inclusiveNs[i]));
@@ -139,7 +140,8 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   if (r.eventAttr.size() != r.eventHasAttr.size() || (!r.eventAttr.empty() && r.eventAttr.size() != e))
     fail(name, "region event attribute columns do not match the event log");
   for (std::size_t i = 0; i < r.eventHasAttr.size(); ++i)
-    if (r.eventHasAttr[i] && !r.eventIsEnter[i]) fail(name, fmt::format("region event {} is an exit with an attribute", i));
+    if (r.eventHasAttr[i] && !r.eventIsEnter[i])
+      fail(name, fmt::format("region event {} is an exit with an attribute", i));
   for (std::size_t i = 0; i < e; ++i) {
     if (r.eventNode[i] == 0 || r.eventNode[i] >= n)
       fail(name, fmt::format("region event {} refers to region node {} ({} nodes)", i, r.eventNode[i], n));
@@ -158,12 +160,15 @@ void checkPathStarts(const ThreadProfile& p, const std::string& name) {
     fail(name, fmt::format("CCT has {} nodes but {} path start marks", p.cct.size(), starts.size()));
   for (std::size_t i = 0; i < starts.size(); ++i) {
     if (starts[i] == PathStart::Unknown) continue;
-    if (starts[i] > kLastPathStart) fail(name, fmt::format("CCT node {}: unknown path start {}", i, static_cast<int>(starts[i])));
+    if (starts[i] > kLastPathStart)
+      fail(name, fmt::format("CCT node {}: unknown path start {}", i, static_cast<int>(starts[i])));
     if (i == 0 || p.cct.parent[i] != 0)
       fail(name, fmt::format("CCT node {} has a path start mark but is no child of the root", i));
     if (starts[i] != PathStart::Placeholder) continue;
     if (p.frameKind != FrameKind::Symbolic || p.symbolicFrames[p.cct.frame[i]].scope != ScopeKind::ProcFrame)
-      fail(name, fmt::format("CCT node {}: a placeholder must be a symbolic procedure frame (its name says what it stands for)", i));
+      fail(name,
+           fmt::format(
+               "CCT node {}: a placeholder must be a symbolic procedure frame (its name says what it stands for)", i));
   }
 }
 
@@ -178,10 +183,12 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     if (d.name.empty()) fail(name, fmt::format("metric {} has no name", m));
     if (!metricNames.insert(d.name).second) fail(name, fmt::format("metric name '{}' appears twice", d.name));
     if (d.period == 0) fail(name, fmt::format("metric '{}' has period 0", d.name));
-    if (d.valueType > ValueType::Real) fail(name, fmt::format("metric '{}' has unknown value type {}", d.name, static_cast<int>(d.valueType)));
+    if (d.valueType > ValueType::Real)
+      fail(name, fmt::format("metric '{}' has unknown value type {}", d.name, static_cast<int>(d.valueType)));
     if (d.valueType == ValueType::Real && d.period != 1)
-      fail(name, fmt::format("metric '{}' is real-valued with period {} (real values are the values themselves: period 1)",
-                             d.name, d.period));
+      fail(name,
+           fmt::format("metric '{}' is real-valued with period {} (real values are the values themselves: period 1)",
+                       d.name, d.period));
   }
   for (const auto& e : p.identity.idTuple)
     if (e.kind > kLastIdKind) fail(name, fmt::format("id tuple has unknown kind {}", static_cast<int>(e.kind)));
@@ -244,7 +251,8 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     }
     if (p.metrics[metric].valueType == ValueType::Real) {  // a double's bits: no totals to bound
       if (!std::isfinite(realValue(p.values.count[i])))
-        fail(name, fmt::format("value {} of real-valued metric '{}' is not a finite number", i, p.metrics[metric].name));
+        fail(name,
+             fmt::format("value {} of real-valued metric '{}' is not a finite number", i, p.metrics[metric].name));
       continue;
     }
     totals[metric] += p.values.count[i];

@@ -34,10 +34,10 @@ struct Section {
 
 // A loop of one function's graph, before DWARF gives it a line.
 struct RawLoop {
-  std::uint64_t header = 0;             // the header block's address
-  std::uint32_t parent = kNone;         // in the same chunk
+  std::uint64_t header = 0;      // the header block's address
+  std::uint32_t parent = kNone;  // in the same chunk
   bool irreducible = false;
-  std::vector<Range> ranges;            // its blocks, merged
+  std::vector<Range> ranges;              // its blocks, merged
   std::vector<std::uint64_t> candidates;  // instructions whose line may name it
 };
 
@@ -48,8 +48,10 @@ struct ChunkResult {
 };
 
 void addRange(std::vector<Range>& ranges, std::uint64_t start, std::uint64_t end) {
-  if (!ranges.empty() && ranges.back().second == start) ranges.back().second = end;
-  else ranges.emplace_back(start, end);
+  if (!ranges.empty() && ranges.back().second == start)
+    ranges.back().second = end;
+  else
+    ranges.emplace_back(start, end);
 }
 
 // The loops of one function's (pruned) graph, with what DWARF needs to name them.
@@ -160,7 +162,8 @@ class InlineMap {
 
   static bool covers(const Node& n, const std::vector<Range>& ranges) {
     for (const auto& [a, b] : ranges) {
-      auto it = std::upper_bound(n.ranges.begin(), n.ranges.end(), a, [](std::uint64_t x, const Range& r) { return x < r.first; });
+      auto it = std::upper_bound(n.ranges.begin(), n.ranges.end(), a,
+                                 [](std::uint64_t x, const Range& r) { return x < r.first; });
       if (it == n.ranges.begin()) return false;
       --it;
       if (a < it->first || b > it->second) return false;
@@ -189,8 +192,10 @@ class InlineMap {
     std::sort(out.begin(), out.end());
     std::vector<Range> merged;
     for (const auto& r : out) {
-      if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
-      else merged.push_back(r);
+      if (!merged.empty() && r.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, r.second);
+      else
+        merged.push_back(r);
     }
     return merged;
   }
@@ -245,10 +250,12 @@ void checkComplete(Elf* elf, const GElf_Ehdr& ehdr) {
     elf_getphdrnum(elf, &phnum);
     for (std::size_t i = 0; i < phnum; ++i) {
       GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) want(ph.p_offset + ph.p_filesz, "segments");
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD)
+        want(ph.p_offset + ph.p_filesz, "segments");
     }
   }
-  if (need > size) throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
+  if (need > size)
+    throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
 }
 
 // The loaded image of a module: its allocated sections with contents (the code, and the data
@@ -261,14 +268,17 @@ struct Image {
   std::vector<Section> code;
 
   bool inCode(std::uint64_t a) const {
-    auto it = std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
+    auto it =
+        std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
     return it != code.begin() && a - std::prev(it)->address < std::prev(it)->size;
   }
   std::optional<std::uint64_t> read(std::uint64_t address, unsigned bytes) const {
-    auto it = std::upper_bound(sections.begin(), sections.end(), address, [](std::uint64_t a, const Section& s) { return a < s.address; });
+    auto it = std::upper_bound(sections.begin(), sections.end(), address,
+                               [](std::uint64_t a, const Section& s) { return a < s.address; });
     if (it == sections.begin()) return std::nullopt;
     --it;
-    if (address - it->address > it->size || it->size - (address - it->address) < bytes || bytes > 8) return std::nullopt;
+    if (address - it->address > it->size || it->size - (address - it->address) < bytes || bytes > 8)
+      return std::nullopt;
     std::uint64_t v = 0;
     std::memcpy(&v, it->data + (address - it->address), bytes);  // x86-64: little-endian like this host
     return v;
@@ -290,7 +300,8 @@ Image readImage(Dwfl_Module* mod) {
   elf_getshdrstrndx(im.elf, &shstrndx);
   for (Elf_Scn* scn = elf_nextscn(im.elf, nullptr); scn != nullptr; scn = elf_nextscn(im.elf, scn)) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS || sh.sh_size == 0)
+    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS ||
+        sh.sh_size == 0)
       continue;
     const bool executable = (sh.sh_flags & SHF_EXECINSTR) != 0;
     Elf_Data* data = elf_getdata(scn, nullptr);
@@ -310,10 +321,13 @@ Image readImage(Dwfl_Module* mod) {
     elf_getphdrnum(im.elf, &phnum);
     for (std::size_t i = 0; i < phnum; ++i) {
       GElf_Phdr ph;
-      if (gelf_getphdr(im.elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+      if (gelf_getphdr(im.elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0)
+        continue;
       Elf_Data* data = elf_getdata_rawchunk(im.elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
-      if (data == nullptr || data->d_buf == nullptr) throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
-      im.sections.push_back({ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
+      if (data == nullptr || data->d_buf == nullptr)
+        throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
+      im.sections.push_back(
+          {ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
     }
   }
   std::sort(im.sections.begin(), im.sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
@@ -342,7 +356,8 @@ KnownStarts knownStarts(Dwfl_Module* mod, const Image& im) {
     Dwarf_Addr symBias = 0;
     const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &symElf, &symBias);
     const int type = GELF_ST_TYPE(sym.st_info);
-    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || !im.inCode(addr - im.bias))
+    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+        !im.inCode(addr - im.bias))
       continue;
     out.starts.push_back(addr - im.bias);
     if (noReturnName(name)) out.noReturn.insert(addr - im.bias);  // any of its aliases
@@ -469,7 +484,8 @@ class FunctionAnalysis {
     if ((x.flow == Flow::Jump || x.flow == Flow::IndirectJump) && fc.graph.successors[b].empty()) return named(x) == 0;
     return false;
   }
-  void findChunkLoops(Decoder& d, std::size_t i, FunctionCode& fc, const std::function<bool(const Instruction&)>& noReturn);
+  void findChunkLoops(Decoder& d, std::size_t i, FunctionCode& fc,
+                      const std::function<bool(const Instruction&)>& noReturn);
   void decodeOne(Decoder& d, std::size_t i);
 
   const Image& im_;
@@ -577,7 +593,8 @@ void FunctionAnalysis::settleReturns() {
 void FunctionAnalysis::reanalyseDoubtful() {
   std::vector<std::size_t> again;
   for (std::size_t i = 0; i < chunks_.size(); ++i)
-    if (std::any_of(doubtful_[i].begin(), doubtful_[i].end(), [&](auto t) { return returns_[chunkAt_.at(t)] == Returns::No; }))
+    if (std::any_of(doubtful_[i].begin(), doubtful_[i].end(),
+                    [&](auto t) { return returns_[chunkAt_.at(t)] == Returns::No; }))
       again.push_back(i);
   doubtful_ = {};
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, again.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -618,7 +635,7 @@ class LoopNaming {
   // inlined subroutine at `depth` (not to code inlined deeper). `lines` tells whether any of
   // them has a line at all.
   std::optional<std::pair<std::uint32_t, std::string>> smallestLine(const std::vector<std::uint64_t>& addresses,
-                                                                     std::uint32_t depth, bool* lines = nullptr);
+                                                                    std::uint32_t depth, bool* lines = nullptr);
   // The instructions of a loop's own blocks (`own`), or of all of its blocks.
   std::vector<std::uint64_t> instructionsOf(const ChunkResult& r, std::size_t loop, const Section& sec, bool own);
   std::uint32_t fileId(const std::string& file) {
@@ -634,8 +651,8 @@ class LoopNaming {
   Decoder sweep_;
 };
 
-std::optional<std::pair<std::uint32_t, std::string>> LoopNaming::smallestLine(const std::vector<std::uint64_t>& addresses,
-                                                                                std::uint32_t depth, bool* lines) {
+std::optional<std::pair<std::uint32_t, std::string>> LoopNaming::smallestLine(
+    const std::vector<std::uint64_t>& addresses, std::uint32_t depth, bool* lines) {
   std::optional<std::pair<std::uint32_t, std::string>> best;
   for (auto c : addresses) {
     Dwfl_Line* l = dwfl_module_getsrc(mod_, c + bias_);
@@ -650,7 +667,8 @@ std::optional<std::pair<std::uint32_t, std::string>> LoopNaming::smallestLine(co
   return best;
 }
 
-std::vector<std::uint64_t> LoopNaming::instructionsOf(const ChunkResult& r, std::size_t loop, const Section& sec, bool own) {
+std::vector<std::uint64_t> LoopNaming::instructionsOf(const ChunkResult& r, std::size_t loop, const Section& sec,
+                                                      bool own) {
   std::vector<std::uint64_t> out;
   auto add = [&](std::uint64_t a, std::uint64_t b) {
     for (auto x : sweep_.addresses({sec.data + (a - sec.address), b - a}, a)) out.push_back(x);
@@ -680,7 +698,8 @@ void LoopNaming::add(const ChunkResult& r, const Section& sec, AnalysisStats& s)
     // the loop's own blocks, then from all of its blocks.
     bool lines = false;
     auto best = smallestLine(raw.candidates, depth, &lines);
-    if (!best && lines) best = smallestLine(instructionsOf(r, i, sec, true), depth);  // (no lines here: no DWARF for this code)
+    if (!best && lines)
+      best = smallestLine(instructionsOf(r, i, sec, true), depth);  // (no lines here: no DWARF for this code)
     if (!best && lines) best = smallestLine(instructionsOf(r, i, sec, false), depth);
     if (!best) {
       // No line at all (no line table for this code): the loop is known by its header.
@@ -694,8 +713,10 @@ void LoopNaming::add(const ChunkResult& r, const Section& sec, AnalysisStats& s)
   for (const auto& x : r.innermost) {
     const auto loop = kept[x.loop];
     if (loop == kNone) continue;
-    if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start) ranges.back().end = x.end;
-    else ranges.push_back({x.start, x.end, loop});
+    if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start)
+      ranges.back().end = x.end;
+    else
+      ranges.push_back({x.start, x.end, loop});
   }
 }
 

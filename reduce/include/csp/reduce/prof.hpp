@@ -27,15 +27,15 @@ struct ProfSummary {
   std::uint32_t cctNodes = 0;
   std::size_t metrics = 0;
   std::uint32_t regions = 0;
-  std::vector<PhaseTime> phases;    // rank 0's: the pipeline's, then the sinks'
-  AttributionStats attribution;     // rank 0's
+  std::vector<PhaseTime> phases;  // rank 0's: the pipeline's, then the sinks'
+  AttributionStats attribution;   // rank 0's
   // From the CSP database sink:
   std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
   std::uint64_t databaseBytes = 0;
-  storage::SamplingQuality quality; // sum over all profiles (rank 0)
-  storage::UnwindRecovery unwindRecovery;      // sum over all profiles (rank 0)
+  storage::SamplingQuality quality;               // sum over all profiles (rank 0)
+  storage::UnwindRecovery unwindRecovery;         // sum over all profiles (rank 0)
   std::vector<storage::ModuleLoops> moduleLoops;  // every rank's modules (rank 0)
-  std::string droppedByCause;       // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
+  std::string droppedByCause;                     // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
   // What is missing from the measurement (rank 0): ranks without profiles, ranks with fewer
   // thread profiles than most, unfinished profile temporaries (also in the database's property
   // "measurement-warnings").
@@ -56,8 +56,8 @@ class OutputSink {
   // One batch of this rank's per-thread values (Pipeline::BatchConsumer): called from one thread
   // at a time, in batch order, while the pipeline computes the next batch; may run tasks in
   // pipeline.arena().
-  virtual void write(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                     const std::vector<RegionValues>& regionValues) = 0;
+  virtual void write(std::size_t batchIndex, std::span<const ProfileInfo> batch,
+                     const std::vector<ThreadValues>& values, const std::vector<RegionValues>& regionValues) = 0;
   // After the last batch: combine across ranks and complete the output (not yet visible).
   virtual void finish(const Comm& comm, Pipeline& pipeline, ProfSummary& summary) = 0;
   // Make the output visible, atomically.

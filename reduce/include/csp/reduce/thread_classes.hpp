@@ -35,7 +35,6 @@ struct ThreadClassOptions {
   double helperFraction = 0.01;
 };
 
-
 // What the classification looks at, per profile.
 struct ThreadFeatures {
   std::string process;         // host and pid: threads of one process share it

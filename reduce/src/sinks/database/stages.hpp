@@ -48,7 +48,8 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount, std::size_t metricCount);
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                std::size_t metricCount);
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
   void merge(const Comm& comm);  // after the last batch
 
@@ -95,11 +96,11 @@ class SummaryTable {
 
   std::uint32_t nodes_;
   std::vector<std::uint16_t> counts_, reals_;  // metric ids of the count and real-valued metrics, ascending
-  std::vector<std::uint32_t> slotOf_;         // metric id -> its slot among counts_ or reals_
-  std::vector<std::uint8_t> isReal_;          // metric id -> real-valued
-  std::vector<std::uint64_t> periods_;        // count slot -> the metric's period (>= 1)
-  const std::vector<std::uint8_t>& classOf_;  // profile id -> storage::ThreadClass
-  std::vector<std::uint8_t> population_;      // slice -> population tag (0: all threads, else the class)
+  std::vector<std::uint32_t> slotOf_;          // metric id -> its slot among counts_ or reals_
+  std::vector<std::uint8_t> isReal_;           // metric id -> real-valued
+  std::vector<std::uint64_t> periods_;         // count slot -> the metric's period (>= 1)
+  const std::vector<std::uint8_t>& classOf_;   // profile id -> storage::ThreadClass
+  std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::LogLinearHistogram> countHist_;

@@ -22,7 +22,15 @@ inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::ma
 // GPU kinds identify the execution contexts of a GPU (a device context and a stream or queue in
 // it), as formats of GPU-tracing profilers record them; CSP's own profiles hold none
 // (docs/profile-format.md, "The data model beyond this file").
-enum class IdKind : std::uint8_t { Node = 0, Rank = 1, Thread = 2, Core = 3, Process = 4, GpuContext = 5, GpuStream = 6 };
+enum class IdKind : std::uint8_t {
+  Node = 0,
+  Rank = 1,
+  Thread = 2,
+  Core = 3,
+  Process = 4,
+  GpuContext = 5,
+  GpuStream = 6
+};
 inline constexpr IdKind kLastIdKind = IdKind::GpuStream;
 
 struct IdElement {
@@ -112,8 +120,8 @@ struct AddressFrame {
 
 struct SymbolicFrame {
   ScopeKind scope = ScopeKind::Stmt;
-  std::uint32_t name = 0;    // string id: procedure (ProcFrame, Alien)
-  std::uint32_t file = 0;    // string id
+  std::uint32_t name = 0;  // string id: procedure (ProcFrame, Alien)
+  std::uint32_t file = 0;  // string id
   std::uint32_t line = 0;
   std::uint32_t module = 0;  // string id: load module (ProcFrame)
   auto operator<=>(const SymbolicFrame&) const = default;
@@ -137,7 +145,9 @@ struct UnwindNote {
   // Candidate, Resumed: the word that the stack word just below `slot` points at (where a
   // callee's `push %rbp` keeps its caller's frame pointer).
   std::uint32_t link = 0;
-  constexpr std::uint32_t encode() const { return std::uint32_t{static_cast<std::uint8_t>(kind)} << 28 | link << 14 | slot; }
+  constexpr std::uint32_t encode() const {
+    return std::uint32_t{static_cast<std::uint8_t>(kind)} << 28 | link << 14 | slot;
+  }
   static constexpr UnwindNote decode(std::uint32_t v) {
     return {static_cast<UnwindNoteKind>(v >> 28), v & kMaxSlot, (v >> 14) & kMaxSlot};
   }
@@ -168,7 +178,9 @@ struct RawCct {
   // CSP's profile files (other formats' sources fill it).
   std::vector<PathStart> pathStart;
   std::size_t size() const { return parent.size(); }
-  UnwindNote note(std::size_t node) const { return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]); }
+  UnwindNote note(std::size_t node) const {
+    return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]);
+  }
   PathStart start(std::size_t node) const { return pathStart.empty() ? PathStart::Unknown : pathStart[node]; }
   bool operator==(const RawCct&) const = default;
 };
