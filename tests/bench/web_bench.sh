@@ -4,7 +4,7 @@
 # The web viewer on a CCT of >= 1,000,000 nodes (csp-gen --ranks 8 --nodes 1000000 --groups 1,
 # the "deep" database of views_bench.sh, reused when WORK_DIR already holds it):
 #   - csp-web's start (databases opened) until it prints its URL;
-#   - the first view: the page's first requests (/api/databases, the Calling Context view's top),
+#   - the first view: the bytes sent (the page, its first answers); the page's first requests (/api/databases, the Calling Context view's top),
 #     over HTTP with curl, REPEAT times (the first in a fresh server is the cold one);
 #   - expanding a node: /api/children of the nodes on the hottest path, one after the other;
 #   - the same in the browser (headless chromium, playwright-core): navigation until the first
@@ -40,6 +40,7 @@ token=${url##*token=}
 echo "csp-web start until its URL: $(echo "$ready - $start" | bc) s"
 
 get() { curl -s -o /dev/null -w '%{time_total}' -H "X-CSP-Token: $token" "$base$1"; }
+size() { curl -s -o /dev/null -w '%{size_download}' -H "X-CSP-Token: $token" "$base$1"; }
 body() { curl -s -H "X-CSP-Token: $token" "$base$1"; }
 report() {  # label times...
   local label=$1; shift
@@ -55,17 +56,22 @@ for _ in $(seq "$repeat"); do
   firsts+=("$(echo "$a + $b" | bc)")
 done
 report "first view (databases + cc top), HTTP" "${firsts[@]}"
+# Bytes sent for the first view: the page (scripts and styles inline, once) and its first answers.
+echo "bytes sent for the first view: page $(size '/') + databases $(size '/api/databases') + cc top $(size '/api/view?db=0&kind=cc&depth=1')"
 
 # The hottest path: the first child of each node, opened one after the other.
 expands=()
+expand_bytes=()
 id=$(body '/api/view?db=0&kind=cc&depth=1' | python3 -c 'import json,sys; n=json.load(sys.stdin)["answer"]["nodes"]; print([x["id"] for x in n if x["parent"]==0][0])')
 for _ in $(seq 12); do
   expands+=("$(get "/api/children?db=0&kind=cc&id=$id")")
+  expand_bytes+=("$(size "/api/children?db=0&kind=cc&id=$id")")
   id=$(body "/api/children?db=0&kind=cc&id=$id" | python3 -c 'import json,sys,os
 n=json.load(sys.stdin)["answer"]["nodes"]; k=[x["id"] for x in n[1:] if x["parent"]==n[0]["id"]]; print(k[0] if k else "")')
   [[ -z $id ]] && break
 done
 report "expand a node (children), HTTP" "${expands[@]}"
+echo "bytes sent per expanded node: ${expand_bytes[*]}"
 
 report "flat view top (first, then again)" "$(get '/api/view?db=0&kind=flat&depth=1')" "$(get '/api/view?db=0&kind=flat&depth=1')"
 report "callers view top (first, then again)" "$(get '/api/view?db=0&kind=callers&depth=1')" "$(get '/api/view?db=0&kind=callers&depth=1')"

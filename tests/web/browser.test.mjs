@@ -97,8 +97,15 @@ after(async () => {
 });
 
 test('opens the measured database and expands the hottest path', async () => {
+  // The first view asks for one level of the tree (lazy: a CCT of a million nodes is not sent).
+  const views = [];
+  const seen = (r) => { if (r.url().includes('/api/view')) views.push(new URL(r.url()).searchParams); };
+  page.on('request', seen);
   await page.goto(url);
-  await page.waitForSelector('table.tree tr.row');
+  await page.waitForSelector('.tree-host[data-state=ready] table.tree tr.row');
+  page.off('request', seen);
+  assert.ok(views.length > 0);
+  for (const v of views) assert.equal(v.get('depth'), '1', String(v));
   await page.click('button.hot');
   // The hottest path of the program ends in the spin loop's statements (kernel.hpp).
   await page.waitForFunction(() => {
@@ -127,6 +134,11 @@ test('the per-thread plot of a node shows every thread with its value', async ()
   const want = expected.values.map((v) => v.value);
   while (want.length < n) want.push(0);
   assert.deepEqual(values, want);
+  // Thread classes as csp-views names them, the band of one thread's sampling error.
+  const classes = await page.$$eval('svg.threads rect.bar', (rs) => rs.map((r) => r.dataset.class));
+  assert.deepEqual(classes.slice(0, expected.values.length), expected.values.map((v) => v.class || ''));
+  assert.ok(new Set(classes).size >= 2, `classes ${classes}`);
+  if (expected.sampling_error_per_thread > 0) assert.equal((await page.$$('svg.threads rect.band')).length, 1);
   // The straggler (double work) is the tallest bar; its own top contexts are listed on a click.
   assert.ok(values[0] > 1.5 * values[1], `straggler ${values[0]} vs ${values[1]}`);
   await page.click('svg.threads rect.bar >> nth=0');
@@ -139,7 +151,7 @@ test('the per-thread plot of a node shows every thread with its value', async ()
 test('search finds a procedure and the source pane shows its lines', async () => {
   await page.fill('input.search', 'region_work');
   await page.press('input.search', 'Enter');
-  await page.waitForFunction(() => document.querySelector('table.tree') && !document.querySelector('.loading'));
+  await page.waitForSelector('.tree-host[data-state=ready][data-keep=region_work] table.tree');
   const labels = await page.$$eval('tr.row .label', (ls) => ls.map((l) => l.textContent));
   assert.ok(labels.includes('region_work'), labels.join(', '));
   const row = page.locator('tr.row', { has: page.locator('.label', { hasText: /^region_work$/ }) }).first();
@@ -162,6 +174,9 @@ test('the flame graph zooms into a frame', async () => {
   await page.waitForSelector('svg.flame');
   const frames = Number(await page.getAttribute('svg.flame', 'data-frames'));
   assert.ok(frames > 5, `${frames} frames`);
+  // The text view's pruning: the frames are the nodes csp-views shows (call sites folded).
+  const text = cli(['-s', 'sum,imbalance', '--scope', 'inclusive', '--depth', '32', '--format', 'json', db]);
+  assert.equal(frames, text.nodes.filter((n) => n.kind !== 'callsite').length);
   await shot('flame');
   const target = page.locator('svg.flame g.frame', { has: page.locator('text', { hasText: 'region_work' }) }).first();
   await target.click();
@@ -209,7 +224,25 @@ test('a csp-diff database shows the scaling loss, its hot path and marks', async
   await page.waitForSelector('.loss-tree table.tree tr.row');
   await page.click('.loss-tree button.hot');
   await page.waitForSelector('.loss-tree tr.hot-path');
+  // Coloured by loss: red where the run at q lost, blue where it gained.
+  const colours = await page.$$eval('.loss-tree tr.row[data-loss]', (trs) => trs.map((t) => {
+    const colour = t.style.backgroundColor;
+    const [r, , b] = (colour.match(/\d+/g) || []).map(Number);
+    return { loss: Number(t.dataset.loss), colour, r, b };
+  }));
+  assert.ok(colours.some((c) => c.loss > 1), JSON.stringify(colours));
+  for (const c of colours) {
+    assert.ok(c.colour.startsWith('rgb'), JSON.stringify(c));
+    if (c.loss > 1) assert.ok(c.r > c.b, JSON.stringify(c));
+    if (c.loss < -1) assert.ok(c.b > c.r, JSON.stringify(c));
+  }
   await shot('scaling-loss');
+  // csp-gen's source files are not on this machine: the source pane says so, with the lines' costs.
+  await page.locator('.loss-tree tr.row[data-kind=procedure]').first().click();
+  await page.click('button.source-btn');
+  await page.waitForSelector('table.src[data-readable="0"]');
+  assert.match(await page.textContent('.note.unreadable'), /not readable on the machine serving this page/);
+  assert.ok((await page.$$('tr.src-line.costly')).length > 0);
 });
 
 test('effort, regions and a second panel side by side', async () => {

@@ -314,3 +314,72 @@ TEST(Web, ATimelineWindowReadsItsBlocksAndAgreesWithTheWholeLog) {
     if (iv.depth == 1) visits += iv.visits;
   EXPECT_EQ(visits, steps);
 }
+
+namespace {
+
+// A synthetic database of `nodes` CCT nodes (csp-gen, one process): its files do not exist.
+fs::path syntheticDatabase(const fs::path& dir, std::uint32_t nodes) {
+  fs::create_directories(dir);
+  auto r = run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 1 --threads 2 --groups 1 --seed 4 --nodes " +
+               std::to_string(nodes) + " -o " + (dir / "meas").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " +
+          (dir / "db").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  return dir / "db";
+}
+
+}  // namespace
+
+// The page's first request and a node's opening send one level of the tree, whatever the CCT's
+// size: a tree of 100 times more nodes answers with about as many bytes.
+TEST(Web, AViewsTopAndANodesChildrenAreOneLevelWhateverTheTreesSize) {
+  csp::test::TempDir tmp("web-lazy");
+  const auto small = syntheticDatabase(tmp.path() / "small", 400);
+  const auto large = syntheticDatabase(tmp.path() / "large", 40000);
+  csp::web::Api api({small, large});
+  std::size_t topBytes[2] = {0, 0};
+  for (int d = 0; d < 2; ++d) {
+    const auto nodes = answerOf(api.get("/api/databases", {}))[d]["nodes"].get<std::size_t>();
+    const auto r = api.get("/api/view", {{"db", std::to_string(d)}, {"kind", "cc"}, {"depth", "1"}});
+    const auto top = answerOf(r);
+    topBytes[d] = r.body.size();
+    // The root and its children (the program's entry points), nothing deeper.
+    EXPECT_LT(top["nodes"].size(), 50u) << "of " << nodes;
+    std::size_t deeper = 0;
+    for (const auto& n : top["nodes"]) deeper += n["parent"].get<std::int64_t>() > 0;
+    EXPECT_EQ(deeper, 0u);
+    // Opening the first child: it and its own children.
+    const auto child = top["nodes"][1]["id"].get<std::uint64_t>();
+    const auto open =
+        answerOf(api.get("/api/children", {{"db", std::to_string(d)}, {"kind", "cc"}, {"id", std::to_string(child)}}));
+    for (const auto& n : open["nodes"]) {
+      if (n["id"] != child) {
+        EXPECT_EQ(n["parent"], child);
+      }
+    }
+  }
+  EXPECT_GT(answerOf(api.get("/api/databases", {}))[1]["nodes"].get<std::size_t>(),
+            50 * answerOf(api.get("/api/databases", {}))[0]["nodes"].get<std::size_t>());
+  EXPECT_LT(topBytes[1], 2 * topBytes[0]) << topBytes[0] << " and " << topBytes[1] << " bytes";
+}
+
+// A file the database records but this machine does not have: the answer says so and still
+// holds the lines' costs (the page shows them without the text).
+TEST(Web, ASourceFileNotOnThisMachineIsSaidToBeUnreadableWithItsLinesCosts) {
+  csp::test::TempDir tmp("web-unreadable");
+  const auto db = syntheticDatabase(tmp.path(), 400);
+  csp::web::Api api({db});
+  csp::views::Session s(db);
+  std::string file;
+  for (const auto& n : s.database().readCct())
+    if (const auto& f = s.database().metadata().strings[n.file]; !f.empty() && n.line > 0) file = f;
+  ASSERT_FALSE(file.empty());
+  ASSERT_FALSE(fs::exists(file)) << file;
+  const auto answer = answerOf(api.get("/api/source", {{"db", "0"}, {"file", file}}));
+  EXPECT_FALSE(answer["readable"].get<bool>());
+  EXPECT_NE(answer["reason"].get<std::string>().find("not found on this machine"), std::string::npos)
+      << answer["reason"];
+  EXPECT_EQ(answer["text"], "");
+  EXPECT_FALSE(answer["lines"].empty());
+}

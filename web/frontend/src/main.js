@@ -106,7 +106,7 @@ class Panel {
     const target = host || this.main;
     const tools = el('div.tree-tools', {},
       el('button.hot', { text: 'expand hottest path', onclick: () => this.tree.expandHotPath().catch((e) => this.tree.fail(e)) }));
-    const table = el('div.tree-host');
+    const table = el('div.tree-host', { 'data-keep': this.settings.keep });
     target.replaceChildren(tools, table);
     const searching = Boolean(this.settings.keep);
     const base = this.params(); // this tree's database and settings, whatever the panel shows later

@@ -45,7 +45,10 @@ export function diffDecorator(report) {
     const loss = tree.columns.find((c) => c.metric === 'loss');
     const excess = tree.columns.find((c) => c.metric === 'excess');
     const noise = tree.columns.find((c) => c.metric === 'noise');
-    if (loss) tr.style.background = lossColour((n.values[loss.title] || 0) / 100);
+    if (loss) {
+      tr.style.background = lossColour((n.values[loss.title] || 0) / 100);
+      tr.dataset.loss = n.values[loss.title] ?? '';
+    }
     if (hot.has(n.id)) {
       tr.classList.add('hot-path');
       tr.querySelector('td.name').append(el('span.mark.hot', { text: '▶', title: 'on the loss hot path' }));

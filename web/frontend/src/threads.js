@@ -88,7 +88,7 @@ export class ThreadPlot {
       const top = y(Math.max(v.value, 0));
       const r = svg('rect', {
         x: PAD.l + i * w, y: top, width: Math.max(w - (w > 3 ? 1 : 0), 0.5), height: Math.max(y(0) - top, 0),
-        fill: classColour[v.cls] || classColour[''], class: 'bar', 'data-profile': v.profile ?? '', 'data-value': v.value,
+        fill: classColour[v.cls] || classColour[''], class: 'bar', 'data-profile': v.profile ?? '', 'data-value': v.value, 'data-class': v.cls,
         onclick: () => v.profile !== null && this.showThread(v),
       }, svg('title', { text: `${v.id}${v.cls ? ` (${v.cls})` : ''}: ${fmtValue(v.value, d.unit)}` }));
       plot.append(r);

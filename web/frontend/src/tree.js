@@ -18,7 +18,9 @@ export class TreeTable {
     this.selected = null;
   }
 
+  // host's data-state: loading, then ready (what tests and scripts wait for).
   async load() {
+    this.host.dataset.state = 'loading';
     this.host.replaceChildren(el('div.loading', { text: 'loading…' }));
     const { answer, warnings } = await this.fetchTop();
     this.tree = answer;
@@ -31,6 +33,7 @@ export class TreeTable {
     }
     this.warnings = warnings;
     this.render();
+    this.host.dataset.state = 'ready';
     return answer;
   }
 
