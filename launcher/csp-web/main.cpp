@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli_parse.hpp"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     csp::web::ServeOptions options;
     options.port = static_cast<std::uint16_t>(port);
     csp::web::Server server(api, options);
+    api.warmUp();
     running = &server;
     std::signal(SIGINT, stopOnSignal);
     std::signal(SIGTERM, stopOnSignal);
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
     std::cout << server.url() << std::endl;
     server.run();
     running = nullptr;
+    // A background build of a view cannot be interrupted; nothing is being written (the databases
+    // are open read-only), so Ctrl-C ends the process without waiting for it.
+    std::cout.flush();
+    std::_Exit(0);
   } catch (const std::exception& e) {
     std::cerr << "csp-web: error: " << e.what() << "\n";
     return 1;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "csp/analysis/query.hpp"
 #include "csp/views/render.hpp"
@@ -119,13 +120,47 @@ Response error(int status, const std::string& message) {
 }  // namespace
 
 struct Api::Impl {
+  // Two sessions over one database: the Flat and Callers views (and the source pane, a Flat view
+  // kept to a file) are built from scans of the whole database, seconds for a CCT of a million
+  // nodes; in a session of their own that build never holds up the Calling Context view, and
+  // warmUp() can make it before the user asks.
   struct Database {
     std::filesystem::path path;
     std::mutex mutex;  // a session answers one request at a time
     views::Session session;
-    explicit Database(const std::filesystem::path& p) : path(p), session(p) {}
+    std::mutex procedureMutex;
+    views::Session procedureSession;
+    explicit Database(const std::filesystem::path& p) : path(p), session(p), procedureSession(p) {}
   };
   std::vector<std::unique_ptr<Database>> dbs;
+  std::vector<std::thread> warming;
+
+  ~Impl() {
+    for (auto& t : warming) t.join();
+  }
+
+  // Whether a request is the procedure session's.
+  static bool procedural(const std::string& what, const Params& p) {
+    const auto kind = param(p, "kind");
+    return what == "source" || what == "page" || kind == "flat" || kind == "callers";
+  }
+
+  // The Flat and Callers views' models of the page's default request, built in the background.
+  void warm(Database& d) {
+    std::lock_guard lock(d.procedureMutex);
+    for (auto kind : {ViewKind::Flat, ViewKind::Callers}) {
+      try {
+        views::ViewOptions o;
+        o.kind = kind;
+        o.depth = 1;
+        o.format = views::Format::Json;
+        const auto request = views::requestFrom(d.procedureSession.database(), o);
+        d.procedureSession.view(std::get<views::TreeRequest>(request));
+      } catch (const std::exception&) {
+        // The request, when the user makes it, says what is wrong.
+      }
+    }
+  }
 
   Database& db(const Params& p) {
     const auto i = number<std::size_t>(p, "db", 0);
@@ -161,17 +196,17 @@ struct Api::Impl {
   }
 
   // Tree answers: the view's top, a node's children, a page of procedures.
-  Response tree(Database& d, const std::string& what, const Params& p) {
-    const auto request = views::requestFrom(d.session.database(), viewOptions(p));
+  Response tree(views::Session& session, const std::string& what, const Params& p) {
+    const auto request = views::requestFrom(session.database(), viewOptions(p));
     const auto* tree = std::get_if<views::TreeRequest>(&request);
     if (!tree) throw BadRequest("a view request (no node, info or imbalance options)");
     views::ViewTree answer;
     if (what == "view")
-      answer = d.session.view(*tree);
+      answer = session.view(*tree);
     else if (what == "children")
-      answer = d.session.children(tree->view, number<std::uint64_t>(p, "id", 0));
+      answer = session.children(tree->view, number<std::uint64_t>(p, "id", 0));
     else
-      answer = d.session.page(tree->view, number<std::size_t>(p, "page", 0), number<std::size_t>(p, "per_page", 50));
+      answer = session.page(tree->view, number<std::size_t>(p, "page", 0), number<std::size_t>(p, "per_page", 50));
     return wrap(json([](const auto& a, std::ostream& o) { views::renderJson(a, o); }, answer), answer.warnings);
   }
 
@@ -237,10 +272,10 @@ struct Api::Impl {
                 answer.warnings);
   }
 
-  Response source(Database& d, const Params& p) {
-    const auto request = views::requestFrom(d.session.database(), viewOptions(p));
+  Response source(views::Session& session, const Params& p) {
+    const auto request = views::requestFrom(session.database(), viewOptions(p));
     const auto& tree = std::get<views::TreeRequest>(request);
-    const auto answer = d.session.source(param(p, "file"), tree.view);
+    const auto answer = session.source(param(p, "file"), tree.view);
     return wrap(json([](const auto& a, std::ostream& out) { views::renderSourceJson(a, out); }, answer),
                 answer.warnings);
   }
@@ -254,15 +289,19 @@ struct Api::Impl {
     if (path == "/api/databases") return databases();
     const std::string what = path.rfind("/api/", 0) == 0 ? path.substr(5) : "";
     auto& d = db(p);
+    const bool isTree = what == "view" || what == "children" || what == "page";
+    if ((isTree || what == "source") && procedural(what, p)) {
+      std::lock_guard lock(d.procedureMutex);
+      return what == "source" ? source(d.procedureSession, p) : tree(d.procedureSession, what, p);
+    }
     std::lock_guard lock(d.mutex);
-    if (what == "view" || what == "children" || what == "page") return tree(d, what, p);
+    if (isTree) return tree(d.session, what, p);
     if (what == "node") return node(d, p);
     if (what == "thread") return thread(d, p);
     if (what == "imbalance") return imbalance(d, p);
     if (what == "diff") return diff(d, p);
     if (what == "query") return query(d, p);
     if (what == "timeline") return timeline(d, p);
-    if (what == "source") return source(d, p);
     if (what == "info") return info(d);
     throw NotFound(fmt::format("{}: no such request (docs/web.md lists them)", path));
   }
@@ -275,6 +314,10 @@ Api::Api(const std::vector<std::filesystem::path>& databases) : impl_(std::make_
 Api::~Api() = default;
 
 std::size_t Api::databases() const { return impl_->dbs.size(); }
+
+void Api::warmUp() {
+  for (auto& d : impl_->dbs) impl_->warming.emplace_back([this, db = d.get()] { impl_->warm(*db); });
+}
 
 Response Api::get(const std::string& path, const Params& params) {
   try {
