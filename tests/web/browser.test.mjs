@@ -172,6 +172,36 @@ test('search finds a procedure and the source pane shows its lines', async () =>
   await page.press('input.search', 'Enter');
 });
 
+test('focus re-roots the tree at a node, hide leaves a procedure out', async () => {
+  await page.waitForSelector('.tree-host[data-state=ready][data-keep=""] table.tree tr.row');
+  await page.click('button.hot');
+  await page.waitForSelector('.tree-host[data-hot-path=open]');
+  const row = page.locator('tr.row', { has: page.locator('.label', { hasText: /^region_work$/ }) }).first();
+  const id = await row.getAttribute('data-id');
+  await row.click();
+  await page.click('.actions button:has-text("focus here")');
+  await page.waitForSelector(`span.focus:has-text("focus #${id}")`);
+  await page.waitForSelector('.tree-host[data-state=ready] table.tree tr.row');
+  // The same nodes as csp-views --focus at the page's depth.
+  const focused = cli(['--focus', id, '--depth', '1', '--format', 'json', db]);
+  const shown = await page.$$eval('tr.row', (trs) => trs.map((t) => Number(t.dataset.id)));
+  assert.deepEqual(shown, focused.nodes.map((n) => n.id));
+  assert.equal(focused.nodes[0].name, 'region_work');
+  await page.click('span.focus button');
+  await page.waitForFunction(() => !document.querySelector('span.focus button'));
+  // Hidden with its subtree: the hottest path no longer passes through it.
+  await page.fill('input.hide', 'region_work');
+  await page.press('input.hide', 'Enter');
+  await page.waitForSelector('.tree-host[data-state=ready] table.tree tr.row');
+  await page.click('button.hot');
+  await page.waitForSelector('.tree-host[data-hot-path=open]');
+  const labels = await page.$$eval('tr.row .label', (ls) => ls.map((l) => l.textContent));
+  assert.ok(labels.length > 3 && !labels.includes('region_work'), labels.join(', '));
+  await page.fill('input.hide', '');
+  await page.press('input.hide', 'Enter');
+  await page.waitForSelector('.tree-host[data-state=ready] table.tree tr.row');
+});
+
 test('the flame graph zooms into a frame', async () => {
   await page.click('button.tab[data-tab=flame]');
   await page.waitForSelector('svg.flame');

@@ -105,7 +105,7 @@ class Panel {
   async treeTab(kind, { extra = {}, decorate, host = null, extraHeader } = {}) {
     const target = host || this.main;
     const tools = el('div.tree-tools', {},
-      el('button.hot', { text: 'expand hottest path', onclick: () => this.tree.expandHotPath().catch((e) => this.tree.fail(e)) }));
+      el('button.hot', { text: 'expand hottest path', onclick: () => this.tree.expandHotPath().then(() => { table.dataset.hotPath = 'open'; }).catch((e) => this.tree.fail(e)) }));
     const table = el('div.tree-host', { 'data-keep': this.settings.keep });
     target.replaceChildren(tools, table);
     const searching = Boolean(this.settings.keep);
