@@ -30,6 +30,8 @@ stage "code format (.clang-format; scripts/lint.sh also runs clang-tidy on chang
 bash scripts/lint.sh --format-only
 stage "Release build"
 bash scripts/build.sh build Release -DCSP_WERROR=ON
+stage "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
+bash scripts/lint.sh HEAD~1
 
 if [[ $quick == 1 ]]; then
   stage "unit tests (Release; --quick leaves out labels integration, batch, slurm, bench)"

@@ -82,186 +82,207 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Splits the text into tokens; columns count characters (UTF-8 code points), 1-based.
-std::vector<Token> lex(const std::string& text) {
-  std::vector<Token> out;
-  std::size_t i = 0, column = 1;
-  auto cpLen = [&](std::size_t at) -> std::size_t {
-    const auto c = static_cast<unsigned char>(text[at]);
+// Splits the text into tokens; columns count characters (UTF-8 code points), 1-based. One
+// method per kind of token, each starting at `i` (column `column`) and leaving both past it.
+class Lexer {
+ public:
+  explicit Lexer(const std::string& text) : text_(text) {}
+
+  std::vector<Token> run() {
+    while (i_ < text_.size()) {
+      const unsigned char c = byte(i_);
+      const std::size_t col = column_;
+      if (std::isspace(c)) {
+        ++i_;
+        ++column_;
+      } else if (c >= 0x80) {
+        unicode(col);
+      } else if (std::isdigit(c) || (c == '.' && i_ + 1 < text_.size() && std::isdigit(byte(i_ + 1)))) {
+        number(col);
+      } else if (std::isalpha(c) || c == '_') {
+        name(col);
+      } else if (c == '"') {
+        quoted(col);
+      } else if (!symbol(col)) {
+        throw QueryError(col, std::string("unexpected character '") + static_cast<char>(c) + "'");
+      }
+    }
+    Token end;
+    end.kind = Token::Kind::End;
+    end.column = column_;
+    out_.push_back(end);
+    return std::move(out_);
+  }
+
+ private:
+  unsigned char byte(std::size_t at) const { return static_cast<unsigned char>(text_[at]); }
+  std::size_t codePointLength(std::size_t at) const {
+    const auto c = byte(at);
     return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-  };
-  auto push = [&](Token::Kind k, std::string t, std::size_t col) {
+  }
+  bool subscriptDigitAt(std::size_t at) const {
+    return at + 2 < text_.size() && text_.compare(at, 2, "\xe2\x82") == 0 && byte(at + 2) >= 0x80 &&
+           byte(at + 2) <= 0x89;
+  }
+  void push(Token::Kind k, std::string t, std::size_t col) {
     Token tok;
     tok.kind = k;
     tok.text = std::move(t);
     tok.column = col;
-    out.push_back(std::move(tok));
-  };
-  static const std::map<std::string, std::string> unicode = {
-      {"\u2200", "forall"}, {"\u2203", "exists"}, {"\u2227", "and"}, {"\u2228", "or"},
-      {"\u00ac", "not"},    {"\u2260", "!="},     {"\u2208", "in"},  {"\u2209", "notin"},
-      {"\u2264", "<="},     {"\u2265", ">="},     {"\u221e", "inf"}, {"\u2016", "or"}};
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    const std::size_t col = column;
-    if (std::isspace(c)) {
-      ++i;
-      ++column;
-      continue;
-    }
-    if (c >= 0x80) {
-      const std::size_t n = cpLen(i);
-      const std::string cp = text.substr(i, n);
-      // Subscript digits (the k of an exact quantifier, as in the thesis): a number.
-      if (n == 3 && cp[0] == '\xe2' && cp[1] == '\x82' && static_cast<unsigned char>(cp[2]) >= 0x80 &&
-          static_cast<unsigned char>(cp[2]) <= 0x89) {
-        std::string digits;
-        while (i + 2 < text.size() && text.compare(i, 2, "\xe2\x82") == 0 &&
-               static_cast<unsigned char>(text[i + 2]) >= 0x80 && static_cast<unsigned char>(text[i + 2]) <= 0x89) {
-          digits.push_back(static_cast<char>('0' + (static_cast<unsigned char>(text[i + 2]) - 0x80)));
-          i += 3;
-          ++column;
-        }
-        Token tok;
-        tok.kind = Token::Kind::Number;
-        tok.exact = parseDigits(digits);
-        if (!tok.exact) throw QueryError(col, "the number " + digits + " does not fit 64 bits");
-        tok.number = static_cast<double>(*tok.exact);
-        tok.column = col;
-        tok.text = digits;
-        out.push_back(tok);
-        continue;
-      }
-      const auto it = unicode.find(cp);
-      if (it == unicode.end()) throw QueryError(col, "unexpected character '" + cp + "'");
-      push(it->second == "forall" || it->second == "exists" ? Token::Kind::Name : Token::Kind::Sym, it->second, col);
-      if (it->second == "and" || it->second == "or" || it->second == "not" || it->second == "in" ||
-          it->second == "notin" || it->second == "inf")
-        out.back().kind = Token::Kind::Name;
-      i += n;
-      ++column;
-      // ∃_k: the underscore introduces the count.
-      if (it->second == "exists" && i + 1 < text.size() && text[i] == '_' &&
-          std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
-        ++i;
-        ++column;
-      }
-      continue;
-    }
-    if (std::isdigit(c) || (c == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))) {
-      std::size_t j = i;
-      std::size_t dots = 0;
-      while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) {
-        if (text[j] == '.') ++dots;
-        ++j;
-      }
-      Token tok;
-      tok.kind = Token::Kind::Number;
-      tok.text = text.substr(i, j - i);
-      tok.column = col;
-      tok.integer = dots == 0;
-      if (dots > 1) throw QueryError(col, "malformed number '" + tok.text + "'");
-      // Whole numbers exactly (a thread number, a dynamic id, a count); reals through a double.
-      if (tok.integer) tok.exact = parseDigits(tok.text);
-      tok.number = std::strtod(tok.text.c_str(), nullptr);
-      // A unit of time right after the number.
-      std::size_t k = j;
-      while (k < text.size() &&
-             (std::isalpha(static_cast<unsigned char>(text[k])) || text.compare(k, 2, "\xc2\xb5") == 0))
-        k += text.compare(k, 2, "\xc2\xb5") == 0 ? 2 : 1;
-      if (k > j) {
-        const std::string u = text.substr(j, k - j);
-        const std::map<std::string, std::uint64_t> scale = {
-            {"ns", 1}, {"us", 1000}, {"\xc2\xb5s", 1000}, {"ms", 1000000}, {"s", 1000000000}};
-        const auto s = scale.find(u);
-        if (s == scale.end()) throw QueryError(col + (j - i), "unknown unit '" + u + "' (ns, us, ms, s)");
-        tok.number *= static_cast<double>(s->second);
-        tok.unit = true;
-        if (tok.exact) {
-          if (*tok.exact > UINT64_MAX / s->second)
-            tok.exact.reset();
-          else
-            *tok.exact *= s->second;
-        } else if (!tok.integer && std::floor(tok.number) == tok.number && tok.number < 0x1p64) {
-          tok.exact = static_cast<std::uint64_t>(tok.number);  // 1.5us: 1500 ns
-        }
-        tok.integer = tok.exact.has_value();
-        column += (k - j) - (u == "\xc2\xb5s" ? 1 : 0);
-        j = k;
-      }
-      column += j - i;
-      i = j;
-      out.push_back(tok);
-      continue;
-    }
-    if (std::isalpha(c) || c == '_') {
-      std::size_t j = i;
-      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_' ||
-                                 text[j] == '-' || text[j] == '.' || text[j] == '\''))
-        ++j;
-      // A trailing '-' or '.' belongs to what follows (e.g. "t-1" is not a thing; "a-" is odd).
-      while (j > i + 1 && (text[j - 1] == '-' || text[j - 1] == '.')) --j;
-      push(Token::Kind::Name, text.substr(i, j - i), col);
-      column += j - i;
-      i = j;
-      continue;
-    }
-    if (c == '"') {
-      // A quoted name; \" and \\ stand for '"' and '\'. Any other bytes are kept as they are
-      // (names need not be UTF-8); `at` is the column of the next character.
-      std::size_t j = i + 1, at = col + 1;
-      std::string s;
-      while (j < text.size() && text[j] != '"') {
-        if (text[j] == '\\') {
-          if (j + 1 < text.size() && (text[j + 1] == '"' || text[j + 1] == '\\')) {
-            s.push_back(text[j + 1]);
-            j += 2;
-            at += 2;
-            continue;
-          }
-          throw QueryError(at, "unknown escape in a quoted name: write \\\" for '\"' and \\\\ for '\\'");
-        }
-        if ((static_cast<unsigned char>(text[j]) & 0xC0) != 0x80) ++at;  // not a UTF-8 continuation byte
-        s.push_back(text[j++]);
-      }
-      if (j >= text.size()) throw QueryError(col, "unterminated string");
-      push(Token::Kind::String, s, col);
-      column = at + 1;
-      i = j + 1;
-      continue;
-    }
-    static const char* two[] = {"!=", "<=", ">=", "&&", "||", "==", "<>"};
-    bool matched = false;
-    for (const char* t : two) {
-      if (text.compare(i, 2, t) == 0) {
-        std::string s = t;
-        if (s == "&&") s = "and";
-        if (s == "||") s = "or";
-        if (s == "==") s = "=";
-        if (s == "<>") s = "!=";
-        push(s == "and" || s == "or" ? Token::Kind::Name : Token::Kind::Sym, s, col);
-        i += 2;
-        column += 2;
-        matched = true;
-        break;
-      }
-    }
-    if (matched) continue;
-    if (std::string("()[]{},:;=+-*/@#<>!").find(static_cast<char>(c)) != std::string::npos) {
-      push(c == '!' ? Token::Kind::Name : Token::Kind::Sym, c == '!' ? "not" : std::string(1, static_cast<char>(c)),
-           col);
-      ++i;
-      ++column;
-      continue;
-    }
-    throw QueryError(col, std::string("unexpected character '") + static_cast<char>(c) + "'");
+    out_.push_back(std::move(tok));
   }
-  Token end;
-  end.kind = Token::Kind::End;
-  end.column = column;
-  out.push_back(end);
-  return out;
-}
+
+  // A non-ASCII character: subscript digits or one of the logic symbols.
+  void unicode(std::size_t col) {
+    static const std::map<std::string, std::string> symbols = {
+        {"\u2200", "forall"}, {"\u2203", "exists"}, {"\u2227", "and"}, {"\u2228", "or"},
+        {"\u00ac", "not"},    {"\u2260", "!="},     {"\u2208", "in"},  {"\u2209", "notin"},
+        {"\u2264", "<="},     {"\u2265", ">="},     {"\u221e", "inf"}, {"\u2016", "or"}};
+    if (subscriptDigitAt(i_)) return subscriptNumber(col);
+    const std::size_t n = codePointLength(i_);
+    const std::string cp = text_.substr(i_, n);
+    const auto it = symbols.find(cp);
+    if (it == symbols.end()) throw QueryError(col, "unexpected character '" + cp + "'");
+    const std::string& word = it->second;
+    const bool isName = word == "forall" || word == "exists" || word == "and" || word == "or" || word == "not" ||
+                        word == "in" || word == "notin" || word == "inf";
+    push(isName ? Token::Kind::Name : Token::Kind::Sym, word, col);
+    i_ += n;
+    ++column_;
+    // ∃_k: the underscore introduces the count.
+    if (word == "exists" && i_ + 1 < text_.size() && text_[i_] == '_' && std::isdigit(byte(i_ + 1))) {
+      ++i_;
+      ++column_;
+    }
+  }
+
+  // Subscript digits (the k of an exact quantifier, as in the thesis): a number.
+  void subscriptNumber(std::size_t col) {
+    std::string digits;
+    while (subscriptDigitAt(i_)) {
+      digits.push_back(static_cast<char>('0' + (byte(i_ + 2) - 0x80)));
+      i_ += 3;
+      ++column_;
+    }
+    Token tok;
+    tok.kind = Token::Kind::Number;
+    tok.exact = parseDigits(digits);
+    if (!tok.exact) throw QueryError(col, "the number " + digits + " does not fit 64 bits");
+    tok.number = static_cast<double>(*tok.exact);
+    tok.column = col;
+    tok.text = digits;
+    out_.push_back(tok);
+  }
+
+  void number(std::size_t col) {
+    std::size_t j = i_;
+    std::size_t dots = 0;
+    while (j < text_.size() && (std::isdigit(byte(j)) || text_[j] == '.')) {
+      if (text_[j] == '.') ++dots;
+      ++j;
+    }
+    Token tok;
+    tok.kind = Token::Kind::Number;
+    tok.text = text_.substr(i_, j - i_);
+    tok.column = col;
+    tok.integer = dots == 0;
+    if (dots > 1) throw QueryError(col, "malformed number '" + tok.text + "'");
+    // Whole numbers exactly (a thread number, a dynamic id, a count); reals through a double.
+    if (tok.integer) tok.exact = parseDigits(tok.text);
+    tok.number = std::strtod(tok.text.c_str(), nullptr);
+    const std::size_t afterUnit = unit(tok, j, col);
+    column_ += afterUnit - i_ - (afterUnit > j && text_.compare(j, 3, "\xc2\xb5s") == 0 ? 1 : 0);
+    i_ = afterUnit;
+    out_.push_back(tok);
+  }
+
+  // A unit of time right after the number at `j`: scales the token; returns where it ends.
+  std::size_t unit(Token& tok, std::size_t j, std::size_t col) const {
+    std::size_t k = j;
+    while (k < text_.size() && (std::isalpha(byte(k)) || text_.compare(k, 2, "\xc2\xb5") == 0))
+      k += text_.compare(k, 2, "\xc2\xb5") == 0 ? 2 : 1;
+    if (k == j) return j;
+    const std::string u = text_.substr(j, k - j);
+    static const std::map<std::string, std::uint64_t> scale = {
+        {"ns", 1}, {"us", 1000}, {"\xc2\xb5s", 1000}, {"ms", 1000000}, {"s", 1000000000}};
+    const auto s = scale.find(u);
+    if (s == scale.end()) throw QueryError(col + (j - i_), "unknown unit '" + u + "' (ns, us, ms, s)");
+    tok.number *= static_cast<double>(s->second);
+    tok.unit = true;
+    if (tok.exact) {
+      if (*tok.exact > UINT64_MAX / s->second)
+        tok.exact.reset();
+      else
+        *tok.exact *= s->second;
+    } else if (!tok.integer && std::floor(tok.number) == tok.number && tok.number < 0x1p64) {
+      tok.exact = static_cast<std::uint64_t>(tok.number);  // 1.5us: 1500 ns
+    }
+    tok.integer = tok.exact.has_value();
+    return k;
+  }
+
+  void name(std::size_t col) {
+    std::size_t j = i_;
+    while (j < text_.size() &&
+           (std::isalnum(byte(j)) || text_[j] == '_' || text_[j] == '-' || text_[j] == '.' || text_[j] == '\''))
+      ++j;
+    // A trailing '-' or '.' belongs to what follows (e.g. "t-1" is not a thing; "a-" is odd).
+    while (j > i_ + 1 && (text_[j - 1] == '-' || text_[j - 1] == '.')) --j;
+    push(Token::Kind::Name, text_.substr(i_, j - i_), col);
+    column_ += j - i_;
+    i_ = j;
+  }
+
+  // A quoted name; \" and \\ stand for '"' and '\'. Any other bytes are kept as they are (names
+  // need not be UTF-8); `at` is the column of the next character.
+  void quoted(std::size_t col) {
+    std::size_t j = i_ + 1, at = col + 1;
+    std::string s;
+    while (j < text_.size() && text_[j] != '"') {
+      if (text_[j] == '\\') {
+        if (j + 1 < text_.size() && (text_[j + 1] == '"' || text_[j + 1] == '\\')) {
+          s.push_back(text_[j + 1]);
+          j += 2;
+          at += 2;
+          continue;
+        }
+        throw QueryError(at, "unknown escape in a quoted name: write \\\" for '\"' and \\\\ for '\\'");
+      }
+      if ((byte(j) & 0xC0) != 0x80) ++at;  // not a UTF-8 continuation byte
+      s.push_back(text_[j++]);
+    }
+    if (j >= text_.size()) throw QueryError(col, "unterminated string");
+    push(Token::Kind::String, s, col);
+    column_ = at + 1;
+    i_ = j + 1;
+  }
+
+  // Operators of two characters, then of one; false when none starts here.
+  bool symbol(std::size_t col) {
+    static const std::pair<const char*, const char*> two[] = {{"!=", "!="}, {"<=", "<="}, {">=", ">="}, {"&&", "and"},
+                                                              {"||", "or"}, {"==", "="},  {"<>", "!="}};
+    for (const auto& [spelling, meaning] : two) {
+      if (text_.compare(i_, 2, spelling) != 0) continue;
+      const std::string m = meaning;
+      push(m == "and" || m == "or" ? Token::Kind::Name : Token::Kind::Sym, m, col);
+      i_ += 2;
+      column_ += 2;
+      return true;
+    }
+    const char c = text_[i_];
+    if (std::string("()[]{},:;=+-*/@#<>!").find(c) == std::string::npos) return false;
+    push(c == '!' ? Token::Kind::Name : Token::Kind::Sym, c == '!' ? "not" : std::string(1, c), col);
+    ++i_;
+    ++column_;
+    return true;
+  }
+
+  const std::string& text_;
+  std::vector<Token> out_;
+  std::size_t i_ = 0, column_ = 1;
+};
+
+std::vector<Token> lex(const std::string& text) { return Lexer(text).run(); }
 
 class Parser {
  public:

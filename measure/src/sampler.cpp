@@ -404,7 +404,8 @@ bool scanStack(CctArena& a, UnwindResult& r, std::uint64_t sp, std::uint64_t bp,
       memcpy(&context, ucontext, offsetof(ucontext_t, uc_sigmask));
       auto& g = context.uc_mcontext.gregs;
       g[REG_RIP] = static_cast<greg_t>(v);
-      g[REG_RSP] = static_cast<greg_t>(sp + 8 * (std::uint64_t{i} + 1));
+      const std::uint64_t callerSp = sp + 8 * (std::uint64_t{i} + 1);
+      g[REG_RSP] = static_cast<greg_t>(callerSp);
       // A callee that set up a frame pointer (push %rbp; mov %rsp, %rbp) and still has it keeps
       // its caller's just below its return address.
       if (i > 0 && bp == sp + 8 * (std::uint64_t{i} - 1)) g[REG_RBP] = static_cast<greg_t>(a.scan[i - 1]);

@@ -441,6 +441,51 @@ void placeAt(std::vector<T>& table, std::uint32_t id, T value) {
   table[id] = std::move(value);
 }
 
+StoredMetric readMetric(std::string_view value) {
+  Reader r(value, "metric descriptor");
+  StoredMetric s;
+  s.descriptor.name = r.text();
+  s.descriptor.unit = r.text();
+  const std::uint8_t kind = r.u8();
+  if (kind > 1) r.fail("unknown metric kind");
+  s.descriptor.kind = static_cast<MetricKind>(kind);
+  s.descriptor.period = r.u64();
+  s.descriptor.description = r.text();
+  const std::uint8_t type = r.u8();
+  if (type > 1) r.fail("unknown value type");
+  s.valueType = static_cast<ValueType>(type);
+  s.descriptor.valueType = s.valueType;
+  r.expectDone();
+  return s;
+}
+
+RegionMetricInfo readRegionMetric(std::string_view value) {
+  Reader r(value, "region metric descriptor");
+  RegionMetricInfo info;
+  info.name = r.text();
+  info.unit = r.text();
+  info.description = r.text();
+  const std::uint8_t flags = r.u8();
+  if (flags > 7) r.fail("unknown region metric flags");
+  info.exclusive = flags & 1;
+  info.inclusive = flags & 2;
+  info.perProcess = flags & 4;
+  r.expectDone();
+  return info;
+}
+
+ThreadClassInfo readThreadClass(std::string_view value) {
+  Reader r(value, "thread class");
+  ThreadClassInfo c;
+  const std::uint8_t cls = r.u8();
+  if (cls < 1 || cls > kThreadClassCount) r.fail("unknown thread class");
+  c.threadClass = static_cast<ThreadClass>(cls);
+  c.entry = r.text();
+  c.reason = r.text();
+  r.expectDone();
+  return c;
+}
+
 }  // namespace
 
 void MetadataDecoder::add(std::string_view key, std::string_view value) {
@@ -468,21 +513,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     r.expectDone();
     sawExperiment_ = true;
   } else if (key.starts_with(kMetricPrefix)) {
-    Reader r(value, "metric descriptor");
-    StoredMetric s;
-    s.descriptor.name = r.text();
-    s.descriptor.unit = r.text();
-    const std::uint8_t kind = r.u8();
-    if (kind > 1) r.fail("unknown metric kind");
-    s.descriptor.kind = static_cast<MetricKind>(kind);
-    s.descriptor.period = r.u64();
-    s.descriptor.description = r.text();
-    const std::uint8_t type = r.u8();
-    if (type > 1) r.fail("unknown value type");
-    s.valueType = static_cast<ValueType>(type);
-    s.descriptor.valueType = s.valueType;
-    r.expectDone();
-    placeAt(m_.metrics, tableIndex(key, kMetricPrefix, 2), std::move(s));
+    placeAt(m_.metrics, tableIndex(key, kMetricPrefix, 2), readMetric(value));
     ++seen_.metrics;
   } else if (key.starts_with(kProfilePrefix)) {
     Reader r(value, "profile id tuple");
@@ -508,18 +539,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     placeAt(m_.skipped, tableIndex(key, kSkippedPrefix, 4), std::move(s));
     ++seen_.skipped;
   } else if (key.starts_with(kRegionMetricPrefix)) {
-    Reader r(value, "region metric descriptor");
-    RegionMetricInfo info;
-    info.name = r.text();
-    info.unit = r.text();
-    info.description = r.text();
-    const std::uint8_t flags = r.u8();
-    if (flags > 7) r.fail("unknown region metric flags");
-    info.exclusive = flags & 1;
-    info.inclusive = flags & 2;
-    info.perProcess = flags & 4;
-    r.expectDone();
-    placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), std::move(info));
+    placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), readRegionMetric(value));
   } else if (key == kQualityKey) {
     Reader r(value, "sampling quality total");
     expected_.quality = r.u64();
@@ -533,15 +553,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     placeAt(m_.quality, tableIndex(key, kQualityPrefix, 4), q);
     ++seen_.quality;
   } else if (key.starts_with(kThreadClassPrefix)) {
-    Reader r(value, "thread class");
-    ThreadClassInfo c;
-    const std::uint8_t cls = r.u8();
-    if (cls < 1 || cls > kThreadClassCount) r.fail("unknown thread class");
-    c.threadClass = static_cast<ThreadClass>(cls);
-    c.entry = r.text();
-    c.reason = r.text();
-    r.expectDone();
-    placeAt(m_.threadClasses, tableIndex(key, kThreadClassPrefix, 4), std::move(c));
+    placeAt(m_.threadClasses, tableIndex(key, kThreadClassPrefix, 4), readThreadClass(value));
     ++seen_.threadClasses;
   } else if (key == kUnwindKey) {
     Reader r(value, "unwind recovery");

@@ -172,7 +172,7 @@ struct ModuleLoops {
   std::uint64_t loops = 0;
   std::uint64_t byAddress = 0;  // of them, known by their header address (their code has no line)
   std::string note;             // why none, or why by address; empty when every loop has a line
-  auto operator<=>(const ModuleLoops&) const = default;
+  auto operator<=>(const ModuleLoops&) const = default;  // NOLINT(modernize-use-nullptr): clang-tidy 14 misreads it
 };
 
 struct DatabaseMetadata {
