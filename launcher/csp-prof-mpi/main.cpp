@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli_numbers.hpp"
+#include "csp/reduce/hpctoolkit_export.hpp"
 #include "csp/reduce/overhead.hpp"
 #include "csp/reduce/prof.hpp"
 #include "progress.hpp"
@@ -57,7 +58,11 @@ int main(int argc, char** argv) {
   app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
-  app.add_flag("--force", o.force, "replace an existing database");
+  app.add_flag("--force", o.force, "replace an existing database (and HPCToolkit database, with --hpctoolkit)");
+  std::string hpctoolkit;
+  app.add_option("--hpctoolkit", hpctoolkit,
+                 "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
+                 "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
   app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
@@ -128,6 +133,16 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
+  if (!hpctoolkit.empty()) {  // before the reduction, not after it
+    auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, o.force);
+    if (why.empty() && std::filesystem::weakly_canonical(hpctoolkit) == std::filesystem::weakly_canonical(output))
+      why = "--hpctoolkit " + hpctoolkit + ": the same directory as the CSP database";
+    if (!why.empty()) {
+      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
+      MPI_Finalize();
+      return 2;
+    }
+  }
   o.pipeline.attribution.loops = !noLoops;
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   o.output = output;
@@ -150,6 +165,13 @@ int main(int argc, char** argv) {
     csp::reduce::Comm comm(MPI_COMM_WORLD);
     const auto s = csp::reduce::runProf(comm, o, &progress);
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
+    std::optional<csp::reduce::HpctoolkitExportSummary> h;
+    if (!hpctoolkit.empty()) {
+      progress.begin("HPCToolkit database", 0);
+      h = csp::reduce::exportHpctoolkit(comm, {output, hpctoolkit, o.force, o.onLeftover, o.onTempDir});
+      progress.end();
+      csp::cli::removeOnTermination({});
+    }
     if (rank == 0 && quiet)  // what is missing from the measurement is said even then
       for (const auto& w : s.measurementWarnings) fmt::print(stderr, "csp-prof-mpi: warning: {}\n", w);
     if (rank == 0 && !quiet) {
@@ -183,6 +205,10 @@ int main(int argc, char** argv) {
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
       if (!phases.empty()) phases.pop_back();
+      if (h)
+        fmt::print("  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
+                   hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
+                   h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
       fmt::print("  time {:.2f} s:{}\n", secs, phases);
     }
   } catch (const std::exception& e) {
