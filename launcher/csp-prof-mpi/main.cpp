@@ -167,9 +167,7 @@ int main(int argc, char** argv) {
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
     std::optional<csp::reduce::HpctoolkitExportSummary> h;
     if (!hpctoolkit.empty()) {
-      progress.begin("HPCToolkit database", 0);
       h = csp::reduce::exportHpctoolkit(comm, {output, hpctoolkit, o.force, o.onLeftover, o.onTempDir});
-      progress.end();
       csp::cli::removeOnTermination({});
     }
     if (rank == 0 && quiet)  // what is missing from the measurement is said even then
@@ -204,6 +202,7 @@ int main(int argc, char** argv) {
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
+      if (h) phases += fmt::format(" hpctoolkit {:.2f}s,", h->seconds);
       if (!phases.empty()) phases.pop_back();
       if (h)
         fmt::print("  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",

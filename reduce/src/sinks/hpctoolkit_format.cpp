@@ -218,6 +218,12 @@ void writeMetrics(Image& image, const storage::DatabaseMetadata& meta) {
   image.u64(start + 0x10, scopes);
   image.u16(start + 0x18, 2);
   image.u8(start + 0x1a, 0x10);
+  // The arrays first (8-aligned), then the strings they point at.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> arrays;  // {PSI}[2], {SS}[10] per metric
+  for (std::size_t m = 0; m < n; ++m) {
+    const auto instances = image.reserve(2 * 0x10);
+    arrays.emplace_back(instances, image.reserve(2 * kPartials * 0x18));
+  }
   for (unsigned s = 0; s < 2; ++s) {
     image.u64(scopes + 0x10 * s, image.cstring(kScopeNames[s]));
     image.u8(scopes + 0x10 * s + 8, kScopeTypes[s]);
@@ -228,8 +234,7 @@ void writeMetrics(Image& image, const storage::DatabaseMetadata& meta) {
     if (!formulas.count(p.formula)) formulas[p.formula] = image.cstring(p.formula);
   for (std::size_t m = 0; m < n; ++m) {
     const auto md = metrics + 0x20 * m;
-    const auto instances = image.reserve(2 * 0x10);
-    const auto summaries = image.reserve(2 * kPartials * 0x18);
+    const auto [instances, summaries] = arrays[m];
     image.u64(md, image.cstring(metricName(meta.metrics[m].descriptor)));
     image.u64(md + 0x08, instances);
     image.u64(md + 0x10, summaries);
