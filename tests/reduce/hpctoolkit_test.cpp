@@ -367,6 +367,20 @@ TEST(Hpctoolkit, SameBytesForOneAndThreeProcesses) {
     EXPECT_TRUE(one == slurp(dir / "np3" / f)) << f << " differs between 1 and 3 processes";
     EXPECT_TRUE(one == slurp(dir / "np2" / f)) << f << " differs between csp-export and csp-prof-mpi --hpctoolkit";
   }
+  // Several chunks of profiles (64 each) and of nodes, in rounds over the processes, one process
+  // or three (a last round where some have no chunk).
+  r = run(tool("csp-gen") + " --ranks 50 --threads 3 --nodes 400 --metrics 2 --seed 3 -o " + (dir / "gen").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(prof(1, dir / "gen", dir / "gendb", "--hpctoolkit " + (dir / "gen-np1").string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(exportTo(3, dir / "gendb", dir / "gen-np3"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* f : {"meta.db", "profile.db", "cct.db"})
+    EXPECT_TRUE(slurp(dir / "gen-np1" / f) == slurp(dir / "gen-np3" / f)) << f;
+  const auto checked = expectSameValues(dir / "gendb", dir / "gen-np3");
+  EXPECT_EQ(storage::Database::open(dir / "gendb")->metadata().profiles.size(), 150u);
+  EXPECT_GT(checked.contexts, 2 * 64u);
+
   // More processes than profiles and nodes to share: ranks with nothing of their own.
   r = run(exportTo(5, sharedFig75Database() / "db", dir / "fig-np5"));
   ASSERT_EQ(r.status, 0) << r.output;

@@ -1,15 +1,15 @@
 // The parallel export of a CSP database to HPCToolkit's format (csp/reduce/hpctoolkit_export.hpp):
 //
 //  1. the root checks the output and creates a staging directory next to it; everyone learns it;
-//  2. each rank encodes its profile range (profile.db blocks) and its node range (cct.db blocks
-//     and the summary profile's values) into spill files of the staging directory, one profile or
-//     one node at a time;
-//  3. the ranks exchange the sizes of their parts; every rank computes the same layout;
-//  4. each rank copies its parts into place and writes the headers of its profiles and
-//     contexts; the root writes the file headers, meta.db and metrics/default.yaml;
-//  5. the root publishes the directory by rename.
-// Blocks are position-independent and every size depends on the data alone, so the files are
-// the same bytes for any number of ranks.
+//  2. the per-thread blocks are encoded in chunks of consecutive profiles (profile.db) and of
+//     consecutive CCT nodes (cct.db), round-robin over the ranks, one profile or node at a time;
+//     after each round the ranks share their chunks' sizes, so that each knows where its chunk
+//     goes, and a background thread writes it there while the next one is encoded;
+//  3. each rank writes the headers of its profiles and contexts, and its node range's part of the
+//     summary profile; the root writes the file headers, meta.db and metrics/default.yaml;
+//  4. the root publishes the directory by rename.
+// Blocks are position-independent and every size and offset depends on the data alone, so the
+// files are the same bytes for any number of ranks.
 #include "csp/reduce/hpctoolkit_export.hpp"
 
 #include <fcntl.h>
@@ -19,11 +19,17 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database.hpp"
@@ -73,56 +79,110 @@ class File {
   int fd_;
 };
 
-// A rank's part of a file, written sequentially while it is encoded and copied into place once
-// the layout is known.
-class Spill {
+// Writes chunks at their offsets on a thread of its own while the caller encodes the next ones:
+// page-aligned chunks go around the page cache (O_DIRECT) where the file system allows it.
+class ChunkWriter {
  public:
-  explicit Spill(fs::path path) : file_(std::move(path), O_WRONLY | O_CREAT | O_TRUNC) {}
-  std::string& buffer() { return buffer_; }
-  void flushIfLarge() {
-    if (buffer_.size() >= kChunk) flush();
+  explicit ChunkWriter(const fs::path& path) : buffered_(path, O_WRONLY | O_CREAT) {
+    direct_ = ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    thread_ = std::thread([this] { run(); });
   }
-  void flush() {
-    file_.writeAt(size_, buffer_);
-    size_ += buffer_.size();
-    buffer_.clear();
+  ~ChunkWriter() {
+    stop();
+    if (direct_ >= 0) ::close(direct_);
   }
-  std::uint64_t size() const { return size_ + buffer_.size(); }
-  const fs::path& path() const { return file_.path(); }
+  ChunkWriter(const ChunkWriter&) = delete;
+  ChunkWriter& operator=(const ChunkWriter&) = delete;
 
-  // Copies the whole spill to `at` in `out` (in the kernel where it can) and removes it.
-  void copyInto(const File& out, std::uint64_t at) {
-    flush();
-    File in(file_.path(), O_RDONLY);
-    loff_t from = 0;
-    auto to = static_cast<loff_t>(at);
-    std::uint64_t left = size_;
-    while (left > 0) {
-      const auto n = ::copy_file_range(in.fd(), &from, out.fd(), &to, left, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      left -= static_cast<std::uint64_t>(n);
-    }
-    std::string chunk;
-    while (left > 0) {  // file systems without copy_file_range
-      chunk.resize(std::min<std::uint64_t>(left, kChunk));
-      const auto n = ::pread(in.fd(), chunk.data(), chunk.size(), from);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) ioError(file_.path(), "read");
-      out.writeAt(static_cast<std::uint64_t>(to), std::string_view(chunk.data(), static_cast<std::size_t>(n)));
-      from += n;
-      to += n;
-      left -= static_cast<std::uint64_t>(n);
-    }
-    std::error_code ec;
-    fs::remove(file_.path(), ec);
+  // An empty buffer, recycled from a written chunk when there is one.
+  hpctk::ChunkBuffer buffer() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) return {};
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    b.clear();
+    return b;
+  }
+  // Two chunks at most are waiting: memory stays at a few chunks.
+  void submit(std::uint64_t at, hpctk::ChunkBuffer bytes) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return queue_.size() < 2 || error_; });
+    rethrow();
+    queue_.emplace_back(at, std::move(bytes));
+    changed_.notify_all();
+  }
+  // Every chunk written and durable.
+  void finish() {
+    stop();
+    rethrow();
+    buffered_.sync();
   }
 
  private:
-  static constexpr std::size_t kChunk = 4 << 20;
-  File file_;
-  std::string buffer_;
-  std::uint64_t size_ = 0;
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      changed_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  void rethrow() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+  void run() {
+    for (;;) {
+      std::pair<std::uint64_t, hpctk::ChunkBuffer> job;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        changed_.notify_all();
+      }
+      try {
+        write(job.first, std::string_view(job.second.data(), job.second.size()));
+        std::lock_guard lock(mutex_);
+        free_.push_back(std::move(job.second));
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        error_ = std::current_exception();
+        queue_.clear();
+        changed_.notify_all();
+        return;
+      }
+    }
+  }
+  // The buffer is 4096-aligned, as direct I/O needs it.
+  void write(std::uint64_t at, std::string_view bytes) {
+    if (direct_ >= 0 && at % kChunkAlignment == 0 && bytes.size() % kChunkAlignment == 0) {
+      std::uint64_t done = 0;
+      while (done < bytes.size()) {
+        const auto n = ::pwrite(direct_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(at + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINVAL) break;  // not for this file system after all
+        if (n <= 0) ioError(buffered_.path(), "write");
+        done += static_cast<std::uint64_t>(n);
+      }
+      if (done == bytes.size()) return;
+      ::close(std::exchange(direct_, -1));
+      bytes.remove_prefix(done);
+      at += done;
+    }
+    buffered_.writeAt(at, bytes);
+  }
+
+  static constexpr std::uint64_t kChunkAlignment = hpctk::kChunkAlignment;
+  File buffered_;
+  int direct_ = -1;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::pair<std::uint64_t, hpctk::ChunkBuffer>> queue_;
+  std::vector<hpctk::ChunkBuffer> free_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
 };
 
 std::string fileName(const fs::path& p) {
@@ -223,43 +283,60 @@ std::vector<storage::ValueType> valueTypes(const storage::DatabaseMetadata& meta
   return t;
 }
 
-// This rank's profiles, profile-major: context 0 repeats the root's values.
-std::vector<hpctk::Block> encodeProfiles(const storage::Database& db, std::uint64_t begin, std::uint64_t end,
-                                         Spill& spill) {
-  const auto types = valueTypes(db.metadata());
+// Profiles [begin, end) profile-major.
+std::vector<hpctk::Block> encodeProfiles(const storage::Database& db, const std::vector<storage::ValueType>& types,
+                                         std::uint64_t begin, std::uint64_t end, hpctk::ChunkBuffer& out) {
   std::vector<hpctk::Block> blocks;
-  hpctk::ProfileBlockEncoder encoder;
-  for (auto p = begin; p < end; ++p) {
-    const auto values = db.profileValues(static_cast<storage::ProfileId>(p));
-    for (const auto& v : values) {
-      if (v.node != 0) break;
-      encoder.add(0, hpctk::propagatedId(v.metric, v.scope), hpctk::valueOf(v.value, types.at(v.metric)));
-    }
-    for (const auto& v : values)
-      encoder.add(hpctk::contextOf(v.node), hpctk::propagatedId(v.metric, v.scope),
-                  hpctk::valueOf(v.value, types.at(v.metric)));
-    blocks.push_back(encoder.finish(spill.buffer()));
-    spill.flushIfLarge();
+  for (auto p = begin; p < end; ++p)
+    blocks.push_back(hpctk::encodeProfileBlock(db.profileValues(static_cast<storage::ProfileId>(p)), types, out));
+  return blocks;
+}
+
+// Nodes [begin, end) context-major: the global context first, before the root's.
+std::vector<hpctk::Block> encodeContexts(const storage::Database& db, const std::vector<storage::ValueType>& types,
+                                         std::uint64_t begin, std::uint64_t end, hpctk::ChunkBuffer& out) {
+  std::vector<hpctk::Block> blocks;
+  for (auto n = begin; n < end; ++n) {
+    const auto values = db.nodeValues(static_cast<NodeId>(n));
+    for (int copy = n == 0 ? 2 : 1; copy > 0; --copy) blocks.push_back(hpctk::encodeContextBlock(values, types, out));
   }
   return blocks;
 }
 
-// This rank's contexts, context-major: the global context first when the rank holds the root.
-std::vector<hpctk::Block> encodeContexts(const storage::Database& db, std::uint64_t begin, std::uint64_t end,
-                                         Spill& spill) {
-  const auto types = valueTypes(db.metadata());
-  std::vector<hpctk::Block> blocks;
-  hpctk::ContextBlockEncoder encoder;
-  for (auto n = begin; n < end; ++n) {
-    const auto values = db.nodeValues(static_cast<NodeId>(n));
-    for (int copy = n == 0 ? 2 : 1; copy > 0; --copy) {
-      for (const auto& v : values)
-        encoder.add(hpctk::propagatedId(v.metric, v.scope), v.profile + 1, hpctk::valueOf(v.value, types.at(v.metric)));
-      blocks.push_back(encoder.finish(spill.buffer()));
+// Encodes `chunks` chunks round-robin over the ranks (`encode(chunk, out)` returns the blocks of
+// the chunk's items) and writes each where it goes: after every round the ranks share their
+// chunks' sizes. `placed(chunk, blocks, offset)` writes the items' headers. Returns the offset
+// just past the last chunk, the same on every rank.
+std::uint64_t writeChunks(
+    const Comm& comm, std::uint64_t chunks, std::uint64_t base, ChunkWriter& writer,
+    const std::function<std::vector<hpctk::Block>(std::uint64_t, hpctk::ChunkBuffer&)>& encode,
+    const std::function<void(std::uint64_t, const std::vector<hpctk::Block>&, std::uint64_t)>& placed) {
+  const auto ranks = static_cast<std::uint64_t>(comm.size());
+  const auto rank = static_cast<std::uint64_t>(comm.rank());
+  for (std::uint64_t first = 0; first < chunks; first += ranks) {
+    const auto chunk = first + rank;
+    hpctk::ChunkBuffer bytes = writer.buffer();
+    std::vector<hpctk::Block> blocks;
+    if (chunk < chunks) {
+      blocks = encode(chunk, bytes);
+      bytes.padTo(hpctk::kChunkAlignment);
     }
-    spill.flushIfLarge();
+    Packer size;
+    size.u64(bytes.size());
+    const auto sizes = comm.allgather(size.take());
+    std::uint64_t at = base;
+    for (std::uint64_t r = 0; r < sizes.size(); ++r) {
+      Unpacker in(sizes[r], "chunk size");
+      const auto n = in.u64();
+      if (r < rank) at += n;
+      base += n;
+    }
+    if (chunk < chunks) {
+      placed(chunk, blocks, at);
+      if (bytes.size() > 0) writer.submit(at, std::move(bytes));
+    }
   }
-  return blocks;
+  return base;
 }
 
 // The summary statistics of one (node, metric, scope), in partial order (hpctoolkit_format.hpp).
@@ -341,21 +418,19 @@ std::string summaryIndexBytes(const SummaryPart& part, std::uint64_t firstValue)
   return out;
 }
 
-// What each rank contributes, exchanged so that every rank computes the same layout.
+// What each rank contributes to the summary profile (and the values it wrote), exchanged so that
+// every rank knows where its part goes.
 struct PartSizes {
-  std::uint64_t profileBytes = 0, contextBytes = 0, summaryValues = 0, summaryContexts = 0, values = 0;
+  std::uint64_t summaryValues = 0, summaryContexts = 0, values = 0;
 };
 
 std::vector<PartSizes> exchangeSizes(const Comm& comm, const PartSizes& mine) {
   Packer out;
-  for (auto v : {mine.profileBytes, mine.contextBytes, mine.summaryValues, mine.summaryContexts, mine.values})
-    out.u64(v);
+  for (auto v : {mine.summaryValues, mine.summaryContexts, mine.values}) out.u64(v);
   std::vector<PartSizes> all;
   for (const auto& bytes : comm.allgather(out.take())) {
     Unpacker in(bytes, "part sizes");
     PartSizes s;
-    s.profileBytes = in.u64();
-    s.contextBytes = in.u64();
     s.summaryValues = in.u64();
     s.summaryContexts = in.u64();
     s.values = in.u64();
@@ -384,8 +459,8 @@ std::string metaDescription(const storage::Database& db) {
 
 // The root's files: meta.db, metrics/default.yaml, the file headers and what is not per rank.
 void writeRootParts(const storage::Database& db, const fs::path& dir, const File& profileDb, const File& cctDb,
-                    const hpctk::ProfileDbLayout& pl, const hpctk::CctDbLayout& cl, const std::string& idTuples,
-                    std::uint64_t summaryValues, std::uint64_t summaryContexts) {
+                    const hpctk::ProfileDbLayout& pl, const hpctk::CctDbLayout& cl, std::uint64_t cctEnd,
+                    const std::string& idTuples, std::uint64_t summaryValues, std::uint64_t summaryContexts) {
   const auto& meta = db.metadata();
   const auto cct = db.readCct();
   {
@@ -406,7 +481,64 @@ void writeRootParts(const storage::Database& db, const fs::path& dir, const File
   profileDb.writeAt(pl.pIdTuples, idTuples);
   profileDb.writeAt(pl.footer, std::string_view(hpctk::kProfileFooter, hpctk::kFooterSize));
   cctDb.writeAt(0, hpctk::encodeCctDbHeader(cl));
-  cctDb.writeAt(cl.footer, std::string_view(hpctk::kCctFooter, hpctk::kFooterSize));
+  cctDb.writeAt(cctEnd, std::string_view(hpctk::kCctFooter, hpctk::kFooterSize));
+}
+
+std::uint64_t chunksOf(std::uint64_t items, std::uint64_t perChunk) { return (items + perChunk - 1) / perChunk; }
+
+// profile.db's per-thread blocks and their {PI} headers; returns the offset past the chunks and
+// (through `values`) how many values this rank wrote.
+std::uint64_t writeProfileBlocks(const Comm& comm, const storage::Database& db, const hpctk::ProfileDbLayout& pl,
+                                 const std::vector<std::uint64_t>& tupleOffsets, const fs::path& path,
+                                 const File& headers, std::uint64_t& values) {
+  const auto types = valueTypes(db.metadata());
+  const auto profiles = db.metadata().profiles.size();
+  ChunkWriter writer(path);
+  const auto end = writeChunks(
+      comm, chunksOf(profiles, hpctk::kProfilesPerChunk), pl.pBlocks, writer,
+      [&](std::uint64_t chunk, hpctk::ChunkBuffer& out) {
+        const auto first = chunk * hpctk::kProfilesPerChunk;
+        return encodeProfiles(db, types, first, std::min<std::uint64_t>(first + hpctk::kProfilesPerChunk, profiles),
+                              out);
+      },
+      [&](std::uint64_t chunk, const std::vector<hpctk::Block>& blocks, std::uint64_t at) {
+        const auto first = chunk * hpctk::kProfilesPerChunk;
+        std::string infos;
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+          infos += hpctk::encodeProfileInfo(blocks[i], at, tupleOffsets[first + i], false);
+          at += blocks[i].bytes;
+          values += blocks[i].values;
+        }
+        headers.writeAt(pl.pProfiles + (first + 1) * hpctk::kProfileInfoSize, infos);
+      });
+  writer.finish();
+  return end;
+}
+
+// cct.db's context blocks and their {CI} headers; returns the offset past the chunks.
+std::uint64_t writeContextBlocks(const Comm& comm, const storage::Database& db, const hpctk::CctDbLayout& cl,
+                                 const fs::path& path, const File& headers) {
+  const auto types = valueTypes(db.metadata());
+  const std::uint64_t nodes = db.metadata().nodeCount;
+  ChunkWriter writer(path);
+  const auto end = writeChunks(
+      comm, chunksOf(nodes, hpctk::kNodesPerChunk), cl.pBlocks, writer,
+      [&](std::uint64_t chunk, hpctk::ChunkBuffer& out) {
+        const auto first = chunk * hpctk::kNodesPerChunk;
+        return encodeContexts(db, types, first, std::min<std::uint64_t>(first + hpctk::kNodesPerChunk, nodes), out);
+      },
+      [&](std::uint64_t chunk, const std::vector<hpctk::Block>& blocks, std::uint64_t at) {
+        // The first chunk starts with the global context 0; node n is context n + 1.
+        const auto firstContext = chunk == 0 ? 0 : chunk * hpctk::kNodesPerChunk + 1;
+        std::string infos;
+        for (const auto& b : blocks) {
+          infos += hpctk::encodeContextInfo(b, at);
+          at += b.bytes;
+        }
+        headers.writeAt(cl.pCtxs + firstContext * hpctk::kContextInfoSize, infos);
+      });
+  writer.finish();
+  return end;
 }
 
 HpctoolkitExportSummary runExport(const Comm& comm, const HpctoolkitExportOptions& options,
@@ -418,69 +550,39 @@ HpctoolkitExportSummary runExport(const Comm& comm, const HpctoolkitExportOption
     throw HpctoolkitExportError(fmt::format("{}: {} metrics; HPCToolkit's 16-bit metric ids hold at most {}",
                                             options.database.string(), meta.metrics.size(), hpctk::kMaxMetrics));
   const fs::path dir = shareStaging(comm, options, staging);
-  const auto [profileBegin, profileEnd] = rangeOf(comm, meta.profiles.size());
+  std::vector<std::uint64_t> tupleOffsets;
+  auto pl = hpctk::profileDbLayout(meta.profiles.size(), 0);
+  const auto idTuples = hpctk::encodeIdTuples(meta.profiles, pl.pIdTuples, tupleOffsets);
+  pl = hpctk::profileDbLayout(meta.profiles.size(), idTuples.size());
+  const auto cl = hpctk::cctDbLayout(std::uint64_t{meta.nodeCount} + 1);
+  const File profileDb(dir / "profile.db", O_WRONLY | O_CREAT);
+  const File cctDb(dir / "cct.db", O_WRONLY | O_CREAT);
+  faultPoint(comm, "hpctoolkit");
+
+  // The per-thread blocks, then the summary profile (this rank's node range) after them.
+  std::uint64_t values = 0;
+  const auto blocksEnd = writeProfileBlocks(comm, *db, pl, tupleOffsets, dir / "profile.db", profileDb, values);
+  const auto cctEnd = writeContextBlocks(comm, *db, cl, dir / "cct.db", cctDb);
   const auto [nodeBegin, nodeEnd] = rangeOf(comm, meta.nodeCount);
-
-  // Encode this rank's parts.
-  Spill profileSpill(dir / fmt::format(".profile-part-{}", comm.rank()));
-  Spill contextSpill(dir / fmt::format(".cct-part-{}", comm.rank()));
-  const auto profileBlocks = encodeProfiles(*db, profileBegin, profileEnd, profileSpill);
-  const auto contextBlocks = encodeContexts(*db, nodeBegin, nodeEnd, contextSpill);
   const auto summary = encodeSummaries(*db, nodeBegin, nodeEnd);
-
-  // Agree on the layout.
-  PartSizes mine{profileSpill.size(), contextSpill.size(), summary.count, summary.index.size(), 0};
-  for (const auto& b : profileBlocks) mine.values += b.values;
-  const auto sizes = exchangeSizes(comm, mine);
+  const auto sizes = exchangeSizes(comm, {summary.count, summary.index.size(), values});
   PartSizes total, before;
   for (int r = 0; r < comm.size(); ++r) {
     const auto& s = sizes[static_cast<std::size_t>(r)];
     if (r < comm.rank()) {
-      before.profileBytes += s.profileBytes;
-      before.contextBytes += s.contextBytes;
       before.summaryValues += s.summaryValues;
       before.summaryContexts += s.summaryContexts;
     }
-    total.profileBytes += s.profileBytes;
-    total.contextBytes += s.contextBytes;
     total.summaryValues += s.summaryValues;
     total.summaryContexts += s.summaryContexts;
     total.values += s.values;
   }
-  std::vector<std::uint64_t> tupleOffsets;
-  const auto pIdTuples = hpctk::profileDbLayout(meta.profiles.size(), 0, 0, 0, 0).pIdTuples;
-  const auto idTuples = hpctk::encodeIdTuples(meta.profiles, pIdTuples, tupleOffsets);
-  const auto pl = hpctk::profileDbLayout(meta.profiles.size(), idTuples.size(), total.summaryValues,
-                                         total.summaryContexts, total.profileBytes);
-  const auto cl = hpctk::cctDbLayout(std::uint64_t{meta.nodeCount} + 1, total.contextBytes);
-
-  // Write every part into place.
-  faultPoint(comm, "hpctoolkit");
-  File profileDb(dir / "profile.db", O_WRONLY | O_CREAT);
-  File cctDb(dir / "cct.db", O_WRONLY | O_CREAT);
-  const auto profileAt = pl.pBlocks + before.profileBytes;
-  profileSpill.copyInto(profileDb, profileAt);
-  std::string infos;
-  for (auto at = profileAt; const auto& b : profileBlocks) {
-    const auto p = profileBegin + static_cast<std::uint64_t>(&b - profileBlocks.data());
-    infos += hpctk::encodeProfileInfo(b, at, tupleOffsets[p], false);
-    at += b.bytes;
-  }
-  profileDb.writeAt(pl.pProfiles + (profileBegin + 1) * hpctk::kProfileInfoSize, infos);
-  const auto contextAt = cl.pBlocks + before.contextBytes;
-  contextSpill.copyInto(cctDb, contextAt);
-  infos.clear();
-  for (auto at = contextAt; const auto& b : contextBlocks) {
-    infos += hpctk::encodeContextInfo(b, at);
-    at += b.bytes;
-  }
-  const auto firstContext = nodeBegin == nodeEnd ? 0 : nodeBegin == 0 ? 0 : nodeBegin + 1;
-  cctDb.writeAt(cl.pCtxs + firstContext * hpctk::kContextInfoSize, infos);
+  hpctk::placeSummary(pl, blocksEnd - pl.pBlocks, total.summaryValues, total.summaryContexts);
   profileDb.writeAt(pl.pSummaryValues + before.summaryValues * hpctk::kProfileValueSize, summary.values);
   profileDb.writeAt(pl.pSummaryIndex + before.summaryContexts * hpctk::kProfileIndexSize,
                     summaryIndexBytes(summary, before.summaryValues));
   if (comm.rank() == 0)
-    writeRootParts(*db, dir, profileDb, cctDb, pl, cl, idTuples, total.summaryValues, total.summaryContexts);
+    writeRootParts(*db, dir, profileDb, cctDb, pl, cl, cctEnd, idTuples, total.summaryValues, total.summaryContexts);
   profileDb.sync();
   cctDb.sync();
 

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <new>
 #include <regex>
 #include <stdexcept>
 #include <tuple>
@@ -21,7 +24,9 @@ using storage::MetricScope;
 namespace {
 
 void appendLe(std::string& out, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i, v >>= 8) out.push_back(static_cast<char>(v & 0xff));
+  char b[8];
+  for (int i = 0; i < n; ++i, v >>= 8) b[i] = static_cast<char>(v & 0xff);
+  out.append(b, static_cast<std::size_t>(n));
 }
 void padTo(std::string& out, std::uint64_t start, std::uint64_t a) {
   out.resize(start + alignUp(out.size() - start, a), '\0');
@@ -552,8 +557,12 @@ void ProfileBlockEncoder::add(std::uint32_t context, std::uint16_t metric, doubl
     ++contexts_;
     lastContext_ = context;
   }
-  appendLe(values_, metric, 2);
-  appendLe(values_, std::bit_cast<std::uint64_t>(v), 8);
+  char b[kProfileValueSize];
+  const auto bits = std::bit_cast<std::uint64_t>(v);
+  b[0] = static_cast<char>(metric & 0xff);
+  b[1] = static_cast<char>(metric >> 8);
+  for (int i = 0; i < 8; ++i) b[2 + i] = static_cast<char>((bits >> (8 * i)) & 0xff);
+  values_.append(b, sizeof b);
   ++count_;
 }
 
@@ -571,34 +580,132 @@ Block ProfileBlockEncoder::finish(std::string& out) {
   return b;
 }
 
-void ContextBlockEncoder::add(std::uint16_t metric, std::uint32_t profileIndex, double v) {
-  if (v == 0) return;
-  if (metrics_ == 0 || metric != lastMetric_) {
-    appendLe(index_, metric, 2);
-    appendLe(index_, count_, 8);
-    ++metrics_;
-    lastMetric_ = metric;
+ChunkBuffer::~ChunkBuffer() { std::free(data_); }
+
+char* ChunkBuffer::extend(std::size_t n) {
+  if (size_ + n > capacity_) {
+    const std::size_t capacity = std::max<std::size_t>(alignUp(2 * (size_ + n), kChunkAlignment), 1 << 20);
+    void* grown = nullptr;
+    if (::posix_memalign(&grown, kChunkAlignment, capacity) != 0) throw std::bad_alloc();
+    if (size_) std::memcpy(grown, data_, size_);
+    std::free(data_);
+    data_ = static_cast<char*>(grown);
+    capacity_ = capacity;
   }
-  appendLe(values_, profileIndex, 4);
-  appendLe(values_, std::bit_cast<std::uint64_t>(v), 8);
-  ++count_;
+  char* at = data_ + size_;
+  size_ += n;
+  return at;
 }
 
-Block ContextBlockEncoder::finish(std::string& out) {
-  const auto start = out.size();
-  out += values_;
-  out += index_;
-  padTo(out, start, 8);
-  const Block b{count_, metrics_, out.size() - start};
-  values_.clear();
-  index_.clear();
-  count_ = 0;
-  metrics_ = 0;
+void ChunkBuffer::padTo(std::uint64_t multiple) {
+  const auto n = alignUp(size_, multiple) - size_;
+  std::memset(extend(n), 0, n);
+}
+
+namespace {
+
+// Little-endian stores into a block being filled (the format is little-endian whatever the host).
+void store(char* at, std::uint64_t v, int n) {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(at, &v, static_cast<std::size_t>(n));
+  } else {
+    for (int i = 0; i < n; ++i, v >>= 8) at[i] = static_cast<char>(v & 0xff);
+  }
+}
+
+// A block of `values` value records and `indices` index records, zero padding included.
+char* blockOf(ChunkBuffer& out, std::uint64_t valuesBytes, std::uint64_t indexAt, std::uint64_t bytes) {
+  char* block = out.extend(bytes);
+  std::memset(block + valuesBytes, 0, indexAt - valuesBytes);
+  return block;
+}
+
+}  // namespace
+
+Block encodeProfileBlock(std::span<const storage::ProfileValue> values, std::span<const storage::ValueType> types,
+                         ChunkBuffer& out) {
+  // Counted first, so that the block is written once, in place.
+  auto present = [&](const storage::ProfileValue& v) { return valueOf(v.value, types[v.metric]) != 0; };
+  std::uint64_t kept = 0, rootValues = 0, contexts = 0;
+  std::uint64_t lastNode = UINT64_MAX;
+  for (const auto& v : values) {
+    if (!present(v)) continue;
+    ++kept;
+    if (v.node == 0) ++rootValues;
+    if (v.node != lastNode) ++contexts, lastNode = v.node;
+  }
+  if (rootValues) ++contexts;
+  Block b{kept + rootValues, static_cast<std::uint32_t>(contexts), profileBlockBytes(kept + rootValues, contexts)};
+  if (b.values == 0) return {};
+  const auto indexAt = alignUp(b.values * kProfileValueSize, 4);
+  char* block = blockOf(out, b.values * kProfileValueSize, indexAt, b.bytes);
+  char* value = block;
+  char* index = block + indexAt;
+  std::uint64_t count = 0;
+  auto emit = [&](std::uint32_t context, const storage::ProfileValue& v, bool first) {
+    if (first) {
+      store(index, context, 4);
+      store(index + 4, count, 8);
+      index += kProfileIndexSize;
+    }
+    store(value, propagatedId(v.metric, v.scope), 2);
+    store(value + 2, std::bit_cast<std::uint64_t>(valueOf(v.value, types[v.metric])), 8);
+    value += kProfileValueSize;
+    ++count;
+  };
+  bool first = true;
+  for (const auto& v : values) {
+    if (v.node != 0) break;
+    if (present(v)) emit(0, v, std::exchange(first, false));
+  }
+  lastNode = UINT64_MAX;
+  for (const auto& v : values) {
+    if (!present(v)) continue;
+    emit(contextOf(v.node), v, v.node != lastNode);
+    lastNode = v.node;
+  }
+  std::memset(index, 0, static_cast<std::size_t>(block + b.bytes - index));
   return b;
 }
 
-ProfileDbLayout profileDbLayout(std::uint64_t threadProfiles, std::uint64_t idTupleBytes, std::uint64_t summaryValues,
-                                std::uint64_t summaryContexts, std::uint64_t blockBytes) {
+Block encodeContextBlock(std::span<const storage::NodeValue> values, std::span<const storage::ValueType> types,
+                         ChunkBuffer& out) {
+  auto present = [&](const storage::NodeValue& v) { return valueOf(v.value, types[v.metric]) != 0; };
+  std::uint64_t kept = 0, metrics = 0;
+  int last = -1;
+  for (const auto& v : values) {
+    if (!present(v)) continue;
+    ++kept;
+    const int id = propagatedId(v.metric, v.scope);
+    if (id != last) ++metrics, last = id;
+  }
+  if (kept == 0) return {};
+  const auto valuesBytes = kept * kContextValueSize;
+  Block b{kept, static_cast<std::uint32_t>(metrics), alignUp(valuesBytes + metrics * kContextIndexSize, 8)};
+  char* block = out.extend(b.bytes);
+  char* value = block;
+  char* index = block + valuesBytes;
+  std::uint64_t count = 0;
+  last = -1;
+  for (const auto& v : values) {
+    if (!present(v)) continue;
+    const int id = propagatedId(v.metric, v.scope);
+    if (id != last) {
+      store(index, static_cast<std::uint64_t>(id), 2);
+      store(index + 2, count, 8);
+      index += kContextIndexSize;
+      last = id;
+    }
+    store(value, v.profile + 1, 4);
+    store(value + 4, std::bit_cast<std::uint64_t>(valueOf(v.value, types[v.metric])), 8);
+    value += kContextValueSize;
+    ++count;
+  }
+  std::memset(index, 0, static_cast<std::size_t>(block + b.bytes - index));
+  return b;
+}
+
+ProfileDbLayout profileDbLayout(std::uint64_t threadProfiles, std::uint64_t idTupleBytes) {
   ProfileDbLayout l;
   l.profiles = threadProfiles + 1;
   l.pProfileInfos = alignUp(kProfileHeaderSize, 8);
@@ -606,11 +713,15 @@ ProfileDbLayout profileDbLayout(std::uint64_t threadProfiles, std::uint64_t idTu
   l.szProfileInfos = l.pProfiles + l.profiles * kProfileInfoSize - l.pProfileInfos;
   l.pIdTuples = alignUp(l.pProfileInfos + l.szProfileInfos, 8);
   l.szIdTuples = idTupleBytes;
-  l.pSummaryValues = alignUp(l.pIdTuples + l.szIdTuples, 8);
-  l.pSummaryIndex = alignUp(l.pSummaryValues + summaryValues * kProfileValueSize, 4);
-  l.pBlocks = alignUp(l.pSummaryIndex + summaryContexts * kProfileIndexSize, 8);
-  l.footer = l.pBlocks + blockBytes;
+  l.pBlocks = alignUp(l.pIdTuples + l.szIdTuples, kChunkAlignment);
   return l;
+}
+
+void placeSummary(ProfileDbLayout& l, std::uint64_t blockBytes, std::uint64_t summaryValues,
+                  std::uint64_t summaryContexts) {
+  l.pSummaryValues = alignUp(l.pBlocks + blockBytes, 8);
+  l.pSummaryIndex = alignUp(l.pSummaryValues + summaryValues * kProfileValueSize, 4);
+  l.footer = alignUp(l.pSummaryIndex + summaryContexts * kProfileIndexSize, 8);
 }
 
 std::string encodeProfileDbHeader(const ProfileDbLayout& l) {
@@ -646,14 +757,13 @@ std::string encodeProfileInfo(const Block& b, std::uint64_t at, std::uint64_t pI
   return out;
 }
 
-CctDbLayout cctDbLayout(std::uint64_t contexts, std::uint64_t blockBytes) {
+CctDbLayout cctDbLayout(std::uint64_t contexts) {
   CctDbLayout l;
   l.contexts = contexts;
   l.pCtxInfos = alignUp(kCctHeaderSize, 8);
   l.pCtxs = l.pCtxInfos + alignUp(0x0d, 8);
   l.szCtxInfos = l.pCtxs + contexts * kContextInfoSize - l.pCtxInfos;
-  l.pBlocks = alignUp(l.pCtxInfos + l.szCtxInfos, 8);
-  l.footer = l.pBlocks + blockBytes;
+  l.pBlocks = alignUp(l.pCtxInfos + l.szCtxInfos, kChunkAlignment);
   return l;
 }
 

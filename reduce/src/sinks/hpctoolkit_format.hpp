@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "csp/storage/database.hpp"
@@ -139,21 +140,51 @@ inline std::uint64_t profileBlockBytes(std::uint64_t values, std::uint64_t indic
 
 // One context's values in context-major order (cct.db): metrics ascending, their values by
 // profile index; values first, then the metric index (2-aligned right after them), padded to 8.
-class ContextBlockEncoder {
+// A chunk of blocks in memory, 4096-aligned for direct I/O; grows by doubling.
+class ChunkBuffer {
  public:
-  void add(std::uint16_t metric, std::uint32_t profileIndex, double v);  // (metric, profile) ascending
-  Block finish(std::string& out);
+  ChunkBuffer() = default;
+  ~ChunkBuffer();
+  ChunkBuffer(ChunkBuffer&& o) noexcept { swap(o); }
+  ChunkBuffer& operator=(ChunkBuffer&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  char* extend(std::size_t n);         // n more bytes, not initialized
+  void padTo(std::uint64_t multiple);  // zeros up to a multiple of `multiple`
+  const char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  void clear() { size_ = 0; }
 
  private:
-  std::string values_;
-  std::string index_;
-  std::uint64_t count_ = 0;
-  std::uint32_t metrics_ = 0;
-  std::uint16_t lastMetric_ = 0;
+  void swap(ChunkBuffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(capacity_, o.capacity_);
+  }
+  char* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
 };
+
+// One profile's per-thread values (sorted by node, metric, scope, as the CSP database gives them)
+// as a profile.db block appended to `out` (context 0 repeats the root's values).
+Block encodeProfileBlock(std::span<const storage::ProfileValue> values, std::span<const storage::ValueType> types,
+                         ChunkBuffer& out);
+// One node's per-thread values (sorted by metric, scope, profile) as a cct.db block: values, then
+// the metric index (2-aligned right after them), padded to a multiple of 8.
+Block encodeContextBlock(std::span<const storage::NodeValue> values, std::span<const storage::ValueType> types,
+                         ChunkBuffer& out);
 inline std::uint64_t contextIndexOffset(const Block& b) { return b.values * kContextValueSize; }
 
-// Where things go in profile.db and cct.db, from sizes alone, identical on every process.
+// Where things go in profile.db and cct.db, from sizes alone, identical on every process. The
+// per-thread blocks come in chunks of consecutive profiles (contexts), each starting at a multiple
+// of kChunkAlignment: one process writes a whole chunk, page-aligned, with no page shared with
+// another process's writes.
+inline constexpr std::uint64_t kChunkAlignment = 4096;
+inline constexpr std::uint64_t kProfilesPerChunk = 64;
+inline constexpr std::uint64_t kNodesPerChunk = 64;
+
 struct ProfileDbLayout {
   std::uint64_t profiles = 0;       // including the summary profile
   std::uint64_t pProfileInfos = 0;  // section
@@ -161,13 +192,14 @@ struct ProfileDbLayout {
   std::uint64_t pProfiles = 0;  // {PI} array
   std::uint64_t pIdTuples = 0;
   std::uint64_t szIdTuples = 0;
-  std::uint64_t pSummaryValues = 0;
+  std::uint64_t pBlocks = 0;         // the per-thread blocks' chunks, in profile order
+  std::uint64_t pSummaryValues = 0;  // after the chunks (placeSummary)
   std::uint64_t pSummaryIndex = 0;
-  std::uint64_t pBlocks = 0;  // the per-thread blocks, in profile order
-  std::uint64_t footer = 0;   // offset of the footer; the file ends 8 bytes later
+  std::uint64_t footer = 0;  // offset of the footer; the file ends 8 bytes later
 };
-ProfileDbLayout profileDbLayout(std::uint64_t threadProfiles, std::uint64_t idTupleBytes, std::uint64_t summaryValues,
-                                std::uint64_t summaryContexts, std::uint64_t blockBytes);
+ProfileDbLayout profileDbLayout(std::uint64_t threadProfiles, std::uint64_t idTupleBytes);
+void placeSummary(ProfileDbLayout& layout, std::uint64_t blockBytes, std::uint64_t summaryValues,
+                  std::uint64_t summaryContexts);
 std::string encodeProfileDbHeader(const ProfileDbLayout& layout);           // at 0
 std::string encodeProfileInfoSectionHeader(const ProfileDbLayout& layout);  // at pProfileInfos
 // A {PI}: `pIdTuple` 0 and summary for the summary profile.
@@ -178,10 +210,9 @@ struct CctDbLayout {
   std::uint64_t pCtxInfos = 0;
   std::uint64_t szCtxInfos = 0;
   std::uint64_t pCtxs = 0;
-  std::uint64_t pBlocks = 0;
-  std::uint64_t footer = 0;
+  std::uint64_t pBlocks = 0;  // the chunks of context blocks; the footer follows the last
 };
-CctDbLayout cctDbLayout(std::uint64_t contexts, std::uint64_t blockBytes);
+CctDbLayout cctDbLayout(std::uint64_t contexts);
 std::string encodeCctDbHeader(const CctDbLayout& layout);  // header and section header, at 0
 std::string encodeContextInfo(const Block& block, std::uint64_t at);
 
