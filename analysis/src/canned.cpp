@@ -123,8 +123,9 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
     for (std::size_t i = 0; i < stages.size(); ++i)
       for (std::size_t j = 0; j < stages.size(); ++j) {
         if (members[i].empty() || members[j].empty()) continue;
-        const std::string q = fmt::format("Duration((forall t in {{{}}} : (t, {})) and (exists u in {{{}}} : (u, {})))",
-                                          fmt::join(members[i], ", "), W, fmt::join(members[j], ", "), quote(stages[j]));
+        const std::string q =
+            fmt::format("Duration((forall t in {{{}}} : (t, {})) and (exists u in {{{}}} : (u, {})))",
+                        fmt::join(members[i], ", "), W, fmt::join(members[j], ", "), quote(stages[j]));
         const std::string key = stages[i] + "->" + stages[j];
         r.value("wait", q, "ns");
         r.rows.back().key = key;
@@ -143,7 +144,8 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
             "ratio");
     const std::size_t first = r.rows.size();
     r.value("thread-degree",
-            fmt::format("Duration((t, {0}) and forall u != t: (u, {1})) / Duration(exists v: (v, {0}))", L, B), "ratio");
+            fmt::format("Duration((t, {0}) and forall u != t: (u, {1})) / Duration(exists v: (v, {0}))", L, B),
+            "ratio");
     // The straggler: the thread with the largest degree (none when all are 0 or undefined).
     double best = 0;
     std::string who;
@@ -154,7 +156,8 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
         who = r.rows[i].key.substr(r.rows[i].key.find('=') + 1);
       }
     }
-    r.rows.push_back({"straggler-thread", "", who.empty() ? Number{} : Number::ofInteger(std::stoull(who)), "thread", ""});
+    r.rows.push_back(
+        {"straggler-thread", "", who.empty() ? Number{} : Number::ofInteger(std::stoull(who)), "thread", ""});
   } else if (name == "barrier") {
     requireArgs(name, args, 1, 1);
     const std::string B = quote(args[0]);

@@ -249,8 +249,8 @@ ScalingDiff computeScalingDiff(const storage::Database& dbP, const storage::Data
   d.runQ = describeRun(dbQ, *metricQ, options.q);
   if (!(d.runP.processes > 0) || !(d.runQ.processes > 0) || !std::isfinite(d.runP.processes) ||
       !std::isfinite(d.runQ.processes))
-    throw DiffError(fmt::format("process counts must be positive (p = {}, q = {}); give --p and --q",
-                                d.runP.processes, d.runQ.processes));
+    throw DiffError(fmt::format("process counts must be positive (p = {}, q = {}); give --p and --q", d.runP.processes,
+                                d.runQ.processes));
   if (d.runP.processes >= d.runQ.processes)
     throw DiffError(fmt::format(
         "p = {} ({}, {}) is not smaller than q = {} ({}, {}): give the smaller run first, or set --p and --q",
@@ -297,7 +297,8 @@ ScalingDiff computeScalingDiff(const storage::Database& dbP, const storage::Data
         s.cost[src.run][scope].sum += c.sum;
         s.cost[src.run][scope].present += c.present;
       }
-      for (auto child : runs[src.run].children[src.node]) groups[keyOf(runs[src.run], child)].push_back({src.run, child});
+      for (auto child : runs[src.run].children[src.node])
+        groups[keyOf(runs[src.run], child)].push_back({src.run, child});
     }
     node.presence = s.present[0] && s.present[1] ? Presence::Both : s.present[0] ? Presence::OnlyP : Presence::OnlyQ;
     d.onlyP += node.presence == Presence::OnlyP;
@@ -361,15 +362,18 @@ std::vector<storage::StoredMetric> diffMetrics(const ScalingDiff& d) {
   const auto& names = diffMetricNames();
   m[kLoss] = real(names[kLoss], "%", "scaling loss: 100 * excess / " + reference + " (negative: gain)");
   m[kShare] = real(names[kShare], "%", "share of the total loss: 100 * excess / excess at the root (inclusive)");
-  m[kExcess] = real(names[kExcess], excessUnit,
-                    d.study.mode == metrics::ScalingMode::Strong ? "excess work: sum(q run) - sum(p run) of " + d.metric
-                                                                 : "excess work: sum(q run)/q - sum(p run)/p of " + d.metric);
+  m[kExcess] =
+      real(names[kExcess], excessUnit,
+           d.study.mode == metrics::ScalingMode::Strong ? "excess work: sum(q run) - sum(p run) of " + d.metric
+                                                        : "excess work: sum(q run)/q - sum(p run)/p of " + d.metric);
   m[kSumP] = real(names[kSumP], d.unit, d.metric + " summed over all profiles of the p run");
   m[kSumQ] = real(names[kSumQ], d.unit, d.metric + " summed over all profiles of the q run");
   m[kNoise] = real(names[kNoise], excessUnit,
                    "worst-case sampling error of excess (thesis Eq. A.10); |excess| <= noise may be noise");
-  m[kOnlyP] = real(names[kOnlyP], "contexts", "contexts only in the p run: E 1 at such a node, I the count in its subtree");
-  m[kOnlyQ] = real(names[kOnlyQ], "contexts", "contexts only in the q run: E 1 at such a node, I the count in its subtree");
+  m[kOnlyP] =
+      real(names[kOnlyP], "contexts", "contexts only in the p run: E 1 at such a node, I the count in its subtree");
+  m[kOnlyQ] =
+      real(names[kOnlyQ], "contexts", "contexts only in the q run: E 1 at such a node, I the count in its subtree");
   return m;
 }
 
@@ -523,7 +527,8 @@ ScalingDiff readScalingDiff(const storage::Database& db) {
   if (meta.metrics.size() != names.size())
     damaged(db, fmt::format("a csp-diff result has {} metrics, not {}", names.size(), meta.metrics.size()));
   for (std::size_t m = 0; m < names.size(); ++m)
-    if (meta.metrics[m].descriptor.name != names[m]) damaged(db, fmt::format("metric {} of a csp-diff result is not {}", m, names[m]));
+    if (meta.metrics[m].descriptor.name != names[m])
+      damaged(db, fmt::format("metric {} of a csp-diff result is not {}", m, names[m]));
 
   ScalingDiff d;
   d.readBack = true;
@@ -553,19 +558,32 @@ ScalingDiff readScalingDiff(const storage::Database& db) {
     ScopeDiff& x = scope == MetricScope::Exclusive ? d.nodes[node].exclusive : d.nodes[node].inclusive;
     const double v = metrics::decodeRealAccumulator(bytes).mean();
     switch (metric) {
-      case kLoss: x.loss = v, x.measured = true; break;
-      case kShare: x.share = v, shareStored[node][static_cast<std::size_t>(scope)] = true; break;
-      case kExcess: x.excess = v; break;
-      case kSumP: x.sumP = v; break;
-      case kSumQ: x.sumQ = v; break;
-      case kNoise: x.noise = v; break;
+      case kLoss:
+        x.loss = v, x.measured = true;
+        break;
+      case kShare:
+        x.share = v, shareStored[node][static_cast<std::size_t>(scope)] = true;
+        break;
+      case kExcess:
+        x.excess = v;
+        break;
+      case kSumP:
+        x.sumP = v;
+        break;
+      case kSumQ:
+        x.sumQ = v;
+        break;
+      case kNoise:
+        x.noise = v;
+        break;
       case kOnlyP:
         if (scope == MetricScope::Exclusive && v == 1) d.nodes[node].presence = Presence::OnlyP;
         break;
       case kOnlyQ:
         if (scope == MetricScope::Exclusive && v == 1) d.nodes[node].presence = Presence::OnlyQ;
         break;
-      default: break;
+      default:
+        break;
     }
   });
   const double totalExcess = d.nodes[0].inclusive.excess;
@@ -591,15 +609,16 @@ void checkDiffOutput(const fs::path& output, const std::vector<std::pair<std::st
   for (const auto& [given, db] : inputs) {
     for (const fs::path& input : {fs::path(given), db})
       if (fs::equivalent(output, input, ec) && !ec)
-        throw DiffError(
-            fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o", output.string(), given));
+        throw DiffError(fmt::format("{}: is the input {}; csp-diff never writes over its inputs: choose another -o",
+                                    output.string(), given));
     // Nor into one: a directory inside an input database would change it.
     const fs::path absolute = fs::absolute(output, ec);
     for (fs::path up = absolute.parent_path(); !ec && !up.empty(); up = up.parent_path()) {
       std::error_code ignore;
       if (fs::equivalent(up, db, ignore) && !ignore)
-        throw DiffError(fmt::format("{}: is inside the input {}; csp-diff never writes over its inputs: choose another -o",
-                                    output.string(), given));
+        throw DiffError(
+            fmt::format("{}: is inside the input {}; csp-diff never writes over its inputs: choose another -o",
+                        output.string(), given));
       if (up == up.parent_path()) break;
     }
   }

@@ -259,13 +259,17 @@ class Evaluator {
     c.dynamicId = t.dynamicId;
     if (type == VarType::Thread) {
       const auto it = slotOf_.find(t.number);
-      if (it != slotOf_.end()) c.value = static_cast<std::int64_t>(it->second);
-      else warn("no thread " + std::to_string(t.number) + " in this process");
+      if (it != slotOf_.end())
+        c.value = static_cast<std::int64_t>(it->second);
+      else
+        warn("no thread " + std::to_string(t.number) + " in this process");
       return c;
     }
     std::vector<std::string> candidates;
-    if (t.kind == Term::Kind::Number) candidates = {"region-" + std::to_string(t.number), std::to_string(t.number)};
-    else candidates = {t.name};
+    if (t.kind == Term::Kind::Number)
+      candidates = {"region-" + std::to_string(t.number), std::to_string(t.number)};
+    else
+      candidates = {t.name};
     for (const auto& n : candidates) {
       const auto it = symOf_.find(n);
       if (it != symOf_.end()) {
@@ -281,7 +285,9 @@ class Evaluator {
     if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
   }
 
-  std::int64_t valueOf(const CTerm& t) const { return t.kind == CTerm::Kind::Var ? env_[static_cast<std::size_t>(t.var)] : t.value; }
+  std::int64_t valueOf(const CTerm& t) const {
+    return t.kind == CTerm::Kind::Var ? env_[static_cast<std::size_t>(t.var)] : t.value;
+  }
 
   bool inRegion(std::size_t slot, std::int64_t sym, const std::optional<std::uint64_t>& dyn,
                 const std::optional<Range>& filter) const {
@@ -306,9 +312,12 @@ class Evaluator {
       bool in = false;
       for (const auto& t : c.values) in = in || valueOf(t) == v;
       const bool ok = c.op == Constraint::Op::Equal || c.op == Constraint::Op::In ? in : !in;
-      if (first) result = ok;
-      else if (c.join == Constraint::Join::And) result = result && ok;
-      else result = result || ok;
+      if (first)
+        result = ok;
+      else if (c.join == Constraint::Join::And)
+        result = result && ok;
+      else
+        result = result || ok;
       first = false;
     }
     return result;
@@ -378,7 +387,7 @@ class Evaluator {
         if (!holds) witness_.resize(start);
       }
       count = holds ? values : 0;
-      const bool ok = f.kind == Formula::Kind::ForAll ? values == 0 || holds
+      const bool ok = f.kind == Formula::Kind::ForAll   ? values == 0 || holds
                       : f.kind == Formula::Kind::Exists ? count > 0
                                                         : count == f.k;
       if (!ok) witness_.resize(start);
@@ -397,9 +406,7 @@ class Evaluator {
       }
     }
     env_[static_cast<std::size_t>(f.var)] = saved;
-    const bool ok = f.kind == Formula::Kind::ForAll ? all
-                    : f.kind == Formula::Kind::Exists ? count > 0
-                                                      : count == f.k;
+    const bool ok = f.kind == Formula::Kind::ForAll ? all : f.kind == Formula::Kind::Exists ? count > 0 : count == f.k;
     if (!ok) {
       witness_.resize(start);
     } else if (witness_.size() - start > kWitnessDedup + 4 * activeSlots_.size()) {
@@ -420,7 +427,8 @@ class Evaluator {
     for (std::size_t s = 0; s < names_.size(); ++s) allSyms_.push_back(static_cast<std::int64_t>(s));
     // Bindings of the free variables: every combination of threads.
     const auto free = q_.freeVariables();
-    checkWork(options.maxWork, std::pow(static_cast<double>(p_.threadNumbers.size()), static_cast<double>(free.size())));
+    checkWork(options.maxWork,
+              std::pow(static_cast<double>(p_.threadNumbers.size()), static_cast<double>(free.size())));
     std::vector<std::vector<std::int64_t>> bindings(1);
     for (const int v : free) {
       std::vector<std::vector<std::int64_t>> next;
@@ -527,22 +535,29 @@ class Evaluator {
 
   Number value(const Expr& e, const Accum* acc) const {
     switch (e.kind) {
-      case Expr::Kind::Number: return e.integer ? Number::ofInteger(*e.integer) : Number::ofReal(e.number);
+      case Expr::Kind::Number:
+        return e.integer ? Number::ofInteger(*e.integer) : Number::ofReal(e.number);
       case Expr::Kind::Measure: {
         const Accum& a = acc[e.call];
         switch (e.measure) {
-          case Measure::Duration: return Number::ofInteger(a.duration);
-          case Measure::MaxPar: return Number::ofInteger(a.maxPar);
-          case Measure::Area: return Number::ofInteger(a.area);
+          case Measure::Duration:
+            return Number::ofInteger(a.duration);
+          case Measure::MaxPar:
+            return Number::ofInteger(a.maxPar);
+          case Measure::Area:
+            return Number::ofInteger(a.area);
         }
         return {};
       }
       case Expr::Kind::Count: {
         const Accum& a = acc[e.call];
-        return Number::ofInteger(static_cast<Number::Int>(e.attribute == Attribute::WhichThreads ? a.threads.size() : a.regions.size()));
+        return Number::ofInteger(
+            static_cast<Number::Int>(e.attribute == Attribute::WhichThreads ? a.threads.size() : a.regions.size()));
       }
-      case Expr::Kind::Neg: return arithmetic(Expr::Kind::Sub, Number::ofInteger(0), value(*e.a, acc));
-      default: return arithmetic(e.kind, value(*e.a, acc), value(*e.b, acc));
+      case Expr::Kind::Neg:
+        return arithmetic(Expr::Kind::Sub, Number::ofInteger(0), value(*e.a, acc));
+      default:
+        return arithmetic(e.kind, value(*e.a, acc), value(*e.b, acc));
     }
   }
 
@@ -550,11 +565,15 @@ class Evaluator {
   // evaluated once per frame (cached) adds its cost to `once` and 1 where it is used.
   double cost(const CFormula& f, double& once) const {
     switch (f.kind) {
-      case Formula::Kind::Predicate: return 1;
+      case Formula::Kind::Predicate:
+        return 1;
       case Formula::Kind::And:
-      case Formula::Kind::Or: return cost(*f.a, once) + cost(*f.b, once);
-      case Formula::Kind::Not: return cost(*f.a, once);
-      default: break;
+      case Formula::Kind::Or:
+        return cost(*f.a, once) + cost(*f.b, once);
+      case Formula::Kind::Not:
+        return cost(*f.a, once);
+      default:
+        break;
     }
     const double domain = static_cast<double>(f.varType == VarType::Thread ? p_.threadNumbers.size() : names_.size());
     const double body = cost(*f.a, once);
@@ -570,10 +589,11 @@ class Evaluator {
   // each free variable multiplies the bindings by the threads.
   void checkWork(double maxWork, double bindings) const {
     if (bindings > kMaxBindings)
-      throw QueryError(0, fmt::format("the query has {:.3g} bindings of its free variables in {} ({} threads to the "
-                                      "power of {} free variables), more than {:.0g}: bind some of them with a "
-                                      "quantifier (docs/query.md, \"Cost\")",
-                                      bindings, p_.label, p_.threadNumbers.size(), q_.freeVariables().size(), kMaxBindings));
+      throw QueryError(
+          0, fmt::format("the query has {:.3g} bindings of its free variables in {} ({} threads to the "
+                         "power of {} free variables), more than {:.0g}: bind some of them with a "
+                         "quantifier (docs/query.md, \"Cost\")",
+                         bindings, p_.label, p_.threadNumbers.size(), q_.freeVariables().size(), kMaxBindings));
     double perFrame = 0;
     for (const auto& c : calls_) {
       double once = 0;
@@ -581,16 +601,17 @@ class Evaluator {
     }
     const double frames = std::max(1.0, static_cast<double>(p_.events));
     const double work = perFrame * bindings * frames;
-    const double scans = 64 * frames * static_cast<double>(calls_.size()) *
-                         static_cast<double>(p_.threadNumbers.size() + names_.size());
+    const double scans =
+        64 * frames * static_cast<double>(calls_.size()) * static_cast<double>(p_.threadNumbers.size() + names_.size());
     if (work <= std::max(maxWork, scans)) return;
-    throw QueryError(0, fmt::format("the query needs up to {:.3g} evaluations in {} ({:.3g} per frame{}, up to {:.0f} "
-                                    "frames), more than the limit of {:.3g}: its quantified variables depend on each "
-                                    "other, so their values are tried in every combination; restrict their domains "
-                                    "(forall t in {{0, 1}}: ...) or nest fewer quantifiers (docs/query.md, \"Cost\")",
-                                    work, p_.label, perFrame * bindings,
-                                    bindings > 1 ? fmt::format(" with {:.0f} bindings of the free variables", bindings) : "",
-                                    frames, std::max(maxWork, scans)));
+    throw QueryError(
+        0, fmt::format("the query needs up to {:.3g} evaluations in {} ({:.3g} per frame{}, up to {:.0f} "
+                       "frames), more than the limit of {:.3g}: its quantified variables depend on each "
+                       "other, so their values are tried in every combination; restrict their domains "
+                       "(forall t in {{0, 1}}: ...) or nest fewer quantifiers (docs/query.md, \"Cost\")",
+                       work, p_.label, perFrame * bindings,
+                       bindings > 1 ? fmt::format(" with {:.0f} bindings of the free variables", bindings) : "", frames,
+                       std::max(maxWork, scans)));
   }
 
  private:
@@ -619,9 +640,12 @@ class Evaluator {
 
 double Number::toDouble() const {
   switch (kind) {
-    case Kind::Integer: return static_cast<double>(integer);
-    case Kind::Real: return real;
-    case Kind::None: break;
+    case Kind::Integer:
+      return static_cast<double>(integer);
+    case Kind::Real:
+      return real;
+    case Kind::None:
+      break;
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -629,19 +653,23 @@ double Number::toDouble() const {
 std::string toString(const Number& n) {
   switch (n.kind) {
     case Number::Kind::Integer: {
-      const auto magnitude = n.integer < 0 ? -static_cast<metrics::Uint128>(n.integer) : static_cast<metrics::Uint128>(n.integer);
+      const auto magnitude =
+          n.integer < 0 ? -static_cast<metrics::Uint128>(n.integer) : static_cast<metrics::Uint128>(n.integer);
       std::string out(n.integer < 0 ? 1 : 0, '-');
       out += metrics::toDecimalString(magnitude);
       return out;
     }
-    case Number::Kind::Real: return fmt::format("{}", n.real);
-    case Number::Kind::None: break;
+    case Number::Kind::Real:
+      return fmt::format("{}", n.real);
+    case Number::Kind::None:
+      break;
   }
   return "nan";
 }
 
 bool operator<(const Number& a, const Number& b) {
-  if (a.kind == Number::Kind::None || b.kind == Number::Kind::None) return a.kind == Number::Kind::None && b.kind != Number::Kind::None;
+  if (a.kind == Number::Kind::None || b.kind == Number::Kind::None)
+    return a.kind == Number::Kind::None && b.kind != Number::Kind::None;
   if (a.kind == Number::Kind::Integer && b.kind == Number::Kind::Integer) return a.integer < b.integer;
   return a.toDouble() < b.toDouble();
 }
@@ -653,13 +681,14 @@ Number median(const std::vector<Number>& sorted) {
   const Number& a = sorted[n / 2 - 1];
   const Number& b = sorted[n / 2];
   Number::Int sum = 0;
-  if (a.kind == Number::Kind::Integer && b.kind == Number::Kind::Integer && !__builtin_add_overflow(a.integer, b.integer, &sum) &&
-      sum % 2 == 0)
+  if (a.kind == Number::Kind::Integer && b.kind == Number::Kind::Integer &&
+      !__builtin_add_overflow(a.integer, b.integer, &sum) && sum % 2 == 0)
     return Number::ofInteger(sum / 2);
   return Number::ofReal(a.toDouble() / 2 + b.toDouble() / 2);
 }
 
-ProcessResult evaluate(const Query& query, const RegionTree& tree, const ProcessInput& process, const EvalOptions& options) {
+ProcessResult evaluate(const Query& query, const RegionTree& tree, const ProcessInput& process,
+                       const EvalOptions& options) {
   std::vector<std::string> warnings;
   Evaluator ev(query, tree, process, warnings);
   ProcessResult r = ev.run(options);

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -66,7 +66,6 @@ double incompleteBeta(double a, double b, double x) {
   return 1 - front * betaContinuedFraction(b, a, 1 - x) / b;
 }
 
-
 // Q(a, x) = Gamma(a, x) / Gamma(a), the upper regularized incomplete gamma function: a series
 // below a + 1, a continued fraction (modified Lentz) above.
 double upperIncompleteGamma(double a, double x) {
@@ -116,20 +115,26 @@ struct Tree {
     const auto& n = nodes[id];
     const auto& s = *strings;
     switch (n.kind) {
-      case ScopeKind::Root: return "<program root>";
-      case ScopeKind::ProcFrame: return s[n.name];
-      case ScopeKind::Alien: return "inlined " + s[n.name];
+      case ScopeKind::Root:
+        return "<program root>";
+      case ScopeKind::ProcFrame:
+        return s[n.name];
+      case ScopeKind::Alien:
+        return "inlined " + s[n.name];
       // Code without lines is known by address: a loop by its header ("loop @0x1160 in libz.so"),
       // a statement or call by its offset in the procedure ("+0x24"), kept in the name.
-      case ScopeKind::Loop: return !s[n.name].empty() ? s[n.name] : where(n).empty() ? "loop" : "loop " + where(n);
+      case ScopeKind::Loop:
+        return !s[n.name].empty() ? s[n.name] : where(n).empty() ? "loop" : "loop " + where(n);
       case ScopeKind::CallSite: {
         if (!where(n).empty()) return "call " + where(n);
         // A call without a line: name it by what it calls, else by its offset.
         const auto& callees = children[id];
-        if (callees.size() == 1 && nodes[callees[0]].kind == ScopeKind::ProcFrame) return "call to " + s[nodes[callees[0]].name];
+        if (callees.size() == 1 && nodes[callees[0]].kind == ScopeKind::ProcFrame)
+          return "call to " + s[nodes[callees[0]].name];
         return !s[n.name].empty() ? "call " + s[n.name] : "call";
       }
-      case ScopeKind::Stmt: return !where(n).empty() ? where(n) : !s[n.name].empty() ? s[n.name] : "line";
+      case ScopeKind::Stmt:
+        return !where(n).empty() ? where(n) : !s[n.name].empty() ? s[n.name] : "line";
     }
     return "?";
   }
@@ -184,10 +189,12 @@ CostModel costModel(const storage::StoredMetric& stored) {
   return c;
 }
 
-storage::MetricId resolveMetric(const storage::DatabaseMetadata& meta, const ImbalanceOptions& o, ImbalanceReport& report) {
+storage::MetricId resolveMetric(const storage::DatabaseMetadata& meta, const ImbalanceOptions& o,
+                                ImbalanceReport& report) {
   std::optional<storage::MetricId> metric;
   for (std::size_t m = 0; m < meta.metrics.size(); ++m)
-    if (o.metric.empty() ? m == 0 : meta.metrics[m].descriptor.name == o.metric) metric = static_cast<storage::MetricId>(m);
+    if (o.metric.empty() ? m == 0 : meta.metrics[m].descriptor.name == o.metric)
+      metric = static_cast<storage::MetricId>(m);
   if (!metric) throw std::invalid_argument(fmt::format("unknown metric '{}'", o.metric));
   const auto& stored = meta.metrics[*metric];
   if (stored.valueType != storage::ValueType::Count)
@@ -256,7 +263,8 @@ Section resolveSection(const storage::Database& db, const Tree& tree, const std:
       for (auto p = tree.nodes[i].parent; p != kNoIndex && outermost; p = tree.nodes[p].parent) outermost = !member[p];
       if (outermost) s.roots.push_back(static_cast<storage::NodeId>(i));
     }
-    if (s.roots.empty()) throw std::invalid_argument(fmt::format("section '{}': no procedure of this name in the CCT", spec));
+    if (s.roots.empty())
+      throw std::invalid_argument(fmt::format("section '{}': no procedure of this name in the CCT", spec));
     s.label = s.roots.size() == 1 ? tree.label(s.roots[0]) : fmt::format("{} ({} contexts)", spec, s.roots.size());
   }
   return s;
@@ -274,7 +282,9 @@ std::map<storage::ProfileId, double> regionTimes(const storage::Database& db, co
   for (std::size_t r = 1; r < regionNodes.size(); ++r)
     if (regionNodes[r].name < meta.strings.size() && meta.strings[regionNodes[r].name] == section.regionName)
       inSection[r] = 1, any = true;
-  if (!any) throw std::invalid_argument(fmt::format("section region:{}: no region of this name in the database", section.regionName));
+  if (!any)
+    throw std::invalid_argument(
+        fmt::format("section region:{}: no region of this name in the database", section.regionName));
   std::vector<storage::RegionLogProcess> logs;
   if (db.hasRegionLogFamily()) logs = db.regionLogProcesses();
   if (logs.empty())
@@ -304,9 +314,10 @@ std::map<storage::ProfileId, double> regionTimes(const storage::Database& db, co
     }
   }
   if (threadsWithLostEvents > 0)
-    report.notes.push_back(fmt::format("{} thread{} lost region events (a full log, csp-run --region-log-events): their "
-                                       "time in the region is a lower bound",
-                                       threadsWithLostEvents, threadsWithLostEvents == 1 ? "" : "s"));
+    report.notes.push_back(
+        fmt::format("{} thread{} lost region events (a full log, csp-run --region-log-events): their "
+                    "time in the region is a lower bound",
+                    threadsWithLostEvents, threadsWithLostEvents == 1 ? "" : "s"));
   report.unit = "ns";
   report.sectionMeasure = "wall-clock time in the region (region event logs)";
   report.samplingError = 0;  // clock readings, not samples
@@ -344,7 +355,9 @@ void describeSection(const storage::DatabaseMetadata& meta, const Threads& s, Im
   std::vector<SlowThread> all;
   for (std::size_t i = 0; i < s.profiles.size(); ++i)
     all.push_back({s.profiles[i], formatIdTuple(meta.profiles[s.profiles[i]]), t[static_cast<Eigen::Index>(i)]});
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.value > b.value || (a.value == b.value && a.profile < b.profile); });
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.value > b.value || (a.value == b.value && a.profile < b.profile);
+  });
   for (const auto& thread : all)
     if (thread.value > report.mean + report.stddev && report.slowest.size() < 10) report.slowest.push_back(thread);
 }
@@ -379,9 +392,10 @@ struct Contexts {
   std::unordered_map<storage::NodeId, std::size_t> index;  // node -> position
 };
 
-Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Section& section, storage::MetricId metric,
-                         const Threads& s, const std::function<bool(storage::ProfileId)>& selected,
-                         const ImbalanceOptions& o, ImbalanceReport& report) {
+Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Section& section,
+                         storage::MetricId metric, const Threads& s,
+                         const std::function<bool(storage::ProfileId)>& selected, const ImbalanceOptions& o,
+                         ImbalanceReport& report) {
   const auto& meta = db.metadata();
   auto perThread = [&](storage::NodeId node) {
     VectorXd x = VectorXd::Zero(s.n());
@@ -410,7 +424,8 @@ Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Se
     }
   }
   report.contextsInSection = inSection.size();
-  std::sort(inSection.begin(), inSection.end(), [&](auto a, auto b) { return sumOf[a] != sumOf[b] ? sumOf[a] > sumOf[b] : a < b; });
+  std::sort(inSection.begin(), inSection.end(),
+            [&](auto a, auto b) { return sumOf[a] != sumOf[b] ? sumOf[a] > sumOf[b] : a < b; });
   // The threads' whole time, against which the spine is recognized: T for a CCT section; for a
   // region, each thread's whole inclusive value (its CPU time is not its time in the region).
   const VectorXd all = section.regionName.empty() ? s.t : perThread(0);
@@ -433,17 +448,18 @@ Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Se
 
 // Stage 3: own costs of the static scopes among the contexts.
 struct Scopes {
-  std::vector<std::size_t> context;          // position in Contexts
-  std::vector<VectorXd> own;                 // e_c
-  std::vector<std::size_t> analysedChildren; // nearest analysed static scopes below
-  std::vector<std::size_t> parentScope;      // nearest analysed static scope above (npos: none)
-  VectorXd remainder;                        // T minus the outermost scopes' inclusive costs
+  std::vector<std::size_t> context;                        // position in Contexts
+  std::vector<VectorXd> own;                               // e_c
+  std::vector<std::size_t> analysedChildren;               // nearest analysed static scopes below
+  std::vector<std::size_t> parentScope;                    // nearest analysed static scope above (npos: none)
+  VectorXd remainder;                                      // T minus the outermost scopes' inclusive costs
   std::unordered_map<storage::NodeId, std::size_t> index;  // node -> scope
 };
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
 // The nearest ancestor of `node` that is an analysed static scope, below the section's roots.
-std::size_t enclosingScope(const Tree& tree, const Scopes& scopes, const std::vector<char>& isRoot, storage::NodeId node) {
+std::size_t enclosingScope(const Tree& tree, const Scopes& scopes, const std::vector<char>& isRoot,
+                           storage::NodeId node) {
   for (auto p = tree.nodes[node].parent; p != kNoIndex && !isRoot[p]; p = tree.nodes[p].parent) {
     const auto it = scopes.index.find(p);
     if (it != scopes.index.end()) return it->second;
@@ -502,7 +518,7 @@ struct Selection {
   std::size_t proposed = 0;         // scopes with minShare beyond their worst-case sampling error
   double modelP = 1;                // smallest corrected p-value of the proposed scopes
   std::size_t tested = 0;
-  VectorXd beta;                    // standardized coefficients of T regressed on the causes
+  VectorXd beta;  // standardized coefficients of T regressed on the causes
   double r2 = 0;
 };
 
@@ -528,7 +544,8 @@ Selection chooseCauses(const Scopes& scopes, const VectorXd& t, const ImbalanceO
     const double share = covariance(scopes.own[k], t) / varT;
     if (share >= o.minShare && beyondSamplingError(scopes, k, cost.samplingError)) proposed.push_back({share, k});
   }
-  std::sort(proposed.begin(), proposed.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::sort(proposed.begin(), proposed.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   sel.proposed = proposed.size();
   for (const auto& [share, k] : proposed) {
     const double p = dispersionPValue(scopes.own[k], cost.period, cost.sampled, sel.tested);
@@ -541,7 +558,8 @@ Selection chooseCauses(const Scopes& scopes, const VectorXd& t, const ImbalanceO
   const Eigen::Index n = t.size();
   const VectorXd ys = standardized(t);
   MatrixXd x(n, static_cast<Eigen::Index>(sel.chosen.size()));
-  for (std::size_t i = 0; i < sel.chosen.size(); ++i) x.col(static_cast<Eigen::Index>(i)) = standardized(scopes.own[sel.chosen[i]]);
+  for (std::size_t i = 0; i < sel.chosen.size(); ++i)
+    x.col(static_cast<Eigen::Index>(i)) = standardized(scopes.own[sel.chosen[i]]);
   sel.beta = x.colPivHouseholderQr().solve(ys);
   sel.r2 = std::clamp(1 - (ys - x * sel.beta).squaredNorm() / ys.squaredNorm(), 0.0, 1.0);
   return sel;
@@ -595,8 +613,11 @@ ImbalanceCause describeCause(const storage::DatabaseMetadata& meta, const Tree& 
   }
   std::vector<SlowThread> where;
   for (std::size_t i = 0; i < s.profiles.size(); ++i)
-    where.push_back({s.profiles[i], formatIdTuple(meta.profiles[s.profiles[i]]), scopes.own[k][static_cast<Eigen::Index>(i)]});
-  std::sort(where.begin(), where.end(), [](const auto& a, const auto& b) { return a.value > b.value || (a.value == b.value && a.profile < b.profile); });
+    where.push_back(
+        {s.profiles[i], formatIdTuple(meta.profiles[s.profiles[i]]), scopes.own[k][static_cast<Eigen::Index>(i)]});
+  std::sort(where.begin(), where.end(), [](const auto& a, const auto& b) {
+    return a.value > b.value || (a.value == b.value && a.profile < b.profile);
+  });
   where.resize(std::min<std::size_t>(where.size(), 5));
   cause.threads = std::move(where);
   return cause;
@@ -613,9 +634,11 @@ void findEntry(const Tree& tree, const Contexts& c, const Shares& shares, const 
   cause.entry = cause.context;
   for (auto a = tree.nodes[cause.context].parent; a != kNoIndex; a = tree.nodes[a].parent) {
     const auto it = c.index.find(a);
-    if (it == c.index.end() || shares.inclusive[it->second] > base + o.minShare || c.xs[it->second].mean() > 1.25 * cost)
+    if (it == c.index.end() || shares.inclusive[it->second] > base + o.minShare ||
+        c.xs[it->second].mean() > 1.25 * cost)
       break;
-    if (std::any_of(others.begin(), others.end(), [&](auto other) { return other == a || tree.isAncestor(a, other); })) break;
+    if (std::any_of(others.begin(), others.end(), [&](auto other) { return other == a || tree.isAncestor(a, other); }))
+      break;
     cause.entry = a;
   }
   cause.entryLabel = tree.label(cause.entry);
@@ -695,12 +718,18 @@ void concludeVerdict(ImbalanceReport& report, const Selection& sel, const Imbala
 
 const char* toString(ImbalanceVerdict verdict) {
   switch (verdict) {
-    case ImbalanceVerdict::Explained: return "explained";
-    case ImbalanceVerdict::WithinSamplingError: return "within-sampling-error";
-    case ImbalanceVerdict::BelowThreshold: return "below-threshold";
-    case ImbalanceVerdict::NotSignificant: return "not-significant";
-    case ImbalanceVerdict::NoCauseAboveShare: return "no-cause-above-share";
-    case ImbalanceVerdict::NothingToAnalyse: return "nothing-to-analyse";
+    case ImbalanceVerdict::Explained:
+      return "explained";
+    case ImbalanceVerdict::WithinSamplingError:
+      return "within-sampling-error";
+    case ImbalanceVerdict::BelowThreshold:
+      return "below-threshold";
+    case ImbalanceVerdict::NotSignificant:
+      return "not-significant";
+    case ImbalanceVerdict::NoCauseAboveShare:
+      return "no-cause-above-share";
+    case ImbalanceVerdict::NothingToAnalyse:
+      return "nothing-to-analyse";
   }
   return "?";
 }
@@ -729,7 +758,8 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   tree.nodes = db.readCct();
   tree.strings = &meta.strings;
   tree.children.resize(tree.nodes.size());
-  for (std::size_t i = 1; i < tree.nodes.size(); ++i) tree.children[tree.nodes[i].parent].push_back(static_cast<storage::NodeId>(i));
+  for (std::size_t i = 1; i < tree.nodes.size(); ++i)
+    tree.children[tree.nodes[i].parent].push_back(static_cast<storage::NodeId>(i));
   const Section section = resolveSection(db, tree, o.section);
   report.section = section.label;
 

@@ -15,9 +15,12 @@ QueryError::QueryError(std::size_t column, const std::string& message)
 
 const char* toString(Measure m) {
   switch (m) {
-    case Measure::Duration: return "Duration";
-    case Measure::MaxPar: return "MaxPar";
-    case Measure::Area: return "Area";
+    case Measure::Duration:
+      return "Duration";
+    case Measure::MaxPar:
+      return "MaxPar";
+    case Measure::Area:
+      return "Area";
   }
   return "?";
 }
@@ -48,8 +51,8 @@ namespace {
 
 struct Token {
   enum class Kind { Name, Number, String, Sym, End } kind = Kind::End;
-  std::string text;   // Name, String: the text; Sym: canonical spelling; Number: the digits as written
-  double number = 0;  // Number: the value as a real (scaled to ns when a unit was given)
+  std::string text;     // Name, String: the text; Sym: canonical spelling; Number: the digits as written
+  double number = 0;    // Number: the value as a real (scaled to ns when a unit was given)
   bool integer = true;  // Number: written without '.' (with a unit: a whole number of ns)
   bool unit = false;
   // Number: the exact value, when it is a whole number that fits 64 bits (scaled to ns with a
@@ -95,9 +98,9 @@ std::vector<Token> lex(const std::string& text) {
     out.push_back(std::move(tok));
   };
   static const std::map<std::string, std::string> unicode = {
-      {"\u2200", "forall"}, {"\u2203", "exists"}, {"\u2227", "and"}, {"\u2228", "or"},  {"\u00ac", "not"},
-      {"\u2260", "!="},     {"\u2208", "in"},     {"\u2209", "notin"}, {"\u2264", "<="}, {"\u2265", ">="},
-      {"\u221e", "inf"},    {"\u2016", "or"}};
+      {"\u2200", "forall"}, {"\u2203", "exists"}, {"\u2227", "and"}, {"\u2228", "or"},
+      {"\u00ac", "not"},    {"\u2260", "!="},     {"\u2208", "in"},  {"\u2209", "notin"},
+      {"\u2264", "<="},     {"\u2265", ">="},     {"\u221e", "inf"}, {"\u2016", "or"}};
   while (i < text.size()) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     const std::size_t col = column;
@@ -138,7 +141,8 @@ std::vector<Token> lex(const std::string& text) {
       i += n;
       ++column;
       // ∃_k: the underscore introduces the count.
-      if (it->second == "exists" && i + 1 < text.size() && text[i] == '_' && std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
+      if (it->second == "exists" && i + 1 < text.size() && text[i] == '_' &&
+          std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
         ++i;
         ++column;
       }
@@ -162,7 +166,8 @@ std::vector<Token> lex(const std::string& text) {
       tok.number = std::strtod(tok.text.c_str(), nullptr);
       // A unit of time right after the number.
       std::size_t k = j;
-      while (k < text.size() && (std::isalpha(static_cast<unsigned char>(text[k])) || text.compare(k, 2, "\xc2\xb5") == 0))
+      while (k < text.size() &&
+             (std::isalpha(static_cast<unsigned char>(text[k])) || text.compare(k, 2, "\xc2\xb5") == 0))
         k += text.compare(k, 2, "\xc2\xb5") == 0 ? 2 : 1;
       if (k > j) {
         const std::string u = text.substr(j, k - j);
@@ -173,8 +178,10 @@ std::vector<Token> lex(const std::string& text) {
         tok.number *= static_cast<double>(s->second);
         tok.unit = true;
         if (tok.exact) {
-          if (*tok.exact > UINT64_MAX / s->second) tok.exact.reset();
-          else *tok.exact *= s->second;
+          if (*tok.exact > UINT64_MAX / s->second)
+            tok.exact.reset();
+          else
+            *tok.exact *= s->second;
         } else if (!tok.integer && std::floor(tok.number) == tok.number && tok.number < 0x1p64) {
           tok.exact = static_cast<std::uint64_t>(tok.number);  // 1.5us: 1500 ns
         }
@@ -189,8 +196,8 @@ std::vector<Token> lex(const std::string& text) {
     }
     if (std::isalpha(c) || c == '_') {
       std::size_t j = i;
-      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_' || text[j] == '-' ||
-                                 text[j] == '.' || text[j] == '\''))
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_' ||
+                                 text[j] == '-' || text[j] == '.' || text[j] == '\''))
         ++j;
       // A trailing '-' or '.' belongs to what follows (e.g. "t-1" is not a thing; "a-" is odd).
       while (j > i + 1 && (text[j - 1] == '-' || text[j - 1] == '.')) --j;
@@ -241,7 +248,8 @@ std::vector<Token> lex(const std::string& text) {
     }
     if (matched) continue;
     if (std::string("()[]{},:;=+-*/@#<>!").find(static_cast<char>(c)) != std::string::npos) {
-      push(c == '!' ? Token::Kind::Name : Token::Kind::Sym, c == '!' ? "not" : std::string(1, static_cast<char>(c)), col);
+      push(c == '!' ? Token::Kind::Name : Token::Kind::Sym, c == '!' ? "not" : std::string(1, static_cast<char>(c)),
+           col);
       ++i;
       ++column;
       continue;
@@ -271,7 +279,8 @@ class Parser {
   }
   [[noreturn]] void fail(const std::string& what, std::size_t ahead = 0) const {
     const Token& t = peek(ahead);
-    throw QueryError(t.column, what + (t.kind == Token::Kind::End ? " at the end of the query" : ", found '" + describe(t) + "'"));
+    throw QueryError(
+        t.column, what + (t.kind == Token::Kind::End ? " at the end of the query" : ", found '" + describe(t) + "'"));
   }
   static std::string describe(const Token& t) {
     if (t.kind != Token::Kind::String) return t.text;
@@ -299,8 +308,9 @@ class Parser {
     Parser& p_;
   };
   static QueryError nestingError(std::size_t column) {
-    return QueryError(column, "the query nests more than " + std::to_string(kMaxNesting) +
-                                  " levels deep (parentheses, measures, '-', 'not', quantifiers and operators in a row)");
+    return QueryError(column,
+                      "the query nests more than " + std::to_string(kMaxNesting) +
+                          " levels deep (parentheses, measures, '-', 'not', quantifiers and operators in a row)");
   }
   // A left-nested chain of arithmetic operators is as deep as it is long: counted like nesting.
   void checkHeight(std::size_t height, std::size_t column) const {
@@ -428,7 +438,8 @@ class Parser {
       height_ = 1;
       return n;
     }
-    if (attributeWord()) fail(peek().text + " is a set: use Count(" + peek().text + "(...)) in arithmetic, or ask it alone");
+    if (attributeWord())
+      fail(peek().text + " is a set: use Count(" + peek().text + "(...)) in arithmetic, or ask it alone");
     fail("expected a number, a measure (Duration, MaxPar, Area) or Count(...)");
   }
 
@@ -582,8 +593,9 @@ class Parser {
     n->column = peek().column;
     Nest nest(*this, n->column);
     if (quantifierDepth_ + 1 > kMaxQuantifierNesting)
-      throw QueryError(n->column, "quantifiers nest more than " + std::to_string(kMaxQuantifierNesting) +
-                                      " deep (each one multiplies the work per frame by the threads or regions it ranges over)");
+      throw QueryError(n->column,
+                       "quantifiers nest more than " + std::to_string(kMaxQuantifierNesting) +
+                           " deep (each one multiplies the work per frame by the threads or regions it ranges over)");
     ++quantifierDepth_;
     ++pos;
     if (kind == Formula::Kind::Exists && peek().kind == Token::Kind::Number) {
@@ -614,9 +626,12 @@ class Parser {
     while (!isSym(":")) {
       Constraint c;
       if (!first) {
-        if (isWord("and")) c.join = Constraint::Join::And;
-        else if (isWord("or")) c.join = Constraint::Join::Or;
-        else fail("expected ':' after the quantified variable and its constraints");
+        if (isWord("and"))
+          c.join = Constraint::Join::And;
+        else if (isWord("or"))
+          c.join = Constraint::Join::Or;
+        else
+          fail("expected ':' after the quantified variable and its constraints");
         ++pos;
         if (peek().kind != Token::Kind::Name || peek().text != name)
           fail("a constraint must be on the quantified variable '" + name + "'");
@@ -624,14 +639,19 @@ class Parser {
       }
       first = false;
       c.var = n->var;
-      if (isSym("=")) c.op = Constraint::Op::Equal;
-      else if (isSym("!=")) c.op = Constraint::Op::NotEqual;
-      else if (isWord("in")) c.op = Constraint::Op::In;
-      else if (isWord("notin")) c.op = Constraint::Op::NotIn;
+      if (isSym("="))
+        c.op = Constraint::Op::Equal;
+      else if (isSym("!="))
+        c.op = Constraint::Op::NotEqual;
+      else if (isWord("in"))
+        c.op = Constraint::Op::In;
+      else if (isWord("notin"))
+        c.op = Constraint::Op::NotIn;
       else if (isWord("not") && isWord("in", 1)) {
         c.op = Constraint::Op::NotIn;
         ++pos;
-      } else fail("expected ':' or a constraint (= value, != value, in {values}) after '" + name + "'");
+      } else
+        fail("expected ':' or a constraint (= value, != value, in {values}) after '" + name + "'");
       ++pos;
       if (c.op == Constraint::Op::In || c.op == Constraint::Op::NotIn) {
         expectSym("{");
@@ -764,7 +784,8 @@ class Parser {
   Range filter() {
     if (peek().kind == Token::Kind::Name && !isWord("attr")) {
       const auto it = classes_.find(peek().text);
-      if (it == classes_.end()) fail("expected 'attr in (lo, hi]', 'attr >= N' or a class defined with 'class NAME = ...;'");
+      if (it == classes_.end())
+        fail("expected 'attr in (lo, hi]', 'attr >= N' or a class defined with 'class NAME = ...;'");
       ++pos;
       return it->second;
     }
@@ -785,14 +806,39 @@ class Parser {
     }
     Range r;
     const std::string op = peek().kind == Token::Kind::Sym ? peek().text : "";
-    if (op != "<" && op != "<=" && op != ">" && op != ">=" && op != "=") fail("expected 'in', '<', '<=', '>', '>=' or '='");
+    if (op != "<" && op != "<=" && op != ">" && op != ">=" && op != "=")
+      fail("expected 'in', '<', '<=', '>', '>=' or '='");
     ++pos;
     const std::int64_t v = integer();
-    if (op == "<") { r.hasHi = true; r.hi = v == INT64_MIN ? v : v - 1; if (v == INT64_MIN) { r.hasLo = true; r.lo = 0; r.hi = -1; } }
-    if (op == "<=") { r.hasHi = true; r.hi = v; }
-    if (op == ">") { r.hasLo = true; r.lo = v == INT64_MAX ? v : v + 1; if (v == INT64_MAX) { r.hasHi = true; r.hi = v - 1; } }
-    if (op == ">=") { r.hasLo = true; r.lo = v; }
-    if (op == "=") { r.hasLo = r.hasHi = true; r.lo = r.hi = v; }
+    if (op == "<") {
+      r.hasHi = true;
+      r.hi = v == INT64_MIN ? v : v - 1;
+      if (v == INT64_MIN) {
+        r.hasLo = true;
+        r.lo = 0;
+        r.hi = -1;
+      }
+    }
+    if (op == "<=") {
+      r.hasHi = true;
+      r.hi = v;
+    }
+    if (op == ">") {
+      r.hasLo = true;
+      r.lo = v == INT64_MAX ? v : v + 1;
+      if (v == INT64_MAX) {
+        r.hasHi = true;
+        r.hi = v - 1;
+      }
+    }
+    if (op == ">=") {
+      r.hasLo = true;
+      r.lo = v;
+    }
+    if (op == "=") {
+      r.hasLo = r.hasHi = true;
+      r.lo = r.hi = v;
+    }
     return r;
   }
 
@@ -812,8 +858,11 @@ class Parser {
       r.lo = integer();
       writtenLo = r.lo;
       if (loOpen) {
-        if (r.lo == INT64_MAX) { r.hasHi = true; r.hi = r.lo - 1; }
-        else ++r.lo;
+        if (r.lo == INT64_MAX) {
+          r.hasHi = true;
+          r.hi = r.lo - 1;
+        } else
+          ++r.lo;
       }
     }
     expectSym(",");
@@ -834,8 +883,15 @@ class Parser {
     // because of its open ends, such as (5, 6), is not reversed and matches nothing).
     if (writtenLo && !hiInf && hi < *writtenLo) throw QueryError(col, "the range ends before it begins");
     if (!hiInf) {
-      if (hiOpen && hi == INT64_MIN) { r.hasLo = true; r.lo = 0; r.hasHi = true; r.hi = -1; }
-      else if (!r.hasHi) { r.hasHi = true; r.hi = hiOpen ? hi - 1 : hi; }
+      if (hiOpen && hi == INT64_MIN) {
+        r.hasLo = true;
+        r.lo = 0;
+        r.hasHi = true;
+        r.hi = -1;
+      } else if (!r.hasHi) {
+        r.hasHi = true;
+        r.hi = hiOpen ? hi - 1 : hi;
+      }
     }
     return r;
   }
@@ -851,8 +907,9 @@ class Parser {
     ++pos;
     const std::uint64_t limit = neg ? 9223372036854775808ull : static_cast<std::uint64_t>(INT64_MAX);
     if (!t.exact || *t.exact > limit)
-      throw QueryError(t.column, "the attribute value " + std::string(neg ? "-" : "") + t.text +
-                                     " does not fit a signed 64-bit integer (-9223372036854775808 to 9223372036854775807)");
+      throw QueryError(t.column,
+                       "the attribute value " + std::string(neg ? "-" : "") + t.text +
+                           " does not fit a signed 64-bit integer (-9223372036854775808 to 9223372036854775807)");
     const std::uint64_t u = *t.exact;
     if (neg) return u == 9223372036854775808ull ? INT64_MIN : -static_cast<std::int64_t>(u);
     return static_cast<std::int64_t>(u);
@@ -962,7 +1019,8 @@ Query parseQuery(const std::string& text) {
     fq.formula = p.formula();
     fq.interval = p.interval();
     q.calls.push_back(std::move(fq));
-    if (p.peek().kind != Token::Kind::End) p.fail("expected the end of the query, 'and', 'or' or an interval '@ [a, b)'");
+    if (p.peek().kind != Token::Kind::End)
+      p.fail("expected the end of the query, 'and', 'or' or an interval '@ [a, b)'");
   };
   Query value;
   value.text = text;

@@ -4,8 +4,8 @@
 // option of the tools is checked here (docs/cli.md, "Numbers").
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdlib>

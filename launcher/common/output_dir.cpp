@@ -16,14 +16,14 @@ namespace fs = std::filesystem;
 std::string notAMeasurementDirectory(const fs::path& existing) {
   std::error_code ec;
   const auto st = fs::symlink_status(existing, ec);
-  if (!ec && st.type() == fs::file_type::symlink) return "a symbolic link, not a measurement directory (never followed)";
+  if (!ec && st.type() == fs::file_type::symlink)
+    return "a symbolic link, not a measurement directory (never followed)";
   if (ec || st.type() != fs::file_type::directory) return "not a directory";
   for (fs::directory_iterator it(existing, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     // Profiles, bundles, their temporaries and the JIT symbol maps kept beside them.
     const bool profileName = name.ends_with(".cspprof") || name.find(".cspprof.tmp.") != std::string::npos ||
-                             name.ends_with(".cspbundle") ||
-                             (name.starts_with("perf-") && name.ends_with(".map"));
+                             name.ends_with(".cspbundle") || (name.starts_with("perf-") && name.ends_with(".map"));
     if (!profileName || it->symlink_status(ec).type() != fs::file_type::regular)
       return fmt::format("not a measurement directory (it holds '{}')", name);
   }
@@ -39,8 +39,10 @@ StagedDirectory::StagedDirectory(fs::path target, bool force, Guard guard)
     throw OutputDirError(fmt::format("{}: already exists (use --force to replace it)", target_.string()));
   if (fs::exists(fs::symlink_status(target_, ec)) && guard_)
     if (const auto why = guard_(target_); !why.empty())
-      throw OutputDirError(fmt::format("{}: {}; --force replaces only what this tool writes: remove it yourself or "
-                                       "choose another name", target_.string(), why));
+      throw OutputDirError(
+          fmt::format("{}: {}; --force replaces only what this tool writes: remove it yourself or "
+                      "choose another name",
+                      target_.string(), why));
   const fs::path parent = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   if (ec) throw OutputDirError(fmt::format("{}: cannot create: {}", parent.string(), ec.message()));
@@ -50,8 +52,8 @@ StagedDirectory::StagedDirectory(fs::path target, bool force, Guard guard)
   // staging) is never reused or removed.
   std::string name = (parent / fmt::format(".{}.tmp-{}-XXXXXX", target_.filename().string(), ::getpid())).string();
   if (!::mkdtemp(name.data()))
-    throw OutputDirError(fmt::format("{}: cannot create a staging directory next to it: {}", target_.string(),
-                                     std::strerror(errno)));
+    throw OutputDirError(
+        fmt::format("{}: cannot create a staging directory next to it: {}", target_.string(), std::strerror(errno)));
   staging_ = name;
   ::chmod(staging_.c_str(), 0755);
 }

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 #include <functional>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "csp/storage/database_writer.hpp"

@@ -22,7 +22,7 @@ char g_dir[kPathMax];              // the directory to remove, NUL-terminated
 std::atomic<int> g_owner{0};       // a process of this host that may write into it, or 0
 std::atomic<bool> g_armed{false};  // g_dir is complete
 const char* g_tool = "csp";
-bool g_report = true;             // print the one line (rank 0 only)
+bool g_report = true;  // print the one line (rank 0 only)
 
 void writeText(const char* s) {
   const auto n = std::strlen(s);
@@ -62,8 +62,10 @@ void removeEntries(int dirFd, int depth) {
       if (::unlinkat(dirFd, name, AT_REMOVEDIR) == 0) removedAny = true;
     }
     // Entries were removed under the cursor: start the listing over until nothing goes.
-    if (removedAny) ::lseek(dirFd, 0, SEEK_SET);
-    else return;
+    if (removedAny)
+      ::lseek(dirFd, 0, SEEK_SET);
+    else
+      return;
   }
 }
 

@@ -1,8 +1,8 @@
 // csp-diff: where scaling is lost between a run on p and a run on q > p processes.
 //   csp-diff [--strong|--weak] [--p N --q M] [--metric NAME] RUN_P RUN_Q [-o OUT_DB [--force]] [--top K]
 // Argument parsing only: the analysis lives in analysis/, the report and its renderers in views/.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
@@ -27,13 +27,17 @@ int main(int argc, char** argv) {
   auto* strongFlag = app.add_flag("--strong", strong, "strong scaling, same total problem (the default)");
   app.add_flag("--weak", weak, "weak scaling, same problem per process")->excludes(strongFlag);
   auto* pOption = app.add_option("--p", p, "process count of RUN_P (default: its distinct MPI ranks, else processes)")
-      ->check(csp::cli::positiveFinite());
-  auto* qOption = app.add_option("--q", q, "process count of RUN_Q (default: as for --p)")->check(csp::cli::positiveFinite());
-  app.add_option("--metric", o.metric, "metric to compare (default: cpu-time, else real-time, else the first in common)");
+                      ->check(csp::cli::positiveFinite());
+  auto* qOption =
+      app.add_option("--q", q, "process count of RUN_Q (default: as for --p)")->check(csp::cli::positiveFinite());
+  app.add_option("--metric", o.metric,
+                 "metric to compare (default: cpu-time, else real-time, else the first in common)");
   app.add_option("-o,--output", output, "write the result as a CSP database to this directory");
   app.add_flag("--force", force, "replace an existing output database");
   app.add_option("--top", top, "contexts to list in each part of the report")->capture_default_str();
-  app.add_option("--format", format, "the report as text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  app.add_option("--format", format, "the report as text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   app.add_flag("--quiet", quiet, "no report (errors only)");
   CLI11_PARSE(app, argc, argv);
   o.mode = weak ? csp::metrics::ScalingMode::Weak : csp::metrics::ScalingMode::Strong;
@@ -55,7 +59,8 @@ int main(int argc, char** argv) {
       csp::views::render(report, json ? csp::views::Format::Json : csp::views::Format::Text, std::cout);
       std::cout.flush();
       // With JSON on stdout, what was written is said on stderr.
-      if (!output.empty()) (json ? std::cerr : std::cout) << fmt::format("{}csp-diff: wrote {}\n", json ? "" : "\n", output);
+      if (!output.empty())
+        (json ? std::cerr : std::cout) << fmt::format("{}csp-diff: wrote {}\n", json ? "" : "\n", output);
     }
   } catch (const std::exception& e) {
     std::cout.flush();

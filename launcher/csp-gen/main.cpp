@@ -1,17 +1,17 @@
 // csp-gen: writes measurement directories without running anything — synthetic SPMD-shaped
 // workloads for tests and benchmarks, or exact profiles from a JSON description.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli_numbers.hpp"
 #include "csp/storage/profile_io.hpp"
 #include "csp/synth/json_spec.hpp"
 #include "csp/synth/synthetic.hpp"
-#include "cli_numbers.hpp"
 #include "output_dir.hpp"
 #include "progress.hpp"
 #include "signal_cleanup.hpp"
@@ -29,14 +29,26 @@ int main(int argc, char** argv) {
   auto* fromJson = app.add_option("--from-json", spec, "write the exact profiles described by this JSON file");
   app.add_option("--ranks", o.ranks, "MPI ranks")->check(CLI::Range(1u, 1u << 24))->capture_default_str();
   app.add_option("--threads", o.threads, "threads per rank")->check(CLI::Range(1u, 1u << 16))->capture_default_str();
-  app.add_option("--nodes", o.nodes, "CCT nodes of each call-path group")->check(CLI::Range(4u, 1u << 26))->capture_default_str();
+  app.add_option("--nodes", o.nodes, "CCT nodes of each call-path group")
+      ->check(CLI::Range(4u, 1u << 26))
+      ->capture_default_str();
   app.add_option("--depth", o.depth, "maximum CCT depth")->check(CLI::Range(3u, 4096u))->capture_default_str();
-  app.add_option("--groups", o.groups, "distinct call-path groups (SPMD codes have a few)")->check(CLI::Range(1u, 1024u))->capture_default_str();
-  app.add_option("--metrics", o.metrics, "metrics: 1 = cpu-time, 2 = + real-time, more = counted events")->check(CLI::Range(1u, 64u))->capture_default_str();
-  app.add_option("--imbalance", o.imbalance, "extra work of the last rank over rank 0 (0.25 = 25 %)")->check(csp::cli::finiteRange(0, 100))->capture_default_str();
+  app.add_option("--groups", o.groups, "distinct call-path groups (SPMD codes have a few)")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  app.add_option("--metrics", o.metrics, "metrics: 1 = cpu-time, 2 = + real-time, more = counted events")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  app.add_option("--imbalance", o.imbalance, "extra work of the last rank over rank 0 (0.25 = 25 %)")
+      ->check(csp::cli::finiteRange(0, 100))
+      ->capture_default_str();
   app.add_option("--hot-paths", o.hotPaths, "statements that carry most of the samples")->capture_default_str();
-  app.add_option("--presence", o.presence, "probability that a statement occurs in a profile")->check(csp::cli::finiteRange(0, 1))->capture_default_str();
-  app.add_option("--ranks-per-node", o.ranksPerNode, "ranks per compute node in the id tuples")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--presence", o.presence, "probability that a statement occurs in a profile")
+      ->check(csp::cli::finiteRange(0, 1))
+      ->capture_default_str();
+  app.add_option("--ranks-per-node", o.ranksPerNode, "ranks per compute node in the id tuples")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_flag("--regions", o.regions, "add a small region tree to every profile");
   app.add_option("--seed", o.seed, "random seed; the same seed gives byte-identical files")->capture_default_str();
   app.add_option("-j,--jobs", o.jobs, "writer threads (0 = all cores)")->capture_default_str();
@@ -64,8 +76,10 @@ int main(int argc, char** argv) {
     csp::cli::StagedDirectory dir(out, force, csp::cli::notAMeasurementDirectory);
     csp::cli::removeOnTermination(dir.staging());
     for (const auto& l : dir.leftovers()) {
-      if (!l.removed) fmt::print(stderr, "csp-gen: warning: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
-      else if (!quiet) fmt::print(stderr, "csp-gen: note: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
+      if (!l.removed)
+        fmt::print(stderr, "csp-gen: warning: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
+      else if (!quiet)
+        fmt::print(stderr, "csp-gen: note: earlier temporary directory {}: {}\n", l.path.string(), l.reason);
     }
     csp::synth::GenerationSummary summary;
     if (!spec.empty()) {
@@ -81,9 +95,8 @@ int main(int argc, char** argv) {
       }
     } else {
       csp::cli::Progress progress("csp-gen: writing", std::uint64_t{o.ranks} * o.threads, !quiet);
-      summary = csp::synth::writeSynthetic(o, dir.staging(), [&](std::uint64_t done, std::uint64_t) {
-        progress.update(done);
-      });
+      summary = csp::synth::writeSynthetic(o, dir.staging(),
+                                           [&](std::uint64_t done, std::uint64_t) { progress.update(done); });
       progress.finish();
     }
     dir.publish();

@@ -1,8 +1,8 @@
 // csp-prof-mpi: parallel post-processing of per-thread profiles into a CSP database.
 //   [srun|mpirun -np P] csp-prof-mpi [options] MEASUREMENT_DIR... -o DB
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <optional>
@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
-  app.add_option("inputs", inputs, "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
+  app.add_option("inputs", inputs,
+                 "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
   app.add_flag("--force", o.force, "replace an existing database (and HPCToolkit database, with --hpctoolkit)");
@@ -103,8 +104,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = 0;
-    if (rank == 0) code = app.exit(e);
-    else code = e.get_exit_code();
+    if (rank == 0)
+      code = app.exit(e);
+    else
+      code = e.get_exit_code();
     MPI_Finalize();
     return code;
   }
@@ -152,8 +155,10 @@ int main(int argc, char** argv) {
     csp::cli::removeOnTermination(dir, ownerPid == ::getpid() ? 0 : ownerPid);
   };
   o.onLeftover = [quiet](bool removed, const std::string& text) {
-    if (!removed) fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
-    else if (!quiet) fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
+    if (!removed)
+      fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
+    else if (!quiet)
+      fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
   };
   std::optional<csp::cli::OrphanWatchdog> watchdog;
   if (size > 1) watchdog.emplace("csp-prof-mpi");
@@ -178,14 +183,18 @@ int main(int argc, char** argv) {
       fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs,
                  s.skipped.size());
       for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
-      fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics, s.regions > 0 ? s.regions - 1 : 0);
-      fmt::print("  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n", s.valuesWritten,
-                 s.databaseBytes / 1048576.0, s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
+      fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics,
+                 s.regions > 0 ? s.regions - 1 : 0);
+      fmt::print(
+          "  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n",
+          s.valuesWritten, s.databaseBytes / 1048576.0,
+          s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
       const auto& a = s.attribution;
       if (a.lookups)
-        fmt::print("  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} by "
-                   "function bounds, {} unknown\n",
-                   a.lookups, a.withLines, a.symbolOnly, a.byUnwindInfo, a.byFunctionBounds, a.unknown);
+        fmt::print(
+            "  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} by "
+            "function bounds, {} unknown\n",
+            a.lookups, a.withLines, a.symbolOnly, a.byUnwindInfo, a.byFunctionBounds, a.unknown);
       if (a.modulesAnalysed + a.modulesFromCache > 0)
         fmt::print("  structure: {} modules, {} analysed in {:.2f} s, {} from the cache {}; {} loops\n",
                    a.modulesAnalysed + a.modulesFromCache, a.modulesAnalysed, a.analysisSeconds, a.modulesFromCache,
@@ -193,7 +202,8 @@ int main(int argc, char** argv) {
       const auto& q = s.quality;
       auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
       fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
-                 q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples, share(q.droppedSamples));
+                 q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples,
+                 share(q.droppedSamples));
       if (const auto u = csp::reduce::unwindSummary(s.unwindRecovery); !u.empty()) fmt::print("  {}\n", u);
       for (const auto& line : csp::reduce::loopSummary(s.moduleLoops)) fmt::print("  {}\n", line);
       if (!s.droppedByCause.empty()) fmt::print("    dropped by cause: {}\n", s.droppedByCause);
@@ -205,9 +215,10 @@ int main(int argc, char** argv) {
       if (h) phases += fmt::format(" hpctoolkit {:.2f}s,", h->seconds);
       if (!phases.empty()) phases.pop_back();
       if (h)
-        fmt::print("  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
-                   hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
-                   h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
+        fmt::print(
+            "  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
+            hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
+            h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
       fmt::print("  time {:.2f} s:{}\n", secs, phases);
     }
   } catch (const std::exception& e) {

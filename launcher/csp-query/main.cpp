@@ -1,8 +1,8 @@
 // csp-query: concurrency queries over the region event logs of a CSP database (docs/query.md).
 // Argument parsing only: frames, the language and the analyses live in analysis/, the table of
 // results and its renderers in views/.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 
@@ -29,8 +29,11 @@ int main(int argc, char** argv) {
   app.add_option("args", o.cannedArgs, "--canned: further arguments of the analysis");
   app.add_option("--canned", o.canned, "run a canned analysis (see --list-canned)");
   app.add_flag("--list-canned", listCanned, "list the canned analyses and exit");
-  app.add_option("--format", format, "text, csv or json")->check(CLI::IsMember({"text", "csv", "json"}))->capture_default_str();
-  app.add_option("--limit", o.limit, "pruned frames shown per process for a query without measure")->capture_default_str();
+  app.add_option("--format", format, "text, csv or json")
+      ->check(CLI::IsMember({"text", "csv", "json"}))
+      ->capture_default_str();
+  app.add_option("--limit", o.limit, "pruned frames shown per process for a query without measure")
+      ->capture_default_str();
   if (const auto exit = csp::cli::parseOrExit(app, "csp-query", [&] { app.parse(argc, argv); })) return *exit;
   if (listCanned) {
     csp::views::renderCannedList(std::cout);
@@ -41,7 +44,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.canned.empty() && o.query.empty()) {
-    std::cerr << "csp-query: no query given: csp-query DB 'QUERY' or csp-query DB --canned NAME ARGS... (docs/query.md)\n";
+    std::cerr
+        << "csp-query: no query given: csp-query DB 'QUERY' or csp-query DB --canned NAME ARGS... (docs/query.md)\n";
     return 2;
   }
   if (o.canned.empty() && !o.cannedArgs.empty()) {
@@ -55,8 +59,8 @@ int main(int argc, char** argv) {
     try {
       request = csp::views::queryRequestFrom(o);
     } catch (const QueryError& e) {
-      std::cerr << fmt::format("csp-query: error: query: column {}: {}\n  {}\n  {}^\n", e.column(), e.message(), o.query,
-                               std::string(e.column() > 0 ? e.column() - 1 : 0, ' '));
+      std::cerr << fmt::format("csp-query: error: query: column {}: {}\n  {}\n  {}^\n", e.column(), e.message(),
+                               o.query, std::string(e.column() > 0 ? e.column() - 1 : 0, ' '));
       return 1;
     }
     const csp::views::Session session(dbPath);

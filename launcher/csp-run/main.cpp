@@ -1,10 +1,10 @@
 // csp-run: runs a program under libcsp-measure.so. It only prepares the environment (the
 // preload and CSP_* settings) and then becomes the program with execvp, so that it can sit
 // between mpirun/srun and the application without adding a process.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <limits.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cstdlib>
@@ -52,7 +52,8 @@ std::string defaultOutput(const std::string& program) {
   std::string job;
   if (const char* slurm = std::getenv("SLURM_JOB_ID"); slurm != nullptr && *slurm != '\0') {
     job = slurm;
-    if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && *step != '\0') job += fmt::format(".{}", step);
+    if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && *step != '\0')
+      job += fmt::format(".{}", step);
   } else {
     for (const char* name : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID"}) {
       if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
@@ -77,9 +78,9 @@ std::optional<fs::path> findLibrary(const std::string& explicitPath) {
     return fs::exists(env) ? std::optional(fs::absolute(env)) : std::nullopt;
   const fs::path dir = selfDirectory();
   // Installed (bin/ next to lib/), or the build tree (launcher/ next to measure/).
-  for (const fs::path& candidate : {dir / "libcsp-measure.so", dir / ".." / "lib" / "libcsp-measure.so",
-                                   dir / ".." / "lib64" / "libcsp-measure.so",
-                                   dir / ".." / "measure" / "libcsp-measure.so"}) {
+  for (const fs::path& candidate :
+       {dir / "libcsp-measure.so", dir / ".." / "lib" / "libcsp-measure.so", dir / ".." / "lib64" / "libcsp-measure.so",
+        dir / ".." / "measure" / "libcsp-measure.so"}) {
     std::error_code ec;
     if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec);
   }
@@ -151,19 +152,24 @@ int main(int argc, char** argv) {
                  "region log capacity per thread; later events are counted as lost (default 1048576). "
                  "Env: CSP_REGION_LOG_EVENTS")
       ->check(CLI::Range(1u, 1u << 28));
-  app.add_option("--max-depth", maxDepth, "deepest call path kept; deeper samples keep their innermost frames "
-                                          "and count as truncated (default 1024). Env: CSP_MAX_DEPTH")
+  app.add_option("--max-depth", maxDepth,
+                 "deepest call path kept; deeper samples keep their innermost frames "
+                 "and count as truncated (default 1024). Env: CSP_MAX_DEPTH")
       ->check(CLI::Range(16u, 1u << 20));
-  app.add_option("--max-nodes", maxNodes, "CCT nodes per thread; samples beyond are counted as dropped "
-                                          "(default 262144). Env: CSP_MAX_NODES")
+  app.add_option("--max-nodes", maxNodes,
+                 "CCT nodes per thread; samples beyond are counted as dropped "
+                 "(default 262144). Env: CSP_MAX_NODES")
       ->check(CLI::Range(1024u, 1u << 28));
-  app.add_option("--signal", signal, "signal csp's timers raise: PROF, RTMIN+N, RTMAX-N or a number (default: the "
-                                     "first real-time signal from RTMIN+6 up that the program does not handle). "
-                                     "Env: CSP_SIGNAL");
-  app.add_option("--library", library, "libcsp-measure.so to preload (default: found next to csp-run, in "
-                                       "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
-  app.add_flag("-v,--verbose", verbose, "report settings, and per thread the samples, unwind failures and drops "
-                                        "when its profile is written. Env: CSP_VERBOSE=1");
+  app.add_option("--signal", signal,
+                 "signal csp's timers raise: PROF, RTMIN+N, RTMAX-N or a number (default: the "
+                 "first real-time signal from RTMIN+6 up that the program does not handle). "
+                 "Env: CSP_SIGNAL");
+  app.add_option("--library", library,
+                 "libcsp-measure.so to preload (default: found next to csp-run, in "
+                 "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
+  app.add_flag("-v,--verbose", verbose,
+               "report settings, and per thread the samples, unwind failures and drops "
+               "when its profile is written. Env: CSP_VERBOSE=1");
   if (command.empty()) app.prefix_command();
   try {
     app.parse(ownArgs, argv);

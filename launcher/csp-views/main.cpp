@@ -2,8 +2,8 @@
 // requests, their defaults and checks, the answers and the renderers live in views/.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,8 +45,8 @@ void parseLeavingTheDatabase(CLI::App& app, std::vector<std::string> args, const
       if (value->empty()) continue;
       for (std::size_t i = 0; i + 1 < args.size(); ++i)
         if (args[i] == name && args[i + 1] == *value) {
-          std::rotate(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.begin() + static_cast<std::ptrdiff_t>(i) + 2,
-                      args.end());
+          std::rotate(args.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                      args.begin() + static_cast<std::ptrdiff_t>(i) + 2, args.end());
           value->clear();
           return parse(args);
         }
@@ -87,10 +87,12 @@ int main(int argc, char** argv) {
   auto* oCallers = app.add_flag("--callers", callers, "Callers view (bottom-up; built lazily)");
   auto* oFlat = app.add_flag("--flat", flat, "Flat view (module, file, procedure, loop, line)");
   auto* oRegions = app.add_flag("--regions", regions, "Regions view (user-annotated regions)");
-  auto* oInfo = app.add_flag("--info", o.info, "experiment metadata: command, processes, threads, metrics, skipped inputs");
-  auto* oNode = app.add_option("--node", o.node,
-                               "per-thread distribution of a node: a CCT id, a procedure name (all its contexts), a call "
-                               "path main/solve, or with --flat/--callers an id that view prints");
+  auto* oInfo =
+      app.add_flag("--info", o.info, "experiment metadata: command, processes, threads, metrics, skipped inputs");
+  auto* oNode =
+      app.add_option("--node", o.node,
+                     "per-thread distribution of a node: a CCT id, a procedure name (all its contexts), a call "
+                     "path main/solve, or with --flat/--callers an id that view prints");
   std::string imbalanceSection;
   auto* oImbalance = app.add_option("--imbalance", imbalanceSection,
                                     "which contexts cause the load imbalance of a section (a CCT node id, a procedure "
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
                  "further sites of it")
       ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
-  app.add_option("--min-share", imbalance.minShare, "--imbalance: report causes explaining at least this share of the variance")
+  app.add_option("--min-share", imbalance.minShare,
+                 "--imbalance: report causes explaining at least this share of the variance")
       ->check(csp::cli::finiteRange(0, 1))
       ->capture_default_str();
   app.add_option("--min-imbalance", imbalance.minImbalance,
@@ -118,8 +121,9 @@ int main(int argc, char** argv) {
   for (auto* v : {oCc, oRegions, oInfo, oImbalance}) oNode->excludes(v);
 
   app.add_option("-m,--metric", o.metrics, "metrics to show (repeat or comma-separate; default: the first)");
-  app.add_option("-s,--stat", o.statistics,
-                 "statistics: sum mean min max stddev cfvar imbalance count p5 p25 p50 p75 p95 imbmedian (default sum)");
+  app.add_option(
+      "-s,--stat", o.statistics,
+      "statistics: sum mean min max stddev cfvar imbalance count p5 p25 p50 p75 p95 imbmedian (default sum)");
   app.add_option("--threads", o.threads,
                  "threads the statistics are over: all, work (main + worker), or classes main,worker,helper "
                  "(default: work when the database has helper threads, else all)");

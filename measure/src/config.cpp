@@ -4,8 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <unistd.h>
+#include <cerrno>
 
 #include <climits>
 #include <cstdio>
@@ -129,12 +129,15 @@ Config readConfig() {
     if (usable)
       c.signal = chosen;
     else
-      std::fprintf(stderr, "csp: warning: CSP_SIGNAL=%s is not a usable signal (a number, PROF, RTMIN+N or RTMAX-N); "
-                           "using the first free real-time signal\n", sig);
+      std::fprintf(stderr,
+                   "csp: warning: CSP_SIGNAL=%s is not a usable signal (a number, PROF, RTMIN+N or RTMAX-N); "
+                   "using the first free real-time signal\n",
+                   sig);
   }
   c.regionLog = envFlag("CSP_REGION_LOG");
   c.idleness = envFlag("CSP_IDLENESS");
-  c.regionLogCapacity = static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
+  c.regionLogCapacity =
+      static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
   c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));
   c.maxDepth = static_cast<std::uint32_t>(envNumber("CSP_MAX_DEPTH", c.maxDepth, 16, 1u << 20));
   c.maxNodes = static_cast<std::uint32_t>(envNumber("CSP_MAX_NODES", c.maxNodes, 1024, 1u << 28));

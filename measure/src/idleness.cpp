@@ -44,28 +44,40 @@ __extension__ typedef unsigned __int128 Wide;
 
 const char* stateMetricName(int metric) {
   switch (metric) {
-    case kWork: return "work";
-    case kIdleness: return "idleness";
-    case kSyncWait: return "sync-wait";
-    case kLockWait: return "lock-wait";
-    case kLockBlame: return "lock-blame";
-    case kMpiWait: return "mpi-wait";
-    default: return "?";
+    case kWork:
+      return "work";
+    case kIdleness:
+      return "idleness";
+    case kSyncWait:
+      return "sync-wait";
+    case kLockWait:
+      return "lock-wait";
+    case kLockBlame:
+      return "lock-blame";
+    case kMpiWait:
+      return "mpi-wait";
+    default:
+      return "?";
   }
 }
 
 const char* stateMetricDescription(int metric) {
   switch (metric) {
-    case kWork: return "time of the first event's samples taken while the thread was working";
+    case kWork:
+      return "time of the first event's samples taken while the thread was working";
     case kIdleness:
       return "idleness charged to working threads: each work sample adds I/W of its time (I idle, W working "
              "threads of the process)";
-    case kSyncWait: return "time the thread waited in barriers, condition variables, joins and OpenMP synchronization";
-    case kLockWait: return "time the thread waited for a mutex, spin lock or OpenMP lock or critical section";
+    case kSyncWait:
+      return "time the thread waited in barriers, condition variables, joins and OpenMP synchronization";
+    case kLockWait:
+      return "time the thread waited for a mutex, spin lock or OpenMP lock or critical section";
     case kLockBlame:
       return "time other threads waited for a lock while this thread held it, charged where it released the lock";
-    case kMpiWait: return "time the thread spent in blocking MPI calls";
-    default: return "";
+    case kMpiWait:
+      return "time the thread spent in blocking MPI calls";
+    default:
+      return "";
   }
 }
 

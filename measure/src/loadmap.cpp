@@ -27,7 +27,7 @@ namespace csp::measure {
 namespace {
 
 constexpr std::size_t kChunkModules = 256;
-constexpr std::size_t kMaxChunks = 256;  // 65,536 modules; beyond, new modules go unrecorded
+constexpr std::size_t kMaxChunks = 256;        // 65,536 modules; beyond, new modules go unrecorded
 constexpr std::size_t kIndexSlots = 1u << 17;  // at most half full
 
 struct Entry {
@@ -112,13 +112,13 @@ struct Walk {
   bool first = true;
   bool unchanged = false;  // no load or unload since the last walk: stopped at the first module
   unsigned long long adds = 0, subs = 0;
-  bool incremental = false;          // g_previous applies
+  bool incremental = false;                   // g_previous applies
   std::vector<const char*>* names = nullptr;  // this walk's, when it will become g_previous
   std::size_t position = 0;
-  std::size_t newFrom = 0;           // entries from here on were loaded since the last walk
-  std::size_t next = 0;              // the next entry of g_previous to match
-  unsigned long long goneLeft = 0;   // entries of g_previous that may be missing
-  std::vector<ModuleRecord> fresh;   // modules not recorded yet (allocated only when there is one)
+  std::size_t newFrom = 0;          // entries from here on were loaded since the last walk
+  std::size_t next = 0;             // the next entry of g_previous to match
+  unsigned long long goneLeft = 0;  // entries of g_previous that may be missing
+  std::vector<ModuleRecord> fresh;  // modules not recorded yet (allocated only when there is one)
 };
 
 void startWalk(Walk& walk) {
@@ -131,7 +131,8 @@ void startWalk(Walk& walk) {
   }
   const unsigned long long added = walk.adds - g_seenAdds.load(std::memory_order_relaxed);
   const unsigned long long gone = walk.subs - g_seenSubs.load(std::memory_order_relaxed);
-  const unsigned long long expected = g_previous.size() + added - std::min<unsigned long long>(gone, g_previous.size() + added);
+  const unsigned long long expected =
+      g_previous.size() + added - std::min<unsigned long long>(gone, g_previous.size() + added);
   walk.newFrom = static_cast<std::size_t>(expected > added ? expected - added : 0);
   walk.goneLeft = gone;
 }
@@ -195,8 +196,9 @@ void append(ModuleRecord&& m) {
   if (isRecorded(s)) return;
   const std::size_t i = g_count.load(std::memory_order_relaxed);
   if (i / kChunkModules >= kMaxChunks || 2 * i >= kIndexSlots) {
-    reportOnce("loadmap-full", "csp: warning: more than 65536 modules loaded; later ones are not recorded and their "
-                               "samples stay unresolved\n");
+    reportOnce("loadmap-full",
+               "csp: warning: more than 65536 modules loaded; later ones are not recorded and their "
+               "samples stay unresolved\n");
     return;
   }
   if (g_chunks[i / kChunkModules] == nullptr) g_chunks[i / kChunkModules] = new Entry[kChunkModules];

@@ -31,8 +31,8 @@ namespace csp::measure {
 
 namespace {
 
-constexpr int kMaxPeers = 1024;                       // local ranks followed; beyond, no waiting
-constexpr std::uint64_t kGraceNs = 3'000'000'000;     // for live peers whose signal is still on its way
+constexpr int kMaxPeers = 1024;                    // local ranks followed; beyond, no waiting
+constexpr std::uint64_t kGraceNs = 3'000'000'000;  // for live peers whose signal is still on its way
 constexpr std::uint64_t kPollNs = 2'000'000;
 
 struct Peers {
@@ -88,8 +88,9 @@ void initTerminationPeers() {
   g_aliveSocket = -1;
   if (isDescendantProcess()) return;  // a rank's child is no rank of its own
   Peers p;
-  const bool local = (readInt("OMPI_COMM_WORLD_LOCAL_RANK", p.localRank) && readInt("OMPI_COMM_WORLD_LOCAL_SIZE", p.localSize)) ||
-                     (readInt("MPI_LOCALRANKID", p.localRank) && readInt("MPI_LOCALNRANKS", p.localSize));
+  const bool local =
+      (readInt("OMPI_COMM_WORLD_LOCAL_RANK", p.localRank) && readInt("OMPI_COMM_WORLD_LOCAL_SIZE", p.localSize)) ||
+      (readInt("MPI_LOCALRANKID", p.localRank) && readInt("MPI_LOCALNRANKS", p.localSize));
   if (!local || p.localSize < 2 || p.localSize > kMaxPeers || p.localRank >= p.localSize) return;
   const char* job = nullptr;
   for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_JOBID"})

@@ -2,11 +2,10 @@
 // dlclose interposers, fork, exit, and the MPI wrappers that learn the rank.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -188,9 +187,9 @@ void finalizeWithRoomToWrite(ThreadState* t) {
 
 constexpr std::size_t kMaxQueued = 1024;
 constinit std::mutex g_endedMutex;
-constinit std::atomic<int> g_endedSignal{0};  // futex word: bumped on every enqueue
+constinit std::atomic<int> g_endedSignal{0};         // futex word: bumped on every enqueue
 constinit std::atomic<bool> g_writerWaiting{false};  // a wake-up is needed (saves a system call per thread)
-constinit bool g_bundleWriterStarted = false;  // under g_endedMutex
+constinit bool g_bundleWriterStarted = false;        // under g_endedMutex
 constinit bool g_bundleWriterFailed = false;
 std::vector<ThreadState*>& endedQueue() {
   static auto* q = new std::vector<ThreadState*>;

@@ -109,7 +109,8 @@ struct RegionThreadState {
 
   void enter(std::uint32_t name, std::uint64_t dynamicId, std::uint32_t flags = kEventEnter, std::int64_t attr = 0) {
     const std::uint32_t parent = stack.empty() ? 0 : stack.back().node;
-    auto [it, inserted] = children.try_emplace(ChildKey{parent, name, dynamicId}, static_cast<std::uint32_t>(nodes.size()));
+    auto [it, inserted] =
+        children.try_emplace(ChildKey{parent, name, dynamicId}, static_cast<std::uint32_t>(nodes.size()));
     if (inserted) nodes.push_back({parent, name, dynamicId});
     const std::uint64_t now = monotonicNs();
     stack.push_back({it->second, now, 0});
@@ -235,7 +236,9 @@ void beginNumbered(std::uint32_t static_id, std::uint64_t dynamic_id, std::uint3
 
 }  // namespace
 
-CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) { beginNamed(name, dynamic_id, kEventEnter, 0); }
+CSP_EXPORT void csp_region_begin(const char* name, uint64_t dynamic_id) {
+  beginNamed(name, dynamic_id, kEventEnter, 0);
+}
 
 CSP_EXPORT void csp_region_begin_attr(const char* name, uint64_t dynamic_id, int64_t attr) {
   beginNamed(name, dynamic_id, kEventEnter | kEventHasAttr, attr);

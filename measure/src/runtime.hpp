@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "csp/measure/events.hpp"
@@ -59,7 +59,7 @@ Config readConfig();
 struct ArenaNode {
   std::uint64_t address;  // leaf: interrupted PC; interior: return address
   std::uint32_t parent;
-  std::uint32_t note;     // storage UnwindNote, encoded: how the unwind found the frame (0: by its tables)
+  std::uint32_t note;  // storage UnwindNote, encoded: how the unwind found the frame (0: by its tables)
   std::uint64_t count[kMaxEvents];
 };
 
@@ -75,11 +75,11 @@ const char* stateMetricDescription(int metric);
 
 struct CctArena {
   ArenaNode* nodes = nullptr;
-  std::uint64_t* state = nullptr;  // kStateMetrics values per node, only with idleness accounting
-  std::uint32_t* table = nullptr;  // open addressing, node index + 1, 0 = empty
-  std::uint64_t* path = nullptr;   // scratch for one unwind, maxDepth entries
+  std::uint64_t* state = nullptr;     // kStateMetrics values per node, only with idleness accounting
+  std::uint32_t* table = nullptr;     // open addressing, node index + 1, 0 = empty
+  std::uint64_t* path = nullptr;      // scratch for one unwind, maxDepth entries
   std::uint32_t* pathNote = nullptr;  // the unwind notes of `path`
-  std::uint64_t* scan = nullptr;   // scratch: kScanWords stack words (scanStack)
+  std::uint64_t* scan = nullptr;      // scratch: kScanWords stack words (scanStack)
   std::uint32_t capacity = 0;
   std::uint32_t size = 0;
   std::uint32_t tableMask = 0;
@@ -132,12 +132,12 @@ std::vector<std::string> regionNames();
 // Why a sample was not recorded (ThreadState::droppedBy; the profile's settings dropped-<name>,
 // docs/measurement.md "Health counters").
 enum DropCause : int {
-  kDropNoMemory,      // the thread's tree could not be mapped
-  kDropNoFrame,       // the unwind found no frame at all
-  kDropTreeFull,      // the tree reached CSP_MAX_NODES
-  kDropRecordingWait, // the thread was recording a wait or blame (idleness accounting)
-  kDropLoaderBusy,    // a dlclose or fork was under way in some thread: unwinding was unsafe
-  kDropThrottled,     // within the quiet time after a slow sample
+  kDropNoMemory,       // the thread's tree could not be mapped
+  kDropNoFrame,        // the unwind found no frame at all
+  kDropTreeFull,       // the tree reached CSP_MAX_NODES
+  kDropRecordingWait,  // the thread was recording a wait or blame (idleness accounting)
+  kDropLoaderBusy,     // a dlclose or fork was under way in some thread: unwinding was unsafe
+  kDropThrottled,      // within the quiet time after a slow sample
   kDropCauses
 };
 const char* dropCauseName(int cause);  // "loader-busy", ...
@@ -160,10 +160,10 @@ struct ThreadState {
   std::uint64_t unwindFailures = 0;
   std::uint64_t droppedSamples = 0;
   std::uint64_t truncatedPaths = 0;
-  std::uint64_t foreignSignals = 0;    // sampling signals not sent by our timers
-  std::uint64_t abandonedSamples = 0;  // handlers left by a jump out of a nested handler
-  std::uint64_t throttledSamples = 0;  // dropped to keep the handler's share of CPU time bounded
-  std::uint64_t stackScans = 0;        // frames without unwind tables whose stack was scanned
+  std::uint64_t foreignSignals = 0;        // sampling signals not sent by our timers
+  std::uint64_t abandonedSamples = 0;      // handlers left by a jump out of a nested handler
+  std::uint64_t throttledSamples = 0;      // dropped to keep the handler's share of CPU time bounded
+  std::uint64_t stackScans = 0;            // frames without unwind tables whose stack was scanned
   std::uint64_t droppedBy[kDropCauses]{};  // droppedSamples by cause
   // Per event, the time on the event's clock (thread CPU time, or CLOCK_MONOTONIC for real-time)
   // before which its samples are throttled.
@@ -173,7 +173,7 @@ struct ThreadState {
   // (one file per process, docs/profile-format.md) instead of a file of its own.
   bool toBundle = false;
   CctArena cct;
-  void* altStack = nullptr;  // our alternate signal stack, if the thread got one from us
+  void* altStack = nullptr;              // our alternate signal stack, if the thread got one from us
   RegionThreadState* regions = nullptr;  // created with the state, so that writers need no lock
 
   // Thread state for work and idleness (idleness.cpp). Changed by the thread itself in normal
@@ -182,17 +182,17 @@ struct ThreadState {
   bool counted = false;              // counted in n, the process's threads
   bool ompWorker = false;            // an OpenMP worker: idle while outside implicit tasks
   int ompImplicitTasks = 0;
-  int waitDepth = 0;                 // nested waits (a wrapped call, an OMPT wait); the outermost counts
-  std::uint64_t waitStartNs = 0;     // CLOCK_MONOTONIC at the start of the outermost wait
-  std::uint64_t waitRegionEnds = 0;  // OpenMP parallel-region ends seen when the wait began
-  bool waitCharged = false;          // the outermost wait began while working: its time is charged
-  std::uint64_t idleRemainder = 0;   // handler: fraction of a ns of idleness carried to the next sample
-  std::uint64_t credit[kStateMetrics]{};     // waits and blame (ns) not yet charged to a context
+  int waitDepth = 0;                           // nested waits (a wrapped call, an OMPT wait); the outermost counts
+  std::uint64_t waitStartNs = 0;               // CLOCK_MONOTONIC at the start of the outermost wait
+  std::uint64_t waitRegionEnds = 0;            // OpenMP parallel-region ends seen when the wait began
+  bool waitCharged = false;                    // the outermost wait began while working: its time is charged
+  std::uint64_t idleRemainder = 0;             // handler: fraction of a ns of idleness carried to the next sample
+  std::uint64_t credit[kStateMetrics]{};       // waits and blame (ns) not yet charged to a context
   std::uint32_t lastCharged[kStateMetrics]{};  // arena node of the last charge per metric (0: none)
-  std::uint64_t unattributedNs = 0;  // credit left at the end with no context to go to
-  std::uint32_t contendedHeld = 0;   // locks taken after a wait and not yet released
-  std::uint64_t shortLockWaitNs = 0;  // lock-wait of waits that ended within the short wait (no blame)
-  int mpiDepth = 0;                  // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
+  std::uint64_t unattributedNs = 0;            // credit left at the end with no context to go to
+  std::uint32_t contendedHeld = 0;             // locks taken after a wait and not yet released
+  std::uint64_t shortLockWaitNs = 0;           // lock-wait of waits that ended within the short wait (no blame)
+  int mpiDepth = 0;                            // inside MPI_Init, MPI_Init_thread or MPI_Finalize: waits are mpi-wait
 };
 
 // A sample of `weight` periods not recorded, for `cause` (signal handler or the owning thread).
@@ -213,7 +213,7 @@ const Config& config();
 std::uint64_t realtimeNs();
 std::uint64_t monotonicNs();
 
-bool installSampler();             // once per process, before any timer starts; false: no sampling
+bool installSampler();  // once per process, before any timer starts; false: no sampling
 // Records `value` of state metric `metric` at the caller of csp's own frames (the unlock, join,
 // MPI call...), from normal context in the owning thread: unwinds from here, skipping the frames
 // of libcsp-measure.so. Returns the arena node, 0 if nothing was recorded (the thread is closed,
@@ -223,12 +223,12 @@ std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value);
 bool chargeNode(ThreadState& t, std::uint32_t node, int metric, std::uint64_t value);
 bool startTimers(ThreadState& t);  // in the thread itself
 void stopTimers(ThreadState& t);
-bool samplerStillInstalled();      // false if the program took over the sampling signal
+bool samplerStillInstalled();  // false if the program took over the sampling signal
 // "no"; "intercepted" (the program asked for the sampling signal, csp kept it and forwards
 // foreign ones); "yes" (the handler was replaced behind the interposer: samples are lost).
 const char* samplingSignalState();
-int samplingSignal();                          // the signal our timers raise (0 before set-up)
-std::string signalName(int sig);               // "SIGRTMIN+6", "SIGPROF"
+int samplingSignal();             // the signal our timers raise (0 before set-up)
+std::string signalName(int sig);  // "SIGRTMIN+6", "SIGPROF"
 // The sampling and termination handlers; also the handler of any program signal: csp's
 // sigaction interposer consults it (sampler.cpp).
 using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
@@ -249,8 +249,8 @@ void takeBackAltStack(ThreadState& t);  // by the owning thread, after its handl
 // Termination signals (termination.cpp): SIGTERM, SIGINT, SIGHUP and SIGXCPU with their default
 // action are caught; every thread's profile is written (by a helper thread, in normal context)
 // and the signal is raised again with the default action.
-void installTerminationHandlers();      // once, after the sampler
-void restartTerminationHelper();        // in a fork child
+void installTerminationHandlers();  // once, after the sampler
+void restartTerminationHelper();    // in a fork child
 bool isTerminationSignal(int sig);
 // The sigaction interposer's part for termination signals: returns the result of the call.
 int terminationSigaction(int sig, const struct sigaction* act, struct sigaction* old);
@@ -323,27 +323,27 @@ void setMpiRank(long rank, long size);  // MPI_COMM_WORLD's, learnt in MPI_Init
 // ---------------------------------------------------------------------------------------------
 // Work and idleness (idleness.cpp, ompt.cpp).
 
-bool idlenessOn();                              // config().idleness; initializes the library first
-void ensureLibraryInitialized();                // the constructor's work, if it has not run yet
-void idlenessInit();                            // once, in initialize(), after the sampler
+bool idlenessOn();                                      // config().idleness; initializes the library first
+void ensureLibraryInitialized();                        // the constructor's work, if it has not run yet
+void idlenessInit();                                    // once, in initialize(), after the sampler
 void threadCounted(ThreadState& t, bool participates);  // in beginThread
-void threadUncounted(ThreadState& t);           // when the thread ends (or stops participating)
-void idlenessAfterForkChild();                  // resets the process-wide counts and the lock table
+void threadUncounted(ThreadState& t);                   // when the thread ends (or stops participating)
+void idlenessAfterForkChild();                          // resets the process-wide counts and the lock table
 // In the handler: a sample of the first event with `weight` periods landed on arena node `node`.
 void accountSample(ThreadState& t, std::uint32_t node, std::uint64_t weight);
-void updateWorking(ThreadState& t);             // after a change of the thread's state fields
+void updateWorking(ThreadState& t);  // after a change of the thread's state fields
 // A wait the thread enters and leaves (normal context); the outermost one is charged to `metric`.
 void beginWait(ThreadState& t, std::uint64_t nowNs = 0);  // nowNs: CLOCK_MONOTONIC if already read
 // With `clipAtRegionEnd`, a wait that outlasted the end of an outermost OpenMP parallel region
 // (a worker's barrier wait goes on while the pool is idle) counts only up to that end.
 void endWait(ThreadState& t, int metric, bool clipAtRegionEnd = false);
 void addCredit(ThreadState& t, int metric, std::uint64_t ns);  // charges when a period is full
-void flushCredit(ThreadState& t);               // the thread ends: leftover credit to its last contexts
-std::uint64_t chargePeriodNs();                 // the period a credit must reach before it is charged
-bool creatingHelperThreads();                   // inside MPI_Init: threads created now do not count
+void flushCredit(ThreadState& t);                              // the thread ends: leftover credit to its last contexts
+std::uint64_t chargePeriodNs();                                // the period a credit must reach before it is charged
+bool creatingHelperThreads();                                  // inside MPI_Init: threads created now do not count
 void setCreatingHelperThreads(bool on);
-std::string openmpToolState();                  // "ompt (<runtime>)" or "none", for the settings
-std::string openmpRuntime();                    // the OpenMP runtime's file name (ever loaded) or "none"
+std::string openmpToolState();  // "ompt (<runtime>)" or "none", for the settings
+std::string openmpRuntime();    // the OpenMP runtime's file name (ever loaded) or "none"
 std::uint64_t lockTableOverflows();
 // Locks (pthread mutexes and spin locks; waits.cpp wraps them).
 bool lockAccountingOn();

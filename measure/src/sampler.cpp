@@ -35,13 +35,13 @@
 #include <stddef.h>
 #include <string.h>
 
-#include <mutex>
-#include <string>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "csp/storage/profile.hpp"
@@ -102,11 +102,19 @@ bool loadUnwinder() {
 // Size in bytes of a DWARF pointer encoding's value (the low nibble); 0 if unsupported.
 std::size_t encodedSize(std::uint8_t encoding) {
   switch (encoding & 0x0F) {
-    case 0x00: return sizeof(void*);  // DW_EH_PE_absptr
-    case 0x02: case 0x0A: return 2;   // udata2, sdata2
-    case 0x03: case 0x0B: return 4;   // udata4, sdata4
-    case 0x04: case 0x0C: return 8;   // udata8, sdata8
-    default: return 0;
+    case 0x00:
+      return sizeof(void*);  // DW_EH_PE_absptr
+    case 0x02:
+    case 0x0A:
+      return 2;  // udata2, sdata2
+    case 0x03:
+    case 0x0B:
+      return 4;  // udata4, sdata4
+    case 0x04:
+    case 0x0C:
+      return 8;  // udata8, sdata8
+    default:
+      return 0;
   }
 }
 
@@ -127,8 +135,8 @@ thread_local int tlsNoTables __attribute__((tls_model("initial-exec"))) = 0;
 // (glibc >= 2.35, lock-free and async-signal-safe) gives the object and its PT_GNU_EH_FRAME,
 // whose table libunwind then searches as it would after its own dl_iterate_phdr walk.
 int searchTables(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int needUnwindInfo, void* arg) {
-  struct dl_find_object found;  if (_dl_find_object(reinterpret_cast<void*>(ip), &found) != 0 || found.dlfo_eh_frame == nullptr)
-    return -UNW_ENOINFO;
+  struct dl_find_object found;
+  if (_dl_find_object(reinterpret_cast<void*>(ip), &found) != 0 || found.dlfo_eh_frame == nullptr) return -UNW_ENOINFO;
   const auto* hdr = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
   // version, eh_frame_ptr encoding, fde_count encoding, table encoding
   if (hdr[0] != 1 || hdr[3] != 0x3B) return -UNW_ENOINFO;  // only the datarel|sdata4 table is searchable
@@ -140,9 +148,21 @@ int searchTables(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int ne
   }
   std::uint64_t count = 0;
   switch (hdr[2]) {
-    case 0x03: { std::uint32_t v; memcpy(&v, p, 4); count = v; p += 4; break; }
-    case 0x04: case 0x00: { memcpy(&count, p, 8); p += 8; break; }
-    default: return -UNW_ENOINFO;
+    case 0x03: {
+      std::uint32_t v;
+      memcpy(&v, p, 4);
+      count = v;
+      p += 4;
+      break;
+    }
+    case 0x04:
+    case 0x00: {
+      memcpy(&count, p, 8);
+      p += 8;
+      break;
+    }
+    default:
+      return -UNW_ENOINFO;
   }
   unw_dyn_info_t di;
   memset(&di, 0, sizeof di);
@@ -167,7 +187,8 @@ int findProcInfo(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int ne
 // ---- The arena -----------------------------------------------------------------------------
 
 inline std::uint64_t mix(std::uint32_t parent, std::uint64_t address) {
-  std::uint64_t h = address * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{parent} + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+  std::uint64_t h =
+      address * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{parent} + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
   return h ^ (h >> 29);
 }
 
@@ -314,7 +335,7 @@ bool endsWithCall(const std::uint8_t* ra) {
     unsigned length = at + 2;
     if (mod != 3 && rm == 4) {
       if (at + 2 >= n) continue;
-      ++length;  // SIB
+      ++length;                                           // SIB
       if (mod == 0 && (p[at + 2] & 7) == 5) length += 4;  // no base: disp32
     }
     if (mod == 1) length += 1;
@@ -325,7 +346,8 @@ bool endsWithCall(const std::uint8_t* ra) {
 }
 
 bool looksLikeReturnAddress(std::uint64_t v) {
-  return v >= g_pageSize && v < (std::uint64_t{1} << 47) && codeBefore(v, 8) && endsWithCall(reinterpret_cast<const std::uint8_t*>(v));
+  return v >= g_pageSize && v < (std::uint64_t{1} << 47) && codeBefore(v, 8) &&
+         endsWithCall(reinterpret_cast<const std::uint8_t*>(v));
 }
 
 bool hasTables(std::uint64_t returnAddress) {
@@ -347,7 +369,9 @@ struct ScanWindow {
   std::uint32_t words = 0;
   // 1 + the word `v` points at, 0 if outside.
   std::uint32_t slotOf(std::uint64_t v) const {
-    return v >= sp && v - sp < std::uint64_t{words} * 8 && (v - sp) % 8 == 0 ? static_cast<std::uint32_t>((v - sp) / 8 + 1) : 0;
+    return v >= sp && v - sp < std::uint64_t{words} * 8 && (v - sp) % 8 == 0
+               ? static_cast<std::uint32_t>((v - sp) / 8 + 1)
+               : 0;
   }
   // The note of a frame with stack pointer `frameSp` found by the tables: its return address was
   // read just below it.
@@ -722,7 +746,8 @@ bool mapArena(CctArena& a, std::uint32_t maxNodes, std::uint32_t maxDepth) {
   a.table = reinterpret_cast<std::uint32_t*>(base + nodeBytes);
   a.path = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes);
   a.scan = reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes);
-  a.state = stateBytes != 0 ? reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes + scanBytes) : nullptr;
+  a.state = stateBytes != 0 ? reinterpret_cast<std::uint64_t*>(base + nodeBytes + tableBytes + pathBytes + scanBytes)
+                            : nullptr;
   a.pathNote = reinterpret_cast<std::uint32_t*>(base + nodeBytes + tableBytes + pathBytes + scanBytes + stateBytes);
   a.capacity = maxNodes;
   a.tableMask = tableSize - 1;

@@ -44,9 +44,9 @@ struct SignalState {
 };
 SignalState g_state[_NSIG];
 
-constinit std::atomic<int> g_request{0};    // set by a handler: write everything
-constinit std::atomic<int> g_done{0};       // set by the helper when done
-constinit std::atomic<int> g_requester{0};  // the signal being handled
+constinit std::atomic<int> g_request{0};               // set by a handler: write everything
+constinit std::atomic<int> g_done{0};                  // set by the helper when done
+constinit std::atomic<int> g_requester{0};             // the signal being handled
 constinit std::atomic<std::uint64_t> g_deadlineNs{0};  // CLOCK_MONOTONIC: the process dies then at the latest
 constinit bool g_helperRunning = false;
 

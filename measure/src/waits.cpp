@@ -41,9 +41,9 @@ Fn nextFunction(std::atomic<Fn>& slot, const char* name, const char* version = n
   return f;
 }
 
-#define CSP_REAL(fnType, name, ...)                        \
-  [] {                                                     \
-    static constinit std::atomic<fnType> slot{nullptr};    \
+#define CSP_REAL(fnType, name, ...)                             \
+  [] {                                                          \
+    static constinit std::atomic<fnType> slot{nullptr};         \
     return nextFunction(slot, name __VA_OPT__(, ) __VA_ARGS__); \
   }()
 
@@ -174,7 +174,8 @@ int acquire(Lock* lock, TryFn tryLock, Call&& lockCall, Short shortWait) {
   }
   errno = savedErrno;
   using Target = std::remove_reference_t<Call>;
-  return waitForLock(*t, keyOf(lock), [](void* c) { return (*static_cast<Target*>(c))(); }, &lockCall, start);
+  return waitForLock(
+      *t, keyOf(lock), [](void* c) { return (*static_cast<Target*>(c))(); }, &lockCall, start);
 }
 
 // Release with blame collection when some thread may have waited for this lock.
@@ -221,28 +222,36 @@ using namespace csp::measure;
 CSP_EXPORT int pthread_mutex_lock(pthread_mutex_t* m) {
   const auto lock = CSP_REAL(MutexFn, "pthread_mutex_lock");
   const auto clockLock = CSP_REAL(MutexClockFn, "pthread_mutex_clocklock");
-  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m); },
-                 [&](const timespec& deadline) { return clockLock(m, CLOCK_MONOTONIC, &deadline); });
+  return acquire(
+      m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m); },
+      [&](const timespec& deadline) { return clockLock(m, CLOCK_MONOTONIC, &deadline); });
 }
 
 CSP_EXPORT int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abstime) {
   const auto lock = CSP_REAL(MutexTimedFn, "pthread_mutex_timedlock");
-  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, abstime); }, RegisterAtOnce{});
+  return acquire(
+      m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, abstime); }, RegisterAtOnce{});
 }
 
 CSP_EXPORT int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t clock, const timespec* abstime) {
   const auto lock = CSP_REAL(MutexClockFn, "pthread_mutex_clocklock");
-  return acquire(m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, clock, abstime); }, RegisterAtOnce{});
+  return acquire(
+      m, CSP_REAL(MutexFn, "pthread_mutex_trylock"), [&] { return lock(m, clock, abstime); }, RegisterAtOnce{});
 }
 
-CSP_EXPORT int pthread_mutex_unlock(pthread_mutex_t* m) { return release(m, CSP_REAL(MutexFn, "pthread_mutex_unlock")); }
+CSP_EXPORT int pthread_mutex_unlock(pthread_mutex_t* m) {
+  return release(m, CSP_REAL(MutexFn, "pthread_mutex_unlock"));
+}
 
 CSP_EXPORT int pthread_spin_lock(pthread_spinlock_t* s) {
   const auto lock = CSP_REAL(SpinFn, "pthread_spin_lock");
-  return acquire(s, CSP_REAL(SpinFn, "pthread_spin_trylock"), [&] { return lock(s); }, SpinFirst{});
+  return acquire(
+      s, CSP_REAL(SpinFn, "pthread_spin_trylock"), [&] { return lock(s); }, SpinFirst{});
 }
 
-CSP_EXPORT int pthread_spin_unlock(pthread_spinlock_t* s) { return release(s, CSP_REAL(SpinFn, "pthread_spin_unlock")); }
+CSP_EXPORT int pthread_spin_unlock(pthread_spinlock_t* s) {
+  return release(s, CSP_REAL(SpinFn, "pthread_spin_unlock"));
+}
 
 CSP_EXPORT int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {
   const auto wait = CSP_REAL(CondWaitFn, "pthread_cond_wait", "GLIBC_2.3.2");
@@ -304,21 +313,21 @@ int mpiWait(Call&& call) {
 
 using H = void*;  // an MPI handle, pointer-sized
 
-#define CSP_MPI_WAIT(NAME, PARAMS, ARGS)                                   \
-  CSP_EXPORT int NAME PARAMS {                                             \
-    using Fn = int(*) PARAMS;                                              \
-    static constinit std::atomic<Fn> slot{nullptr};                        \
-    Fn real = slot.load(std::memory_order_relaxed);                        \
-    if (real == nullptr) {                                                 \
-      void* p = dlsym(RTLD_NEXT, #NAME);                                   \
-      if (p == nullptr) p = dlsym(RTLD_NEXT, "P" #NAME);                   \
-      /* RTLD_NEXT misses an MPI loaded before us in the search order */   \
-      if (p == nullptr) p = dlsym(RTLD_DEFAULT, "P" #NAME);                \
-      if (p == nullptr) mpiMissing(#NAME);                                 \
-      real = reinterpret_cast<Fn>(p);                                      \
-      slot.store(real, std::memory_order_relaxed);                         \
-    }                                                                      \
-    return mpiWait([&] { return real ARGS; });                             \
+#define CSP_MPI_WAIT(NAME, PARAMS, ARGS)                                 \
+  CSP_EXPORT int NAME PARAMS {                                           \
+    using Fn = int(*) PARAMS;                                            \
+    static constinit std::atomic<Fn> slot{nullptr};                      \
+    Fn real = slot.load(std::memory_order_relaxed);                      \
+    if (real == nullptr) {                                               \
+      void* p = dlsym(RTLD_NEXT, #NAME);                                 \
+      if (p == nullptr) p = dlsym(RTLD_NEXT, "P" #NAME);                 \
+      /* RTLD_NEXT misses an MPI loaded before us in the search order */ \
+      if (p == nullptr) p = dlsym(RTLD_DEFAULT, "P" #NAME);              \
+      if (p == nullptr) mpiMissing(#NAME);                               \
+      real = reinterpret_cast<Fn>(p);                                    \
+      slot.store(real, std::memory_order_relaxed);                       \
+    }                                                                    \
+    return mpiWait([&] { return real ARGS; });                           \
   }
 
 CSP_MPI_WAIT(MPI_Wait, (H request, H status), (request, status))

@@ -11,11 +11,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <span>
 #include <mutex>
+#include <span>
 
-#include "csp/storage/profile_io.hpp"
 #include "csp/storage/atomic_file.hpp"
+#include "csp/storage/profile_io.hpp"
 #include "runtime.hpp"
 
 namespace csp::measure {
@@ -246,7 +246,8 @@ void capturePerfMap(const std::string& dir, const Identity& identity) {
     // Created exclusively under a fresh name: a link planted where the copy goes is never followed.
     storage::writeFileAtomically(target, text.str(), {.fsync = false, .temporaryTag = std::to_string(pid)});
   } catch (const storage::AtomicFileError& e) {
-    reportOnce("perfmap", fmt::format("csp: warning: cannot copy {} into {} ({}); JIT code stays unnamed\n", source, dir, e.what()));
+    reportOnce("perfmap", fmt::format("csp: warning: cannot copy {} into {} ({}); JIT code stays unnamed\n", source,
+                                      dir, e.what()));
     return;
   }
   last.pid = pid;
@@ -281,7 +282,8 @@ void addDropCauses(const ThreadState& t, ThreadProfile& p) {
   std::uint64_t explained = 0;
   for (int c = 0; c < kDropCauses; ++c) {
     explained += t.droppedBy[c];
-    if (t.droppedBy[c] != 0) p.identity.settings.push_back({std::string("dropped-") + dropCauseName(c), std::to_string(t.droppedBy[c])});
+    if (t.droppedBy[c] != 0)
+      p.identity.settings.push_back({std::string("dropped-") + dropCauseName(c), std::to_string(t.droppedBy[c])});
   }
   if (p.stats.droppedSamples > explained)
     p.identity.settings.push_back({"dropped-abandoned", std::to_string(p.stats.droppedSamples - explained)});
@@ -376,11 +378,11 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
 
 // The line CSP_VERBOSE prints for a written profile.
 std::string writtenLine(const ThreadState& t, const ThreadProfile& p, const std::string& file) {
-  return fmt::format("csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
-                     "{} regions -> {}\n",
-                     formatIdTuple(p.identity.idTuple), p.identity.pid, p.stats.samples, t.unwindFailures,
-                     p.stats.droppedSamples, t.truncatedPaths, p.cct.size(),
-                     p.regions.size() > 0 ? p.regions.size() - 1 : 0, file);
+  return fmt::format(
+      "csp: {} (pid {}): {} samples, {} unwind failures, {} dropped, {} truncated, {} CCT nodes, "
+      "{} regions -> {}\n",
+      formatIdTuple(p.identity.idTuple), p.identity.pid, p.stats.samples, t.unwindFailures, p.stats.droppedSamples,
+      t.truncatedPaths, p.cct.size(), p.regions.size() > 0 ? p.regions.size() - 1 : 0, file);
 }
 
 // The process's bundle (created at the first use); caller holds g_factsMutex.

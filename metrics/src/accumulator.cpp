@@ -63,8 +63,7 @@ std::uint64_t populationSize(std::uint64_t count, std::uint64_t instances, std::
   std::uint64_t all = 0;
   if (__builtin_mul_overflow(instances, profiles, &all))
     throw std::invalid_argument("finalize: instances x profiles overflows 64 bits");
-  if (all < count)
-    throw std::invalid_argument("finalize: fewer profiles than values accumulated (wrong N?)");
+  if (all < count) throw std::invalid_argument("finalize: fewer profiles than values accumulated (wrong N?)");
   return all;
 }
 
@@ -95,8 +94,7 @@ void mergeExtremes(T& min, std::uint32_t& argmin, T& max, std::uint32_t& argmax,
 
 void requireSameInstances(std::uint64_t a, std::uint64_t b) {
   if (a != b)
-    throw std::invalid_argument(
-        "combine: partial accumulators of different instance counts; use combineInstance");
+    throw std::invalid_argument("combine: partial accumulators of different instance counts; use combineInstance");
 }
 
 }  // namespace
@@ -146,9 +144,7 @@ std::string formatQuantity(double value, std::string_view unit) {
   return text;
 }
 
-const char* toString(Population population) {
-  return population == Population::All ? "all" : "present";
-}
+const char* toString(Population population) { return population == Population::All ? "all" : "present"; }
 
 // ---------------------------------------------------------------------------------------------
 // IntAccumulator
@@ -335,20 +331,34 @@ Statistics RealAccumulator::finalize(std::uint64_t profiles, Population populati
 
 const char* toString(Statistic statistic) {
   switch (statistic) {
-    case Statistic::Count: return "count";
-    case Statistic::Sum: return "sum";
-    case Statistic::Mean: return "mean";
-    case Statistic::Min: return "min";
-    case Statistic::Max: return "max";
-    case Statistic::Stddev: return "stddev";
-    case Statistic::Cfvar: return "cfvar";
-    case Statistic::Imbalance: return "imbalance";
-    case Statistic::P5: return "p5";
-    case Statistic::P25: return "p25";
-    case Statistic::P50: return "p50";
-    case Statistic::P75: return "p75";
-    case Statistic::P95: return "p95";
-    case Statistic::ImbalanceMedian: return "imbmedian";
+    case Statistic::Count:
+      return "count";
+    case Statistic::Sum:
+      return "sum";
+    case Statistic::Mean:
+      return "mean";
+    case Statistic::Min:
+      return "min";
+    case Statistic::Max:
+      return "max";
+    case Statistic::Stddev:
+      return "stddev";
+    case Statistic::Cfvar:
+      return "cfvar";
+    case Statistic::Imbalance:
+      return "imbalance";
+    case Statistic::P5:
+      return "p5";
+    case Statistic::P25:
+      return "p25";
+    case Statistic::P50:
+      return "p50";
+    case Statistic::P75:
+      return "p75";
+    case Statistic::P95:
+      return "p95";
+    case Statistic::ImbalanceMedian:
+      return "imbmedian";
   }
   return "?";
 }
@@ -371,30 +381,49 @@ std::optional<Statistic> parseStatistic(std::string_view text) {
 
 std::optional<Uint128> exactValueOf(const Statistics& s, Statistic statistic) {
   switch (statistic) {
-    case Statistic::Count: return s.count;
-    case Statistic::Sum: return s.exactSum;
-    case Statistic::Min: return s.exactMin;
-    case Statistic::Max: return s.exactMax;
-    default: return std::nullopt;
+    case Statistic::Count:
+      return s.count;
+    case Statistic::Sum:
+      return s.exactSum;
+    case Statistic::Min:
+      return s.exactMin;
+    case Statistic::Max:
+      return s.exactMax;
+    default:
+      return std::nullopt;
   }
 }
 
 double valueOf(const Statistics& s, Statistic statistic) {
   switch (statistic) {
-    case Statistic::Count: return static_cast<double>(s.count);
-    case Statistic::Sum: return s.sum;
-    case Statistic::Mean: return s.mean;
-    case Statistic::Min: return s.min;
-    case Statistic::Max: return s.max;
-    case Statistic::Stddev: return s.stddev;
-    case Statistic::Cfvar: return s.cfvar;
-    case Statistic::Imbalance: return s.imbalance;
-    case Statistic::P5: return s.p5;
-    case Statistic::P25: return s.p25;
-    case Statistic::P50: return s.p50;
-    case Statistic::P75: return s.p75;
-    case Statistic::P95: return s.p95;
-    case Statistic::ImbalanceMedian: return s.imbalanceMedian;
+    case Statistic::Count:
+      return static_cast<double>(s.count);
+    case Statistic::Sum:
+      return s.sum;
+    case Statistic::Mean:
+      return s.mean;
+    case Statistic::Min:
+      return s.min;
+    case Statistic::Max:
+      return s.max;
+    case Statistic::Stddev:
+      return s.stddev;
+    case Statistic::Cfvar:
+      return s.cfvar;
+    case Statistic::Imbalance:
+      return s.imbalance;
+    case Statistic::P5:
+      return s.p5;
+    case Statistic::P25:
+      return s.p25;
+    case Statistic::P50:
+      return s.p50;
+    case Statistic::P75:
+      return s.p75;
+    case Statistic::P95:
+      return s.p95;
+    case Statistic::ImbalanceMedian:
+      return s.imbalanceMedian;
   }
   return std::numeric_limits<double>::quiet_NaN();
 }

@@ -18,22 +18,46 @@ bool isNameStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z
 bool isNameChar(char c) { return isNameStart(c) || (c >= '0' && c <= '9') || c == '.'; }
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
 
-enum class Token : std::uint8_t { End, Number, Name, QuotedName, LParen, RParen, Comma, Plus, Minus, Star, Slash, Equals };
+enum class Token : std::uint8_t {
+  End,
+  Number,
+  Name,
+  QuotedName,
+  LParen,
+  RParen,
+  Comma,
+  Plus,
+  Minus,
+  Star,
+  Slash,
+  Equals
+};
 
 const char* describe(Token t) {
   switch (t) {
-    case Token::End: return "end of expression";
-    case Token::Number: return "number";
+    case Token::End:
+      return "end of expression";
+    case Token::Number:
+      return "number";
     case Token::Name:
-    case Token::QuotedName: return "name";
-    case Token::LParen: return "'('";
-    case Token::RParen: return "')'";
-    case Token::Comma: return "','";
-    case Token::Plus: return "'+'";
-    case Token::Minus: return "'-'";
-    case Token::Star: return "'*'";
-    case Token::Slash: return "'/'";
-    case Token::Equals: return "'='";
+    case Token::QuotedName:
+      return "name";
+    case Token::LParen:
+      return "'('";
+    case Token::RParen:
+      return "')'";
+    case Token::Comma:
+      return "','";
+    case Token::Plus:
+      return "'+'";
+    case Token::Minus:
+      return "'-'";
+    case Token::Star:
+      return "'*'";
+    case Token::Slash:
+      return "'/'";
+    case Token::Equals:
+      return "'='";
   }
   return "token";
 }
@@ -67,7 +91,8 @@ class ExpressionParser {
     Definition d;
     d.name = std::string(tokenText_);
     advance();
-    if (token_ != Token::Equals) fail(tokenStart_, std::string("expected '=' after the name, found ") + describe(token_));
+    if (token_ != Token::Equals)
+      fail(tokenStart_, std::string("expected '=' after the name, found ") + describe(token_));
     const std::size_t exprStart = tokenEnd_;
     advance();
     d.expression = parseExpression(exprStart);
@@ -75,9 +100,7 @@ class ExpressionParser {
   }
 
  private:
-  [[noreturn]] void fail(std::size_t pos, const std::string& message) const {
-    throw ExpressionError(pos + 1, message);
-  }
+  [[noreturn]] void fail(std::size_t pos, const std::string& message) const { throw ExpressionError(pos + 1, message); }
 
   void advance() {
     std::size_t i = tokenEnd_;
@@ -94,14 +117,22 @@ class ExpressionParser {
       tokenEnd_ = i + 1;
     };
     switch (c) {
-      case '(': return single(Token::LParen);
-      case ')': return single(Token::RParen);
-      case ',': return single(Token::Comma);
-      case '+': return single(Token::Plus);
-      case '-': return single(Token::Minus);
-      case '*': return single(Token::Star);
-      case '/': return single(Token::Slash);
-      case '=': return single(Token::Equals);
+      case '(':
+        return single(Token::LParen);
+      case ')':
+        return single(Token::RParen);
+      case ',':
+        return single(Token::Comma);
+      case '+':
+        return single(Token::Plus);
+      case '-':
+        return single(Token::Minus);
+      case '*':
+        return single(Token::Star);
+      case '/':
+        return single(Token::Slash);
+      case '=':
+        return single(Token::Equals);
       case '`':
       case '{': {
         const char close = c == '`' ? '`' : '}';
@@ -113,7 +144,8 @@ class ExpressionParser {
         tokenEnd_ = end + 1;
         return;
       }
-      default: break;
+      default:
+        break;
     }
     if (isDigit(c) || (c == '.' && i + 1 < text_.size() && isDigit(text_[i + 1]))) {
       std::size_t j = i;
@@ -149,8 +181,7 @@ class ExpressionParser {
 
   void expect(Token t) {
     if (token_ == t) return;
-    if (t == Token::End)
-      fail(tokenStart_, std::string("expected an operator or the end, found ") + describe(token_));
+    if (t == Token::End) fail(tokenStart_, std::string("expected an operator or the end, found ") + describe(token_));
     fail(tokenStart_, std::string("expected ") + describe(t) + ", found " + describe(token_));
   }
 
@@ -232,8 +263,7 @@ class ExpressionParser {
     const Function* f = nullptr;
     for (const auto& candidate : kFunctions)
       if (candidate.name == name) f = &candidate;
-    if (f == nullptr)
-      fail(start, "unknown function '" + std::string(name) + "' (known: min, max, sqrt, log)");
+    if (f == nullptr) fail(start, "unknown function '" + std::string(name) + "' (known: min, max, sqrt, log)");
     advance();  // '('
     std::size_t args = 0;
     while (true) {
@@ -244,8 +274,8 @@ class ExpressionParser {
     }
     expect(Token::RParen);
     if (args != f->arity)
-      fail(start, std::string(name) + " takes " + std::to_string(f->arity) + " argument" +
-                      (f->arity == 1 ? "" : "s") + ", given " + std::to_string(args));
+      fail(start, std::string(name) + " takes " + std::to_string(f->arity) + " argument" + (f->arity == 1 ? "" : "s") +
+                      ", given " + std::to_string(args));
     advance();
     emit(f->op);
   }
@@ -265,11 +295,16 @@ class ExpressionParser {
     for (const auto& ins : e.code_) {
       switch (ins.op) {
         case Expression::Op::Constant:
-        case Expression::Op::Variable: ++depth; break;
+        case Expression::Op::Variable:
+          ++depth;
+          break;
         case Expression::Op::Negate:
         case Expression::Op::Sqrt:
-        case Expression::Op::Log: break;
-        default: --depth; break;
+        case Expression::Op::Log:
+          break;
+        default:
+          --depth;
+          break;
       }
       e.maxStack_ = std::max(e.maxStack_, depth);
     }
@@ -299,9 +334,15 @@ double Expression::evaluate(std::span<const double> values) const {
   std::size_t top = 0;  // number of entries
   for (const auto& ins : code_) {
     switch (ins.op) {
-      case Op::Constant: stack[top++] = ins.constant; continue;
-      case Op::Variable: stack[top++] = values[ins.index]; continue;
-      case Op::Negate: stack[top - 1] = -stack[top - 1]; continue;
+      case Op::Constant:
+        stack[top++] = ins.constant;
+        continue;
+      case Op::Variable:
+        stack[top++] = values[ins.index];
+        continue;
+      case Op::Negate:
+        stack[top - 1] = -stack[top - 1];
+        continue;
       case Op::Sqrt: {
         const double x = stack[top - 1];
         stack[top - 1] = x < 0 ? kNaN : std::sqrt(x);
@@ -312,19 +353,33 @@ double Expression::evaluate(std::span<const double> values) const {
         stack[top - 1] = x > 0 ? std::log(x) : kNaN;
         continue;
       }
-      default: break;
+      default:
+        break;
     }
     const double b = stack[--top];
     double& a = stack[top - 1];
     switch (ins.op) {
-      case Op::Add: a = a + b; break;
-      case Op::Subtract: a = a - b; break;
-      case Op::Multiply: a = a * b; break;
-      case Op::Divide: a = b == 0 ? kNaN : a / b; break;
+      case Op::Add:
+        a = a + b;
+        break;
+      case Op::Subtract:
+        a = a - b;
+        break;
+      case Op::Multiply:
+        a = a * b;
+        break;
+      case Op::Divide:
+        a = b == 0 ? kNaN : a / b;
+        break;
       // NaN-propagating, unlike std::min/std::fmin.
-      case Op::Min: a = std::isnan(a) || std::isnan(b) ? kNaN : (b < a ? b : a); break;
-      case Op::Max: a = std::isnan(a) || std::isnan(b) ? kNaN : (b > a ? b : a); break;
-      default: break;
+      case Op::Min:
+        a = std::isnan(a) || std::isnan(b) ? kNaN : (b < a ? b : a);
+        break;
+      case Op::Max:
+        a = std::isnan(a) || std::isnan(b) ? kNaN : (b > a ? b : a);
+        break;
+      default:
+        break;
     }
   }
   return stack[0];
@@ -347,8 +402,8 @@ ExpressionError Expression::unknownName(std::size_t nameIndex, std::string_view 
   std::string message = "unknown " + std::string(what) + " '" + name + "'";
   // Only a bare name can run into a '-': the column points at its first character.
   const std::size_t after = column - 1 + name.size();
-  if (after + 1 < source_.size() && source_.compare(column - 1, name.size(), name) == 0 &&
-      source_[after] == '-' && isNameChar(source_[after + 1])) {
+  if (after + 1 < source_.size() && source_.compare(column - 1, name.size(), name) == 0 && source_[after] == '-' &&
+      isNameChar(source_[after + 1])) {
     std::size_t end = after + 1;
     while (end < source_.size() && (isNameChar(source_[end]) || source_[end] == '-')) ++end;
     message += " (names containing '-' must be quoted: `" + source_.substr(column - 1, end - column + 1) +
@@ -378,7 +433,6 @@ std::optional<double> PerThreadDerivedMetric::evaluate(std::span<const double> i
 
 namespace {
 
-
 // Splits off the last ".component" of `rest` if it satisfies `accept`.
 template <typename Accept>
 bool splitSuffix(std::string_view& rest, Accept accept) {
@@ -390,7 +444,6 @@ bool splitSuffix(std::string_view& rest, Accept accept) {
 }
 
 }  // namespace
-
 
 SummaryFormula SummaryFormula::parse(std::string_view definition) {
   SummaryFormula f;
@@ -408,9 +461,12 @@ SummaryFormula SummaryFormula::parse(std::string_view definition) {
       return false;
     });
     splitSuffix(rest, [&](std::string_view s) {
-      if (s == "all") ref.population = Population::All;
-      else if (s == "present") ref.population = Population::Present;
-      else return false;
+      if (s == "all")
+        ref.population = Population::All;
+      else if (s == "present")
+        ref.population = Population::Present;
+      else
+        return false;
       return true;
     });
     ref.metric = std::string(rest);
@@ -426,8 +482,7 @@ double SummaryFormula::evaluate(
   for (std::size_t i = 0; i < references_.size(); ++i) {
     const auto& ref = references_[i];
     const auto s = statisticsOf(ref.metric, ref.population);
-    if (!s)
-      throw definition_.expression.unknownName(i, "metric '" + ref.metric + "' in");
+    if (!s) throw definition_.expression.unknownName(i, "metric '" + ref.metric + "' in");
     values.push_back(valueOf(*s, ref.statistic));
   }
   return evaluate(values);

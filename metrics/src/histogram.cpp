@@ -66,8 +66,7 @@ void LogLinearHistogram::merge(const LogLinearHistogram& other) {
 
 std::uint32_t LogLinearHistogram::percentileBin(double p, std::uint64_t population) const {
   if (!(p >= 0 && p <= 100)) throw std::invalid_argument("percentile: p must be in [0, 100]");
-  if (population < total_)
-    throw std::invalid_argument("percentile: population smaller than the values recorded");
+  if (population < total_) throw std::invalid_argument("percentile: population smaller than the values recorded");
   if (population == 0) throw std::invalid_argument("percentile: empty population");
   // Nearest rank in [1, M]. Computed in long double so that p = 100 reaches M exactly.
   auto rank = static_cast<std::uint64_t>(
@@ -101,8 +100,7 @@ void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uin
 }
 
 double LogLinearHistogram::percentile(double p, std::uint64_t population) const {
-  if (population == 0 && p >= 0 && p <= 100 && total_ == 0)
-    return std::numeric_limits<double>::quiet_NaN();
+  if (population == 0 && p >= 0 && p <= 100 && total_ == 0) return std::numeric_limits<double>::quiet_NaN();
   const std::uint32_t bin = percentileBin(p, population);
   const auto lo = static_cast<long double>(binLower(bin));
   const auto hi = static_cast<long double>(binUpper(bin));

@@ -18,10 +18,15 @@ Propagator::Propagator(std::span<const std::uint32_t> parent, std::span<const Sc
   std::vector<std::uint32_t> frame(n, kNoIndex);
   for (std::size_t i = 0; i < n; ++i) {
     switch (kind[i]) {
-      case ScopeKind::ProcFrame: frame[i] = static_cast<std::uint32_t>(i); break;
+      case ScopeKind::ProcFrame:
+        frame[i] = static_cast<std::uint32_t>(i);
+        break;
       case ScopeKind::Loop:
-      case ScopeKind::Alien: frame[i] = i == 0 ? kNoIndex : frame[parent[i]]; break;
-      default: break;
+      case ScopeKind::Alien:
+        frame[i] = i == 0 ? kNoIndex : frame[parent[i]];
+        break;
+      default:
+        break;
     }
     if (i == 0 || kind[i] != ScopeKind::Stmt) continue;
     const std::uint32_t p = parent[i];

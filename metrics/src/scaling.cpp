@@ -31,8 +31,7 @@ double samplingErrorBound(std::uint64_t presentProfiles, std::uint64_t period) {
 
 bool withinSamplingNoise(const ScalingStudy& study, double excess, double boundP, double boundQ) {
   validate(study);
-  const double noise =
-      study.mode == ScalingMode::Strong ? boundP + boundQ : boundP / study.p + boundQ / study.q;
+  const double noise = study.mode == ScalingMode::Strong ? boundP + boundQ : boundP / study.p + boundQ / study.q;
   return std::fabs(excess) <= noise;
 }
 
@@ -40,9 +39,12 @@ double statisticError(const Statistics& s, Statistic statistic, double e) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   if (std::isnan(e)) return nan;
   switch (statistic) {
-    case Statistic::Count: return 0;
-    case Statistic::Sum: return static_cast<double>(s.count) * e;
-    case Statistic::Mean: return s.inputs ? static_cast<double>(s.count) * e / static_cast<double>(s.inputs) : nan;
+    case Statistic::Count:
+      return 0;
+    case Statistic::Sum:
+      return static_cast<double>(s.count) * e;
+    case Statistic::Mean:
+      return s.inputs ? static_cast<double>(s.count) * e / static_cast<double>(s.inputs) : nan;
     case Statistic::Min:
     case Statistic::Max:
     case Statistic::Stddev:
@@ -50,10 +52,12 @@ double statisticError(const Statistics& s, Statistic statistic, double e) {
     case Statistic::P25:
     case Statistic::P50:
     case Statistic::P75:
-    case Statistic::P95: return s.inputs ? e : nan;
+    case Statistic::P95:
+      return s.inputs ? e : nan;
     case Statistic::Cfvar:
     case Statistic::Imbalance:
-    case Statistic::ImbalanceMedian: return nan;
+    case Statistic::ImbalanceMedian:
+      return nan;
   }
   return nan;
 }
@@ -61,7 +65,8 @@ double statisticError(const Statistics& s, Statistic statistic, double e) {
 bool withinSamplingError(const Statistics& s, Statistic statistic, double e) {
   if (std::isnan(e) || s.inputs == 0) return false;
   if (statistic == Statistic::Imbalance)
-    return !std::isnan(s.imbalance) && s.max - e <= s.mean + static_cast<double>(s.count) * e / static_cast<double>(s.inputs);
+    return !std::isnan(s.imbalance) &&
+           s.max - e <= s.mean + static_cast<double>(s.count) * e / static_cast<double>(s.inputs);
   if (statistic == Statistic::ImbalanceMedian) return !std::isnan(s.imbalanceMedian) && s.max - e <= s.p50 + e;
   return false;
 }

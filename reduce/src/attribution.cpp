@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -116,9 +116,9 @@ struct Module {
   std::vector<GElf_Addr> fdeStarts;  // sorted start addresses (ELF virtual) of the .eh_frame FDEs
   tbb::collaborative_once_flag structureOnce;
   std::unique_ptr<structure::ModuleStructure> structure;  // loops and function bounds; null: none
-  std::string noStructure;  // why there is none (not analysed, analysis failed)
-  bool dwarf = false;       // the module has DWARF (its own or a separate debug file)
-  std::unique_ptr<structure::Decoder> decoder;  // call sites and unwind recipes, under `mutex`
+  std::string noStructure;                                // why there is none (not analysed, analysis failed)
+  bool dwarf = false;                                     // the module has DWARF (its own or a separate debug file)
+  std::unique_ptr<structure::Decoder> decoder;            // call sites and unwind recipes, under `mutex`
   std::map<std::uint64_t, std::unique_ptr<structure::FunctionRecipes>> recipes;  // by function start
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
@@ -142,8 +142,10 @@ struct CacheKeyHash {
 // The debuginfod client's cache: DEBUGINFOD_CACHE_PATH, else its default location.
 std::string debuginfodCache() {
   if (const char* p = std::getenv("DEBUGINFOD_CACHE_PATH"); p != nullptr && *p != '\0') return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/debuginfod_client";
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/debuginfod_client";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
+    return std::string(x) + "/debuginfod_client";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return std::string(h) + "/.cache/debuginfod_client";
   return {};
 }
 
@@ -204,7 +206,8 @@ std::optional<UnwindRange> unwindRange(Dwfl_Module* mod, Dwarf_Addr addr) {
       Dwarf_Op* ops = nullptr;
       std::size_t nops = 0;
       // No operations, pointing at opsMem: "undefined" (a null pointer would mean "same value").
-      r.returnAddressUndefined = dwarf_frame_register(frame, ra, opsMem, &ops, &nops) == 0 && nops == 0 && ops == opsMem;
+      r.returnAddressUndefined =
+          dwarf_frame_register(frame, ra, opsMem, &ops, &nops) == 0 && nops == 0 && ops == opsMem;
     }
     std::free(frame);
     return r;
@@ -283,9 +286,12 @@ struct Attributor::Impl {
     GElf_Addr vaddr = 0;
     const int len = dwfl_module_build_id(m.mod, &bits, &vaddr);
     if (!lm.buildId.empty() && len > 0 &&
-        (static_cast<std::size_t>(len) != lm.buildId.size() || !std::equal(lm.buildId.begin(), lm.buildId.end(), bits))) {
-      warn(fmt::format("{}: build-id differs from the measured module (rebuilt since?); its addresses are kept as "
-                       "{}+0xOFFSET (use --replace-path to point at the measured binary)", path, m.name));
+        (static_cast<std::size_t>(len) != lm.buildId.size() ||
+         !std::equal(lm.buildId.begin(), lm.buildId.end(), bits))) {
+      warn(
+          fmt::format("{}: build-id differs from the measured module (rebuilt since?); its addresses are kept as "
+                      "{}+0xOFFSET (use --replace-path to point at the measured binary)",
+                      path, m.name));
       m.noStructure = "not analysed: its build-id differs from the measured module's";
       return m;
     }
@@ -333,7 +339,8 @@ struct Attributor::Impl {
     const char* mainFile = nullptr;
     const char* debugFile = nullptr;
     dwfl_module_info(m.mod, nullptr, nullptr, nullptr, nullptr, nullptr, &mainFile, &debugFile);
-    const bool separate = dwarf && debugFile != nullptr && (mainFile == nullptr || std::strcmp(mainFile, debugFile) != 0);
+    const bool separate =
+        dwarf && debugFile != nullptr && (mainFile == nullptr || std::strcmp(mainFile, debugFile) != 0);
     id.check += !dwarf ? "; no DWARF" : !separate ? "; DWARF in the file" : "; DWARF in a separate file";
     if (separate && len <= 0) id.check += fmt::format(" {} {}", debugFile, stamp(debugFile));
     return id;
@@ -374,7 +381,8 @@ struct Attributor::Impl {
         auto analysed = structure::analyseModule(m.mod);
         ++modulesAnalysed;
         loopsFound += analysed.loops().size();
-        if (structureCache.enabled() && !structureCache.store(id, analysed, problem)) warn(problem + "; the analysis is not cached");
+        if (structureCache.enabled() && !structureCache.store(id, analysed, problem))
+          warn(problem + "; the analysis is not cached");
         m.structure = std::make_unique<structure::ModuleStructure>(std::move(analysed));
       } catch (const std::exception& e) {
         warn(fmt::format("{}: no loops recovered: {}", m.path, e.what()));
@@ -456,9 +464,12 @@ struct Attributor::Impl {
       } else if (m->structure) {
         r.loops = m->structure->loops().size();
         for (const auto& l : m->structure->loops()) r.byAddress += l.line == 0 ? 1 : 0;
-        if (r.loops == 0) r.note = "none in its code";
-        else if (r.byAddress == r.loops && !m->dwarf) r.note = "known by address: no line table (no DWARF, no debug file found)";
-        else if (r.byAddress > 0) r.note = "partly known by address: no line table for some of its code";
+        if (r.loops == 0)
+          r.note = "none in its code";
+        else if (r.byAddress == r.loops && !m->dwarf)
+          r.note = "known by address: no line table (no DWARF, no debug file found)";
+        else if (r.byAddress > 0)
+          r.note = "partly known by address: no line table for some of its code";
       } else {
         r.note = m->noStructure.empty() ? std::string("not analysed") : m->noStructure;
       }
@@ -485,8 +496,8 @@ struct Attributor::Impl {
     if (m.kind != ModuleKind::File) {
       // One procedure for all of it: its addresses mean nothing outside the measured process.
       ++unknown;
-      chain.push_back({ScopeKind::ProcFrame, strings.intern(m.kind == ModuleKind::Vdso ? kVdsoName : kUnknownCodeName), 0, 0,
-                       moduleId});
+      chain.push_back({ScopeKind::ProcFrame, strings.intern(m.kind == ModuleKind::Vdso ? kVdsoName : kUnknownCodeName),
+                       0, 0, moduleId});
       chain.push_back({last, 0, 0, 0, 0});
       return chain;
     }
@@ -524,7 +535,8 @@ struct Attributor::Impl {
           Dwarf_Word callFile = 0, callLine = 0;
           if (dwarf_attr(&scopes[i], DW_AT_call_file, &attr)) dwarf_formudata(&attr, &callFile);
           if (dwarf_attr(&scopes[i], DW_AT_call_line, &attr)) dwarf_formudata(&attr, &callLine);
-          const char* file = haveFiles && callFile < nfiles ? dwarf_filesrc(files, callFile, nullptr, nullptr) : nullptr;
+          const char* file =
+              haveFiles && callFile < nfiles ? dwarf_filesrc(files, callFile, nullptr, nullptr) : nullptr;
           std::string inlined = procedureName(&scopes[i]);
           if (inlined.empty()) inlined = "<inlined>";
           chain.push_back({ScopeKind::Alien, strings.intern(inlined), strings.intern(sourcePath(file, cu)),
@@ -536,7 +548,8 @@ struct Attributor::Impl {
       GElf_Off symOffset = 0;
       GElf_Sym sym;
       const char* symbol = dwfl_module_addrinfo(m.mod, addr, &symOffset, &sym, nullptr, nullptr, nullptr);
-      if (symbol && sym.st_size == 0 && symOffset != 0 && !sizelessSymbolReaches(m, addr - symOffset - m.bias, addr)) symbol = nullptr;
+      if (symbol && sym.st_size == 0 && symOffset != 0 && !sizelessSymbolReaches(m, addr - symOffset - m.bias, addr))
+        symbol = nullptr;
       if (symbol) {
         ++symbolOnly;
         procStart = addr - symOffset - m.bias;
@@ -565,7 +578,8 @@ struct Attributor::Impl {
       } else {
         ++unknown;
         procStart = offset;
-        chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
+        chain.push_back(
+            {ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
       }
     }
     int line = 0;
@@ -587,9 +601,12 @@ struct Attributor::Impl {
   // behind it. The caller holds m.mutex.
   static bool sizelessSymbolReaches(Module& m, std::uint64_t symbol, Dwarf_Addr addr) {
     std::optional<std::uint64_t> start;
-    if (m.structure) start = m.structure->functionStart(addr - m.bias);
-    else if (auto fde = functionStart(m, addr)) start = *fde;
-    else return false;
+    if (m.structure)
+      start = m.structure->functionStart(addr - m.bias);
+    else if (auto fde = functionStart(m, addr))
+      start = *fde;
+    else
+      return false;
     return !start || *start <= symbol;
   }
 
@@ -629,7 +646,8 @@ struct Attributor::Impl {
       const std::size_t depth = std::min<std::size_t>(l.inlineDepth, aliens);
       while (placed < depth) out.push_back(chain[1 + placed++]);
       if (l.line == 0)  // no line table for its code: known by its header
-        out.push_back({ScopeKind::Loop, strings.intern(fmt::format("loop @0x{:x} in {}", l.header, moduleName)), 0, 0, 0});
+        out.push_back(
+            {ScopeKind::Loop, strings.intern(fmt::format("loop @0x{:x} in {}", l.header, moduleName)), 0, 0, 0});
       else
         out.push_back({ScopeKind::Loop, 0, strings.intern(s.files()[l.file]), l.line, 0});
     }
@@ -662,7 +680,8 @@ bool Attributor::startsPath(const LoadModule& lm, std::uint64_t offset, bool lea
   if (it != impl_->pathStarts.end()) return it->second;
   const auto chain = attribute(lm, offset, leaf);
   const std::string& name = impl_->strings.text(chain.front().name);
-  bool starts = std::any_of(std::begin(kThreadEntries), std::end(kThreadEntries), [&](const char* e) { return name == e; });
+  bool starts =
+      std::any_of(std::begin(kThreadEntries), std::end(kThreadEntries), [&](const char* e) { return name == e; });
   if (!starts) {
     std::lock_guard lock(m.mutex);
     const auto range = unwindRange(m.mod, offset + m.bias - (leaf ? 0 : 1));

@@ -23,7 +23,9 @@ struct Edge {
 };
 
 struct EdgeHashCompare {
-  static std::size_t hash(const Edge& e) { return ScopeKeyHash{}(e.key) ^ (std::size_t{e.parent} * 0x9E3779B97F4A7C15ULL); }
+  static std::size_t hash(const Edge& e) {
+    return ScopeKeyHash{}(e.key) ^ (std::size_t{e.parent} * 0x9E3779B97F4A7C15ULL);
+  }
   static bool equal(const Edge& a, const Edge& b) { return a.parent == b.parent && a.key == b.key; }
 };
 
@@ -130,7 +132,8 @@ std::size_t LocalCct::size() const { return impl_->nodes.size(); }
 CctNode LocalCct::node(std::uint32_t id) const { return impl_->nodes[id]; }
 
 std::vector<std::byte> LocalCct::serialize() const {
-  return encode(impl_->nodes.size(), [&](std::size_t i) { return impl_->nodes[i]; }, strings_);
+  return encode(
+      impl_->nodes.size(), [&](std::size_t i) { return impl_->nodes[i]; }, strings_);
 }
 
 void LocalCct::merge(std::span<const std::byte> bytes) {
@@ -147,9 +150,8 @@ FinalCct FinalCct::fromLocal(const LocalCct& local, StringTable& strings) {
   std::vector<std::vector<std::uint32_t>> children(n);
   for (std::size_t i = 1; i < n; ++i) children[nodes[i].parent].push_back(static_cast<std::uint32_t>(i));
   for (auto& c : children) {
-    std::sort(c.begin(), c.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return compareByText(nodes[a].key, nodes[b].key, strings) < 0;
-    });
+    std::sort(c.begin(), c.end(),
+              [&](std::uint32_t a, std::uint32_t b) { return compareByText(nodes[a].key, nodes[b].key, strings) < 0; });
   }
   // Preorder numbering; the stack holds children in reverse so the first is visited first.
   FinalCct out;
@@ -168,7 +170,8 @@ FinalCct FinalCct::fromLocal(const LocalCct& local, StringTable& strings) {
 }
 
 std::vector<std::byte> FinalCct::serialize(const StringTable& strings) const {
-  return encode(nodes_.size(), [&](std::size_t i) { return nodes_[i]; }, strings);
+  return encode(
+      nodes_.size(), [&](std::size_t i) { return nodes_[i]; }, strings);
 }
 
 FinalCct FinalCct::deserialize(std::span<const std::byte> bytes, StringTable& strings) {

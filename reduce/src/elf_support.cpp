@@ -56,21 +56,22 @@ std::span<const std::uint8_t> codeBytes(Elf* elf, GElf_Addr start, GElf_Addr end
     sections = true;
     if (start < sh.sh_addr || start >= sh.sh_addr + sh.sh_size) continue;
     Elf_Data* data = elf_getdata(scn, nullptr);
-    return data != nullptr && data->d_size >= sh.sh_size ? cut(data->d_buf, sh.sh_addr, sh.sh_size) : std::span<const std::uint8_t>{};
+    return data != nullptr && data->d_size >= sh.sh_size ? cut(data->d_buf, sh.sh_addr, sh.sh_size)
+                                                         : std::span<const std::uint8_t>{};
   }
   if (sections) return {};
   std::size_t phnum = 0;
   if (elf_getphdrnum(elf, &phnum) != 0) return {};
   for (std::size_t i = 0; i < phnum; ++i) {
     GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0)
+      continue;
     if (start < ph.p_vaddr || start >= ph.p_vaddr + ph.p_filesz) continue;
     Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
     return data != nullptr ? cut(data->d_buf, ph.p_vaddr, ph.p_filesz) : std::span<const std::uint8_t>{};
   }
   return {};
 }
-
 
 std::string sourcePath(const char* file, Dwarf_Die* cu) {
   if (!file || !*file) return {};

@@ -84,9 +84,9 @@ void Comm::onAbort(std::function<void()> hook) const { abortHooks_.push_back(std
 void Comm::abortJob(const std::string& why) const {
   // The same first line as the agreed failure path, so that the message reads alike either way.
   std::fprintf(stderr, "csp-prof-mpi: error: %s\n(reported by rank %d of %d processes)\n", why.c_str(), rank_, size_);
-  std::fprintf(stderr,
-               "csp-prof-mpi: the other processes did not reach the failure agreement within %.0f s; aborting the job\n",
-               static_cast<double>(grace_.count()) / 1000.0);
+  std::fprintf(
+      stderr, "csp-prof-mpi: the other processes did not reach the failure agreement within %.0f s; aborting the job\n",
+      static_cast<double>(grace_.count()) / 1000.0);
   std::fflush(stderr);
   for (const auto& hook : abortHooks_) {
     try {
@@ -123,9 +123,9 @@ std::vector<Comm::RankMessage> Comm::fail(const std::string& message) const {
     total += lengths[r];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  mpiCheck(MPI_Igatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displacements.data(),
-                                    MPI_CHAR, 0, comm_, &request),
-                       "Igatherv");
+  mpiCheck(MPI_Igatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displacements.data(), MPI_CHAR, 0,
+                        comm_, &request),
+           "Igatherv");
   if (!wait(request, true)) abortJob(shown);
   std::vector<RankMessage> out;
   for (std::size_t r = 0; r < lengths.size(); ++r)
@@ -165,8 +165,8 @@ std::vector<std::byte> Comm::recvBytes(int from, int tag) const {
   mpiCheck(MPI_Recv(&n, 1, MPI_UINT64_T, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
   std::vector<std::byte> bytes(n);
   for (std::size_t c = 0; c < chunks(n); ++c)
-    mpiCheck(
-        MPI_Recv(bytes.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, from, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+    mpiCheck(MPI_Recv(bytes.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, from, tag, comm_, MPI_STATUS_IGNORE),
+             "Recv");
   return bytes;
 }
 
@@ -228,7 +228,8 @@ std::vector<std::vector<std::byte>> Comm::allgather(const std::vector<std::byte>
 
 std::vector<std::vector<std::byte>> Comm::alltoall(const std::vector<std::vector<std::byte>>& outgoing) const {
   check();
-  if (outgoing.size() != static_cast<std::size_t>(size_)) throw std::logic_error("alltoall: one buffer per rank expected");
+  if (outgoing.size() != static_cast<std::size_t>(size_))
+    throw std::logic_error("alltoall: one buffer per rank expected");
   std::vector<std::vector<std::byte>> incoming(static_cast<std::size_t>(size_));
   incoming[static_cast<std::size_t>(rank_)] = outgoing[static_cast<std::size_t>(rank_)];
   if (size_ == 1) return incoming;
@@ -236,8 +237,7 @@ std::vector<std::vector<std::byte>> Comm::alltoall(const std::vector<std::vector
   // two ranks is computed identically by the sender and the receiver.
   std::vector<std::uint64_t> sendSizes(static_cast<std::size_t>(size_)), recvSizes(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) sendSizes[static_cast<std::size_t>(r)] = outgoing[static_cast<std::size_t>(r)].size();
-  mpiCheck(MPI_Alltoall(sendSizes.data(), 1, MPI_UINT64_T, recvSizes.data(), 1, MPI_UINT64_T, comm_),
-                       "Alltoall");
+  mpiCheck(MPI_Alltoall(sendSizes.data(), 1, MPI_UINT64_T, recvSizes.data(), 1, MPI_UINT64_T, comm_), "Alltoall");
   std::vector<MPI_Request> requests;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -246,9 +246,8 @@ std::vector<std::vector<std::byte>> Comm::alltoall(const std::vector<std::vector
     in.resize(n);
     for (std::size_t c = 0; c < chunks(n); ++c) {
       requests.emplace_back();
-      mpiCheck(
-          MPI_Irecv(in.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_, &requests.back()),
-          "Irecv");
+      mpiCheck(MPI_Irecv(in.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_, &requests.back()),
+               "Irecv");
     }
   }
   for (int k = 1; k < size_; ++k) {
@@ -257,13 +256,12 @@ std::vector<std::vector<std::byte>> Comm::alltoall(const std::vector<std::vector
     const auto n = sendSizes[static_cast<std::size_t>(r)];
     for (std::size_t c = 0; c < chunks(n); ++c) {
       requests.emplace_back();
-      mpiCheck(MPI_Isend(out.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_,
-                                     &requests.back()),
-                           "Isend");
+      mpiCheck(
+          MPI_Isend(out.data() + c * kChunk, chunkLength(n, c), MPI_BYTE, r, kAlltoallTag, comm_, &requests.back()),
+          "Isend");
     }
   }
-  mpiCheck(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                       "Waitall");
+  mpiCheck(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "Waitall");
   return incoming;
 }
 
@@ -325,7 +323,8 @@ void faultPoint(const Comm& comm, const char* phase) {
     if (colon == std::string::npos) continue;
     const auto colon2 = item.find(':', colon + 1);
     const std::string rank = item.substr(0, colon);
-    const std::string where = item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1);
+    const std::string where =
+        item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1);
     const std::string action = colon2 == std::string::npos ? "fail" : item.substr(colon2 + 1);
     if (rank != std::to_string(comm.rank()) || where != phase) continue;
     if (action == "stall") {

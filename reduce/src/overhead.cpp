@@ -14,13 +14,16 @@ std::string baseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool glob(const std::string& pattern, const std::string& text) { return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0; }
+bool glob(const std::string& pattern, const std::string& text) {
+  return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
 
 OverheadRule parseRule(const std::string& text) {
   const auto colon = text.find(':');
   OverheadRule r{text.substr(0, colon), colon == std::string::npos ? std::string() : text.substr(colon + 1)};
   if (r.module.empty() || (colon != std::string::npos && r.procedure.empty()))
-    throw std::invalid_argument(fmt::format("overhead rule '{}': expected MODULE_GLOB or MODULE_GLOB:PROCEDURE_GLOB", text));
+    throw std::invalid_argument(
+        fmt::format("overhead rule '{}': expected MODULE_GLOB or MODULE_GLOB:PROCEDURE_GLOB", text));
   return r;
 }
 
@@ -34,15 +37,15 @@ const std::vector<std::string>& OverheadRules::defaultRuleTexts() {
       "libpthread.so*", "libc.so*:pthread_*", "libc.so*:__pthread_*", "libc.so*:*futex*", "libc.so*:__lll_*",
       "libc.so*:sched_yield",
       // MPI libraries, their progress engines and transports
-      "libmpi.so*", "libmpich*.so*", "libopen-pal.so*", "libopen-rte.so*", "libpmix.so*", "mca_*.so",
-      "libucp.so*", "libucs.so*", "libuct*.so*", "libfabric.so*", "libpsm2.so*"};
+      "libmpi.so*", "libmpich*.so*", "libopen-pal.so*", "libopen-rte.so*", "libpmix.so*", "mca_*.so", "libucp.so*",
+      "libucs.so*", "libuct*.so*", "libfabric.so*", "libpsm2.so*"};
   return rules;
 }
 
 const std::vector<std::string>& OverheadRules::transparentModules() {
-  static const std::vector<std::string> modules = {"libc.so*",  "libc-*.so",        "ld-linux*",     "ld-*.so*",
-                                                   "libm.so*",  "libstdc++.so*",    "libgcc_s.so*",  "libcsp-measure.so*",
-                                                   "[vdso]",    "linux-vdso.so*"};
+  static const std::vector<std::string> modules = {"libc.so*", "libc-*.so",     "ld-linux*",    "ld-*.so*",
+                                                   "libm.so*", "libstdc++.so*", "libgcc_s.so*", "libcsp-measure.so*",
+                                                   "[vdso]",   "linux-vdso.so*"};
   return modules;
 }
 

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <iterator>
 #include <map>
@@ -25,9 +25,12 @@ std::optional<std::uint64_t> hexField(std::string_view& rest) {
   while (!rest.empty()) {
     const char c = rest.front();
     int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
     if (d < 0) break;
     if (digits == 16) return std::nullopt;  // more than 64 bits
     v = v << 4 | static_cast<std::uint64_t>(d);

@@ -8,15 +8,15 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
-#include <future>
 #include <optional>
-#include <tuple>
 #include <thread>
+#include <tuple>
 
 #include "csp/metrics/expression.hpp"
 #include "csp/reduce/overhead.hpp"
@@ -34,9 +34,7 @@ constexpr std::size_t kMaxErrorsPerRank = 5;
 
 class Stopwatch {
  public:
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -86,16 +84,17 @@ std::string describeMetric(const MetricDescriptor& m) {
 // may differ: values are count x period already); otherwise values of different quantities
 // would be added up.
 void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
-  const auto it = std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
+  const auto it =
+      std::find_if(into.begin(), into.end(), [&](const auto& x) { return x.descriptor.name == m.descriptor.name; });
   if (it == into.end()) {
     into.push_back(m);
     return;
   }
   if (it->descriptor.kind != m.descriptor.kind || it->descriptor.unit != m.descriptor.unit)
-    throw PipelineError(fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
-                                    "not from compatible measurements",
-                                    m.descriptor.name, it->file, describeMetric(it->descriptor), m.file,
-                                    describeMetric(m.descriptor)));
+    throw PipelineError(
+        fmt::format("metric '{}' means different things in {} ({}) and {} ({}): these profiles are "
+                    "not from compatible measurements",
+                    m.descriptor.name, it->file, describeMetric(it->descriptor), m.file, describeMetric(m.descriptor)));
 }
 
 // Region trees are small (tens to thousands of nodes): a map under a mutex is enough.
@@ -104,7 +103,8 @@ class RegionUnion {
   RegionUnion() { nodes_.push_back({kNoIndex, "", 0}); }
   std::uint32_t child(std::uint32_t parent, const std::string& name, std::uint64_t dynamicId) {
     std::lock_guard lock(mutex_);
-    auto [it, fresh] = index_.try_emplace(std::make_tuple(parent, name, dynamicId), static_cast<std::uint32_t>(nodes_.size()));
+    auto [it, fresh] =
+        index_.try_emplace(std::make_tuple(parent, name, dynamicId), static_cast<std::uint32_t>(nodes_.size()));
     if (fresh) nodes_.push_back({parent, name, dynamicId});
     return it->second;
   }
@@ -137,7 +137,8 @@ class RegionUnion {
   }
   void merge(const std::vector<RegionTreeNode>& other) {
     std::vector<std::uint32_t> id(other.size(), 0);
-    for (std::size_t i = 1; i < other.size(); ++i) id[i] = child(id[other[i].parent], other[i].name, other[i].dynamicId);
+    for (std::size_t i = 1; i < other.size(); ++i)
+      id[i] = child(id[other[i].parent], other[i].name, other[i].dynamicId);
   }
   // Deterministic preorder numbering.
   std::vector<RegionTreeNode> finalTree() const {
@@ -232,7 +233,8 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::vector<StmtValu
                               const LocalCct& cct, const StringTable& strings) {
   ThreadFeatures f;
   for (const auto& e : p.identity.idTuple)
-    if (e.kind == IdKind::Process || e.kind == IdKind::Rank) f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
+    if (e.kind == IdKind::Process || e.kind == IdKind::Rank)
+      f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
   f.process += fmt::format("{}:{}", p.identity.hostname, p.identity.pid);
   f.initialThread = true;
   for (const auto& e : p.identity.idTuple)
@@ -305,7 +307,8 @@ struct Pipeline::Impl {
   // overhead"): overhead = work in runtime code, effort = work + idleness. kNoMetric when absent.
   static constexpr std::uint16_t kNoMetric = 0xFFFF;
   OverheadRules overheadRules;
-  std::uint16_t workMetric = kNoMetric, idlenessMetric = kNoMetric, overheadMetric = kNoMetric, effortMetric = kNoMetric;
+  std::uint16_t workMetric = kNoMetric, idlenessMetric = kNoMetric, overheadMetric = kNoMetric,
+                effortMetric = kNoMetric;
   std::vector<std::uint8_t> overheadNode;  // per final CCT node
   std::uint32_t profileCount = 0;
   std::uint32_t firstId = 0;
@@ -313,8 +316,8 @@ struct Pipeline::Impl {
   std::vector<RegionTreeNode> regions;
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> regionIndex;
   std::vector<PhaseTime> phases;
-  std::vector<SkippedInput> localSkipped;  // this rank's, until shared
-  std::vector<std::uint8_t> threadClassOf;             // all profiles
+  std::vector<SkippedInput> localSkipped;               // this rank's, until shared
+  std::vector<std::uint8_t> threadClassOf;              // all profiles
   std::vector<storage::ThreadClassInfo> threadClasses;  // all profiles, rank 0
 
   // The steps of discover() and buildStructure(), in order.
@@ -456,12 +459,14 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() {
         for (const auto* source : profileSources())
           for (const auto& f : source->list(input)) found.push_back({f, source->bytes(f), source});
         if (found.size() == before)
-          errors.push_back(fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
+          errors.push_back(
+              fmt::format("{}: no profiles ({}) in this directory", input.string(), knownProfilePatterns()));
         for (auto& t : temporariesIn(input)) leftoverTemporaries.push_back(std::move(t));
       } catch (const std::exception& e) {
         errors.push_back(e.what());
       }
-    } else if (const auto* source = sourceFor(input); source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
+    } else if (const auto* source = sourceFor(input);
+               source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
       found.push_back({input, source->bytes(input), source});
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
@@ -481,7 +486,8 @@ std::vector<InputProfile> Pipeline::Impl::listInputs() {
     if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
     auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path.string());
     if (!fresh)
-      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
+      errors.push_back(
+          fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
   }
   throwIfAny(errors);
   return found;
@@ -574,8 +580,10 @@ void Pipeline::Impl::readAndAttribute(LocalCct& localCct, RegionUnion& regionUni
       localMetrics[i] = std::move(p.metrics);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
-      if (options.skipInvalid) localSkipped.push_back({e.file(), e.defect()});
-      else errors.push_back(e.what());
+      if (options.skipInvalid)
+        localSkipped.push_back({e.file(), e.defect()});
+      else
+        errors.push_back(e.what());
     } catch (const std::exception& e) {
       std::lock_guard lock(errorsMutex);
       errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
@@ -672,14 +680,16 @@ void Pipeline::Impl::checkDistinctIdentities() {
     for (const auto& e : t) k.emplace_back(static_cast<int>(e.kind), e.value);
     return k;
   };
-  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return std::make_pair(key(a.first), a.second) < std::make_pair(key(b.first), b.second); });
+  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
+    return std::make_pair(key(a.first), a.second) < std::make_pair(key(b.first), b.second);
+  });
   std::vector<std::string> errors;
   for (std::size_t i = 1; i < all.size(); ++i)
     if (key(all[i].first) == key(all[i - 1].first))
-      errors.push_back(fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
-                                   "copied; post-process one run at a time",
-                                   inputs[all[i - 1].second].path.string(), inputs[all[i].second].path.string(),
-                                   formatIdTuple(all[i].first)));
+      errors.push_back(fmt::format(
+          "{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+          "copied; post-process one run at a time",
+          inputs[all[i - 1].second].path.string(), inputs[all[i].second].path.string(), formatIdTuple(all[i].first)));
   throwIfAny(errors);
 }
 
@@ -768,8 +778,9 @@ void Pipeline::Impl::addStateMetrics() {
   if (workMetric == kNoMetric) return;
   if (!taken("overhead")) {
     overheadMetric = static_cast<std::uint16_t>(metrics.size());
-    metrics.push_back({"overhead", "ns", MetricKind::Counted, 1,
-                       "work in parallel runtime code (csp-prof-mpi overhead rules: " + overheadRules.describe() + ")"});
+    metrics.push_back(
+        {"overhead", "ns", MetricKind::Counted, 1,
+         "work in parallel runtime code (csp-prof-mpi overhead rules: " + overheadRules.describe() + ")"});
   }
   if (idlenessMetric != kNoMetric && !taken("effort")) {
     effortMetric = static_cast<std::uint16_t>(metrics.size());
@@ -796,9 +807,11 @@ void Pipeline::Impl::addDerivedMetrics() {
                                          }()));
         d.inputs.push_back(static_cast<std::uint16_t>(it - metrics.begin()));
       }
-      const bool clash = std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
+      const bool clash =
+          std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.name == d.metric.name(); });
       if (clash) throw metrics::ExpressionError(1, fmt::format("metric '{}' already exists", d.metric.name()));
-      metrics.push_back({d.metric.name(), "", MetricKind::Counted, 1, "derived per thread: " + d.metric.expression().text()});
+      metrics.push_back(
+          {d.metric.name(), "", MetricKind::Counted, 1, "derived per thread: " + d.metric.expression().text()});
       derived.push_back(std::move(d));
     } catch (const metrics::ExpressionError& e) {
       defects.push_back(fmt::format("--derive '{}': {}", text, e.what()));
@@ -877,11 +890,15 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
             // Re-reading keeps memory flat in the number of profiles; the attribution cache
             // makes the second walk cheap.
             ThreadProfile p = input.source->read(path);
-            auto stmt = projectProfile(p, s.strings, s.attributor, [&](std::uint32_t parent, const ScopeKey& key) {
-              const auto id = s.cct.find(parent, key);
-              if (id == kNoIndex) throw std::runtime_error("context missing from the canonical CCT (file changed?)");
-              return id;
-            }, {jitSymbols(s.attributor, path, p), nullptr});
+            auto stmt =
+                projectProfile(p, s.strings, s.attributor,
+                               [&](std::uint32_t parent, const ScopeKey& key) {
+                                 const auto id = s.cct.find(parent, key);
+                                 if (id == kNoIndex)
+                                   throw std::runtime_error("context missing from the canonical CCT (file changed?)");
+                                 return id;
+                               },
+                               {jitSymbols(s.attributor, path, p), nullptr});
             for (auto& v : stmt) v.metric = globalMetric.at(p.metrics[v.metric].name);
             if (s.overheadMetric != Impl::kNoMetric || s.effortMetric != Impl::kNoMetric) {
               const std::size_t measured = stmt.size();
@@ -933,11 +950,12 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
     // The consumer (database writing) of this batch overlaps the computation of the next one;
     // at most two batches are alive at a time.
     if (pending.valid()) pending.get();
-    pending = std::async(std::launch::async,
-                         [&consume, batchIndex, profiles = std::span<const ProfileInfo>(s.localProfiles).subspan(first, n),
-                          values = std::move(values), regionValues = std::move(regionValues)]() mutable {
-                           consume(batchIndex, profiles, values, regionValues);
-                         });
+    pending =
+        std::async(std::launch::async,
+                   [&consume, batchIndex, profiles = std::span<const ProfileInfo>(s.localProfiles).subspan(first, n),
+                    values = std::move(values), regionValues = std::move(regionValues)]() mutable {
+                     consume(batchIndex, profiles, values, regionValues);
+                   });
     first += n;
     if (s.progress) s.progress->update(first);
   }

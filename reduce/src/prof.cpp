@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "csp/storage/database_writer.hpp"
-#include "prof_stages.hpp"
 #include "csp/storage/string_ids.hpp"
+#include "prof_stages.hpp"
 
 namespace csp::reduce {
 
@@ -76,7 +76,8 @@ fs::path openOutput(const Comm& comm, const ProfOptions& options, std::optional<
     };
     builder.emplace(options.output, storage::BuildOptions{options.force, step});
     if (options.onLeftover)
-      for (const auto& l : builder->leftovers()) options.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
+      for (const auto& l : builder->leftovers())
+        options.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
   }
   return storage::DatabaseBuilder::stagingDirIn(tempDir);
 }
@@ -211,9 +212,10 @@ std::vector<std::string> qualityWarnings(const storage::SamplingQuality& q) {
         q.depthLimited ? fmt::format(", {} of them cut at the depth limit (csp-run --max-depth)", q.depthLimited) : "",
         kTruncatedPathsName));
   if (static_cast<double>(q.droppedSamples) > share * static_cast<double>(q.samples))
-    out.push_back(fmt::format("{:.1f} % of the samples ({} of {}) were dropped by the measurement and are missing from the "
-                              "profiles",
-                              percent(q.droppedSamples), q.droppedSamples, q.samples));
+    out.push_back(
+        fmt::format("{:.1f} % of the samples ({} of {}) were dropped by the measurement and are missing from the "
+                    "profiles",
+                    percent(q.droppedSamples), q.droppedSamples, q.samples));
   return out;
 }
 
@@ -226,13 +228,15 @@ std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& mo
     byAddress += m.byAddress;
     with += m.loops > 0 ? 1 : 0;
     if (m.byAddress > 0)
-      addressed.push_back(fmt::format("{} {} of {}{}", m.module, m.byAddress, m.loops, m.note.empty() ? "" : " (" + m.note + ")"));
+      addressed.push_back(
+          fmt::format("{} {} of {}{}", m.module, m.byAddress, m.loops, m.note.empty() ? "" : " (" + m.note + ")"));
     if (m.loops == 0) without.push_back(fmt::format("{} ({})", m.module, m.note));
   }
   auto list = [&](const std::vector<std::string>& items) {
     std::string out;
     for (std::size_t i = 0; i < std::min(items.size(), kListed); ++i) out += (i ? ", " : "") + items[i];
-    if (items.size() > kListed) out += fmt::format(", and {} more (csp-views --info lists them)", items.size() - kListed);
+    if (items.size() > kListed)
+      out += fmt::format(", and {} more (csp-views --info lists them)", items.size() - kListed);
     return out;
   };
   std::vector<std::string> out;
@@ -245,9 +249,10 @@ std::vector<std::string> loopSummary(const std::vector<storage::ModuleLoops>& mo
 
 std::string unwindSummary(const storage::UnwindRecovery& r) {
   if (r.scannedSamples == 0) return {};
-  return fmt::format("code without unwind tables: {} samples had such frames on their call path; {} completed by "
-                     "binary analysis (unwind recipes), {} truncated",
-                     r.scannedSamples, r.recoveredSamples, r.scannedSamples - r.recoveredSamples);
+  return fmt::format(
+      "code without unwind tables: {} samples had such frames on their call path; {} completed by "
+      "binary analysis (unwind recipes), {} truncated",
+      r.scannedSamples, r.recoveredSamples, r.scannedSamples - r.recoveredSamples);
 }
 
 }  // namespace csp::reduce

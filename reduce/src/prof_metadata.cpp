@@ -116,8 +116,8 @@ std::vector<std::string> missingRanksAndThreads(const std::map<std::uint64_t, st
     warnings.push_back(fmt::format("{} of {} ranks left no profile ({}): killed before they wrote them?", absent.size(),
                                    ranks, which));
   else if (!absent.empty())
-    warnings.push_back(fmt::format("{} left no profile, though ranks up to {} did: killed before they wrote them?", which,
-                                   ranks - 1));
+    warnings.push_back(
+        fmt::format("{} left no profile, though ranks up to {} did: killed before they wrote them?", which, ranks - 1));
   // The most common number of thread profiles per rank (ties: the larger).
   std::map<std::uint64_t, std::uint64_t> ranksWith;
   for (const auto& [rank, n] : profilesOfRank) ++ranksWith[n];
@@ -128,10 +128,10 @@ std::vector<std::string> missingRanksAndThreads(const std::map<std::uint64_t, st
   for (const auto& [rank, n] : profilesOfRank)
     if (n < usual) fewer[n].push_back(rank);
   for (const auto& [n, list] : fewer)
-    warnings.push_back(fmt::format("rank{} {} ha{} {} thread profile{}, most ranks have {}: profiles may be missing "
-                                   "(killed while writing them?)",
-                                   list.size() == 1 ? "" : "s", numberRanges(list), list.size() == 1 ? "s" : "ve", n,
-                                   n == 1 ? "" : "s", usual));
+    warnings.push_back(fmt::format(
+        "rank{} {} ha{} {} thread profile{}, most ranks have {}: profiles may be missing "
+        "(killed while writing them?)",
+        list.size() == 1 ? "" : "s", numberRanges(list), list.size() == 1 ? "s" : "ve", n, n == 1 ? "" : "s", usual));
   return warnings;
 }
 
@@ -160,8 +160,12 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
   std::vector<storage::CctNode> nodes(cct.size());
   for (std::uint32_t i = 0; i < cct.size(); ++i) {
     const auto& n = cct.node(i);
-    nodes[i] = {n.parent, n.key.kind, strings.id(text.text(n.key.name)), strings.id(text.text(n.key.file)),
-                strings.id(text.text(n.key.module)), n.key.line};
+    nodes[i] = {n.parent,
+                n.key.kind,
+                strings.id(text.text(n.key.name)),
+                strings.id(text.text(n.key.file)),
+                strings.id(text.text(n.key.module)),
+                n.key.line};
   }
   return nodes;
 }
@@ -171,7 +175,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
                                            std::vector<std::string>& warnings) {
   storage::DatabaseMetadata meta;
   std::map<std::uint64_t, std::uint64_t> profilesOfRank;
-  std::uint64_t rankCount = 0;  // the measured job's, as the measurement recorded it (0: unknown)
+  std::uint64_t rankCount = 0;                     // the measured job's, as the measurement recorded it (0: unknown)
   std::map<std::string, std::uint64_t> droppedBy;  // dropped samples by the measurement's cause
   meta.title = options.title;
   meta.profiles.resize(pipeline.profileCount());
@@ -269,11 +273,11 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
   const std::size_t rawCount = pipeline.rawMetricCount();
   for (std::size_t m = 0; m < pipeline.metrics().size(); ++m)
-    meta.metrics.push_back({pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
+    meta.metrics.push_back(
+        {pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
   meta.regionMetrics = storage::standardRegionMetrics();
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
-  meta.properties = {{"generator", "csp-prof-mpi"},
-                     {"inputs", std::to_string(pipeline.inputs().size())}};
+  meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputs().size())}};
   if (threadsOf.size() > 1) {
     std::vector<std::pair<std::uint64_t, std::string>> byThreads;
     for (const auto& [exe, n] : threadsOf) byThreads.emplace_back(n, exe);
@@ -281,7 +285,8 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
     std::string list;
-    for (const auto& [n, exe] : byThreads) list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
+    for (const auto& [n, exe] : byThreads)
+      list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
     meta.properties.push_back({"executables", list});
   }
   if (!openmpUnmeasured.empty()) {
@@ -298,10 +303,12 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
     std::string names;
     for (std::size_t i = 0; i < std::min<std::size_t>(temporaries.size(), kNamedTemporaries); ++i)
       names += fmt::format("{}{}", i ? ", " : "", temporaries[i]);
-    if (temporaries.size() > kNamedTemporaries) names += fmt::format(" and {} more", temporaries.size() - kNamedTemporaries);
-    warnings.push_back(fmt::format("{} unfinished profile temporar{} left by a measurement killed while writing (those "
-                                   "profiles are missing; remove them): {}",
-                                   temporaries.size(), temporaries.size() == 1 ? "y" : "ies", names));
+    if (temporaries.size() > kNamedTemporaries)
+      names += fmt::format(" and {} more", temporaries.size() - kNamedTemporaries);
+    warnings.push_back(
+        fmt::format("{} unfinished profile temporar{} left by a measurement killed while writing (those "
+                    "profiles are missing; remove them): {}",
+                    temporaries.size(), temporaries.size() == 1 ? "y" : "ies", names));
   }
   if (!warnings.empty()) {
     std::string joined;

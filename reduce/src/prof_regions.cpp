@@ -81,7 +81,8 @@ analysis::RegionTree frameTree(const std::vector<RegionTreeNode>& regions) {
   return tree;
 }
 
-void account(RegionConcurrency& c, std::uint32_t region, std::uint64_t inside, std::uint64_t dt, std::uint64_t threads) {
+void account(RegionConcurrency& c, std::uint32_t region, std::uint64_t inside, std::uint64_t dt,
+             std::uint64_t threads) {
   c.anyNs += dt;
   std::uint64_t area = 0;
   if (__builtin_mul_overflow(inside, dt, &area) || __builtin_add_overflow(c.areaNs, area, &c.areaNs))
@@ -224,8 +225,9 @@ std::vector<std::vector<std::byte>> RegionSummaries::gather(const Comm& comm) co
   return comm.gather(p.take());
 }
 
-void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts, const std::vector<RegionTreeNode>& regions,
-                            storage::StringIds& strings, storage::ShardWriter& shard) {
+void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts,
+                            const std::vector<RegionTreeNode>& regions, storage::StringIds& strings,
+                            storage::ShardWriter& shard) {
   const std::size_t width = slots().size();
   std::vector<std::uint32_t> regionName(regions.size());
   for (std::size_t i = 0; i < regions.size(); ++i) regionName[i] = strings.id(regions[i].name);
@@ -244,7 +246,8 @@ void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts, co
     for (std::size_t k = 0; k < width; ++k) {
       auto it = all.find(i * width + k);
       if (it != all.end())
-        shard.putRegionSummary(static_cast<std::uint32_t>(i), slots()[k].metric, slots()[k].scope, metrics::encode(it->second));
+        shard.putRegionSummary(static_cast<std::uint32_t>(i), slots()[k].metric, slots()[k].scope,
+                               metrics::encode(it->second));
     }
   }
 }

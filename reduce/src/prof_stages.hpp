@@ -47,7 +47,8 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount, std::size_t metricCount);
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                std::size_t metricCount);
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
   void merge(const Comm& comm);  // after the last batch
 

@@ -23,7 +23,8 @@ double fromBits(std::uint64_t bits) {
 
 // Folds a block into the stack: two neighbouring blocks of one level become their parent.
 void pushPiece(std::vector<SummaryTable::Piece>& stack, SummaryTable::Piece piece) {
-  while (!stack.empty() && stack.back().level == piece.level && (piece.index & 1) && stack.back().index + 1 == piece.index) {
+  while (!stack.empty() && stack.back().level == piece.level && (piece.index & 1) &&
+         stack.back().index + 1 == piece.index) {
     SummaryTable::Piece left = std::move(stack.back());
     stack.pop_back();
     left.acc.combine(piece.acc);
@@ -40,7 +41,8 @@ metrics::RealAccumulator foldPieces(const std::vector<SummaryTable::Piece>& stac
 
 // The first node rank r owns.
 std::uint32_t ownerStart(std::uint32_t nodes, int rank, int size) {
-  return static_cast<std::uint32_t>(std::uint64_t{nodes} * static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(size));
+  return static_cast<std::uint32_t>(std::uint64_t{nodes} * static_cast<std::uint64_t>(rank) /
+                                    static_cast<std::uint64_t>(size));
 }
 
 // What one exchange entry is about.
@@ -204,7 +206,8 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
     while (!u.done()) {
       const auto key = unpackKey(u);
       const auto pieces = u.u64();
-      if (key.node < myFirst || key.node >= myEnd) throw std::logic_error("summary for a node outside this rank's range");
+      if (key.node < myFirst || key.node >= myEnd)
+        throw std::logic_error("summary for a node outside this rank's range");
       if (key.metric < raw_) {
         auto acc = metrics::decodeIntAccumulator(u.text());
         auto histogram = metrics::decodeHistogram(u.text());

@@ -26,7 +26,8 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
   }
 }
 
-NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount, std::size_t metricCount)
+NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                             std::size_t metricCount)
     : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount), metrics_(metricCount) {}
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values) {

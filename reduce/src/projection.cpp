@@ -11,9 +11,9 @@ namespace {
 
 // The frames above a Stopped frame (docs/postprocessing.md, "Code without unwind information").
 struct GapWalk {
-  bool complete = false;               // the frames found lead to `resumed`, or to a stack's start
-  std::uint32_t resumed = kNoIndex;    // the frame found by the tables that the recipes lead to
-  std::vector<std::uint32_t> frames;   // the candidates that are frames, innermost first
+  bool complete = false;              // the frames found lead to `resumed`, or to a stack's start
+  std::uint32_t resumed = kNoIndex;   // the frame found by the tables that the recipes lead to
+  std::vector<std::uint32_t> frames;  // the candidates that are frames, innermost first
 };
 
 // Follows the unwind recipes from the Stopped frame `stopped` through the candidates above it.
@@ -40,11 +40,14 @@ GapWalk walkGap(const ThreadProfile& p, Attributor& attributor, std::uint32_t st
   std::optional<std::int64_t> bp = linkAt(stopped);
   std::uint32_t node = stopped;
   bool leaf = leafRole;
-  auto moduleOf = [&](std::uint32_t n) -> const LoadModule& { return p.modules[p.addressFrames[p.cct.frame[n]].module]; };
+  auto moduleOf = [&](std::uint32_t n) -> const LoadModule& {
+    return p.modules[p.addressFrames[p.cct.frame[n]].module];
+  };
   auto offsetOf = [&](std::uint32_t n) { return p.addressFrames[p.cct.frame[n]].offset; };
   for (;;) {
     const LoadModule& module = moduleOf(node);
-    const auto rule = module.path == kUnmappedModulePath ? std::nullopt : attributor.frameRule(module, offsetOf(node), leaf);
+    const auto rule =
+        module.path == kUnmappedModulePath ? std::nullopt : attributor.frameRule(module, offsetOf(node), leaf);
     std::optional<std::int64_t> cfa;
     if (rule && rule->base == structure::FrameRule::Base::Sp) cfa = sp + rule->cfa;
     if (rule && rule->base == structure::FrameRule::Base::Bp && bp) cfa = *bp + rule->cfa;

@@ -43,8 +43,10 @@ std::string describe(const ScopeKey& k, const StringTable& s) {
   switch (k.kind) {
     case ScopeKind::ProcFrame:
       return fmt::format("procedure {}{}{}", s.text(k.name), k.module ? " (" + s.text(k.module) + ")" : "", where);
-    case ScopeKind::Alien: return fmt::format("inlined {}{}", s.text(k.name), where);
-    default: return fmt::format("{}{}", toString(k.kind), where);
+    case ScopeKind::Alien:
+      return fmt::format("inlined {}{}", s.text(k.name), where);
+    default:
+      return fmt::format("{}{}", toString(k.kind), where);
   }
 }
 

@@ -14,16 +14,16 @@ namespace csp::reduce {
 namespace {
 
 constexpr const char* kRuntimeHelperModules[] = {
-    "libopen-pal.so*", "libopen-rte.so*", "libmpi.so*",    "mca_*.so",      "libpmix.so*",   "libevent*.so*",
-    "libucs.so*",      "libucp.so*",      "libuct.so*",    "libucm.so*",    "libfabric.so*", "libpsm2.so*",
-    "libibverbs.so*",  "librdmacm.so*",   "libmlx*.so*",   "libhwloc.so*",  "libcuda.so*",   "libnvidia-*.so*",
+    "libopen-pal.so*", "libopen-rte.so*", "libmpi.so*",    "mca_*.so",         "libpmix.so*",   "libevent*.so*",
+    "libucs.so*",      "libucp.so*",      "libuct.so*",    "libucm.so*",       "libfabric.so*", "libpsm2.so*",
+    "libibverbs.so*",  "librdmacm.so*",   "libmlx*.so*",   "libhwloc.so*",     "libcuda.so*",   "libnvidia-*.so*",
     "libmunge.so*",    "libpmi*.so*",     "libslurm*.so*", "libcsp-measure.so"};
 
 // Modules whose frames at the start of a thread are trampolines, not the thread's own code: the
 // C library (clone, start_thread), the C++ runtime (std::thread's routine), the loader.
-constexpr const char* kPassThroughModules[] = {"libc.so*",      "libc-*.so",    "libpthread.so*", "libpthread-*.so",
-                                               "libstdc++.so*", "libc++*.so*",  "ld-linux*",      "ld-*.so*",
-                                               "libgcc_s.so*"};
+constexpr const char* kPassThroughModules[] = {"libc.so*",        "libc-*.so",     "libpthread.so*",
+                                               "libpthread-*.so", "libstdc++.so*", "libc++*.so*",
+                                               "ld-linux*",       "ld-*.so*",      "libgcc_s.so*"};
 
 bool glob(const std::string& pattern, const std::string& text) {
   return !text.empty() && ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
@@ -79,7 +79,8 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
       }
       const std::uint64_t most = busiest[t.process];
       const std::uint64_t effort = t.work + t.waited;
-      if (options.helperFraction > 0 && static_cast<double>(effort) < options.helperFraction * static_cast<double>(most)) {
+      if (options.helperFraction > 0 &&
+          static_cast<double>(effort) < options.helperFraction * static_cast<double>(most)) {
         info.threadClass = storage::ThreadClass::Helper;
         info.reason = fmt::format("{} samples{}, under {:g} % of its process's busiest thread ({})", effort,
                                   t.waited ? " of work and waits" : "", 100 * options.helperFraction, most);

@@ -79,7 +79,8 @@ bool replaceByUnnamed(int fd, const std::filesystem::path& path, const AtomicFil
 // point leaves either nothing or the whole file, never a partial temporary. False (nothing
 // written) when the file system has no O_TMPFILE or /proc is missing: the caller then goes
 // through a temporary file.
-bool writeUnnamed(const std::filesystem::path& path, std::span<const std::byte> bytes, const AtomicFileOptions& options) {
+bool writeUnnamed(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                  const AtomicFileOptions& options) {
   const int fd = openUnnamedFile(directoryOf(path));
   if (fd < 0) return false;
   int err = writeAll(fd, bytes);

@@ -243,8 +243,7 @@ std::vector<Accumulator> Database::summaries(NodeId id) const { return impl_->ac
 
 bool Database::hasDistributions() const { return impl_->families.count(format::kDistributions) > 0; }
 
-void Database::forEachSummary(
-    const std::function<void(NodeId, MetricId, MetricScope, std::string_view)>& fn) const {
+void Database::forEachSummary(const std::function<void(NodeId, MetricId, MetricScope, std::string_view)>& fn) const {
   impl_->scan(format::kSummaries, std::string(), [&](std::string_view key, std::string_view value) {
     format::Reader k(key, "summary key");
     const auto head = format::readAccumulatorKeyHead(k);
@@ -253,8 +252,8 @@ void Database::forEachSummary(
   });
 }
 
-void Database::forEachDistribution(const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t, std::string_view,
-                                                            std::string_view)>& fn) const {
+void Database::forEachDistribution(const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t,
+                                                            std::string_view, std::string_view)>& fn) const {
   if (!hasDistributions()) return;
   impl_->scan(format::kDistributions, std::string(), [&](std::string_view key, std::string_view value) {
     const auto d = format::decodeDistributionView(key, value);
@@ -300,9 +299,10 @@ ThreadSelection selectThreads(const DatabaseMetadata& meta, const std::string& t
   if (spec.empty()) spec = hasClasses && helpers > 0 && helpers < meta.profiles.size() ? "work" : "all";
   if (spec == "all") return sel;
   if (!hasClasses)
-    throw std::invalid_argument(fmt::format("--threads {}: this database has no thread classes (written before "
-                                            "format 1.4); rebuild it with this csp-prof-mpi, or use --threads all",
-                                            spec));
+    throw std::invalid_argument(
+        fmt::format("--threads {}: this database has no thread classes (written before "
+                    "format 1.4); rebuild it with this csp-prof-mpi, or use --threads all",
+                    spec));
   bool chosen[kThreadClassCount + 1] = {};
   std::size_t at = 0;
   while (at <= spec.size()) {
@@ -314,7 +314,8 @@ ThreadSelection selectThreads(const DatabaseMetadata& meta, const std::string& t
     } else if (const auto c = parseThreadClass(word)) {
       chosen[static_cast<std::size_t>(*c)] = true;
     } else {
-      throw std::invalid_argument(fmt::format("--threads: unknown thread class '{}' (all, work, main, worker, helper)", word));
+      throw std::invalid_argument(
+          fmt::format("--threads: unknown thread class '{}' (all, work, main, worker, helper)", word));
     }
     at = comma + 1;
   }
@@ -340,9 +341,12 @@ ThreadSelection selectThreads(const DatabaseMetadata& meta, const std::string& t
 
 const char* toString(ThreadClass c) {
   switch (c) {
-    case ThreadClass::Main: return "main";
-    case ThreadClass::Worker: return "worker";
-    case ThreadClass::Helper: return "helper";
+    case ThreadClass::Main:
+      return "main";
+    case ThreadClass::Worker:
+      return "worker";
+    case ThreadClass::Helper:
+      return "helper";
   }
   return "?";
 }
@@ -403,10 +407,13 @@ std::vector<RegionLogProcess> Database::regionLogProcesses() const {
     for (it->SeekToFirst(); it->Valid();) {
       const std::string_view key(it->key().data(), it->key().size());
       if (key.size() != 4) throw format::FormatError("region log: thread entry without its process entry");
-      RegionLogProcess p = format::decodeRegionLogProcess(key, std::string_view(it->value().data(), it->value().size()));
+      RegionLogProcess p =
+          format::decodeRegionLogProcess(key, std::string_view(it->value().data(), it->value().size()));
       for (auto& t : p.threads) {
         const auto v = impl_->get(format::kRegionEvents, format::regionLogThreadKey(p.process, t.profile));
-        if (!v) throw format::FormatError(fmt::format("region log of process {}: thread {} is missing", p.process, t.profile));
+        if (!v)
+          throw format::FormatError(
+              fmt::format("region log of process {}: thread {} is missing", p.process, t.profile));
         t = format::decodeRegionLogThread(format::regionLogThreadKey(p.process, t.profile), *v);
       }
       const ProfileId next = p.process + 1;
@@ -427,7 +434,8 @@ namespace {
 
 class DbRegionLogCursor final : public RegionLogCursor {
  public:
-  DbRegionLogCursor(const Database::Impl& impl, rocksdb::ColumnFamilyHandle* family, ProfileId process, ProfileId thread)
+  DbRegionLogCursor(const Database::Impl& impl, rocksdb::ColumnFamilyHandle* family, ProfileId process,
+                    ProfileId thread)
       : impl_(impl), prefix_(format::regionLogThreadKey(process, thread)), end_(format::prefixEnd(prefix_)) {
     rocksdb::ReadOptions ro;
     upper_ = rocksdb::Slice(end_);

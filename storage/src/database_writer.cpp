@@ -2,8 +2,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <rocksdb/convenience.h>
-#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/db.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <signal.h>
@@ -14,8 +14,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -23,8 +23,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "csp/storage/database_writer.hpp"
 #include "csp/storage/atomic_file.hpp"
+#include "csp/storage/database_writer.hpp"
 #include "db_format.hpp"
 
 namespace csp::storage {
@@ -40,7 +40,6 @@ bool hasLz4() {
   }();
   return yes;
 }
-
 
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
@@ -206,7 +205,8 @@ struct ShardWriter::Impl {
       f.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
       const fs::path file = dir / (f.name + ".sst");
       const auto s = f.writer->Open(file.string());
-      if (!s.ok()) throw DatabaseError(dir, fmt::format("cannot create {}: {}", file.filename().string(), s.ToString()));
+      if (!s.ok())
+        throw DatabaseError(dir, fmt::format("cannot create {}: {}", file.filename().string(), s.ToString()));
     }
     const auto s = f.writer->Put(key, rocksdb::Slice(value.data(), value.size()));
     if (!s.ok()) throw DatabaseError(dir, fmt::format("writing {}.sst: {}", f.name, s.ToString()));
@@ -251,8 +251,8 @@ void ShardWriter::putCct(std::span<const CctNode> nodes) {
   for (NodeId id = 0; id < nodes.size(); ++id) {
     const NodeId parent = nodes[id].parent;
     if (id == 0 ? parent != kNoIndex : parent >= id)
-      throw std::logic_error(fmt::format("ShardWriter::putCct: node {} has parent {}; parents must precede children",
-                                         id, parent));
+      throw std::logic_error(
+          fmt::format("ShardWriter::putCct: node {} has parent {}; parents must precede children", id, parent));
     putNode(id, nodes[id]);
     if (id != 0) children[parent].push_back(id);
   }
@@ -272,8 +272,8 @@ void ShardWriter::putDistribution(NodeId node, MetricId metric, MetricScope scop
 
 void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileValue> values) {
   if (impl_->lastProfile && profile <= *impl_->lastProfile)
-    throw std::logic_error(fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile,
-                                       *impl_->lastProfile));
+    throw std::logic_error(
+        fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *impl_->lastProfile));
   impl_->lastProfile = profile;
   std::vector<ProfileValue> nonZero;
   nonZero.reserve(values.size());
@@ -302,8 +302,9 @@ void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) 
   auto flush = [&] {
     if (run.empty()) return;
     impl_->values += run.size();
-    format::encodeNodeBlocks(node, run.front().metric, run.front().scope, run,
-                             [&](const std::string& k, const std::string& v) { impl_->put(format::kValuesByNode, k, v); });
+    format::encodeNodeBlocks(
+        node, run.front().metric, run.front().scope, run,
+        [&](const std::string& k, const std::string& v) { impl_->put(format::kValuesByNode, k, v); });
     run.clear();
   };
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -383,7 +384,8 @@ struct ShardIndexEntry {
 // directory in errors.
 std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k, const fs::path& where) {
   std::ifstream index(dir / kShardIndexName);
-  if (!index) throw DatabaseError(where, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
+  if (!index)
+    throw DatabaseError(where, fmt::format("shard {} did not finish (no {} in {})", k, kShardIndexName, dir.string()));
   std::vector<ShardIndexEntry> out;
   std::string line;
   while (std::getline(index, line)) {
@@ -391,7 +393,8 @@ std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k
     ShardIndexEntry e;
     std::string file, smallest, largest;
     if (!(fields >> e.family >> file >> smallest >> largest >> e.entries) ||
-        std::find(format::shardFamilies().begin(), format::shardFamilies().end(), e.family) == format::shardFamilies().end())
+        std::find(format::shardFamilies().begin(), format::shardFamilies().end(), e.family) ==
+            format::shardFamilies().end())
       throw DatabaseError(where, fmt::format("shard {}: unreadable index line '{}'", k, line));
     e.file = dir / file;
     e.smallest = unhex(smallest);
@@ -476,7 +479,8 @@ std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
     std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
     if (const auto dash = pidText.find('-'); isTmp && dash != std::string::npos) {
       const std::string suffix = pidText.substr(dash + 1);
-      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(),
+                                             [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
         continue;
       pidText.resize(dash);
     }
@@ -633,8 +637,9 @@ struct DatabaseBuilder::Impl {
     const auto status = fs::symlink_status(target, ec);
     if (!fs::exists(status)) return;
     if (fs::is_symlink(status))
-      throw DatabaseError(target, "is a symbolic link; it is never replaced, even with --force: remove it, or give the "
-                                  "directory it points to");
+      throw DatabaseError(target,
+                          "is a symbolic link; it is never replaced, even with --force: remove it, or give the "
+                          "directory it points to");
     if (!isCspDatabase(target))
       throw DatabaseError(target, "exists and is not a CSP database; it is never replaced, even with --force");
     if (!options.force) throw DatabaseError(target, "already exists (use --force to replace it)");

@@ -1,10 +1,10 @@
 #include "db_format.hpp"
 
 #include <fmt/format.h>
-#include <thread>
 #include <rocksdb/convenience.h>
 #include <rocksdb/env.h>
 #include <rocksdb/table.h>
+#include <thread>
 
 #include <algorithm>
 #include <cstdarg>
@@ -14,7 +14,7 @@
 namespace csp::storage::format {
 
 const std::vector<std::string>& shardFamilies() {
-  static const std::vector<std::string> families = {kCctNodes,       kCctChildren,   kSummaries,
+  static const std::vector<std::string> families = {kCctNodes,        kCctChildren,  kSummaries,
                                                     kValuesByProfile, kValuesByNode, kRegionNodes,
                                                     kRegionSummaries, kRegionEvents, kDistributions};
   return families;
@@ -362,7 +362,8 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
   for (const auto& p : m.properties) emit(std::string(kPropertyPrefix) + p.key, p.value);
   if (m.hasQuality()) {
     if (m.quality.size() != m.profiles.size())
-      throw FormatError(fmt::format("sampling quality of {} profiles for {} profiles", m.quality.size(), m.profiles.size()));
+      throw FormatError(
+          fmt::format("sampling quality of {} profiles for {} profiles", m.quality.size(), m.profiles.size()));
     auto put = [&](const SamplingQuality& q) {
       putVarint(v, q.samples);
       putVarint(v, q.unwindFailures);
@@ -402,8 +403,8 @@ void encodeMetadata(const DatabaseMetadata& m, const Emit& emit) {
   }
   if (!m.threadClasses.empty()) {
     if (m.threadClasses.size() != m.profiles.size())
-      throw FormatError(fmt::format("thread classes of {} profiles for {} profiles", m.threadClasses.size(),
-                                    m.profiles.size()));
+      throw FormatError(
+          fmt::format("thread classes of {} profiles for {} profiles", m.threadClasses.size(), m.profiles.size()));
     for (std::size_t i = 0; i < m.threadClasses.size(); ++i) {
       v.clear();
       v.push_back(static_cast<char>(m.threadClasses[i].threadClass));
@@ -592,9 +593,10 @@ DatabaseMetadata MetadataDecoder::finish() {
     if (m_.qualityTotal() != qualityTotal_) throw FormatError("metadata sampling quality does not add up to its total");
   }
   // Thread classes (format 1.4): none, or one per profile.
-  if (seen_.threadClasses > 0 && (seen_.threadClasses != m_.profiles.size() || m_.threadClasses.size() != m_.profiles.size()))
-    throw FormatError(fmt::format("metadata has the thread classes of {} of {} profiles", seen_.threadClasses,
-                                  m_.profiles.size()));
+  if (seen_.threadClasses > 0 &&
+      (seen_.threadClasses != m_.profiles.size() || m_.threadClasses.size() != m_.profiles.size()))
+    throw FormatError(
+        fmt::format("metadata has the thread classes of {} of {} profiles", seen_.threadClasses, m_.profiles.size()));
   return std::move(m_);
 }
 

@@ -57,9 +57,9 @@ using storage::putVarint;
 using Reader = ByteReader<FormatError>;
 
 // --- keys ------------------------------------------------------------------------------------
-std::string nodeKey(NodeId id);                                   // be32
-std::string childKey(NodeId parent, NodeId child);                // be32 be32
-std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);  // be32 be16 u8
+std::string nodeKey(NodeId id);                                                                       // be32
+std::string childKey(NodeId parent, NodeId child);                                                    // be32 be32
+std::string summaryKey(std::uint32_t id, MetricId metric, MetricScope scope);                         // be32 be16 u8
 std::string distributionKey(NodeId id, MetricId metric, MetricScope scope, std::uint8_t population);  // be32 be16 u8 u8
 // The head shared by summary, region-summary, distribution and values_by_node keys: be32 id, be16 metric, u8
 // scope (checked). The caller reads what follows and ends the key.
@@ -78,7 +78,7 @@ struct DistributionView {
 };
 DistributionView decodeDistributionView(std::string_view key, std::string_view value);
 DistributionEntry decodeDistribution(std::string_view key, std::string_view value);
-std::string profileBlockKey(ProfileId profile, NodeId firstNode);  // be32 be32
+std::string profileBlockKey(ProfileId profile, NodeId firstNode);                                   // be32 be32
 std::string nodeBlockKey(NodeId node, MetricId metric, MetricScope scope, ProfileId firstProfile);  // be32 be16 u8 be32
 
 // The smallest key greater than every key starting with `prefix` (an exclusive upper bound).

@@ -6,31 +6,44 @@ namespace csp {
 
 const char* toString(IdKind kind) {
   switch (kind) {
-    case IdKind::Node: return "node";
-    case IdKind::Rank: return "rank";
-    case IdKind::Thread: return "thread";
-    case IdKind::Core: return "core";
-    case IdKind::Process: return "process";
+    case IdKind::Node:
+      return "node";
+    case IdKind::Rank:
+      return "rank";
+    case IdKind::Thread:
+      return "thread";
+    case IdKind::Core:
+      return "core";
+    case IdKind::Process:
+      return "process";
   }
   return "unknown";
 }
 
 const char* toString(MetricKind kind) {
   switch (kind) {
-    case MetricKind::Sampled: return "sampled";
-    case MetricKind::Counted: return "counted";
+    case MetricKind::Sampled:
+      return "sampled";
+    case MetricKind::Counted:
+      return "counted";
   }
   return "unknown";
 }
 
 const char* toString(ScopeKind kind) {
   switch (kind) {
-    case ScopeKind::Root: return "root";
-    case ScopeKind::ProcFrame: return "procedure";
-    case ScopeKind::Alien: return "inlined";
-    case ScopeKind::Loop: return "loop";
-    case ScopeKind::CallSite: return "call site";
-    case ScopeKind::Stmt: return "statement";
+    case ScopeKind::Root:
+      return "root";
+    case ScopeKind::ProcFrame:
+      return "procedure";
+    case ScopeKind::Alien:
+      return "inlined";
+    case ScopeKind::Loop:
+      return "loop";
+    case ScopeKind::CallSite:
+      return "call site";
+    case ScopeKind::Stmt:
+      return "statement";
   }
   return "unknown";
 }

@@ -8,13 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstddef>
-#include <optional>
-#include <cerrno>
-#include <cstring>
 #include <fmt/format.h>
 #include <kj/exception.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <optional>
 
 #include "profile.capnp.h"
 
@@ -205,8 +205,8 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
   }
   for (auto m : root.getModules()) {
     auto b = m.getBuildId();
-    p.modules.push_back({m.getPath(), std::vector<std::uint8_t>(b.begin(), b.end()), m.getLoadBegin(),
-                         m.getLoadEnd(), m.getLoadBias()});
+    p.modules.push_back({m.getPath(), std::vector<std::uint8_t>(b.begin(), b.end()), m.getLoadBegin(), m.getLoadEnd(),
+                         m.getLoadBias()});
   }
   for (auto s : root.getStrings()) p.strings.emplace_back(s);
 
@@ -216,7 +216,8 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
     auto mod = frames.getAddressModule();
     auto off = frames.getAddressOffset();
     if (mod.size() != off.size())
-      throw ProfileError(name, fmt::format("address frame table has {} modules but {} offsets", mod.size(), off.size()));
+      throw ProfileError(name,
+                         fmt::format("address frame table has {} modules but {} offsets", mod.size(), off.size()));
     p.addressFrames.resize(mod.size());
     for (unsigned i = 0; i < mod.size(); ++i) p.addressFrames[i] = {mod[i], off[i]};
   } else {
@@ -392,8 +393,8 @@ void writeProfile(const ThreadProfile& profile, const std::filesystem::path& pat
 
 ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& name, const ParseOptions& options) {
   if (image.size() < sizeof(Header)) {
-    throw ProfileError(name, fmt::format("truncated: {} bytes, shorter than the {}-byte header", image.size(),
-                                         sizeof(Header)));
+    throw ProfileError(
+        name, fmt::format("truncated: {} bytes, shorter than the {}-byte header", image.size(), sizeof(Header)));
   }
   Header h;
   std::memcpy(&h, image.data(), sizeof h);
@@ -404,10 +405,10 @@ ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& 
   }
   const std::size_t available = image.size() - sizeof h;
   if (h.payloadBytes != available) {
-    throw ProfileError(name, h.payloadBytes > available
-                                 ? fmt::format("truncated: header announces {} payload bytes, file has {}",
-                                               h.payloadBytes, available)
-                                 : fmt::format("{} trailing bytes after the payload", available - h.payloadBytes));
+    throw ProfileError(
+        name, h.payloadBytes > available
+                  ? fmt::format("truncated: header announces {} payload bytes, file has {}", h.payloadBytes, available)
+                  : fmt::format("{} trailing bytes after the payload", available - h.payloadBytes));
   }
   if (available % sizeof(capnp::word) != 0 || available == 0)
     throw ProfileError(name, fmt::format("payload of {} bytes is not a whole number of words", available));
@@ -484,10 +485,11 @@ std::string bundleIncompleteness(std::span<const std::byte> bundle) {
   std::memcpy(&h, bundle.data() + last, sizeof h);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.payloadBytes != bundle.size() - last - sizeof h) return {};
   if ((h.flags & kFlagBundleRecord) == 0 || (h.flags & kFlagEndOfWrite) != 0) return {};  // unmarked (older) or whole
-  return fmt::format("cut after its record {} (byte {}), inside one of the measurement's writes: the profiles of "
-                     "threads in the rest of that write and later are missing (the file was truncated, or its "
-                     "process was killed while writing)",
-                     offsets.size(), bundle.size());
+  return fmt::format(
+      "cut after its record {} (byte {}), inside one of the measurement's writes: the profiles of "
+      "threads in the rest of that write and later are missing (the file was truncated, or its "
+      "process was killed while writing)",
+      offsets.size(), bundle.size());
 }
 
 ProfileLocation locateProfile(const std::filesystem::path& entry) {
@@ -538,7 +540,8 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   if (where.offset == bytes.size())
     if (const auto cut = bundleIncompleteness(bytes); !cut.empty()) throw ProfileError(path.string(), cut);
   if (where.offset >= bytes.size())
-    throw ProfileError(path.string(), fmt::format("no record at byte {} of a {}-byte bundle", where.offset, bytes.size()));
+    throw ProfileError(path.string(),
+                       fmt::format("no record at byte {} of a {}-byte bundle", where.offset, bytes.size()));
   return parseProfile(bytes.subspan(where.offset, bundleRecordLength(bytes, where.offset)), path.string(), options);
 }
 
@@ -698,11 +701,21 @@ std::string tupleName(const Identity& identity, bool withThread) {
     if (!withThread && e.kind == IdKind::Thread) continue;
     if (!name.empty()) name += '-';
     switch (e.kind) {
-      case IdKind::Node: name += fmt::format("n{:04}", e.value); break;
-      case IdKind::Rank: name += fmt::format("r{:06}", e.value); break;
-      case IdKind::Thread: name += fmt::format("t{:04}", e.value); break;
-      case IdKind::Core: name += fmt::format("c{:04}", e.value); break;
-      case IdKind::Process: name += fmt::format("p{:06}", e.value); break;
+      case IdKind::Node:
+        name += fmt::format("n{:04}", e.value);
+        break;
+      case IdKind::Rank:
+        name += fmt::format("r{:06}", e.value);
+        break;
+      case IdKind::Thread:
+        name += fmt::format("t{:04}", e.value);
+        break;
+      case IdKind::Core:
+        name += fmt::format("c{:04}", e.value);
+        break;
+      case IdKind::Process:
+        name += fmt::format("p{:06}", e.value);
+        break;
     }
   }
   return name;

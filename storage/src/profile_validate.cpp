@@ -90,7 +90,8 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
       case ScopeKind::ProcFrame:
         if (ps != ScopeKind::Root && ps != ScopeKind::CallSite)
           fail(name, fmt::format("CCT node {}: a procedure frame must be an outermost frame or follow a call site "
-                                 "(its parent is a {})", i, toString(ps)));
+                                 "(its parent is a {})",
+                                 i, toString(ps)));
         underProc[i] = true;
         break;
       case ScopeKind::CallSite:
@@ -127,8 +128,8 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   checkParents(r.parent, "region tree", name);
   for (std::size_t i = 1; i < n; ++i) {
     if (r.staticId[i] >= r.names.size())
-      fail(name, fmt::format("region node {} has static id {} but only {} region names", i, r.staticId[i],
-                             r.names.size()));
+      fail(name,
+           fmt::format("region node {} has static id {} but only {} region names", i, r.staticId[i], r.names.size()));
     if (r.exclusiveNs[i] > r.inclusiveNs[i])
       fail(name, fmt::format("region node {}: exclusive time {} ns exceeds inclusive time {} ns", i, r.exclusiveNs[i],
                              r.inclusiveNs[i]));
@@ -138,7 +139,8 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   if (r.eventAttr.size() != r.eventHasAttr.size() || (!r.eventAttr.empty() && r.eventAttr.size() != e))
     fail(name, "region event attribute columns do not match the event log");
   for (std::size_t i = 0; i < r.eventHasAttr.size(); ++i)
-    if (r.eventHasAttr[i] && !r.eventIsEnter[i]) fail(name, fmt::format("region event {} is an exit with an attribute", i));
+    if (r.eventHasAttr[i] && !r.eventIsEnter[i])
+      fail(name, fmt::format("region event {} is an exit with an attribute", i));
   for (std::size_t i = 0; i < e; ++i) {
     if (r.eventNode[i] == 0 || r.eventNode[i] >= n)
       fail(name, fmt::format("region event {} refers to region node {} ({} nodes)", i, r.eventNode[i], n));

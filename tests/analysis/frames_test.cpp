@@ -22,7 +22,8 @@ std::vector<Seen> frames(const LogBuilder& b, std::size_t* consumed = nullptr, F
     Seen s{f.beginNs, f.endNs, {}};
     for (const auto& st : *f.states) {
       std::string path;
-      for (std::uint32_t r = st.region; r != 0; r = b.tree.parent[r]) path = b.tree.name[r] + (path.empty() ? "" : ">" + path);
+      for (std::uint32_t r = st.region; r != 0; r = b.tree.parent[r])
+        path = b.tree.name[r] + (path.empty() ? "" : ">" + path);
       s.states.push_back(path.empty() ? "phi" : path);
     }
     out.push_back(std::move(s));
@@ -49,8 +50,8 @@ TEST(Frames, Figure213FrameSequence) {
   const auto f = frames(fig211());
   // [x1,x2) and [x6,x7) (all threads in phi) are crossed out in the figure: not frames.
   const std::vector<Seen> expected = {
-      {20, 30, {"R1", "phi"}},     {30, 40, {"R1", "R1"}}, {40, 50, {"R1>R2", "R1"}},
-      {50, 60, {"R1", "phi"}},     {70, 80, {"R3", "phi"}}, {80, 90, {"phi", "R3"}},
+      {20, 30, {"R1", "phi"}}, {30, 40, {"R1", "R1"}},  {40, 50, {"R1>R2", "R1"}},
+      {50, 60, {"R1", "phi"}}, {70, 80, {"R3", "phi"}}, {80, 90, {"phi", "R3"}},
   };
   ASSERT_EQ(f.size(), expected.size());
   for (std::size_t i = 0; i < f.size(); ++i) {
@@ -127,7 +128,8 @@ TEST(Frames, StreamsAreReadLazily) {
   for (int t = 0; t < kThreads; ++t) b.thread(t);
   for (int i = 0; i < kIterations; ++i)
     for (int t = 0; t < kThreads; ++t)
-      b.span(static_cast<std::size_t>(t), 100u * i + static_cast<unsigned>(t), 100u * i + 50u + static_cast<unsigned>(t), "W");
+      b.span(static_cast<std::size_t>(t), 100u * i + static_cast<unsigned>(t),
+             100u * i + 50u + static_cast<unsigned>(t), "W");
   std::size_t consumed = 0;
   FrameBuilder fb(b.tree, b.streams(&consumed));
   Frame f;

@@ -55,8 +55,8 @@ class ImbalanceMeasured : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir("imbalance");
     const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-imbalance";
-    auto r = run("timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir_->path() / "meas").string() + " -- " +
-                 app + " 16");
+    auto r = run("timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir_->path() / "meas").string() +
+                 " -- " + app + " 16");
     ASSERT_EQ(r.status, 0) << r.output;
     r = run(tool("csp-prof-mpi") + " -q " + (dir_->path() / "meas").string() + " -o " + (dir_->path() / "db").string());
     ASSERT_EQ(r.status, 0) << r.output;
@@ -194,16 +194,17 @@ Json setUpPath() {
 // Threads whose samples (of a 1 ms cpu-time) per procedure are given by `counts(t)`.
 template <typename Counts>
 nlohmann::json exactRun(int threads, Counts counts) {
-  Json spec{{"executable", "app"},
-            {"metrics", Json::array({{{"name", "cpu-time"}, {"unit", "ns"}, {"kind", "sampled"}, {"period", 1000000}}})},
-            {"threads", Json::array()}};
+  Json spec{
+      {"executable", "app"},
+      {"metrics", Json::array({{{"name", "cpu-time"}, {"unit", "ns"}, {"kind", "sampled"}, {"period", 1000000}}})},
+      {"threads", Json::array()}};
   for (int t = 0; t < threads; ++t) {
     Json samples = Json::array();
     int line = 2;
     for (const auto& [proc, n] : counts(t)) {
       if (n == 0) continue;
-      samples.push_back({{"path", proc == "set_up" ? setUpPath() : workPath(proc, line++)},
-                         {"counts", {{"cpu-time", n}}}});
+      samples.push_back(
+          {{"path", proc == "set_up" ? setUpPath() : workPath(proc, line++)}, {"counts", {{"cpu-time", n}}}});
     }
     spec["threads"].push_back({{"id", {{"rank", 0}, {"thread", t + 1}}}, {"samples", samples}});
   }
@@ -234,10 +235,11 @@ TEST(ImbalanceExact, TheCausesRankFirstNotTheirCommonCaller) {
   // scan: 80 % of the variance, refine: 20 %, heavy: the most but balanced, set_up: 5 %
   // balanced, all of it but set_up inside the inlined `work`.
   TempDir dir("imbalance-exact");
-  const auto j = imbalanceOfExact(dir, exactRun(16, [](int t) {
-                                    return std::vector<std::pair<std::string, int>>{
-                                        {"set_up", 40}, {"scan", 200 + 80 * patternU(t)}, {"heavy", 400}, {"refine", 100 + 40 * patternV(t)}};
-                                  }));
+  const auto j = imbalanceOfExact(
+      dir, exactRun(16, [](int t) {
+        return std::vector<std::pair<std::string, int>>{
+            {"set_up", 40}, {"scan", 200 + 80 * patternU(t)}, {"heavy", 400}, {"refine", 100 + 40 * patternV(t)}};
+      }));
   ASSERT_EQ(j["verdict"], "explained") << j.dump(1);
   ASSERT_EQ(j["causes"].size(), 2u) << j.dump(1);
   EXPECT_EQ(j["causes"][0]["label"], "loop scan.c:3");
@@ -256,10 +258,11 @@ TEST(ImbalanceExact, SharesNeverExceedTheWhole) {
   // `wait` costs less where scan costs more (a thread that computes less waits longer): its own
   // share is negative, and the positive parts add up to more than the variance of T.
   TempDir dir("imbalance-exact-neg");
-  const auto j = imbalanceOfExact(dir, exactRun(16, [](int t) {
-                                    return std::vector<std::pair<std::string, int>>{
-                                        {"scan", 200 + 80 * patternU(t)}, {"wait", 100 - 40 * patternU(t)}, {"heavy", 400}};
-                                  }));
+  const auto j =
+      imbalanceOfExact(dir, exactRun(16, [](int t) {
+                         return std::vector<std::pair<std::string, int>>{
+                             {"scan", 200 + 80 * patternU(t)}, {"wait", 100 - 40 * patternU(t)}, {"heavy", 400}};
+                       }));
   ASSERT_EQ(j["verdict"], "explained") << j.dump(1);
   double total = 0;
   for (const auto& c : j["causes"]) {
@@ -274,10 +277,11 @@ TEST(ImbalanceExact, WithinSamplingErrorNothingIsListed) {
   // Every thread 700 samples but one with 701: the threads could all have taken the same time.
   TempDir dir("imbalance-exact-noise");
   const auto j = imbalanceOfExact(dir,
-                                  exactRun(16, [](int t) {
-                                    return std::vector<std::pair<std::string, int>>{
-                                        {"set_up", 40}, {"scan", t == 3 ? 201 : 200}, {"heavy", 460}};
-                                  }),
+                                  exactRun(16,
+                                           [](int t) {
+                                             return std::vector<std::pair<std::string, int>>{
+                                                 {"set_up", 40}, {"scan", t == 3 ? 201 : 200}, {"heavy", 460}};
+                                           }),
                                   "--min-imbalance 0");
   EXPECT_EQ(j["verdict"], "within-sampling-error") << j.dump(1);
   EXPECT_TRUE(j["causes"].empty()) << j.dump(1);
@@ -308,15 +312,17 @@ TEST(ImbalanceExact, NoiseWithoutStructureIsNotSignificant) {
   std::vector<std::vector<int>> counts(16, std::vector<int>(20));
   for (auto& thread : counts)
     for (auto& c : thread) c = 100 + next();
-  const auto j = imbalanceOfExact(dir,
-                                  exactRun(16,
-                                           [&](int t) {
-                                             std::vector<std::pair<std::string, int>> out;
-                                             for (int k = 0; k < 20; ++k)
-                                               out.push_back({fmt::format("p{}", k), counts[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)]});
-                                             return out;
-                                           }),
-                                  "--min-imbalance 0");
+  const auto j = imbalanceOfExact(
+      dir,
+      exactRun(
+          16,
+          [&](int t) {
+            std::vector<std::pair<std::string, int>> out;
+            for (int k = 0; k < 20; ++k)
+              out.push_back({fmt::format("p{}", k), counts[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)]});
+            return out;
+          }),
+      "--min-imbalance 0");
   EXPECT_EQ(j["verdict"], "not-significant") << j.dump(1);
   EXPECT_TRUE(j["causes"].empty());
   EXPECT_GE(j["model_p_value"].get<double>(), 0.05);
@@ -379,16 +385,17 @@ class ImbalanceCausesMeasured : public ::testing::Test {
 
 TEST_F(ImbalanceCausesMeasured, ThreadsTwoCausesRankedByWhatTheyExplain) {
   TempDir dir("imbalance-causes");
-  const auto j = analyse(dir, "timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir / "meas").string() +
-                                  " -- " + app("csp-app-imbalance-causes") + " 8");
+  const auto j = analyse(dir, "timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " +
+                                  (dir / "meas").string() + " -- " + app("csp-app-imbalance-causes") + " 8");
   EXPECT_EQ(j["samples"], 8) << j.dump(1);
   expectTwoCausesInOrder(j);
 }
 
 TEST_F(ImbalanceCausesMeasured, ThreadsBalancedControlListsNoCause) {
   TempDir dir("imbalance-causes-balanced");
-  const auto j = analyse(dir, "timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir / "meas").string() +
-                                  " -- " + app("csp-app-imbalance-causes") + " 8 1000000 balanced");
+  const auto j =
+      analyse(dir, "timeout -k 5 300 " + tool("csp-run") + " -e cpu-time@1000 -o " + (dir / "meas").string() + " -- " +
+                       app("csp-app-imbalance-causes") + " 8 1000000 balanced");
   EXPECT_NE(j["verdict"], "explained") << j.dump(1);
   EXPECT_TRUE(j["causes"].empty()) << j.dump(1);
 }
@@ -403,9 +410,9 @@ TEST_F(ImbalanceCausesMeasured, MpiRanksTwoCausesRankedByWhatTheyExplain) {
 
 TEST_F(ImbalanceCausesMeasured, MpiRanksBalancedControlListsNoCause) {
   TempDir dir("imbalance-causes-mpi-balanced");
-  const auto j = analyse(dir, "timeout -k 5 300 " + csp::test::mpirun(8) + tool("csp-run") + " -e cpu-time@1000 -o " +
-                                  (dir / "meas").string() + " -- " + app("csp-app-imbalance-causes-mpi") +
-                                  " 4000000 balanced");
+  const auto j =
+      analyse(dir, "timeout -k 5 300 " + csp::test::mpirun(8) + tool("csp-run") + " -e cpu-time@1000 -o " +
+                       (dir / "meas").string() + " -- " + app("csp-app-imbalance-causes-mpi") + " 4000000 balanced");
   EXPECT_NE(j["verdict"], "explained") << j.dump(1);
   EXPECT_TRUE(j["causes"].empty()) << j.dump(1);
 }

@@ -55,11 +55,15 @@ struct LogBuilder {
     numbers.push_back(number);
     return threads.size() - 1;
   }
-  void enter(std::size_t th, std::uint64_t t, const std::string& path) { threads[th].push_back({t, region(path), true, false, 0}); }
+  void enter(std::size_t th, std::uint64_t t, const std::string& path) {
+    threads[th].push_back({t, region(path), true, false, 0});
+  }
   void enterAttr(std::size_t th, std::uint64_t t, const std::string& path, std::int64_t attr) {
     threads[th].push_back({t, region(path), true, true, attr});
   }
-  void exit(std::size_t th, std::uint64_t t, const std::string& path) { threads[th].push_back({t, region(path), false, false, 0}); }
+  void exit(std::size_t th, std::uint64_t t, const std::string& path) {
+    threads[th].push_back({t, region(path), false, false, 0});
+  }
   // enter at a, exit at b
   void span(std::size_t th, std::uint64_t a, std::uint64_t b, const std::string& path) {
     enter(th, a, path);

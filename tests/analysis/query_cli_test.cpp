@@ -2,8 +2,8 @@
 // csp-prof-mpi with 1 and 3 processes (identical answers) -> csp-query; errors and databases
 // without logs.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 
@@ -23,7 +23,8 @@ std::string sample() {
 
 std::string thread(int rank, int thread, int pid, const std::string& events) {
   return "{\"id\": {\"rank\": " + std::to_string(rank) + ", \"thread\": " + std::to_string(thread) +
-         "}, \"hostname\": \"n1\", \"pid\": " + std::to_string(pid) + ", " + sample() + ", \"events\": [" + events + "]}";
+         "}, \"hostname\": \"n1\", \"pid\": " + std::to_string(pid) + ", " + sample() + ", \"events\": [" + events +
+         "]}";
 }
 
 std::string ev(std::uint64_t t, const char* kind, const std::string& region, const std::string& extra = "") {
@@ -37,12 +38,14 @@ void writeSpec(const fs::path& file) {
     auto s = [&](std::uint64_t t) { return t * static_cast<std::uint64_t>(scale) + 1000; };
     std::string out;
     out += thread(rank, 0, pid,
-                  ev(s(0), "enter", "region-0") + "," + ev(s(100), "exit", "region-0") + "," + ev(s(100), "enter", "region-1") +
-                      "," + ev(s(150), "exit", "region-1")) + ",";
+                  ev(s(0), "enter", "region-0") + "," + ev(s(100), "exit", "region-0") + "," +
+                      ev(s(100), "enter", "region-1") + "," + ev(s(150), "exit", "region-1")) +
+           ",";
     out += thread(rank, 1, pid,
-                  ev(s(20), "enter", "region-1") + "," + ev(s(60), "exit", "region-1") + "," + ev(s(60), "enter", "region-0") +
-                      "," + ev(s(80), "enter", "region-0/region-1") + "," + ev(s(100), "exit", "region-0/region-1") + "," +
-                      ev(s(120), "exit", "region-0")) + ",";
+                  ev(s(20), "enter", "region-1") + "," + ev(s(60), "exit", "region-1") + "," +
+                      ev(s(60), "enter", "region-0") + "," + ev(s(80), "enter", "region-0/region-1") + "," +
+                      ev(s(100), "exit", "region-0/region-1") + "," + ev(s(120), "exit", "region-0")) +
+           ",";
     out += thread(rank, 2, pid, ev(s(40), "enter", "region-0") + "," + ev(s(140), "exit", "region-0"));
     return out;
   };
@@ -70,7 +73,8 @@ class QueryCli : public ::testing::Test {
     writeSpec(*tmp_ / "spec.json");
     auto g = run(tool("csp-gen") + " --from-json " + (*tmp_ / "spec.json").string() + " -o " + (*tmp_ / "m").string());
     ASSERT_EQ(g.status, 0) << g.output;
-    auto p1 = run("timeout 120 " + tool("csp-prof-mpi") + " " + (*tmp_ / "m").string() + " -o " + (*tmp_ / "db1").string());
+    auto p1 =
+        run("timeout 120 " + tool("csp-prof-mpi") + " " + (*tmp_ / "m").string() + " -o " + (*tmp_ / "db1").string());
     ASSERT_EQ(p1.status, 0) << p1.output;
     auto p3 = run("timeout 180 " + csp::test::mpirun(3) + tool("csp-prof-mpi") + " " + (*tmp_ / "m").string() + " -o " +
                   (*tmp_ / "db3").string());
@@ -171,7 +175,8 @@ TEST_F(QueryCli, LimitsAndRangeErrorsAreQueryErrors) {
   for (int i = 0; i < 100; ++i) exists += "exists t: ";
   expectQueryError("Duration(" + exists + "(t, 0))", "column 27: variable 't' is already bound at column 17");
   expectQueryError("Duration(exists999999999999999999999 t: (t, 0))", "does not fit 64 bits");
-  expectQueryError("Duration((18446744073709551616, 0))", "column 11: the number 18446744073709551616 does not fit 64 bits");
+  expectQueryError("Duration((18446744073709551616, 0))",
+                   "column 11: the number 18446744073709551616 does not fit 64 bits");
   expectQueryError("Duration((0, update, attr in (5, 3)))", "column 30: the range ends before it begins");
   // Just under the limit: answered.
   const auto ok = query(*tmp_ / "db1", "Duration(" + std::string(255, '(') + "(0, 0)" + std::string(255, ')') + ")",
@@ -186,21 +191,30 @@ TEST(QueryCliNames, NamesThatAreNotUtf8) {
   {
     std::ofstream out(tmp / "spec.json");
     out << R"({"metrics": [{"name": "cycles", "unit": "cycles", "kind": "sampled", "period": 1}], "threads": [)"
-        << thread(0, 0, 100, ev(0, "enter", "badXname") + "," + ev(10, "exit", "badXname") + "," + ev(10, "enter", "ok") + "," +
-                                 ev(30, "exit", "ok"))
+        << thread(0, 0, 100,
+                  ev(0, "enter", "badXname") + "," + ev(10, "exit", "badXname") + "," + ev(10, "enter", "ok") + "," +
+                      ev(30, "exit", "ok"))
         << "," << thread(0, 1, 100, ev(5, "enter", "badXname") + "," + ev(25, "exit", "badXname")) << "]}";
   }
-  ASSERT_EQ(run(tool("csp-gen") + " -q --from-json " + (tmp / "spec.json").string() + " -o " + (tmp / "m").string()).status, 0);
+  ASSERT_EQ(
+      run(tool("csp-gen") + " -q --from-json " + (tmp / "spec.json").string() + " -o " + (tmp / "m").string()).status,
+      0);
   // JSON cannot carry a raw invalid byte: put it into the profiles' region names.
-  const std::string bad = "bad\xff" "name";
+  const std::string bad =
+      "bad\xff"
+      "name";
   for (const auto& f : csp::storage::listProfiles(tmp / "m")) {
     auto p = csp::storage::readProfile(f);
     for (auto& n : p.regions.names)
       if (n == "badXname") n = bad;
     csp::storage::writeProfile(p, f);
   }
-  ASSERT_EQ(run("timeout 120 " + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() + " -o " + (tmp / "db").string()).status, 0);
-  const std::string replaced = "bad\xef\xbf\xbd" "name";
+  ASSERT_EQ(run("timeout 120 " + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() + " -o " + (tmp / "db").string())
+                .status,
+            0);
+  const std::string replaced =
+      "bad\xef\xbf\xbd"
+      "name";
   const std::string db = (tmp / "db").string();
   // (request, whether its output names the region)
   const std::vector<std::pair<std::string, bool>> requests = {
@@ -225,7 +239,8 @@ TEST(QueryCliNames, NamesThatAreNotUtf8) {
       }
     }
   }
-  const auto value = run(tool("csp-query") + " " + db + " 'Duration(exists t: (t, \"" + bad + "\"))' --format json 2>/dev/null");
+  const auto value =
+      run(tool("csp-query") + " " + db + " 'Duration(exists t: (t, \"" + bad + "\"))' --format json 2>/dev/null");
   EXPECT_EQ(nlohmann::json::parse(value.output)["rows"][0]["values"][0], 25) << value.output;
 }
 
@@ -236,8 +251,11 @@ TEST(QueryCliNoLogs, DatabaseWithoutLogsSaysHowToGetThem) {
     out << R"({"metrics": [{"name": "cycles", "unit": "cycles", "kind": "sampled", "period": 1}], "threads": [{"id": {"thread": 0}, )"
         << sample() << R"(, "regions": [{"path": "solve", "count": 1, "inclusive_ns": 10}]}]})";
   }
-  ASSERT_EQ(run(tool("csp-gen") + " --from-json " + (tmp / "spec.json").string() + " -o " + (tmp / "m").string()).status, 0);
-  ASSERT_EQ(run("timeout 120 " + tool("csp-prof-mpi") + " " + (tmp / "m").string() + " -o " + (tmp / "db").string()).status, 0);
+  ASSERT_EQ(
+      run(tool("csp-gen") + " --from-json " + (tmp / "spec.json").string() + " -o " + (tmp / "m").string()).status, 0);
+  ASSERT_EQ(
+      run("timeout 120 " + tool("csp-prof-mpi") + " " + (tmp / "m").string() + " -o " + (tmp / "db").string()).status,
+      0);
   auto r = run(tool("csp-query") + " " + (tmp / "db").string() + " 'Duration((0, solve))'");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("has no region event logs: the program was measured without --region-log"), std::string::npos)

@@ -91,10 +91,10 @@ struct Reference {
   const Query& q;
   const RegionTree& tree;
   const std::vector<ThreadState>* states = nullptr;
-  std::vector<std::uint64_t> numbers;        // thread slot -> number
-  std::vector<std::string> names;            // all region names
-  std::map<int, std::int64_t> threadEnv;     // variable -> thread slot
-  std::map<int, std::string> regionEnv;      // variable -> region name
+  std::vector<std::uint64_t> numbers;     // thread slot -> number
+  std::vector<std::string> names;         // all region names
+  std::map<int, std::int64_t> threadEnv;  // variable -> thread slot
+  std::map<int, std::string> regionEnv;   // variable -> region name
   using Pairs = std::set<std::pair<std::size_t, std::string>>;
 
   std::int64_t slotOf(const Term& t) const {
@@ -148,7 +148,8 @@ struct Reference {
         Pairs ignored;
         return !eval(*f.a, ignored);
       }
-      default: return quantify(f, w);
+      default:
+        return quantify(f, w);
     }
   }
   bool quantify(const Formula& f, Pairs& w) {
@@ -176,7 +177,7 @@ struct Reference {
         visit(eval(*f.a, p), p);
       }
     }
-    const bool ok = f.kind == Formula::Kind::ForAll ? holds == values
+    const bool ok = f.kind == Formula::Kind::ForAll   ? holds == values
                     : f.kind == Formula::Kind::Exists ? holds > 0
                                                       : holds == f.k;
     if (ok) w.insert(all.begin(), all.end());
@@ -229,8 +230,10 @@ struct FormulaGen {
       for (const char* n : {"a", "b", "c"}) r.push_back(n);
       return "(" + pick(t) + ", " + pick(r) + ")";
     }
-    if (choice == 1) return "(" + formula(depth - 1, threads, regions) + " and " + formula(depth - 1, threads, regions) + ")";
-    if (choice == 2) return "(" + formula(depth - 1, threads, regions) + " or " + formula(depth - 1, threads, regions) + ")";
+    if (choice == 1)
+      return "(" + formula(depth - 1, threads, regions) + " and " + formula(depth - 1, threads, regions) + ")";
+    if (choice == 2)
+      return "(" + formula(depth - 1, threads, regions) + " or " + formula(depth - 1, threads, regions) + ")";
     if (choice == 3) return "not " + formula(depth - 1, threads, regions);
     const bool thread = rng() % 3 != 0;
     const std::string var = (thread ? "t" : "r") + std::to_string(nextVar++);
@@ -238,8 +241,10 @@ struct FormulaGen {
     auto& same = thread ? threads : regions;
     // (A region variable that its body does not use is typed a thread: no region constraints.)
     std::string constraint;
-    if (thread && !same.empty() && rng() % 3 == 0) constraint = " != " + pick(same);
-    else if (thread && rng() % 4 == 0) constraint = " in {0, 2}";
+    if (thread && !same.empty() && rng() % 3 == 0)
+      constraint = " != " + pick(same);
+    else if (thread && rng() % 4 == 0)
+      constraint = " in {0, 2}";
     same.push_back(var);
     // Bodies that mix the new variable with others in conjunctions and disjunctions: the shapes
     // the factoring rewrites.

@@ -31,8 +31,9 @@ struct LogSpec {
     threads.push_back({{"id", id},
                        {"hostname", host},
                        {"pid", pid},
-                       {"samples", {{{"path", {{{"proc", "main"}, {"file", "m.c"}, {"line", 1}}, {{"stmt", "m.c:2"}}}},
-                                     {"counts", {{"cycles", 1}}}}}},
+                       {"samples",
+                        {{{"path", {{{"proc", "main"}, {"file", "m.c"}, {"line", 1}}, {{"stmt", "m.c:2"}}}},
+                          {"counts", {{"cycles", 1}}}}}},
                        {"events", nlohmann::json::array()}});
     return threads.back();
   }
@@ -58,7 +59,8 @@ struct LogSpec {
     const auto gen = run("timeout 120 " + tool("csp-gen") + " -q --from-json " + (dir / "spec.json").string() + " -o " +
                          (dir / "m").string());
     EXPECT_EQ(gen.status, 0) << gen.output;
-    const auto prof = run("timeout 120 " + tool("csp-prof-mpi") + " -q " + (dir / "m").string() + " -o " + (dir / "db").string());
+    const auto prof =
+        run("timeout 120 " + tool("csp-prof-mpi") + " -q " + (dir / "m").string() + " -o " + (dir / "db").string());
     EXPECT_EQ(prof.status, 0) << prof.output;
     return dir / "db";
   }

@@ -31,7 +31,8 @@ TEST(QueryMeasured, BlackscholesUpperBoundMatchesTheProgramsOwnClock) {
   const auto m = run("timeout 120 " + tool("csp-run") + " --region-log -o " + (tmp / "m").string() + " -- " + app +
                      " " + (tmp / "expected.txt").string() + " 4 6");
   ASSERT_EQ(m.status, 0) << m.output;
-  const auto p = run("timeout 120 " + tool("csp-prof-mpi") + " " + (tmp / "m").string() + " -o " + (tmp / "db").string());
+  const auto p =
+      run("timeout 120 " + tool("csp-prof-mpi") + " " + (tmp / "m").string() + " -o " + (tmp / "db").string());
   ASSERT_EQ(p.status, 0) << p.output;
 
   // What the program read around (outer) and inside (inner) each region's calls.

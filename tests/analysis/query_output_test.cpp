@@ -45,17 +45,20 @@ TEST(QueryOutput, IntegersStayExactAndRealsRoundTrip) {
   const auto area = nlohmann::json::parse(query(db, "Area(exists t: (t, huge))", "--format json"));
   EXPECT_EQ(area["rows"][0]["values"][0].get<std::uint64_t>(), kHuge) << area.dump();
   // Sums, differences and products of integers are integers.
-  EXPECT_EQ(query(db, "Duration((0, peta))", "--format csv"), "result,unit,rank 0 n1 pid 100\nvalue,ns,1000000000000000\n");
+  EXPECT_EQ(query(db, "Duration((0, peta))", "--format csv"),
+            "result,unit,rank 0 n1 pid 100\nvalue,ns,1000000000000000\n");
   EXPECT_NE(query(db, "2 * Duration((0, huge)) - Duration((0, huge)) + 0", "--format csv").find(",36028797018963969\n"),
             std::string::npos);
   // A ratio: the shortest text that reads back as the same double.
   const auto ratio = query(db, "Duration((0, three)) / Duration((0, seven))", "--format csv");
   EXPECT_EQ(ratio, "result,unit,rank 0 n1 pid 100\nvalue,,0.42857142857142855\n") << ratio;
-  const auto ratioJson = nlohmann::json::parse(query(db, "Duration((0, three)) / Duration((0, seven))", "--format json"));
+  const auto ratioJson =
+      nlohmann::json::parse(query(db, "Duration((0, three)) / Duration((0, seven))", "--format json"));
   EXPECT_EQ(ratioJson["rows"][0]["values"][0].get<double>(), 3.0 / 7.0);
   EXPECT_NE(query(db, "Duration((0, three)) / Duration((0, seven))").find("0.42857142857142855"), std::string::npos);
   // Canned analyses too.
-  const auto canned = run(withoutStderr(tool("csp-query") + " " + db.string() + " --canned barrier huge --format json"));
+  const auto canned =
+      run(withoutStderr(tool("csp-query") + " " + db.string() + " --canned barrier huge --format json"));
   EXPECT_EQ(nlohmann::json::parse(canned.output)["rows"][0]["values"][0].get<std::uint64_t>(), kHuge) << canned.output;
 }
 
@@ -73,7 +76,8 @@ TEST(QueryOutput, SetsAreArraysAndQuotedLists) {
   const std::string q = "WhatRegions(exists t: exists r: (t, r))";
   const auto json = nlohmann::json::parse(query(db, q, "--format json"));
   EXPECT_EQ(json["rows"][0]["values"][0], nlohmann::json({"a", "a b", "b", "say \"hi\", (x)"})) << json.dump();
-  const auto threads = nlohmann::json::parse(query(db, "WhichThreads(exists t: (t, b) or (t, \"a b\"))", "--format json"));
+  const auto threads =
+      nlohmann::json::parse(query(db, "WhichThreads(exists t: (t, b) or (t, \"a b\"))", "--format json"));
   EXPECT_EQ(threads["rows"][0]["values"][0], nlohmann::json({0, 1})) << threads.dump();
   const std::string list = R"x(a "a b" b "say \"hi\", (x)")x";
   EXPECT_NE(query(db, q).find(list), std::string::npos) << query(db, q);

@@ -153,9 +153,9 @@ TEST(Query, BlackscholesUpperBound) {
   b.exit(m, 1000, "main");
   b.span(w1, 200, 780, "bs_thread");
   b.span(w2, 210, 800, "bs_thread");
-  const auto r = evaluate(
-      parseQuery("(Duration((t, main)) - (Duration((t, read)) + Duration((t, write)))) / Duration((t, main))"), b.tree,
-      b.process());
+  const auto r =
+      evaluate(parseQuery("(Duration((t, main)) - (Duration((t, read)) + Duration((t, write)))) / Duration((t, main))"),
+               b.tree, b.process());
   ASSERT_EQ(r.bindings.size(), 3u);
   EXPECT_DOUBLE_EQ(r.bindings[0].value, 0.6);
   EXPECT_TRUE(std::isnan(r.bindings[1].value));
@@ -243,8 +243,10 @@ TEST(QueryParser, DeepNestingIsRefusedWithTheColumn) {
   const auto b = fig32Log();
   // "Duration(" is one level; 255 parentheses more reach the limit.
   EXPECT_EQ(value(b, "Duration(" + repeat("(", 255) + "(0, 0)" + repeat(")", 255) + ")"), 100);
-  expectError("Duration(" + repeat("(", 256) + "(0, 0)" + repeat(")", 256) + ")", 9 + 256, "nests more than 256 levels deep");
-  expectError("Duration(" + repeat("(", 20000) + "(0, 0)" + repeat(")", 20000) + ")", 9 + 256, "nests more than 256 levels");
+  expectError("Duration(" + repeat("(", 256) + "(0, 0)" + repeat(")", 256) + ")", 9 + 256,
+              "nests more than 256 levels deep");
+  expectError("Duration(" + repeat("(", 20000) + "(0, 0)" + repeat(")", 20000) + ")", 9 + 256,
+              "nests more than 256 levels");
   EXPECT_EQ(value(b, "Duration(" + repeat("not ", 254) + "(0, 0))"), 100);
   expectError("Duration(" + repeat("not ", 30000) + "(0, 0))", 10 + 4 * 255, "nests more than 256 levels deep");
   expectError(repeat("not ", 30000) + "(0, 0)", 1 + 4 * 256, "nests more than 256 levels deep");
@@ -266,8 +268,7 @@ TEST(QueryParser, DeepNestingIsRefusedWithTheColumn) {
 // value of a variable the body did not use (the inner 't' hid it), and kept every binding's pairs.
 TEST(QueryParser, NestedQuantifiersAreBoundedAndRebindingIsRefused) {
   const auto b = fig32Log();
-  expectError("Duration(" + repeat("exists t: ", 100) + "(t, 0))", 27,
-              "variable 't' is already bound at column 17");
+  expectError("Duration(" + repeat("exists t: ", 100) + "(t, 0))", 27, "variable 't' is already bound at column 17");
   expectError("Duration(∃t : ∀t : (t, 0))", 16, "variable 't' is already bound at column 11");
   std::string deep;
   for (int i = 1; i <= 100; ++i) deep += "exists t" + std::to_string(i) + ": ";
@@ -287,10 +288,13 @@ TEST(QueryParser, NestedQuantifiersAreBoundedAndRebindingIsRefused) {
   EXPECT_EQ(value(b, "Duration(" + forall + "(u16, 0))"), 60);
   // A quantifier that does not depend on the enclosing ones is evaluated once per frame.
   std::string closed = "(0, 0) or (0, 1)";
-  for (int i = 1; i <= 15; ++i) closed = "exists a" + std::to_string(i) + ": (a" + std::to_string(i) + ", 0) and (" + closed + ")";
+  for (int i = 1; i <= 15; ++i)
+    closed = "exists a" + std::to_string(i) + ": (a" + std::to_string(i) + ", 0) and (" + closed + ")";
   EXPECT_EQ(value(b, "Duration(" + closed + ")"), 140);
-  EXPECT_EQ(value(b, "Duration(exists a: (exists c: (c, 1)) and (a, 0))"), value(b, "Duration((exists c: (c, 1)) and (exists a: (a, 0)))"));
-  EXPECT_EQ(value(b, "Area(exists a: (exists c: (c, 1)) and (a, 0))"), value(b, "Area((exists c: (c, 1)) and (exists a: (a, 0)))"));
+  EXPECT_EQ(value(b, "Duration(exists a: (exists c: (c, 1)) and (a, 0))"),
+            value(b, "Duration((exists c: (c, 1)) and (exists a: (a, 0)))"));
+  EXPECT_EQ(value(b, "Area(exists a: (exists c: (c, 1)) and (a, 0))"),
+            value(b, "Area((exists c: (c, 1)) and (exists a: (a, 0)))"));
   // Vacuous quantifiers keep their meaning: counts, empty domains.
   EXPECT_EQ(value(b, "Duration(exists2 t: (0, 0))"), 20);  // F2: two active threads
   EXPECT_EQ(value(b, "Duration(forall t: (0, 1))"), 50);
@@ -308,7 +312,8 @@ TEST(QueryParser, NestedQuantifiersAreBoundedAndRebindingIsRefused) {
 // became 2^53, and 'exists' with a count beyond 64 bits ended in "stoull".
 TEST(QueryParser, NumbersAreExactAndTheirRangeIsChecked) {
   LogBuilder b;
-  const auto lo = b.thread(9007199254740992ull), hi = b.thread(9007199254740993ull), max = b.thread(18446744073709551615ull);
+  const auto lo = b.thread(9007199254740992ull), hi = b.thread(9007199254740993ull),
+             max = b.thread(18446744073709551615ull);
   b.span(lo, 0, 10, "r");
   b.span(hi, 0, 30, "r");
   b.span(max, 0, 50, "s");
@@ -327,7 +332,8 @@ TEST(QueryParser, NumbersAreExactAndTheirRangeIsChecked) {
   expectError("Duration((99999999999999999999999, r))", 11, "does not fit 64 bits");
   expectError("Duration((0, iter#18446744073709551616))", 19, "the number 18446744073709551616 does not fit 64 bits");
   expectError("Duration(exists t in {0, 18446744073709551616}: (t, r))", 26, "does not fit 64 bits");
-  expectError("Duration(exists99999999999999999999 t: (t, r))", 10, "the count 99999999999999999999 of 'exists99999999999999999999' does not fit 64 bits");
+  expectError("Duration(exists99999999999999999999 t: (t, r))", 10,
+              "the count 99999999999999999999 of 'exists99999999999999999999' does not fit 64 bits");
   expectError("Duration(exists 99999999999999999999 t: (t, r))", 17, "does not fit 64 bits");
   expectError("Duration(∃₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉₉ t : (t, r))", 11, "does not fit 64 bits");
   expectError("Duration((0, r, attr < 9223372036854775808))", 24, "does not fit a signed 64-bit integer");
@@ -354,13 +360,18 @@ TEST(QueryParser, QuotedNamesTakeEscapedQuotesAndBackslashes) {
   const auto t = b.thread(0);
   b.span(t, 0, 10, "say \"hi\"");
   b.span(t, 10, 30, "back\\slash");
-  b.span(t, 30, 60, "bad\xff" "name");
+  b.span(t, 30, 60,
+         "bad\xff"
+         "name");
   b.span(t, 60, 100, "cut\xe0");
   EXPECT_EQ(value(b, R"(Duration((0, "say \"hi\"")))"), 10);
   EXPECT_EQ(value(b, R"(Duration((0, "back\\slash")))"), 20);
   EXPECT_EQ(value(b, R"(Duration(exists r in {"say \"hi\"", "back\\slash"}: (0, r)))"), 30);
   // Names need not be UTF-8; a broken sequence does not swallow the closing quote.
-  EXPECT_EQ(value(b, "Duration((0, \"bad\xff" "name\"))"), 30);
+  EXPECT_EQ(value(b,
+                  "Duration((0, \"bad\xff"
+                  "name\"))"),
+            30);
   EXPECT_EQ(value(b, "Duration((0, \"cut\xe0\"))"), 40);
   expectError(R"(Duration((0, "a\nb")))", 16, "unknown escape in a quoted name");
   expectError(R"(Duration((0, "a\"))", 14, "unterminated string");

@@ -25,9 +25,11 @@ const char* const kMetrics[] = {"any-time", "all-time", "area", "straggler-time"
 
 // Region name -> metric -> csp-views --regions value (sums over the processes).
 std::map<std::string, std::map<std::string, std::string>> regionView(const fs::path& db) {
-  const auto r = run("timeout 120 " + tool("csp-views") +
-                     " --regions -m any-time,all-time,area,straggler-time,max-parallelism -s sum --scope exclusive -t 0 "
-                     "--format csv " + db.string());
+  const auto r =
+      run("timeout 120 " + tool("csp-views") +
+          " --regions -m any-time,all-time,area,straggler-time,max-parallelism -s sum --scope exclusive -t 0 "
+          "--format csv " +
+          db.string());
   EXPECT_EQ(r.status, 0) << r.output;
   std::istringstream in(r.output);
   std::string line;
@@ -52,7 +54,8 @@ std::map<std::string, std::map<std::string, std::string>> regionView(const fs::p
 // csp-query's value per process.
 std::vector<double> queryValues(const fs::path& db, const std::string& q) {
   // Other processes lack the region: their warnings go to /dev/null.
-  const auto r = run(withoutStderr("timeout 120 " + tool("csp-query") + " " + db.string() + " '" + q + "' --format json"));
+  const auto r =
+      run(withoutStderr("timeout 120 " + tool("csp-query") + " " + db.string() + " '" + q + "' --format json"));
   EXPECT_EQ(r.status, 0) << q << "\n" << r.output;
   const auto json = nlohmann::json::parse(r.output);
   std::vector<double> out;
@@ -109,8 +112,12 @@ TEST(RegionMetrics, EqualTheFrameEnginesAnswersOnRandomLogs) {
             LogSpec::exit(th, at + length + 10 * (rng() % 2), "a" + k);
             at += length + 10;
             break;
-          case 1: LogSpec::span(th, at, at + length, "a" + k); break;
-          default: LogSpec::span(th, at, at + length, "b" + k); break;
+          case 1:
+            LogSpec::span(th, at, at + length, "a" + k);
+            break;
+          default:
+            LogSpec::span(th, at, at + length, "b" + k);
+            break;
         }
         at += length + 10 * (rng() % 2);
       }

@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
   usleep(100'000);
   std::printf("churn: %ld threads, 1 fork, plugin done, %d SIGUSR1 handled, %ld exceptions caught, %ld cleanups\n",
               threads, g_usr1.load(), g_caught.load(), g_cleanups.load());
-  const bool ok = g_usr1.load() == (threads + 3) / 4 && g_caught.load() == (threads + 1) / 2 && g_cleanups.load() == threads;
+  const bool ok =
+      g_usr1.load() == (threads + 3) / 4 && g_caught.load() == (threads + 1) / 2 && g_cleanups.load() == threads;
   return ok ? 0 : 1;
 }

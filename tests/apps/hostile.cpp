@@ -76,7 +76,8 @@ extern "C" __attribute__((noinline)) double hostile_compute(double x) { return c
 // for the whole walk, callbacks included.
 static int walkModule(dl_phdr_info* info, std::size_t, void* sum) {
   double x = static_cast<double>(info->dlpi_phnum);
-  for (int i = 0; i < info->dlpi_phnum; ++i) x = csp_test::spin(200, x + static_cast<double>(info->dlpi_phdr[i].p_type));
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    x = csp_test::spin(200, x + static_cast<double>(info->dlpi_phdr[i].p_type));
   *static_cast<double*>(sum) += x;
   return 0;
 }

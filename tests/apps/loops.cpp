@@ -22,7 +22,7 @@ __attribute__((noipa)) void triple(const double* a, double* c, int n) {
     c[i] = c[i] * 0.5 + 1.0;
     for (int j = 0; j < n; ++j) {  // LOOP-J
       double s = c[j];
-      for (int k = 0; k < n; ++k)  // LOOP-K
+      for (int k = 0; k < n; ++k)      // LOOP-K
         s = s * 0.999 + a[j * n + k];  // STMT-K
       c[j] = s * 1e-3;
     }
@@ -33,14 +33,14 @@ __attribute__((noipa)) void triple(const double* a, double* c, int n) {
 __attribute__((always_inline)) inline double smooth(const double* v, int n, double start) {
   double s = start;
   for (int i = 0; i < n; ++i)  // LOOP-INLINED
-    s = s * 0.5 + v[i];  // STMT-INLINED
+    s = s * 0.5 + v[i];        // STMT-INLINED
   return s;
 }
 
 __attribute__((noipa)) double repeatSmooth(const double* v, int n, int reps) {
   double t = 0;
   for (int r = 0; r < reps; ++r)  // LOOP-REPS
-    t += smooth(v, n, r);  // CALL-SMOOTH
+    t += smooth(v, n, r);         // CALL-SMOOTH
   return t;
 }
 
@@ -49,13 +49,13 @@ __attribute__((noipa)) double repeatSmooth(const double* v, int n, int reps) {
 __attribute__((noipa)) void saxpy(float* y, const float* x, float a, int n) {
 #pragma GCC unroll 4
   for (int i = 0; i < n; ++i)  // LOOP-SAXPY
-    y[i] = a * x[i] + y[i];  // STMT-SAXPY
+    y[i] = a * x[i] + y[i];    // STMT-SAXPY
 }
 
 // A loop left early on a data-dependent condition.
 __attribute__((noipa)) int findFirst(const int* v, int n, int key) {
   for (int i = 0; i < n; ++i) {  // LOOP-SEARCH
-    if (v[i] == key) return i;  // STMT-SEARCH
+    if (v[i] == key) return i;   // STMT-SEARCH
   }
   return -1;
 }

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
 
   std::vector<double> results(static_cast<std::size_t>(workers) + 1, 0.0);
   std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) threads.emplace_back([&, w] { results[static_cast<std::size_t>(w) + 1] = threadWork(units); });
+  for (int w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] { results[static_cast<std::size_t>(w) + 1] = threadWork(units); });
   results[0] = threadWork(units);
   for (auto& t : threads) t.join();
 

@@ -231,7 +231,9 @@ std::uint64_t g_unitNs = 0;
 int g_rounds = 0;
 std::uint64_t g_barrierNs[4];
 
-__attribute__((noinline)) void work_share(int i) { burn(CLOCK_THREAD_CPUTIME_ID, g_unitNs * static_cast<std::uint64_t>(i + 1)); }
+__attribute__((noinline)) void work_share(int i) {
+  burn(CLOCK_THREAD_CPUTIME_ID, g_unitNs * static_cast<std::uint64_t>(i + 1));
+}
 
 void* barrierWorker(void* arg) {
   const int i = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
@@ -251,7 +253,8 @@ int barrier(std::uint64_t unitMs, int rounds) {
   pthread_t t[4];
   for (std::intptr_t i = 0; i < 4; ++i) pthread_create(&t[i], nullptr, barrierWorker, reinterpret_cast<void*>(i));
   for (auto& x : t) pthread_join(x, nullptr);
-  for (int i = 0; i < 4; ++i) std::printf("barrier thread %d: %llu ns\n", i, static_cast<unsigned long long>(g_barrierNs[i]));
+  for (int i = 0; i < 4; ++i)
+    std::printf("barrier thread %d: %llu ns\n", i, static_cast<unsigned long long>(g_barrierNs[i]));
   return 0;
 }
 
@@ -389,8 +392,9 @@ int main(int argc, char** argv) {
     return barrier(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 50, argc > 3 ? std::atoi(argv[3]) : 2);
   if (mode == "kinds") return kinds(argc > 2 ? std::atol(argv[2]) : 20'000);
   if (mode == "heavy") return heavy(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atol(argv[3]) : 1'000'000);
-  std::fprintf(stderr, "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | blame-rounds HOLD_US ROUNDS | "
-                       "spin-blame-rounds HOLD_US ROUNDS | barrier UNIT_MS ROUNDS | heavy THREADS "
-                       "ITERATIONS | kinds ITERATIONS\n");
+  std::fprintf(stderr,
+               "usage: csp-app-threads blame HOLD_MS | spin-blame HOLD_MS | blame-rounds HOLD_US ROUNDS | "
+               "spin-blame-rounds HOLD_US ROUNDS | barrier UNIT_MS ROUNDS | heavy THREADS "
+               "ITERATIONS | kinds ITERATIONS\n");
   return 2;
 }

@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
   double result = rank == 0 ? combine_on_root(parts) : 0.0;
   MPI_Ibcast(&result, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &request);
   wait(&request);
-  if (rank == 0) std::printf("csp-app-scaling: %d ranks, %d work units, %d setup units per rank, result %.6g\n", size, work, setup, result);
+  if (rank == 0)
+    std::printf("csp-app-scaling: %d ranks, %d work units, %d setup units per rank, result %.6g\n", size, work, setup,
+                result);
   MPI_Finalize();
   return 0;
 }

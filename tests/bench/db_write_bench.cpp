@@ -104,13 +104,21 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(argv[0]);
       return argv[++i];
     };
-    if (a == "--profiles") s.profiles = static_cast<std::uint32_t>(std::stoul(next()));
-    else if (a == "--nodes") s.nodes = static_cast<std::uint32_t>(std::stoul(next()));
-    else if (a == "--writers") writers = static_cast<std::uint32_t>(std::stoul(next()));
-    else if (a == "--dir") dir = next();
-    else if (a == "--keep") keep = true;
-    else if (a == "--smoke") { s.profiles = 256; s.nodes = 500; }
-    else usage(argv[0]);
+    if (a == "--profiles")
+      s.profiles = static_cast<std::uint32_t>(std::stoul(next()));
+    else if (a == "--nodes")
+      s.nodes = static_cast<std::uint32_t>(std::stoul(next()));
+    else if (a == "--writers")
+      writers = static_cast<std::uint32_t>(std::stoul(next()));
+    else if (a == "--dir")
+      dir = next();
+    else if (a == "--keep")
+      keep = true;
+    else if (a == "--smoke") {
+      s.profiles = 256;
+      s.nodes = 500;
+    } else
+      usage(argv[0]);
   }
   if (writers == 0 || s.profiles == 0 || s.nodes == 0) usage(argv[0]);
   std::optional<test::TempDir> tmp;
@@ -191,17 +199,19 @@ int main(int argc, char** argv) {
   const Latency summaries = measure(200, [&](int i) { sink += db->summaries(nodes[i]).size(); });
 
   std::printf("\nwrite\n");
-  std::printf("  wall time                 %8.2f s  (create %.2f s, writers done at %.2f s, ingest %.2f s, publish %.2f s)\n",
-              wall, seconds(createTime), seconds(writeTime), seconds(ingestTime), seconds(publishTime));
+  std::printf(
+      "  wall time                 %8.2f s  (create %.2f s, writers done at %.2f s, ingest %.2f s, publish %.2f s)\n",
+      wall, seconds(createTime), seconds(writeTime), seconds(ingestTime), seconds(publishTime));
   for (std::uint32_t k = 0; k < writers; ++k)
     std::printf("  writer %u                  %8.2f s  (%.2f s generating values, %.2f s in ShardWriter)\n", k,
                 results[k].seconds, results[k].generating, results[k].seconds - results[k].generating);
   auto cpu = [](const rusage& r) {
     return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + double(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
   };
-  std::printf("  CPU time                  %8.2f s  (root %.2f s, writers %.2f s; wall exceeds CPU / writers when\n"
-              "                                       the cores are shared)\n",
-              cpu(self) + cpu(kids), cpu(self), cpu(kids));
+  std::printf(
+      "  CPU time                  %8.2f s  (root %.2f s, writers %.2f s; wall exceeds CPU / writers when\n"
+      "                                       the cores are shared)\n",
+      cpu(self) + cpu(kids), cpu(self), cpu(kids));
   std::printf("  peak RSS                  %8.1f MiB root, %.1f MiB largest writer\n", self.ru_maxrss / 1024.0,
               kids.ru_maxrss / 1024.0);
   std::printf("\nsize\n");
@@ -223,7 +233,9 @@ int main(int argc, char** argv) {
   std::printf("  (%zu values read)\n", sink);
 
   db.reset();
-  if (keep) std::printf("\nkept %s\n", target.c_str());
-  else fs::remove_all(target);
+  if (keep)
+    std::printf("\nkept %s\n", target.c_str());
+  else
+    fs::remove_all(target);
   return 0;
 }

@@ -46,10 +46,18 @@ class SyntheticStream final : public EventStream {
     const std::uint64_t w = workOf(it_);
     const std::uint64_t work = slow_ ? 2 * w : w;
     switch (step_) {
-      case 0: e = {s, kLoop, true, false, 0}; break;
-      case 1: e = {s + work, kLoop, false, false, 0}; break;
-      case 2: e = {s + work, kBarrier, true, false, 0}; break;
-      default: e = {s + 2 * w, kBarrier, false, false, 0}; break;
+      case 0:
+        e = {s, kLoop, true, false, 0};
+        break;
+      case 1:
+        e = {s + work, kLoop, false, false, 0};
+        break;
+      case 2:
+        e = {s + work, kBarrier, true, false, 0};
+        break;
+      default:
+        e = {s + 2 * w, kBarrier, false, false, 0};
+        break;
     }
     ++step_;
     if (step_ == (slow_ ? 2u : 4u)) {
@@ -128,11 +136,12 @@ bool streamed(std::uint64_t events, std::size_t threads) {
   start = std::chrono::steady_clock::now();
   const auto r = evaluate(q, t, p);
   const double querySeconds = seconds(start);
-  std::printf("streamed  events %llu  threads %zu  frames %llu  frames-only %.2f s (%.1f M events/s)  "
-              "frames+query %.2f s (%.1f M events/s)  peak RSS %.1f MiB\n",
-              static_cast<unsigned long long>(n), threads, static_cast<unsigned long long>(frames), framesSeconds,
-              static_cast<double>(n) / framesSeconds / 1e6, querySeconds, static_cast<double>(n) / querySeconds / 1e6,
-              peakRssMiB());
+  std::printf(
+      "streamed  events %llu  threads %zu  frames %llu  frames-only %.2f s (%.1f M events/s)  "
+      "frames+query %.2f s (%.1f M events/s)  peak RSS %.1f MiB\n",
+      static_cast<unsigned long long>(n), threads, static_cast<unsigned long long>(frames), framesSeconds,
+      static_cast<double>(n) / framesSeconds / 1e6, querySeconds, static_cast<double>(n) / querySeconds / 1e6,
+      peakRssMiB());
   return check(r.bindings.at(0).value, "streamed");
 }
 
@@ -198,11 +207,12 @@ bool fromDatabase(std::uint64_t events, std::size_t threads, const fs::path& dir
   start = std::chrono::steady_clock::now();
   const auto r = evaluate(parseQuery(kQuery), logs.tree, logs.processes.at(0));
   const double querySeconds = seconds(start);
-  std::printf("database  events %llu  threads %zu  written in %.2f s  region_events %.2f bytes/event (directory %.1f MiB)  "
-              "frames+query %.2f s (%.1f M events/s)  peak RSS %.1f MiB (%.1f before the query)\n",
-              static_cast<unsigned long long>(n), threads, writeSeconds, static_cast<double>(familyBytes) / static_cast<double>(n),
-              static_cast<double>(bytes) / 1048576.0, querySeconds, static_cast<double>(n) / querySeconds / 1e6,
-              peakRssMiB(), rssBefore);
+  std::printf(
+      "database  events %llu  threads %zu  written in %.2f s  region_events %.2f bytes/event (directory %.1f MiB)  "
+      "frames+query %.2f s (%.1f M events/s)  peak RSS %.1f MiB (%.1f before the query)\n",
+      static_cast<unsigned long long>(n), threads, writeSeconds,
+      static_cast<double>(familyBytes) / static_cast<double>(n), static_cast<double>(bytes) / 1048576.0, querySeconds,
+      static_cast<double>(n) / querySeconds / 1e6, peakRssMiB(), rssBefore);
   db.reset();
   fs::remove_all(target, ec);
   return check(r.bindings.at(0).value, "database");
@@ -223,10 +233,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--events") events = std::stoull(next());
-    else if (a == "--db-events") dbEvents = std::stoull(next());
-    else if (a == "--threads") threads = std::stoull(next());
-    else if (a == "--dir") dir = next();
+    if (a == "--events")
+      events = std::stoull(next());
+    else if (a == "--db-events")
+      dbEvents = std::stoull(next());
+    else if (a == "--threads")
+      threads = std::stoull(next());
+    else if (a == "--dir")
+      dir = next();
     else if (a == "--smoke") {
       events = 100'000;
       dbEvents = 20'000;

@@ -33,7 +33,8 @@ namespace {
 double cpuSeconds() {
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 struct Timing {
@@ -87,9 +88,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> modules;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--smoke") smoke = true;
-    else modules.push_back(a);
+    if (a == "--runs" && i + 1 < argc)
+      runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--smoke")
+      smoke = true;
+    else
+      modules.push_back(a);
   }
   if (smoke) runs = 1;
   if (modules.empty()) modules.push_back("/lib/x86_64-linux-gnu/libc.so.6");
@@ -113,7 +117,8 @@ int main(int argc, char** argv) {
       hitCpu.push_back(h.cpu);
       if (c.analysed != 1 || h.cached != 1) {
         std::fprintf(stderr, "structure_bench: %s: expected one analysis and one cache hit, got %llu and %llu\n",
-                     module.c_str(), static_cast<unsigned long long>(c.analysed), static_cast<unsigned long long>(h.cached));
+                     module.c_str(), static_cast<unsigned long long>(c.analysed),
+                     static_cast<unsigned long long>(h.cached));
         status = 1;
       }
       if (!smoke) {
@@ -128,7 +133,8 @@ int main(int argc, char** argv) {
                 cores, summary(cold).c_str(), summary(coldCpu).c_str());
     if (!serial.empty()) std::printf("  cold: analysis %s on 1 thread\n", summary(serial).c_str());
     std::printf("  cache hit: first attribution %s, CPU time %s\n", summary(hit).c_str(), summary(hitCpu).c_str());
-    std::printf("  cache entry %.1f KiB, %llu loops\n", static_cast<double>(bytes) / 1024.0, static_cast<unsigned long long>(loops));
+    std::printf("  cache entry %.1f KiB, %llu loops\n", static_cast<double>(bytes) / 1024.0,
+                static_cast<unsigned long long>(loops));
   }
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);

@@ -18,7 +18,7 @@
 namespace csp::test {
 
 struct RunResult {
-  int status = -1;  // exit code, or -1 if killed by a signal
+  int status = -1;     // exit code, or -1 if killed by a signal
   std::string output;  // stdout and stderr together
 };
 

@@ -10,18 +10,18 @@
 
 #include "common/db_dump.hpp"
 #include "common/test_support.hpp"
+#include "csp/analysis/diff.hpp"
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
-#include "csp/analysis/diff.hpp"
-#include "csp/views/answers.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/database_writer.hpp"
+#include "csp/views/answers.hpp"
 
 using namespace csp;
+using analysis::Presence;
 using csp::test::run;
 using csp::test::TempDir;
 using csp::test::tool;
-using analysis::Presence;
 
 namespace {
 
@@ -73,7 +73,8 @@ const std::vector<Context> kWeak = {
 };
 
 std::string replaceAll(std::string s, const std::string& from, const std::string& to) {
-  for (auto at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (auto at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -89,10 +90,11 @@ std::string runSpec(const std::vector<Context>& contexts, int ranks, bool larger
       if (count == 0) continue;
       const std::string path = replaceAll(c.path, "@MPI@", larger ? "/opt/mpi-b/lib/libmpi.so" : "/usr/lib/libmpi.so");
       samples += (samples.empty() ? "" : ", ") + std::string(R"({"path": [)") + path + R"(], "counts": {")" +
-                 (metric.find("\"t\"") != std::string::npos ? "t" : "cpu-time") + R"(": )" + std::to_string(count) + "}}";
+                 (metric.find("\"t\"") != std::string::npos ? "t" : "cpu-time") + R"(": )" + std::to_string(count) +
+                 "}}";
     }
-    threads += (r ? ", " : "") + std::string(R"({"id": {"rank": )") + std::to_string(r) + R"(, "thread": 0}, "samples": [)" +
-               samples + "]}";
+    threads += (r ? ", " : "") + std::string(R"({"id": {"rank": )") + std::to_string(r) +
+               R"(, "thread": 0}, "samples": [)" + samples + "]}";
   }
   return R"({"executable": "app", "metrics": [)" + metric + R"(], "threads": [)" + threads + "]}";
 }
@@ -133,7 +135,7 @@ class Diff : public ::testing::Test {
   }
 
   static analysis::ScalingDiff diff(const std::filesystem::path& p, const std::filesystem::path& q,
-                                  const analysis::DiffOptions& options = {}) {
+                                    const analysis::DiffOptions& options = {}) {
     const auto dbP = storage::Database::open(p);
     const auto dbQ = storage::Database::open(q);
     return analysis::computeScalingDiff(*dbP, *dbQ, options);
@@ -261,12 +263,12 @@ TEST_F(Diff, ProcessCountFromPidsWithoutRanks) {
     std::string threads;
     for (int i = 0; i < processes; ++i)
       threads += (i ? ", " : "") + std::string(R"({"id": {"thread": )") + std::to_string(i) + R"(}, "pid": )" +
-                 std::to_string(100 + i) + R"(, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"t": )" +
+                 std::to_string(100 + i) +
+                 R"(, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"t": )" +
                  std::to_string(count) + "}}]}";
     return R"({"metrics": [{"name": "t", "kind": "counted"}], "threads": [)" + threads + "]}";
   };
-  const auto d = diff(database("pid-p", spec(2, 10)), database("pid-q", spec(3, 10)),
-                      options(kWeakMode));
+  const auto d = diff(database("pid-p", spec(2, 10)), database("pid-q", spec(3, 10)), options(kWeakMode));
   EXPECT_EQ(d.runP.processesFrom, "processes");
   EXPECT_EQ(d.study.p, 2);
   EXPECT_EQ(d.study.q, 3);
@@ -510,7 +512,8 @@ TEST_F(Diff, Refusals) {
   refuse(p.string() + " " + broken.string(), "damaged database");
   // Never its own input, however spelled (issue: csp-diff victim other -o victim --force).
   const auto before = csp::test::dumpDatabase(p);
-  for (const auto& spelled : {p.string(), (p.parent_path() / "." / p.filename()).string(), (dir / "run" / "db").string()}) {
+  for (const auto& spelled :
+       {p.string(), (p.parent_path() / "." / p.filename()).string(), (dir / "run" / "db").string()}) {
     const auto text = csp_diff(p.string() + " " + q.string() + " --force -o " + spelled, 1);
     EXPECT_NE(text.find("csp-diff never writes over its inputs"), std::string::npos) << spelled << "\n" << text;
     const auto text2 = csp_diff(q.string() + " " + p.string() + " --p 8 --q 16 --force -o " + spelled, 1);
@@ -518,14 +521,18 @@ TEST_F(Diff, Refusals) {
   }
   // Nor into one: a directory inside an input database, reached directly or through links.
   std::filesystem::create_directory_symlink(p, dir / "alias");
-  for (const auto& spelled : {(p / "x").string(), (dir / "run" / "db" / "x").string(), (dir / "alias" / "x" / "y").string()}) {
+  for (const auto& spelled :
+       {(p / "x").string(), (dir / "run" / "db" / "x").string(), (dir / "alias" / "x" / "y").string()}) {
     const auto text = csp_diff(p.string() + " " + q.string() + " --force -o " + spelled, 1);
-    EXPECT_NE(text.find(": is inside the input " + p.string() + "; csp-diff never writes over its inputs"), std::string::npos)
-        << spelled << "\n" << text;
+    EXPECT_NE(text.find(": is inside the input " + p.string() + "; csp-diff never writes over its inputs"),
+              std::string::npos)
+        << spelled << "\n"
+        << text;
     const auto text2 = csp_diff((dir / "run").string() + " " + q.string() + " -o " + spelled, 1);
     EXPECT_NE(text2.find(": is inside the input " + (dir / "run").string() + "; csp-diff never writes over its inputs"),
               std::string::npos)
-        << spelled << "\n" << text2;
+        << spelled << "\n"
+        << text2;
   }
   EXPECT_FALSE(std::filesystem::exists(p / "x"));
   EXPECT_EQ(csp::test::dumpDatabase(p), before);
@@ -546,11 +553,12 @@ TEST_F(Diff, InconsistentDatabasesAreDamaged) {
     shard.putNode(0, {});
     shard.putNode(1, {defect == Defect::ParentCycle ? 2u : 0u, ScopeKind::ProcFrame, 1, 0, 0, 0});
     if (defect != Defect::MissingNode) shard.putNode(2, {1, ScopeKind::Stmt, 0, 0, 0, 5});
-    shard.putSummary(0, 0, I, defect == Defect::GarbageSummary ? std::string("\x11\xff") : [] {
-      metrics::IntAccumulator a;
-      a.accumulate(0, 7);
-      return metrics::encode(a);
-    }());
+    shard.putSummary(
+        0, 0, I, defect == Defect::GarbageSummary ? std::string("\x11\xff") : [] {
+          metrics::IntAccumulator a;
+          a.accumulate(0, 7);
+          return metrics::encode(a);
+        }());
     shard.finish();
     storage::DatabaseMetadata meta;
     meta.nodeCount = 3;
@@ -613,13 +621,11 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
     auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " -o " + (runDir / "meas").string() + " -- " + app +
                  " 400 300");
     ASSERT_EQ(r.status, 0) << r.output;
-    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
-            (runDir / "db").string());
+    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " + (runDir / "db").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
-  const auto out = csp_diff((dir / "run-p2").string() + " " + (dir / "run-p4").string() + " -o " +
-                                (dir / "scaling-db").string(),
-                            0);
+  const auto out =
+      csp_diff((dir / "run-p2").string() + " " + (dir / "run-p4").string() + " -o " + (dir / "scaling-db").string(), 0);
   EXPECT_NE(out.find("p = 2 -> q = 4 (ranks)"), std::string::npos) << out;
   // The hot path of the loss ends in replicated_setup; solve is not on it.
   const auto hot = out.find("loss hot path");
@@ -644,7 +650,6 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   EXPECT_TRUE(storage::Database::open(dir / "scaling-db"));
 }
 
-
 // Waiting versus compute (csp-run --idleness): rank 0 alone computes root_only before the final
 // MPI_Allreduce, for which every other rank waits. With twice the ranks, twice as many wait, so
 // mpi-wait grows at the MPI_Allreduce call in main, while the compute that grows is
@@ -658,8 +663,7 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
     auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " --idleness -o " + (runDir / "meas").string() + " -- " +
                  app + " 200 150 300 block");
     ASSERT_EQ(r.status, 0) << r.output;
-    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " +
-            (runDir / "db").string());
+    r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " + (runDir / "db").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
   const auto p = dir / "wait-p2" / "db", q = dir / "wait-p4" / "db";

@@ -25,8 +25,9 @@ struct Counts {
 Counts counts;
 
 void report() {
-  std::fprintf(stderr, "profile_reader_fuzz: %llu inputs, %llu parsed, %llu rejected by the structural checks, %llu "
-                       "rejected earlier\n",
+  std::fprintf(stderr,
+               "profile_reader_fuzz: %llu inputs, %llu parsed, %llu rejected by the structural checks, %llu "
+               "rejected earlier\n",
                static_cast<unsigned long long>(counts.inputs), static_cast<unsigned long long>(counts.parsed),
                static_cast<unsigned long long>(counts.structural), static_cast<unsigned long long>(counts.early));
 }

@@ -60,7 +60,8 @@ TEST_F(CspGen, RefusesToOverwriteWithoutForce) {
 
 TEST_F(CspGen, BadJsonWritesNothing) {
   const auto spec = dir_ / "bad.json";
-  std::ofstream(spec) << R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"stmt": "a.c:1"}], "counts": {"t": 1}}]}]})";
+  std::ofstream(spec)
+      << R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"stmt": "a.c:1"}], "counts": {"t": 1}}]}]})";
   const auto out = dir_ / "meas";
   auto r = run("--from-json " + spec.string() + " -o " + out.string());
   EXPECT_EQ(r.status, 1);
@@ -107,7 +108,8 @@ TEST_F(CspGen, ForceReplacesOnlyMeasurementDirectories) {
   fs::create_directory_symlink(user, dir_ / "link");
   r = run("--force --ranks 2 -q -o " + (dir_ / "link").string());
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find((dir_ / "link").string() + ": a symbolic link, not a measurement directory"), std::string::npos)
+  EXPECT_NE(r.output.find((dir_ / "link").string() + ": a symbolic link, not a measurement directory"),
+            std::string::npos)
       << r.output;
   // Nor is a file.
   std::ofstream(dir_ / "file") << "keep me";
@@ -151,11 +153,13 @@ TEST_F(CspGen, CountTimesPeriodBeyond64BitsIsRefused) {
     {"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"c": 2}}]}]})";
   r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find(spec.string() + ": threads[0].samples[1].counts.c: the counts of this path add up beyond 2^64 - 1"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(spec.string() + ": threads[0].samples[1].counts.c: the counts of this path add up beyond 2^64 - 1"),
+      std::string::npos)
       << r.output;
   // Two sampled metrics whose samples together exceed what the header can record.
-  std::ofstream(spec) << R"({"metrics": [{"name": "a", "kind": "sampled", "period": 1}, {"name": "b", "kind": "sampled", "period": 1}],
+  std::ofstream(spec)
+      << R"({"metrics": [{"name": "a", "kind": "sampled", "period": 1}, {"name": "b", "kind": "sampled", "period": 1}],
     "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}],
     "counts": {"a": 9223372036854775808, "b": 9223372036854775808}}]}]})";
   r = run("-q --from-json " + spec.string() + " -o " + (dir_ / "big").string());
@@ -203,7 +207,8 @@ TEST_F(CspGen, NotANumberIsRefused) {
       const auto out = dir_ / "nan";
       auto r = run(std::string(option) + " " + value + " --ranks 2 --nodes 50 -q -o " + out.string());
       EXPECT_EQ(r.status, 2) << option << " " << value;  // a bad option
-      EXPECT_NE(r.output.find("is not a finite number"), std::string::npos) << option << " " << value << ": " << r.output;
+      EXPECT_NE(r.output.find("is not a finite number"), std::string::npos)
+          << option << " " << value << ": " << r.output;
       EXPECT_FALSE(fs::exists(out)) << option << " " << value;
     }
 }
@@ -315,8 +320,8 @@ TEST_F(CspGen, LeftoversOfEarlierRunsAreRemovedOrReported) {
                           std::to_string(dead) + " is dead)"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("csp-gen: warning: earlier temporary directory " + live.string() + ": left alone: its owner, process " +
-                          std::to_string(::getpid()) + ", is still running"),
+  EXPECT_NE(r.output.find("csp-gen: warning: earlier temporary directory " + live.string() +
+                          ": left alone: its owner, process " + std::to_string(::getpid()) + ", is still running"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("stop it and the next run removes this directory"), std::string::npos) << r.output;

@@ -19,7 +19,8 @@ namespace {
 TEST(FloatOptions, NotANumberAndInfinityAreRefusedEverywhere) {
   TempDir tmp("float-options");
   const std::string meas = (tmp / "m").string(), db = (tmp / "db").string();
-  ASSERT_EQ(run("timeout 120 " + tool("csp-gen") + " -q --ranks 2 --threads 2 --nodes 50 --regions -o " + meas).status, 0);
+  ASSERT_EQ(run("timeout 120 " + tool("csp-gen") + " -q --ranks 2 --threads 2 --nodes 50 --regions -o " + meas).status,
+            0);
   ASSERT_EQ(run("timeout 120 " + tool("csp-prof-mpi") + " -q " + meas + " -o " + db).status, 0);
   // (tool and its other arguments, the option, text before the value in its argument)
   struct Case {
@@ -51,7 +52,8 @@ TEST(FloatOptions, NotANumberAndInfinityAreRefusedEverywhere) {
     }
   // Finite values in range still work.
   EXPECT_EQ(run("timeout 60 " + tool("csp-views") + " -t 0.5 --hot-path 40 " + db).status, 0);
-  EXPECT_EQ(run("timeout 60 " + tool("csp-views") + " --imbalance --cluster-threshold 0.9 --min-share 0.01 " + db).status, 0);
+  EXPECT_EQ(
+      run("timeout 60 " + tool("csp-views") + " --imbalance --cluster-threshold 0.9 --min-share 0.01 " + db).status, 0);
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ class OutputEntry : public ::testing::Test {
         const auto r = run("timeout -k 5 120 " + command + " -o " + at(name).string() + " " + extra);
         const std::string what = tag + " " + extra + " over a link to " + target;
         EXPECT_NE(r.status, 0) << what << "\n" << r.output;
-        EXPECT_NE(r.output.find(at(name).string() + ":"), std::string::npos) << what << ": names the output\n" << r.output;
+        EXPECT_NE(r.output.find(at(name).string() + ":"), std::string::npos) << what << ": names the output\n"
+                                                                             << r.output;
         EXPECT_TRUE(fs::is_symlink(fs::symlink_status(at(name)))) << what << ": the link was replaced";
         EXPECT_EQ(fs::read_symlink(at(name)), target) << what;
       }
@@ -66,7 +67,8 @@ TempDir* OutputEntry::dir_ = nullptr;
 TEST_F(OutputEntry, CspProfMpiNeverReplacesALink) {
   expectLinksKept("prof", tool("csp-prof-mpi") + " -q " + at("meas1").string(), "--force");
   // A plain database still needs --force, and gets replaced with it.
-  auto r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " + at("meas1").string() + " -o " + at("db2").string());
+  auto r =
+      run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " + at("meas1").string() + " -o " + at("db2").string());
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("already exists (use --force"), std::string::npos) << r.output;
   r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -q " + at("meas1").string() + " -o " + at("db2").string() +
@@ -75,7 +77,8 @@ TEST_F(OutputEntry, CspProfMpiNeverReplacesALink) {
 }
 
 TEST_F(OutputEntry, CspDiffNeverReplacesALink) {
-  expectLinksKept("diff", tool("csp-diff") + " --p 1 --q 2 " + at("db1").string() + " " + at("db2").string(), "--force");
+  expectLinksKept("diff", tool("csp-diff") + " --p 1 --q 2 " + at("db1").string() + " " + at("db2").string(),
+                  "--force");
 }
 
 TEST_F(OutputEntry, CspGenNeverReplacesALink) {

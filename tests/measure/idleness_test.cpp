@@ -43,10 +43,12 @@ Run measure(const TempDir& dir, const std::string& options, const std::string& p
   Run r;
   r.meas = dir / "meas";
   r.dbDir = dir / "db";
-  const auto m = run(kTimeout + tool("csp-run") + " --idleness " + options + " -o " + r.meas.string() + " -- " + program);
+  const auto m =
+      run(kTimeout + tool("csp-run") + " --idleness " + options + " -o " + r.meas.string() + " -- " + program);
   EXPECT_EQ(m.status, 0) << m.output;
   r.output = m.output;
-  const auto p = run(kTimeout + tool("csp-prof-mpi") + " -q " + proMpiOptions + " " + r.meas.string() + " -o " + r.dbDir.string());
+  const auto p =
+      run(kTimeout + tool("csp-prof-mpi") + " -q " + proMpiOptions + " " + r.meas.string() + " -o " + r.dbDir.string());
   EXPECT_EQ(p.status, 0) << p.output;
   if (p.status == 0) r.db = storage::Database::open(r.dbDir);
   return r;
@@ -61,7 +63,8 @@ std::optional<storage::MetricId> metricId(const storage::Database& db, const std
 
 double sumOf(const storage::Database& db, storage::NodeId node, storage::MetricId metric, storage::MetricScope scope) {
   for (const auto& a : db.summaries(node))
-    if (a.metric == metric && a.scope == scope) return static_cast<double>(metrics::decodeIntAccumulator(a.bytes).sum());
+    if (a.metric == metric && a.scope == scope)
+      return static_cast<double>(metrics::decodeIntAccumulator(a.bytes).sum());
   return 0;
 }
 
@@ -151,9 +154,10 @@ TEST(Idleness, LockHolderIsBlamedForThreeWaiters) {
   const double holderWork = inclusive(db, "hold_lock", "work");
   const double blame = inclusive(db, "hold_lock", "lock-blame");
   const double waited = inclusive(db, "wait_for_lock", "lock-wait");
-  std::printf("holder's critical section: held %.1f ms (work %.1f ms sampled), lock-blame %.1f ms (%.2fx); "
-              "waiters' lock-wait %.1f ms\n",
-              holdNs / kMs, holderWork / kMs, blame / kMs, blame / holdNs, waited / kMs);
+  std::printf(
+      "holder's critical section: held %.1f ms (work %.1f ms sampled), lock-blame %.1f ms (%.2fx); "
+      "waiters' lock-wait %.1f ms\n",
+      holdNs / kMs, holderWork / kMs, blame / kMs, blame / holdNs, waited / kMs);
   ASSERT_GE(holdNs, 400 * kMs);
   EXPECT_GE(blame / holdNs, 2.3);
   EXPECT_LE(blame / holdNs, 3.7);
@@ -175,7 +179,8 @@ TEST(Idleness, LockHolderIsBlamedForThreeWaiters) {
   const auto j = nlohmann::json::parse(v.output);
   double shown = -1;
   for (const auto& n : j["nodes"])
-    if (n["name"].get<std::string>().find("hold_lock") != std::string::npos) shown = n["values"]["lock-blame:sum:I"].get<double>();
+    if (n["name"].get<std::string>().find("hold_lock") != std::string::npos)
+      shown = n["values"]["lock-blame:sum:I"].get<double>();
   EXPECT_DOUBLE_EQ(shown, blame);
 }
 
@@ -223,11 +228,13 @@ void checkBlameRounds(const std::string& mode, int fewer) {
   for (Case c : {Case{100, 600}, Case{1000, 160}, Case{10'000, 20}}) {
     c.rounds /= fewer;
     TempDir dir("idle-rounds");
-    const auto r = measure(dir, "-e cpu-time@1ms",
-                           kApps + "csp-app-threads " + mode + " " + std::to_string(c.holdUs) + " " + std::to_string(c.rounds));
+    const auto r =
+        measure(dir, "-e cpu-time@1ms",
+                kApps + "csp-app-threads " + mode + " " + std::to_string(c.holdUs) + " " + std::to_string(c.rounds));
     ASSERT_TRUE(r.db);
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns)")))
+    ASSERT_TRUE(
+        std::regex_search(r.output, m, std::regex(R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns)")))
         << r.output;
     const double held = std::stod(m[1]), waitedInHold = std::stod(m[3]);
     const double holderBlame = inclusive(*r.db, "hold_lock_round", "lock-blame");
@@ -235,10 +242,11 @@ void checkBlameRounds(const std::string& mode, int fewer) {
     const double shortWaits = settingSum(r.meas, "short-lock-wait-ns");
     // A thread's waits and blame short of one period in all have no context (docs).
     const double perWait = 3.0 * c.rounds * 1e3 + settingSum(r.meas, "unattributed-wait-ns");  // one µs per wait
-    std::printf("%s %d us x %d: held %.1f ms, waited in hold %.1f ms, holder's blame %.1f ms (%.4f); all blame %.2f ms + "
-                "short waits %.2f ms = %.2f ms, lock-wait %.2f ms\n",
-                mode.c_str(), c.holdUs, c.rounds, held / kMs, waitedInHold / kMs, holderBlame / kMs,
-                holderBlame / waitedInHold, blame / kMs, shortWaits / kMs, (blame + shortWaits) / kMs, waited / kMs);
+    std::printf(
+        "%s %d us x %d: held %.1f ms, waited in hold %.1f ms, holder's blame %.1f ms (%.4f); all blame %.2f ms + "
+        "short waits %.2f ms = %.2f ms, lock-wait %.2f ms\n",
+        mode.c_str(), c.holdUs, c.rounds, held / kMs, waitedInHold / kMs, holderBlame / kMs, holderBlame / waitedInHold,
+        blame / kMs, shortWaits / kMs, (blame + shortWaits) / kMs, waited / kMs);
     EXPECT_NEAR(blame + shortWaits, waited, perWait) << c.holdUs << " us";
     EXPECT_GE(holderBlame, 0.75 * waitedInHold - shortWaits - perWait) << c.holdUs << " us";
     EXPECT_LE(holderBlame, 1.01 * waitedInHold + perWait) << c.holdUs << " us";
@@ -275,7 +283,8 @@ TEST(Idleness, EveryMutexKindKeepsItsSemantics) {
   const auto plain = run(program);
   ASSERT_EQ(plain.status, 0) << plain.output;
   TempDir dir("idle-kinds");
-  const auto measured = run(tool("csp-run") + " --idleness -e cpu-time@1ms -o " + (dir / "meas").string() + " -- " + program);
+  const auto measured =
+      run(tool("csp-run") + " --idleness -e cpu-time@1ms -o " + (dir / "meas").string() + " -- " + program);
   EXPECT_EQ(measured.status, 0) << measured.output;
   EXPECT_EQ(measured.output, plain.output);
   EXPECT_NE(plain.output.find("errorcheck relock: EDEADLK"), std::string::npos) << plain.output;
@@ -307,8 +316,7 @@ TEST(Idleness, BarrierImbalance) {
   EXPECT_GT(programSays.at(1), programSays.at(4)) << "the lightest thread waits longest";
   // The waiting is at the barrier: in barrierWorker (the call of pthread_barrier_wait), not in
   // the work.
-  EXPECT_NEAR(inclusive(db, "barrierWorker", "sync-wait"),
-              total(db, "sync-wait") - syncWait.at(0), 1 * period);
+  EXPECT_NEAR(inclusive(db, "barrierWorker", "sync-wait"), total(db, "sync-wait") - syncWait.at(0), 1 * period);
   EXPECT_EQ(inclusive(db, "work_share", "sync-wait"), 0.0);
   // Idleness goes to the work done while others wait: relative to its work, the heaviest thread
   // (working alone at the end) carries far more than the lightest one.
@@ -386,16 +394,18 @@ TEST(Idleness, GnuOpenMPWithoutOmpt) {
 
   // --overhead-rule replaces the rules: with none, no overhead; with one naming the program's
   // burn(), exactly the work of burn() (it calls nothing).
-  const auto none = run(tool("csp-prof-mpi") + " -q --overhead-rule none " + r.meas.string() + " -o " + (dir / "db-none").string());
+  const auto none =
+      run(tool("csp-prof-mpi") + " -q --overhead-rule none " + r.meas.string() + " -o " + (dir / "db-none").string());
   ASSERT_EQ(none.status, 0) << none.output;
   EXPECT_EQ(total(*storage::Database::open(dir / "db-none"), "overhead"), 0.0);
-  const auto mine = run(tool("csp-prof-mpi") + " -q --overhead-rule 'csp-app-omp-gnu:*burn*' " +
-                        r.meas.string() + " -o " + (dir / "db-mine").string());
+  const auto mine = run(tool("csp-prof-mpi") + " -q --overhead-rule 'csp-app-omp-gnu:*burn*' " + r.meas.string() +
+                        " -o " + (dir / "db-mine").string());
   ASSERT_EQ(mine.status, 0) << mine.output;
   const auto dbMine = storage::Database::open(dir / "db-mine");
   EXPECT_GT(total(*dbMine, "overhead"), 100 * kMs);
   EXPECT_EQ(total(*dbMine, "overhead"), inclusive(*dbMine, "burn", "work"));
-  const auto bad = run(tool("csp-prof-mpi") + " -q --overhead-rule ':x' " + r.meas.string() + " -o " + (dir / "db-bad").string());
+  const auto bad =
+      run(tool("csp-prof-mpi") + " -q --overhead-rule ':x' " + r.meas.string() + " -o " + (dir / "db-bad").string());
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("MODULE_GLOB"), std::string::npos) << bad.output;
 }
@@ -427,7 +437,8 @@ TEST(Idleness, OpenMPWithoutToolSaysIdlenessWasNotMeasured) {
     EXPECT_NE(openmpIdleness(*r.db).find("not measured: " + runtime), std::string::npos) << openmpIdleness(*r.db);
 
     // The JSON alone (run() adds stderr, where the warning goes).
-    const auto v = run("{ " + kTimeout + tool("csp-views") + " --effort --format json -t 0 " + r.dbDir.string() + " 2>/dev/null; }");
+    const auto v = run("{ " + kTimeout + tool("csp-views") + " --effort --format json -t 0 " + r.dbDir.string() +
+                       " 2>/dev/null; }");
     ASSERT_EQ(v.status, 0) << v.output;
     std::set<std::string> notes;
     std::string longNote;

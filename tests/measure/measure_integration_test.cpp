@@ -3,21 +3,21 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <fcntl.h>
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <csignal>
 #include <iterator>
-#include <chrono>
-#include <thread>
-#include <fcntl.h>
 #include <map>
 #include <regex>
-#include <utility>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "csp/storage/profile_io.hpp"
@@ -31,7 +31,9 @@ namespace {
 const std::string kBin = CSP_BINARY_DIR;
 const std::string kCspRun = kBin + "/launcher/csp-run";
 const std::string kApps = kBin + "/tests/apps/";
-const std::string kMpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe";
+const std::string kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun "
+    "--oversubscribe";
 
 // The scratch directories this process made go when it ends (only its own: ctest runs the
 // tests of this program as parallel processes).
@@ -156,7 +158,8 @@ TEST(MeasureIntegration, MpiSplitAndImbalance) {
       std::uint32_t n = p.values.node[v];
       while (p.cct.parent[n] != 0) n = p.cct.parent[n];
       const std::string& module = p.modules[p.addressFrames[p.cct.frame[n]].module].path;
-      if (module == p.identity.executable || module.find("libc.so") != std::string::npos) completePaths += p.values.count[v];
+      if (module == p.identity.executable || module.find("libc.so") != std::string::npos)
+        completePaths += p.values.count[v];
     }
   }
   for (std::uint64_t r = 0; r < 4; ++r) {
@@ -462,8 +465,8 @@ TEST(MeasureIntegration, RankCountIsRecordedSoMissingRanksAreNamed) {
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().filename().string().starts_with("r000002")) fs::remove(e.path());
   const std::string err = (base / "stderr.txt").string();
-  ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q " + dir.string() + " -o " + (base / "db").string() +
-                " 2> " + err),
+  ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q " + dir.string() + " -o " +
+                (base / "db").string() + " 2> " + err),
             0)
       << slurp(err);
   EXPECT_NE(slurp(err).find("csp-prof-mpi: warning: 1 of 3 ranks left no profile (rank 2)"), std::string::npos)
@@ -505,7 +508,8 @@ TEST(MeasureIntegration, CspRunEventsAreCheckedLikeTheLibraryReadsThem) {
   EXPECT_EQ(none[0].stats.samples, 0u);
   for (const std::string bad : {"cpu-time@200000", "cpu-time@0", "real-time@5us", "real-time@3601s", "cpu-time@1x",
                                 "none -e cpu-time", "cpu-time -e cpu", "bogus"}) {
-    EXPECT_EQ(run("timeout -k 5 60 " + kCspRun + " -e " + bad + " -o " + (base / "bad").string() + " -- true 2> " + err), 2)
+    EXPECT_EQ(
+        run("timeout -k 5 60 " + kCspRun + " -e " + bad + " -o " + (base / "bad").string() + " -- true 2> " + err), 2)
         << bad;
     const std::string text = slurp(err);
     EXPECT_NE(text.find("csp-run: error: --event"), std::string::npos) << bad << ": " << text;

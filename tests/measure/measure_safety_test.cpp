@@ -151,7 +151,8 @@ class Child {
       int seen = 0;
       for (std::size_t pos = 0; (pos = text_.find(text, pos)) != std::string::npos; pos += text.size()) ++seen;
       if (seen >= count) return true;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{out_, POLLIN, 0};
       if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
@@ -218,7 +219,8 @@ TEST(MeasureSafety, DlopenStormNeverHangs) {
       // machine busy with other builds);
       // sampling must go on all the same.
       std::printf("-e %s run %d: %llu samples, %.1f %% dropped\n", event.c_str(), i,
-                  static_cast<unsigned long long>(samples), 100.0 * static_cast<double>(dropped) / static_cast<double>(samples));
+                  static_cast<unsigned long long>(samples),
+                  100.0 * static_cast<double>(dropped) / static_cast<double>(samples));
       EXPECT_GT(samples, 300u);
       EXPECT_LT(dropped, samples * 9 / 10);
       EXPECT_GT(samples - dropped, 100u);
@@ -261,16 +263,21 @@ TEST(MeasureSafety, DlcloseCostsALookupNotARebuild) {
   double plain = 1e9, none = 1e9;
   for (int i = 0; i < 2; ++i) {
     plain = std::min(plain, cpuSeconds("timeout -k 5 120 " + program, base));
-    none = std::min(none, cpuSeconds("timeout -k 5 120 " + kCspRun + " -e none -o " + (base / "none").string() + " -- " +
-                                         program, base));
+    none = std::min(
+        none,
+        cpuSeconds("timeout -k 5 120 " + kCspRun + " -e none -o " + (base / "none").string() + " -- " + program, base));
   }
   const double perPairUs = 1e6 * (none - plain) / pairs;
-  std::printf("%d pairs with 300 resident modules: %.3f s CPU uninstrumented, %.3f s under csp-run -e none: %+.1f us "
-              "per pair\n", pairs, plain, none, perPairUs);
+  std::printf(
+      "%d pairs with 300 resident modules: %.3f s CPU uninstrumented, %.3f s under csp-run -e none: %+.1f us "
+      "per pair\n",
+      pairs, plain, none, perPairUs);
   EXPECT_LT(perPairUs, 50.0);
   // Sampled, so that the profile lists its modules.
   const fs::path dir = base / "sampled";
-  ASSERT_EQ(run("timeout -k 5 120 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + program + " > /dev/null"), 0);
+  ASSERT_EQ(
+      run("timeout -k 5 120 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + program + " > /dev/null"),
+      0);
   for (const auto& p : readAll(dir)) {
     if (p.modules.empty()) continue;
     std::size_t plugins = 0;
@@ -304,7 +311,8 @@ TEST(MeasureSafety, DroppedSamplesAreCountedByCause) {
   EXPECT_GT(loaderBusy, 0u);
   const std::string db = (base / "db").string();
   ASSERT_EQ(run("timeout -k 5 120 " + kBin + "/launcher/csp-prof-mpi -q --no-loops " + dir.string() + " -o " + db), 0);
-  ASSERT_EQ(run("timeout -k 5 60 " + kBin + "/launcher/csp-views --info " + db + " > " + (base / "info.txt").string()), 0);
+  ASSERT_EQ(run("timeout -k 5 60 " + kBin + "/launcher/csp-views --info " + db + " > " + (base / "info.txt").string()),
+            0);
   const std::string info = slurp(base / "info.txt");
   // (loader-busy is the cause named first on an idle machine; under load others may outnumber it.)
   const auto line = info.find("  dropped by cause: ");
@@ -350,7 +358,8 @@ void expectKilledWithProfiles(int sig, const fs::path& dir) {
     threads.insert(idOf(p, IdKind::Thread));
     const auto leaves = leafProcedures(p, sym);
     const char* work = idOf(p, IdKind::Thread) == 0 ? "terminate_main" : "terminate_worker";
-    EXPECT_GT(leaves.count(work) ? leaves.at(work) : 0, 20u) << strsignal(sig) << ": thread " << idOf(p, IdKind::Thread);
+    EXPECT_GT(leaves.count(work) ? leaves.at(work) : 0, 20u)
+        << strsignal(sig) << ": thread " << idOf(p, IdKind::Thread);
   }
   EXPECT_EQ(threads, (std::set<std::uint64_t>{0, 1, 2, 3}));
   for (const auto& e : fs::directory_iterator(dir))
@@ -386,8 +395,8 @@ TEST(MeasureSafety, ProgramTerminationHandlerIsKept) {
 // The ranks that do get SIGTERM keep all their threads' profiles; before, no rank kept any.
 TEST(MeasureSafety, MpirunTerminatedKeepsRankProfiles) {
   const fs::path dir = scratch("terminate-mpi") / "meas";
-  Child child({"env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "mpirun", "--oversubscribe", "-np",
-               "2", kCspRun, "-o", dir.string(), "--", kHostile, "terminate", "1"});
+  Child child({"env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "mpirun", "--oversubscribe",
+               "-np", "2", kCspRun, "-o", dir.string(), "--", kHostile, "terminate", "1"});
   ASSERT_TRUE(child.waitFor("ready", 2, std::chrono::seconds(60)));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(child.pid(), SIGTERM);
@@ -474,12 +483,13 @@ TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     const fs::path dir = base / ("meas" + std::to_string(attempt));
     const fs::path log = base / ("log" + std::to_string(attempt) + ".txt");
-    const int limiter = std::atoi(output("timeout -k 30 -s TERM 300 env CSP_VERBOSE=1 " + kMpirun + " -np 4 " + kCspRun +
-                                         " -o " + dir.string() + " -- " + app + " > " + log.string() +
-                                         " 2>&1 & echo $!")
-                                      .c_str());
+    const int limiter =
+        std::atoi(output("timeout -k 30 -s TERM 300 env CSP_VERBOSE=1 " + kMpirun + " -np 4 " + kCspRun + " -o " +
+                         dir.string() + " -- " + app + " > " + log.string() + " 2>&1 & echo $!")
+                      .c_str());
     ASSERT_GT(limiter, 0);
-    for (int i = 0; i < 1200 && processesMatching(app) < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 1200 && processesMatching(app) < 4; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_EQ(processesMatching(app), 4) << "attempt " << attempt << ": the ranks did not start within 60 s";
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past MPI_Init, into the work
     kill(limiter, SIGTERM);  // as at the time limit: timeout passes it to mpirun and its process group
@@ -555,7 +565,8 @@ TEST(MeasureSafety, ProgramProfilerKeepsSigprof) {
   EXPECT_EQ(slurp(err).find("csp:"), std::string::npos) << "nothing to warn about: " << slurp(err);
   const auto profiles = readAll(dir);
   ASSERT_EQ(profiles.size(), 1u);
-  EXPECT_EQ(setting(profiles[0], "sampling-signal").rfind("SIGRTMIN+", 0), 0u) << setting(profiles[0], "sampling-signal");
+  EXPECT_EQ(setting(profiles[0], "sampling-signal").rfind("SIGRTMIN+", 0), 0u)
+      << setting(profiles[0], "sampling-signal");
   EXPECT_EQ(setting(profiles[0], "sampling-signal-taken-over"), "no");
   test::LeafSymbolizer sym;
   const auto leaves = leafProcedures(profiles[0], sym);
@@ -665,7 +676,8 @@ TEST(MeasureSafety, HostileProgramsWithIdlenessAccounting) {
   };
   for (const auto& c : cases) {
     const fs::path dir = base / c.name;
-    const int rc = run("timeout -k 2 120 " + kCspRun + " --idleness -o " + dir.string() + " " + c.command + " > /dev/null");
+    const int rc =
+        run("timeout -k 2 120 " + kCspRun + " --idleness -o " + dir.string() + " " + c.command + " > /dev/null");
     ASSERT_EQ(rc, 0) << c.name << (rc == 124 || rc == 137 ? ": hung" : "");
     const auto profiles = readAll(dir);
     EXPECT_EQ(profiles.size(), c.profiles) << c.name;

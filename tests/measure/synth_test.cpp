@@ -159,28 +159,45 @@ TEST(JsonSpec, DefectsAreNamedWithTheirPlace) {
   const std::string metrics = R"("metrics": [{"name": "t"}])";
   EXPECT_NE(specError("{").find("s.json: JSON:"), std::string::npos);
   EXPECT_EQ(specError(R"({"threads": []})"), "s.json: top level: missing \"metrics\"");
-  EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}], "counts": {"t": 1}}]}]})"),
-            "s.json: threads[0].samples[0].path: a sampled path must end with a statement (\"stmt\": \"file:line\")");
-  EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"stmt": "a.c:1"}], "counts": {"x": 1}}]}]})"),
-            "s.json: threads[0].samples[0].counts: unknown metric \"x\"");
-  EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"stmt": "a.c"}], "counts": {"t": 1}}]}]})"),
-            "s.json: threads[0].samples[0].path[1].stmt: \"a.c\" is not of the form file:line");
+  EXPECT_EQ(
+      specError("{" + metrics +
+                R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}], "counts": {"t": 1}}]}]})"),
+      "s.json: threads[0].samples[0].path: a sampled path must end with a statement (\"stmt\": \"file:line\")");
+  EXPECT_EQ(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"stmt": "a.c:1"}], "counts": {"x": 1}}]}]})"),
+      "s.json: threads[0].samples[0].counts: unknown metric \"x\"");
+  EXPECT_EQ(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"stmt": "a.c"}], "counts": {"t": 1}}]}]})"),
+      "s.json: threads[0].samples[0].path[1].stmt: \"a.c\" is not of the form file:line");
   EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}}, {"id": {"rank": 0}}]})"),
             "s.json: threads[1].id: same id tuple as threads[0]");
-  EXPECT_NE(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"proc": "n"}, {"stmt": "a.c:1"}], "counts": {"t": 1}}]}]})")
-                .find("must be an outermost frame or follow a call site"),
-            std::string::npos);
+  EXPECT_NE(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "m"}, {"proc": "n"}, {"stmt": "a.c:1"}], "counts": {"t": 1}}]}]})")
+          .find("must be an outermost frame or follow a call site"),
+      std::string::npos);
   EXPECT_EQ(specError("{" + metrics + R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a"}]}]})"),
             "s.json: threads[0].events: regions are still open at the end of the log");
-  EXPECT_EQ(specError("{" + metrics +
-                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a"}, {"t": 1, "exit": "a", "attr": 3}]}]})"),
-            "s.json: threads[0].events[1].attr: only enter events carry an attribute");
-  EXPECT_EQ(specError("{" + metrics +
-                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 1.5}, {"t": 1, "exit": "a"}]}]})"),
-            "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
-  EXPECT_EQ(specError("{" + metrics +
-                      R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 9223372036854775808}, {"t": 1, "exit": "a"}]}]})"),
-            "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
+  EXPECT_EQ(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a"}, {"t": 1, "exit": "a", "attr": 3}]}]})"),
+      "s.json: threads[0].events[1].attr: only enter events carry an attribute");
+  EXPECT_EQ(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 1.5}, {"t": 1, "exit": "a"}]}]})"),
+      "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
+  EXPECT_EQ(
+      specError(
+          "{" + metrics +
+          R"(, "threads": [{"id": {"rank": 0}, "events": [{"t": 0, "enter": "a", "attr": 9223372036854775808}, {"t": 1, "exit": "a"}]}]})"),
+      "s.json: threads[0].events[0].attr: expected a 64-bit signed integer");
 }
 
 TEST(JsonSpec, RegionAttributesOnEnterEvents) {

@@ -22,8 +22,8 @@ IntAccumulator accumulateAll(const std::vector<std::pair<std::uint32_t, std::uin
 }
 
 // The textbook data set {2, 4, 4, 4, 5, 5, 7, 9}: mean 5, population standard deviation 2.
-const std::vector<std::pair<std::uint32_t, std::uint64_t>> kTextbook = {
-    {0, 2}, {1, 4}, {2, 4}, {3, 4}, {4, 5}, {5, 5}, {6, 7}, {7, 9}};
+const std::vector<std::pair<std::uint32_t, std::uint64_t>> kTextbook = {{0, 2}, {1, 4}, {2, 4}, {3, 4},
+                                                                        {4, 5}, {5, 5}, {6, 7}, {7, 9}};
 
 }  // namespace
 
@@ -78,7 +78,7 @@ TEST(IntAccumulator, NodePresentInOneOfManyProfiles) {
   EXPECT_EQ(present.cfvar, 0);
   EXPECT_EQ(present.imbalance, 1);
   const Statistics all = a.finalize(4, Population::All);
-  EXPECT_EQ(all.mean, 3);                          // value / N
+  EXPECT_EQ(all.mean, 3);                         // value / N
   EXPECT_DOUBLE_EQ(all.stddev, std::sqrt(27.0));  // 144/4 - 9
   EXPECT_EQ(all.min, 0);
   EXPECT_EQ(all.max, 12);
@@ -185,9 +185,15 @@ TEST(IntAccumulator, CombineIsBitIdenticalOverRandomPartitions) {
       if (rng() % 4 == 0) continue;  // absent
       std::uint64_t v;
       switch (rng() % 4) {
-        case 0: v = 1 + rng() % 10; break;                 // many ties
-        case 1: v = UINT64_MAX - rng() % 3; break;        // near the top
-        default: v = 1 + (rng() >> (rng() % 64)); break;  // all magnitudes
+        case 0:
+          v = 1 + rng() % 10;
+          break;  // many ties
+        case 1:
+          v = UINT64_MAX - rng() % 3;
+          break;  // near the top
+        default:
+          v = 1 + (rng() >> (rng() % 64));
+          break;  // all magnitudes
       }
       values.emplace_back(p, v);
     }

@@ -120,8 +120,7 @@ TEST(Encoding, WrongTagsAndVersionsAreNamed) {
   std::string bytes = encode(sampleInt());
   EXPECT_NE(rejection([&] { decodeRealAccumulator(bytes); }).find("wrong type tag"), std::string::npos);
   bytes[0] = static_cast<char>(kIntAccumulatorTag + 1);
-  EXPECT_NE(rejection([&] { decodeIntAccumulator(bytes); }).find("unsupported encoding version 2"),
-            std::string::npos);
+  EXPECT_NE(rejection([&] { decodeIntAccumulator(bytes); }).find("unsupported encoding version 2"), std::string::npos);
   EXPECT_NE(rejection([&] { decodeHistogram(""); }).find("empty"), std::string::npos);
 }
 
@@ -130,8 +129,9 @@ TEST(Encoding, InconsistentFieldsAreRejected) {
   EXPECT_NE(rejection([] { decodeIntAccumulator(std::string("\x11\x80\x00\x01", 4)); }).find("overlong"),
             std::string::npos);
   // count 1, instances 1, sum 9, sumsq 9 (should be 81), min 9, spread 0, argmin 0, argmax 0.
-  EXPECT_NE(rejection([] { decodeIntAccumulator(std::string("\x11\x01\x01\x09\x09\x00\x09\x00\x00\x00", 10)); })
-                .find("single value"),
+  EXPECT_NE(rejection([] {
+              decodeIntAccumulator(std::string("\x11\x01\x01\x09\x09\x00\x09\x00\x00\x00", 10));
+            }).find("single value"),
             std::string::npos);
   // Sum outside [count*min, count*max]: count 2, sum 100, min 1, max 2.
   EXPECT_NE(rejection([] {
@@ -139,8 +139,9 @@ TEST(Encoding, InconsistentFieldsAreRejected) {
             }).find("sum inconsistent"),
             std::string::npos);
   // A varint too wide for 64 bits (count).
-  EXPECT_NE(rejection([] { decodeIntAccumulator(std::string("\x11\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f\x01", 12)); })
-                .find("does not fit"),
+  EXPECT_NE(rejection([] {
+              decodeIntAccumulator(std::string("\x11\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f\x01", 12));
+            }).find("does not fit"),
             std::string::npos);
   // Histogram: bin out of range, empty bin.
   EXPECT_NE(rejection([] { decodeHistogram(std::string("\x31\x01\xf0\x03\x01", 5)); }).find("out of range"),

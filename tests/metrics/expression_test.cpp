@@ -136,8 +136,8 @@ TEST(Expression, UnquotedDashedNameGetsAHint) {
         << e.what();
   }
   try {
-    SummaryFormula::parse("r = cpu-time.sum / 2").evaluate(
-        [](std::string_view, Population) -> std::optional<Statistics> { return std::nullopt; });
+    SummaryFormula::parse("r = cpu-time.sum / 2")
+        .evaluate([](std::string_view, Population) -> std::optional<Statistics> { return std::nullopt; });
     FAIL();
   } catch (const ExpressionError& e) {
     EXPECT_EQ(e.column(), 5u);
@@ -199,9 +199,11 @@ TEST(SummaryFormula, CyclesPerInstructionIsARatioOfSums) {
     return std::nullopt;
   });
   EXPECT_DOUBLE_EQ(v, 400.0 / 110);
-  EXPECT_THROW(SummaryFormula::parse("z = nope.mean").evaluate(
-                   [](std::string_view, Population) -> std::optional<Statistics> { return std::nullopt; }),
-               ExpressionError);
+  EXPECT_THROW(
+      SummaryFormula::parse("z = nope.mean").evaluate([](std::string_view, Population) -> std::optional<Statistics> {
+        return std::nullopt;
+      }),
+      ExpressionError);
 }
 
 TEST(SummaryFormula, SelectsEveryStatistic) {

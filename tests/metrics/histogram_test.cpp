@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "csp/metrics/histogram.hpp"
@@ -49,7 +49,7 @@ TEST(Histogram, PercentilesOfOneToHundred) {
   H h;
   for (std::uint64_t v = 1; v <= 100; ++v) h.add(v);
   EXPECT_EQ(h.total(), 100u);
-  EXPECT_EQ(h.percentile(5), 5);     // rank 5, exact bin
+  EXPECT_EQ(h.percentile(5), 5);      // rank 5, exact bin
   EXPECT_EQ(h.percentile(50), 49.5);  // rank 50, bin [48, 51]
   EXPECT_EQ(h.percentile(95), 91.5);  // rank 95, bin [88, 95]
   EXPECT_EQ(h.percentile(0), 1);
@@ -62,11 +62,11 @@ TEST(Histogram, PercentilesOfOneToHundred) {
 TEST(Histogram, AllPopulationAddsAbsentZeros) {
   H h;
   h.add(100, 10);
-  EXPECT_EQ(h.percentile(50), 99.5);       // present: all ten in [96, 103]
-  EXPECT_EQ(h.percentile(50, 40), 0);      // all: 30 zeros first, rank 20
-  EXPECT_EQ(h.percentile(75, 40), 0);      // rank 30: still a zero
-  EXPECT_EQ(h.percentile(76, 40), 99.5);   // rank 31
-  EXPECT_EQ(h.percentile(95, 40), 99.5);   // rank 38
+  EXPECT_EQ(h.percentile(50), 99.5);      // present: all ten in [96, 103]
+  EXPECT_EQ(h.percentile(50, 40), 0);     // all: 30 zeros first, rank 20
+  EXPECT_EQ(h.percentile(75, 40), 0);     // rank 30: still a zero
+  EXPECT_EQ(h.percentile(76, 40), 99.5);  // rank 31
+  EXPECT_EQ(h.percentile(95, 40), 99.5);  // rank 38
   EXPECT_THROW(h.percentile(50, 5), std::invalid_argument);
   EXPECT_TRUE(std::isnan(H().percentile(50)));
   EXPECT_EQ(H().percentile(50, 7), 0);
@@ -89,8 +89,7 @@ TEST(Histogram, MergeIsElementWiseAndOrderFree) {
   cba.merge(ba);
   EXPECT_EQ(abc, whole);
   EXPECT_EQ(cba, whole);
-  for (std::size_t i = 1; i < whole.bins().size(); ++i)
-    EXPECT_LT(whole.bins()[i - 1].first, whole.bins()[i].first);
+  for (std::size_t i = 1; i < whole.bins().size(); ++i) EXPECT_LT(whole.bins()[i - 1].first, whole.bins()[i].first);
 }
 
 TEST(Histogram, PercentileWithinOneSixteenthOfTheTrueValue) {

@@ -44,9 +44,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (data[0] % 5) {
-    case 0: roundTrip(rest, decodeIntAccumulator, 0); break;
-    case 1: roundTrip(rest, decodeRealAccumulator, 1); break;
-    case 2: roundTrip(rest, decodeHistogram, 2); break;
+    case 0:
+      roundTrip(rest, decodeIntAccumulator, 0);
+      break;
+    case 1:
+      roundTrip(rest, decodeRealAccumulator, 1);
+      break;
+    case 2:
+      roundTrip(rest, decodeHistogram, 2);
+      break;
     case 3:
       try {
         const Expression e = Expression::parse(rest);

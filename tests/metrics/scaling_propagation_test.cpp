@@ -58,7 +58,7 @@ TEST(SamplingNoise, BoundFollowsAppendixA) {
   EXPECT_TRUE(withinSamplingNoise(strong, -5994, 2997, 2997));
   EXPECT_FALSE(withinSamplingNoise(strong, 6000, 2997, 2997));
   const ScalingStudy weak{ScalingMode::Weak, 2, 4, 1e6};
-  EXPECT_TRUE(withinSamplingNoise(weak, 2000, 2000, 4000));   // 1000 + 1000
+  EXPECT_TRUE(withinSamplingNoise(weak, 2000, 2000, 4000));  // 1000 + 1000
   EXPECT_FALSE(withinSamplingNoise(weak, 2001, 2000, 4000));
   EXPECT_TRUE(withinSamplingNoise(weak, 0, 0, 0));  // exact metrics: only 0 is noise
   EXPECT_FALSE(withinSamplingNoise(weak, 1e-9, 0, 0));
@@ -71,7 +71,7 @@ using K = ScopeKind;
 // Thesis Fig. 7.5: main's loop nest x > y > z with a call to work() inside z.
 struct Fig75 {
   std::vector<std::uint32_t> parent = {0, 0, 1, 2, 3, 3, 5, 5, 5, 8, 9};
-  std::vector<ScopeKind> kind = {K::Root, K::ProcFrame, K::Loop, K::Loop, K::Stmt, K::Loop,
+  std::vector<ScopeKind> kind = {K::Root, K::ProcFrame, K::Loop,     K::Loop,      K::Stmt, K::Loop,
                                  K::Stmt, K::Stmt,      K::CallSite, K::ProcFrame, K::Stmt};
   std::vector<std::uint64_t> raw = {0, 0, 0, 0, 1, 0, 5, 5, 0, 0, 100};
   enum { Root, Main, LoopX, LoopY, Stmt12, LoopZ, Stmt14, Stmt15, Call16, Work, Stmt3 };

@@ -25,7 +25,8 @@ void reduce(Reduced& out, const std::vector<ThreadProfile>& profiles) {
   Attributor attributor(out.strings);
   LocalCct local(out.strings);
   for (const auto& p : profiles)
-    projectProfile(p, out.strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
+    projectProfile(p, out.strings, attributor,
+                   [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
   out.cct = FinalCct::fromLocal(local, out.strings);
   for (const auto& p : profiles) {
     out.values.push_back(projectProfile(p, out.strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) {
@@ -38,7 +39,8 @@ void reduce(Reduced& out, const std::vector<ThreadProfile>& profiles) {
 
 std::string pathOf(const Reduced& r, std::uint32_t id) {
   std::string s;
-  for (; id != 0; id = r.cct.node(id).parent) s = describe(r.cct.node(id).key, r.strings) + (s.empty() ? "" : " / ") + s;
+  for (; id != 0; id = r.cct.node(id).parent)
+    s = describe(r.cct.node(id).key, r.strings) + (s.empty() ? "" : " / ") + s;
   return s;
 }
 
@@ -60,7 +62,8 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
   EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13"], P(10, 110));
   EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / statement main.c:14"], P(5, 5));
   EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / call site main.c:16"], P(0, 100));
-  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / call site main.c:16 / procedure work (fig75) work.c:1"],
+  EXPECT_EQ(byPath[main + " / loop main.c:10 / loop main.c:11 / loop main.c:13 / call site main.c:16 / procedure work "
+                          "(fig75) work.c:1"],
             P(100, 100));
   EXPECT_EQ(v.size(), 11u);
   // Thread 2 doubles every count.
@@ -108,7 +111,8 @@ TEST(CanonicalCct, FinalIdsDoNotDependOnOrderOrSplit) {
     for (std::size_t i = 0; i < parts; ++i) locals.push_back(std::make_unique<LocalCct>(strings));
     for (std::size_t i = 0; i < ps.size(); ++i) {
       auto& local = *locals[i % parts];
-      projectProfile(ps[i], strings, attributor, [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
+      projectProfile(ps[i], strings, attributor,
+                     [&](std::uint32_t parent, const ScopeKey& k) { return local.child(parent, k); });
     }
     // Merge through the serialized form, as processes do.
     for (std::size_t i = 1; i < parts; ++i) locals[0]->merge(locals[i]->serialize());

@@ -118,7 +118,10 @@ struct Tree {
     std::vector<std::string> out;
     for (auto p = nodes[id].parent; p != top && p != 0; p = nodes[p].parent) {
       const auto& n = nodes[p];
-      const char* what = n.kind == ScopeKind::Loop ? "loop:" : n.kind == ScopeKind::Alien ? "inlined@" : n.kind == ScopeKind::CallSite ? "call@" : "?";
+      const char* what = n.kind == ScopeKind::Loop       ? "loop:"
+                         : n.kind == ScopeKind::Alien    ? "inlined@"
+                         : n.kind == ScopeKind::CallSite ? "call@"
+                                                         : "?";
       out.insert(out.begin(), what + std::to_string(n.line));
     }
     return out;
@@ -155,7 +158,8 @@ TEST_P(LoopsMeasured, SamplesLandInTheirLoops) {
   const std::vector<Kernel> kernels{
       {"triple", {loopTag(marker("LOOP-I")), loopTag(marker("LOOP-J")), loopTag(marker("LOOP-K"))}},
       {"repeatSmooth",
-       {loopTag(marker("LOOP-REPS")), "inlined@" + std::to_string(marker("CALL-SMOOTH")), loopTag(marker("LOOP-INLINED"))}},
+       {loopTag(marker("LOOP-REPS")), "inlined@" + std::to_string(marker("CALL-SMOOTH")),
+        loopTag(marker("LOOP-INLINED"))}},
       {"saxpy", {loopTag(marker("LOOP-SAXPY"))}},
       {"findFirst", {loopTag(marker("LOOP-SEARCH"))}},
   };
@@ -169,8 +173,8 @@ TEST_P(LoopsMeasured, SamplesLandInTheirLoops) {
       const auto path = t.between(proc, s);
       // Every sample of the kernel lies in its loop nest (or in the part of it around the
       // statement's code), never in another loop.
-      EXPECT_TRUE(isPrefix(path, k.nest)) << k.procedure << ": " << fmt::format("{}", fmt::join(path, " > ")) << " line "
-                                          << t.nodes[s].line;
+      EXPECT_TRUE(isPrefix(path, k.nest))
+          << k.procedure << ": " << fmt::format("{}", fmt::join(path, " > ")) << " line " << t.nodes[s].line;
       all += t.nodes[s].i;
       if (path == k.nest) innermost += t.nodes[s].i;
     });
@@ -257,7 +261,8 @@ TEST_P(LoopsMeasured, FlatAndCallersViews) {
   // the call inside runTriple's loop.
   r = run(tool("csp-views") + " --callers -t 0 --keep '*triple*' --no-color " + m.db.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("<- main  at loops.cpp:" + std::to_string(lineOf("triple(a.data(), c.data(), n)"))), std::string::npos)
+  EXPECT_NE(r.output.find("<- main  at loops.cpp:" + std::to_string(lineOf("triple(a.data(), c.data(), n)"))),
+            std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("loop  "), std::string::npos) << r.output;
 }
@@ -266,7 +271,8 @@ TEST_P(LoopsMeasured, SameDatabaseForAnyProcessCount) {
   const auto& m = measured(GetParam());
   TempDir dir("loops-np");
   const auto db3 = dir / "db-np3";
-  auto r = run(csp::test::mpirun(3) + tool("csp-prof-mpi") + " -q -j 1 --batch 1 " + m.meas.string() + " -o " + db3.string());
+  auto r = run(csp::test::mpirun(3) + tool("csp-prof-mpi") + " -q -j 1 --batch 1 " + m.meas.string() + " -o " +
+               db3.string());
   ASSERT_EQ(r.status, 0) << r.output;
   const auto db1 = dir / "db-np1";
   r = run(tool("csp-prof-mpi") + " -q -j 2 --batch 1 " + m.meas.string() + " -o " + db1.string());
@@ -323,7 +329,8 @@ class StructureCacheRun : public ::testing::Test {
   }
   csp::test::RunResult prof(const std::string& out, const std::string& options = "") {
     fs::remove_all(dir / out);
-    const std::string where = options.find("--structure-cache") == std::string::npos ? " --structure-cache " + cache.string() : "";
+    const std::string where =
+        options.find("--structure-cache") == std::string::npos ? " --structure-cache " + cache.string() : "";
     return run(tool("csp-prof-mpi") + where + " " + options + " " + meas.string() + " -o " + (dir / out).string());
   }
   TempDir dir{"structure-cache-run"};
@@ -392,8 +399,10 @@ TEST_F(StructureCacheRun, DamagedOrTruncatedEntriesAreRebuilt) {
         std::ifstream in(e, std::ios::binary);
         bytes.assign(std::istreambuf_iterator<char>(in), {});
       }
-      if (truncate) bytes.resize(bytes.size() / 2);
-      else bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
+      if (truncate)
+        bytes.resize(bytes.size() / 2);
+      else
+        bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
       std::ofstream(e, std::ios::binary | std::ios::trunc) << bytes;
     }
     r = prof("db2");
@@ -445,8 +454,9 @@ TEST_F(StructureCacheRun, ChangedBinaryIsNeverServedAStaleEntry) {
   ASSERT_EQ(procs.size(), 1u);
   bool full = false;
   t.statements(procs[0], [&](storage::NodeId s) {
-    full = full || t.between(procs[0], s) == std::vector<std::string>{loopTag(marker("LOOP-I")), loopTag(marker("LOOP-J")),
-                                                                       loopTag(marker("LOOP-K"))};
+    full =
+        full || t.between(procs[0], s) == std::vector<std::string>{loopTag(marker("LOOP-I")), loopTag(marker("LOOP-J")),
+                                                                   loopTag(marker("LOOP-K"))};
   });
   EXPECT_TRUE(full);
 }
@@ -460,14 +470,16 @@ TEST_F(StructureCacheRun, UnanalysableModulesKeepTheirProceduresWithoutLoops) {
     std::function<void(const fs::path&)> make;
   };
   const std::vector<Case> cases{
-      {"foreign", [&](const fs::path& p) {
+      {"foreign",
+       [&](const fs::path& p) {
          fs::copy_file(original, p);
          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
          f.seekp(18);
          const char aarch64[2] = {static_cast<char>(183), 0};
          f.write(aarch64, 2);
        }},
-      {"truncated", [&](const fs::path& p) {
+      {"truncated",
+       [&](const fs::path& p) {
          fs::copy_file(original, p);
          fs::resize_file(p, fs::file_size(p) * 2 / 5);
        }},
@@ -479,7 +491,8 @@ TEST_F(StructureCacheRun, UnanalysableModulesKeepTheirProceduresWithoutLoops) {
     c.make(alt / original.filename());
     const auto r = prof("db-" + c.name, "--replace-path " + original.parent_path().string() + "=" + alt.string());
     ASSERT_EQ(r.status, 0) << c.name << "\n" << r.output;
-    EXPECT_NE(r.output.find("warning: " + (alt / original.filename()).string()), std::string::npos) << c.name << "\n" << r.output;
+    EXPECT_NE(r.output.find("warning: " + (alt / original.filename()).string()), std::string::npos) << c.name << "\n"
+                                                                                                    << r.output;
     EXPECT_FALSE(hasLoopsOf(dir / ("db-" + c.name), "tests/apps/loops.cpp")) << c.name;
     if (c.name == "foreign") {
       EXPECT_NE(r.output.find("no loops recovered: machine code of ELF machine 183"), std::string::npos) << r.output;

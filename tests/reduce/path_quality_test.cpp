@@ -8,9 +8,9 @@
 #include <libelf.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -190,7 +190,8 @@ TEST(PathQuality, PathsThroughCodeOutsideEveryModuleAreTruncatedCountedAndWarned
   // The worker thread (thread 1) holds them.
   for (std::size_t i = 0; i < meta.profiles.size(); ++i) {
     if (meta.profiles[i].back().value != 1) continue;
-    EXPECT_GT(static_cast<double>(meta.quality[i].truncatedSamples), 0.9 * static_cast<double>(meta.quality[i].samples));
+    EXPECT_GT(static_cast<double>(meta.quality[i].truncatedSamples),
+              0.9 * static_cast<double>(meta.quality[i].samples));
   }
   std::size_t unknownNodes = 0;
   storage::NodeId truncatedRoot = 0;
@@ -447,7 +448,8 @@ TEST_F(StrippedCode, LoopsAndStatementsWithoutLinesAreKnownByAddress) {
   fs::create_directories(dir() / "empty-cache");
   auto r = reduce(dir() / "meas", dir() / "db-address", "DEBUGINFOD_CACHE_PATH=" + (dir() / "empty-cache").string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("libcsp-app-stripped.so 3 of 3 (known by address: no line table"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libcsp-app-stripped.so 3 of 3 (known by address: no line table"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("no loops: csp-app-stripped (none in its code)"), std::string::npos) << r.output;
   auto db = storage::Database::open(dir() / "db-address");
   const auto& meta = db->metadata();
@@ -465,7 +467,8 @@ TEST_F(StrippedCode, LoopsAndStatementsWithoutLinesAreKnownByAddress) {
       statements += s[n.name].starts_with("+0x") ? 1 : 0;
     }
     std::uint64_t header = 0;
-    if (n.kind == ScopeKind::Loop && std::sscanf(s[n.name].c_str(), "loop @0x%lx in libcsp-app-stripped.so", &header) == 1 &&
+    if (n.kind == ScopeKind::Loop &&
+        std::sscanf(s[n.name].c_str(), "loop @0x%lx in libcsp-app-stripped.so", &header) == 1 &&
         header >= hotA[0].begin && header < hotA[0].begin + hotA[0].size)
       inHotALoop += inclusiveOf(*db, id);
   }
@@ -482,7 +485,8 @@ TEST_F(StrippedCode, LoopsAndStatementsWithoutLinesAreKnownByAddress) {
 
   r = run(tool("csp-views") + " --info " + (dir() / "db-address").string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("known by address: no line table (no DWARF, no debug file found)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("known by address: no line table (no DWARF, no debug file found)"), std::string::npos)
+      << r.output;
   r = run(tool("csp-views") + " --flat --full-names " + (dir() / "db-address").string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("file libcsp-app-stripped.so (no source file)"), std::string::npos) << r.output;

@@ -50,8 +50,9 @@ TEST(PerfMap, LaterEntriesWinWhereRangesOverlap) {
 }
 
 TEST(PerfMap, MalformedLinesAreCountedAndSkipped) {
-  const auto m = PerfMap::parse("\n1000 10 good\nnot a line\n2000 0 empty\n3000 10\nzz 10 x\n"
-                                "ffffffffffffffff 10 wraps\n11112222333344445 1 toolong\n4000 10 also good\n");
+  const auto m = PerfMap::parse(
+      "\n1000 10 good\nnot a line\n2000 0 empty\n3000 10\nzz 10 x\n"
+      "ffffffffffffffff 10 wraps\n11112222333344445 1 toolong\n4000 10 also good\n");
   EXPECT_EQ(m.size(), 2u);
   EXPECT_EQ(m.malformedLines(), 6u);
   EXPECT_EQ(at(m, 0x1000), "good");

@@ -118,7 +118,8 @@ TEST(ProfMeasured, HelperThreadsOfAnMpiProgramAreLeftOutByDefault) {
   const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-split";
   auto r = run(csp::test::mpirun(2) + tool("csp-run") + " -o " + (dir / "meas").string() + " -- " + app + " 20 2");
   ASSERT_EQ(r.status, 0) << r.output;
-  r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " + (dir / "db").string());
+  r = run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "meas").string() + " -o " +
+          (dir / "db").string());
   ASSERT_EQ(r.status, 0) << r.output;
   auto db = storage::Database::open(dir / "db");
   const auto& meta = db->metadata();
@@ -162,7 +163,8 @@ TEST(ProfMeasured, HelperThreadsOfAnMpiProgramAreLeftOutByDefault) {
   EXPECT_GT(d["cpu-time:mean:I"].get<double>(), a["cpu-time:mean:I"].get<double>());
   EXPECT_LT(d["cpu-time:imbalance:I"].get<double>(), a["cpu-time:imbalance:I"].get<double>());
   const auto text = run(tool("csp-views") + " " + (dir / "db").string());
-  EXPECT_NE(text.output.find("statistics over the main, worker threads (6 profiles)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("statistics over the main, worker threads (6 profiles)"), std::string::npos)
+      << text.output;
   const auto info = run(tool("csp-views") + " --info " + (dir / "db").string());
   EXPECT_NE(info.output.find("thread classes  main 2, worker 4, helper"), std::string::npos) << info.output;
 }

@@ -9,15 +9,15 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <regex>
-#include <sstream>
 #include <map>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "common/db_dump.hpp"
-#include "csp/storage/profile_io.hpp"
 #include "common/test_support.hpp"
+#include "csp/storage/profile_io.hpp"
 
 using namespace csp;
 using csp::test::run;
@@ -50,8 +50,9 @@ fs::path unevenInput(const TempDir& dir, std::size_t n) {
     json << "]";
     if (i % 3 == 0) {
       const std::size_t t = i * 10;
-      json << R"(, "events": [{"t": )" << t << R"(, "enter": "solve"}, {"t": )" << t + 5 << R"(, "enter": "solve/step"}, {"t": )"
-           << t + 20 + i % 7 << R"(, "exit": "solve/step"}, {"t": )" << t + 50 + i % 11 << R"(, "exit": "solve"}])";
+      json << R"(, "events": [{"t": )" << t << R"(, "enter": "solve"}, {"t": )" << t + 5
+           << R"(, "enter": "solve/step"}, {"t": )" << t + 20 + i % 7 << R"(, "exit": "solve/step"}, {"t": )"
+           << t + 50 + i % 11 << R"(, "exit": "solve"}])";
     }
     json << "}";
   }
@@ -108,8 +109,8 @@ TEST_P(ProfMatrix, EveryProcessCountGivesTheOneProcessDatabase) {
   // --batch 2: several batches even for few profiles, so that some ranks get work and others none.
   auto prof = [&](int ranks) {
     const auto db = dir / ("np" + std::to_string(ranks));
-    const auto r = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + meas.string() + " -o " +
-                       db.string());
+    const auto r =
+        run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + meas.string() + " -o " + db.string());
     EXPECT_NE(r.status, 124) << "csp-prof-mpi hung at -np " << ranks << " with " << profiles << " profiles";
     EXPECT_EQ(r.status, 0) << "-np " << ranks << ": " << r.output;
     return db;
@@ -138,9 +139,9 @@ TEST_P(ProfMatrix, EveryProcessCountGivesTheOneProcessDatabase) {
 
 const std::vector<int> kEveryCount{1, 2, 3, 4, 5, 6, 7, 8};
 INSTANTIATE_TEST_SUITE_P(Profiles, ProfMatrix,
-                         ::testing::Values(MatrixCase{1, {1, 2, 8}}, MatrixCase{2, {1, 3, 8}}, MatrixCase{3, {1, 2, 4, 8}},
-                                           MatrixCase{7, {1, 3, 8}}, MatrixCase{64, kEveryCount},
-                                           MatrixCase{1000, {1, 3, 8}}),
+                         ::testing::Values(MatrixCase{1, {1, 2, 8}}, MatrixCase{2, {1, 3, 8}},
+                                           MatrixCase{3, {1, 2, 4, 8}}, MatrixCase{7, {1, 3, 8}},
+                                           MatrixCase{64, kEveryCount}, MatrixCase{1000, {1, 3, 8}}),
                          [](const auto& info) { return std::to_string(info.param.profiles) + "profiles"; });
 
 // Bundles (csp-run appends the profiles of threads that end while their process runs to one
@@ -172,8 +173,8 @@ TEST(ProfBundles, BundledProfilesGiveTheSameViewsForAnyProcessCount) {
 
   auto prof = [&](const fs::path& input, int ranks, const std::string& name) {
     const auto db = dir / name;
-    const auto r = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + input.string() + " -o " +
-                       db.string());
+    const auto r =
+        run(limited(120, ranks) + tool("csp-prof-mpi") + " -q -j 1 --batch 2 " + input.string() + " -o " + db.string());
     EXPECT_EQ(r.status, 0) << name << ": " << r.output;
     return db;
   };
@@ -202,7 +203,8 @@ TEST(ProfWarnings, MissingRanksThreadsAndTemporariesAreNamed) {
   const auto meas = dir / "meas";
   auto r = run("timeout -k 5 60 " + tool("csp-gen") + " -q --ranks 6 --threads 3 --nodes 30 -o " + meas.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto complete = run(limited(120, 2) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + (dir / "db0").string());
+  const auto complete =
+      run(limited(120, 2) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + (dir / "db0").string());
   ASSERT_EQ(complete.status, 0) << complete.output;
   EXPECT_EQ(complete.output.find("warning"), std::string::npos) << complete.output;
   for (const auto& e : fs::directory_iterator(meas)) {
@@ -216,14 +218,16 @@ TEST(ProfWarnings, MissingRanksThreadsAndTemporariesAreNamed) {
       "warning: rank 2 left no profile, though ranks up to 5 did",
       "warning: ranks 4-5 have 2 thread profiles, most ranks have 3: profiles may be missing",
       "warning: 1 unfinished profile temporary left by a measurement killed while writing (those profiles are missing; "
-      "remove them): " + (meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf").string()};
+      "remove them): " +
+          (meas / "n0000-r000004-t0001.1234.cspprof.tmp.1234.AbCdEf").string()};
   for (int ranks : {1, 3}) {
     const auto db = dir / ("db" + std::to_string(ranks));
     r = run(limited(120, ranks) + tool("csp-prof-mpi") + " " + meas.string() + " -o " + db.string());
     ASSERT_EQ(r.status, 0) << r.output;
-    for (const auto& line : expected) EXPECT_NE(r.output.find("  " + line), std::string::npos) << ranks << ": " << r.output;
-    const auto quiet = run(limited(120, ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string() +
-                           " --force");
+    for (const auto& line : expected)
+      EXPECT_NE(r.output.find("  " + line), std::string::npos) << ranks << ": " << r.output;
+    const auto quiet =
+        run(limited(120, ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string() + " --force");
     ASSERT_EQ(quiet.status, 0) << quiet.output;
     for (const auto& line : expected)
       EXPECT_NE(quiet.output.find("csp-prof-mpi: " + line), std::string::npos) << ranks << ": " << quiet.output;
@@ -252,8 +256,7 @@ class ProfFailure : public ::testing::Test {
     const auto start = std::chrono::steady_clock::now();
     const auto r = run("CSP_FAULT_INJECT=" + inject + " " + env + " " + limited(30, ranks) + tool("csp-prof-mpi") +
                        " -q -j 1 --batch 8 " + meas_.string() + " -o " + (dir_->path() / name).string());
-    return {r.status, r.output,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+    return {r.status, r.output, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
   void expectCleanFailure(const Outcome& o, const std::string& name, const std::string& what) {
     EXPECT_NE(o.status, 124) << what << ": not over within 30 s\n" << o.output;
@@ -281,10 +284,13 @@ TEST_P(ProfFailurePhase, EachRankFailingStopsTheJobWithItsMessage) {
     const auto o = prof(ranks, std::to_string(rank) + ":" + phase, "db-" + phase);
     expectCleanFailure(o, "db-" + phase, what);
     EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase '" + phase + "'"), std::string::npos)
-        << what << "\n" << o.output;
-    EXPECT_NE(o.output.find("(reported by rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " processes)"),
-              std::string::npos)
-        << what << "\n" << o.output;
+        << what << "\n"
+        << o.output;
+    EXPECT_NE(
+        o.output.find("(reported by rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " processes)"),
+        std::string::npos)
+        << what << "\n"
+        << o.output;
   }
 }
 
@@ -344,7 +350,8 @@ TEST_F(ProfFailure, TerminatedOrKilledLauncherLeavesNothingBehind) {
     const int launcher = std::atoi(run(command).output.c_str());
     ASSERT_GT(launcher, 0);
     // Wait until the run has its temporary directory (the stall holds it in the metrics phase).
-    for (int i = 0; i < 200 && !hasTemporary(dir_->path()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 200 && !hasTemporary(dir_->path()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(hasTemporary(dir_->path()));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     ::kill(launcher, sig);
@@ -400,7 +407,8 @@ TEST_F(ProfFailure, TerminatedWhileCreatingTheOutputLeavesNothing) {
                                 " >/dev/null 2>&1 & echo $!";
     const int launcher = std::atoi(run(command).output.c_str());
     ASSERT_GT(launcher, 0);
-    for (int i = 0; i < 400 && !hasTemporary(dir_->path()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 400 && !hasTemporary(dir_->path()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(hasTemporary(dir_->path())) << "attempt " << attempt;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ::kill(launcher, SIGTERM);

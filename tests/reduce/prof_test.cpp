@@ -34,12 +34,24 @@ std::map<std::string, storage::NodeId> pathIndex(const storage::Database& db) {
       const auto n = *db.node(child);
       std::string label;
       switch (n.kind) {
-        case ScopeKind::ProcFrame: label = s[n.name]; break;
-        case ScopeKind::Alien: label = "inlined " + s[n.name]; break;
-        case ScopeKind::Loop: label = "loop " + s[n.file] + ":" + std::to_string(n.line); break;
-        case ScopeKind::CallSite: label = "call " + s[n.file] + ":" + std::to_string(n.line); break;
-        case ScopeKind::Stmt: label = "stmt " + s[n.file] + ":" + std::to_string(n.line); break;
-        case ScopeKind::Root: label = "root"; break;
+        case ScopeKind::ProcFrame:
+          label = s[n.name];
+          break;
+        case ScopeKind::Alien:
+          label = "inlined " + s[n.name];
+          break;
+        case ScopeKind::Loop:
+          label = "loop " + s[n.file] + ":" + std::to_string(n.line);
+          break;
+        case ScopeKind::CallSite:
+          label = "call " + s[n.file] + ":" + std::to_string(n.line);
+          break;
+        case ScopeKind::Stmt:
+          label = "stmt " + s[n.file] + ":" + std::to_string(n.line);
+          break;
+        case ScopeKind::Root:
+          label = "root";
+          break;
       }
       stack.emplace_back(child, path.empty() ? label : path + " / " + label);
     }
@@ -88,7 +100,10 @@ class Prof : public ::testing::Test {
 
 TEST_F(Prof, Figure75ExclusiveInclusiveAndStatistics) {
   const auto meas = dir / "fig75";
-  ASSERT_EQ(run(tool("csp-gen") + " -q --from-json " + std::string(CSP_TEST_DATA_DIR) + "/fig75.json -o " + meas.string()).status, 0);
+  ASSERT_EQ(
+      run(tool("csp-gen") + " -q --from-json " + std::string(CSP_TEST_DATA_DIR) + "/fig75.json -o " + meas.string())
+          .status,
+      0);
   auto db = prof(meas, "db");
   ASSERT_TRUE(db);
   EXPECT_EQ(db->metadata().profiles.size(), 2u);
@@ -101,9 +116,9 @@ TEST_F(Prof, Figure75ExclusiveInclusiveAndStatistics) {
     std::string path;
     std::uint64_t e, i;
   };
-  for (const auto& x : {Expect{main, 11, 111}, Expect{lx, 0, 111}, Expect{ly, 1, 111}, Expect{lz, 10, 110},
-                        Expect{cs, 0, 100}, Expect{work, 100, 100}, Expect{ly + " / stmt main.c:12", 1, 1},
-                        Expect{lz + " / stmt main.c:14", 5, 5}}) {
+  for (const auto& x :
+       {Expect{main, 11, 111}, Expect{lx, 0, 111}, Expect{ly, 1, 111}, Expect{lz, 10, 110}, Expect{cs, 0, 100},
+        Expect{work, 100, 100}, Expect{ly + " / stmt main.c:12", 1, 1}, Expect{lz + " / stmt main.c:14", 5, 5}}) {
     ASSERT_TRUE(at.count(x.path)) << x.path;
     const auto node = at[x.path];
     EXPECT_EQ(summary(*db, node, E).sum(), 3 * x.e) << x.path;
@@ -175,7 +190,8 @@ TEST_F(Prof, StragglerRankIsTheArgmax) {
     const int wait = r == 4 ? 50 : 10;
     threads += std::string(r ? "," : "") + R"({"id": {"rank": )" + std::to_string(r) + R"(, "thread": 0},
       "samples": [{"path": [{"proc": "main"}, {"callsite": "m.c:5"}, {"proc": "MPI_Wait", "module": "libmpi.so"}, {"stmt": "w.c:1"}],
-                   "counts": {"t": )" + std::to_string(wait) + "}}]}";
+                   "counts": {"t": )" +
+               std::to_string(wait) + "}}]}";
   }
   auto db = prof(fromJson("straggler", R"({"metrics": [{"name": "t", "period": 1000}], "threads": [)" + threads + "]}"),
                  "db", 2);
@@ -194,16 +210,19 @@ using csp::test::dumpDatabase;
 
 TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
   const auto meas = dir / "meas";
-  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 64 --threads 4 --nodes 300 --groups 3 --regions --seed 3 -o " +
-                meas.string()).status, 0);
+  ASSERT_EQ(
+      run(tool("csp-gen") + " -q --ranks 64 --threads 4 --nodes 300 --groups 3 --regions --seed 3 -o " + meas.string())
+          .status,
+      0);
   // A per-thread derived metric too: its real-valued summaries must not depend on the split.
   const std::string derive = " --derive 'wait = `real-time` - `cpu-time`' --derive 'share = `cpu-time` / `real-time`'";
   prof(meas, "np1", 1, "-j 2 --batch 16" + derive);
   const auto reference = dumpDatabase(dir / "np1");
   ASSERT_GT(reference.size(), 1000u);
   // 256 profiles in batches of 16: several batches on every process.
-  for (const auto& [ranks, extra, name] : {std::tuple{1, "-j 1 --batch 16", "np1j1"}, std::tuple{2, "-j 1 --batch 16", "np2"},
-                                           std::tuple{4, "-j 1 --batch 16", "np4"}, std::tuple{2, "-j 2 --batch 16", "np2j2"}}) {
+  for (const auto& [ranks, extra, name] :
+       {std::tuple{1, "-j 1 --batch 16", "np1j1"}, std::tuple{2, "-j 1 --batch 16", "np2"},
+        std::tuple{4, "-j 1 --batch 16", "np4"}, std::tuple{2, "-j 2 --batch 16", "np2j2"}}) {
     prof(meas, name, ranks, extra + derive);
     const auto other = dumpDatabase(dir / name);
     ASSERT_EQ(other.size(), reference.size()) << name;
@@ -258,8 +277,8 @@ TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
   }
   threads += R"(, {"id": {"rank": 1, "thread": 0}, "pid": 12, "hostname": "n1",
                    "events": [{"t": 5, "enter": "work"}, {"t": 55, "exit": "work"}]})";
-  auto db = prof(fromJson("conc", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}"), "db", 2,
-                 "--batch 4");
+  auto db =
+      prof(fromJson("conc", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}"), "db", 2, "--batch 4");
   storage::RegionId work = 0;
   for (storage::RegionId r = 1; r < db->metadata().regionCount; ++r)
     if (db->metadata().strings[db->region(r)->name] == "work") work = r;
@@ -270,13 +289,13 @@ TEST_F(Prof, RegionConcurrencyFromTheEventLogs) {
   ASSERT_EQ(acc.count(2), 1u);
   // Per process: any-time, all-time, area, straggler time, max parallelism.
   EXPECT_EQ(acc[2].sum(), 200u + 50u);
-  EXPECT_EQ(acc[3].sum(), 100u + 50u);      // the single-thread process is "all threads" all along
+  EXPECT_EQ(acc[3].sum(), 100u + 50u);  // the single-thread process is "all threads" all along
   EXPECT_EQ(acc[4].sum(), 7u * 100 + 200 + 50);
-  EXPECT_EQ(acc[5].sum(), 100u);            // no straggling in a process of one thread
+  EXPECT_EQ(acc[5].sum(), 100u);  // no straggling in a process of one thread
   EXPECT_EQ(acc[6].max(), 8u);
   EXPECT_EQ(acc[6].min(), 1u);
-  EXPECT_EQ(acc[2].count(), 2u);            // one value per process
-  EXPECT_EQ(acc[2].argmax(), 0u);           // the first process, by its first profile
+  EXPECT_EQ(acc[2].count(), 2u);   // one value per process
+  EXPECT_EQ(acc[2].argmax(), 0u);  // the first process, by its first profile
   // Straggler degree of the 8-thread process: 100 / 200.
   EXPECT_DOUBLE_EQ(static_cast<double>(acc[5].max()) / static_cast<double>(acc[2].max()), 0.5);
   EXPECT_EQ(summaryOfVisits(*db, work), 9u);
@@ -301,15 +320,17 @@ TEST_F(Prof, RegionAreaBeyond64BitsIsRefusedNotWrapped) {
   // is 2.7e19, beyond 2^64 - 1; it used to wrap to 8.55e18. Each thread's own values fit.
   std::string threads;
   for (int t = 0; t < 3; ++t)
-    threads += std::string(t ? "," : "") + R"({"id": {"rank": 0, "thread": )" + std::to_string(t) +
-               R"(}, "pid": 7, "hostname": "n1", "events": [{"t": 0, "enter": "r"}, {"t": 9000000000000000000, "exit": "r"}]})";
+    threads +=
+        std::string(t ? "," : "") + R"({"id": {"rank": 0, "thread": )" + std::to_string(t) +
+        R"(}, "pid": 7, "hostname": "n1", "events": [{"t": 0, "enter": "r"}, {"t": 9000000000000000000, "exit": "r"}]})";
   const auto meas = fromJson("area", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}");
   const auto first = storage::listProfiles(meas).front();
   for (int ranks : {1, 2}) {
     const auto db = dir / ("area-db" + std::to_string(ranks));
     const auto r = run(csp::test::mpirun(ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
     EXPECT_EQ(r.status, 1) << r.output;
-    EXPECT_NE(r.output.find(first.string() + ": region 'r': the area of process n1 pid 7 (3 threads) exceeds 2^64 - 1 thread-ns"),
+    EXPECT_NE(r.output.find(first.string() +
+                            ": region 'r': the area of process n1 pid 7 (3 threads) exceeds 2^64 - 1 thread-ns"),
               std::string::npos)
         << r.output;
     EXPECT_FALSE(std::filesystem::exists(db));
@@ -328,26 +349,29 @@ TEST_F(Prof, MixedInputsAreRefusedNamingBothFiles) {
   // The same directory twice: every profile would count twice.
   auto r = prof(a.string() + " " + a.string());
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find(first.string() + " and " + first.string() + " are the same profile"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(first.string() + " and " + first.string() + " are the same profile"), std::string::npos)
+      << r.output;
   // A profile beside its own directory, reached through another spelling.
   r = prof(a.string() + " " + (a / ".." / "a" / first.filename()).string());
   EXPECT_NE(r.output.find("are the same profile: an input is given twice"), std::string::npos) << r.output;
   // Two runs: the same threads twice.
   r = prof(a.string() + " " + b.string());
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find(first.string() + " and " + firstOfB.string() + " are the same thread (node 0 rank 0 thread 0)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(first.string() + " and " + firstOfB.string() + " are the same thread (node 0 rank 0 thread 0)"),
+      std::string::npos)
       << r.output;
   // One metric name, two meanings.
-  const auto sampled = fromJson("sampled", R"({"metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1000}],
+  const auto sampled =
+      fromJson("sampled", R"({"metrics": [{"name": "cpu-time", "unit": "ns", "kind": "sampled", "period": 1000}],
     "threads": [{"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu-time": 5000}}]}]})");
   const auto counted = fromJson("counted", R"({"metrics": [{"name": "cpu-time", "unit": "cycles", "kind": "counted"}],
     "threads": [{"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu-time": 5}}]}]})");
   r = prof(sampled.string() + " " + counted.string());
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("metric 'cpu-time' means different things in " + storage::listProfiles(sampled).front().string() +
-                          " (sampled, unit ns) and " + storage::listProfiles(counted).front().string() +
-                          " (counted, unit cycles)"),
+  EXPECT_NE(r.output.find("metric 'cpu-time' means different things in " +
+                          storage::listProfiles(sampled).front().string() + " (sampled, unit ns) and " +
+                          storage::listProfiles(counted).front().string() + " (counted, unit cycles)"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "mixed"));
@@ -363,15 +387,17 @@ TEST_F(Prof, EntriesNamedLikeProfilesThatAreNoFilesAreReportedOrSkipped) {
   std::filesystem::create_symlink(meas / "loop-b.cspprof", meas / "loop-a.cspprof");
   std::filesystem::create_symlink(meas / "loop-a.cspprof", meas / "loop-b.cspprof");
   const std::map<std::string, std::string> expected = {
-      {"fifo.cspprof", "a FIFO, not a profile"},           {"dir.cspprof", "a directory, not a profile"},
-      {"dangling.cspprof", "a dangling symbolic link"},    {"zero.cspprof", "a character device, not a profile"},
-      {"loop-a.cspprof", "a symbolic link loop"},          {"loop-b.cspprof", "a symbolic link loop"}};
+      {"fifo.cspprof", "a FIFO, not a profile"},        {"dir.cspprof", "a directory, not a profile"},
+      {"dangling.cspprof", "a dangling symbolic link"}, {"zero.cspprof", "a character device, not a profile"},
+      {"loop-a.cspprof", "a symbolic link loop"},       {"loop-b.cspprof", "a symbolic link loop"}};
   const auto db = dir / "odd-db";
-  auto r = run("timeout 60 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
+  auto r =
+      run("timeout 60 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
   EXPECT_EQ(r.status, 1) << r.output;
   // Each named with its defect (a process shows its first five errors and counts the rest).
   std::size_t named = 0;
-  for (const auto& [name, defect] : expected) named += r.output.find((meas / name).string() + ": " + defect) != std::string::npos;
+  for (const auto& [name, defect] : expected)
+    named += r.output.find((meas / name).string() + ": " + defect) != std::string::npos;
   EXPECT_GE(named, 5u) << r.output;
   EXPECT_EQ(named == expected.size(), r.output.find("more errors") == std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(db));
@@ -381,9 +407,11 @@ TEST_F(Prof, EntriesNamedLikeProfilesThatAreNoFilesAreReportedOrSkipped) {
   auto opened = storage::Database::open(db);
   EXPECT_EQ(opened->metadata().profiles.size(), 3u);
   std::map<std::string, std::string> skipped;
-  for (const auto& k : opened->metadata().skipped) skipped[std::filesystem::path(k.path).filename().string()] = k.reason;
+  for (const auto& k : opened->metadata().skipped)
+    skipped[std::filesystem::path(k.path).filename().string()] = k.reason;
   ASSERT_EQ(skipped.size(), expected.size());
-  for (const auto& [name, defect] : expected) EXPECT_NE(skipped[name].find(defect), std::string::npos) << name << ": " << skipped[name];
+  for (const auto& [name, defect] : expected)
+    EXPECT_NE(skipped[name].find(defect), std::string::npos) << name << ": " << skipped[name];
 }
 
 TEST_F(Prof, CorruptProfileStopsTheRunNamingTheFile) {

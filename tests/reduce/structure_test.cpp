@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -16,8 +18,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <atomic>
-#include <chrono>
 
 #include "common/test_support.hpp"
 #include "csp/reduce/attribution.hpp"
@@ -472,10 +472,12 @@ TEST(UnwindRecipes, CodeReachedThroughAComputedJump) {
 }
 
 TEST(Decoder, NoReturnNames) {
-  for (const char* n : {"abort", "exit@GLIBC_2.2.5", "__stack_chk_fail", "__cxa_throw", "_Unwind_Resume",
-                        "_ZSt20__throw_length_errorPKc", "__ubsan_handle_builtin_unreachable_abort", "__asan_report_load8"})
+  for (const char* n :
+       {"abort", "exit@GLIBC_2.2.5", "__stack_chk_fail", "__cxa_throw", "_Unwind_Resume",
+        "_ZSt20__throw_length_errorPKc", "__ubsan_handle_builtin_unreachable_abort", "__asan_report_load8"})
     EXPECT_TRUE(noReturnName(n)) << n;
-  for (const char* n : {"malloc", "exit_handler", "__asan_report_load8_noabort", "_ZSt4endlIcSt11char_traitsIcEERSt13basic_ostreamIT_T0_ES6_"})
+  for (const char* n : {"malloc", "exit_handler", "__asan_report_load8_noabort",
+                        "_ZSt4endlIcSt11char_traitsIcEERSt13basic_ostreamIT_T0_ES6_"})
     EXPECT_FALSE(noReturnName(n)) << n;
 }
 
@@ -620,7 +622,8 @@ std::uint32_t markerLine(const std::string& marker) {
 }
 
 // [begin, end) of the function symbols whose demangled name starts with `prefix` (clones too).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> symbolRanges(const std::string& binary, const std::string& prefix) {
+std::vector<std::pair<std::uint64_t, std::uint64_t>> symbolRanges(const std::string& binary,
+                                                                  const std::string& prefix) {
   FILE* p = ::popen(("nm -C -S --defined-only " + binary).c_str(), "r");
   std::array<char, 2048> buf;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
@@ -644,7 +647,7 @@ class LoopAttribution : public ::testing::TestWithParam<std::string> {
   // the functions named `prefix`.
   struct Seen {
     std::vector<std::uint32_t> loops;
-    std::vector<std::string> path;  // "loop:LINE", "inlined@LINE"
+    std::vector<std::string> path;     // "loop:LINE", "inlined@LINE"
     std::vector<std::string> inlined;  // names of the inlined procedures
     std::uint32_t stmtLine = 0;
   };
@@ -752,7 +755,8 @@ TEST(FunctionBounds, DirectCallTargetsGroupStrippedCodePerFunction) {
     Attributor attributor(strings, options);
     const LoadModule module{binary, {}, 0, 0, 0};
     std::set<std::string> names;
-    for (std::uint64_t a = begin; a < end; ++a) names.insert(strings.text(attributor.attribute(module, a, true).front().name));
+    for (std::uint64_t a = begin; a < end; ++a)
+      names.insert(strings.text(attributor.attribute(module, a, true).front().name));
     if (loops) {
       EXPECT_EQ(names, (std::set<std::string>{fmt::format("func@0x{:x} in csp-app-loops-nounwind", begin)}));
       EXPECT_EQ(attributor.stats().byFunctionBounds, end - begin);

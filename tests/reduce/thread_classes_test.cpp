@@ -18,13 +18,13 @@ ThreadFeatures thread(const std::string& process, bool initial, std::uint64_t wo
 
 TEST(ThreadClasses, BuiltInRulesInOrder) {
   const std::vector<ThreadFeatures> threads{
-      thread("p1", true, 0, "main"),                                           // initial: main, even idle
-      thread("p1", false, 5000, "worker_loop"),                                // worker
+      thread("p1", true, 0, "main"),             // initial: main, even idle
+      thread("p1", false, 5000, "worker_loop"),  // worker
       thread("p1", false, 4000, "progress_engine", "/usr/lib/x86_64-linux-gnu/libopen-pal.so.40"),  // runtime: helper
-      thread("p1", false, 49, "poller"),                                       // < 1 % of 5000: helper
-      thread("p1", false, 50, "poller"),                                       // exactly 1 %: worker
-      thread("p2", false, 3, "tiny"),                                          // its own process's busiest: worker
-      thread("p3", false, 0, ""),                                              // nothing known, no work: worker
+      thread("p1", false, 49, "poller"),  // < 1 % of 5000: helper
+      thread("p1", false, 50, "poller"),  // exactly 1 %: worker
+      thread("p2", false, 3, "tiny"),     // its own process's busiest: worker
+      thread("p3", false, 0, ""),         // nothing known, no work: worker
   };
   const auto classes = classifyThreads(threads, {});
   ASSERT_EQ(classes.size(), threads.size());
@@ -62,7 +62,7 @@ TEST(ThreadClasses, UserRulesComeFirstAndFractionIsConfigurable) {
       thread("p", true, 100, "main"),
       thread("p", false, 100, "progress_engine", "/usr/lib/libopen-pal.so.40"),  // rule: worker
       thread("p", false, 100, "monitor", "/usr/lib/libmonitor.so.1"),            // rule on the module: helper
-      thread("p", false, 0, "idle"),                                              // fraction 0: worker
+      thread("p", false, 0, "idle"),                                             // fraction 0: worker
   };
   const auto classes = classifyThreads(threads, options);
   EXPECT_EQ(classes[1].threadClass, ThreadClass::Worker);
@@ -77,7 +77,8 @@ TEST(ThreadClasses, UserRulesComeFirstAndFractionIsConfigurable) {
 TEST(ThreadClasses, RuleSyntax) {
   EXPECT_EQ(parseThreadClassRule("helper=progress_engine").threadClass, ThreadClass::Helper);
   EXPECT_EQ(parseThreadClassRule("main=*").pattern, "*");
-  for (const char* bad : {"", "helper", "=x", "helper=", "boss=x"}) EXPECT_THROW(parseThreadClassRule(bad), std::invalid_argument) << bad;
+  for (const char* bad : {"", "helper", "=x", "helper=", "boss=x"})
+    EXPECT_THROW(parseThreadClassRule(bad), std::invalid_argument) << bad;
 }
 
 // The entry of a path: the outermost procedure frame below the thread-start frames and outside

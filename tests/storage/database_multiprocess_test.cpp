@@ -15,23 +15,27 @@
 namespace fs = std::filesystem;
 using namespace csp;
 using namespace csp::storage;
+using csp::test::dirEntries;
 using csp::test::Synthetic;
 using csp::test::TempDir;
-using csp::test::dirEntries;
 
 namespace {
 
 // A csp_db_test_writer process in its own process group (it forks writers of its own).
 class WriterProcess {
  public:
-  WriterProcess(const fs::path& target, const std::string& title, const Synthetic& s, std::uint32_t writers,
-                bool force, const std::string& stopAt) {
+  WriterProcess(const fs::path& target, const std::string& title, const Synthetic& s, std::uint32_t writers, bool force,
+                const std::string& stopAt) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    const std::vector<std::string> args = {CSP_DB_TEST_WRITER,        target.string(),
-                                           title,                     std::to_string(s.seed),
-                                           std::to_string(s.profiles), std::to_string(s.nodes),
-                                           std::to_string(writers),   force ? "1" : "0",
+    const std::vector<std::string> args = {CSP_DB_TEST_WRITER,
+                                           target.string(),
+                                           title,
+                                           std::to_string(s.seed),
+                                           std::to_string(s.profiles),
+                                           std::to_string(s.nodes),
+                                           std::to_string(writers),
+                                           force ? "1" : "0",
                                            stopAt};
     // Everything the child needs is prepared here: between fork and exec it may not allocate.
     std::vector<char*> argv;
@@ -64,7 +68,8 @@ class WriterProcess {
         seen_.push_back(line);
         if (line == step) return true;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{out_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
@@ -172,7 +177,8 @@ TEST(CrashSafety, WriterProcessCompletes) {
 
 TEST(CrashSafety, KillAtEveryStepOfAFirstBuild) {
   const Synthetic b{.seed = 2, .profiles = 16, .nodes = 300};
-  for (const std::string step : {"created", "shard-written", "metadata", "ingested", "closed", "manifest", "published"}) {
+  for (const std::string step :
+       {"created", "shard-written", "metadata", "ingested", "closed", "manifest", "published"}) {
     TempDir tmp;
     const fs::path target = tmp.path() / "db";
     {

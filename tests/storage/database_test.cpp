@@ -3,24 +3,24 @@
 #include <unistd.h>
 #include <sstream>
 
-#include <map>
 #include <fmt/format.h>
 #include <rocksdb/db.h>
+#include <map>
 
 #include <atomic>
 #include <bit>
-#include <thread>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "storage/db_expect.hpp"
 
 namespace fs = std::filesystem;
 using namespace csp;
 using namespace csp::storage;
+using csp::test::dirEntries;
 using csp::test::Synthetic;
 using csp::test::TempDir;
-using csp::test::dirEntries;
 
 namespace {
 
@@ -356,7 +356,8 @@ TEST(DatabasePublication, LinksPlantedAtTemporaryNamesAreNeverFollowed) {
   const pid_t dead = ::fork();
   if (dead == 0) ::_exit(0);
   ::waitpid(dead, nullptr, 0);
-  for (const auto& name : {fmt::format(".db.old-{}", dead), fmt::format(".db.tmp-{}", dead), fmt::format(".db.tmp-{}", ::getpid())})
+  for (const auto& name :
+       {fmt::format(".db.old-{}", dead), fmt::format(".db.tmp-{}", dead), fmt::format(".db.tmp-{}", ::getpid())})
     fs::create_directory_symlink(victim, tmp.path() / name);
   test::buildInProcess(target, Synthetic{}, "A");
   EXPECT_EQ(fs::symlink_status(target).type(), fs::file_type::directory);

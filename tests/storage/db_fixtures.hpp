@@ -10,9 +10,9 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <stdexcept>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,10 +153,12 @@ struct Synthetic {
     for (ProfileId p = 0; p < profiles; ++p)
       m.quality.push_back({1000 + hash(p, 11) % 1000, p % 3, p % 2, hash(p, 12) % 500, p % 2});
     for (ProfileId p = 0; p < profiles; ++p)
-      m.threadClasses.push_back({p % 2 == 0 ? ThreadClass::Main : ThreadClass::Worker, p % 2 == 0 ? "main" : "worker_loop",
+      m.threadClasses.push_back({p % 2 == 0 ? ThreadClass::Main : ThreadClass::Worker,
+                                 p % 2 == 0 ? "main" : "worker_loop",
                                  p % 2 == 0 ? "the process's initial thread" : "its own work"});
     m.unwindRecovery = storage::UnwindRecovery{40 + seed % 7, 30};
-    m.moduleLoops = {{"app", 12, 0, ""}, {"libz.so.1", 37, 37, "known by address: no line table"}, {"[vdso]", 0, 0, "not analysed"}};
+    m.moduleLoops = {
+        {"app", 12, 0, ""}, {"libz.so.1", 37, 37, "known by address: no line table"}, {"[vdso]", 0, 0, "not analysed"}};
     return m;
   }
 
@@ -177,7 +179,8 @@ struct Synthetic {
     for (NodeId n = n0; n < n1; ++n)
       for (const auto& a : summaries(n)) w.putSummary(n, a.metric, a.scope, a.bytes);
     for (NodeId n = n0; n < n1; ++n)
-      for (const auto& d : distributions(n)) w.putDistribution(n, d.metric, d.scope, d.population, d.accumulator, d.histogram);
+      for (const auto& d : distributions(n))
+        w.putDistribution(n, d.metric, d.scope, d.population, d.accumulator, d.histogram);
     for (NodeId n = n0; n < n1; ++n) w.putNodeValues(n, nodeValues(n));
     for (ProfileId p = p0; p < p1; ++p) w.putProfileValues(p, profileValues(p));
     for (ProfileId p = p0; p < p1; ++p) {

@@ -90,7 +90,8 @@ inline ThreadProfile fullAddressProfile() {
 inline ThreadProfile scannedAddressProfile() {
   ThreadProfile p = fullAddressProfile();
   p.cct.unwindNote = {0, UnwindNote{UnwindNoteKind::Resumed, 3, 0}.encode(), 0,
-                      UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode(), UnwindNote{UnwindNoteKind::Stopped, 0, 3}.encode()};
+                      UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode(),
+                      UnwindNote{UnwindNoteKind::Stopped, 0, 3}.encode()};
   return p;
 }
 

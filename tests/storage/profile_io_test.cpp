@@ -6,9 +6,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <thread>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "csp/storage/atomic_file.hpp"
 #include "csp/storage/profile_io.hpp"
@@ -98,14 +98,16 @@ TEST(ProfileWriter, NeverFollowsAPlantedSymlink) {
   std::size_t entries = 0;
   for (const auto& e : fs::directory_iterator(dir.path())) {
     ++entries;
-    EXPECT_EQ(e.path().filename().string().find(".tmp.") == std::string::npos || fs::is_symlink(e.symlink_status()), true)
+    EXPECT_EQ(e.path().filename().string().find(".tmp.") == std::string::npos || fs::is_symlink(e.symlink_status()),
+              true)
         << e.path();
   }
   EXPECT_EQ(entries, 3u);  // the victim, the planted link, the profile
 }
 
 TEST(ProfileRoundTrip, SerializationIsDeterministic) {
-  EXPECT_EQ(storage::serializeProfile(test::fullSymbolicProfile()), storage::serializeProfile(test::fullSymbolicProfile()));
+  EXPECT_EQ(storage::serializeProfile(test::fullSymbolicProfile()),
+            storage::serializeProfile(test::fullSymbolicProfile()));
 }
 
 TEST(ProfileRoundTrip, WriteLeavesNoTemporaryFiles) {
@@ -261,7 +263,8 @@ TEST(ProfileBundles, FailedAppendLeavesOnlyWholeRecords) {
   const auto whole = fs::file_size(w.path());
   struct rlimit saved {};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGXFSZ, &ignore, &old);
   struct rlimit small = saved;
@@ -301,7 +304,8 @@ TEST(ProfileBundles, StagedRecordsAreWrittenTogetherOrNotAtAll) {
   w.stage(threadOf(4));
   struct rlimit saved {};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGXFSZ, &ignore, &old);
   struct rlimit small = saved;
@@ -415,7 +419,8 @@ TEST(ProfileBundles, CutBetweenRecordsIsReported) {
     ASSERT_EQ(entries.size(), keep + 1) << "keep " << keep;
     EXPECT_EQ(entries.back().string(), bundle.string() + "@" + std::to_string(keep * recordBytes));
     const std::string e = readError(entries.back());
-    EXPECT_NE(e.find(entries.back().string() + ": cut after its record " + std::to_string(keep)), std::string::npos) << e;
+    EXPECT_NE(e.find(entries.back().string() + ": cut after its record " + std::to_string(keep)), std::string::npos)
+        << e;
     EXPECT_EQ(storage::profileBytes(entries.back()), 0u);
     // Given by itself, a cut bundle is refused with the same reason.
     EXPECT_NE(readError(bundle).find("cut after its record"), std::string::npos) << readError(bundle);
@@ -453,7 +458,8 @@ TEST(ProfileBundles, FailedFirstWriteLeavesNoBundle) {
   storage::ProfileBundleWriter w(dir.path() / storage::bundleFileName(threadOf(1).identity));
   struct rlimit saved {};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGXFSZ, &ignore, &old);
   struct rlimit small = saved;

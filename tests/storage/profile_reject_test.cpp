@@ -116,8 +116,8 @@ TEST(ProfileReject, TrailingBytes) {
 
 TEST(ProfileReject, DanglingParent) {
   EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent[3] = 999; }),
-            "CCT node 3 has parent 999, which does not exist (" + std::to_string(test::fullSymbolicProfile().cct.size()) +
-                " nodes)");
+            "CCT node 3 has parent 999, which does not exist (" +
+                std::to_string(test::fullSymbolicProfile().cct.size()) + " nodes)");
 }
 
 TEST(ProfileReject, Cycle) {
@@ -143,15 +143,16 @@ TEST(ProfileReject, MetricIdOutOfRange) {
 }
 
 TEST(ProfileReject, ValueAtMissingNode) {
-  EXPECT_NE(mutatedError([](ThreadProfile& p) { p.values.node.back() = 500; })
-                .find("value 4 is at CCT node 500, which does not exist"),
+  EXPECT_NE(mutatedError([](ThreadProfile& p) {
+              p.values.node.back() = 500;
+            }).find("value 4 is at CCT node 500, which does not exist"),
             std::string::npos);
 }
 
 TEST(ProfileReject, UnsortedValues) {
-  EXPECT_NE(mutatedError([](ThreadProfile& p) { std::swap(p.values.node.front(), p.values.node.back()); })
-                .find("not sorted"),
-            std::string::npos);
+  EXPECT_NE(
+      mutatedError([](ThreadProfile& p) { std::swap(p.values.node.front(), p.values.node.back()); }).find("not sorted"),
+      std::string::npos);
 }
 
 TEST(ProfileReject, ZeroValue) {
@@ -227,8 +228,11 @@ TEST(ProfileReject, UnwindNoteDefects) {
   // child would need to be a candidate or a stopped frame).
   EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[1] = 0; }),
             "CCT node 3: a candidate frame below a frame that no stack scan found");
-  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[4] = 0; }), "CCT node 4: an unwound frame below a candidate frame");
-  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[2] = UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode(); }),
+  EXPECT_EQ(error([](ThreadProfile& p) { p.cct.unwindNote[4] = 0; }),
+            "CCT node 4: an unwound frame below a candidate frame");
+  EXPECT_EQ(error([](ThreadProfile& p) {
+              p.cct.unwindNote[2] = UnwindNote{UnwindNoteKind::Candidate, 1, 0}.encode();
+            }),
             "CCT node 2: samples on a frame found by a stack scan");
 }
 

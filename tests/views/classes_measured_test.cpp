@@ -36,7 +36,8 @@ TEST(ThreadClassesMeasured, ThreadsThatWaitForTheProgramsLockAreWorkers) {
   for (const auto& c : info["thread_classes"]) {
     if (c["class"] != "worker") continue;
     ++workers;
-    waitingWorkers += c["reason"].get<std::string>().find("waits in the program's synchronization") != std::string::npos;
+    waitingWorkers +=
+        c["reason"].get<std::string>().find("waits in the program's synchronization") != std::string::npos;
   }
   EXPECT_EQ(workers, 4u) << info["thread_classes"].dump(1);
   EXPECT_GE(waitingWorkers, 3u) << info["thread_classes"].dump(1);

@@ -98,7 +98,8 @@ void checkAgainstBruteForce(const fs::path& dir, const std::string& threads) {
           EXPECT_TRUE(std::isnan(reported));
           continue;
         }
-        const double p = kP[std::find(std::begin(kPercentiles), std::end(kPercentiles), col.statistic) - std::begin(kPercentiles)];
+        const double p =
+            kP[std::find(std::begin(kPercentiles), std::end(kPercentiles), col.statistic) - std::begin(kPercentiles)];
         const std::uint64_t exact = nearestRank(values, zeros, p);
         const auto bin = metrics::LogLinearHistogram::binOf(exact);
         const double lo = static_cast<double>(metrics::LogLinearHistogram::binLower(bin)) * static_cast<double>(period);
@@ -110,7 +111,8 @@ void checkAgainstBruteForce(const fs::path& dir, const std::string& threads) {
           ++exactChecks;
         } else {
           // Within half a bin: 1/16 of the value.
-          EXPECT_LE(std::fabs(reported - static_cast<double>(exact * period)), static_cast<double>(exact * period) / 16 + 1);
+          EXPECT_LE(std::fabs(reported - static_cast<double>(exact * period)),
+                    static_cast<double>(exact * period) / 16 + 1);
           ++binChecks;
         }
       }
@@ -199,10 +201,12 @@ TEST_F(Distributions, DrillDownByNameAndByFlatAndCallersIds) {
   for (const auto& n : flat.nodes) {
     if (n.kind != views::NodeKind::Procedure) continue;
     ++procedures;
-    const auto byName = views::drillDown(*handle, views::resolveDrillTarget(*handle, n.name), handle->metadata().metrics[0].descriptor.name,
-                                         MetricScope::Inclusive, 16, "all");
-    const auto byFlatId = views::drillDown(*handle, views::resolveDrillTarget(*handle, std::to_string(n.viewId), views::ViewKind::Flat),
-                                           handle->metadata().metrics[0].descriptor.name, MetricScope::Inclusive, 16, "all");
+    const auto byName =
+        views::drillDown(*handle, views::resolveDrillTarget(*handle, n.name),
+                         handle->metadata().metrics[0].descriptor.name, MetricScope::Inclusive, 16, "all");
+    const auto byFlatId =
+        views::drillDown(*handle, views::resolveDrillTarget(*handle, std::to_string(n.viewId), views::ViewKind::Flat),
+                         handle->metadata().metrics[0].descriptor.name, MetricScope::Inclusive, 16, "all");
     // The drill-down's sum over threads is the Flat node's inclusive sum, by name and by id.
     EXPECT_DOUBLE_EQ(byName.all.sum, n.stats[0].sum) << n.name;
     EXPECT_DOUBLE_EQ(byFlatId.all.sum, n.stats[0].sum) << n.name;

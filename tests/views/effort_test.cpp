@@ -107,8 +107,8 @@ TEST_F(Effort, OverheadRulesAndEffort) {
   for (const auto& m : database->metrics()) names.push_back(m.descriptor.name);
   EXPECT_EQ(names, (std::vector<std::string>{"work", "idleness", "overhead", "effort"}));
   const auto overhead = byProcedure(path, "overhead");
-  EXPECT_EQ(overhead.at("__kmp_barrier"), 100);      // libomp.so*
-  EXPECT_EQ(overhead.at("GOMP_barrier"), 100);       // libgomp.so*: the futex wait in libc below it counts too
+  EXPECT_EQ(overhead.at("__kmp_barrier"), 100);  // libomp.so*
+  EXPECT_EQ(overhead.at("GOMP_barrier"), 100);   // libgomp.so*: the futex wait in libc below it counts too
   EXPECT_EQ(overhead.at("futex_wait"), 100);
   EXPECT_EQ(overhead.at("memcpy"), 0);               // libc is looked through: main's work
   EXPECT_EQ(overhead.at("pthread_mutex_lock"), 20);  // libc.so*:pthread_*
@@ -138,7 +138,8 @@ TEST_F(Effort, ViewsShowFigureFiveOne) {
   const auto j = nlohmann::json::parse(notes("json"));
   std::map<std::string, std::string> note;
   for (const auto& n : j["nodes"])
-    if (n["kind"] == "procedure") note[n["name"].get<std::string>()] = n["note"].is_null() ? "" : n["note"].get<std::string>();
+    if (n["kind"] == "procedure")
+      note[n["name"].get<std::string>()] = n["note"].is_null() ? "" : n["note"].get<std::string>();
   EXPECT_EQ(note.at("refine"), "refine granularity");
   EXPECT_EQ(note.at("coarsen"), "coarsen granularity");
   EXPECT_EQ(note.at("change"), "change the parallelization");

@@ -38,10 +38,14 @@ TEST(InfoQuality, TableTotalsWarningAndJson) {
   std::ostringstream text;
   views::renderInfoText(views::describe(*db), text);
   const std::string t = text.str();
-  EXPECT_NE(t.find("  all                            1000  300 (30.0 %)         5 (0.5 %)            2 (0.2 %)            7\n"),
-            std::string::npos) << t;
+  EXPECT_NE(
+      t.find(
+          "  all                            1000  300 (30.0 %)         5 (0.5 %)            2 (0.2 %)            7\n"),
+      std::string::npos)
+      << t;
   EXPECT_NE(t.find("280 (56.0 %)"), std::string::npos) << t;
-  EXPECT_NE(t.find("warning: 30.0 % of the samples have truncated call paths (more than 10 %)"), std::string::npos) << t;
+  EXPECT_NE(t.find("warning: 30.0 % of the samples have truncated call paths (more than 10 %)"), std::string::npos)
+      << t;
   EXPECT_EQ(t.find("were dropped"), std::string::npos) << t;
   std::ostringstream json;
   views::renderInfoJson(views::describe(*db), json);
@@ -64,7 +68,8 @@ TEST(InfoQuality, ManyThreadsShowTheWorstAndNoWarningBelowTheThreshold) {
   std::ostringstream text;
   views::renderInfoText(views::describe(*db), text);
   const std::string t = text.str();
-  EXPECT_NE(t.find("(the 8 of 40 threads with the largest share of truncated and dropped samples)"), std::string::npos) << t;
+  EXPECT_NE(t.find("(the 8 of 40 threads with the largest share of truncated and dropped samples)"), std::string::npos)
+      << t;
   EXPECT_NE(t.find(formatIdTuple(db->metadata().profiles[33])), std::string::npos) << t;
   EXPECT_EQ(t.find("warning"), std::string::npos) << t;
 }
@@ -75,7 +80,8 @@ TEST(InfoQuality, Format10DatabasesSayNotRecorded) {
   auto db = storage::Database::open(tmp.path() / "db");
   std::ostringstream text;
   views::renderInfoText(views::describe(*db), text);
-  EXPECT_NE(text.str().find("sampling     not recorded (databases before format 1.3)"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("sampling     not recorded (databases before format 1.3)"), std::string::npos)
+      << text.str();
   std::ostringstream json;
   views::renderInfoJson(views::describe(*db), json);
   EXPECT_TRUE(nlohmann::json::parse(json.str())["sampling"].is_null());

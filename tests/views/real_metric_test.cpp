@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <tuple>
 #include <cmath>
+#include <tuple>
 
 #include "common/test_support.hpp"
 #include "csp/metrics/encoding.hpp"
@@ -28,17 +28,17 @@ constexpr auto E = storage::MetricScope::Exclusive;
 std::filesystem::path writeRealDatabase(const std::filesystem::path& target) {
   storage::DatabaseBuilder builder(target);
   std::vector<storage::CctNode> nodes = {
-      {kNoIndex, ScopeKind::Root, 0, 0, 0, 0},   {0, ScopeKind::ProcFrame, 1, 2, 3, 1},
-      {1, ScopeKind::CallSite, 0, 2, 0, 5},      {2, ScopeKind::ProcFrame, 4, 5, 3, 1},
-      {3, ScopeKind::Stmt, 0, 5, 0, 2},          {1, ScopeKind::CallSite, 0, 2, 0, 6},
-      {5, ScopeKind::ProcFrame, 4, 5, 3, 1},     {6, ScopeKind::Stmt, 0, 5, 0, 2},
+      {kNoIndex, ScopeKind::Root, 0, 0, 0, 0}, {0, ScopeKind::ProcFrame, 1, 2, 3, 1},
+      {1, ScopeKind::CallSite, 0, 2, 0, 5},    {2, ScopeKind::ProcFrame, 4, 5, 3, 1},
+      {3, ScopeKind::Stmt, 0, 5, 0, 2},        {1, ScopeKind::CallSite, 0, 2, 0, 6},
+      {5, ScopeKind::ProcFrame, 4, 5, 3, 1},   {6, ScopeKind::Stmt, 0, 5, 0, 2},
   };
   // Per node and profile: the value (NaN = absent), same for E and I except where noted.
   const double nan = NAN;
-  const std::vector<std::array<double, 2>> incl = {{2.0, 1.5}, {2.0, 1.5}, {0.5, 1.5}, {0.5, 1.5}, {0.5, 1.5},
-                                                    {1.5, nan},  {1.5, nan}, {1.5, nan}};
-  const std::vector<std::array<double, 2>> excl = {{nan, nan}, {nan, nan}, {nan, nan}, {0.5, 1.5}, {0.5, 1.5},
-                                                    {nan, nan}, {1.5, nan}, {1.5, nan}};
+  const std::vector<std::array<double, 2>> incl = {{2.0, 1.5}, {2.0, 1.5}, {0.5, 1.5}, {0.5, 1.5},
+                                                   {0.5, 1.5}, {1.5, nan}, {1.5, nan}, {1.5, nan}};
+  const std::vector<std::array<double, 2>> excl = {{nan, nan}, {nan, nan}, {nan, nan}, {0.5, 1.5},
+                                                   {0.5, 1.5}, {nan, nan}, {1.5, nan}, {1.5, nan}};
   storage::ShardWriter shard(builder.stagingDir(), 0);
   shard.putCct(nodes);
   std::vector<std::vector<storage::ProfileValue>> byProfile(2);

@@ -34,15 +34,16 @@ std::string logSpec() {
                                       {{"proc", proc}, {"file", std::string(proc) + ".c"}, {"line", 1}},
                                       {{"stmt", stmt}}});
       };
-      threads.push_back(
-          {{"id", {{"rank", rank}, {"thread", t}}},
-           {"pid", 10 + rank},
-           {"samples",
-            {{{"path", path("solve", "solve.c:2")}, {"counts", {{"work", solve}, {"idleness", 10}}}},
-             {{"path", path("setup", "setup.c:3")}, {"counts", {{"work", 50}, {"idleness", 40}}}}}},
-           {"events",
-            {{{"t", 0}, {"enter", "compute"}}, {{"t", solve}, {"exit", "compute"}}, {{"t", solve + 1}, {"enter", "barrier"}},
-             {{"t", 260}, {"exit", "barrier"}}}}});
+      threads.push_back({{"id", {{"rank", rank}, {"thread", t}}},
+                         {"pid", 10 + rank},
+                         {"samples",
+                          {{{"path", path("solve", "solve.c:2")}, {"counts", {{"work", solve}, {"idleness", 10}}}},
+                           {{"path", path("setup", "setup.c:3")}, {"counts", {{"work", 50}, {"idleness", 40}}}}}},
+                         {"events",
+                          {{{"t", 0}, {"enter", "compute"}},
+                           {{"t", solve}, {"exit", "compute"}},
+                           {{"t", solve + 1}, {"enter", "barrier"}},
+                           {{"t", 260}, {"exit", "barrier"}}}}});
     }
   return nlohmann::json{{"executable", "app"},
                         {"metrics",
@@ -117,21 +118,21 @@ TEST_F(Presentation, ChildrenOfANodeAreWhatTheWholeViewShowsBelowIt) {
     top.depth = 1;
     const auto first = session.view(TreeRequest{top, std::nullopt});
     std::size_t opened = 0;
-    std::function<void(const ViewTree&, std::uint32_t, std::uint32_t)> compare = [&](const ViewTree& part, std::uint32_t at,
-                                                                                     std::uint32_t wholeAt) {
-      ASSERT_EQ(childrenOf(part, at), childrenOf(whole, wholeAt));
-      for (std::size_t k = 0; k < whole.nodes[wholeAt].children.size(); ++k) {
-        const auto wholeChild = whole.nodes[wholeAt].children[k];
-        if (whole.nodes[wholeChild].children.empty()) continue;
-        const auto& shown = part.nodes[part.nodes[at].children[k]];
-        EXPECT_TRUE(shown.truncated);  // not built beyond the level asked for
-        const auto below = session.children(request, shown.viewId);
-        ASSERT_EQ(below.roots.size(), 1u);
-        EXPECT_EQ(below.nodes[below.roots[0]].viewId, shown.viewId);
-        ++opened;
-        compare(below, below.roots[0], wholeChild);
-      }
-    };
+    std::function<void(const ViewTree&, std::uint32_t, std::uint32_t)> compare =
+        [&](const ViewTree& part, std::uint32_t at, std::uint32_t wholeAt) {
+          ASSERT_EQ(childrenOf(part, at), childrenOf(whole, wholeAt));
+          for (std::size_t k = 0; k < whole.nodes[wholeAt].children.size(); ++k) {
+            const auto wholeChild = whole.nodes[wholeAt].children[k];
+            if (whole.nodes[wholeChild].children.empty()) continue;
+            const auto& shown = part.nodes[part.nodes[at].children[k]];
+            EXPECT_TRUE(shown.truncated);  // not built beyond the level asked for
+            const auto below = session.children(request, shown.viewId);
+            ASSERT_EQ(below.roots.size(), 1u);
+            EXPECT_EQ(below.nodes[below.roots[0]].viewId, shown.viewId);
+            ++opened;
+            compare(below, below.roots[0], wholeChild);
+          }
+        };
     compare(first, first.roots[0], whole.roots[0]);
     EXPECT_GT(opened, 10u);
   }
@@ -268,7 +269,8 @@ TEST_F(Presentation, LibraryAnswersAreWhatTheToolsPrint) {
 
   const auto p = synthetic("p", 2), q4 = synthetic("q", 4);
   const auto report = Session(p).diff(Session(q4), {}, 5);
-  EXPECT_EQ(rendered(report, Format::Text), stdoutOf(tool("csp-diff") + " " + p.string() + " " + q4.string() + " --top 5"));
+  EXPECT_EQ(rendered(report, Format::Text),
+            stdoutOf(tool("csp-diff") + " " + p.string() + " " + q4.string() + " --top 5"));
   EXPECT_EQ(rendered(report, Format::Json),
             stdoutOf(tool("csp-diff") + " " + p.string() + " " + q4.string() + " --top 5 --format json"));
 }
@@ -305,7 +307,8 @@ TEST_F(Presentation, EveryAnswerHasJsonAndRefusesOtherFormatsClearly) {
   Session session(logs);
   const std::vector<std::pair<Answer, std::string>> answers{
       {session.view(TreeRequest{}), "nodes"},
-      {session.perThread({"solve", ViewKind::CallingContext, "work", storage::MetricScope::Inclusive, 4, ""}), "values"},
+      {session.perThread({"solve", ViewKind::CallingContext, "work", storage::MetricScope::Inclusive, 4, ""}),
+       "values"},
       {session.info(), "metrics"},
       {session.imbalance({}), "causes"},
       {session.query(queryRequestFrom({"Duration(exists t: (t, barrier))", "", {}, 50})), "rows"}};

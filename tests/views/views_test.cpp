@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "common/test_support.hpp"
-#include "csp/storage/profile_io.hpp"
-#include "csp/storage/profile_builder.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/profile_builder.hpp"
+#include "csp/storage/profile_io.hpp"
 #include "csp/views/render.hpp"
 
 using namespace csp;
@@ -32,10 +32,14 @@ std::string testLabel(const ViewTree& t, const TreeNode& n) {
     case NodeKind::Procedure:
       if (t.kind == ViewKind::Callers && n.depth >= 2) return n.name + "@" + fl();
       return n.name;
-    case NodeKind::Loop: return "loop " + fl();
-    case NodeKind::CallSite: return "call " + fl();
-    case NodeKind::Statement: return fl();
-    default: return n.name;
+    case NodeKind::Loop:
+      return "loop " + fl();
+    case NodeKind::CallSite:
+      return "call " + fl();
+    case NodeKind::Statement:
+      return fl();
+    default:
+      return n.name;
   }
 }
 
@@ -201,7 +205,9 @@ TEST_F(Views, Figure75FlatView) {
   EXPECT_EQ(incl(t, {"fig75", "main.c", "main"}), 333);
   EXPECT_EQ(excl(t, {"fig75", "main.c", "main"}), 33);
   EXPECT_EQ(excl(t, {"fig75", "main.c", "main", "loop main.c:10", "loop main.c:11", "loop main.c:13"}), 30);
-  EXPECT_EQ(incl(t, {"fig75", "main.c", "main", "loop main.c:10", "loop main.c:11", "loop main.c:13", "call main.c:16"}), 300);
+  EXPECT_EQ(
+      incl(t, {"fig75", "main.c", "main", "loop main.c:10", "loop main.c:11", "loop main.c:13", "call main.c:16"}),
+      300);
   EXPECT_EQ(incl(t, {"fig75", "work.c", "work"}), 300);
   EXPECT_EQ(excl(t, {"fig75", "work.c", "work"}), 300);
   // Module and file levels count each sample once: work is called from main in the same module.
@@ -292,7 +298,8 @@ TEST_F(Views, FormulaColumnsOverFinalizedStatistics) {
   // Two threads: cycles 600/200 and instructions 200/100 at main's only statement. Per node,
   // cpi = cycles.sum / instructions.sum = 800 / 300 (a ratio of sums, not a mean of ratios 3 and 2),
   // spread = cycles.max - cycles.min = 400.
-  const auto db = database("cpi", R"({"metrics": [{"name": "cycles", "kind": "counted"}, {"name": "instructions", "kind": "counted"}],
+  const auto db = database(
+      "cpi", R"({"metrics": [{"name": "cycles", "kind": "counted"}, {"name": "instructions", "kind": "counted"}],
     "threads": [
       {"id": {"rank": 0}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 600, "instructions": 200}}]},
       {"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cycles": 200, "instructions": 100}}]}]})");
@@ -307,8 +314,9 @@ TEST_F(Views, FormulaColumnsOverFinalizedStatistics) {
   EXPECT_EQ(t.columns[1].metric, "cpi");
   EXPECT_TRUE(std::isnan(t.percent(main, 1)));
   // From the command line, sorted by the formula, in every format.
-  const auto out = run(tool("csp-views") + " --flat --formula 'cpi = cycles.sum / instructions.sum' --sort cpi:I --format csv " +
-                       db.string());
+  const auto out =
+      run(tool("csp-views") + " --flat --formula 'cpi = cycles.sum / instructions.sum' --sort cpi:I --format csv " +
+          db.string());
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_NE(out.output.find("cpi:I"), std::string::npos) << out.output;
   EXPECT_NE(out.output.find("2.666666"), std::string::npos) << out.output;
@@ -322,9 +330,11 @@ TEST_F(Views, ExportsConserveTheRootTotalWhenTopLevelContextsArePruned) {
   // default 1 % threshold), the root's total is 1200.
   std::string samples = R"({"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"time": 1000}})";
   for (int i = 0; i < 40; ++i)
-    samples += R"(, {"path": [{"proc": "tiny)" + std::to_string(i) + R"("}, {"stmt": "t.c:1"}], "counts": {"time": 5}})";
+    samples +=
+        R"(, {"path": [{"proc": "tiny)" + std::to_string(i) + R"("}, {"stmt": "t.c:1"}], "counts": {"time": 5}})";
   const auto db = database("pruned", R"({"metrics": [{"name": "time", "unit": "ns", "kind": "sampled", "period": 1}],
-    "threads": [{"id": {"rank": 0}, "samples": [)" + samples + "]}]}");
+    "threads": [{"id": {"rank": 0}, "samples": [)" +
+                                         samples + "]}]}");
   const auto folded = run(tool("csp-views") + " --format folded " + db.string());
   ASSERT_EQ(folded.status, 0) << folded.output;
   long long total = 0;
@@ -345,7 +355,10 @@ TEST_F(Views, ExportsKeepNamesThatAreNotUtf8) {
   storage::ProfileBuilder b(FrameKind::Symbolic);
   b.profile().identity.idTuple = {{IdKind::Rank, 0}};
   b.addMetric({"time", "ns", MetricKind::Sampled, 1, ""});
-  const auto proc = b.frame(SymbolicFrame{ScopeKind::ProcFrame, b.intern("bad\xff\xfe" "name"), b.intern("f\xc3.c"), 1, b.intern("m")});
+  const auto proc = b.frame(SymbolicFrame{ScopeKind::ProcFrame,
+                                          b.intern("bad\xff\xfe"
+                                                   "name"),
+                                          b.intern("f\xc3.c"), 1, b.intern("m")});
   const auto stmt = b.frame(SymbolicFrame{ScopeKind::Stmt, 0, b.intern("f\xc3.c"), 2, 0});
   std::uint32_t path[] = {proc, stmt};
   b.addCount(b.path(path), 0, 10);
@@ -505,7 +518,8 @@ TEST_F(Views, DrillDownShowsThreadsAndOutliers) {
 }
 
 TEST(ShortenName, CollapsesTemplatesAndParameters) {
-  EXPECT_EQ(shortenName("std::vector<int, std::allocator<int> >::push_back(int const&)", 80), "std::vector<...>::push_back(...)");
+  EXPECT_EQ(shortenName("std::vector<int, std::allocator<int> >::push_back(int const&)", 80),
+            "std::vector<...>::push_back(...)");
   EXPECT_EQ(shortenName("main", 80), "main");
   EXPECT_EQ(shortenName("f()", 80), "f()");
   EXPECT_EQ(shortenName("bool operator<(A const&, A const&)", 80), "bool operator<(...)");
@@ -564,7 +578,8 @@ TEST_F(Views, CliEveryViewAndFormatRuns) {
   r = views("--node main/work " + db);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("max: rank 1 thread 0 = 200"), std::string::npos) << r.output;
-  for (const char* format : {"csv", "json"}) EXPECT_EQ(views(std::string("--node 1 --format ") + format + " " + db).status, 0);
+  for (const char* format : {"csv", "json"})
+    EXPECT_EQ(views(std::string("--node 1 --format ") + format + " " + db).status, 0);
 
   r = views("--flat --stat mean,max,imbalance,count --population present --sort max:E --color always " + db);
   EXPECT_EQ(r.status, 0) << r.output;

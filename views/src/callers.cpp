@@ -58,7 +58,8 @@ class CallersModel final : public ViewModel {
 
   std::vector<std::pair<storage::NodeId, bool>> contributors(std::uint32_t h) override {
     std::vector<std::pair<storage::NodeId, bool>> out;
-    for (const auto& inst : nodes_[h].instances) out.emplace_back(inst.frame, !recurs(inst.frame, nodes_[h].chainLength));
+    for (const auto& inst : nodes_[h].instances)
+      out.emplace_back(inst.frame, !recurs(inst.frame, nodes_[h].chainLength));
     return out;
   }
 
@@ -100,7 +101,9 @@ class CallersModel final : public ViewModel {
     return idx_.frame[p];
   }
 
-  const Acc& acc(storage::NodeId frame, std::size_t slot) const { return frameAcc_[frameSlot_[frame] * metrics_.slots() + slot]; }
+  const Acc& acc(storage::NodeId frame, std::size_t slot) const {
+    return frameAcc_[frameSlot_[frame] * metrics_.slots() + slot];
+  }
 
   void loadFrames() {
     const std::size_t n = idx_.size();

@@ -12,12 +12,18 @@ namespace csp::views::detail {
 
 NodeKind kindOf(ScopeKind kind) {
   switch (kind) {
-    case ScopeKind::Root: return NodeKind::Root;
-    case ScopeKind::ProcFrame: return NodeKind::Procedure;
-    case ScopeKind::Alien: return NodeKind::Inlined;
-    case ScopeKind::Loop: return NodeKind::Loop;
-    case ScopeKind::CallSite: return NodeKind::CallSite;
-    case ScopeKind::Stmt: return NodeKind::Statement;
+    case ScopeKind::Root:
+      return NodeKind::Root;
+    case ScopeKind::ProcFrame:
+      return NodeKind::Procedure;
+    case ScopeKind::Alien:
+      return NodeKind::Inlined;
+    case ScopeKind::Loop:
+      return NodeKind::Loop;
+    case ScopeKind::CallSite:
+      return NodeKind::CallSite;
+    case ScopeKind::Stmt:
+      return NodeKind::Statement;
   }
   return NodeKind::Statement;
 }
@@ -72,7 +78,8 @@ std::vector<Acc> nodeAccumulators(const storage::Database& db, const MetricSet& 
           continue;
         }
         Acc part = Acc::decode(metrics.types[m], d.accumulator);
-        if (metrics.histograms && metrics.types[m] == storage::ValueType::Count) part.setHistogram(d.histogram, metrics.periods[m]);
+        if (metrics.histograms && metrics.types[m] == storage::ValueType::Count)
+          part.setHistogram(d.histogram, metrics.periods[m]);
         if (seen[slot])
           acc[slot].merge(part);
         else
@@ -112,10 +119,11 @@ void SummaryScan::run() {
   // All threads: the summaries, and for percentiles the all-threads histograms beside them;
   // thread classes: the selected classes' entries of the distributions family.
   if (!metrics_.byClass) {
-    db_.forEachSummary([&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope, std::string_view acc) {
-      if (const auto slot = slotOf(metric, scope))
-        entries_.push_back({node, *slot, keep(acc), static_cast<std::uint32_t>(acc.size()), 0, 0, false});
-    });
+    db_.forEachSummary(
+        [&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope, std::string_view acc) {
+          if (const auto slot = slotOf(metric, scope))
+            entries_.push_back({node, *slot, keep(acc), static_cast<std::uint32_t>(acc.size()), 0, 0, false});
+        });
   }
   if (!metrics_.byClass && !metrics_.histograms) return;
   db_.forEachDistribution([&](storage::NodeId node, storage::MetricId metric, storage::MetricScope scope,
@@ -140,13 +148,16 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
   const std::size_t slots = metrics_.slots();
   std::vector<char> seen(wanted.size() * slots, 0);
   auto damaged = [&](storage::NodeId node, const metrics::DecodeError& err) {
-    throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: summary of node {}: {}", node, err.what()));
+    throw storage::DatabaseError(db_.directory(),
+                                 fmt::format("damaged database: summary of node {}: {}", node, err.what()));
   };
   auto view = [&](std::uint64_t at, std::uint32_t size) { return std::string_view(bytes_.data() + at, size); };
   // Histograms of the all-threads population, by (node, slot), in key order like entries_.
   std::size_t h = 0;
   auto histogramOf = [&](const Entry& e) -> std::string_view {
-    while (h < histograms_.size() && std::make_pair(histograms_[h].node, histograms_[h].slot) < std::make_pair(e.node, e.slot)) ++h;
+    while (h < histograms_.size() &&
+           std::make_pair(histograms_[h].node, histograms_[h].slot) < std::make_pair(e.node, e.slot))
+      ++h;
     if (h < histograms_.size() && histograms_[h].node == e.node && histograms_[h].slot == e.slot)
       return view(histograms_[h].histOffset, histograms_[h].histSize);
     return {};
@@ -166,7 +177,8 @@ void SummaryScan::forEach(const std::vector<char>& wanted,
       for (std::size_t k = i; k < j; ++k) {
         const Entry& e = entries_[k];
         Acc part = Acc::decode(metrics_.types[m], view(e.accOffset, e.accSize));
-        if (withHistogram) part.setHistogram(e.hasHist ? view(e.histOffset, e.histSize) : histogramOf(e), metrics_.periods[m]);
+        if (withHistogram)
+          part.setHistogram(e.hasHist ? view(e.histOffset, e.histSize) : histogramOf(e), metrics_.periods[m]);
         if (k == i)
           acc = std::move(part);
         else
@@ -282,7 +294,8 @@ class CallingContextModel final : public ViewModel {
       n = index_->nodes[id];
     } else {
       auto stored = db_.node(id);
-      if (!stored) throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: CCT node {} is missing", id));
+      if (!stored)
+        throw storage::DatabaseError(db_.directory(), fmt::format("damaged database: CCT node {} is missing", id));
       n = *stored;
     }
     ModelNode m = labelOf(db_, id, n);

@@ -1,13 +1,13 @@
 // Shared pieces of the view sources: accumulators of either type, the CCT index, matching.
-#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fnmatch.h>
+#include <algorithm>
 
 #include <cmath>
 #include <map>
-#include <unordered_map>
 #include <tuple>
+#include <unordered_map>
 
 #include "csp/metrics/encoding.hpp"
 #include "csp/metrics/expression.hpp"
@@ -17,14 +17,17 @@ namespace csp::views {
 
 const char* toString(ViewKind kind) {
   switch (kind) {
-    case ViewKind::CallingContext: return "calling-context";
-    case ViewKind::Callers: return "callers";
-    case ViewKind::Flat: return "flat";
-    case ViewKind::Regions: return "regions";
+    case ViewKind::CallingContext:
+      return "calling-context";
+    case ViewKind::Callers:
+      return "callers";
+    case ViewKind::Flat:
+      return "flat";
+    case ViewKind::Regions:
+      return "regions";
   }
   return "unknown";
 }
-
 
 bool hasPercent(Statistic s) {
   // A spread (stddev) is no share of anything; ratios and counts neither.
@@ -34,15 +37,24 @@ bool hasPercent(Statistic s) {
 
 const char* toString(NodeKind kind) {
   switch (kind) {
-    case NodeKind::Root: return "root";
-    case NodeKind::Module: return "module";
-    case NodeKind::File: return "file";
-    case NodeKind::Procedure: return "procedure";
-    case NodeKind::Inlined: return "inlined";
-    case NodeKind::Loop: return "loop";
-    case NodeKind::CallSite: return "callsite";
-    case NodeKind::Statement: return "statement";
-    case NodeKind::Region: return "region";
+    case NodeKind::Root:
+      return "root";
+    case NodeKind::Module:
+      return "module";
+    case NodeKind::File:
+      return "file";
+    case NodeKind::Procedure:
+      return "procedure";
+    case NodeKind::Inlined:
+      return "inlined";
+    case NodeKind::Loop:
+      return "loop";
+    case NodeKind::CallSite:
+      return "callsite";
+    case NodeKind::Statement:
+      return "statement";
+    case NodeKind::Region:
+      return "region";
   }
   return "unknown";
 }
@@ -181,8 +193,9 @@ CctIndex CctIndex::read(const storage::Database& db) {
     ++visited;
     const auto& node = idx.nodes[id];
     if (node.kind == ScopeKind::ProcFrame) {
-      auto [it, fresh] = procIds.try_emplace({std::uint64_t{node.module} << 32 | node.name, std::uint64_t{node.file} << 32 | node.line},
-                                             static_cast<std::uint32_t>(idx.procOf.size()));
+      auto [it, fresh] = procIds.try_emplace(
+          {std::uint64_t{node.module} << 32 | node.name, std::uint64_t{node.file} << 32 | node.line},
+          static_cast<std::uint32_t>(idx.procOf.size()));
       if (fresh) idx.procOf.push_back(id);
       idx.procedure[id] = it->second;
       idx.frame[id] = id;
@@ -207,16 +220,21 @@ std::string fileLine(const std::string& file, std::uint32_t line) {
 
 std::string matchLabel(const ModelNode& n) {
   switch (n.kind) {
-    case NodeKind::Root: return "<program root>";
+    case NodeKind::Root:
+      return "<program root>";
     case NodeKind::Module:
     case NodeKind::File:
     case NodeKind::Procedure:
     case NodeKind::Inlined:
-    case NodeKind::Region: return n.name;
+    case NodeKind::Region:
+      return n.name;
     // Code without a line table: loops by header address, statements and calls by offset.
-    case NodeKind::Loop: return n.name.empty() ? "loop " + fileLine(n.file, n.line) : n.name;
-    case NodeKind::CallSite: return "call " + (n.name.empty() ? fileLine(n.file, n.line) : n.name);
-    case NodeKind::Statement: return n.name.empty() ? fileLine(n.file, n.line) : n.name;
+    case NodeKind::Loop:
+      return n.name.empty() ? "loop " + fileLine(n.file, n.line) : n.name;
+    case NodeKind::CallSite:
+      return "call " + (n.name.empty() ? fileLine(n.file, n.line) : n.name);
+    case NodeKind::Statement:
+      return n.name.empty() ? fileLine(n.file, n.line) : n.name;
   }
   return n.name;
 }
@@ -226,7 +244,8 @@ MetricSet resolveMetrics(const storage::Database& db, std::vector<Column>& colum
   if (metrics.empty()) throw ViewError(db.directory().string() + ": the database has no metrics");
   if (columns.empty()) {
     const auto& name = metrics[0].descriptor.name;
-    columns = {{name, Statistic::Sum, storage::MetricScope::Inclusive}, {name, Statistic::Sum, storage::MetricScope::Exclusive}};
+    columns = {{name, Statistic::Sum, storage::MetricScope::Inclusive},
+               {name, Statistic::Sum, storage::MetricScope::Exclusive}};
   }
   MetricSet set;
   std::vector<std::string> needed;  // metric names, columns first, then formula references
@@ -277,7 +296,8 @@ MetricSet regionMetrics(const storage::Database& db, std::vector<Column>& column
                {"visits", Statistic::Sum, storage::MetricScope::Exclusive}};
   for (const auto& c : columns)
     if (std::find(set.names.begin(), set.names.end(), c.metric) == set.names.end())
-      throw ViewError(fmt::format("unknown region metric '{}' (regions have: {})", c.metric, fmt::join(set.names, ", ")));
+      throw ViewError(
+          fmt::format("unknown region metric '{}' (regions have: {})", c.metric, fmt::join(set.names, ", ")));
   return set;
 }
 

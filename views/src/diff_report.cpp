@@ -21,11 +21,15 @@ constexpr std::size_t kMaxLabel = 110;
 // Labels show file base names: full paths are in the database, and a path of paths is unreadable.
 std::string segment(const DiffNode& n) {
   switch (n.kind) {
-    case ScopeKind::Root: return "<program root>";
-    case ScopeKind::ProcFrame: return n.name.empty() ? "<unknown procedure>" : n.name;
-    case ScopeKind::Alien: return "inlined " + n.name;
+    case ScopeKind::Root:
+      return "<program root>";
+    case ScopeKind::ProcFrame:
+      return n.name.empty() ? "<unknown procedure>" : n.name;
+    case ScopeKind::Alien:
+      return "inlined " + n.name;
     // Code without a line table: loops by header address, statements and calls by offset.
-    case ScopeKind::Loop: return n.name.empty() ? fmt::format("loop {}:{}", baseName(n.file), n.line) : n.name;
+    case ScopeKind::Loop:
+      return n.name.empty() ? fmt::format("loop {}:{}", baseName(n.file), n.line) : n.name;
     case ScopeKind::CallSite:
     case ScopeKind::Stmt:
       if (!n.name.empty()) return n.name;
@@ -102,20 +106,19 @@ std::vector<storage::NodeId> rankedContexts(const ScalingDiff& d) {
   std::vector<storage::NodeId> order;
   for (storage::NodeId i = 1; i < d.nodes.size(); ++i)
     if (listable(d.nodes[i]) && !repeated[i]) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
-    return d.nodes[a].inclusive.loss > d.nodes[b].inclusive.loss;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](auto a, auto b) { return d.nodes[a].inclusive.loss > d.nodes[b].inclusive.loss; });
   return order;
 }
 
 // Gains explain shares above 100 % of the total loss elsewhere.
-std::vector<storage::NodeId> largestGains(const ScalingDiff& d, const std::vector<storage::NodeId>& order, std::size_t top) {
+std::vector<storage::NodeId> largestGains(const ScalingDiff& d, const std::vector<storage::NodeId>& order,
+                                          std::size_t top) {
   std::vector<storage::NodeId> gains;
   for (auto id : order)
     if (d.nodes[id].inclusive.excess < 0) gains.push_back(id);
-  std::stable_sort(gains.begin(), gains.end(), [&](auto a, auto b) {
-    return d.nodes[a].inclusive.loss < d.nodes[b].inclusive.loss;
-  });
+  std::stable_sort(gains.begin(), gains.end(),
+                   [&](auto a, auto b) { return d.nodes[a].inclusive.loss < d.nodes[b].inclusive.loss; });
   gains.resize(std::min<std::size_t>(gains.size(), std::min<std::size_t>(top, 3)));
   return gains;
 }
@@ -144,8 +147,10 @@ std::string contextLabel(const ScalingDiff& diff, storage::NodeId node) {
   // A call site without line information is just an edge: it says nothing.
   for (storage::NodeId at = node; at != 0 && at != kNoIndex; at = diff.nodes[at].parent) {
     auto part = segment(diff.nodes[at]);
-    if (!part.empty()) parts.push_back(std::move(part));
-    else if (diff.nodes[at].kind == ScopeKind::Stmt) parts.emplace_back("<unknown line>");
+    if (!part.empty())
+      parts.push_back(std::move(part));
+    else if (diff.nodes[at].kind == ScopeKind::Stmt)
+      parts.emplace_back("<unknown line>");
   }
   std::string out;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) out += (out.empty() ? "" : " > ") + *it;

@@ -66,7 +66,8 @@ std::string labelWithPlace(const detail::ModelNode& label) {
 
 // The call path's nodes: the first name below the root or, when no root path starts with it,
 // anywhere in the tree.
-std::vector<storage::NodeId> resolvePath(const storage::Database& db, const detail::CctIndex& idx, const std::string& spec) {
+std::vector<storage::NodeId> resolvePath(const storage::Database& db, const detail::CctIndex& idx,
+                                         const std::string& spec) {
   const auto parts = splitPath(spec);
   if (parts.empty()) throw ViewError(fmt::format("--node {}: empty call path", spec));
   const auto& strings = db.metadata().strings;
@@ -95,16 +96,18 @@ storage::NodeId resolveNode(const storage::Database& db, const std::string& spec
   if (spec.empty()) throw ViewError("--node needs a node id or a call path such as main/solve");
   if (isNumber(spec)) {
     const auto id = spec.size() > 10 ? std::uint64_t{UINT64_MAX} : std::stoull(spec);
-    if (id >= count) throw ViewError(fmt::format("no CCT node {} (the CCT has nodes 0 to {})", spec, count ? count - 1 : 0));
+    if (id >= count)
+      throw ViewError(fmt::format("no CCT node {} (the CCT has nodes 0 to {})", spec, count ? count - 1 : 0));
     return static_cast<storage::NodeId>(id);
   }
   const auto idx = detail::CctIndex::read(db);
   const auto frontier = resolvePath(db, idx, spec);
   if (frontier.size() > 1) {
     std::string ids;
-    for (std::size_t i = 0; i < std::min<std::size_t>(frontier.size(), 8); ++i) ids += fmt::format("{}{}", i ? ", " : "", frontier[i]);
-    throw ViewError(fmt::format("--node {}: {} nodes match (ids {}{}); give a longer path or an id", spec, frontier.size(), ids,
-                                frontier.size() > 8 ? ", ..." : ""));
+    for (std::size_t i = 0; i < std::min<std::size_t>(frontier.size(), 8); ++i)
+      ids += fmt::format("{}{}", i ? ", " : "", frontier[i]);
+    throw ViewError(fmt::format("--node {}: {} nodes match (ids {}{}); give a longer path or an id", spec,
+                                frontier.size(), ids, frontier.size() > 8 ? ", ..." : ""));
   }
   return frontier[0];
 }
@@ -127,13 +130,15 @@ DrillTarget resolveDrillTarget(const storage::Database& db, const std::string& s
       t.nodes.push_back(node);
       t.inclusive.push_back(inclusive);
     }
-    t.what = fmt::format("{} node {}, {} context{} combined", toString(kind), id, t.nodes.size(), t.nodes.size() == 1 ? "" : "s");
+    t.what = fmt::format("{} node {}, {} context{} combined", toString(kind), id, t.nodes.size(),
+                         t.nodes.size() == 1 ? "" : "s");
     return t;
   }
   if (isNumber(spec)) {
     const auto id = resolveNode(db, spec);
     const auto stored = db.node(id);
-    if (!stored) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", id));
+    if (!stored)
+      throw storage::DatabaseError(db.directory(), fmt::format("damaged database: CCT node {} is missing", id));
     t.label = labelWithPlace(detail::labelOf(db, id, *stored));
     t.nodes = {id};
     t.inclusive = {true};
@@ -193,8 +198,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
     if (scope == storage::MetricScope::Inclusive && !target.inclusive[k]) continue;
     for (const auto& v : db.nodeValues(target.nodes[k], metrics.ids[0], scope)) {
       if (v.profile >= meta.profiles.size())
-        throw storage::DatabaseError(db.directory(),
-                                     fmt::format("damaged database: value of node {} for profile {}", target.nodes[k], v.profile));
+        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: value of node {} for profile {}",
+                                                                 target.nodes[k], v.profile));
       if (!selected(v.profile)) continue;
       if (real)
         realSum[v.profile] += std::bit_cast<double>(v.value);
@@ -216,7 +221,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
   for (const auto& [p, v] : intSum)
     if (v != 0) ia.accumulate(p, v), add(p, static_cast<double>(v));
   d.all = real ? ra.finalize(d.profiles, metrics::Population::All) : ia.finalize(d.profiles, metrics::Population::All);
-  d.present = real ? ra.finalize(d.profiles, metrics::Population::Present) : ia.finalize(d.profiles, metrics::Population::Present);
+  d.present = real ? ra.finalize(d.profiles, metrics::Population::Present)
+                   : ia.finalize(d.profiles, metrics::Population::Present);
   std::stable_sort(d.values.begin(), d.values.end(), [](const auto& a, const auto& b) { return a.value > b.value; });
 
   // Exact percentiles by the nearest-rank rule: over the present values, and over all N with
@@ -241,7 +247,8 @@ Distribution drillDown(const storage::Database& db, const DrillTarget& target, c
                      : stored.descriptor.kind == MetricKind::Counted
                          ? 0.0
                          : static_cast<double>(std::max<std::uint64_t>(stored.descriptor.period, 1) - 1);
-  const double meanError = d.profiles ? static_cast<double>(d.all.count) * d.perThreadError / static_cast<double>(d.profiles) : 0;
+  const double meanError =
+      d.profiles ? static_cast<double>(d.all.count) * d.perThreadError / static_cast<double>(d.profiles) : 0;
   for (const auto& v : d.values) {
     if (!(d.all.stddev > 0 && std::fabs(v.value - d.all.mean) > 3 * d.all.stddev)) continue;
     d.outliers.push_back(v);

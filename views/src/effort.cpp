@@ -20,7 +20,8 @@ std::string effortNote(double work, double idleness, double overhead, double hig
 }
 
 void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOverheadPercent, bool idlenessMeasured) {
-  if (tree.kind == ViewKind::Regions) throw ViewError("--effort applies to the calling context, callers and flat views");
+  if (tree.kind == ViewKind::Regions)
+    throw ViewError("--effort applies to the calling context, callers and flat views");
   auto column = [&](const char* metric) -> std::ptrdiff_t {
     for (std::size_t c = 0; c < tree.columns.size(); ++c)
       if (tree.columns[c].formula.empty() && tree.columns[c].metric == metric &&
@@ -30,7 +31,8 @@ void interpretEffort(ViewTree& tree, double highIdlenessPercent, double highOver
   };
   const auto work = column("work"), idleness = column("idleness"), overhead = column("overhead");
   if (work < 0 || idleness < 0)
-    throw ViewError("--effort needs inclusive columns of the metrics work and idleness (measure with csp-run --idleness)");
+    throw ViewError(
+        "--effort needs inclusive columns of the metrics work and idleness (measure with csp-run --idleness)");
   for (auto& n : tree.nodes) {
     // Call sites repeat their callee and statements their scope: notes go to the scopes where a
     // granularity can be chosen.

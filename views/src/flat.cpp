@@ -88,7 +88,8 @@ class ScopeTable {
 
 class FlatModel final : public ViewModel {
  public:
-  FlatModel(const storage::Database& db, const MetricSet& metrics) : strings_(db.metadata().strings), metrics_(metrics) {
+  FlatModel(const storage::Database& db, const MetricSet& metrics)
+      : strings_(db.metadata().strings), metrics_(metrics) {
     build(db);
   }
 
@@ -107,9 +108,12 @@ class FlatModel final : public ViewModel {
     std::vector<std::pair<storage::NodeId, bool>> out;
     for (std::size_t id = 0; id < flat_.size(); ++id) {
       const auto f = flags_[id];
-      if (flat_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kIncl) != 0);
-      else if (moduleOf_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclModule) != 0);
-      else if (fileOf_[id] == h) out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclFile) != 0);
+      if (flat_[id] == h)
+        out.emplace_back(static_cast<storage::NodeId>(id), (f & kIncl) != 0);
+      else if (moduleOf_[id] == h)
+        out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclModule) != 0);
+      else if (fileOf_[id] == h)
+        out.emplace_back(static_cast<storage::NodeId>(id), (f & kInclFile) != 0);
     }
     return out;
   }
@@ -127,7 +131,8 @@ class FlatModel final : public ViewModel {
     m.line = n.line;
     m.viewId = h;
     const std::size_t slots = metrics_.slots();
-    m.acc.assign(acc_.begin() + static_cast<std::ptrdiff_t>(h * slots), acc_.begin() + static_cast<std::ptrdiff_t>((h + 1) * slots));
+    m.acc.assign(acc_.begin() + static_cast<std::ptrdiff_t>(h * slots),
+                 acc_.begin() + static_cast<std::ptrdiff_t>((h + 1) * slots));
     return m;
   }
 
@@ -261,8 +266,9 @@ class FlatModel final : public ViewModel {
         } else {
           const std::uint32_t parentFlat = flat[c.parent];
           const NodeKind kind = kindOf(c.kind);
-          flat[id] = scopes.findOrInsert({parentFlat, static_cast<std::uint32_t>(kind), c.name, c.file, c.line},
-                                         [&] { return make({parentFlat, kind, c.name, c.file, c.module, c.line}); });
+          flat[id] = scopes.findOrInsert({parentFlat, static_cast<std::uint32_t>(kind), c.name, c.file, c.line}, [&] {
+            return make({parentFlat, kind, c.name, c.file, c.module, c.line});
+          });
           const auto frame = idx.frame[id];
           const bool incl = c.kind == ScopeKind::Stmt || frame == kNoIndex || outermostFrame[frame];
           flags[id] = incl ? kIncl : 0;

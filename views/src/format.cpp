@@ -30,7 +30,8 @@ std::string formatNumber(double v, metrics::Statistic s, std::string_view unit) 
   using metrics::Statistic;
   if (std::isnan(v)) return "";
   if (s == Statistic::Count) return fmt::format("{}", static_cast<std::uint64_t>(v));
-  if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian) return fmt::format("{:.2f}", v);
+  if (s == Statistic::Cfvar || s == Statistic::Imbalance || s == Statistic::ImbalanceMedian)
+    return fmt::format("{:.2f}", v);
   if (unit == "ns") return metrics::formatQuantity(v, unit);
   const double a = std::fabs(v);
   if (a == std::floor(a) && a < 1e6) return fmt::format("{}", static_cast<std::int64_t>(v));

@@ -14,8 +14,8 @@
 
 namespace csp::views::detail {
 
-using storage::StringId;
 using storage::RegionId;
+using storage::StringId;
 
 // A summary accumulator of either value type. Metrics stored as counts use the exact integer
 // accumulator, per-thread derived (real) metrics the mergeable mean/M2 form. With a histogram
@@ -44,7 +44,7 @@ class Acc {
 
 // The metrics a view loads: the distinct metrics of the requested columns.
 struct MetricSet {
-  std::vector<storage::MetricId> ids;          // database metric ids, in slot order
+  std::vector<storage::MetricId> ids;  // database metric ids, in slot order
   std::vector<storage::ValueType> types;
   std::vector<std::string> names, units;
   std::vector<bool> exclusiveOnly;  // no inclusive values stored (region metrics per process)
@@ -69,7 +69,7 @@ struct MetricSet {
   // The scope that shares (threshold, hot path, percentages) are measured on.
   storage::MetricScope shareScope(std::size_t metricIndex) const {
     return metricIndex < exclusiveOnly.size() && exclusiveOnly[metricIndex] ? storage::MetricScope::Exclusive
-                                                                           : storage::MetricScope::Inclusive;
+                                                                            : storage::MetricScope::Inclusive;
   }
   // slot of (metric index, scope) in a node's accumulator vector
   static std::size_t slot(std::size_t metricIndex, storage::MetricScope scope) {
@@ -123,9 +123,9 @@ struct CctIndex {
   std::vector<storage::CctNode> nodes;
   std::vector<std::uint32_t> childBegin;  // CSR: children of n are child[childBegin[n] .. childBegin[n+1])
   std::vector<storage::NodeId> child;
-  std::vector<std::uint32_t> procedure;   // ProcFrame: dense procedure id; others kNoIndex
-  std::vector<storage::NodeId> frame;     // enclosing ProcFrame (itself for a ProcFrame); kNoIndex above any
-  std::vector<storage::NodeId> procOf;    // procedure id -> one CCT node of it (for labels)
+  std::vector<std::uint32_t> procedure;  // ProcFrame: dense procedure id; others kNoIndex
+  std::vector<storage::NodeId> frame;    // enclosing ProcFrame (itself for a ProcFrame); kNoIndex above any
+  std::vector<storage::NodeId> procOf;   // procedure id -> one CCT node of it (for labels)
 
   static CctIndex read(const storage::Database& db);
   std::size_t size() const { return nodes.size(); }

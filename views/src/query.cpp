@@ -53,7 +53,8 @@ std::string unitOf(const Query& q) {
 void putResult(const Query& q, const ProcessResult& r, std::size_t process, TableBuilder& table) {
   if (q.kind == Query::Kind::Value) {
     for (const auto& b : r.bindings)
-      table.put(b.label.empty() ? "value" : b.label, unitOf(q), process, QueryCell{QueryCell::Kind::Number, b.number, {}});
+      table.put(b.label.empty() ? "value" : b.label, unitOf(q), process,
+                QueryCell{QueryCell::Kind::Number, b.number, {}});
   } else if (q.kind == Query::Kind::Attribute) {
     const bool threads = q.attribute == Attribute::WhichThreads;
     for (const auto& b : r.bindings)
@@ -75,7 +76,8 @@ QueryAnswer Session::query(const QueryRequest& request) const {
   TableBuilder table(answer);
   auto warn = [&](const std::string& w) {
     const std::string text = "warning: " + w;
-    if (std::find(answer.warnings.begin(), answer.warnings.end(), text) == answer.warnings.end()) answer.warnings.push_back(text);
+    if (std::find(answer.warnings.begin(), answer.warnings.end(), text) == answer.warnings.end())
+      answer.warnings.push_back(text);
   };
   for (std::size_t i = 0; i < logs.processes.size(); ++i) {
     const auto& p = logs.processes[i];
@@ -95,10 +97,11 @@ QueryAnswer Session::query(const QueryRequest& request) const {
     if (answer.frames) answer.results.push_back(std::move(r));
   }
   if (logs.eventsLost > 0)
-    answer.warnings.push_back(fmt::format("warning: {} region events were not logged (full buffers; csp-run "
-                                          "--region-log-events); frames after a thread's last logged event miss its later "
-                                          "regions",
-                                          logs.eventsLost));
+    answer.warnings.push_back(
+        fmt::format("warning: {} region events were not logged (full buffers; csp-run "
+                    "--region-log-events); frames after a thread's last logged event miss its later "
+                    "regions",
+                    logs.eventsLost));
   return answer;
 }
 

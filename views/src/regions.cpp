@@ -17,7 +17,8 @@ class RegionsModel final : public ViewModel {
     children_.resize(count);
     for (RegionId id = 0; id < count; ++id) {
       const auto region = db.region(id);
-      if (!region) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: region {} is missing", id));
+      if (!region)
+        throw storage::DatabaseError(db.directory(), fmt::format("damaged database: region {} is missing", id));
       ModelNode m;
       m.kind = id == 0 ? NodeKind::Root : NodeKind::Region;
       m.name = meta.strings.at(region->name);
@@ -29,11 +30,13 @@ class RegionsModel final : public ViewModel {
         try {
           m.acc[MetricSet::slot(a.metric, a.scope)] = Acc::decode(storage::ValueType::Count, a.bytes);
         } catch (const metrics::DecodeError& e) {
-          throw storage::DatabaseError(db.directory(), fmt::format("damaged database: summary of region {}: {}", id, e.what()));
+          throw storage::DatabaseError(db.directory(),
+                                       fmt::format("damaged database: summary of region {}: {}", id, e.what()));
         }
       }
       if (id != 0) {
-        if (region->parent >= count) throw storage::DatabaseError(db.directory(), fmt::format("damaged database: region {} has a bad parent", id));
+        if (region->parent >= count)
+          throw storage::DatabaseError(db.directory(), fmt::format("damaged database: region {} has a bad parent", id));
         children_[region->parent].push_back(id);
       }
       nodes_.push_back(std::move(m));

@@ -18,15 +18,15 @@ namespace {
 
 using Json = nlohmann::json;
 
-
 // The region tree's nodes without its root (the state outside every region).
 std::uint32_t annotatedRegions(const storage::DatabaseMetadata& m) { return m.regionCount > 0 ? m.regionCount - 1 : 0; }
-
 
 using detail::dumpJson;
 using detail::jsonNumber;
 
-const char* scopeName(storage::MetricScope s) { return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive"; }
+const char* scopeName(storage::MetricScope s) {
+  return s == storage::MetricScope::Inclusive ? "inclusive" : "exclusive";
+}
 
 std::int64_t parentId(const ViewTree& tree, const TreeNode& n) {
   return n.parent == kNoIndex ? -1 : static_cast<std::int64_t>(tree.nodes[n.parent].viewId);
@@ -35,7 +35,8 @@ std::int64_t parentId(const ViewTree& tree, const TreeNode& n) {
 // The column whose sums make flame-graph weights: the first inclusive one.
 std::size_t weightColumn(const ViewTree& tree) {
   if (tree.kind != ViewKind::CallingContext && tree.kind != ViewKind::Regions)
-    throw ViewError("folded stacks and speedscope need the calling context or regions view (Flat and Callers values do not nest)");
+    throw ViewError(
+        "folded stacks and speedscope need the calling context or regions view (Flat and Callers values do not nest)");
   for (std::size_t c = 0; c < tree.columns.size(); ++c)
     if (tree.columns[c].scope == storage::MetricScope::Inclusive) return c;
   throw ViewError("folded stacks and speedscope need an inclusive column (--scope inclusive)");
@@ -67,8 +68,10 @@ std::map<std::vector<Frame>, double> stacks(const ViewTree& tree) {
     // Outside any procedure frame (the root itself, or call sites and statements above the
     // first procedure): pruned or hidden top-level contexts and unattributed code. Kept as an
     // "[other]" frame, so that the stacks always add up to the root's total.
-    if (path[i].empty()) out[{Frame{"[other]", "", 0}}] += self;
-    else out[path[i]] += self;
+    if (path[i].empty())
+      out[{Frame{"[other]", "", 0}}] += self;
+    else
+      out[path[i]] += self;
   }
   return out;
 }
@@ -164,7 +167,7 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
     node["values"] = std::move(values);
     node["percent"] = std::move(percents);
     node["instances"] = std::move(instances);
-    node["sampling_error"] = std::move(errors);  // worst-case bound per column (thesis App. A)
+    node["sampling_error"] = std::move(errors);        // worst-case bound per column (thesis App. A)
     node["within_sampling_error"] = std::move(noise);  // imbalance columns that sampling alone could explain
     node["imbalanced"] = n.imbalanceOnly;
     node["truncated"] = n.truncated;
@@ -174,8 +177,8 @@ void renderJson(const ViewTree& tree, std::ostream& out) {
   j["nodes"] = std::move(nodes);
   const auto& p = tree.pruned;
   j["pruned"] = {{"below_threshold", p.belowThreshold}, {"kept_for_imbalance", p.keptForImbalance},
-                 {"beyond_depth", p.beyondDepth},        {"hidden", p.hidden},
-                 {"beyond_top", p.beyondTop},            {"off_hot_path", p.offHotPath}};
+                 {"beyond_depth", p.beyondDepth},       {"hidden", p.hidden},
+                 {"beyond_top", p.beyondTop},           {"off_hot_path", p.offHotPath}};
   out << dumpJson(j, 1) << "\n";
 }
 
@@ -218,13 +221,14 @@ void renderSpeedscope(const ViewTree& tree, std::ostream& out, const std::string
   Json j;
   j["$schema"] = "https://www.speedscope.app/file-format-schema.json";
   j["shared"] = {{"frames", std::move(frames)}};
-  j["profiles"] = Json::array({{{"type", "sampled"},
-                                {"name", fmt::format("{} ({} over {} profiles)", title, tree.columns[c].metric, tree.profiles)},
-                                {"unit", speedscopeUnit(tree.units[c])},
-                                {"startValue", 0},
-                                {"endValue", total},
-                                {"samples", std::move(samples)},
-                                {"weights", std::move(weights)}}});
+  j["profiles"] =
+      Json::array({{{"type", "sampled"},
+                    {"name", fmt::format("{} ({} over {} profiles)", title, tree.columns[c].metric, tree.profiles)},
+                    {"unit", speedscopeUnit(tree.units[c])},
+                    {"startValue", 0},
+                    {"endValue", total},
+                    {"samples", std::move(samples)},
+                    {"weights", std::move(weights)}}});
   j["name"] = title;
   j["activeProfileIndex"] = 0;
   j["exporter"] = "csp-views";
@@ -238,11 +242,21 @@ void renderDistributionCsv(const Distribution& d, std::ostream& out) {
 
 void renderDistributionJson(const Distribution& d, std::ostream& out) {
   auto stats = [](const metrics::Statistics& s) {
-    return Json{{"inputs", s.inputs},          {"count", s.count},         {"sum", jsonNumber(s.sum)},
-                {"mean", jsonNumber(s.mean)},  {"min", jsonNumber(s.min)}, {"max", jsonNumber(s.max)},
-                {"stddev", jsonNumber(s.stddev)}, {"cfvar", jsonNumber(s.cfvar)}, {"imbalance", jsonNumber(s.imbalance)},
-                {"p5", jsonNumber(s.p5)},      {"p25", jsonNumber(s.p25)}, {"p50", jsonNumber(s.p50)},
-                {"p75", jsonNumber(s.p75)},    {"p95", jsonNumber(s.p95)}, {"imbmedian", jsonNumber(s.imbalanceMedian)}};
+    return Json{{"inputs", s.inputs},
+                {"count", s.count},
+                {"sum", jsonNumber(s.sum)},
+                {"mean", jsonNumber(s.mean)},
+                {"min", jsonNumber(s.min)},
+                {"max", jsonNumber(s.max)},
+                {"stddev", jsonNumber(s.stddev)},
+                {"cfvar", jsonNumber(s.cfvar)},
+                {"imbalance", jsonNumber(s.imbalance)},
+                {"p5", jsonNumber(s.p5)},
+                {"p25", jsonNumber(s.p25)},
+                {"p50", jsonNumber(s.p50)},
+                {"p75", jsonNumber(s.p75)},
+                {"p95", jsonNumber(s.p95)},
+                {"imbmedian", jsonNumber(s.imbalanceMedian)}};
   };
   auto list = [](const std::vector<ThreadValue>& values) {
     Json a = Json::array();
@@ -255,22 +269,23 @@ void renderDistributionJson(const Distribution& d, std::ostream& out) {
   };
   Json hist = Json::array();
   for (const auto& b : d.histogram) hist.push_back({{"low", b.low}, {"high", b.high}, {"count", b.count}});
-  Json j{{"node", d.node},
-         {"label", d.label},
-         {"metric", d.metric},
-         {"unit", d.unit},
-         {"scope", scopeName(d.scope)},
-         {"profiles", d.profiles},
-         {"what", d.what},
-         {"threads", d.threads.label},
-         {"profiles_left_out", d.threads.excluded},
-         {"sampling_error_per_thread", jsonNumber(d.perThreadError)},
-         {"imbalance_within_sampling_error", metrics::withinSamplingError(d.all, Statistic::Imbalance, d.perThreadError)},
-         {"all", stats(d.all)},
-         {"present", stats(d.present)},
-         {"outliers", list(d.outliers)},
-         {"histogram", std::move(hist)},
-         {"values", list(d.values)}};
+  Json j{
+      {"node", d.node},
+      {"label", d.label},
+      {"metric", d.metric},
+      {"unit", d.unit},
+      {"scope", scopeName(d.scope)},
+      {"profiles", d.profiles},
+      {"what", d.what},
+      {"threads", d.threads.label},
+      {"profiles_left_out", d.threads.excluded},
+      {"sampling_error_per_thread", jsonNumber(d.perThreadError)},
+      {"imbalance_within_sampling_error", metrics::withinSamplingError(d.all, Statistic::Imbalance, d.perThreadError)},
+      {"all", stats(d.all)},
+      {"present", stats(d.present)},
+      {"outliers", list(d.outliers)},
+      {"histogram", std::move(hist)},
+      {"values", list(d.values)}};
   out << dumpJson(j, 1) << "\n";
 }
 
@@ -294,8 +309,9 @@ void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
   const auto total = m.qualityTotal();
   auto cell = [](std::uint64_t n, std::uint64_t of) { return fmt::format("{} ({:.1f} %)", n, shareOf(n, of)); };
   auto row = [&](const std::string& who, const storage::SamplingQuality& q) {
-    out << fmt::format("  {:<24} {:>10}  {:<20} {:<20} {:<20} {}\n", who, q.samples, cell(q.truncatedSamples, q.samples),
-                       cell(q.unwindFailures, q.samples), cell(q.droppedSamples, q.samples), q.depthLimited);
+    out << fmt::format("  {:<24} {:>10}  {:<20} {:<20} {:<20} {}\n", who, q.samples,
+                       cell(q.truncatedSamples, q.samples), cell(q.unwindFailures, q.samples),
+                       cell(q.droppedSamples, q.samples), q.depthLimited);
   };
   out << "sampling     (truncated: the call path does not reach the program's or a thread's entry)\n";
   out << fmt::format("  {:<24} {:>10}  {:<20} {:<20} {:<20} {}\n", "profile", "samples", "truncated", "unwind failures",
@@ -310,14 +326,16 @@ void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
     std::stable_sort(shown.begin(), shown.end(), [&](auto a, auto b) { return bad(a) > bad(b); });
     shown.resize(8);
     std::sort(shown.begin(), shown.end());
-    out << fmt::format("  (the 8 of {} threads with the largest share of truncated and dropped samples)\n", m.quality.size());
+    out << fmt::format("  (the 8 of {} threads with the largest share of truncated and dropped samples)\n",
+                       m.quality.size());
   }
   for (auto i : shown) row(formatIdTuple(m.profiles[i]), m.quality[i]);
   const double limit = 100.0 * storage::kQualityWarningShare;
   if (qualityWarrants(total, total.truncatedSamples))
-    out << fmt::format("  warning: {:.1f} % of the samples have truncated call paths (more than {:.0f} %); they are "
-                       "below '[truncated call paths]'\n",
-                       shareOf(total.truncatedSamples, total.samples), limit);
+    out << fmt::format(
+        "  warning: {:.1f} % of the samples have truncated call paths (more than {:.0f} %); they are "
+        "below '[truncated call paths]'\n",
+        shareOf(total.truncatedSamples, total.samples), limit);
   // Why, as the measurement counted it (csp-prof-mpi's property; databases before it lack it).
   for (const auto& p : m.properties)
     if (p.key == "dropped-samples-by-cause") out << "  dropped by cause: " << p.value << "\n";
@@ -325,9 +343,10 @@ void renderQualityText(const storage::DatabaseMetadata& m, std::ostream& out) {
     out << fmt::format("  warning: {:.1f} % of the samples were dropped by the measurement (more than {:.0f} %)\n",
                        shareOf(total.droppedSamples, total.samples), limit);
   if (const auto& u = m.unwindRecovery; u && u->scannedSamples > 0)
-    out << fmt::format("  code without unwind tables on the call path: {} samples; {} completed by binary analysis, {} "
-                       "truncated\n",
-                       u->scannedSamples, u->recoveredSamples, u->scannedSamples - u->recoveredSamples);
+    out << fmt::format(
+        "  code without unwind tables on the call path: {} samples; {} completed by binary analysis, {} "
+        "truncated\n",
+        u->scannedSamples, u->recoveredSamples, u->scannedSamples - u->recoveredSamples);
 }
 
 // Loop recovery per module (format 1.5): which modules have loops, which are known by address
@@ -361,8 +380,8 @@ void renderInfoText(const DatabaseInfo& info, std::ostream& out) {
   const auto version = info.format;
   std::string command;
   for (const auto& a : m.commandLine) command += (command.empty() ? "" : " ") + a;
-  out << fmt::format("database     {} (format {}.{}, {} on disk)\n", info.directory.string(), version.major, version.minor,
-                     formatNumber(static_cast<double>(info.bytes), Statistic::Sum) + "B");
+  out << fmt::format("database     {} (format {}.{}, {} on disk)\n", info.directory.string(), version.major,
+                     version.minor, formatNumber(static_cast<double>(info.bytes), Statistic::Sum) + "B");
   if (!m.title.empty()) out << fmt::format("title        {}\n", m.title);
   // The program is what csp-run ran (or, without that record, the executable most threads ran);
   // other executables measured along (mpirun's helpers, a script's children) follow.
@@ -384,14 +403,16 @@ void renderInfoText(const DatabaseInfo& info, std::ostream& out) {
     for (std::size_t i = 0; i < m.threadClasses.size() && shown < 10; ++i) {
       const auto& c = m.threadClasses[i];
       if (c.threadClass != storage::ThreadClass::Helper) continue;
-      out << fmt::format("  helper {}: {}{}\n", formatIdTuple(m.profiles[i]), c.entry.empty() ? "" : "entry " + c.entry + "; ",
-                         c.reason);
+      out << fmt::format("  helper {}: {}{}\n", formatIdTuple(m.profiles[i]),
+                         c.entry.empty() ? "" : "entry " + c.entry + "; ", c.reason);
       ++shown;
     }
-    if (shown < helpers) out << fmt::format("  ... {} more helper threads (--format json lists them all)\n", helpers - shown);
+    if (shown < helpers)
+      out << fmt::format("  ... {} more helper threads (--format json lists them all)\n", helpers - shown);
   }
   std::string hosts;
-  for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i) hosts += (i ? ", " : "") + m.hostnames[i];
+  for (std::size_t i = 0; i < std::min<std::size_t>(m.hostnames.size(), 8); ++i)
+    hosts += (i ? ", " : "") + m.hostnames[i];
   if (m.hostnames.size() > 8) hosts += fmt::format(", ... ({} hosts)", m.hostnames.size());
   out << fmt::format("hosts        {}\n", hosts);
   out << fmt::format("CCT          {} nodes\n", m.nodeCount);
@@ -399,8 +420,8 @@ void renderInfoText(const DatabaseInfo& info, std::ostream& out) {
   out << "metrics\n";
   for (std::size_t i = 0; i < m.metrics.size(); ++i) {
     const auto& d = m.metrics[i].descriptor;
-    out << fmt::format("  {:<3} {:<20} {:<10} {:<8} period {:<10} {}{}\n", i, d.name, d.unit, toString(d.kind), d.period,
-                       m.metrics[i].valueType == storage::ValueType::Real ? "real " : "", d.description);
+    out << fmt::format("  {:<3} {:<20} {:<10} {:<8} period {:<10} {}{}\n", i, d.name, d.unit, toString(d.kind),
+                       d.period, m.metrics[i].valueType == storage::ValueType::Real ? "real " : "", d.description);
   }
   if (m.regionCount > 1) {
     out << "region metrics\n";
@@ -453,7 +474,8 @@ void renderInfoJson(const DatabaseInfo& info, std::ostream& out) {
          {"command", m.commandLine},
          {"measured_processes", m.processCount},
          {"threads", m.profiles.size()},
-         {"thread_classes", [&] {
+         {"thread_classes",
+          [&] {
             Json a = Json::array();
             for (std::size_t i = 0; i < m.threadClasses.size(); ++i)
               a.push_back({{"profile", formatIdTuple(m.profiles[i])},
@@ -467,7 +489,8 @@ void renderInfoJson(const DatabaseInfo& info, std::ostream& out) {
          {"regions", annotatedRegions(m)},
          {"metrics", std::move(metrics)},
          {"region_metrics", std::move(regionMetrics)},
-         {"sampling", [&] {
+         {"sampling",
+          [&] {
             if (!m.hasQuality()) return Json(nullptr);
             Json j = qualityJson(m.qualityTotal());
             Json perProfile = Json::array();

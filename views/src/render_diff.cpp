@@ -29,11 +29,13 @@ bool strongScaling(const DiffReport& r) { return r.study.mode == metrics::Scalin
 void headerText(const DiffReport& r, std::ostream& out) {
   const bool strong = strongScaling(r);
   const bool sameFrom = r.runP.processesFrom == r.runQ.processesFrom;
-  out << fmt::format("csp-diff: {} scaling of {}, p = {} -> q = {} ({})\n", strong ? "strong" : "weak", r.metric, r.study.p,
-                     r.study.q, sameFrom ? r.runP.processesFrom : r.runP.processesFrom + " / " + r.runQ.processesFrom);
+  out << fmt::format("csp-diff: {} scaling of {}, p = {} -> q = {} ({})\n", strong ? "strong" : "weak", r.metric,
+                     r.study.p, r.study.q,
+                     sameFrom ? r.runP.processesFrom : r.runP.processesFrom + " / " + r.runQ.processesFrom);
   for (const analysis::DiffRun* run : {&r.runP, &r.runQ}) {
     const double sum = run == &r.runP ? r.total.sumP : r.total.sumQ;
-    const std::string counts = r.runCountsKnown ? fmt::format("  {} profiles, {} contexts,", run->profiles, run->nodes) : "";
+    const std::string counts =
+        r.runCountsKnown ? fmt::format("  {} profiles, {} contexts,", run->profiles, run->nodes) : "";
     out << fmt::format("  run {}  {}{} total {}\n", run == &r.runP ? 'P' : 'Q', run->database.string(), counts,
                        amount(sum, r.unit));
     if (run->skippedInputs)
@@ -47,9 +49,10 @@ void headerText(const DiffReport& r, std::ostream& out) {
   if (!(r.total.excess > 0)) {
     out << "  the q run lost nothing overall: shares of the total loss are undefined or inverted\n";
   } else if (!r.hotPath.empty()) {
-    out << fmt::format("  loss hot path (each step holds at least half of the loss above it; ends at loss I {}, "
-                       "share {}):\n",
-                       percent(r.hotPathEnd.loss), percent(r.hotPathEnd.share));
+    out << fmt::format(
+        "  loss hot path (each step holds at least half of the loss above it; ends at loss I {}, "
+        "share {}):\n",
+        percent(r.hotPathEnd.loss), percent(r.hotPathEnd.share));
     out << "    " << r.hotPathLabel << "\n";
   }
 }
@@ -62,8 +65,9 @@ bool listText(const DiffReport& r, const std::string& title, const std::vector<D
   bool anyNoise = false;
   for (const auto& row : rows) {
     out << fmt::format("  {:>9} {:>9} {:>9} {:>18}  {} {}\n", percent(row.inclusive.loss),
-                       row.exclusive.measured ? percent(row.exclusive.loss) : std::string("-"), percent(row.inclusive.share),
-                       amount(row.inclusive.excess, r.unit, !strong), row.mark, row.label);
+                       row.exclusive.measured ? percent(row.exclusive.loss) : std::string("-"),
+                       percent(row.inclusive.share), amount(row.inclusive.excess, r.unit, !strong), row.mark,
+                       row.label);
     anyNoise |= row.mark == '~';
   }
   return anyNoise;
@@ -76,19 +80,26 @@ void statesText(const DiffReport& r, std::ostream& out) {
   out << fmt::format("  {:<11} {:>14} {:>14} {:>14}\n", "metric", "run P", "run Q", "excess");
   double waiting = 0, compute = 0;
   for (const auto& s : r.states) {
-    out << fmt::format("  {:<11} {:>14} {:>14} {:>14}\n", s.metric, seconds(s.sumP), seconds(s.sumQ), signedSeconds(s.excess));
+    out << fmt::format("  {:<11} {:>14} {:>14} {:>14}\n", s.metric, seconds(s.sumP), seconds(s.sumQ),
+                       signedSeconds(s.excess));
     if (s.waiting) waiting += s.excess;
     if (s.metric == "work") compute = s.excess;
   }
-  out << fmt::format("  compute (work) grew by {}, waiting (sync-wait + lock-wait + mpi-wait) by {}", signedSeconds(compute),
-                     signedSeconds(waiting));
+  out << fmt::format("  compute (work) grew by {}, waiting (sync-wait + lock-wait + mpi-wait) by {}",
+                     signedSeconds(compute), signedSeconds(waiting));
   out << "; csp-diff --metric NAME shows where\n";
 }
 
 nlohmann::json scopeJson(const analysis::ScopeDiff& x) {
   using detail::jsonNumber;
-  return {{"sum_p", x.sumP},           {"sum_q", x.sumQ},  {"excess", x.excess},           {"loss", jsonNumber(x.loss)},
-          {"share", jsonNumber(x.share)}, {"noise", x.noise}, {"within_noise", x.withinNoise}, {"measured", x.measured}};
+  return {{"sum_p", x.sumP},
+          {"sum_q", x.sumQ},
+          {"excess", x.excess},
+          {"loss", jsonNumber(x.loss)},
+          {"share", jsonNumber(x.share)},
+          {"noise", x.noise},
+          {"within_noise", x.withinNoise},
+          {"measured", x.measured}};
 }
 
 nlohmann::json rowsJson(const std::vector<DiffRow>& rows) {
@@ -119,20 +130,22 @@ nlohmann::json runJson(const DiffReport& r, const analysis::DiffRun& run) {
 
 void renderDiffText(const DiffReport& r, std::ostream& out) {
   headerText(r, out);
-  bool anyNoise = listText(r, fmt::format("Top {} contexts by inclusive loss (loss I >> loss E: look at the callees)", r.losses.size()),
-                           r.losses, out);
+  bool anyNoise = listText(
+      r, fmt::format("Top {} contexts by inclusive loss (loss I >> loss E: look at the callees)", r.losses.size()),
+      r.losses, out);
   if (!r.gains.empty()) anyNoise |= listText(r, "Largest gains (negative loss)", r.gains, out);
   if (r.onlyP + r.onlyQ == 0) {
     out << "\nEvery context occurs in both runs.\n";
   } else {
     listText(r,
-             fmt::format("Contexts in one run only: {} only in run Q (+), {} only in run P (-); outermost {} of {}:", r.onlyQ,
-                         r.onlyP, r.oneRunOnly.size(), r.oneRunOnlyCount),
+             fmt::format("Contexts in one run only: {} only in run Q (+), {} only in run P (-); outermost {} of {}:",
+                         r.onlyQ, r.onlyP, r.oneRunOnly.size(), r.oneRunOnlyCount),
              r.oneRunOnly, out);
   }
-  out << fmt::format("\nloss: % of the q run's {}total {}; share: % of the total loss (over 100 % where other contexts "
-                     "gained)\n",
-                     strongScaling(r) ? "" : "per-process ", r.metric);
+  out << fmt::format(
+      "\nloss: % of the q run's {}total {}; share: % of the total loss (over 100 % where other contexts "
+      "gained)\n",
+      strongScaling(r) ? "" : "per-process ", r.metric);
   if (anyNoise || !r.exact)
     out << "~: within sampling error (|excess| <= the worst-case error of thesis Eq. A.10): may be noise\n";
   else
@@ -144,18 +157,26 @@ void renderDiffJson(const DiffReport& r, std::ostream& out) {
   using Json = nlohmann::json;
   Json states = Json::array();
   for (const auto& s : r.states)
-    states.push_back({{"metric", s.metric}, {"waiting", s.waiting}, {"sum_p", s.sumP}, {"sum_q", s.sumQ}, {"excess", s.excess}});
-  const Json study{{"mode", strongScaling(r) ? "strong" : "weak"}, {"metric", r.metric}, {"unit", r.unit},
-                   {"p", r.study.p}, {"q", r.study.q}, {"exact", r.exact}};
+    states.push_back(
+        {{"metric", s.metric}, {"waiting", s.waiting}, {"sum_p", s.sumP}, {"sum_q", s.sumQ}, {"excess", s.excess}});
+  const Json study{{"mode", strongScaling(r) ? "strong" : "weak"},
+                   {"metric", r.metric},
+                   {"unit", r.unit},
+                   {"p", r.study.p},
+                   {"q", r.study.q},
+                   {"exact", r.exact}};
   const Json hotPath{{"nodes", r.hotPath}, {"label", r.hotPathLabel}, {"end", scopeJson(r.hotPathEnd)}};
   const Json contexts{{"losses", rowsJson(r.losses)},
                       {"gains", rowsJson(r.gains)},
                       {"one_run_only", {{"rows", rowsJson(r.oneRunOnly)}, {"count", r.oneRunOnlyCount}}},
                       {"only_p", r.onlyP},
                       {"only_q", r.onlyQ}};
-  const Json j{{"study", study},       {"runs", {{"p", runJson(r, r.runP)}, {"q", runJson(r, r.runQ)}}},
-               {"total", scopeJson(r.total)}, {"hot_path", hotPath},
-               {"contexts", contexts}, {"states", std::move(states)}};
+  const Json j{{"study", study},
+               {"runs", {{"p", runJson(r, r.runP)}, {"q", runJson(r, r.runQ)}}},
+               {"total", scopeJson(r.total)},
+               {"hot_path", hotPath},
+               {"contexts", contexts},
+               {"states", std::move(states)}};
   out << detail::dumpJson(j, 1) << "\n";
 }
 

@@ -38,7 +38,8 @@ std::string shortPath(const std::string& path) {
   }
   names.push_back(std::move(name));
   std::string out = names.size() > 3 ? "…" : "";
-  for (std::size_t i = names.size() > 3 ? names.size() - 3 : 0; i < names.size(); ++i) out += (out.empty() ? "" : "/") + names[i];
+  for (std::size_t i = names.size() > 3 ? names.size() - 3 : 0; i < names.size(); ++i)
+    out += (out.empty() ? "" : "/") + names[i];
   return out;
 }
 
@@ -52,8 +53,8 @@ void renderImbalanceText(const ImbalanceReport& r, std::ostream& out) {
     out << fmt::format("load imbalance in {}: {} over {} threads ({}); contexts by {}\n", r.section, r.sectionMeasure,
                        r.threads, r.threadsLabel, r.metric);
   for (const auto& note : r.notes) out << "  note: " << note << "\n";
-  out << fmt::format("  per thread: mean {}, max {}, stddev {}; max/mean {:.2f}", number(r.mean, r.unit), number(r.max, r.unit),
-                     number(r.stddev, r.unit), r.imbalance);
+  out << fmt::format("  per thread: mean {}, max {}, stddev {}; max/mean {:.2f}", number(r.mean, r.unit),
+                     number(r.max, r.unit), number(r.stddev, r.unit), r.imbalance);
   if (r.samplingError > 0) out << fmt::format("; sampling error ±{} per thread", number(r.samplingError, r.unit));
   out << "\n";
   if (!r.slowest.empty()) {
@@ -62,8 +63,8 @@ void renderImbalanceText(const ImbalanceReport& r, std::ostream& out) {
     out << "\n";
   }
   if (r.contextsInSection > 0 || r.contextsAnalysed > 0) {
-    out << fmt::format("  contexts analysed: {} of {} in the section; {} procedures, loops and inlined scopes tested", r.contextsAnalysed,
-                       r.contextsInSection, r.scopesTested);
+    out << fmt::format("  contexts analysed: {} of {} in the section; {} procedures, loops and inlined scopes tested",
+                       r.contextsAnalysed, r.contextsInSection, r.scopesTested);
     out << "\n";
   }
   out << "  " << r.verdictText << "\n";
@@ -72,14 +73,15 @@ void renderImbalanceText(const ImbalanceReport& r, std::ostream& out) {
   const std::string indent(30, ' ');
   for (std::size_t i = 0; i < r.causes.size(); ++i) {
     const auto& c = r.causes[i];
-    out << fmt::format("{:>4} {:>6.1f}% {:>6.2f} {:>8.2g}  {}  [{}]  #{}\n", i + 1, 100 * c.share, c.correlation, c.pValue,
-                       c.label, shortPath(c.path), c.context);
+    out << fmt::format("{:>4} {:>6.1f}% {:>6.2f} {:>8.2g}  {}  [{}]  #{}\n", i + 1, 100 * c.share, c.correlation,
+                       c.pValue, c.label, shortPath(c.path), c.context);
     if (c.entry != c.context) out << fmt::format("{}enters at: {}  #{}\n", indent, c.entryLabel, c.entry);
     if (c.focus != c.context) out << fmt::format("{}hottest line: {}  #{}\n", indent, c.focusLabel, c.focus);
     for (const auto& site : c.sites)
-      out << fmt::format("{}same pattern: {}  [{}] ({:.1f}%)  #{}\n", indent, site.label, shortPath(site.path), 100 * site.share,
-                         site.context);
-    out << fmt::format("{}own cost per thread: mean {}, max {}; most in", indent, number(c.mean, r.unit), number(c.max, r.unit));
+      out << fmt::format("{}same pattern: {}  [{}] ({:.1f}%)  #{}\n", indent, site.label, shortPath(site.path),
+                         100 * site.share, site.context);
+    out << fmt::format("{}own cost per thread: mean {}, max {}; most in", indent, number(c.mean, r.unit),
+                       number(c.max, r.unit));
     for (std::size_t k = 0; k < std::min<std::size_t>(c.threads.size(), 3); ++k)
       out << fmt::format("{} {} ({})", k ? "," : "", c.threads[k].who, number(c.threads[k].value, r.unit));
     out << "\n";
@@ -97,7 +99,11 @@ void renderImbalanceJson(const ImbalanceReport& r, std::ostream& out) {
   for (const auto& c : r.causes) {
     Json sites = Json::array();
     for (const auto& s : c.sites)
-      sites.push_back({{"context", s.context}, {"label", s.label}, {"path", s.path}, {"share", s.share}, {"correlation", s.correlation}});
+      sites.push_back({{"context", s.context},
+                       {"label", s.label},
+                       {"path", s.path},
+                       {"share", s.share},
+                       {"correlation", s.correlation}});
     causes.push_back({{"context", c.context},
                       {"label", c.label},
                       {"path", c.path},

@@ -58,18 +58,25 @@ std::string listText(const QueryCell& c) {
 
 std::string cellText(const QueryCell& c) {
   switch (c.kind) {
-    case QueryCell::Kind::Absent: return "-";
-    case QueryCell::Kind::Number: return toString(c.number);
-    default: return listText(c);
+    case QueryCell::Kind::Absent:
+      return "-";
+    case QueryCell::Kind::Number:
+      return toString(c.number);
+    default:
+      return listText(c);
   }
 }
 
 Json cellJson(const QueryCell& c) {
   switch (c.kind) {
-    case QueryCell::Kind::Absent: return nullptr;
-    case QueryCell::Kind::Number: return jsonNumber(c.number);
-    case QueryCell::Kind::Regions: return c.items;
-    case QueryCell::Kind::Threads: break;
+    case QueryCell::Kind::Absent:
+      return nullptr;
+    case QueryCell::Kind::Number:
+      return jsonNumber(c.number);
+    case QueryCell::Kind::Regions:
+      return c.items;
+    case QueryCell::Kind::Threads:
+      break;
   }
   Json threads = Json::array();
   for (const auto& t : c.items) threads.push_back(std::stoull(t));
@@ -158,7 +165,8 @@ void framesJson(const QueryAnswer& a, std::ostream& out) {
 
 std::string membersText(const analysis::FrameRow& f) {
   std::string members;
-  for (const auto& [t, r] : f.members) members += fmt::format("{}({}, {})", members.empty() ? "" : " ", t, analysis::listItem(r));
+  for (const auto& [t, r] : f.members)
+    members += fmt::format("{}({}, {})", members.empty() ? "" : " ", t, analysis::listItem(r));
   return members;
 }
 
@@ -167,7 +175,8 @@ void framesText(const QueryAnswer& a, bool csv, std::ostream& out) {
   for (const auto& p : a.results)
     for (const auto& b : p.bindings) {
       if (!csv)
-        out << fmt::format("{}{}: {} frames, {} ns{}\n", p.label, b.label.empty() ? "" : " " + b.label, b.frameCount, b.durationNs,
+        out << fmt::format("{}{}: {} frames, {} ns{}\n", p.label, b.label.empty() ? "" : " " + b.label, b.frameCount,
+                           b.durationNs,
                            b.frameCount > b.frames.size() ? fmt::format(" (first {} shown)", a.limit) : "");
       for (const auto& f : b.frames) {
         if (csv)
@@ -197,7 +206,8 @@ void renderQueryJson(const QueryAnswer& a, std::ostream& out) {
 }
 
 void renderCannedList(std::ostream& out) {
-  for (const auto& c : analysis::cannedAnalyses()) out << fmt::format("{} {}\n    {}\n", c.name, c.arguments, c.description);
+  for (const auto& c : analysis::cannedAnalyses())
+    out << fmt::format("{} {}\n    {}\n", c.name, c.arguments, c.description);
 }
 
 }  // namespace csp::views

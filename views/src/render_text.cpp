@@ -29,18 +29,26 @@ constexpr std::size_t kBoundWidth = 9;  // " ±12.3M"
 std::string label(const ViewTree& tree, const TreeNode& n, const TextOptions& o) {
   const auto name = [&](const std::string& s) { return o.fullNames ? s : shortenName(s, o.nameWidth); };
   switch (n.kind) {
-    case NodeKind::Root: return n.name;
-    case NodeKind::Module: return "module " + name(n.name);
-    case NodeKind::File: return "file " + n.name;
+    case NodeKind::Root:
+      return n.name;
+    case NodeKind::Module:
+      return "module " + name(n.name);
+    case NodeKind::File:
+      return "file " + n.name;
     case NodeKind::Procedure:
       if (tree.kind == ViewKind::Callers && n.depth >= 2) return "<- " + name(n.name);
       return name(n.name);
-    case NodeKind::Inlined: return "[inlined] " + name(n.name);
+    case NodeKind::Inlined:
+      return "[inlined] " + name(n.name);
     // Code without a line table: "loop @0x1234 in libz.so.1", "call +0x1a4", "+0x1a4".
-    case NodeKind::Loop: return n.name.empty() ? "loop" : n.name;
-    case NodeKind::CallSite: return n.name.empty() ? "call" : "call " + n.name;
-    case NodeKind::Statement: return n.name.empty() ? "line" : n.name;
-    case NodeKind::Region: return name(n.name);
+    case NodeKind::Loop:
+      return n.name.empty() ? "loop" : n.name;
+    case NodeKind::CallSite:
+      return n.name.empty() ? "call" : "call " + n.name;
+    case NodeKind::Statement:
+      return n.name.empty() ? "line" : n.name;
+    case NodeKind::Region:
+      return name(n.name);
   }
   return n.name;
 }
@@ -50,14 +58,16 @@ std::string location(const ViewTree& tree, const TreeNode& n) {
     case NodeKind::Root:
     case NodeKind::Module:
     case NodeKind::File:
-    case NodeKind::Region: return "";
+    case NodeKind::Region:
+      return "";
     case NodeKind::Procedure:
       if (tree.kind == ViewKind::Callers && n.depth >= 2) {
         const auto site = detail::fileLine(baseName(n.file), n.line);
         return site.empty() ? site : "at " + site;
       }
       [[fallthrough]];
-    default: return detail::fileLine(baseName(n.file), n.line);
+    default:
+      return detail::fileLine(baseName(n.file), n.line);
   }
 }
 
@@ -123,7 +133,8 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
       }
       if (o.bounds) {
         const double e = c < n.errors.size() ? n.errors[c] : NAN;
-        line += fmt::format(" {:<{}}", std::isnan(e) ? "" : "±" + formatNumber(e, Statistic::Sum, formula ? "" : tree.units[c]),
+        line += fmt::format(" {:<{}}",
+                            std::isnan(e) ? "" : "±" + formatNumber(e, Statistic::Sum, formula ? "" : tree.units[c]),
                             kBoundWidth - 1);
       }
       line += ' ';
@@ -158,13 +169,15 @@ void renderText(const ViewTree& tree, std::ostream& out, const TextOptions& o) {
     std::string s = "pruned: ";
     for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
     if (parts.empty()) s = "pruned: nothing";
-    if (p.keptForImbalance) s += fmt::format("; {} shown only because one thread exceeds the threshold", p.keptForImbalance);
+    if (p.keptForImbalance)
+      s += fmt::format("; {} shown only because one thread exceeds the threshold", p.keptForImbalance);
     out << style(s, "2") << "\n";
   }
   if (anyNoise)
-    out << style("~ within sampling error: the imbalance could come from sampling alone (thesis App. A bound: each "
-                 "thread's value is exact to one sampling period)",
-                 "2")
+    out << style(
+               "~ within sampling error: the imbalance could come from sampling alone (thesis App. A bound: each "
+               "thread's value is exact to one sampling period)",
+               "2")
         << "\n";
   if (!tree.threads.all)
     out << style(fmt::format("statistics over the {} ({} profiles); {} other thread{} left out (--threads all "
@@ -233,11 +246,11 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   out << fmt::format("  all:     sum {}  mean {}  min {}  max {}  stddev {}  cfvar {}  imbalance {}\n", num(d.all.sum),
                      num(d.all.mean), num(d.all.min), num(d.all.max), num(d.all.stddev),
                      formatNumber(d.all.cfvar, Statistic::Cfvar), mark(d.all, Statistic::Imbalance, d.all.imbalance));
-  out << fmt::format("           p5 {}  p25 {}  median {}  p75 {}  p95 {}  max/median {}\n", num(d.all.p5), num(d.all.p25),
-                     num(d.all.p50), num(d.all.p75), num(d.all.p95),
+  out << fmt::format("           p5 {}  p25 {}  median {}  p75 {}  p95 {}  max/median {}\n", num(d.all.p5),
+                     num(d.all.p25), num(d.all.p50), num(d.all.p75), num(d.all.p95),
                      mark(d.all, Statistic::ImbalanceMedian, d.all.imbalanceMedian));
-  out << fmt::format("  present: mean {}  min {}  max {}  stddev {}  median {}\n", num(d.present.mean), num(d.present.min),
-                     num(d.present.max), num(d.present.stddev), num(d.present.p50));
+  out << fmt::format("  present: mean {}  min {}  max {}  stddev {}  median {}\n", num(d.present.mean),
+                     num(d.present.min), num(d.present.max), num(d.present.stddev), num(d.present.p50));
   if (!std::isnan(d.perThreadError) && d.perThreadError > 0)
     out << fmt::format("  sampling error: each thread's value ±{}, the sum ±{}{}\n", num(d.perThreadError),
                        num(metrics::statisticError(d.all, Statistic::Sum, d.perThreadError)),
@@ -260,8 +273,11 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   const bool all = d.values.size() <= 32;
   out << (all ? "values:\n" : "highest 10:\n");
   const std::size_t shown = all ? d.values.size() : 10;
-  auto who = [](const ThreadValue& v) { return v.threadClass.empty() ? v.who : fmt::format("{} ({})", v.who, v.threadClass); };
-  for (std::size_t i = 0; i < shown; ++i) out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), who(d.values[i]));
+  auto who = [](const ThreadValue& v) {
+    return v.threadClass.empty() ? v.who : fmt::format("{} ({})", v.who, v.threadClass);
+  };
+  for (std::size_t i = 0; i < shown; ++i)
+    out << fmt::format("  {:>12}  {}\n", num(d.values[i].value), who(d.values[i]));
   if (!all) {
     out << "lowest 10 present:\n";
     for (std::size_t i = d.values.size() - 10; i < d.values.size(); ++i)
@@ -271,7 +287,8 @@ void renderDistributionText(const Distribution& d, std::ostream& out, const Text
   for (const auto& b : d.histogram) most = std::max(most, b.count);
   out << "histogram (profiles per value range, absent profiles count as 0):\n";
   for (const auto& b : d.histogram) {
-    const auto bar = static_cast<std::size_t>(std::llround(40.0 * static_cast<double>(b.count) / static_cast<double>(most)));
+    const auto bar =
+        static_cast<std::size_t>(std::llround(40.0 * static_cast<double>(b.count) / static_cast<double>(most)));
     std::string bars;
     for (std::size_t i = 0; i < bar; ++i) bars += "#";
     out << fmt::format("  [{:>9}, {:>9}) {:>8} {}\n", num(b.low), num(b.high), b.count, style(bars, "32"));

@@ -66,9 +66,10 @@ Column parseSortColumn(const std::string& spec, const Column& first, const std::
     } else if (contains(metricNames, part)) {
       c.metric = part;
     } else {
-      throw ViewError(fmt::format("--sort {}: '{}' is no metric, statistic (sum, mean, min, max, stddev, cfvar, "
-                                  "imbalance, count) or scope (inclusive, exclusive)",
-                                  spec, part));
+      throw ViewError(
+          fmt::format("--sort {}: '{}' is no metric, statistic (sum, mean, min, max, stddev, cfvar, "
+                      "imbalance, count) or scope (inclusive, exclusive)",
+                      spec, part));
     }
   }
   return c;
@@ -88,9 +89,10 @@ Selection selectionOf(const ViewOptions& o) {
   for (const auto& name : splitList(o.statistics)) {
     auto st = parseStatistic(name);
     if (!st)
-      throw ViewError(fmt::format("unknown statistic '{}' (sum, mean, min, max, stddev, cfvar, imbalance, count, p5, p25, "
-                                  "p50, p75, p95, imbmedian)",
-                                  name));
+      throw ViewError(
+          fmt::format("unknown statistic '{}' (sum, mean, min, max, stddev, cfvar, imbalance, count, p5, p25, "
+                      "p50, p75, p95, imbmedian)",
+                      name));
     s.statistics.push_back(*st);
   }
   for (const auto& name : splitList(o.scopes)) {
@@ -117,9 +119,11 @@ ImbalanceRequest imbalanceRequest(const ViewOptions& o, const Selection& s) {
 }
 
 NodeRequest nodeRequest(const storage::Database& db, const ViewOptions& o, const Selection& s) {
-  if (o.format == Format::Folded || o.format == Format::Speedscope) throw ViewError("--node is available as text, csv or json");
+  if (o.format == Format::Folded || o.format == Format::Speedscope)
+    throw ViewError("--node is available as text, csv or json");
   if (s.metrics.size() > 1 || s.scopes.size() > 1) throw ViewError("--node shows one metric in one scope");
-  if (o.kind == ViewKind::Regions) throw ViewError("--node drills into the calling context, flat or callers view, not --regions");
+  if (o.kind == ViewKind::Regions)
+    throw ViewError("--node drills into the calling context, flat or callers view, not --regions");
   NodeRequest r;
   r.spec = o.node;
   r.kind = o.kind;
@@ -171,8 +175,9 @@ void addEffortColumns(const std::vector<std::string>& effortMetrics, Selection& 
     if (!have) columns.push_back({m, Statistic::Sum, MetricScope::Inclusive});
   }
   if (!s.metrics.empty() || !s.formulas.empty()) return;
-  s.formulas.push_back(contains(effortMetrics, "effort") ? "idleness_pct = 100 * idleness.sum / effort.sum"
-                                                         : "idleness_pct = 100 * idleness.sum / (work.sum + idleness.sum)");
+  s.formulas.push_back(contains(effortMetrics, "effort")
+                           ? "idleness_pct = 100 * idleness.sum / effort.sum"
+                           : "idleness_pct = 100 * idleness.sum / (work.sum + idleness.sum)");
   if (contains(effortMetrics, "overhead")) s.formulas.push_back("overhead_pct = 100 * overhead.sum / work.sum");
 }
 
@@ -217,12 +222,14 @@ TreeRequest treeRequest(const storage::Database& db, const ViewOptions& o, Selec
   auto available = availableMetrics(db, o.kind);
   std::vector<std::string> effortMetrics;  // --effort: the idleness-accounting metrics present
   if (o.effort) r.effort = effortReading(o, available, effortMetrics);
-  const auto shown = !s.metrics.empty() ? s.metrics : o.effort ? effortMetrics : std::vector<std::string>{available.at(0)};
+  const auto shown = !s.metrics.empty() ? s.metrics
+                     : o.effort         ? effortMetrics
+                                        : std::vector<std::string>{available.at(0)};
   if (s.statistics.empty()) s.statistics = {Statistic::Sum};
   // The Flat view answers "which code costs itself the most" (perf's and pprof's first view):
   // self cost first, and sorted and pruned by it.
   if (s.scopes.empty())
-    s.scopes = o.effort                      ? std::vector<MetricScope>{MetricScope::Inclusive}
+    s.scopes = o.effort                   ? std::vector<MetricScope>{MetricScope::Inclusive}
                : o.kind == ViewKind::Flat ? std::vector<MetricScope>{MetricScope::Exclusive, MetricScope::Inclusive}
                                           : std::vector<MetricScope>{MetricScope::Inclusive, MetricScope::Exclusive};
   for (const auto& m : shown)

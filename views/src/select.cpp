@@ -20,8 +20,8 @@ using detail::ViewModel;
 
 class Selector {
  public:
-  Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles, ViewTree& tree,
-           std::optional<std::uint32_t> start)
+  Selector(ViewModel& model, const ViewRequest& request, const MetricSet& metrics, std::uint64_t profiles,
+           ViewTree& tree, std::optional<std::uint32_t> start)
       : model_(model), request_(request), metrics_(metrics), profiles_(profiles), tree_(tree), start_(start) {
     for (const auto& c : tree_.columns) {
       if (!c.formula.empty()) {
@@ -55,7 +55,8 @@ class Selector {
           shareColumn = c;
           break;
         }
-    const auto primaryMetric = formulas_[shareColumn] ? slots_[shareColumn] / 2 : metricIndex(tree_.columns[shareColumn].metric);
+    const auto primaryMetric =
+        formulas_[shareColumn] ? slots_[shareColumn] / 2 : metricIndex(tree_.columns[shareColumn].metric);
     primary_ = MetricSet::slot(primaryMetric, metrics_.shareScope(primaryMetric));
     // A region's own visits or concurrency say nothing about its subregions: no pruning by them.
     unprunable_ = tree_.kind == ViewKind::Regions && primaryMetric < metrics_.exclusiveOnly.size() &&
@@ -154,7 +155,8 @@ class Selector {
     } else {
       out = model_.find(f, true);
       if (out.empty()) out = model_.find(f, false);
-      if (out.empty()) throw ViewError(fmt::format("--focus {}: no node of this name in the {} view", f, toString(tree_.kind)));
+      if (out.empty())
+        throw ViewError(fmt::format("--focus {}: no node of this name in the {} view", f, toString(tree_.kind)));
     }
     return out;
   }
@@ -219,7 +221,8 @@ class Selector {
         const bool an = std::isnan(a.sortValue), bn = std::isnan(b.sortValue);
         if (an != bn) return bn;
         // By size: the largest losses and the largest gains of a scaling loss before the small.
-        if (!an && std::fabs(a.sortValue) != std::fabs(b.sortValue)) return std::fabs(a.sortValue) > std::fabs(b.sortValue);
+        if (!an && std::fabs(a.sortValue) != std::fabs(b.sortValue))
+          return std::fabs(a.sortValue) > std::fabs(b.sortValue);
         if (!an && a.sortValue != b.sortValue) return a.sortValue > b.sortValue;
       }
       return detail::matchLabel(model_.node(a.handle)) < detail::matchLabel(model_.node(b.handle));
@@ -335,7 +338,8 @@ bool wantsHistogram(const std::vector<Column>& columns) {
     }
     const auto formula = metrics::SummaryFormula::parse(c.formula);
     const auto& refs = formula.references();
-    if (std::any_of(refs.begin(), refs.end(), [&](const metrics::StatisticRef& r) { return percentileLike(r.statistic); }))
+    if (std::any_of(refs.begin(), refs.end(),
+                    [&](const metrics::StatisticRef& r) { return percentileLike(r.statistic); }))
       return true;
   }
   return false;
@@ -346,11 +350,12 @@ void configure(const storage::Database& db, const ThreadSelection& threads, cons
                detail::MetricSet& metrics) {
   metrics.periods.clear();
   for (std::size_t m = 0; m < metrics.ids.size(); ++m)
-    metrics.periods.push_back(static_cast<double>(std::max<std::uint64_t>(db.metrics()[metrics.ids[m]].descriptor.period, 1)));
+    metrics.periods.push_back(
+        static_cast<double>(std::max<std::uint64_t>(db.metrics()[metrics.ids[m]].descriptor.period, 1)));
   metrics.perThreadError.clear();
   for (std::size_t m = 0; m < metrics.ids.size(); ++m) {
     const auto& stored = db.metrics()[metrics.ids[m]];
-    metrics.perThreadError.push_back(stored.valueType == storage::ValueType::Real ? NAN
+    metrics.perThreadError.push_back(stored.valueType == storage::ValueType::Real    ? NAN
                                      : stored.descriptor.kind == MetricKind::Counted ? 0.0
                                                                                      : metrics.periods[m] - 1);
   }
@@ -370,18 +375,21 @@ PreparedView prepareView(const storage::Database& db, const ViewRequest& request
   tree.columns = request.columns;
   tree.threads = request.kind == ViewKind::Regions ? selectThreads(db, "all") : selectThreads(db, request.threads);
   if (request.kind == ViewKind::Regions && !request.threads.empty() && request.threads != "all")
-    throw ViewError("--threads applies to the calling context, callers and flat views (region statistics are over all threads)");
+    throw ViewError(
+        "--threads applies to the calling context, callers and flat views (region statistics are over all threads)");
   tree.profiles = tree.threads.profiles;
   if (request.top && request.kind != ViewKind::Flat && request.kind != ViewKind::Callers)
     throw ViewError("--top applies to the flat and callers views only");
   if (request.top && !request.focus.empty()) throw ViewError("--top and --focus cannot be combined");
   if (request.top && request.hotPathPercent) throw ViewError("--top and --hot-path cannot be combined");
-  if (request.thresholdPercent < 0 || request.thresholdPercent > 100) throw ViewError("--threshold must be between 0 and 100");
+  if (request.thresholdPercent < 0 || request.thresholdPercent > 100)
+    throw ViewError("--threshold must be between 0 and 100");
   if (request.hotPathPercent && (*request.hotPathPercent <= 0 || *request.hotPathPercent > 100))
     throw ViewError("--hot-path must be above 0 and at most 100");
 
   MetricSet& metrics = p.metrics;
-  metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns) : detail::resolveMetrics(db, tree.columns);
+  metrics = request.kind == ViewKind::Regions ? detail::regionMetrics(db, tree.columns)
+                                              : detail::resolveMetrics(db, tree.columns);
   ViewRequest& effective = p.request;
   effective = request;
   if (request.kind == ViewKind::Regions) {
@@ -400,7 +408,8 @@ PreparedView prepareView(const storage::Database& db, const ViewRequest& request
     tree.columns = std::move(columns);
     if (effective.sortBy && exclusiveOnly(*effective.sortBy)) effective.sortBy->scope = storage::MetricScope::Exclusive;
   }
-  if (effective.sortBy && std::find(tree.columns.begin(), tree.columns.end(), *effective.sortBy) == tree.columns.end()) {
+  if (effective.sortBy &&
+      std::find(tree.columns.begin(), tree.columns.end(), *effective.sortBy) == tree.columns.end()) {
     tree.columns.push_back(*effective.sortBy);
     if (request.kind != ViewKind::Regions) metrics = detail::resolveMetrics(db, tree.columns);
   }
@@ -411,10 +420,14 @@ PreparedView prepareView(const storage::Database& db, const ViewRequest& request
 
 std::unique_ptr<ViewModel> makeModel(const storage::Database& db, ViewKind kind, const MetricSet& metrics) {
   switch (kind) {
-    case ViewKind::CallingContext: return makeCallingContext(db, metrics);
-    case ViewKind::Flat: return makeFlat(db, metrics);
-    case ViewKind::Callers: return makeCallers(db, metrics);
-    case ViewKind::Regions: return makeRegions(db, metrics);
+    case ViewKind::CallingContext:
+      return makeCallingContext(db, metrics);
+    case ViewKind::Flat:
+      return makeFlat(db, metrics);
+    case ViewKind::Callers:
+      return makeCallers(db, metrics);
+    case ViewKind::Regions:
+      return makeRegions(db, metrics);
   }
   throw std::logic_error("unknown view kind");
 }

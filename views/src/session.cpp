@@ -53,7 +53,9 @@ struct Session::Impl {
     std::optional<std::uint32_t> start;
     if (startId) {
       start = model.built(*startId);
-      if (!start) throw ViewError(fmt::format("node {}: no node with this id in the {} view", *startId, toString(view.tree.kind)));
+      if (!start)
+        throw ViewError(
+            fmt::format("node {}: no node with this id in the {} view", *startId, toString(view.tree.kind)));
     }
     detail::selectView(model, view, start);
     return std::move(view.tree);
@@ -126,7 +128,8 @@ Distribution Session::perThread(const NodeRequest& request) const {
 }
 
 DatabaseInfo describe(const storage::Database& db) {
-  return {db.directory(), db.formatVersion(), storage::directoryBytes(db.directory()), db.metadata(), regionMetricsOf(db)};
+  return {db.directory(), db.formatVersion(), storage::directoryBytes(db.directory()), db.metadata(),
+          regionMetricsOf(db)};
 }
 
 DatabaseInfo Session::info() const { return describe(database()); }

@@ -30,7 +30,8 @@ class SummaryScan {
   // Waits for the scan (rethrowing its error), then calls fn(node, slot, accumulator) for the
   // nodes with wanted[node], and once more with an empty instance for every wanted (node, slot)
   // without a stored summary, so that instance counts include nodes whose values are all zero.
-  void forEach(const std::vector<char>& wanted, const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn);
+  void forEach(const std::vector<char>& wanted,
+               const std::function<void(storage::NodeId, std::size_t, const Acc&)>& fn);
 
  private:
   struct Entry {

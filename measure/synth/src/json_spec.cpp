@@ -8,9 +8,9 @@
 
 #include <fstream>
 #include <limits>
-#include <set>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -84,7 +84,8 @@ SymbolicFrame parseFrame(const Context& cx, storage::ProfileBuilder& b, const js
       scopeKey = &it.key();
     } else if (!kAttributes.count(it.key())) {
       cx.fail(where, fmt::format("unknown frame key \"{}\" (expected proc, alien, loop, callsite or stmt, "
-                                 "with optional file, line, module)", it.key()));
+                                 "with optional file, line, module)",
+                                 it.key()));
     }
   }
   if (!scopeKey) cx.fail(where, "frame names no scope (proc, alien, loop, callsite or stmt)");
@@ -121,9 +122,11 @@ SymbolicFrame parseFrame(const Context& cx, storage::ProfileBuilder& b, const js
 IdTuple parseId(const Context& cx, const json& id, const std::string& where) {
   if (!id.is_object()) cx.fail(where, "\"id\" must be an object such as {\"rank\": 0, \"thread\": 1}");
   // Outermost first, whatever order the keys were written in.
-  static const std::pair<const char*, IdKind> kOrder[] = {
-      {"node", IdKind::Node}, {"process", IdKind::Process}, {"rank", IdKind::Rank},
-      {"thread", IdKind::Thread}, {"core", IdKind::Core}};
+  static const std::pair<const char*, IdKind> kOrder[] = {{"node", IdKind::Node},
+                                                          {"process", IdKind::Process},
+                                                          {"rank", IdKind::Rank},
+                                                          {"thread", IdKind::Thread},
+                                                          {"core", IdKind::Core}};
   for (auto it = id.begin(); it != id.end(); ++it) {
     bool known = false;
     for (const auto& [k, kind] : kOrder) known |= it.key() == k;
@@ -137,8 +140,10 @@ IdTuple parseId(const Context& cx, const json& id, const std::string& where) {
 }
 
 // Region paths: "solve/iter#3" = region "solve" (dynamic id 0), inside it "iter" with dynamic id 3.
-std::uint32_t regionNode(const Context& cx, RegionProfile& r, std::map<std::pair<std::uint32_t, std::pair<std::uint32_t, std::uint64_t>>, std::uint32_t>& children,
-                         const std::string& path, const std::string& where) {
+std::uint32_t regionNode(
+    const Context& cx, RegionProfile& r,
+    std::map<std::pair<std::uint32_t, std::pair<std::uint32_t, std::uint64_t>>, std::uint32_t>& children,
+    const std::string& path, const std::string& where) {
   if (path.empty()) cx.fail(where, "empty region path");
   std::uint32_t node = 0;
   std::stringstream ss(path);
@@ -192,9 +197,12 @@ void parseRegions(const Context& cx, const json& thread, RegionProfile& r, const
       const std::string w = fmt::format("{}.regions[{}]", where, i);
       const auto node = regionNode(cx, r, children, cx.text(cx.require(list[i], "path", w), w + ".path"), w);
       if (list[i].contains("count")) r.count[node] = cx.unsignedValue(list[i]["count"], w + ".count");
-      if (list[i].contains("inclusive_ns")) r.inclusiveNs[node] = cx.unsignedValue(list[i]["inclusive_ns"], w + ".inclusive_ns");
-      if (list[i].contains("exclusive_ns")) r.exclusiveNs[node] = cx.unsignedValue(list[i]["exclusive_ns"], w + ".exclusive_ns");
-      else r.exclusiveNs[node] = r.inclusiveNs[node];
+      if (list[i].contains("inclusive_ns"))
+        r.inclusiveNs[node] = cx.unsignedValue(list[i]["inclusive_ns"], w + ".inclusive_ns");
+      if (list[i].contains("exclusive_ns"))
+        r.exclusiveNs[node] = cx.unsignedValue(list[i]["exclusive_ns"], w + ".exclusive_ns");
+      else
+        r.exclusiveNs[node] = r.inclusiveNs[node];
     }
   }
   if (hasEvents) {
@@ -215,7 +223,9 @@ void parseRegions(const Context& cx, const json& thread, RegionProfile& r, const
       r.eventIsEnter.push_back(enter);
       if (e.contains("attr")) {
         if (!enter) cx.fail(w + ".attr", "only enter events carry an attribute");
-        if (!e["attr"].is_number_integer() || (e["attr"].is_number_unsigned() && e["attr"].get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+        if (!e["attr"].is_number_integer() ||
+            (e["attr"].is_number_unsigned() &&
+             e["attr"].get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
           cx.fail(w + ".attr", "expected a 64-bit signed integer");
         if (r.eventAttr.empty()) {  // the first attribute: earlier events have none
           r.eventAttr.assign(r.eventTimeNs.size() - 1, 0);
@@ -258,7 +268,8 @@ ThreadProfile parseThread(const Context& cx, const json& thread, const std::vect
   p.identity.idTuple = parseId(cx, cx.require(thread, "id", where), where + ".id");
   p.identity.executable = top.value("executable", std::string("app"));
   p.identity.hostname = thread.contains("hostname") ? cx.text(thread["hostname"], where + ".hostname") : "localhost";
-  p.identity.pid = thread.contains("pid") ? static_cast<std::uint32_t>(cx.unsignedValue(thread["pid"], where + ".pid")) : 1;
+  p.identity.pid =
+      thread.contains("pid") ? static_cast<std::uint32_t>(cx.unsignedValue(thread["pid"], where + ".pid")) : 1;
   p.identity.commandLine = {p.identity.executable};
   p.identity.settings = {{"generator", "csp-gen from-json"}};
   Defaults defaults{top.value("module", p.identity.executable)};
@@ -294,9 +305,12 @@ ThreadProfile parseThread(const Context& cx, const json& thread, const std::vect
   }
   if (thread.contains("stats")) {
     const json& s = thread["stats"];
-    if (s.contains("dropped_samples")) p.stats.droppedSamples = cx.unsignedValue(s["dropped_samples"], where + ".stats");
-    if (s.contains("unwind_failures")) p.stats.unwindFailures = cx.unsignedValue(s["unwind_failures"], where + ".stats");
-    if (s.contains("truncated_paths")) p.stats.truncatedPaths = cx.unsignedValue(s["truncated_paths"], where + ".stats");
+    if (s.contains("dropped_samples"))
+      p.stats.droppedSamples = cx.unsignedValue(s["dropped_samples"], where + ".stats");
+    if (s.contains("unwind_failures"))
+      p.stats.unwindFailures = cx.unsignedValue(s["unwind_failures"], where + ".stats");
+    if (s.contains("truncated_paths"))
+      p.stats.truncatedPaths = cx.unsignedValue(s["truncated_paths"], where + ".stats");
   }
   parseRegions(cx, thread, p.regions, where);
   ThreadProfile out;
@@ -336,9 +350,11 @@ std::vector<ThreadProfile> profilesFromJsonText(const std::string& text, const s
         break;
       case json::parse_event_t::key:
         if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
-          throw SpecError(fmt::format("{}: JSON: key \"{}\" appears twice in one object", name, parsed.get<std::string>()));
+          throw SpecError(
+              fmt::format("{}: JSON: key \"{}\" appears twice in one object", name, parsed.get<std::string>()));
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -358,9 +374,12 @@ std::vector<ThreadProfile> profilesFromJsonText(const std::string& text, const s
     d.name = cx.text(cx.require(metricList[m], "name", w), w + ".name");
     d.unit = metricList[m].value("unit", std::string("samples"));
     const std::string kind = metricList[m].value("kind", std::string("sampled"));
-    if (kind == "sampled") d.kind = MetricKind::Sampled;
-    else if (kind == "counted") d.kind = MetricKind::Counted;
-    else cx.fail(w + ".kind", fmt::format("\"{}\" is neither \"sampled\" nor \"counted\"", kind));
+    if (kind == "sampled")
+      d.kind = MetricKind::Sampled;
+    else if (kind == "counted")
+      d.kind = MetricKind::Counted;
+    else
+      cx.fail(w + ".kind", fmt::format("\"{}\" is neither \"sampled\" nor \"counted\"", kind));
     d.period = metricList[m].contains("period") ? cx.unsignedValue(metricList[m]["period"], w + ".period") : 1;
     d.description = metricList[m].value("description", std::string());
     metrics.push_back(std::move(d));
@@ -381,7 +400,8 @@ std::vector<ThreadProfile> profilesFromJsonText(const std::string& text, const s
 std::vector<ThreadProfile> profilesFromJsonFile(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw SpecError(fmt::format("{}: no such file", path.string()));
-  if (std::filesystem::is_directory(path, ec)) throw SpecError(fmt::format("{}: is a directory, not a JSON file", path.string()));
+  if (std::filesystem::is_directory(path, ec))
+    throw SpecError(fmt::format("{}: is a directory, not a JSON file", path.string()));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SpecError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   std::stringstream buffer;

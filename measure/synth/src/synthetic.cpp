@@ -1,10 +1,10 @@
 #include "csp/synth/synthetic.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
-#include <fmt/format.h>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -50,7 +50,7 @@ struct Procedure {
 // Symbolic frame with its strings spelled out; interned per profile.
 struct TemplateFrame {
   ScopeKind scope;
-  std::uint32_t procedure;  // index into the procedure pool (ProcFrame, Alien)
+  std::uint32_t procedure;      // index into the procedure pool (ProcFrame, Alien)
   std::uint32_t fileProcedure;  // procedure whose file the line belongs to
   std::uint32_t line;
 };
@@ -64,10 +64,10 @@ struct GroupTemplate {
   std::vector<bool> leafHot;
 };
 
-const char* const kVerbs[] = {"solve", "update", "compute", "exchange", "assemble", "apply", "reduce", "pack",
-                              "unpack", "interpolate", "smooth", "restrict", "prolong", "integrate", "advance"};
-const char* const kNouns[] = {"flux", "halo", "matrix", "residual", "boundary", "grid", "particles",
-                              "forces", "mesh", "field", "stencil", "tracers", "density", "pressure"};
+const char* const kVerbs[] = {"solve",  "update",      "compute", "exchange", "assemble", "apply",     "reduce", "pack",
+                              "unpack", "interpolate", "smooth",  "restrict", "prolong",  "integrate", "advance"};
+const char* const kNouns[] = {"flux",   "halo", "matrix", "residual", "boundary", "grid",    "particles",
+                              "forces", "mesh", "field",  "stencil",  "tracers",  "density", "pressure"};
 const char* const kModules[] = {"app", "libsolver.so", "libphysics.so", "libmpi.so.40"};
 
 std::vector<Procedure> makeProcedurePool(std::uint32_t count, std::uint64_t seed) {
@@ -78,8 +78,8 @@ std::vector<Procedure> makeProcedurePool(std::uint32_t count, std::uint64_t seed
     const char* verb = kVerbs[rng.below(std::size(kVerbs))];
     const char* noun = kNouns[rng.below(std::size(kNouns))];
     const char* module = kModules[rng.below(std::size(kModules))];
-    pool.push_back({fmt::format("{}_{}_{}", verb, noun, i), fmt::format("src/{}_{}.c", noun, i % 37),
-                    module, 10 + rng.below(2000)});
+    pool.push_back({fmt::format("{}_{}_{}", verb, noun, i), fmt::format("src/{}_{}.c", noun, i % 37), module,
+                    10 + rng.below(2000)});
   }
   return pool;
 }
@@ -107,8 +107,9 @@ GroupTemplate makeGroupTemplate(const SyntheticOptions& o, std::uint32_t group, 
 
   while (t.parent.size() < target && !expandable.empty()) {
     // Prefer recently created scopes half of the time so that the tree reaches its depth.
-    const std::size_t pick = rng.below(2) == 0 ? expandable.size() - 1 - rng.below(std::min<std::size_t>(expandable.size(), 8))
-                                               : rng.below(static_cast<std::uint32_t>(expandable.size()));
+    const std::size_t pick = rng.below(2) == 0
+                                 ? expandable.size() - 1 - rng.below(std::min<std::size_t>(expandable.size(), 8))
+                                 : rng.below(static_cast<std::uint32_t>(expandable.size()));
     const std::uint32_t at = expandable[pick];
     const std::uint32_t proc = enclosingProc[at];
     const std::uint32_t room = maxDepth - depth[at];
@@ -164,7 +165,8 @@ struct Universe {
   std::vector<GroupTemplate> groups;
   std::vector<MetricDescriptor> metrics;
 
-  explicit Universe(const SyntheticOptions& o) : options(o), metrics(syntheticMetrics(std::max<std::uint32_t>(o.metrics, 1))) {
+  explicit Universe(const SyntheticOptions& o)
+      : options(o), metrics(syntheticMetrics(std::max<std::uint32_t>(o.metrics, 1))) {
     const std::uint32_t poolSize = std::max<std::uint32_t>(16, o.nodes / 25);
     pool = makeProcedurePool(poolSize, o.seed);
     for (std::uint32_t g = 0; g < std::max<std::uint32_t>(o.groups, 1); ++g)
@@ -211,7 +213,8 @@ ThreadProfile Universe::make(std::uint32_t rank, std::uint32_t thread) const {
     const double u = rng.uniform();
     const double noise = rng.uniform();
     if (!t.leafHot[l] && u >= o.presence) continue;
-    leafCount[l] = static_cast<std::uint32_t>(std::max(1.0, std::round(t.leafWeight[l] * rankFactor * (0.8 + 0.4 * noise))));
+    leafCount[l] =
+        static_cast<std::uint32_t>(std::max(1.0, std::round(t.leafWeight[l] * rankFactor * (0.8 + 0.4 * noise))));
     keep[t.leaves[l]] = 1;
   }
   for (std::size_t i = n; i-- > 1;)

@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -27,6 +26,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>

@@ -34,10 +34,10 @@ struct Section {
 
 // A loop of one function's graph, before DWARF gives it a line.
 struct RawLoop {
-  std::uint64_t header = 0;             // the header block's address
-  std::uint32_t parent = kNone;         // in the same chunk
+  std::uint64_t header = 0;      // the header block's address
+  std::uint32_t parent = kNone;  // in the same chunk
   bool irreducible = false;
-  std::vector<Range> ranges;            // its blocks, merged
+  std::vector<Range> ranges;              // its blocks, merged
   std::vector<std::uint64_t> candidates;  // instructions whose line may name it
 };
 
@@ -48,8 +48,10 @@ struct ChunkResult {
 };
 
 void addRange(std::vector<Range>& ranges, std::uint64_t start, std::uint64_t end) {
-  if (!ranges.empty() && ranges.back().second == start) ranges.back().second = end;
-  else ranges.emplace_back(start, end);
+  if (!ranges.empty() && ranges.back().second == start)
+    ranges.back().second = end;
+  else
+    ranges.emplace_back(start, end);
 }
 
 // The loops of one function's (pruned) graph, with what DWARF needs to name them.
@@ -160,7 +162,8 @@ class InlineMap {
 
   static bool covers(const Node& n, const std::vector<Range>& ranges) {
     for (const auto& [a, b] : ranges) {
-      auto it = std::upper_bound(n.ranges.begin(), n.ranges.end(), a, [](std::uint64_t x, const Range& r) { return x < r.first; });
+      auto it = std::upper_bound(n.ranges.begin(), n.ranges.end(), a,
+                                 [](std::uint64_t x, const Range& r) { return x < r.first; });
       if (it == n.ranges.begin()) return false;
       --it;
       if (a < it->first || b > it->second) return false;
@@ -189,8 +192,10 @@ class InlineMap {
     std::sort(out.begin(), out.end());
     std::vector<Range> merged;
     for (const auto& r : out) {
-      if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
-      else merged.push_back(r);
+      if (!merged.empty() && r.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, r.second);
+      else
+        merged.push_back(r);
     }
     return merged;
   }
@@ -259,10 +264,12 @@ void checkComplete(Elf* elf, const GElf_Ehdr& ehdr) {
     elf_getphdrnum(elf, &phnum);
     for (std::size_t i = 0; i < phnum; ++i) {
       GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) want(ph.p_offset + ph.p_filesz, "segments");
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD)
+        want(ph.p_offset + ph.p_filesz, "segments");
     }
   }
-  if (need > size) throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
+  if (need > size)
+    throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
 }
 
 }  // namespace
@@ -274,7 +281,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   GElf_Ehdr ehdr;
   if (gelf_getehdr(elf, &ehdr) == nullptr) throw AnalysisError(fmt::format("no ELF header: {}", elf_errmsg(-1)));
   if (ehdr.e_machine != EM_X86_64)
-    throw AnalysisError(fmt::format("machine code of ELF machine {} (loops are recovered from x86-64 code only)", ehdr.e_machine));
+    throw AnalysisError(
+        fmt::format("machine code of ELF machine {} (loops are recovered from x86-64 code only)", ehdr.e_machine));
   checkComplete(elf, ehdr);
 
   // Allocated sections with contents: the code, and the data that jump tables are read from.
@@ -283,7 +291,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   elf_getshdrstrndx(elf, &shstrndx);
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS || sh.sh_size == 0)
+    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS ||
+        sh.sh_size == 0)
       continue;
     const bool executable = (sh.sh_flags & SHF_EXECINSTR) != 0;
     Elf_Data* data = elf_getdata(scn, nullptr);
@@ -305,8 +314,10 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       GElf_Phdr ph;
       if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
       Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
-      if (data == nullptr || data->d_buf == nullptr) throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
-      sections.push_back({ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
+      if (data == nullptr || data->d_buf == nullptr)
+        throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
+      sections.push_back(
+          {ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
     }
   }
   std::sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
@@ -315,16 +326,19 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     if (s.executable && (code.empty() || s.address >= code.back().address + code.back().size)) code.push_back(s);
 
   const ImageReader image = [&sections](std::uint64_t address, unsigned bytes) -> std::optional<std::uint64_t> {
-    auto it = std::upper_bound(sections.begin(), sections.end(), address, [](std::uint64_t a, const Section& s) { return a < s.address; });
+    auto it = std::upper_bound(sections.begin(), sections.end(), address,
+                               [](std::uint64_t a, const Section& s) { return a < s.address; });
     if (it == sections.begin()) return std::nullopt;
     --it;
-    if (address - it->address > it->size || it->size - (address - it->address) < bytes || bytes > 8) return std::nullopt;
+    if (address - it->address > it->size || it->size - (address - it->address) < bytes || bytes > 8)
+      return std::nullopt;
     std::uint64_t v = 0;
     std::memcpy(&v, it->data + (address - it->address), bytes);  // x86-64: little-endian like this host
     return v;
   };
   auto inCode = [&code](std::uint64_t a) {
-    auto it = std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
+    auto it =
+        std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
     return it != code.begin() && a - std::prev(it)->address < std::prev(it)->size;
   };
 
@@ -341,7 +355,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     Dwarf_Addr symBias = 0;
     const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &symElf, &symBias);
     const int type = GELF_ST_TYPE(sym.st_info);
-    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || !inCode(addr - bias))
+    if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+        !inCode(addr - bias))
       continue;
     starts.push_back(addr - bias);
     if (noReturnName(name)) namedNoReturn.insert(addr - bias);  // any of its aliases
@@ -417,8 +432,7 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     }
     if (i.target == 0) return 0;
     if (const auto it = stubNames.find(i.target); it != stubNames.end()) return noReturnName(it->second) ? 1 : 0;
-    if (const auto it = chunkAt.find(i.target); it != chunkAt.end())
-      return known[it->second] == Returns::No ? 1 : -1;
+    if (const auto it = chunkAt.find(i.target); it != chunkAt.end()) return known[it->second] == Returns::No ? 1 : -1;
     return 0;
   };
   const std::vector<Returns> seeded = returns;  // what the parallel decoding may read
@@ -444,7 +458,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     const auto& c = chunks[i];
     return d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, image);
   };
-  auto findChunkLoops = [&](Decoder& d, std::size_t i, FunctionCode& fc, const std::function<bool(const Instruction&)>& noReturn) {
+  auto findChunkLoops = [&](Decoder& d, std::size_t i, FunctionCode& fc,
+                            const std::function<bool(const Instruction&)>& noReturn) {
     fc.dropFallthroughOfCalls(noReturn);
     const auto& c = chunks[i];
     const auto unresolved = fc.unresolvedJumps;
@@ -453,40 +468,41 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     });
     results[i].unresolvedJumps = unresolved;
   };
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 8), [&](const tbb::blocked_range<std::size_t>& r) {
-    auto& d = decoder();
-    for (std::size_t i = r.begin(); i != r.end(); ++i) {
-      auto fc = decodeChunk(d, i);
-      callTargets[i] = std::move(fc.callTargets);
-      jumpTargets[i] = std::move(fc.jumpTargets);
-      paddingStarts[i] = fc.startsAfterPadding();
-      results[i].unresolvedJumps = fc.unresolvedJumps;
-      if (returns[i] == Returns::Yes) {
-        bool exit = false;
-        for (std::uint32_t b = 0; b < fc.blocks.size() && !exit; ++b) exit = leaves(fc, b);
-        if (!exit)
-          returns[i] = fc.mayReturn([&](const Instruction& x) { return named(x) == 1; },
-                                    [&](const Instruction& x) { return named(x) != 1; })
-                           ? Returns::Depends
-                           : Returns::No;
-      }
-      if (fc.mayHaveCycles()) {
-        findChunkLoops(d, i, fc, [&](const Instruction& x) { return named(x) == 1; });
-        const auto& ranges = results[i].innermost;
-        for (std::uint32_t b = 0; b < fc.blocks.size(); ++b) {
-          const auto& x = fc.last(b);
-          if (!x.call || named(x) != -1) continue;
-          auto it = std::upper_bound(ranges.begin(), ranges.end(), fc.blocks[b].start,
-                                     [](std::uint64_t a, const AddressRange& y) { return a < y.start; });
-          if (it != ranges.begin() && fc.blocks[b].start < std::prev(it)->end) doubtful[i].push_back(x.target);
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, chunks.size(), 8), [&](const tbb::blocked_range<std::size_t>& r) {
+        auto& d = decoder();
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          auto fc = decodeChunk(d, i);
+          callTargets[i] = std::move(fc.callTargets);
+          jumpTargets[i] = std::move(fc.jumpTargets);
+          paddingStarts[i] = fc.startsAfterPadding();
+          results[i].unresolvedJumps = fc.unresolvedJumps;
+          if (returns[i] == Returns::Yes) {
+            bool exit = false;
+            for (std::uint32_t b = 0; b < fc.blocks.size() && !exit; ++b) exit = leaves(fc, b);
+            if (!exit)
+              returns[i] = fc.mayReturn([&](const Instruction& x) { return named(x) == 1; },
+                                        [&](const Instruction& x) { return named(x) != 1; })
+                               ? Returns::Depends
+                               : Returns::No;
+          }
+          if (fc.mayHaveCycles()) {
+            findChunkLoops(d, i, fc, [&](const Instruction& x) { return named(x) == 1; });
+            const auto& ranges = results[i].innermost;
+            for (std::uint32_t b = 0; b < fc.blocks.size(); ++b) {
+              const auto& x = fc.last(b);
+              if (!x.call || named(x) != -1) continue;
+              auto it = std::upper_bound(ranges.begin(), ranges.end(), fc.blocks[b].start,
+                                         [](std::uint64_t a, const AddressRange& y) { return a < y.start; });
+              if (it != ranges.begin() && fc.blocks[b].start < std::prev(it)->end) doubtful[i].push_back(x.target);
+            }
+          }
+          if (returns[i] == Returns::Depends) {
+            fc.instructions = {};
+            codes[i] = std::move(fc);
+          }
         }
-      }
-      if (returns[i] == Returns::Depends) {
-        fc.instructions = {};
-        codes[i] = std::move(fc);
-      }
-    }
-  });
+      });
   auto calleeNoReturn = [&](const Instruction& i) {
     const int n = named(i);
     return n >= 0 ? n == 1 : returns[chunkAt.at(i.target)] == Returns::No;
@@ -519,7 +535,8 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
   // Functions with a loop around a call that turned out not to return: their loops again.
   std::vector<std::size_t> again;
   for (std::size_t i = 0; i < chunks.size(); ++i)
-    if (std::any_of(doubtful[i].begin(), doubtful[i].end(), [&](auto t) { return returns[chunkAt.at(t)] == Returns::No; }))
+    if (std::any_of(doubtful[i].begin(), doubtful[i].end(),
+                    [&](auto t) { return returns[chunkAt.at(t)] == Returns::No; }))
       again.push_back(i);
   doubtful = {};
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, again.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -616,15 +633,18 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     for (const auto& x : r.innermost) {
       const auto loop = kept[x.loop];
       if (loop == kNone) continue;
-      if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start) ranges.back().end = x.end;
-      else ranges.push_back({x.start, x.end, loop});
+      if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start)
+        ranges.back().end = x.end;
+      else
+        ranges.push_back({x.start, x.end, loop});
     }
   }
   s.loops = loops.size();
   if (stats) *stats = s;
   std::vector<Range> codeRanges;
   for (const auto& c : code) codeRanges.emplace_back(c.address, c.address + c.size);
-  return ModuleStructure(std::move(starts), std::move(codeRanges), std::move(loops), std::move(files), std::move(ranges));
+  return ModuleStructure(std::move(starts), std::move(codeRanges), std::move(loops), std::move(files),
+                         std::move(ranges));
 }
 
 }  // namespace csp::reduce::structure

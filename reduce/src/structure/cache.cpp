@@ -38,8 +38,10 @@ std::string errnoText() { return std::strerror(errno); }
 fs::path defaultCacheDirectory() {
   if (const char* c = std::getenv("CSP_STRUCTURE_CACHE"); c != nullptr && *c != '\0')
     return std::string(c) == "off" ? fs::path() : fs::path(c);
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return fs::path(x) / "csp" / "structure";
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return fs::path(h) / ".cache" / "csp" / "structure";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
+    return fs::path(x) / "csp" / "structure";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return fs::path(h) / ".cache" / "csp" / "structure";
   return {};
 }
 
@@ -85,12 +87,14 @@ std::optional<ModuleStructure> StructureCache::load(const CacheIdentity& id, std
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   if (fnv1a(bytes.data(), bytes.size() - 8) != stored) return damaged("checksum mismatch: truncated or overwritten");
   try {
-    storage::ByteReader<std::runtime_error> r(std::span<const std::byte>(bytes).subspan(sizeof kFileMagic, bytes.size() - sizeof kFileMagic - 8),
-                                              "structure cache entry");
+    storage::ByteReader<std::runtime_error> r(
+        std::span<const std::byte>(bytes).subspan(sizeof kFileMagic, bytes.size() - sizeof kFileMagic - 8),
+        "structure cache entry");
     if (r.u64() != kCacheVersion) return damaged("another version");
     if (r.textView() != id.check) {
-      problem = fmt::format("structure cache entry {} belongs to another file with this name ({}); analysing the module again",
-                            path.string(), id.module);
+      problem = fmt::format(
+          "structure cache entry {} belongs to another file with this name ({}); analysing the module again",
+          path.string(), id.module);
       return std::nullopt;
     }
     const auto payload = r.bytes();
@@ -176,7 +180,8 @@ namespace {
 
 // Whether `fd` is still the file at `path` (and not one a previous holder removed).
 bool sameFile(int fd, const fs::path& path) {
-  struct stat open {}, named {};
+  struct stat open {
+  }, named{};
   return ::fstat(fd, &open) == 0 && ::stat(path.c_str(), &named) == 0 && open.st_dev == named.st_dev &&
          open.st_ino == named.st_ino;
 }

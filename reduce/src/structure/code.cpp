@@ -23,7 +23,8 @@ bool inGroup(const cs_detail* d, std::uint8_t group) {
 
 Decoder::Decoder() {
   csh h = 0;
-  if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) throw std::runtime_error("capstone: cannot open an x86-64 decoder");
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+    throw std::runtime_error("capstone: cannot open an x86-64 decoder");
   cs_option(h, CS_OPT_DETAIL, CS_OPT_ON);
   handle_ = h;
 }
@@ -33,7 +34,8 @@ Decoder::~Decoder() {
   cs_close(&h);
 }
 
-FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t address, const ImageReader& image) const {
+FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t address,
+                             const ImageReader& image) const {
   FunctionCode out;
   const std::uint64_t begin = address, end = address + code.size();
   // Per instruction, what jump-table recognition needs: the address a RIP-relative lea loads,
@@ -122,7 +124,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
   const auto& insns = out.instructions;
   auto isInstruction = [&](std::uint64_t a) {
     if (a < begin || a >= end) return false;
-    auto it = std::lower_bound(insns.begin(), insns.end(), a, [](const Instruction& i, std::uint64_t x) { return i.address < x; });
+    auto it = std::lower_bound(insns.begin(), insns.end(), a,
+                               [](const Instruction& i, std::uint64_t x) { return i.address < x; });
     return it != insns.end() && it->address == a;
   };
 
@@ -167,7 +170,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
           targets.push_back(target);
         }
       };
-      if (op.type == X86_OP_MEM && op.mem.base == X86_REG_INVALID && op.mem.index != X86_REG_INVALID && op.mem.scale == 8) {
+      if (op.type == X86_OP_MEM && op.mem.base == X86_REG_INVALID && op.mem.index != X86_REG_INVALID &&
+          op.mem.scale == 8) {
         collect(static_cast<std::uint64_t>(op.mem.disp), 8, false);  // jmp *TABLE(,%reg,8)
       } else if (op.type == X86_OP_REG) {
         // lea TABLE(%rip), %b; movslq (%b,%i,4), %r; add %b, %r; jmp *%r
@@ -183,8 +187,10 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
       }
       std::sort(targets.begin(), targets.end());
       targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      if (targets.empty()) ++out.unresolvedJumps;
-      else tables.emplace_back(k, std::move(targets));
+      if (targets.empty())
+        ++out.unresolvedJumps;
+      else
+        tables.emplace_back(k, std::move(targets));
     }
     cs_free(insn, 1);
   } else {
@@ -217,7 +223,8 @@ FunctionCode Decoder::decode(std::span<const std::uint8_t> code, std::uint64_t a
     }
   }
   auto blockAt = [&](std::uint64_t a) -> std::uint32_t {
-    auto it = std::upper_bound(out.blocks.begin(), out.blocks.end(), a, [](std::uint64_t x, const BasicBlock& b) { return x < b.start; });
+    auto it = std::upper_bound(out.blocks.begin(), out.blocks.end(), a,
+                               [](std::uint64_t x, const BasicBlock& b) { return x < b.start; });
     if (it == out.blocks.begin()) return kNone;
     --it;
     return a < it->end && it->start == a ? static_cast<std::uint32_t>(it - out.blocks.begin()) : kNone;
@@ -281,30 +288,43 @@ FrameEffect frameEffectOf(csh h, const cs_insn* insn) {
   const cs_detail* d = insn->detail;
   const cs_x86& x = d->x86;
   const bool twoOps = x.op_count == 2;
-  if (inGroup(d, CS_GRP_CALL) || inGroup(d, CS_GRP_RET) || inGroup(d, CS_GRP_JUMP)) return e;  // calls return: no net change
+  if (inGroup(d, CS_GRP_CALL) || inGroup(d, CS_GRP_RET) || inGroup(d, CS_GRP_JUMP))
+    return e;                                             // calls return: no net change
   const std::int64_t word = x.prefix[2] == 0x66 ? 2 : 8;  // push/pop with an operand-size prefix move 2 bytes
   switch (insn->id) {
     case X86_INS_PUSH:
-      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8) e.op = FrameOp::PushBp;
-      else e = {insn->address, FrameOp::SpAdd, -word};
+      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8)
+        e.op = FrameOp::PushBp;
+      else
+        e = {insn->address, FrameOp::SpAdd, -word};
       return e;
     case X86_INS_POP:
-      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8) e.op = FrameOp::PopBp;
-      else if (x.op_count == 1 && isReg(x.operands[0], kSp)) e.op = FrameOp::SpLost;
-      else e = {insn->address, FrameOp::SpAdd, word};
+      if (x.op_count == 1 && isReg(x.operands[0], kBp) && word == 8)
+        e.op = FrameOp::PopBp;
+      else if (x.op_count == 1 && isReg(x.operands[0], kSp))
+        e.op = FrameOp::SpLost;
+      else
+        e = {insn->address, FrameOp::SpAdd, word};
       return e;
-    case X86_INS_PUSHFQ: return {insn->address, FrameOp::SpAdd, -8};
-    case X86_INS_POPFQ: return {insn->address, FrameOp::SpAdd, 8};
-    case X86_INS_LEAVE: e.op = FrameOp::Leave; return e;
+    case X86_INS_PUSHFQ:
+      return {insn->address, FrameOp::SpAdd, -8};
+    case X86_INS_POPFQ:
+      return {insn->address, FrameOp::SpAdd, 8};
+    case X86_INS_LEAVE:
+      e.op = FrameOp::Leave;
+      return e;
     case X86_INS_ENTER:
-      return {insn->address, FrameOp::Enter, x.op_count > 0 && x.operands[0].type == X86_OP_IMM ? x.operands[0].imm : 0};
-    default: break;
+      return {insn->address, FrameOp::Enter,
+              x.op_count > 0 && x.operands[0].type == X86_OP_IMM ? x.operands[0].imm : 0};
+    default:
+      break;
   }
   if (twoOps && isReg(x.operands[0], {X86_REG_RSP})) {
     const cs_x86_op& src = x.operands[1];
     if ((insn->id == X86_INS_SUB || insn->id == X86_INS_ADD) && src.type == X86_OP_IMM)
       return {insn->address, FrameOp::SpAdd, insn->id == X86_INS_SUB ? -src.imm : src.imm};
-    if (insn->id == X86_INS_LEA && src.type == X86_OP_MEM && src.mem.index == X86_REG_INVALID && src.mem.segment == X86_REG_INVALID) {
+    if (insn->id == X86_INS_LEA && src.type == X86_OP_MEM && src.mem.index == X86_REG_INVALID &&
+        src.mem.segment == X86_REG_INVALID) {
       if (src.mem.base == X86_REG_RSP) return {insn->address, FrameOp::SpAdd, src.mem.disp};
       if (src.mem.base == X86_REG_RBP) return {insn->address, FrameOp::SpFromBp, src.mem.disp};
     }
@@ -348,7 +368,8 @@ std::vector<FrameEffect> Decoder::frameEffects(std::span<const std::uint8_t> cod
   return out;
 }
 
-std::optional<std::uint64_t> Decoder::callBefore(std::span<const std::uint8_t> code, std::uint64_t returnAddress) const {
+std::optional<std::uint64_t> Decoder::callBefore(std::span<const std::uint8_t> code,
+                                                 std::uint64_t returnAddress) const {
   const csh h = handle_;
   cs_insn* insn = cs_malloc(h);
   std::optional<std::uint64_t> found;
@@ -382,7 +403,8 @@ std::vector<std::uint64_t> FunctionCode::startsAfterPadding() const {
   };
   if (!blocks.empty()) reach(0);
   for (auto a : codeAddresses) {  // the block that holds it
-    auto it = std::upper_bound(blocks.begin(), blocks.end(), a, [](std::uint64_t v, const BasicBlock& x) { return v < x.start; });
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), a,
+                               [](std::uint64_t v, const BasicBlock& x) { return v < x.start; });
     if (it == blocks.begin() || a >= std::prev(it)->end) continue;
     const auto b = static_cast<std::uint32_t>(std::prev(it) - blocks.begin());
     if (!reached[b]) reach(b);
@@ -425,8 +447,10 @@ bool FunctionCode::mayReturn(const std::function<bool(const Instruction&)>& noRe
     const auto& i = last(b);
     const bool fallsOff = b + 1 == blocks.size() || blocks[b + 1].start != blocks[b].end;
     switch (i.flow) {
-      case Flow::Return: return true;
-      case Flow::Stop: break;
+      case Flow::Return:
+        return true;
+      case Flow::Stop:
+        break;
       case Flow::Jump:
         if (graph.successors[b].empty() && tailCallReturns(i)) return true;  // a tail call
         break;
@@ -459,16 +483,52 @@ void FunctionCode::dropFallthroughOfCalls(const std::function<bool(const Instruc
 
 bool noReturnName(std::string_view name) {
   if (const auto at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
-  static constexpr std::string_view kNames[] = {
-      "abort", "exit", "_exit", "_Exit", "quick_exit", "__assert_fail", "__assert_perror_fail", "__assert",
-      "__stack_chk_fail", "__stack_chk_fail_local", "__fortify_fail", "__chk_fail", "__libc_fatal", "longjmp",
-      "_longjmp", "siglongjmp", "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp", "pthread_exit",
-      "__pthread_unwind", "__pthread_unwind_next", "err", "errx", "verr", "verrx", "__cxa_throw", "__cxa_rethrow",
-      "__cxa_bad_cast", "__cxa_bad_typeid", "__cxa_throw_bad_array_new_length", "__cxa_call_unexpected",
-      "__cxa_call_terminate", "__cxa_pure_virtual", "__cxa_deleted_virtual", "_Unwind_Resume", "_ZSt9terminatev",
-      "_ZSt10unexpectedv", "_gfortran_stop_string", "_gfortran_stop_numeric", "_gfortran_error_stop_string",
-      "_gfortran_error_stop_numeric", "_gfortran_runtime_error", "_gfortran_runtime_error_at", "_gfortran_os_error",
-      "_gfortran_os_error_at"};
+  static constexpr std::string_view kNames[] = {"abort",
+                                                "exit",
+                                                "_exit",
+                                                "_Exit",
+                                                "quick_exit",
+                                                "__assert_fail",
+                                                "__assert_perror_fail",
+                                                "__assert",
+                                                "__stack_chk_fail",
+                                                "__stack_chk_fail_local",
+                                                "__fortify_fail",
+                                                "__chk_fail",
+                                                "__libc_fatal",
+                                                "longjmp",
+                                                "_longjmp",
+                                                "siglongjmp",
+                                                "__longjmp_chk",
+                                                "__libc_longjmp",
+                                                "__libc_siglongjmp",
+                                                "pthread_exit",
+                                                "__pthread_unwind",
+                                                "__pthread_unwind_next",
+                                                "err",
+                                                "errx",
+                                                "verr",
+                                                "verrx",
+                                                "__cxa_throw",
+                                                "__cxa_rethrow",
+                                                "__cxa_bad_cast",
+                                                "__cxa_bad_typeid",
+                                                "__cxa_throw_bad_array_new_length",
+                                                "__cxa_call_unexpected",
+                                                "__cxa_call_terminate",
+                                                "__cxa_pure_virtual",
+                                                "__cxa_deleted_virtual",
+                                                "_Unwind_Resume",
+                                                "_ZSt9terminatev",
+                                                "_ZSt10unexpectedv",
+                                                "_gfortran_stop_string",
+                                                "_gfortran_stop_numeric",
+                                                "_gfortran_error_stop_string",
+                                                "_gfortran_error_stop_numeric",
+                                                "_gfortran_runtime_error",
+                                                "_gfortran_runtime_error_at",
+                                                "_gfortran_os_error",
+                                                "_gfortran_os_error_at"};
   for (auto n : kNames)
     if (name == n) return true;
   if (name.starts_with("_ZSt") && name.find("__throw_") != std::string_view::npos) return true;  // std::__throw_*

@@ -75,8 +75,9 @@ std::vector<std::uint32_t> dominatorsOf(std::size_t n, std::uint32_t entry, Succ
 }  // namespace
 
 std::vector<std::uint32_t> dominators(const Graph& g, std::uint32_t entry) {
-  return dominatorsOf(g.size(), entry, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); },
-                      predecessorsOf(g));
+  return dominatorsOf(
+      g.size(), entry, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); },
+      predecessorsOf(g));
 }
 
 LoopForest findLoops(const Graph& g) {
@@ -217,12 +218,14 @@ LoopForest findLoops(const Graph& g) {
         if (entered) entries.push_back(v);
       }
       const auto& candidates = entries.empty() ? scc : entries;
-      const auto header = *std::min_element(candidates.begin(), candidates.end(),
-                                            [&](auto a, auto b) { return pre[a] < pre[b]; });
+      const auto header =
+          *std::min_element(candidates.begin(), candidates.end(), [&](auto a, auto b) { return pre[a] < pre[b]; });
       LoopForest::Loop loop;
       loop.header = header;
       loop.parent = w.parent;
-      if (idomEntry.empty()) idomEntry = dominatorsOf(n, 0, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); }, preds);
+      if (idomEntry.empty())
+        idomEntry = dominatorsOf(
+            n, 0, [&](std::uint32_t v) { return std::span<const std::uint32_t>(g.successors[v]); }, preds);
       if (idomEntry[header] == kNone && idomRooted.empty()) {
         // node n: the virtual root, above the entry and the nodes nothing reaches
         auto rootedPreds = preds;
@@ -233,9 +236,13 @@ LoopForest findLoops(const Graph& g) {
         std::vector<std::uint32_t> rootSuccessors{0};
         for (std::uint32_t v = 1; v < n; ++v)
           if (preds[v].empty()) rootSuccessors.push_back(v);
-        idomRooted = dominatorsOf(n + 1, n, [&](std::uint32_t v) {
-          return v < n ? std::span<const std::uint32_t>(g.successors[v]) : std::span<const std::uint32_t>(rootSuccessors);
-        }, rootedPreds);
+        idomRooted = dominatorsOf(
+            n + 1, n,
+            [&](std::uint32_t v) {
+              return v < n ? std::span<const std::uint32_t>(g.successors[v])
+                           : std::span<const std::uint32_t>(rootSuccessors);
+            },
+            rootedPreds);
       }
       const auto& idom = idomEntry[header] != kNone ? idomEntry : idomRooted;
       if (idom[header] != kNone) {

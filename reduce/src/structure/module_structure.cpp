@@ -19,14 +19,21 @@ struct StructureError : std::runtime_error {
 
 }  // namespace
 
-ModuleStructure::ModuleStructure(std::vector<std::uint64_t> starts, std::vector<std::pair<std::uint64_t, std::uint64_t>> code,
-                                 std::vector<LoopScope> loops, std::vector<std::string> files, std::vector<AddressRange> ranges)
-    : starts_(std::move(starts)), code_(std::move(code)), loops_(std::move(loops)), files_(std::move(files)), ranges_(std::move(ranges)) {
+ModuleStructure::ModuleStructure(std::vector<std::uint64_t> starts,
+                                 std::vector<std::pair<std::uint64_t, std::uint64_t>> code,
+                                 std::vector<LoopScope> loops, std::vector<std::string> files,
+                                 std::vector<AddressRange> ranges)
+    : starts_(std::move(starts)),
+      code_(std::move(code)),
+      loops_(std::move(loops)),
+      files_(std::move(files)),
+      ranges_(std::move(ranges)) {
   validate();
 }
 
 std::optional<std::uint64_t> ModuleStructure::functionStart(std::uint64_t address) const {
-  auto c = std::upper_bound(code_.begin(), code_.end(), address, [](std::uint64_t a, const auto& r) { return a < r.first; });
+  auto c =
+      std::upper_bound(code_.begin(), code_.end(), address, [](std::uint64_t a, const auto& r) { return a < r.first; });
   if (c == code_.begin()) return std::nullopt;
   --c;
   if (address >= c->second) return std::nullopt;
@@ -36,14 +43,16 @@ std::optional<std::uint64_t> ModuleStructure::functionStart(std::uint64_t addres
 }
 
 std::optional<std::uint64_t> ModuleStructure::functionEnd(std::uint64_t address) const {
-  auto c = std::upper_bound(code_.begin(), code_.end(), address, [](std::uint64_t a, const auto& r) { return a < r.first; });
+  auto c =
+      std::upper_bound(code_.begin(), code_.end(), address, [](std::uint64_t a, const auto& r) { return a < r.first; });
   if (c == code_.begin() || address >= std::prev(c)->second) return std::nullopt;
   auto s = std::upper_bound(starts_.begin(), starts_.end(), address);
   return s != starts_.end() && *s < std::prev(c)->second ? *s : std::prev(c)->second;
 }
 
 std::uint32_t ModuleStructure::innermostLoop(std::uint64_t address) const {
-  auto r = std::upper_bound(ranges_.begin(), ranges_.end(), address, [](std::uint64_t a, const AddressRange& x) { return a < x.start; });
+  auto r = std::upper_bound(ranges_.begin(), ranges_.end(), address,
+                            [](std::uint64_t a, const AddressRange& x) { return a < x.start; });
   if (r == ranges_.begin()) return kNone;
   --r;
   return address < r->end ? r->loop : kNone;
@@ -59,7 +68,8 @@ void ModuleStructure::validate() const {
     const auto& l = loops_[i];
     if (l.parent != kNone && l.parent >= i) fail(fmt::format("loop {} has parent {}", i, l.parent));
     if (l.file >= files_.size()) fail(fmt::format("loop {} names file {} of {}", i, l.file, files_.size()));
-    if (l.parent != kNone && l.inlineDepth < loops_[l.parent].inlineDepth) fail(fmt::format("loop {} is less inlined than its parent", i));
+    if (l.parent != kNone && l.inlineDepth < loops_[l.parent].inlineDepth)
+      fail(fmt::format("loop {} is less inlined than its parent", i));
   }
   for (std::size_t i = 0; i < ranges_.size(); ++i) {
     const auto& r = ranges_[i];

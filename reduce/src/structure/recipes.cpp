@@ -48,16 +48,25 @@ void spFromBp(FrameState& s, std::int64_t offset) {
 
 void apply(FrameState& s, const FrameEffect& e) {
   switch (e.op) {
-    case FrameOp::None: break;
-    case FrameOp::SpAdd: addToSp(s, e.value); break;
-    case FrameOp::PushBp: pushBp(s); break;
-    case FrameOp::PopBp: popBp(s); break;
+    case FrameOp::None:
+      break;
+    case FrameOp::SpAdd:
+      addToSp(s, e.value);
+      break;
+    case FrameOp::PushBp:
+      pushBp(s);
+      break;
+    case FrameOp::PopBp:
+      popBp(s);
+      break;
     case FrameOp::BpFromSp:
       s.bpFrame = s.spKnown;
       s.bpCfa = s.spCfa;
       s.bpKept = false;
       break;
-    case FrameOp::SpFromBp: spFromBp(s, e.value); break;
+    case FrameOp::SpFromBp:
+      spFromBp(s, e.value);
+      break;
     case FrameOp::Leave:
       spFromBp(s, 0);
       popBp(s);
@@ -67,7 +76,9 @@ void apply(FrameState& s, const FrameEffect& e) {
       apply(s, {e.address, FrameOp::BpFromSp, 0});
       addToSp(s, -e.value);
       break;
-    case FrameOp::SpLost: s.spKnown = false; break;
+    case FrameOp::SpLost:
+      s.spKnown = false;
+      break;
     case FrameOp::BpLost:
       s.bpFrame = false;
       s.bpKept = false;
@@ -103,7 +114,8 @@ class CommonState {
     seen_.emplace_back(s, instructions);
   }
   FrameState get() const {
-    const auto best = std::max_element(seen_.begin(), seen_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const auto best =
+        std::max_element(seen_.begin(), seen_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     return best == seen_.end() ? FrameState{} : best->first;
   }
 
@@ -142,7 +154,8 @@ std::vector<FrameState> entryStates(const FunctionCode& code, std::span<const Fr
   for (std::uint32_t b = 0; b < n; ++b) {
     if (!seen[b]) {
       const auto& prev = code.last(b - 1);
-      const bool fallsIn = (prev.flow == Flow::Next || prev.flow == Flow::Branch) && code.blocks[b - 1].end == code.blocks[b].start;
+      const bool fallsIn =
+          (prev.flow == Flow::Next || prev.flow == Flow::Branch) && code.blocks[b - 1].end == code.blocks[b].start;
       in[b] = fallsIn ? out[b - 1] : common.get();
       out[b] = exitOf(b);
       seen[b] = 1;

@@ -19,11 +19,11 @@ const std::vector<CannedInfo>& cannedAnalyses();
 
 // One result row of a canned analysis in one process.
 struct CannedRow {
-  std::string name;    // e.g. "straggler-degree"
-  std::string key;     // e.g. "t=3", "" for a process-wide figure
-  Number value;        // none: undefined (nothing to divide by)
-  std::string unit;    // "ns", "thread-ns", "ratio", "thread", "threads"
-  std::string query;   // the query that computed it (for --format json and the docs)
+  std::string name;   // e.g. "straggler-degree"
+  std::string key;    // e.g. "t=3", "" for a process-wide figure
+  Number value;       // none: undefined (nothing to divide by)
+  std::string unit;   // "ns", "thread-ns", "ratio", "thread", "threads"
+  std::string query;  // the query that computed it (for --format json and the docs)
 };
 
 // Throws QueryError (column 0) for an unknown analysis or wrong arguments. `warnings` gets what

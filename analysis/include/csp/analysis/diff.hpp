@@ -50,10 +50,10 @@ enum class Presence : std::uint8_t { Both = 0, OnlyP = 1, OnlyQ = 2 };
 struct ScopeDiff {
   double sumP = 0;
   double sumQ = 0;
-  double excess = 0;       // strong: sumQ - sumP; weak: sumQ/q - sumP/p
-  double loss = 0;         // % of the q run: 100 * excess / reference (docs/diff.md)
-  double share = 0;        // % of the total loss: 100 * excess / excess(root, I); NaN if that is 0
-  double noise = 0;        // worst-case sampling error of excess (thesis Eq. A.10), same unit
+  double excess = 0;         // strong: sumQ - sumP; weak: sumQ/q - sumP/p
+  double loss = 0;           // % of the q run: 100 * excess / reference (docs/diff.md)
+  double share = 0;          // % of the total loss: 100 * excess / excess(root, I); NaN if that is 0
+  double noise = 0;          // worst-case sampling error of excess (thesis Eq. A.10), same unit
   bool withinNoise = false;  // |excess| <= noise: sampling alone could explain the difference
   bool measured = false;     // some profile of either run has a value here
 };
@@ -61,7 +61,7 @@ struct ScopeDiff {
 struct DiffNode {
   storage::NodeId parent = kNoIndex;  // kNoIndex for the root
   ScopeKind kind = ScopeKind::Root;
-  std::string name, file, module;     // module: full path as stored by the run (Q's if in both)
+  std::string name, file, module;  // module: full path as stored by the run (Q's if in both)
   std::uint32_t line = 0;
   Presence presence = Presence::Both;
   ScopeDiff exclusive, inclusive;
@@ -70,8 +70,8 @@ struct DiffNode {
 struct DiffRun {
   std::filesystem::path database;
   std::string title;
-  double processes = 0;        // p or q as used
-  std::string processesFrom;   // "ranks", "processes" or "option": where `processes` came from
+  double processes = 0;       // p or q as used
+  std::string processesFrom;  // "ranks", "processes" or "option": where `processes` came from
   std::uint64_t profiles = 0;
   std::uint64_t nodes = 0;
   std::uint64_t skippedInputs = 0;  // profiles csp-prof-mpi skipped: their costs are missing
@@ -111,7 +111,7 @@ const std::vector<std::string>& diffMetricNames();
 // --idleness, the whole-program totals of the thread-state metrics in both runs and their excess
 // under the diff's scaling mode and process counts. Empty when either run lacks `work`.
 struct StateExcess {
-  std::string metric;  // work, idleness, sync-wait, lock-wait, lock-blame, mpi-wait (those in both runs)
+  std::string metric;    // work, idleness, sync-wait, lock-wait, lock-blame, mpi-wait (those in both runs)
   bool waiting = false;  // a wait metric (sync-wait, lock-wait, mpi-wait)
   double sumP = 0, sumQ = 0, excess = 0;  // ns; excess as in ScopeDiff (weak: per process)
 };

@@ -15,8 +15,8 @@ namespace csp::analysis {
 
 // The threads of one process and a way to stream their logs.
 struct ProcessInput {
-  std::string label;                        // e.g. "rank 1 (node7 pid 4242)"
-  std::vector<std::uint64_t> threadNumbers;  // the number a query uses for each thread
+  std::string label;                                                // e.g. "rank 1 (node7 pid 4242)"
+  std::vector<std::uint64_t> threadNumbers;                         // the number a query uses for each thread
   std::function<std::vector<std::unique_ptr<EventStream>>()> open;  // one stream per thread, same order
   std::uint64_t events = 0;  // events of all its threads, which bound its frames (0: not known)
 };
@@ -44,15 +44,15 @@ bool operator<(const Number& a, const Number& b);
 Number median(const std::vector<Number>& sorted);
 
 struct FrameRow {
-  std::uint64_t beginNs = 0, endNs = 0;  // relative to the process's first event
+  std::uint64_t beginNs = 0, endNs = 0;                        // relative to the process's first event
   std::vector<std::pair<std::uint64_t, std::string>> members;  // (thread number, region) of the pruned sub-frame
 };
 
 // Results for one binding of the free variables (a single one when there are none).
 struct BindingResult {
-  std::string label;  // "t=3", or "" without free variables
-  Number number;      // Value queries; none when undefined (a division by zero)
-  double value = 0;   // the same as a real (NaN: none), for arithmetic
+  std::string label;                 // "t=3", or "" without free variables
+  Number number;                     // Value queries; none when undefined (a division by zero)
+  double value = 0;                  // the same as a real (NaN: none), for arithmetic
   std::vector<std::string> members;  // Attribute queries: thread numbers or region names
   std::vector<FrameRow> frames;      // Frames queries (at most EvalOptions::maxFrames)
   std::uint64_t frameCount = 0;      // Frames queries: satisfying frames

@@ -42,7 +42,7 @@ struct RegionTree {
 
 // A thread's region state: the stack of regions it is in, outermost first. Empty = phi.
 struct ThreadState {
-  std::uint32_t region = 0;  // innermost region, 0 = phi
+  std::uint32_t region = 0;                        // innermost region, 0 = phi
   std::vector<std::optional<std::int64_t>> attrs;  // per stack level, outermost first
   bool operator==(const ThreadState&) const = default;
 };

@@ -54,8 +54,8 @@ struct ImbalanceOptions {
 
 struct SlowThread {
   storage::ProfileId profile = 0;
-  std::string who;     // "rank 3 thread 1"
-  double value = 0;    // section time (or the cause's cost) in this thread
+  std::string who;   // "rank 3 thread 1"
+  double value = 0;  // section time (or the cause's cost) in this thread
 };
 
 struct ImbalanceCause {
@@ -66,11 +66,11 @@ struct ImbalanceCause {
   std::string entryLabel;       // `context` that carries nothing else ("call solve.c:12")
   storage::NodeId focus = 0;    // its hottest line (== context when it has none analysed)
   std::string focusLabel;
-  double share = 0;             // what it explains exclusively (with its sites), of the imbalance
-  double correlation = 0;       // corr(own cost, T)
-  double beta = 0;              // standardized coefficient in the final regression
-  double pValue = 1;            // of its dispersion test, corrected for the scopes tested
-  double mean = 0, max = 0;     // its own cost per thread
+  double share = 0;                 // what it explains exclusively (with its sites), of the imbalance
+  double correlation = 0;           // corr(own cost, T)
+  double beta = 0;                  // standardized coefficient in the final regression
+  double pValue = 1;                // of its dispersion test, corrected for the scopes tested
+  double mean = 0, max = 0;         // its own cost per thread
   std::vector<SlowThread> threads;  // where its own cost is highest, descending (at most 5)
   struct Site {
     storage::NodeId context = 0;
@@ -84,33 +84,33 @@ struct ImbalanceCause {
 
 // What the analysis concluded about the section as a whole.
 enum class ImbalanceVerdict : std::uint8_t {
-  Explained,             // causes are listed
-  WithinSamplingError,   // max / mean could be 1 once every thread's value moves within its error
-  BelowThreshold,        // max / mean below 1 + minImbalance
-  NotSignificant,        // scopes with minShare, but their differences are what sampling produces
-  NoCauseAboveShare,     // no scope explains minShare beyond its worst-case sampling error
-  NothingToAnalyse,      // no context inside the section varies over the threads
+  Explained,            // causes are listed
+  WithinSamplingError,  // max / mean could be 1 once every thread's value moves within its error
+  BelowThreshold,       // max / mean below 1 + minImbalance
+  NotSignificant,       // scopes with minShare, but their differences are what sampling produces
+  NoCauseAboveShare,    // no scope explains minShare beyond its worst-case sampling error
+  NothingToAnalyse,     // no context inside the section varies over the threads
 };
 const char* toString(ImbalanceVerdict verdict);
 
 struct ImbalanceReport {
-  std::string section;        // label of the section
+  std::string section;  // label of the section
   std::string metric, unit;
   std::string sectionMeasure = "inclusive";  // what T is: the metric's inclusive value, or a region's time
-  std::string threadsLabel;   // which threads were the samples
-  std::size_t threads = 0;    // samples
+  std::string threadsLabel;                  // which threads were the samples
+  std::size_t threads = 0;                   // samples
   double sum = 0, mean = 0, max = 0, stddev = 0, imbalance = 0;  // of T
-  double samplingError = 0;   // worst-case error of one thread's T (period - 1; 0 for counted metrics)
+  double samplingError = 0;           // worst-case error of one thread's T (period - 1; 0 for counted metrics)
   std::vector<SlowThread> slowest;    // threads with T above mean + stddev (at most 10), descending
   std::size_t contextsInSection = 0;  // CCT nodes below the section
   std::size_t contextsAnalysed = 0;   // with a share >= minContextShare and varying over threads
   std::size_t scopesTested = 0;       // static scopes among them that vary over the threads
   ImbalanceVerdict verdict = ImbalanceVerdict::NothingToAnalyse;
-  std::string verdictText;            // one sentence: why nothing is listed, or what was found
-  double modelPValue = 1;             // smallest corrected dispersion p-value of the scopes with minShare
-  double r2 = 0;                      // of T regressed on the causes (0 without causes)
-  std::vector<ImbalanceCause> causes; // ranked by share
-  std::vector<std::string> notes;     // caveats about the data (lost region events)
+  std::string verdictText;             // one sentence: why nothing is listed, or what was found
+  double modelPValue = 1;              // smallest corrected dispersion p-value of the scopes with minShare
+  double r2 = 0;                       // of T regressed on the causes (0 without causes)
+  std::vector<ImbalanceCause> causes;  // ranked by share
+  std::vector<std::string> notes;      // caveats about the data (lost region events)
 };
 
 // Throws std::invalid_argument for a bad section, metric, option or thread selection (one line),

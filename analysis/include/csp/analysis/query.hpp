@@ -42,9 +42,9 @@ struct Variable {
 // A thread or region position: a variable, a number, or (regions only) a name.
 struct Term {
   enum class Kind : std::uint8_t { Var, Number, Name } kind = Kind::Name;
-  int var = -1;               // Var: index into Query::variables
-  std::uint64_t number = 0;   // Number: a thread number, or a region "N" / "region-N"
-  std::string name;           // Name: a region name
+  int var = -1;                            // Var: index into Query::variables
+  std::uint64_t number = 0;                // Number: a thread number, or a region "N" / "region-N"
+  std::string name;                        // Name: a region name
   std::optional<std::uint64_t> dynamicId;  // region "name#id"
   std::size_t column = 0;
 };
@@ -98,7 +98,7 @@ struct Expr {
   std::optional<std::uint64_t> integer;  // Number: written as a whole number (exact)
   Measure measure = Measure::Duration;
   Attribute attribute = Attribute::WhichThreads;  // Count
-  int call = -1;  // Measure, Count: index into Query::calls
+  int call = -1;                                  // Measure, Count: index into Query::calls
   std::unique_ptr<Expr> a, b;
 };
 
@@ -106,8 +106,8 @@ struct Query {
   enum class Kind : std::uint8_t { Value, Attribute, Frames } kind = Kind::Value;
   std::string text;
   std::vector<Variable> variables;
-  std::vector<FrameQuery> calls;  // the frame queries the expression uses
-  std::unique_ptr<Expr> expr;     // Value
+  std::vector<FrameQuery> calls;                  // the frame queries the expression uses
+  std::unique_ptr<Expr> expr;                     // Value
   Attribute attribute = Attribute::WhichThreads;  // Attribute: of calls[0]
   // Frames: calls[0] without measure: the pruned frames are the result.
   std::vector<int> freeVariables() const;

@@ -61,7 +61,8 @@ constexpr const char* parseEventSpec(std::string_view spec, EventSpec& e) {
     if (rate.size() <= u.suffix.size() || !rate.ends_with(u.suffix)) continue;
     if (!detail::parseDecimal(rate.substr(0, rate.size() - u.suffix.size()), value))
       return "the period is not a whole number (up to 18 digits) with a unit ns, us, ms or s";
-    if (value < (kMinEventPeriodNs + u.ns - 1) / u.ns) return "the period is shorter than 10us (at most 100000 samples/s)";
+    if (value < (kMinEventPeriodNs + u.ns - 1) / u.ns)
+      return "the period is shorter than 10us (at most 100000 samples/s)";
     if (value > kMaxEventPeriodNs / u.ns) return "the period is longer than 3600s";
     e.periodNs = value * u.ns;
     return nullptr;

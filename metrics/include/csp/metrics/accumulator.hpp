@@ -11,10 +11,10 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string_view>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "csp/storage/profile.hpp"  // kNoIndex
 
@@ -46,9 +46,9 @@ struct Statistics {
   double mean = 0;
   double min = 0;
   double max = 0;
-  double stddev = 0;     // population standard deviation (divides by `inputs`, not inputs - 1)
-  double cfvar = 0;      // stddev / mean
-  double imbalance = 0;  // max / mean
+  double stddev = 0;                // population standard deviation (divides by `inputs`, not inputs - 1)
+  double cfvar = 0;                 // stddev / mean
+  double imbalance = 0;             // max / mean
   std::uint32_t argmin = kNoIndex;  // smallest profile id holding min; kNoIndex if an absent one does
   std::uint32_t argmax = kNoIndex;  // smallest profile id holding max; kNoIndex if an absent one does
   // Percentiles by the nearest-rank rule over the same population, and max / median. Filled from
@@ -68,12 +68,27 @@ struct Statistics {
 
 // One field of Statistics, as views select and formulas name them.
 enum class Statistic : std::uint8_t {
-  Count, Sum, Mean, Min, Max, Stddev, Cfvar, Imbalance, P5, P25, P50, P75, P95, ImbalanceMedian
+  Count,
+  Sum,
+  Mean,
+  Min,
+  Max,
+  Stddev,
+  Cfvar,
+  Imbalance,
+  P5,
+  P25,
+  P50,
+  P75,
+  P95,
+  ImbalanceMedian
 };
-inline constexpr Statistic kStatistics[] = {Statistic::Count, Statistic::Sum,    Statistic::Mean,
-                                            Statistic::Min,   Statistic::Max,    Statistic::Stddev,
-                                            Statistic::Cfvar, Statistic::Imbalance, Statistic::P5,
-                                            Statistic::P25,   Statistic::P50,    Statistic::P75,
+inline constexpr Statistic kStatistics[] = {Statistic::Count, Statistic::Sum,
+                                            Statistic::Mean,  Statistic::Min,
+                                            Statistic::Max,   Statistic::Stddev,
+                                            Statistic::Cfvar, Statistic::Imbalance,
+                                            Statistic::P5,    Statistic::P25,
+                                            Statistic::P50,   Statistic::P75,
                                             Statistic::P95,   Statistic::ImbalanceMedian};
 // The canonical name: count sum mean min max stddev cfvar imbalance p5 p25 p50 p75 p95 imbmedian.
 const char* toString(Statistic statistic);

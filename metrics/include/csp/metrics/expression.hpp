@@ -108,7 +108,6 @@ class PerThreadDerivedMetric {
   Definition definition_;
 };
 
-
 // metric[.all|.present][.statistic]; defaults: population all, statistic sum.
 struct StatisticRef {
   std::string metric;

@@ -16,9 +16,9 @@ enum class ScalingMode : std::uint8_t {
 
 struct ScalingStudy {
   ScalingMode mode = ScalingMode::Strong;
-  double p = 1;          // processes (or threads...) of the smaller run
-  double q = 1;          // of the larger run
-  double rootSumQ = 0;   // sum of the metric at the root (inclusive) of the q run
+  double p = 1;         // processes (or threads...) of the smaller run
+  double q = 1;         // of the larger run
+  double rootSumQ = 0;  // sum of the metric at the root (inclusive) of the q run
 };
 
 // Throws std::invalid_argument unless 0 < p and 0 < q (p < q is not required: a user may

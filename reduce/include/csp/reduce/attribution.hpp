@@ -54,14 +54,21 @@ struct AttributionStats {
 };
 
 // Procedures at which a call path is complete although their unwind information may not say so.
-inline constexpr const char* kThreadEntries[] = {
-    "_start", "__libc_start_main", "__libc_start_main_impl", "__libc_start_call_main", "start_thread",
-    "clone", "__clone", "clone3", "__clone3", "__start_context"};
+inline constexpr const char* kThreadEntries[] = {"_start",
+                                                 "__libc_start_main",
+                                                 "__libc_start_main_impl",
+                                                 "__libc_start_call_main",
+                                                 "start_thread",
+                                                 "clone",
+                                                 "__clone",
+                                                 "clone3",
+                                                 "__clone3",
+                                                 "__start_context"};
 
 // Names given to frames that have no symbol (docs/postprocessing.md, "Attribution").
-inline constexpr const char* kUnknownCodeName = "[unknown code]";      // address in no module
-inline constexpr const char* kVdsoName = "[vdso]";                     // the kernel's vDSO
-inline constexpr const char* kJitModuleName = "[jit]";                 // module of perf-map symbols
+inline constexpr const char* kUnknownCodeName = "[unknown code]";             // address in no module
+inline constexpr const char* kVdsoName = "[vdso]";                            // the kernel's vDSO
+inline constexpr const char* kJitModuleName = "[jit]";                        // module of perf-map symbols
 inline constexpr const char* kTruncatedPathsName = "[truncated call paths]";  // parent of incomplete paths
 
 class Attributor {

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "csp/reduce/scope.hpp"

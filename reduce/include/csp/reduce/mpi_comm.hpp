@@ -84,7 +84,7 @@ class Comm {
   void onAbort(std::function<void()> hook) const;
 
  private:
-  void check() const;                   // the failure check every collective begins with
+  void check() const;                                   // the failure check every collective begins with
   bool wait(MPI_Request& request, bool bounded) const;  // false: the grace period ran out
   [[noreturn]] void abortJob(const std::string& why) const;
   void broadcastBytes(std::vector<std::byte>& bytes, int root) const;  // without the check

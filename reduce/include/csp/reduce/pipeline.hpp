@@ -41,7 +41,7 @@ struct PipelineOptions {
   unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
   AttributionOptions attribution;
-  std::uint32_t batchProfiles = 128;          // profiles per metrics batch
+  std::uint32_t batchProfiles = 128;  // profiles per metrics batch
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
   std::vector<std::string> derive;
   ThreadClassOptions threadClasses;
@@ -75,8 +75,8 @@ struct ProfileInfo {
   std::uint32_t id = 0;
   Identity identity;
   MeasurementStats stats;
-  std::size_t input = 0;          // index into inputs()
-  bool hasRegionEvents = false;   // the profile carries a region event log
+  std::size_t input = 0;               // index into inputs()
+  bool hasRegionEvents = false;        // the profile carries a region event log
   std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
   std::uint64_t scannedSamples = 0;    // samples whose path went through stack scans (projectProfile)
   std::uint64_t recoveredSamples = 0;  // of them, those the unwind recipes completed
@@ -125,23 +125,23 @@ class Pipeline {
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.
-  const std::vector<InputProfile>& inputs() const;          // all ranks, after discover
-  const FinalCct& cct() const;                              // after buildStructure
-  const std::vector<RegionTreeNode>& regions() const;       // after buildStructure
+  const std::vector<InputProfile>& inputs() const;     // all ranks, after discover
+  const FinalCct& cct() const;                         // after buildStructure
+  const std::vector<RegionTreeNode>& regions() const;  // after buildStructure
   // Final region id of every node of a profile's region tree (0 for its root).
   std::vector<std::uint32_t> regionIds(const RegionProfile& regions) const;
   StringTable& strings();
   // Global metric list, after buildStructure: raw metrics, then the derived ones.
   const std::vector<MetricDescriptor>& metrics() const;
   std::size_t rawMetricCount() const;
-  std::uint32_t profileCount() const;                       // valid profiles over all ranks
-  std::uint32_t firstProfileId() const;                     // this rank's first id
+  std::uint32_t profileCount() const;    // valid profiles over all ranks
+  std::uint32_t firstProfileId() const;  // this rank's first id
   // Thread class (storage::ThreadClass) of every profile, all ranks, after buildStructure.
   const std::vector<std::uint8_t>& threadClassOf() const;
   // Class, entry and reason of every profile: on rank 0 only (for the metadata).
   const std::vector<storage::ThreadClassInfo>& threadClasses() const;
-  const std::vector<ProfileInfo>& localProfiles() const;    // this rank's valid profiles
-  const std::vector<SkippedInput>& skipped() const;         // all skipped inputs (all ranks)
+  const std::vector<ProfileInfo>& localProfiles() const;  // this rank's valid profiles
+  const std::vector<SkippedInput>& skipped() const;       // all skipped inputs (all ranks)
   // Profile temporaries found in the input directories (rank 0, after discover): each is a
   // profile that a measurement killed while writing it did not finish.
   const std::vector<std::string>& leftoverTemporaries() const;

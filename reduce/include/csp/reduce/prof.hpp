@@ -36,12 +36,12 @@ struct ProfSummary {
   std::uint32_t regions = 0;
   std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
   std::uint64_t databaseBytes = 0;
-  std::vector<PhaseTime> phases;    // rank 0's
-  AttributionStats attribution;     // rank 0's
-  storage::SamplingQuality quality; // sum over all profiles (rank 0)
-  storage::UnwindRecovery unwindRecovery;      // sum over all profiles (rank 0)
+  std::vector<PhaseTime> phases;                  // rank 0's
+  AttributionStats attribution;                   // rank 0's
+  storage::SamplingQuality quality;               // sum over all profiles (rank 0)
+  storage::UnwindRecovery unwindRecovery;         // sum over all profiles (rank 0)
   std::vector<storage::ModuleLoops> moduleLoops;  // every rank's modules (rank 0)
-  std::string droppedByCause;       // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
+  std::string droppedByCause;                     // "loader-busy 72803 (93.1 %), ..." (rank 0; empty: none dropped)
   // What is missing from the measurement (rank 0): ranks without profiles, ranks with fewer
   // thread profiles than most, unfinished profile temporaries (also in the database's property
   // "measurement-warnings").

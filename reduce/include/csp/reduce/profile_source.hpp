@@ -4,8 +4,8 @@
 // reduce/src/sources/ that defines a source and registers it in profileSources().
 #pragma once
 
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>

@@ -23,8 +23,8 @@ struct StmtValue {
 using CctStep = std::function<std::uint32_t(std::uint32_t parent, const ScopeKey& key)>;
 
 struct ProjectionContext {
-  const PerfMap* jit = nullptr;                // the process's JIT symbols (perf map), if any
-  std::uint64_t* truncatedSamples = nullptr;   // out: samples of sampled metrics on truncated paths
+  const PerfMap* jit = nullptr;               // the process's JIT symbols (perf map), if any
+  std::uint64_t* truncatedSamples = nullptr;  // out: samples of sampled metrics on truncated paths
   // out: samples of sampled metrics whose path goes through frames without unwind tables (the
   // measurement scanned the stack above them), and those of them whose path the unwind recipes
   // completed

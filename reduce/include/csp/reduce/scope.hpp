@@ -43,7 +43,8 @@ struct ScopeKey {
 struct ScopeKeyHash {
   std::size_t operator()(const ScopeKey& k) const noexcept {
     std::uint64_t h = static_cast<std::uint64_t>(k.kind) * 0x9E3779B97F4A7C15ULL;
-    for (std::uint64_t v : {std::uint64_t{k.name}, std::uint64_t{k.file}, std::uint64_t{k.line}, std::uint64_t{k.module}})
+    for (std::uint64_t v :
+         {std::uint64_t{k.name}, std::uint64_t{k.file}, std::uint64_t{k.line}, std::uint64_t{k.module}})
       h = (h ^ v) * 0xFF51AFD7ED558CCDULL + 0x632BE59BD9B4E019ULL;
     return static_cast<std::size_t>(h ^ (h >> 29));
   }

@@ -50,7 +50,7 @@ struct LoopForest {
     bool irreducible = false;
     std::vector<std::uint32_t> blocks;  // every block of the loop (nested loops' too), ascending
   };
-  std::vector<Loop> loops;              // enclosing loops before the loops inside them
+  std::vector<Loop> loops;               // enclosing loops before the loops inside them
   std::vector<std::uint32_t> innermost;  // per node: its innermost loop, or kNone
 };
 
@@ -67,22 +67,22 @@ enum class Flow : std::uint8_t {
   Branch,        // conditional direct jump: target or next
   IndirectJump,  // jmp through a register or memory (a jump table or a tail call)
   Return,
-  Stop,          // no successor: ud2, hlt, int3, undecodable bytes
+  Stop,  // no successor: ud2, hlt, int3, undecodable bytes
 };
 
 struct Instruction {
   std::uint64_t address = 0;
   std::uint8_t size = 0;
   Flow flow = Flow::Next;
-  bool call = false;          // a direct call (target set) or an indirect one
-  bool padding = false;       // nop or int3: what assemblers put between functions
-  std::uint64_t target = 0;   // direct jumps, branches and calls
-  std::uint64_t slot = 0;     // calls and jumps through a RIP-relative pointer (GOT slot): its address
+  bool call = false;         // a direct call (target set) or an indirect one
+  bool padding = false;      // nop or int3: what assemblers put between functions
+  std::uint64_t target = 0;  // direct jumps, branches and calls
+  std::uint64_t slot = 0;    // calls and jumps through a RIP-relative pointer (GOT slot): its address
 };
 
 struct BasicBlock {
-  std::uint64_t start = 0, end = 0;     // [start, end) addresses
-  std::uint32_t first = 0, count = 0;   // its instructions in FunctionCode::instructions
+  std::uint64_t start = 0, end = 0;    // [start, end) addresses
+  std::uint32_t first = 0, count = 0;  // its instructions in FunctionCode::instructions
 };
 
 // Whether a function of this (linkage) name never returns: abort, exit, __stack_chk_fail,
@@ -105,8 +105,9 @@ struct FunctionCode {
   // table or direct call (hand-written assembler called through pointers).
   std::vector<std::uint64_t> startsAfterPadding() const;
   std::vector<std::uint64_t> jumpTargets;  // direct jump and branch targets outside the range
-  std::vector<std::uint64_t> codeAddresses;  // instructions of the range whose address a RIP-relative lea takes (computed jumps)
-  std::uint32_t unresolvedJumps = 0;       // indirect jumps that are neither a jump table nor followed
+  std::vector<std::uint64_t>
+      codeAddresses;  // instructions of the range whose address a RIP-relative lea takes (computed jumps)
+  std::uint32_t unresolvedJumps = 0;  // indirect jumps that are neither a jump table nor followed
 
   const Instruction& last(std::uint32_t block) const { return exits[block]; }
   // Whether some edge leads back to its own block or an earlier one: without such an edge the
@@ -123,13 +124,12 @@ struct FunctionCode {
 
 // Decodes [address, address + code.size()) as x86-64 code (linear sweep) and builds its basic
 // blocks and control-flow graph. Calls end blocks, with an edge to the code after them (see
-// FunctionCode::dropFallthroughOfCalls for callees that never return). Direct jumps and branches outside the range (tail calls, other
-// parts of a split function) have no edge. Indirect jumps through a jump table of the patterns
-// that GCC and Clang emit (a table of 32-bit offsets relative to its own address loaded with a
-// RIP-relative lea, or of 64-bit absolute addresses) get an edge to each entry; the entries are
-// as many as the table's guard says (cmp r, N; ja) and must all be instructions of the range,
-// or without a guard are read while they are. Other indirect jumps have no edge (a conservative
-// choice: a loop whose only way back passes through such a jump is not found). A Decoder is not
+// FunctionCode::dropFallthroughOfCalls for callees that never return). Direct jumps and branches outside the range
+// (tail calls, other parts of a split function) have no edge. Indirect jumps through a jump table of the patterns that
+// GCC and Clang emit (a table of 32-bit offsets relative to its own address loaded with a RIP-relative lea, or of
+// 64-bit absolute addresses) get an edge to each entry; the entries are as many as the table's guard says (cmp r, N;
+// ja) and must all be instructions of the range, or without a guard are read while they are. Other indirect jumps have
+// no edge (a conservative choice: a loop whose only way back passes through such a jump is not found). A Decoder is not
 // thread-safe; use one per thread.
 // What an instruction does to the stack pointer (rsp) and the frame pointer (rbp), for unwind
 // recipes (below). `value` is the byte count of SpAdd (rsp += value), SpFromBp (rsp = rbp +
@@ -143,8 +143,8 @@ enum class FrameOp : std::uint8_t {
   SpFromBp,  // mov %rbp, %rsp; lea value(%rbp), %rsp
   Leave,
   Enter,
-  SpLost,    // any other change of rsp (and $-32, %rsp; sub %rax, %rsp; mov ..., %rsp)
-  BpLost,    // any other change of rbp
+  SpLost,  // any other change of rsp (and $-32, %rsp; sub %rax, %rsp; mov ..., %rsp)
+  BpLost,  // any other change of rbp
 };
 struct FrameEffect {
   std::uint64_t address = 0;
@@ -182,8 +182,8 @@ struct FrameRule {
   // The canonical frame address (CFA: the caller's rsp after the return) is base + cfa; the
   // return address is at CFA - 8.
   std::int32_t cfa = 0;
-  bool bpKept = true;      // rbp still holds the caller's
-  bool bpSaved = false;    // else the caller's rbp is saved at CFA - bpSave
+  bool bpKept = true;    // rbp still holds the caller's
+  bool bpSaved = false;  // else the caller's rbp is saved at CFA - bpSave
   std::int32_t bpSave = 0;
   bool operator==(const FrameRule&) const = default;
 };
@@ -193,7 +193,8 @@ struct FrameRule {
 class FunctionRecipes {
  public:
   FunctionRecipes() = default;
-  FunctionRecipes(std::vector<std::uint64_t> at, std::vector<FrameRule> rules) : at_(std::move(at)), rules_(std::move(rules)) {}
+  FunctionRecipes(std::vector<std::uint64_t> at, std::vector<FrameRule> rules)
+      : at_(std::move(at)), rules_(std::move(rules)) {}
   FrameRule at(std::uint64_t address) const;
   std::size_t size() const { return at_.size(); }
 

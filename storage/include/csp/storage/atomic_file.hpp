@@ -16,8 +16,8 @@ class AtomicFileError : public std::runtime_error {
 };
 
 struct AtomicFileOptions {
-  bool fsync = false;            // fsync the file before the rename, and the directory after
-  std::string temporaryTag;      // inserted in the temporary name: NAME.tmp.TAG.XXXXXX
+  bool fsync = false;        // fsync the file before the rename, and the directory after
+  std::string temporaryTag;  // inserted in the temporary name: NAME.tmp.TAG.XXXXXX
 };
 
 // Writes `bytes` to a file that has no name yet (O_TMPFILE) and links it as `path` when it is
@@ -29,7 +29,8 @@ struct AtomicFileOptions {
 // AtomicFileError says what failed.
 void writeFileAtomically(const std::filesystem::path& path, std::span<const std::byte> bytes,
                          const AtomicFileOptions& options = {});
-void writeFileAtomically(const std::filesystem::path& path, const std::string& text, const AtomicFileOptions& options = {});
+void writeFileAtomically(const std::filesystem::path& path, const std::string& text,
+                         const AtomicFileOptions& options = {});
 
 // The two steps of the unnamed write, for writers that keep appending after the first write
 // (profile bundles): a writable file without a name in `dir`, mode 0644 (-1 and errno when the

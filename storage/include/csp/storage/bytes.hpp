@@ -177,7 +177,8 @@ class ByteReader {
   double real() {
     if (remaining() < 8) fail("truncated double");
     std::uint64_t bits = 0;
-    for (int i = 7; i >= 0; --i) bits = (bits << 8) | static_cast<unsigned char>(data_[pos_ + static_cast<std::size_t>(i)]);
+    for (int i = 7; i >= 0; --i)
+      bits = (bits << 8) | static_cast<unsigned char>(data_[pos_ + static_cast<std::size_t>(i)]);
     pos_ += 8;
     const double v = std::bit_cast<double>(bits);
     if (std::isnan(v)) fail("NaN");

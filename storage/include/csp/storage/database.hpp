@@ -75,7 +75,13 @@ struct RegionMetricInfo {
 // per process, the concurrency metrics (E). Format 1.1 and later describe them in the metadata
 // (`region-metric/`); databases of format 1.0 were written with exactly this table.
 enum class RegionMetricId : std::uint16_t {
-  Visits = 0, Time = 1, AnyTime = 2, AllTime = 3, Area = 4, StragglerTime = 5, MaxParallelism = 6
+  Visits = 0,
+  Time = 1,
+  AnyTime = 2,
+  AllTime = 3,
+  Area = 4,
+  StragglerTime = 5,
+  MaxParallelism = 6
 };
 const std::vector<RegionMetricInfo>& standardRegionMetrics();
 
@@ -160,7 +166,7 @@ struct UnwindRecovery {
 // The loops recovered in one module, or why none, or why some have no line (format 1.5;
 // docs/postprocessing.md, "Loops").
 struct ModuleLoops {
-  std::string module;           // the module's file name
+  std::string module;  // the module's file name
   std::uint64_t loops = 0;
   std::uint64_t byAddress = 0;  // of them, known by their header address (their code has no line)
   std::string note;             // why none, or why by address; empty when every loop has a line
@@ -186,7 +192,7 @@ struct DatabaseMetadata {
   std::vector<IdTuple> profiles;     // ProfileId -> id tuple
   std::vector<std::string> strings;  // StringId -> text; strings[0] == ""
   std::vector<SkippedInput> skipped;
-  std::vector<Setting> properties;   // free key/value, keys unique; read back sorted by key
+  std::vector<Setting> properties;  // free key/value, keys unique; read back sorted by key
   // Sampling quality per profile (ProfileId -> quality) and its sum. Empty in databases of
   // format 1.0, which did not record it; otherwise one entry per profile.
   std::vector<SamplingQuality> quality;
@@ -207,7 +213,7 @@ struct DatabaseMetadata {
 struct CctNode {
   NodeId parent = kNoIndex;
   ScopeKind kind = ScopeKind::Root;
-  StringId name = 0;    // procedure (ProcFrame, Alien)
+  StringId name = 0;  // procedure (ProcFrame, Alien)
   StringId file = 0;
   StringId module = 0;  // load module (ProcFrame)
   std::uint32_t line = 0;
@@ -333,7 +339,7 @@ class Database {
   // seek each). Validated: every node present, kinds known, parents and string ids in range;
   // otherwise DatabaseError ("damaged database: ...").
   std::vector<CctNode> readCct() const;
-  std::vector<NodeId> children(NodeId id) const;  // ascending ids
+  std::vector<NodeId> children(NodeId id) const;        // ascending ids
   std::vector<Accumulator> summaries(NodeId id) const;  // sorted by (metric, scope)
   // Histograms and per-thread-class accumulators of a node, sorted by (metric, scope,
   // population); empty for databases before format 1.4 (hasDistributions() is then false).
@@ -343,11 +349,12 @@ class Database {
   // views' and analyses' one scan of a whole family. The views are valid during the call only.
   // A malformed key or value throws DatabaseError ("damaged database: ...").
   void forEachSummary(const std::function<void(NodeId, MetricId, MetricScope, std::string_view accumulator)>& fn) const;
-  void forEachDistribution(const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t population,
-                                                    std::string_view accumulator, std::string_view histogram)>& fn) const;
+  void forEachDistribution(
+      const std::function<void(NodeId, MetricId, MetricScope, std::uint8_t population, std::string_view accumulator,
+                               std::string_view histogram)>& fn) const;
 
   std::vector<ProfileValue> profileValues(ProfileId profile) const;  // sorted by (node, metric, scope)
-  std::vector<NodeValue> nodeValues(NodeId node) const;  // sorted by (metric, scope, profile)
+  std::vector<NodeValue> nodeValues(NodeId node) const;              // sorted by (metric, scope, profile)
   std::vector<NodeValue> nodeValues(NodeId node, MetricId metric, MetricScope scope) const;
 
   std::optional<RegionNode> region(RegionId id) const;

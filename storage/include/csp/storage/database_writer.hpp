@@ -79,8 +79,7 @@ class ShardWriter {
 // A writer process that produced many partial shards over overlapping key ranges (csp-prof-mpi
 // writes values by node batch by batch) merges them itself, in parallel with the other
 // processes, instead of leaving the whole merge to the compaction of the ingesting process.
-void mergeShards(const std::filesystem::path& stagingDir, std::span<const std::uint32_t> inputs,
-                 std::uint32_t output);
+void mergeShards(const std::filesystem::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output);
 
 struct BuildOptions {
   bool force = false;  // replace an existing database at the target

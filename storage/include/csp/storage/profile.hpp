@@ -95,8 +95,8 @@ struct AddressFrame {
 
 struct SymbolicFrame {
   ScopeKind scope = ScopeKind::Stmt;
-  std::uint32_t name = 0;    // string id: procedure (ProcFrame, Alien)
-  std::uint32_t file = 0;    // string id
+  std::uint32_t name = 0;  // string id: procedure (ProcFrame, Alien)
+  std::uint32_t file = 0;  // string id
   std::uint32_t line = 0;
   std::uint32_t module = 0;  // string id: load module (ProcFrame)
   auto operator<=>(const SymbolicFrame&) const = default;
@@ -120,7 +120,9 @@ struct UnwindNote {
   // Candidate, Resumed: the word that the stack word just below `slot` points at (where a
   // callee's `push %rbp` keeps its caller's frame pointer).
   std::uint32_t link = 0;
-  constexpr std::uint32_t encode() const { return std::uint32_t{static_cast<std::uint8_t>(kind)} << 28 | link << 14 | slot; }
+  constexpr std::uint32_t encode() const {
+    return std::uint32_t{static_cast<std::uint8_t>(kind)} << 28 | link << 14 | slot;
+  }
   static constexpr UnwindNote decode(std::uint32_t v) {
     return {static_cast<UnwindNoteKind>(v >> 28), v & kMaxSlot, (v >> 14) & kMaxSlot};
   }
@@ -135,7 +137,9 @@ struct RawCct {
   // without unwind tables; format 1.1).
   std::vector<std::uint32_t> unwindNote;
   std::size_t size() const { return parent.size(); }
-  UnwindNote note(std::size_t node) const { return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]); }
+  UnwindNote note(std::size_t node) const {
+    return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]);
+  }
   bool operator==(const RawCct&) const = default;
 };
 

@@ -53,8 +53,7 @@ void writeProfile(const ThreadProfile& profile, const std::filesystem::path& pat
 ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions& options = {});
 
 // Parses a file image held in memory; `name` is used in error messages.
-ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& name,
-                           const ParseOptions& options = {});
+ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& name, const ParseOptions& options = {});
 
 // Structural checks of docs/design.md, "Data model" (parents precede children, no cycles, indices in range,
 // values sorted and consistent with the sample counts). Throws ProfileError naming `name`.

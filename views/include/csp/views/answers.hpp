@@ -69,18 +69,19 @@ struct DiffReport {
   analysis::ScopeDiff total;
   std::vector<storage::NodeId> hotPath;  // from below the root; empty when none (or no loss)
   std::string hotPathLabel;
-  analysis::ScopeDiff hotPathEnd;        // inclusive values of its last context
-  std::vector<DiffRow> losses;           // the top contexts by inclusive loss
-  std::vector<DiffRow> gains;            // the largest gains, at most 3
-  std::vector<DiffRow> oneRunOnly;       // outermost contexts of one run only, by |loss|
-  std::size_t oneRunOnlyCount = 0;       // of them in all
-  std::uint64_t onlyP = 0, onlyQ = 0;    // union nodes in one run only
-  bool exact = false;                    // the metric has no sampling error in either run
+  analysis::ScopeDiff hotPathEnd;             // inclusive values of its last context
+  std::vector<DiffRow> losses;                // the top contexts by inclusive loss
+  std::vector<DiffRow> gains;                 // the largest gains, at most 3
+  std::vector<DiffRow> oneRunOnly;            // outermost contexts of one run only, by |loss|
+  std::size_t oneRunOnlyCount = 0;            // of them in all
+  std::uint64_t onlyP = 0, onlyQ = 0;         // union nodes in one run only
+  bool exact = false;                         // the metric has no sampling error in either run
   std::vector<analysis::StateExcess> states;  // waiting and compute (csp-run --idleness)
 };
 
 // The report of `top` contexts per list.
-DiffReport diffReport(const analysis::ScalingDiff& diff, std::size_t top, std::vector<analysis::StateExcess> states = {});
+DiffReport diffReport(const analysis::ScalingDiff& diff, std::size_t top,
+                      std::vector<analysis::StateExcess> states = {});
 
 // "main > solve.c:12 > MPI_Allreduce" style label of a union node: file base names, call sites
 // without a line left out, the innermost part of long paths.

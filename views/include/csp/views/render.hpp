@@ -16,8 +16,8 @@ namespace csp::views {
 
 struct TextOptions {
   bool color = false;
-  bool bounds = false;       // show each value's sampling-error bound (±)
-  bool fullNames = false;    // no shortening of long (C++) names
+  bool bounds = false;     // show each value's sampling-error bound (±)
+  bool fullNames = false;  // no shortening of long (C++) names
   std::size_t nameWidth = 72;
 };
 

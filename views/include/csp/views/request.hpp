@@ -31,22 +31,22 @@ std::optional<Format> parseFormat(const std::string& name);
 // comma-separated), numbers already parsed.
 struct ViewOptions {
   ViewKind kind = ViewKind::CallingContext;
-  bool info = false;                     // --info
-  std::optional<std::string> imbalance;  // --imbalance [SECTION] ("": the whole program)
+  bool info = false;                            // --info
+  std::optional<std::string> imbalance;         // --imbalance [SECTION] ("": the whole program)
   analysis::ImbalanceOptions imbalanceOptions;  // its thresholds (section, metric, threads set here)
-  std::string node;                      // --node SPEC ("": none)
-  std::size_t bins = 16;                 // --node: histogram bins
+  std::string node;                             // --node SPEC ("": none)
+  std::size_t bins = 16;                        // --node: histogram bins
   std::vector<std::string> metrics, statistics, scopes, formulas, hide, keep;
-  std::string population = "all";        // all, present
-  std::string sort;                      // [metric:]stat[:scope], or "name"
+  std::string population = "all";  // all, present
+  std::string sort;                // [metric:]stat[:scope], or "name"
   std::string focus, threads;
   bool effort = false;
   std::string effortThresholds = "20,20";  // IDLE,OVERHEAD
   std::optional<unsigned> depth;
   std::optional<double> threshold;
-  std::optional<double> hotPath;         // --hot-path H
+  std::optional<double> hotPath;  // --hot-path H
   std::optional<std::size_t> top;
-  Format format = Format::Text;          // only to refuse what an answer cannot be shown as
+  Format format = Format::Text;  // only to refuse what an answer cannot be shown as
 };
 
 // The thesis' Fig. 5.1 reading of every context (--effort): idleness is high at this % of
@@ -59,8 +59,8 @@ struct TreeRequest {  // a view
   ViewRequest view;
   std::optional<EffortReading> effort;
 };
-struct NodeRequest {  // one node (or a procedure's contexts) per thread
-  std::string spec;   // resolveDrillTarget
+struct NodeRequest {                         // one node (or a procedure's contexts) per thread
+  std::string spec;                          // resolveDrillTarget
   ViewKind kind = ViewKind::CallingContext;  // whose node ids a number is
   std::string metric;
   storage::MetricScope scope = storage::MetricScope::Inclusive;

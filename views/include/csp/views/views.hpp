@@ -73,14 +73,14 @@ struct ViewRequest {
   bool sortByName = false;
 
   // Navigation.
-  std::optional<unsigned> depth;        // levels shown below the top level; empty: unlimited
-  double thresholdPercent = 1.0;        // hide nodes below this share of the root (0: show all)
-  std::optional<double> hotPathPercent; // descend while a child holds >= this share of its parent
-  std::string focus;                    // re-root at a node id or at nodes of this name
-  std::vector<std::string> hide;        // glob patterns (a plain word matches as a substring)
+  std::optional<unsigned> depth;         // levels shown below the top level; empty: unlimited
+  double thresholdPercent = 1.0;         // hide nodes below this share of the root (0: show all)
+  std::optional<double> hotPathPercent;  // descend while a child holds >= this share of its parent
+  std::string focus;                     // re-root at a node id or at nodes of this name
+  std::vector<std::string> hide;         // glob patterns (a plain word matches as a substring)
   std::vector<std::string> keep;
-  std::optional<std::size_t> top;       // Flat/Callers: only the N hottest procedures
-  std::size_t topOffset = 0;            // with top: skip this many hottest first (page k of N: k * N)
+  std::optional<std::size_t> top;  // Flat/Callers: only the N hottest procedures
+  std::size_t topOffset = 0;       // with top: skip this many hottest first (page k of N: k * N)
 
   // Which threads the statistics are over (docs/views.md, "Thread classes"): "" for the default
   // (the main and worker threads when the database has helper threads, else all), "all", "work"
@@ -96,24 +96,22 @@ ThreadSelection selectThreads(const storage::Database& db, const std::string& th
 
 // What selection left out, for the summary line.
 struct PruneSummary {
-  std::uint64_t belowThreshold = 0;  // nodes (with their subtrees) under the threshold
+  std::uint64_t belowThreshold = 0;    // nodes (with their subtrees) under the threshold
   std::uint64_t keptForImbalance = 0;  // shown only because one thread exceeds the threshold
-  std::uint64_t beyondDepth = 0;     // nodes not expanded because of the depth limit
-  std::uint64_t hidden = 0;          // removed by --hide / --keep
-  std::uint64_t beyondTop = 0;       // procedures beyond --top
-  std::uint64_t offHotPath = 0;      // siblings left out by --hot-path
-  bool any() const {
-    return belowThreshold || beyondDepth || hidden || beyondTop || offHotPath;
-  }
+  std::uint64_t beyondDepth = 0;       // nodes not expanded because of the depth limit
+  std::uint64_t hidden = 0;            // removed by --hide / --keep
+  std::uint64_t beyondTop = 0;         // procedures beyond --top
+  std::uint64_t offHotPath = 0;        // siblings left out by --hot-path
+  bool any() const { return belowThreshold || beyondDepth || hidden || beyondTop || offHotPath; }
 };
 
 struct TreeNode {
-  std::uint32_t parent = kNoIndex;  // index into ViewTree::nodes
-  std::vector<std::uint32_t> children;       // in display order
+  std::uint32_t parent = kNoIndex;      // index into ViewTree::nodes
+  std::vector<std::uint32_t> children;  // in display order
   unsigned depth = 0;
   NodeKind kind = NodeKind::Root;
-  std::string name;    // procedure, inlined procedure, module, file or region; for a loop, call site or
-                       // statement without a line its header address or instruction offset; else empty
+  std::string name;  // procedure, inlined procedure, module, file or region; for a loop, call site or
+                     // statement without a line its header address or instruction offset; else empty
   std::string file;
   std::uint32_t line = 0;
   std::string module;
@@ -123,32 +121,32 @@ struct TreeNode {
   std::uint64_t viewId = 0;
   // Per column, finalized; NaN when undefined (see metrics::Statistics).
   std::vector<double> values;
-  std::vector<std::uint64_t> instances;  // per column: CCT instances combined (1 in Calling Context)
-  std::vector<metrics::Statistics> stats; // per column, the full statistics behind values
+  std::vector<std::uint64_t> instances;    // per column: CCT instances combined (1 in Calling Context)
+  std::vector<metrics::Statistics> stats;  // per column, the full statistics behind values
   // Per column: the worst-case sampling error of the value (thesis App. A; NaN where none is
   // defined: ratios, formulas, real-valued metrics), and whether an imbalance value could be
   // produced by sampling alone.
   std::vector<double> errors;
   std::vector<char> withinSamplingError;
-  bool imbalanceOnly = false;            // below the threshold, kept because one thread exceeds it
-  double maxThreadPercent = 0;           // then: that thread's value, % of an average thread's total
-  bool truncated = false;                // has children that are not shown
-  std::string note;                      // interpretEffort: the Fig. 5.1 reading of this context
+  bool imbalanceOnly = false;   // below the threshold, kept because one thread exceeds it
+  double maxThreadPercent = 0;  // then: that thread's value, % of an average thread's total
+  bool truncated = false;       // has children that are not shown
+  std::string note;             // interpretEffort: the Fig. 5.1 reading of this context
 };
 
 struct ViewTree {
   ViewKind kind = ViewKind::CallingContext;
   std::vector<Column> columns;
-  std::vector<std::string> units;        // per column, the metric's unit
+  std::vector<std::string> units;  // per column, the metric's unit
   // Per column: the root's total (sum) and the average thread's total (all-population mean) of
   // the column's metric and scope, the bases of percentages.
   std::vector<double> rootSum, rootMean;
-  std::vector<std::uint32_t> roots;      // top-level nodes shown (indices into nodes)
-  std::vector<TreeNode> nodes;           // preorder
+  std::vector<std::uint32_t> roots;  // top-level nodes shown (indices into nodes)
+  std::vector<TreeNode> nodes;       // preorder
   PruneSummary pruned;
-  std::uint64_t profiles = 0;            // N
-  ThreadSelection threads;               // which threads N counts
-  bool hasNotes = false;                 // nodes carry notes (interpretEffort): renderers show them
+  std::uint64_t profiles = 0;  // N
+  ThreadSelection threads;     // which threads N counts
+  bool hasNotes = false;       // nodes carry notes (interpretEffort): renderers show them
   // What the user should be told beside the tree (the CLI prints them to stderr, "warning: ...");
   // no renderer prints them.
   std::vector<std::string> warnings;
@@ -192,16 +190,17 @@ storage::NodeId resolveNode(const storage::Database& db, const std::string& spec
 // every node and the inclusive values of the nodes marked (outermost instances), as the Flat and
 // Callers views combine them.
 struct DrillTarget {
-  std::string label;                  // "solve (solve.c:40)"
-  std::string what;                   // "CCT node 42", "flat node 7, 3 contexts combined"
+  std::string label;  // "solve (solve.c:40)"
+  std::string what;   // "CCT node 42", "flat node 7, 3 contexts combined"
   std::vector<storage::NodeId> nodes;
-  std::vector<bool> inclusive;        // per node
+  std::vector<bool> inclusive;  // per node
 };
 // `spec`: a CCT node id, a call path of procedure names ("main/solve": each a procedure reached
 // from the previous one; the first one anywhere in the tree if no root path starts with it), or
 // a procedure name alone (all its contexts combined). With `kind` Flat or Callers a number is
 // that view's node id (as it prints them). Throws ViewError if nothing matches.
-DrillTarget resolveDrillTarget(const storage::Database& db, const std::string& spec, ViewKind kind = ViewKind::CallingContext);
+DrillTarget resolveDrillTarget(const storage::Database& db, const std::string& spec,
+                               ViewKind kind = ViewKind::CallingContext);
 
 struct ThreadValue {
   storage::ProfileId profile = 0;
@@ -212,24 +211,24 @@ struct ThreadValue {
 
 struct Distribution {
   storage::NodeId node = 0;
-  std::string label;       // "solve (solve.c:40)"
-  std::string what;        // which node(s): DrillTarget::what
-  ThreadSelection threads; // the threads shown and counted in N
+  std::string label;        // "solve (solve.c:40)"
+  std::string what;         // which node(s): DrillTarget::what
+  ThreadSelection threads;  // the threads shown and counted in N
   std::string metric, unit;
   storage::MetricScope scope = storage::MetricScope::Inclusive;
-  std::uint64_t profiles = 0;           // N
-  std::vector<ThreadValue> values;      // present profiles, by value descending
+  std::uint64_t profiles = 0;       // N
+  std::vector<ThreadValue> values;  // present profiles, by value descending
   // Over all N profiles (absent = 0) / present ones only. Percentiles are exact here (from the
   // values, nearest rank), not estimated from a histogram as in the tree views.
   metrics::Statistics all, present;
-  std::vector<ThreadValue> outliers;    // |value - mean| > 3 stddev (all population), descending
-  std::vector<char> outlierWithinError; // per outlier: its distance to the mean is within sampling error
-  double perThreadError = 0;            // sampling error of one thread's value (period - 1; NaN: none)
+  std::vector<ThreadValue> outliers;     // |value - mean| > 3 stddev (all population), descending
+  std::vector<char> outlierWithinError;  // per outlier: its distance to the mean is within sampling error
+  double perThreadError = 0;             // sampling error of one thread's value (period - 1; NaN: none)
   struct Bin {
     double low = 0, high = 0;
     std::uint64_t count = 0;
   };
-  std::vector<Bin> histogram;           // linear bins over [0, max]; absent profiles in bin 0
+  std::vector<Bin> histogram;  // linear bins over [0, max]; absent profiles in bin 0
 };
 
 // Reads one node's per-thread values (the only place views read them).

@@ -13,18 +13,18 @@ namespace csp::synth {
 
 struct SyntheticOptions {
   std::uint32_t ranks = 4;
-  std::uint32_t threads = 1;          // per rank
-  std::uint32_t ranksPerNode = 64;    // node id in the id tuple = rank / ranksPerNode
-  std::uint32_t nodes = 5000;         // CCT nodes of each group's call tree
-  std::uint32_t depth = 16;           // maximum CCT depth
-  std::uint32_t groups = 2;           // distinct call-path groups
-  std::uint32_t metrics = 2;          // 1: cpu-time; 2: + real-time; more: counted events
-  double imbalance = 0.25;            // rank r works (1 + imbalance * r/(ranks-1)) times as much
-  std::uint32_t hotPaths = 3;         // statements that carry most of the samples
-  double presence = 0.9;              // chance that a statement occurs in a given profile
-  bool regions = false;               // add a small region tree to every profile
+  std::uint32_t threads = 1;        // per rank
+  std::uint32_t ranksPerNode = 64;  // node id in the id tuple = rank / ranksPerNode
+  std::uint32_t nodes = 5000;       // CCT nodes of each group's call tree
+  std::uint32_t depth = 16;         // maximum CCT depth
+  std::uint32_t groups = 2;         // distinct call-path groups
+  std::uint32_t metrics = 2;        // 1: cpu-time; 2: + real-time; more: counted events
+  double imbalance = 0.25;          // rank r works (1 + imbalance * r/(ranks-1)) times as much
+  std::uint32_t hotPaths = 3;       // statements that carry most of the samples
+  double presence = 0.9;            // chance that a statement occurs in a given profile
+  bool regions = false;             // add a small region tree to every profile
   std::uint64_t seed = 1;
-  unsigned jobs = 0;                  // writer threads; 0 = all cores
+  unsigned jobs = 0;  // writer threads; 0 = all cores
 };
 
 // The profile of one (rank, thread); deterministic in (options, rank, thread).
