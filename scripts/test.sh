@@ -26,6 +26,8 @@ stage() { echo "== [$((SECONDS - started)) s] $*"; }
 
 stage "dependencies"
 bash scripts/install-deps.sh
+stage "code format (.clang-format; scripts/lint.sh also runs clang-tidy on changed files)"
+bash scripts/lint.sh --format-only
 stage "Release build"
 bash scripts/build.sh build Release -DCSP_WERROR=ON
 

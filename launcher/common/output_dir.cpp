@@ -1,6 +1,6 @@
 #include "output_dir.hpp"
 
-#include "csp/storage/database_writer.hpp"
+#include "csp/storage/publish.hpp"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -76,7 +76,7 @@ void StagedDirectory::publish() {
   // The same atomic publication as databases (exchange or no-replace rename, parent synced).
   try {
     storage::publishDirectory(staging_, target_);
-  } catch (const storage::DatabaseError& e) {
+  } catch (const storage::PublishError& e) {
     throw OutputDirError(e.what());
   }
   published_ = true;

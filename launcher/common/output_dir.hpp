@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "csp/storage/database_writer.hpp"
+#include "csp/storage/publish.hpp"
 
 namespace csp::cli {
 

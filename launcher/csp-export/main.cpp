@@ -11,11 +11,8 @@
 #include "signal_cleanup.hpp"
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const csp::reduce::MpiSession mpi(argc, argv);  // ends MPI however main returns
+  const int rank = mpi.rank(), size = mpi.size();
 
   CLI::App app{
       "csp-export: write a CSP database as an HPCToolkit database (meta.db, profile.db, cct.db) that hpcviewer and "
@@ -31,9 +28,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = rank == 0 ? app.exit(e) : e.get_exit_code();
-    MPI_Finalize();
-    return code;
+    return rank == 0 ? app.exit(e) : e.get_exit_code();
   }
   csp::cli::installTerminationCleanup("csp-export", rank == 0);
   std::optional<csp::cli::OrphanWatchdog> watchdog;
@@ -53,7 +48,7 @@ int main(int argc, char** argv) {
   };
   int status = 0;
   try {
-    csp::reduce::Comm comm(MPI_COMM_WORLD);
+    csp::reduce::Comm comm(mpi.world());
     const auto s = csp::reduce::exportHpctoolkit(comm, o);
     csp::cli::removeOnTermination({});
     if (rank == 0 && !quiet)
@@ -67,6 +62,5 @@ int main(int argc, char** argv) {
     status = 1;
   }
   watchdog.reset();
-  MPI_Finalize();
   return status;
 }

@@ -40,11 +40,8 @@ class PhaseProgress : public csp::reduce::ProgressSink {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const csp::reduce::MpiSession mpi(argc, argv);  // ends MPI however main returns
+  const int rank = mpi.rank(), size = mpi.size();
 
   CLI::App app{
       "csp-prof-mpi: reduce per-thread profiles into a CSP database (canonical CCT, summary statistics, "
@@ -52,6 +49,7 @@ int main(int argc, char** argv) {
       "runs as one process.",
       "csp-prof-mpi"};
   csp::reduce::ProfOptions o;
+  csp::reduce::DatabaseSinkOptions database;
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
@@ -59,7 +57,8 @@ int main(int argc, char** argv) {
                  "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
-  app.add_flag("--force", o.force, "replace an existing database (and HPCToolkit database, with --hpctoolkit)");
+  app.add_flag("--force", database.force,
+               "replace an existing database (and an existing HPCToolkit database, with --hpctoolkit)");
   std::string hpctoolkit;
   app.add_option("--hpctoolkit", hpctoolkit,
                  "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
-  app.add_option("--title", o.title, "description stored in the database");
+  app.add_option("--title", database.title, "description stored in the database");
   app.add_option("--derive", o.pipeline.derive,
                  "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
                  "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
@@ -108,14 +107,12 @@ int main(int argc, char** argv) {
       code = app.exit(e);
     else
       code = e.get_exit_code();
-    MPI_Finalize();
     return code;
   }
   for (const auto& r : replace) {
     auto eq = r.find('=');
     if (eq == std::string::npos || eq == 0) {
       if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --replace-path '{}': expected OLD=NEW\n", r);
-      MPI_Finalize();
       return 2;
     }
     o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
@@ -125,7 +122,6 @@ int main(int argc, char** argv) {
       o.pipeline.threadClasses.rules.push_back(csp::reduce::parseThreadClassRule(rule));
     } catch (const std::invalid_argument& e) {
       if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --thread-class {}\n", e.what());
-      MPI_Finalize();
       return 2;
     }
   }
@@ -133,33 +129,40 @@ int main(int argc, char** argv) {
     (void)csp::reduce::OverheadRules::parse(o.pipeline.overheadRules);
   } catch (const std::invalid_argument& e) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
-    MPI_Finalize();
     return 2;
   }
   if (!hpctoolkit.empty()) {  // before the reduction, not after it
-    auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, o.force);
+    auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, database.force);
     if (why.empty() && std::filesystem::weakly_canonical(hpctoolkit) == std::filesystem::weakly_canonical(output))
       why = "--hpctoolkit " + hpctoolkit + ": the same directory as the CSP database";
     if (!why.empty()) {
       if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
-      MPI_Finalize();
       return 2;
     }
   }
   o.pipeline.attribution.loops = !noLoops;
+  // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
+  o.pipeline.sources = {csp::reduce::cspProfileSource()};
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
-  o.output = output;
+  database.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
-  o.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
+  database.onTempDir = [](const std::filesystem::path& dir, int ownerPid) {
     csp::cli::removeOnTermination(dir, ownerPid == ::getpid() ? 0 : ownerPid);
   };
-  o.onLeftover = [quiet](bool removed, const std::string& text) {
+  database.onLeftover = [quiet](bool removed, const std::string& text) {
     if (!removed)
       fmt::print(stderr, "csp-prof-mpi: warning: earlier temporary directory {}\n", text);
     else if (!quiet)
       fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
   };
+  // The outputs (docs/layout.md, "Extending": a new format is added here).
+  o.sinks = {csp::reduce::cspDatabaseSink(database)};
+  std::optional<csp::reduce::HpctoolkitExportSummary> h;
+  if (!hpctoolkit.empty())  // after the database sink: it exports the database that one published
+    o.sinks.push_back(
+        csp::reduce::hpctoolkitSink({{output, hpctoolkit, database.force, database.onLeftover, database.onTempDir},
+                                     [&h](const csp::reduce::HpctoolkitExportSummary& summary) { h = summary; }}));
   std::optional<csp::cli::OrphanWatchdog> watchdog;
   if (size > 1) watchdog.emplace("csp-prof-mpi");
 
@@ -167,15 +170,10 @@ int main(int argc, char** argv) {
   PhaseProgress progress(!quiet);
   int status = 0;
   try {
-    csp::reduce::Comm comm(MPI_COMM_WORLD);
+    csp::reduce::Comm comm(mpi.world());
     const auto s = csp::reduce::runProf(comm, o, &progress);
     csp::cli::removeOnTermination({});  // published: nothing temporary is left
-    std::optional<csp::reduce::HpctoolkitExportSummary> h;
-    if (!hpctoolkit.empty()) {
-      h = csp::reduce::exportHpctoolkit(comm, {output, hpctoolkit, o.force, o.onLeftover, o.onTempDir});
-      csp::cli::removeOnTermination({});
-    }
-    if (rank == 0 && quiet)  // what is missing from the measurement is said even then
+    if (rank == 0 && quiet)             // what is missing from the measurement is said even then
       for (const auto& w : s.measurementWarnings) fmt::print(stderr, "csp-prof-mpi: warning: {}\n", w);
     if (rank == 0 && !quiet) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -212,7 +210,6 @@ int main(int argc, char** argv) {
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
-      if (h) phases += fmt::format(" hpctoolkit {:.2f}s,", h->seconds);
       if (!phases.empty()) phases.pop_back();
       if (h)
         fmt::print(
@@ -226,6 +223,5 @@ int main(int argc, char** argv) {
     status = 1;
   }
   watchdog.reset();
-  MPI_Finalize();
   return status;
 }

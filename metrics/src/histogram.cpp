@@ -82,15 +82,6 @@ std::uint32_t LogLinearHistogram::percentileBin(double p, std::uint64_t populati
   return bins_.back().first;  // unreachable: seen ends at population >= rank
 }
 
-LogLinearHistogram::Estimate LogLinearHistogram::percentileEstimate(double p, std::uint64_t population) const {
-  const std::uint32_t bin = percentileBin(p, population);
-  Estimate e;
-  e.lower = binLower(bin);
-  e.upper = binUpper(bin);
-  e.value = static_cast<double>((static_cast<long double>(e.lower) + static_cast<long double>(e.upper)) / 2);
-  return e;
-}
-
 void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uint64_t population, double unit) {
   if (population == 0 || population < histogram.total()) return;
   double* fields[] = {&s.p5, &s.p25, &s.p50, &s.p75, &s.p95};

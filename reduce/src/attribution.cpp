@@ -1,5 +1,6 @@
 #include "csp/reduce/attribution.hpp"
 
+#include "csp/storage/checksum.hpp"
 #include "elf_support.hpp"
 #include "structure/analysis.hpp"
 #include "structure/cache.hpp"
@@ -60,34 +61,13 @@ std::string procedureName(Dwarf_Die* die) {
 // The chain of DIEs around `pc`, outermost first: the concrete subprogram, then its lexical
 // blocks and inlined subroutines down to the innermost. (dwarf_getscopes does not serve here: for
 // a pc in inlined code it continues with the abstract definition's context and loses the caller.)
-bool findScopes(Dwarf_Die* parent, Dwarf_Addr pc, std::vector<Dwarf_Die>& chain, int depth = 0) {
-  Dwarf_Die child;
-  if (depth > 64 || dwarf_child(parent, &child) != 0) return false;
-  do {
-    switch (dwarf_tag(&child)) {
-      case DW_TAG_subprogram:
-      case DW_TAG_inlined_subroutine:
-      case DW_TAG_lexical_block:
-      case DW_TAG_try_block:
-      case DW_TAG_catch_block:
-        if (dwarf_haspc(&child, pc) == 1) {
-          chain.push_back(child);
-          findScopes(&chain.back(), pc, chain, depth + 1);
-          return true;
-        }
-        break;
-      case DW_TAG_namespace:
-      case DW_TAG_module:
-      case DW_TAG_class_type:
-      case DW_TAG_structure_type:
-      case DW_TAG_union_type:
-        if (findScopes(&child, pc, chain, depth + 1)) return true;
-        break;
-      default:
-        break;
-    }
-  } while (dwarf_siblingof(&child, &child) == 0);
-  return false;
+void findScopes(Dwarf_Die* parent, Dwarf_Addr pc, std::vector<Dwarf_Die>& chain, int depth = 0) {
+  forEachScope(parent, depth, [&](Dwarf_Die& scope, int at) {
+    if (dwarf_haspc(&scope, pc) != 1) return false;
+    chain.push_back(scope);
+    findScopes(&chain.back(), pc, chain, at + 1);
+    return true;
+  });
 }
 
 // Modules that are no file: addresses outside every module (offset = absolute address) and the
@@ -329,9 +309,7 @@ struct Attributor::Impl {
       std::error_code ec;
       const auto canonical = std::filesystem::weakly_canonical(m.path, ec);
       id.check = fmt::format("path {} {}", ec ? m.path : canonical.string(), stamp(m.path));
-      std::uint64_t h = 0xCBF29CE484222325ULL;
-      for (unsigned char c : id.check) h = (h ^ c) * 0x100000001B3ULL;
-      id.key = fmt::format("path-{:016x}", h);
+      id.key = fmt::format("path-{:016x}", storage::checksum64(std::as_bytes(std::span(id.check))));
     }
     Dwarf_Addr dwarfBias = 0;
     const bool dwarf = dwfl_module_getdwarf(m.mod, &dwarfBias) != nullptr;

@@ -47,6 +47,15 @@ std::chrono::milliseconds graceFromEnvironment() {
 
 }  // namespace
 
+MpiSession::MpiSession(int& argc, char**& argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiSession::~MpiSession() { MPI_Finalize(); }
+
 Comm::Comm(MPI_Comm comm) : comm_(comm), grace_(graceFromEnvironment()) {
   mpiCheck(MPI_Comm_rank(comm, &rank_), "Comm_rank");
   mpiCheck(MPI_Comm_size(comm, &size_), "Comm_size");

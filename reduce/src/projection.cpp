@@ -73,120 +73,174 @@ GapWalk walkGap(const ThreadProfile& p, Attributor& attributor, std::uint32_t st
 
 }  // namespace
 
+namespace {
+
+// Where a profile's raw nodes land on the canonical CCT, and what the path quality counts need.
+struct Placement {
+  explicit Placement(std::size_t n) : interior(n, kNoIndex), leaf(n, kNoIndex) { interior[0] = 0; }
+  // Where children attach (the interior chain's end) and where counts go (the leaf chain's end).
+  std::vector<std::uint32_t> interior, leaf;
+  std::vector<std::uint8_t> partialLeaf;  // empty, or per node: the leaf lies on an incomplete path
+  std::vector<std::uint8_t> scannedLeaf;  // empty, or per node: its path went through stack scans
+                                          // (0 no, 1 all of them completed, 2 one was not)
+};
+
+// The parent of every incomplete path, created on first use.
+class TruncatedPaths {
+ public:
+  TruncatedPaths(StringTable& strings, const CctStep& step) : strings_(strings), step_(step) {}
+  std::uint32_t operator()() {
+    if (root_ == kNoIndex) {
+      const auto proc = step_(0, {ScopeKind::ProcFrame, strings_.intern(kTruncatedPathsName), 0, 0, 0});
+      root_ = step_(proc, {ScopeKind::CallSite, 0, 0, 0, 0});
+    }
+    return root_;
+  }
+
+ private:
+  StringTable& strings_;
+  const CctStep& step_;
+  std::uint32_t root_ = kNoIndex;
+};
+
+// Symbolic frames name their scopes; a Partial path start hangs the path below the truncated
+// paths, a Placeholder's procedure gets the placeholder module.
+void placeSymbolic(const ThreadProfile& p, StringTable& strings, const CctStep& step, Placement& at) {
+  const std::size_t n = p.cct.size();
+  TruncatedPaths truncated(strings, step);
+  std::vector<std::uint32_t> stringId(p.strings.size(), kNoIndex);
+  auto str = [&](std::uint32_t s) {
+    if (stringId[s] == kNoIndex) stringId[s] = strings.intern(p.strings[s]);
+    return stringId[s];
+  };
+  const bool marked = !p.cct.pathStart.empty();
+  if (marked) at.partialLeaf.assign(n, 0);
+  for (std::size_t i = 1; i < n; ++i) {
+    const SymbolicFrame& f = p.symbolicFrames[p.cct.frame[i]];
+    ScopeKey key{f.scope, str(f.name), str(f.file), f.line, str(f.module)};
+    const std::uint32_t parent = p.cct.parent[i];
+    const PathStart start = p.cct.start(i);
+    if (start == PathStart::Placeholder) key.module = strings.intern(kPlaceholderModuleName);
+    const bool partialStart = parent == 0 && start == PathStart::Partial;
+    if (marked) at.partialLeaf[i] = partialStart ? 1 : at.partialLeaf[parent];
+    at.interior[i] = at.leaf[i] = step(partialStart ? truncated() : at.interior[parent], key);
+  }
+}
+
+// Address frames through the attributor, with the checks of path completeness (projection.hpp).
+void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& attributor, const CctStep& step,
+                    const PerfMap* jit, Placement& at) {
+  const std::size_t n = p.cct.size();
+  std::vector<std::uint8_t> hasChild(n, 0), hasValue(n, 0);
+  for (std::size_t i = 1; i < n; ++i) hasChild[p.cct.parent[i]] = 1;
+  for (auto node : p.values.node) hasValue[node] = 1;
+  auto fold = [&](std::uint32_t from, std::span<const ScopeKey> chain) {
+    for (const auto& key : chain) from = step(from, key);
+    return from;
+  };
+  TruncatedPaths truncated(strings, step);
+  // Whether a raw node's interior (resp. leaf) scope lies on an incomplete path, and whether its
+  // path went through stack scans (Placement::scannedLeaf).
+  std::vector<std::uint8_t> partialInterior(n, 0), scannedInterior(n, 0);
+  at.partialLeaf.assign(n, 0);
+  at.scannedLeaf.assign(n, 0);
+  const std::uint32_t jitModule = jit ? strings.intern(kJitModuleName) : 0;
+  ScopeKey jitChain[2];
+  for (std::size_t i = 1; i < n; ++i) {
+    const UnwindNoteKind note = p.cct.note(i).kind;
+    if (note == UnwindNoteKind::Candidate) continue;  // placed by the Stopped frame below it, if it is a frame
+    const AddressFrame& f = p.addressFrames[p.cct.frame[i]];
+    const LoadModule& module = p.modules[f.module];
+    const std::uint32_t parent = p.cct.parent[i];
+    const bool unmapped = module.path == kUnmappedModulePath;
+    const std::string* jitName = unmapped && jit ? jit->find(f.offset) : nullptr;
+    auto chainOf = [&](bool leafRole) -> std::span<const ScopeKey> {
+      if (jitName == nullptr) return attributor.attribute(module, f.offset, leafRole);
+      jitChain[0] = {ScopeKind::ProcFrame, strings.intern(*jitName), 0, 0, jitModule};
+      jitChain[1] = {leafRole ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0};
+      return jitChain;
+    };
+    // Where this frame's scopes attach: below its caller's, at the root for the outermost
+    // frame of a complete path, else below the truncated-paths procedure. The callers of code
+    // outside every module come from unwinding without unwind information: they are dropped.
+    // Above a frame without unwind tables: the candidates that its unwind recipe and theirs
+    // pick, then the frame where the measurement resumed (docs/postprocessing.md).
+    auto scannedBase = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
+      const GapWalk w = walkGap(p, attributor, static_cast<std::uint32_t>(i), leafRole);
+      std::uint32_t base = 0;
+      if (!w.complete) {
+        base = truncated();
+        partial = 1;
+        scanned = 2;
+      } else if (w.resumed != kNoIndex) {
+        base = at.interior[w.resumed];
+        partial = partialInterior[w.resumed];
+        scanned = std::max<std::uint8_t>(scannedInterior[w.resumed], 1);
+      } else {
+        partial = 0;
+        scanned = 1;
+      }
+      for (auto it = w.frames.rbegin(); it != w.frames.rend(); ++it) {
+        const AddressFrame& c = p.addressFrames[p.cct.frame[*it]];
+        base = fold(base, attributor.attribute(p.modules[c.module], c.offset, false));
+      }
+      return base;
+    };
+    // A path's outermost frame starts it where the profile says so, else where the binaries do.
+    auto startsPath = [&](bool leafRole) {
+      switch (p.cct.start(i)) {
+        case PathStart::Complete:
+        case PathStart::Placeholder:
+          return true;
+        case PathStart::Partial:
+          return false;
+        case PathStart::Unknown:
+          break;
+      }
+      return !unmapped && attributor.startsPath(module, f.offset, leafRole);
+    };
+    auto baseOf = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
+      scanned = parent == 0 ? 0 : scannedInterior[parent];
+      if (unmapped && jitName == nullptr) {
+        partial = 1;
+        return truncated();
+      }
+      if (note == UnwindNoteKind::Stopped) return scannedBase(leafRole, partial, scanned);
+      if (parent == 0) {
+        const bool complete = startsPath(leafRole);
+        partial = complete ? 0 : 1;
+        return complete ? 0 : truncated();
+      }
+      partial = partialInterior[parent];
+      return at.interior[parent];
+    };
+    if (hasChild[i]) at.interior[i] = fold(baseOf(false, partialInterior[i], scannedInterior[i]), chainOf(false));
+    if (hasValue[i]) at.leaf[i] = fold(baseOf(true, at.partialLeaf[i], at.scannedLeaf[i]), chainOf(true));
+  }
+}
+
+}  // namespace
+
 std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context) {
-  const std::size_t n = p.cct.size();
+  Placement at(p.cct.size());
+  if (p.frameKind == FrameKind::Symbolic)
+    placeSymbolic(p, strings, step, at);
+  else
+    placeAddresses(p, strings, attributor, step, context.jit, at);
   std::vector<StmtValue> out;
   out.reserve(p.values.size());
-  // Where children attach (the interior chain's end) and where counts go (the leaf chain's end).
-  std::vector<std::uint32_t> interior(n, kNoIndex), leaf(n, kNoIndex);
-  interior[0] = 0;
-  std::vector<std::uint8_t> partialLeaf;  // address profiles: the leaf lies on an incomplete path
-  std::vector<std::uint8_t> scannedLeaf;  // address profiles: its path went through stack scans (see below)
-
-  if (p.frameKind == FrameKind::Symbolic) {
-    std::vector<std::uint32_t> stringId(p.strings.size(), kNoIndex);
-    auto str = [&](std::uint32_t s) {
-      if (stringId[s] == kNoIndex) stringId[s] = strings.intern(p.strings[s]);
-      return stringId[s];
-    };
-    for (std::size_t i = 1; i < n; ++i) {
-      const SymbolicFrame& f = p.symbolicFrames[p.cct.frame[i]];
-      const ScopeKey key{f.scope, str(f.name), str(f.file), f.line, str(f.module)};
-      interior[i] = leaf[i] = step(interior[p.cct.parent[i]], key);
-    }
-  } else {
-    std::vector<std::uint8_t> hasChild(n, 0), hasValue(n, 0);
-    for (std::size_t i = 1; i < n; ++i) hasChild[p.cct.parent[i]] = 1;
-    for (auto node : p.values.node) hasValue[node] = 1;
-    auto fold = [&](std::uint32_t from, std::span<const ScopeKey> chain) {
-      for (const auto& key : chain) from = step(from, key);
-      return from;
-    };
-    // The parent of every incomplete path, created on first use.
-    std::uint32_t truncatedRoot = kNoIndex;
-    auto truncated = [&] {
-      if (truncatedRoot == kNoIndex) {
-        const auto proc = step(0, {ScopeKind::ProcFrame, strings.intern(kTruncatedPathsName), 0, 0, 0});
-        truncatedRoot = step(proc, {ScopeKind::CallSite, 0, 0, 0, 0});
-      }
-      return truncatedRoot;
-    };
-    // Whether a raw node's interior (resp. leaf) scope lies on an incomplete path; and whether
-    // its path went through stack scans: 0 no, 1 all of them completed, 2 one was not.
-    std::vector<std::uint8_t> partialInterior(n, 0), scannedInterior(n, 0);
-    partialLeaf.assign(n, 0);
-    scannedLeaf.assign(n, 0);
-    const std::uint32_t jitModule = context.jit ? strings.intern(kJitModuleName) : 0;
-    ScopeKey jitChain[2];
-    for (std::size_t i = 1; i < n; ++i) {
-      const UnwindNoteKind note = p.cct.note(i).kind;
-      if (note == UnwindNoteKind::Candidate) continue;  // placed by the Stopped frame below it, if it is a frame
-      const AddressFrame& f = p.addressFrames[p.cct.frame[i]];
-      const LoadModule& module = p.modules[f.module];
-      const std::uint32_t parent = p.cct.parent[i];
-      const bool unmapped = module.path == kUnmappedModulePath;
-      const std::string* jitName = unmapped && context.jit ? context.jit->find(f.offset) : nullptr;
-      auto chainOf = [&](bool leafRole) -> std::span<const ScopeKey> {
-        if (jitName == nullptr) return attributor.attribute(module, f.offset, leafRole);
-        jitChain[0] = {ScopeKind::ProcFrame, strings.intern(*jitName), 0, 0, jitModule};
-        jitChain[1] = {leafRole ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0};
-        return jitChain;
-      };
-      // Where this frame's scopes attach: below its caller's, at the root for the outermost
-      // frame of a complete path, else below the truncated-paths procedure. The callers of code
-      // outside every module come from unwinding without unwind information: they are dropped.
-      // Above a frame without unwind tables: the candidates that its unwind recipe and theirs
-      // pick, then the frame where the measurement resumed (docs/postprocessing.md).
-      auto scannedBase = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
-        const GapWalk w = walkGap(p, attributor, static_cast<std::uint32_t>(i), leafRole);
-        std::uint32_t base = 0;
-        if (!w.complete) {
-          base = truncated();
-          partial = 1;
-          scanned = 2;
-        } else if (w.resumed != kNoIndex) {
-          base = interior[w.resumed];
-          partial = partialInterior[w.resumed];
-          scanned = std::max<std::uint8_t>(scannedInterior[w.resumed], 1);
-        } else {
-          partial = 0;
-          scanned = 1;
-        }
-        for (auto it = w.frames.rbegin(); it != w.frames.rend(); ++it) {
-          const AddressFrame& c = p.addressFrames[p.cct.frame[*it]];
-          base = fold(base, attributor.attribute(p.modules[c.module], c.offset, false));
-        }
-        return base;
-      };
-      auto baseOf = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
-        scanned = parent == 0 ? 0 : scannedInterior[parent];
-        if (unmapped && jitName == nullptr) {
-          partial = 1;
-          return truncated();
-        }
-        if (note == UnwindNoteKind::Stopped) return scannedBase(leafRole, partial, scanned);
-        if (parent == 0) {
-          const bool complete = !unmapped && attributor.startsPath(module, f.offset, leafRole);
-          partial = complete ? 0 : 1;
-          return complete ? 0 : truncated();
-        }
-        partial = partialInterior[parent];
-        return interior[parent];
-      };
-      if (hasChild[i]) interior[i] = fold(baseOf(false, partialInterior[i], scannedInterior[i]), chainOf(false));
-      if (hasValue[i]) leaf[i] = fold(baseOf(true, partialLeaf[i], scannedLeaf[i]), chainOf(true));
-    }
-  }
   std::uint64_t truncatedSamples = 0, scannedSamples = 0, recoveredSamples = 0;
   for (std::size_t v = 0; v < p.values.size(); ++v) {
     const auto metric = p.values.metric[v];
     const auto node = p.values.node[v];
-    out.push_back({leaf[node], metric, p.values.count[v] * p.metrics[metric].period});
-    if (partialLeaf.empty() || p.metrics[metric].kind != MetricKind::Sampled) continue;
-    if (partialLeaf[node]) truncatedSamples += p.values.count[v];
-    if (scannedLeaf[node] != 0) scannedSamples += p.values.count[v];
-    if (scannedLeaf[node] == 1) recoveredSamples += p.values.count[v];
+    const auto& m = p.metrics[metric];
+    // (A real-valued metric has period 1: its bit pattern stays as it is.)
+    out.push_back({at.leaf[node], metric, p.values.count[v] * m.period});
+    if (m.kind != MetricKind::Sampled || m.valueType != ValueType::Count) continue;
+    if (!at.partialLeaf.empty() && at.partialLeaf[node]) truncatedSamples += p.values.count[v];
+    if (!at.scannedLeaf.empty() && at.scannedLeaf[node] != 0) scannedSamples += p.values.count[v];
+    if (!at.scannedLeaf.empty() && at.scannedLeaf[node] == 1) recoveredSamples += p.values.count[v];
   }
   if (context.truncatedSamples) *context.truncatedSamples = truncatedSamples;
   if (context.scannedSamples) *context.scannedSamples = scannedSamples;
@@ -194,25 +248,30 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strin
   return out;
 }
 
-ValueScratch::ValueScratch(std::size_t nodes, std::size_t metrics)
-    : metrics_(metrics), exclusive_(nodes * metrics, 0), inclusive_(nodes * metrics, 0), touched_(nodes, 0) {}
+ValueScratch::ValueScratch(std::size_t nodes, std::vector<bool> real)
+    : metrics_(real.size()),
+      real_(real.begin(), real.end()),
+      anyReal_(std::find(real.begin(), real.end(), true) != real.end()),
+      exclusive_(nodes * metrics_, 0),
+      inclusive_(nodes * metrics_, 0),
+      touched_(nodes, 0) {}
 
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
   // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
   // propagate in one pass over the touched nodes in decreasing id order.
   for (const StmtValue& v : values) {
     const std::size_t m = v.metric;
-    exclusive_[v.node * metrics_ + m] += v.value;  // a statement (dynamic scope): its own value
-    inclusive_[v.node * metrics_ + m] += v.value;
+    add(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
+    add(inclusive_[v.node * metrics_ + m], m, v.value);
     // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
     // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
     // procedure frame of (only loops and inlined scopes lie between).
     const std::uint32_t parent = cct.node(v.node).parent;
     const ScopeKind pk = cct.node(parent).key.kind;
-    if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) exclusive_[parent * metrics_ + m] += v.value;
+    if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) add(exclusive_[parent * metrics_ + m], m, v.value);
     std::uint32_t proc = parent;
     while (proc != kNoIndex && cct.node(proc).key.kind != ScopeKind::ProcFrame) proc = cct.node(proc).parent;
-    if (proc != kNoIndex) exclusive_[proc * metrics_ + m] += v.value;
+    if (proc != kNoIndex) add(exclusive_[proc * metrics_ + m], m, v.value);
     // Mark the path to the root; stop at the first node already on a marked path.
     for (std::uint32_t a = v.node; a != kNoIndex && !touched_[a]; a = cct.node(a).parent) {
       touched_[a] = 1;
@@ -223,7 +282,8 @@ ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtVa
   for (auto it = touchedList_.rbegin(); it != touchedList_.rend(); ++it) {
     const std::uint32_t parent = cct.node(*it).parent;
     if (parent == kNoIndex) continue;
-    for (std::size_t m = 0; m < metrics_; ++m) inclusive_[parent * metrics_ + m] += inclusive_[*it * metrics_ + m];
+    for (std::size_t m = 0; m < metrics_; ++m)
+      add(inclusive_[parent * metrics_ + m], m, inclusive_[*it * metrics_ + m]);
   }
   ThreadValues out;
   out.node.reserve(touchedList_.size() * metrics_);

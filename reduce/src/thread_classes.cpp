@@ -31,8 +31,6 @@ bool glob(const std::string& pattern, const std::string& text) {
 
 }  // namespace
 
-std::span<const char* const> runtimeHelperModules() { return kRuntimeHelperModules; }
-
 ThreadClassRule parseThreadClassRule(std::string_view text) {
   const auto eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size())
@@ -110,6 +108,7 @@ bool EntryTracker::isThreadStart(std::uint32_t name, std::uint32_t module) {
     const std::string file = baseName(strings_.text(module));
     for (const char* pattern : kPassThroughModules)
       if (glob(pattern, file)) it->second = true;
+    if (file == kPlaceholderModuleName) it->second = true;  // stands for no code: no thread's own
   }
   return it->second;
 }

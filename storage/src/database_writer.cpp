@@ -44,52 +44,6 @@ bool hasLz4() {
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
 constexpr std::size_t kMaxOverlappingRuns = 4;
-constexpr const char* kOwnerName = "OWNER";  // "pid P\nhost H\nstart TICKS\nboot ID\n" of the building process
-
-std::string hostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
-std::string errnoText(int err) { return std::strerror(err); }
-
-// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat); 0 if unknown.
-// With the boot id it tells a live owner from an unrelated process that reuses its pid.
-std::uint64_t processStartTicks(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i)
-    if (!(rest >> field)) return 0;
-  std::uint64_t ticks = 0;
-  for (char c : field) {
-    if (c < '0' || c > '9') return 0;
-    ticks = ticks * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return ticks;
-}
-
-std::string bootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  in >> id;
-  return id;
-}
-
-void fsyncPath(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0) | O_CLOEXEC);
-  if (fd < 0) throw DatabaseError(path, "cannot open to sync: " + errnoText(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw DatabaseError(path, "fsync failed: " + errnoText(err));
-}
-
 // Writes `text` to dir/name so that it appears complete or not at all.
 void writeFileAtomically(const fs::path& dir, const std::string& name, const std::string& text) {
   try {
@@ -126,40 +80,6 @@ bool isCspDatabase(const fs::path& dir) {
   text << in.rdbuf();
   return format::parseManifest(text.str()).has_value();
 }
-
-fs::path normalizedTarget(fs::path target) {
-  if (target.filename().empty()) target = target.parent_path();
-  return target;
-}
-
-fs::path parentOf(const fs::path& target) { return target.has_parent_path() ? target.parent_path() : fs::path("."); }
-
-// Temporary directories of the builders alive in this process. A leftover carrying our own pid
-// but absent here comes from an earlier process that had the same pid (containers reuse small
-// pids from run to run) and is as dead as any other.
-class LiveBuilds {
- public:
-  static LiveBuilds& instance() {
-    static LiveBuilds live;
-    return live;
-  }
-  bool add(const fs::path& dir) {
-    std::lock_guard lock(mutex_);
-    return dirs_.insert(fs::absolute(dir).lexically_normal()).second;
-  }
-  void remove(const fs::path& dir) {
-    std::lock_guard lock(mutex_);
-    dirs_.erase(fs::absolute(dir).lexically_normal());
-  }
-  bool contains(const fs::path& dir) {
-    std::lock_guard lock(mutex_);
-    return dirs_.count(fs::absolute(dir).lexically_normal()) != 0;
-  }
-
- private:
-  std::mutex mutex_;
-  std::set<fs::path> dirs_;
-};
 
 }  // namespace
 
@@ -458,136 +378,6 @@ void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inpu
   for (auto k : inputs) fs::remove_all(shardDir(stagingDir, k), ec);
 }
 
-// --- leftovers -------------------------------------------------------------------------------
-
-std::vector<LeftoverReport> cleanupLeftovers(const fs::path& targetIn) {
-  const fs::path target = normalizedTarget(targetIn);
-  const fs::path parent = parentOf(target);
-  const std::string name = target.filename().string();
-  const std::string tmpPrefix = "." + name + ".tmp-";
-  const std::string oldPrefix = "." + name + ".old-";
-  const std::string host = hostName();
-  std::vector<LeftoverReport> reports;
-  std::error_code ec;
-  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string entry = it->path().filename().string();
-    const bool isTmp = entry.starts_with(tmpPrefix);
-    const bool isOld = entry.starts_with(oldPrefix);
-    if (!isTmp && !isOld) continue;
-    // ".<name>.tmp-<pid>" (a database), ".<name>.tmp-<pid>-XXXXXX" (a measurement directory of
-    // csp-gen, made by mkdtemp), ".<name>.old-<pid>" (an interrupted two-rename replacement).
-    std::string pidText = entry.substr((isTmp ? tmpPrefix : oldPrefix).size());
-    if (const auto dash = pidText.find('-'); isTmp && dash != std::string::npos) {
-      const std::string suffix = pidText.substr(dash + 1);
-      if (suffix.size() != 6 || !std::all_of(suffix.begin(), suffix.end(),
-                                             [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
-        continue;
-      pidText.resize(dash);
-    }
-    if (pidText.empty() || pidText.size() > 9 || !std::all_of(pidText.begin(), pidText.end(), ::isdigit)) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(pidText));
-
-    LeftoverReport r{it->path(), false, {}};
-    // Builds leave real directories: anything else at these names (a planted symbolic link) is
-    // never followed, neither to read an OWNER nor to be restored as the target; it is removed
-    // itself (remove_all does not follow links) or left alone like any other leftover.
-    std::error_code typeError;
-    const bool realDirectory = it->symlink_status(typeError).type() == fs::file_type::directory;
-    std::string ownerHost = host, ownerBoot;
-    std::uint64_t ownerStart = 0;
-    if (std::ifstream owner; realDirectory && (owner.open(it->path() / kOwnerName), owner)) {
-      std::string key, value;
-      while (owner >> key >> value) {
-        if (key == "host") ownerHost = value;
-        if (key == "boot") ownerBoot = value;
-        if (key == "start") ownerStart = std::strtoull(value.c_str(), nullptr, 10);
-      }
-    }
-    bool alive = false;
-    if (pid == ::getpid()) {
-      alive = LiveBuilds::instance().contains(it->path());
-    } else {
-      alive = ::kill(pid, 0) == 0 || errno == EPERM;
-      // A reboot since, or another process under the same pid, means the owner is gone.
-      if (alive && !ownerBoot.empty() && ownerBoot != bootId()) alive = false;
-      if (alive && ownerStart != 0) {
-        const auto start = processStartTicks(pid);
-        if (start != 0 && start != ownerStart) alive = false;
-      }
-    }
-    if (ownerHost != host) {
-      r.reason = fmt::format(
-          "left alone: written by pid {} on host {}; if no CSP tool writing {} is active there, "
-          "remove it with: rm -rf '{}'",
-          pid, ownerHost, target.string(), it->path().string());
-    } else if (alive) {
-      r.reason = fmt::format(
-          "left alone: its owner, process {}, is still running (another run writing {}?); if that process is stuck, "
-          "stop it and the next run removes this directory",
-          pid, target.string());
-    } else if (isOld && realDirectory && !fs::exists(target)) {
-      // A replacement was interrupted between its two renames: the old database is complete.
-      fs::rename(it->path(), target, ec);
-      r.removed = !ec;
-      r.reason = ec ? "could not restore the previous database: " + ec.message()
-                    : fmt::format("restored as {} (interrupted replacement by dead process {})", target.string(), pid);
-      ec.clear();
-    } else {
-      fs::remove_all(it->path(), ec);
-      r.removed = !ec;
-      r.reason = ec ? "could not remove: " + ec.message() : fmt::format("removed (process {} is dead)", pid);
-      ec.clear();
-    }
-    reports.push_back(std::move(r));
-  }
-  return reports;
-}
-
-// --- publication of a staged directory --------------------------------------------------------
-
-void publishDirectory(const fs::path& staging, const fs::path& target,
-                      const std::function<void(std::string_view)>& step) {
-  std::error_code ec;
-  const fs::path parent = parentOf(target);
-  auto note = [&](std::string_view s) {
-    if (step) step(s);
-  };
-  if (fs::exists(fs::symlink_status(target, ec))) {
-    // Swap in one step so that the target name always holds a complete directory. The previous
-    // one ends up under the staging name and is removed (a leftover if we die now).
-    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-      fsyncPath(parent, true);
-      note("exchanged");
-      fs::remove_all(staging, ec);
-    } else if (errno == EINVAL || errno == ENOSYS) {
-      // File systems without RENAME_EXCHANGE: two renames, the previous directory moved aside
-      // under ".<name>.old-<pid>" (cleanupLeftovers() restores it if we die between them).
-      const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), ::getpid());
-      fs::rename(target, old, ec);
-      if (ec) throw DatabaseError(target, "cannot move the previous one aside: " + ec.message());
-      fs::rename(staging, target, ec);
-      if (ec) {
-        std::error_code ignore;
-        fs::rename(old, target, ignore);
-        throw DatabaseError(target, "cannot publish: " + ec.message());
-      }
-      fsyncPath(parent, true);
-      note("exchanged");
-      fs::remove_all(old, ec);
-    } else {
-      throw DatabaseError(target, "cannot replace: " + errnoText(errno));
-    }
-    return;
-  }
-  // NOREPLACE: a directory that appeared meanwhile (another run) is not silently replaced.
-  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
-    if (errno != EINVAL && errno != ENOSYS) throw DatabaseError(target, "cannot publish: " + errnoText(errno));
-    fs::rename(staging, target, ec);
-    if (ec) throw DatabaseError(target, "cannot publish: " + ec.message());
-  }
-  fsyncPath(parent, true);
-}
-
 // --- DatabaseBuilder -------------------------------------------------------------------------
 
 struct DatabaseBuilder::Impl {
@@ -601,10 +391,10 @@ struct DatabaseBuilder::Impl {
   bool metadataWritten = false;
   bool ingested = false;
   bool published = false;
-  bool registered = false;  // d.temp is in LiveBuilds
+  bool registered = false;  // d.temp is claimed (claimBuildDirectory)
 
   ~Impl() {
-    if (registered) LiveBuilds::instance().remove(temp);
+    if (registered) releaseBuildDirectory(temp);
   }
 
   void step(std::string_view name) const {
@@ -648,23 +438,25 @@ struct DatabaseBuilder::Impl {
 
 DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(std::make_unique<Impl>()) {
   auto& d = *impl_;
-  d.target = normalizedTarget(std::move(target));
+  d.target = publicationTarget(std::move(target));
   d.options = std::move(options);
   d.checkTarget();
-  const fs::path parent = parentOf(d.target);
+  const fs::path parent = temporaryDirectoryFor(d.target).parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw DatabaseError(parent, "cannot create: " + ec.message());
   d.leftovers = cleanupLeftovers(d.target);
 
   d.temp = temporaryDirectoryFor(d.target);
-  if (!LiveBuilds::instance().add(d.temp))
+  if (!claimBuildDirectory(d.temp))
     throw DatabaseError(d.target, "another build of this database is under way in this process");
   d.registered = true;
   if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
-  writeFileAtomically(d.temp, kOwnerName,
-                      fmt::format("pid {}\nhost {}\nstart {}\nboot {}\n", ::getpid(), hostName(),
-                                  processStartTicks(::getpid()), bootId()));
+  try {
+    writeBuildOwner(d.temp);
+  } catch (const PublishError& e) {
+    throw DatabaseError(e.path(), e.problem());
+  }
   fs::create_directory(d.temp / kStagingName, ec);
   if (ec) throw DatabaseError(d.temp, "cannot create the staging directory: " + ec.message());
 
@@ -698,8 +490,7 @@ const fs::path& DatabaseBuilder::tempDir() const { return impl_->temp; }
 fs::path DatabaseBuilder::stagingDir() const { return stagingDirIn(impl_->temp); }
 
 fs::path DatabaseBuilder::temporaryDirectoryFor(const fs::path& target) {
-  const fs::path t = normalizedTarget(target);
-  return parentOf(t) / fmt::format(".{}.tmp-{}", t.filename().string(), ::getpid());
+  return storage::temporaryDirectoryFor(target);
 }
 
 fs::path DatabaseBuilder::stagingDirIn(const fs::path& temporaryDirectory) { return temporaryDirectory / kStagingName; }
@@ -786,13 +577,17 @@ void DatabaseBuilder::publish() {
   std::error_code ec;
   fs::remove_all(d.temp / kStagingName, ec);
   // Without OWNER a leftover is judged by the pid in its name alone, which is right here.
-  fs::remove(d.temp / kOwnerName, ec);
+  removeBuildOwner(d.temp);
   // The manifest goes last: a directory with a manifest is a complete database.
   writeFileAtomically(d.temp, kDatabaseManifestName, format::manifestText());
   d.step("manifest");
 
   d.checkTarget();
-  publishDirectory(d.temp, d.target, [&](std::string_view step) { d.step(step); });
+  try {
+    publishDirectory(d.temp, d.target, [&](std::string_view step) { d.step(step); });
+  } catch (const PublishError& e) {
+    throw DatabaseError(e.path(), e.problem());
+  }
   d.published = true;
   d.step("published");
 }

@@ -480,6 +480,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     const std::uint8_t type = r.u8();
     if (type > 1) r.fail("unknown value type");
     s.valueType = static_cast<ValueType>(type);
+    s.descriptor.valueType = s.valueType;
     r.expectDone();
     placeAt(m_.metrics, tableIndex(key, kMetricPrefix, 2), std::move(s));
     ++seen_.metrics;
@@ -488,7 +489,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     IdTuple t(r.u32());
     for (auto& e : t) {
       const std::uint8_t kind = r.u8();
-      if (kind > static_cast<std::uint8_t>(IdKind::Process)) r.fail("unknown id kind");
+      if (kind > static_cast<std::uint8_t>(kLastIdKind)) r.fail("unknown id kind");
       e.kind = static_cast<IdKind>(kind);
       e.value = r.u64();
     }

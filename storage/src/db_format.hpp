@@ -117,7 +117,6 @@ class MetadataDecoder {
   void add(std::string_view key, std::string_view value);
   DatabaseMetadata finish();  // checks that dense tables have no gaps
   FormatVersion version() const { return version_; }
-  bool sawVersion() const { return sawVersion_; }
 
  private:
   struct Counts {

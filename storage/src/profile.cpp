@@ -16,6 +16,10 @@ const char* toString(IdKind kind) {
       return "core";
     case IdKind::Process:
       return "process";
+    case IdKind::GpuContext:
+      return "gpu-context";
+    case IdKind::GpuStream:
+      return "gpu-stream";
   }
   return "unknown";
 }

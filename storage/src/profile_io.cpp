@@ -1,5 +1,6 @@
 #include "csp/storage/profile_io.hpp"
 #include "csp/storage/atomic_file.hpp"
+#include "csp/storage/checksum.hpp"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -326,39 +327,25 @@ class MappedFile {
 ProfileError::ProfileError(std::string file, std::string defect)
     : std::runtime_error(file + ": " + defect), file_(std::move(file)), defect_(std::move(defect)) {}
 
-std::uint64_t profileChecksum(std::span<const std::byte> bytes) {
-  // Word-at-a-time multiply/rotate mix over four independent lanes, then a final avalanche.
-  // Not cryptographic: it detects damage, it does not resist forgery.
-  constexpr std::uint64_t k1 = 0x9E3779B185EBCA87ULL, k2 = 0xC2B2AE3D27D4EB4FULL;
-  std::uint64_t lane[4] = {k1, k2, k1 ^ k2, ~k1};
-  const std::size_t words = bytes.size() / 8;
-  const std::byte* p = bytes.data();
-  auto rotl = [](std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
-  std::size_t i = 0;
-  for (; i + 4 <= words; i += 4) {
-    for (int l = 0; l < 4; ++l) {
-      std::uint64_t w;
-      std::memcpy(&w, p + (i + l) * 8, 8);
-      lane[l] = rotl(lane[l] + w * k2, 31) * k1;
-    }
-  }
-  std::uint64_t h = bytes.size() * k1;
-  for (int l = 0; l < 4; ++l) h = rotl(h ^ lane[l], 27) * k1 + k2;
-  for (; i < words; ++i) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i * 8, 8);
-    h = rotl(h ^ (w * k2), 29) * k1;
-  }
-  for (std::size_t b = words * 8; b < bytes.size(); ++b) h = (h ^ static_cast<std::uint8_t>(p[b])) * k1;
-  h ^= h >> 33;
-  h *= k2;
-  h ^= h >> 29;
-  return h;
-}
-
 std::vector<std::byte> serializeProfile(const ThreadProfile& profile, const std::string& nameForErrors) {
   validateProfile(profile, nameForErrors);
+  checkStorable(profile, nameForErrors);
   return serializeProfileUnchecked(profile);
+}
+
+// The data model holds what other formats' sources read (real-valued metrics, GPU id kinds,
+// path starts); this format does not, and writing them would lose them silently.
+void checkStorable(const ThreadProfile& p, const std::string& name) {
+  const auto format = fmt::format("CSP profiles (format {}.{})", kProfileFormatMajor, kProfileFormatMinor);
+  for (const auto& m : p.metrics)
+    if (m.valueType != ValueType::Count)
+      throw ProfileError(name, fmt::format("metric '{}' is real-valued, which {} cannot hold", m.name, format));
+  for (const auto& e : p.identity.idTuple)
+    if (e.kind > IdKind::Process)
+      throw ProfileError(name, fmt::format("id tuple element '{}', which {} cannot hold", toString(e.kind), format));
+  for (auto start : p.cct.pathStart)
+    if (start != PathStart::Unknown)
+      throw ProfileError(name, fmt::format("path start marks, which {} cannot hold", format));
 }
 
 std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
@@ -372,7 +359,7 @@ std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile) {
   h.major = kProfileFormatMajor;
   h.minor = kProfileFormatMinor;
   h.payloadBytes = payload.size();
-  h.checksum = profileChecksum({reinterpret_cast<const std::byte*>(payload.begin()), payload.size()});
+  h.checksum = checksum64({reinterpret_cast<const std::byte*>(payload.begin()), payload.size()});
 
   std::vector<std::byte> image(sizeof h + payload.size());
   std::memcpy(image.data(), &h, sizeof h);
@@ -413,7 +400,7 @@ ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& 
   if (available % sizeof(capnp::word) != 0 || available == 0)
     throw ProfileError(name, fmt::format("payload of {} bytes is not a whole number of words", available));
   auto payload = image.subspan(sizeof h);
-  if (options.verifyChecksum && profileChecksum(payload) != h.checksum)
+  if (options.verifyChecksum && checksum64(payload) != h.checksum)
     throw ProfileError(name, "checksum mismatch: the file is damaged");
 
   // Cap'n Proto wants word alignment; an mmap'ed file is page aligned and the header is 32
@@ -439,7 +426,7 @@ ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& 
   } catch (const kj::Exception& e) {
     throw ProfileError(name, fmt::format("malformed message: {}", e.getDescription().cStr()));
   }
-  validateProfile(profile, name);
+  if (options.validate) validateProfile(profile, name);
   return profile;
 }
 
@@ -715,6 +702,12 @@ std::string tupleName(const Identity& identity, bool withThread) {
         break;
       case IdKind::Process:
         name += fmt::format("p{:06}", e.value);
+        break;
+      case IdKind::GpuContext:
+        name += fmt::format("gc{:04}", e.value);
+        break;
+      case IdKind::GpuStream:
+        name += fmt::format("gs{:04}", e.value);
         break;
     }
   }

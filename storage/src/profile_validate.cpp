@@ -2,6 +2,7 @@
 // union, metric propagation) relies on these invariants instead of re-checking them.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -150,6 +151,27 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   }
 }
 
+// Path starts (docs/profile-format.md, "Path starts"): marks of the root's children only; a
+// placeholder stands for no code, so it is a procedure frame with a name.
+void checkPathStarts(const ThreadProfile& p, const std::string& name) {
+  const auto& starts = p.cct.pathStart;
+  if (starts.empty()) return;
+  if (starts.size() != p.cct.size())
+    fail(name, fmt::format("CCT has {} nodes but {} path start marks", p.cct.size(), starts.size()));
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    if (starts[i] == PathStart::Unknown) continue;
+    if (starts[i] > kLastPathStart)
+      fail(name, fmt::format("CCT node {}: unknown path start {}", i, static_cast<int>(starts[i])));
+    if (i == 0 || p.cct.parent[i] != 0)
+      fail(name, fmt::format("CCT node {} has a path start mark but is no child of the root", i));
+    if (starts[i] != PathStart::Placeholder) continue;
+    if (p.frameKind != FrameKind::Symbolic || p.symbolicFrames[p.cct.frame[i]].scope != ScopeKind::ProcFrame)
+      fail(name,
+           fmt::format(
+               "CCT node {}: a placeholder must be a symbolic procedure frame (its name says what it stands for)", i));
+  }
+}
+
 }  // namespace
 
 void validateProfile(const ThreadProfile& p, const std::string& name) {
@@ -161,7 +183,15 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     if (d.name.empty()) fail(name, fmt::format("metric {} has no name", m));
     if (!metricNames.insert(d.name).second) fail(name, fmt::format("metric name '{}' appears twice", d.name));
     if (d.period == 0) fail(name, fmt::format("metric '{}' has period 0", d.name));
+    if (d.valueType > ValueType::Real)
+      fail(name, fmt::format("metric '{}' has unknown value type {}", d.name, static_cast<int>(d.valueType)));
+    if (d.valueType == ValueType::Real && d.period != 1)
+      fail(name,
+           fmt::format("metric '{}' is real-valued with period {} (real values are the values themselves: period 1)",
+                       d.name, d.period));
   }
+  for (const auto& e : p.identity.idTuple)
+    if (e.kind > kLastIdKind) fail(name, fmt::format("id tuple has unknown kind {}", static_cast<int>(e.kind)));
 
   // Frames.
   if (p.frameKind == FrameKind::Address) {
@@ -196,6 +226,7 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
       fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
   }
   checkUnwindNotes(p, name);
+  checkPathStarts(p, name);
 
   // Values.
   const std::size_t v = p.values.node.size();
@@ -218,6 +249,12 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
         fail(name, fmt::format("values are not sorted by (node, metric) or repeat at value {} (node {}, metric {})", i,
                                node, metric));
     }
+    if (p.metrics[metric].valueType == ValueType::Real) {  // a double's bits: no totals to bound
+      if (!std::isfinite(realValue(p.values.count[i])))
+        fail(name,
+             fmt::format("value {} of real-valued metric '{}' is not a finite number", i, p.metrics[metric].name));
+      continue;
+    }
     totals[metric] += p.values.count[i];
     // Every per-thread value (a statement's, a scope's exclusive, the root's inclusive) is a sum
     // of count x period over some of the thread's values, stored in 64 bits: the thread's total
@@ -232,7 +269,7 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   // Each handled sample lands in exactly one sampled metric or is counted as dropped.
   Uint128 sampled = p.stats.droppedSamples;
   for (std::size_t m = 0; m < p.metrics.size(); ++m)
-    if (p.metrics[m].kind == MetricKind::Sampled) sampled += totals[m];
+    if (p.metrics[m].kind == MetricKind::Sampled && p.metrics[m].valueType == ValueType::Count) sampled += totals[m];
   if (sampled > kMaxValue)
     fail(name, fmt::format("sample counts are inconsistent: the sampled metrics' counts plus {} dropped add up to more "
                            "than 2^64 - 1, which the header's {} samples cannot record",

@@ -344,14 +344,18 @@ void expectTwoCausesInOrder(const Json& j) {
   ASSERT_EQ(j["verdict"], "explained") << j.dump(1);
   ASSERT_GE(j["causes"].size(), 2u) << j.dump(1);
   const auto& first = j["causes"][0];
-  const auto& second = j["causes"][1];
   EXPECT_TRUE(first["label"].get<std::string>().starts_with("loop ")) << j.dump(1);
   EXPECT_TRUE(first["path"].get<std::string>().ends_with("/scan_items")) << j.dump(1);
-  EXPECT_TRUE(second["path"].get<std::string>().ends_with("/refine_items")) << j.dump(1);
+  // The second cause by construction; a small cause the machine's noise adds (MPI start-up, say)
+  // may be listed too, but never above it.
+  const Json* second = nullptr;
+  for (const auto& c : j["causes"])
+    if (c["path"].get<std::string>().ends_with("/refine_items")) second = &c;
+  ASSERT_NE(second, nullptr) << j.dump(1);
   // 80 % and 20 % by construction; sampling and the machine's noise move them a little.
   EXPECT_GT(first["share"].get<double>(), 0.55) << j.dump(1);
-  EXPECT_GT(second["share"].get<double>(), 0.08) << j.dump(1);
-  EXPECT_LT(second["share"].get<double>(), first["share"].get<double>()) << j.dump(1);
+  EXPECT_GT((*second)["share"].get<double>(), 0.08) << j.dump(1);
+  EXPECT_LT((*second)["share"].get<double>(), first["share"].get<double>()) << j.dump(1);
   double total = 0;
   for (const auto& c : j["causes"]) {
     const std::string path = c["path"], label = c["label"];
@@ -359,10 +363,12 @@ void expectTwoCausesInOrder(const Json& j) {
     EXPECT_FALSE(path.ends_with("/set_up")) << j.dump(1);
     EXPECT_NE(label, "inlined work") << "the common caller is no cause: " << j.dump(1);
     EXPECT_LE(c["share"].get<double>(), 1.0);
+    if (&c != second && !path.ends_with("/scan_items")) {
+      EXPECT_LT(c["share"].get<double>(), (*second)["share"].get<double>()) << "noise above a cause: " << j.dump(1);
+    }
     total += c["share"].get<double>();
   }
   EXPECT_LE(total, 1.0 + 1e-9) << j.dump(1);
-  // Neither cause enters the tree at the common caller: each enters at its own call.
   // The main cause enters the tree at the call of scan_items (or at scan_items, where a call was
   // made by a jump), not at the common caller or above.
   const std::string entry = first["entry_label"];

@@ -47,6 +47,14 @@ TEST_F(CspGen, SyntheticDirectoryIsReadable) {
   EXPECT_EQ(entries, 1u);
 }
 
+// csp-gen stages and publishes its directory like a database (csp/storage/publish.hpp) but links
+// no RocksDB: publication lives outside the database library.
+TEST_F(CspGen, LinksNoDatabaseLibrary) {
+  const auto r = csp::test::run("timeout -k 5 60 ldd " + csp::test::tool("csp-gen"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("librocksdb"), std::string::npos) << r.output;
+}
+
 TEST_F(CspGen, RefusesToOverwriteWithoutForce) {
   const auto out = dir_ / "meas";
   ASSERT_EQ(run("--ranks 1 --nodes 50 -q -o " + out.string()).status, 0);

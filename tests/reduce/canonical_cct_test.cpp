@@ -48,7 +48,7 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
   Reduced r;
   reduce(r, synth::profilesFromJsonFile(std::string(CSP_TEST_DATA_DIR) + "/fig75.json"));
   ASSERT_EQ(r.cct.size(), 11u);  // root main loop10 loop11 stmt12 loop13 stmt14 stmt15 cs16 work stmt3
-  ValueScratch scratch(r.cct.size(), 1);
+  ValueScratch scratch(r.cct.size(), {false});
   const ThreadValues v = scratch.compute(r.cct, r.values[0]);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
   for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};
@@ -83,7 +83,7 @@ TEST(CanonicalCct, RecursionCountsEachSampleOncePerAncestor) {
     {"path": [{"proc": "f"}, {"stmt": "f.c:2"}], "counts": {"t": 1}}]}]})";
   Reduced r;
   reduce(r, synth::profilesFromJsonText(spec, "rec.json"));
-  ValueScratch scratch(r.cct.size(), 1);
+  ValueScratch scratch(r.cct.size(), {false});
   const ThreadValues v = scratch.compute(r.cct, r.values[0]);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
   for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};

@@ -440,6 +440,32 @@ TEST(Hpctoolkit, FailedExportLeavesNothingAndKeepsTheOldDatabase) {
   expectSameValues(db, dir / "out");
 }
 
+// csp-prof-mpi --hpctoolkit: the HPCToolkit sink runs after the CSP database sink has published;
+// its failure (on any rank) fails the run and leaves no HPCToolkit output and no staging
+// directory, and the CSP database stays complete. A good run writes the same bytes as csp-export.
+TEST(Hpctoolkit, ProfMpiSinkFailureKeepsTheCspDatabaseAndLeavesNoHpctoolkitOutput) {
+  TempDir dir("hpctk-sink-fail");
+  const auto meas = sharedFig75Database() / "meas";
+  for (const char* rank : {"0", "1"}) {
+    setenv("CSP_FAULT_INJECT", (std::string(rank) + ":hpctoolkit").c_str(), 1);
+    auto r = run(prof(2, meas, dir / "db", "--force --hpctoolkit " + (dir / "out").string()));
+    unsetenv("CSP_FAULT_INJECT");
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("injected failure in phase 'hpctoolkit'"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out"));
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename() != "db") ADD_FAILURE() << "left behind: " << e.path();
+    EXPECT_EQ(storage::Database::open(dir / "db")->metadata().profiles.size(),
+              storage::Database::open(sharedFig75Database() / "db")->metadata().profiles.size());
+  }
+  auto r = run(prof(2, meas, dir / "db", "--force --hpctoolkit " + (dir / "out").string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(run(exportTo(1, dir / "db", dir / "exported")).status, 0);
+  for (const char* f : {"meta.db", "profile.db", "cct.db", "metrics/default.yaml"})
+    EXPECT_TRUE(slurp(dir / "out" / f) == slurp(dir / "exported" / f)) << f;
+  expectSameValues(dir / "db", dir / "out");
+}
+
 TEST(Hpctoolkit, RefusesWhatItMustNotReplace) {
   TempDir dir("hpctk-refuse");
   const auto db = sharedFig75Database() / "db";

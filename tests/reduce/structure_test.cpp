@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -22,6 +23,7 @@
 #include "common/test_support.hpp"
 #include "csp/reduce/attribution.hpp"
 #include "csp/reduce/structure.hpp"
+#include "csp/storage/checksum.hpp"
 #include "structure/cache.hpp"
 
 using namespace csp;
@@ -543,6 +545,11 @@ TEST(StructureCache, StoresLoadsAndRejectsDamagedEntries) {
     std::ifstream in(path, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
+  // The entry ends with the one checksum of CSP's files over the rest of it.
+  ASSERT_GT(bytes.size(), 8u);
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+  EXPECT_EQ(stored, csp::storage::checksum64(std::as_bytes(std::span(bytes).first(bytes.size() - 8))));
   auto rewrite = [&](const std::string& content) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << content;

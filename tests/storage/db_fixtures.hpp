@@ -142,9 +142,11 @@ struct Synthetic {
     m.threadCount = profiles;
     m.nodeCount = nodes;
     m.regionCount = regions;
-    for (MetricId i = 0; i < metrics; ++i)
-      m.metrics.push_back({{fmt::format("metric-{}", i), "ns", MetricKind::Sampled, 5'000'000, "synthetic"},
-                           i == 1 ? ValueType::Real : ValueType::Count});
+    for (MetricId i = 0; i < metrics; ++i) {
+      const auto type = i == 1 ? ValueType::Real : ValueType::Count;  // read back in both places
+      m.metrics.push_back(
+          {{fmt::format("metric-{}", i), "ns", MetricKind::Sampled, 5'000'000, "synthetic", type}, type});
+    }
     for (ProfileId p = 0; p < profiles; ++p)
       m.profiles.push_back({{IdKind::Node, p / 8}, {IdKind::Rank, p / 2}, {IdKind::Thread, p % 2}});
     m.strings = {"", "main", "solve", "f.cpp", "libm.so", "kernel", "g.c", "region-x"};

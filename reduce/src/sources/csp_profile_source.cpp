@@ -1,6 +1,10 @@
 // CSP's own per-thread profiles (Cap'n Proto, docs/profile-format.md), written by csp-run and
 // csp-gen: files of one profile each and bundles (one file per process of the threads that
 // ended while it ran).
+#include <algorithm>
+#include <string_view>
+#include <system_error>
+
 #include "csp/reduce/profile_source.hpp"
 #include "csp/storage/profile_io.hpp"
 
@@ -8,31 +12,56 @@ namespace csp::reduce {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 class CspProfileSource final : public ProfileSource {
  public:
-  std::string name() const override { return "cspprof"; }
+  SourceProvides provides() const override { return {.addressFrames = true, .symbolicFrames = true, .regions = true}; }
   std::string pattern() const override {
     return std::string("*") + storage::kProfileExtension + ", *" + storage::kBundleExtension;
   }
-  bool isProfile(const std::filesystem::path& file) const override {
+  bool isProfile(const fs::path& file) const override {
     return file.extension() == storage::kProfileExtension || file.extension() == storage::kBundleExtension;
   }
-  std::pair<std::filesystem::path, std::uint64_t> place(const std::filesystem::path& entry) const override {
+  std::pair<fs::path, std::uint64_t> place(const fs::path& entry) const override {
     const auto where = storage::locateProfile(entry);
     return {where.file, where.offset};
   }
-  std::uint64_t bytes(const std::filesystem::path& entry) const override { return storage::profileBytes(entry); }
-  std::vector<std::filesystem::path> list(const std::filesystem::path& directory) const override {
-    return storage::listProfiles(directory);
+  std::uint64_t bytes(const fs::path& entry) const override { return storage::profileBytes(entry); }
+  std::vector<fs::path> list(const fs::path& directory) const override { return storage::listProfiles(directory); }
+  // The pipeline validates.
+  ThreadProfile read(const fs::path& entry) const override { return storage::readProfile(entry, {.validate = false}); }
+
+  // The copy of its perf map that the measurement left next to the profile (docs/measurement.md,
+  // "JIT code").
+  fs::path jitSymbols(const fs::path& entry, const ThreadProfile& p) const override {
+    if (p.frameKind != FrameKind::Address) return {};
+    return entry.parent_path() / storage::perfMapFileName(p.identity.pid, p.identity.hostname);
   }
-  ThreadProfile read(const std::filesystem::path& file) const override { return storage::readProfile(file); }
+
+  // Temporaries of profiles, bundles and perf-map copies: writers that can write without a name
+  // leave none (docs/profile-format.md).
+  std::vector<std::string> unfinished(const fs::path& directory) const override {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const auto tmp = name.find(".tmp.");
+      if (tmp == std::string::npos) continue;
+      const std::string_view stem(name.data(), tmp);
+      if (stem.ends_with(storage::kProfileExtension) || stem.ends_with(storage::kBundleExtension) ||
+          (stem.starts_with("perf-") && stem.ends_with(".map")))
+        found.push_back(it->path().string());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  }
+
+  std::string workMetric() const override { return "cpu-time"; }
 };
 
 }  // namespace
 
-const ProfileSource& cspProfileSource() {
-  static const CspProfileSource source;
-  return source;
-}
+std::shared_ptr<const ProfileSource> cspProfileSource() { return std::make_shared<const CspProfileSource>(); }
 
 }  // namespace csp::reduce

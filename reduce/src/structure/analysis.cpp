@@ -200,42 +200,28 @@ class InlineMap {
     return merged;
   }
 
+  // Subprograms and inlined subroutines with code become nodes; lexical blocks with code are
+  // looked through; a subprogram nested in another counts as its parent's level (attribution
+  // counts only inlined subroutines as levels).
   void walk(Dwarf_Die* parent, std::uint32_t parentNode, Unit& unit, int depth) {
-    Dwarf_Die child;
-    if (depth > 64 || dwarf_child(parent, &child) != 0) return;
-    do {
-      switch (dwarf_tag(&child)) {
-        case DW_TAG_subprogram:
-        case DW_TAG_inlined_subroutine: {
-          auto ranges = rangesOf(&child);
-          if (ranges.empty()) break;  // a declaration or an abstract instance: no code
-          const bool nestedSubprogram = dwarf_tag(&child) == DW_TAG_subprogram && parentNode != kNone;
-          if (nestedSubprogram) {  // attribution counts only inlined subroutines as levels
-            walk(&child, parentNode, unit, depth + 1);
-            break;
-          }
-          const auto id = static_cast<std::uint32_t>(unit.nodes.size());
-          unit.nodes.push_back({std::move(ranges), {}});
-          (parentNode == kNone ? unit.roots : unit.nodes[parentNode].children).push_back(id);
-          walk(&child, id, unit, depth + 1);
-          break;
-        }
-        case DW_TAG_lexical_block:
-        case DW_TAG_try_block:
-        case DW_TAG_catch_block:
-          if (!rangesOf(&child).empty()) walk(&child, parentNode, unit, depth + 1);
-          break;
-        case DW_TAG_namespace:
-        case DW_TAG_module:
-        case DW_TAG_class_type:
-        case DW_TAG_structure_type:
-        case DW_TAG_union_type:
-          walk(&child, parentNode, unit, depth + 1);
-          break;
-        default:
-          break;
+    forEachScope(parent, depth, [&](Dwarf_Die& child, int at) {
+      const int tag = dwarf_tag(&child);
+      if (tag == DW_TAG_lexical_block || tag == DW_TAG_try_block || tag == DW_TAG_catch_block) {
+        if (!rangesOf(&child).empty()) walk(&child, parentNode, unit, at + 1);
+        return false;
       }
-    } while (dwarf_siblingof(&child, &child) == 0);
+      auto ranges = rangesOf(&child);
+      if (ranges.empty()) return false;  // a declaration or an abstract instance: no code
+      if (tag == DW_TAG_subprogram && parentNode != kNone) {
+        walk(&child, parentNode, unit, at + 1);
+        return false;
+      }
+      const auto id = static_cast<std::uint32_t>(unit.nodes.size());
+      unit.nodes.push_back({std::move(ranges), {}});
+      (parentNode == kNone ? unit.roots : unit.nodes[parentNode].children).push_back(id);
+      walk(&child, id, unit, at + 1);
+      return false;
+    });
   }
 
   Dwfl_Module* mod_;
@@ -272,60 +258,21 @@ void checkComplete(Elf* elf, const GElf_Ehdr& ehdr) {
     throw AnalysisError(fmt::format("truncated file: {} bytes, but its {} extend to byte {}", size, what, need));
 }
 
-}  // namespace
-
-ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
+// The loaded image of a module: its allocated sections with contents (the code, and the data
+// that jump tables are read from), sorted by address, and the code among them.
+struct Image {
+  Elf* elf = nullptr;
   GElf_Addr bias = 0;
-  Elf* elf = dwfl_module_getelf(mod, &bias);
-  if (elf == nullptr) throw AnalysisError("not an ELF file");
-  GElf_Ehdr ehdr;
-  if (gelf_getehdr(elf, &ehdr) == nullptr) throw AnalysisError(fmt::format("no ELF header: {}", elf_errmsg(-1)));
-  if (ehdr.e_machine != EM_X86_64)
-    throw AnalysisError(
-        fmt::format("machine code of ELF machine {} (loops are recovered from x86-64 code only)", ehdr.e_machine));
-  checkComplete(elf, ehdr);
-
-  // Allocated sections with contents: the code, and the data that jump tables are read from.
+  GElf_Ehdr ehdr{};
   std::vector<Section> sections;
-  std::size_t shstrndx = 0;
-  elf_getshdrstrndx(elf, &shstrndx);
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS ||
-        sh.sh_size == 0)
-      continue;
-    const bool executable = (sh.sh_flags & SHF_EXECINSTR) != 0;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr || data->d_size < sh.sh_size) {
-      if (!executable) continue;
-      const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
-      throw AnalysisError(fmt::format("cannot read section {}: {}", name ? name : "?", elf_errmsg(-1)));
-    }
-    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
-    const bool plt = name != nullptr && std::string_view(name).starts_with(".plt");
-    sections.push_back({sh.sh_addr, sh.sh_size, static_cast<const std::uint8_t*>(data->d_buf), executable, plt});
-  }
-  if (std::none_of(sections.begin(), sections.end(), [](const Section& x) { return x.executable; })) {
-    // No section headers (sstrip) or none of code: the loadable segments instead.
-    sections.clear();
-    std::size_t phnum = 0;
-    elf_getphdrnum(elf, &phnum);
-    for (std::size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
-      Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
-      if (data == nullptr || data->d_buf == nullptr)
-        throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
-      sections.push_back(
-          {ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
-    }
-  }
-  std::sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   std::vector<Section> code;
-  for (const auto& s : sections)
-    if (s.executable && (code.empty() || s.address >= code.back().address + code.back().size)) code.push_back(s);
 
-  const ImageReader image = [&sections](std::uint64_t address, unsigned bytes) -> std::optional<std::uint64_t> {
+  bool inCode(std::uint64_t a) const {
+    auto it =
+        std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
+    return it != code.begin() && a - std::prev(it)->address < std::prev(it)->size;
+  }
+  std::optional<std::uint64_t> read(std::uint64_t address, unsigned bytes) const {
     auto it = std::upper_bound(sections.begin(), sections.end(), address,
                                [](std::uint64_t a, const Section& s) { return a < s.address; });
     if (it == sections.begin()) return std::nullopt;
@@ -335,17 +282,71 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     std::uint64_t v = 0;
     std::memcpy(&v, it->data + (address - it->address), bytes);  // x86-64: little-endian like this host
     return v;
-  };
-  auto inCode = [&code](std::uint64_t a) {
-    auto it =
-        std::upper_bound(code.begin(), code.end(), a, [](std::uint64_t x, const Section& s) { return x < s.address; });
-    return it != code.begin() && a - std::prev(it)->address < std::prev(it)->size;
-  };
+  }
+};
 
-  // Function starts known without decoding: symbols (also those of a separate debug file),
-  // .eh_frame FDEs, the entry point, and the start of each code section.
-  std::vector<std::uint64_t> starts;
-  std::unordered_set<std::uint64_t> namedNoReturn;  // starts of functions with a name of noReturnName
+// The ELF of an x86-64 module, complete, and its sections (or, without section headers or code
+// sections, its loadable segments).
+Image readImage(Dwfl_Module* mod) {
+  Image im;
+  im.elf = dwfl_module_getelf(mod, &im.bias);
+  if (im.elf == nullptr) throw AnalysisError("not an ELF file");
+  if (gelf_getehdr(im.elf, &im.ehdr) == nullptr) throw AnalysisError(fmt::format("no ELF header: {}", elf_errmsg(-1)));
+  if (im.ehdr.e_machine != EM_X86_64)
+    throw AnalysisError(
+        fmt::format("machine code of ELF machine {} (loops are recovered from x86-64 code only)", im.ehdr.e_machine));
+  checkComplete(im.elf, im.ehdr);
+  std::size_t shstrndx = 0;
+  elf_getshdrstrndx(im.elf, &shstrndx);
+  for (Elf_Scn* scn = elf_nextscn(im.elf, nullptr); scn != nullptr; scn = elf_nextscn(im.elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || !(sh.sh_flags & SHF_ALLOC) || sh.sh_type != SHT_PROGBITS ||
+        sh.sh_size == 0)
+      continue;
+    const bool executable = (sh.sh_flags & SHF_EXECINSTR) != 0;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr || data->d_size < sh.sh_size) {
+      if (!executable) continue;
+      const char* name = elf_strptr(im.elf, shstrndx, sh.sh_name);
+      throw AnalysisError(fmt::format("cannot read section {}: {}", name ? name : "?", elf_errmsg(-1)));
+    }
+    const char* name = elf_strptr(im.elf, shstrndx, sh.sh_name);
+    const bool plt = name != nullptr && std::string_view(name).starts_with(".plt");
+    im.sections.push_back({sh.sh_addr, sh.sh_size, static_cast<const std::uint8_t*>(data->d_buf), executable, plt});
+  }
+  if (std::none_of(im.sections.begin(), im.sections.end(), [](const Section& x) { return x.executable; })) {
+    // No section headers (sstrip) or none of code: the loadable segments instead.
+    im.sections.clear();
+    std::size_t phnum = 0;
+    elf_getphdrnum(im.elf, &phnum);
+    for (std::size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(im.elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD || ph.p_filesz == 0)
+        continue;
+      Elf_Data* data = elf_getdata_rawchunk(im.elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE);
+      if (data == nullptr || data->d_buf == nullptr)
+        throw AnalysisError(fmt::format("cannot read a segment: {}", elf_errmsg(-1)));
+      im.sections.push_back(
+          {ph.p_vaddr, ph.p_filesz, static_cast<const std::uint8_t*>(data->d_buf), (ph.p_flags & PF_X) != 0, false});
+    }
+  }
+  std::sort(im.sections.begin(), im.sections.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  for (const auto& sec : im.sections)
+    if (sec.executable && (im.code.empty() || sec.address >= im.code.back().address + im.code.back().size))
+      im.code.push_back(sec);
+  return im;
+}
+
+// Function starts known without decoding: symbols (also those of a separate debug file),
+// .eh_frame FDEs, the entry point, and the start of each code section; and the starts of the
+// functions whose name says that they never return.
+struct KnownStarts {
+  std::vector<std::uint64_t> starts;  // sorted, unique
+  std::unordered_set<std::uint64_t> noReturn;
+};
+
+KnownStarts knownStarts(Dwfl_Module* mod, const Image& im) {
+  KnownStarts out;
   const int symbols = dwfl_module_getsymtab(mod);
   for (int i = 1; i < symbols; ++i) {
     GElf_Sym sym;
@@ -356,25 +357,29 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
     const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &symElf, &symBias);
     const int type = GELF_ST_TYPE(sym.st_info);
     if (name == nullptr || (type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
-        !inCode(addr - bias))
+        !im.inCode(addr - im.bias))
       continue;
-    starts.push_back(addr - bias);
-    if (noReturnName(name)) namedNoReturn.insert(addr - bias);  // any of its aliases
+    out.starts.push_back(addr - im.bias);
+    if (noReturnName(name)) out.noReturn.insert(addr - im.bias);  // any of its aliases
   }
-  for (auto s : readFdeStarts(elf))
-    if (inCode(s)) starts.push_back(s);
-  if (ehdr.e_entry != 0 && inCode(ehdr.e_entry)) starts.push_back(ehdr.e_entry);
-  for (const auto& s : code) starts.push_back(s.address);
-  std::sort(starts.begin(), starts.end());
-  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  for (auto s : readFdeStarts(im.elf))
+    if (im.inCode(s)) out.starts.push_back(s);
+  if (im.ehdr.e_entry != 0 && im.inCode(im.ehdr.e_entry)) out.starts.push_back(im.ehdr.e_entry);
+  for (const auto& s : im.code) out.starts.push_back(s.address);
+  std::sort(out.starts.begin(), out.starts.end());
+  out.starts.erase(std::unique(out.starts.begin(), out.starts.end()), out.starts.end());
+  return out;
+}
 
-  // Chunks between consecutive starts: the functions.
-  struct Chunk {
-    const Section* section;
-    std::uint64_t begin, end;
-  };
+// The code between consecutive starts: the functions.
+struct Chunk {
+  const Section* section;
+  std::uint64_t begin, end;
+};
+
+std::vector<Chunk> chunksOf(const Image& im, const std::vector<std::uint64_t>& starts) {
   std::vector<Chunk> chunks;
-  for (const auto& s : code) {
+  for (const auto& s : im.code) {
     auto it = std::lower_bound(starts.begin(), starts.end(), s.address);
     for (; it != starts.end() && *it < s.address + s.size; ++it) {
       const auto next = std::next(it);
@@ -382,269 +387,365 @@ ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
       chunks.push_back({&s, *it, end});
     }
   }
-  std::unordered_map<std::uint64_t, std::uint32_t> chunkAt;
-  for (std::uint32_t i = 0; i < chunks.size(); ++i) chunkAt.emplace(chunks[i].begin, i);
+  return chunks;
+}
 
-  tbb::enumerable_thread_specific<std::unique_ptr<Decoder>> decoders;
-  auto decoder = [&]() -> Decoder& {
-    auto& d = decoders.local();
-    if (!d) d = std::make_unique<Decoder>();
-    return *d;
-  };
+// What calls through the PLT and the GOT call: PLT stubs jump through a GOT slot that a
+// relocation binds to a symbol.
+struct CallNames {
+  std::unordered_map<std::uint64_t, std::string> slots;  // GOT slot -> symbol
+  std::unordered_map<std::uint64_t, std::string> stubs;  // PLT stub -> symbol
+};
 
-  // What calls through the PLT and the GOT call: PLT stubs jump through a GOT slot that a
-  // relocation binds to a symbol.
-  const auto slots = slotNames(elf);
-  std::unordered_map<std::uint64_t, std::string> stubNames;
-  for (const auto& sec : code) {
+CallNames callNames(const Image& im, Decoder& decoder) {
+  CallNames out;
+  out.slots = slotNames(im.elf);
+  for (const auto& sec : im.code) {
     if (!sec.plt) continue;
-    const auto stubs = decoder().decode({sec.data, sec.size}, sec.address);
+    const auto stubs = decoder.decode({sec.data, sec.size}, sec.address);
     for (std::size_t k = 0; k < stubs.instructions.size(); ++k) {
       const auto& i = stubs.instructions[k];
       if (i.flow != Flow::IndirectJump || i.slot == 0) continue;
-      const auto it = slots.find(i.slot);
-      if (it == slots.end()) continue;
-      stubNames.emplace(i.address, it->second);
+      const auto it = out.slots.find(i.slot);
+      if (it == out.slots.end()) continue;
+      out.stubs.emplace(i.address, it->second);
       // endbr64 in front (.plt.sec): calls go to the stub's first instruction
       if (k > 0 && stubs.instructions[k - 1].size == 4 && stubs.instructions[k - 1].flow == Flow::Next &&
           stubs.instructions[k - 1].address + 4 == i.address)
-        stubNames.emplace(stubs.instructions[k - 1].address, it->second);
+        out.stubs.emplace(stubs.instructions[k - 1].address, it->second);
     }
   }
+  return out;
+}
 
-  // Which functions never return (calls to them end the path: the code after such a call
-  // belongs to something else, and an edge into it would make false loops). A callee is named
-  // (noReturnName: through the PLT or the GOT, or a symbol of this module), or it is a function
-  // of this module without a way out: no return instruction, no jump that may leave it to a
-  // returning function, and every path ending in a call that does not return. Functions with a
-  // return instruction are taken to return (compilers drop the code after calls that they know
-  // do not return); those without one are decided by a fixpoint over the calls between them
-  // (exit -> __run_exit_handlers -> _exit).
+// The functions of a module: decoded in parallel, whether each returns, and its loops.
+//
+// Which functions never return matters: calls to them end the path, the code after such a call
+// belongs to something else, and an edge into it would make false loops. A callee is named
+// (noReturnName: through the PLT or the GOT, or a symbol of this module), or it is a function of
+// this module without a way out: no return instruction, no jump that may leave it to a returning
+// function, and every path ending in a call that does not return. Functions with a return
+// instruction are taken to return (compilers drop the code after calls that they know do not
+// return); those without one are decided by a fixpoint over the calls between them (exit ->
+// __run_exit_handlers -> _exit).
+class FunctionAnalysis {
+ public:
+  FunctionAnalysis(const Image& im, const std::vector<Chunk>& chunks, const KnownStarts& known, const CallNames& names)
+      : im_(im), chunks_(chunks), names_(names), returns_(chunks.size(), Returns::Yes), results_(chunks.size()) {
+    for (std::uint32_t i = 0; i < chunks.size(); ++i) chunkAt_.emplace(chunks[i].begin, i);
+    for (std::uint32_t i = 0; i < chunks.size(); ++i)
+      if (known.noReturn.count(chunks[i].begin)) returns_[i] = Returns::No;
+    seeded_ = returns_;
+  }
+
+  // The three steps, in order; then results() and the extra function starts.
+  void decodeAll();
+  void settleReturns();
+  void reanalyseDoubtful();
+  std::vector<ChunkResult>& results() { return results_; }
+  // Procedure bounds of stripped code also come from the direct calls into it, and from code
+  // after padding that no jump reaches (hand-written assembler called through pointers).
+  void addStarts(std::vector<std::uint64_t>& starts) const;
+
+ private:
   enum class Returns : std::uint8_t { Yes, No, Depends };
-  std::vector<Returns> returns(chunks.size(), Returns::Yes);
-  for (std::uint32_t i = 0; i < chunks.size(); ++i)
-    if (namedNoReturn.count(chunks[i].begin)) returns[i] = Returns::No;
-  // 1 = never returns, 0 = returns, -1 = a function of this module whose answer is not known yet
-  auto namedIn = [&](const std::vector<Returns>& known, const Instruction& i) -> int {
+
+  Decoder& decoder() {
+    auto& d = decoders_.local();
+    if (!d) d = std::make_unique<Decoder>();
+    return *d;
+  }
+  FunctionCode decodeChunk(Decoder& d, std::size_t i) const {
+    const auto& c = chunks_[i];
+    return d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, reader_);
+  }
+  // 1 = never returns, 0 = returns, -1 = a function of this module whose answer is not known yet.
+  int namedIn(const std::vector<Returns>& known, const Instruction& i) const {
     if (i.slot != 0) {
-      const auto it = slots.find(i.slot);
-      return it != slots.end() && noReturnName(it->second) ? 1 : 0;
+      const auto it = names_.slots.find(i.slot);
+      return it != names_.slots.end() && noReturnName(it->second) ? 1 : 0;
     }
     if (i.target == 0) return 0;
-    if (const auto it = stubNames.find(i.target); it != stubNames.end()) return noReturnName(it->second) ? 1 : 0;
-    if (const auto it = chunkAt.find(i.target); it != chunkAt.end()) return known[it->second] == Returns::No ? 1 : -1;
+    if (const auto it = names_.stubs.find(i.target); it != names_.stubs.end()) return noReturnName(it->second) ? 1 : 0;
+    if (const auto it = chunkAt_.find(i.target); it != chunkAt_.end()) return known[it->second] == Returns::No ? 1 : -1;
     return 0;
-  };
-  const std::vector<Returns> seeded = returns;  // what the parallel decoding may read
-  auto named = [&](const Instruction& i) { return namedIn(seeded, i); };
+  }
+  // What the parallel decoding may read: the answers known before it.
+  int named(const Instruction& i) const { return namedIn(seeded_, i); }
+  bool calleeNoReturn(const Instruction& i) const {
+    const int n = named(i);
+    return n >= 0 ? n == 1 : returns_[chunkAt_.at(i.target)] == Returns::No;
+  }
   // Whether a block's end may leave the function to its caller.
-  auto leaves = [&](const FunctionCode& fc, std::uint32_t b) {
+  bool leaves(const FunctionCode& fc, std::uint32_t b) const {
     const auto& x = fc.last(b);
     if (x.flow == Flow::Return) return true;
     // a tail call: to a function of this module, it leaves as that function does (fixpoint)
     if ((x.flow == Flow::Jump || x.flow == Flow::IndirectJump) && fc.graph.successors[b].empty()) return named(x) == 0;
     return false;
-  };
-
-  // Decode every function in parallel and find its loops, taking the calls to functions of this
-  // module whose return is not known yet as returning. Kept for later: the graphs of those
-  // functions, and per function the callees whose answer would change the loops found (calls
-  // inside a loop: if the callee turns out not to return, the function is analysed again).
-  std::vector<FunctionCode> codes(chunks.size());
-  std::vector<ChunkResult> results(chunks.size());
-  std::vector<std::vector<std::uint64_t>> callTargets(chunks.size()), doubtful(chunks.size());
-  std::vector<std::vector<std::uint64_t>> paddingStarts(chunks.size()), jumpTargets(chunks.size());
-  auto decodeChunk = [&](Decoder& d, std::size_t i) {
-    const auto& c = chunks[i];
-    return d.decode({c.section->data + (c.begin - c.section->address), c.end - c.begin}, c.begin, image);
-  };
-  auto findChunkLoops = [&](Decoder& d, std::size_t i, FunctionCode& fc,
-                            const std::function<bool(const Instruction&)>& noReturn) {
-    fc.dropFallthroughOfCalls(noReturn);
-    const auto& c = chunks[i];
-    const auto unresolved = fc.unresolvedJumps;
-    results[i] = loopsOf(fc, [&](std::uint64_t start, std::uint64_t end) {
-      return d.addresses({c.section->data + (start - c.section->address), end - start}, start);
-    });
-    results[i].unresolvedJumps = unresolved;
-  };
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, chunks.size(), 8), [&](const tbb::blocked_range<std::size_t>& r) {
-        auto& d = decoder();
-        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          auto fc = decodeChunk(d, i);
-          callTargets[i] = std::move(fc.callTargets);
-          jumpTargets[i] = std::move(fc.jumpTargets);
-          paddingStarts[i] = fc.startsAfterPadding();
-          results[i].unresolvedJumps = fc.unresolvedJumps;
-          if (returns[i] == Returns::Yes) {
-            bool exit = false;
-            for (std::uint32_t b = 0; b < fc.blocks.size() && !exit; ++b) exit = leaves(fc, b);
-            if (!exit)
-              returns[i] = fc.mayReturn([&](const Instruction& x) { return named(x) == 1; },
-                                        [&](const Instruction& x) { return named(x) != 1; })
-                               ? Returns::Depends
-                               : Returns::No;
-          }
-          if (fc.mayHaveCycles()) {
-            findChunkLoops(d, i, fc, [&](const Instruction& x) { return named(x) == 1; });
-            const auto& ranges = results[i].innermost;
-            for (std::uint32_t b = 0; b < fc.blocks.size(); ++b) {
-              const auto& x = fc.last(b);
-              if (!x.call || named(x) != -1) continue;
-              auto it = std::upper_bound(ranges.begin(), ranges.end(), fc.blocks[b].start,
-                                         [](std::uint64_t a, const AddressRange& y) { return a < y.start; });
-              if (it != ranges.begin() && fc.blocks[b].start < std::prev(it)->end) doubtful[i].push_back(x.target);
-            }
-          }
-          if (returns[i] == Returns::Depends) {
-            fc.instructions = {};
-            codes[i] = std::move(fc);
-          }
-        }
-      });
-  auto calleeNoReturn = [&](const Instruction& i) {
-    const int n = named(i);
-    return n >= 0 ? n == 1 : returns[chunkAt.at(i.target)] == Returns::No;
-  };
-  {
-    std::vector<std::vector<std::uint32_t>> callers(chunks.size());
-    std::vector<std::uint32_t> work;
-    for (std::uint32_t c = 0; c < chunks.size(); ++c) {
-      if (returns[c] != Returns::Depends) continue;
-      work.push_back(c);
-      for (const auto& x : codes[c].exits)
-        if ((x.call || x.flow == Flow::Jump) && x.target != 0)
-          if (const auto it = chunkAt.find(x.target); it != chunkAt.end()) callers[it->second].push_back(c);
-    }
-    std::reverse(work.begin(), work.end());
-    while (!work.empty()) {
-      const auto c = work.back();
-      work.pop_back();
-      if (returns[c] != Returns::Depends) continue;
-      if (codes[c].mayReturn(calleeNoReturn, [&](const Instruction& i) { return !calleeNoReturn(i); })) continue;
-      returns[c] = Returns::No;
-      for (auto caller : callers[c])
-        if (returns[caller] == Returns::Depends) work.push_back(caller);
-    }
-    for (auto& r : returns)
-      if (r == Returns::Depends) r = Returns::Yes;
-    codes = {};
   }
+  void findChunkLoops(Decoder& d, std::size_t i, FunctionCode& fc,
+                      const std::function<bool(const Instruction&)>& noReturn);
+  void decodeOne(Decoder& d, std::size_t i);
 
-  // Functions with a loop around a call that turned out not to return: their loops again.
+  const Image& im_;
+  const ImageReader reader_ = [this](std::uint64_t a, unsigned n) { return im_.read(a, n); };
+  const std::vector<Chunk>& chunks_;
+  const CallNames& names_;
+  std::unordered_map<std::uint64_t, std::uint32_t> chunkAt_;
+  std::vector<Returns> returns_;  // MT: decodeAll's workers write their own function's only
+  std::vector<Returns> seeded_;
+  tbb::enumerable_thread_specific<std::unique_ptr<Decoder>> decoders_;
+  // Per function (MT: each written by the worker that decodes it).
+  std::vector<ChunkResult> results_;
+  std::vector<FunctionCode> codes_;  // graphs of the functions whose return Depends
+  std::vector<std::vector<std::uint64_t>> callTargets_, doubtful_, paddingStarts_, jumpTargets_;
+};
+
+void FunctionAnalysis::findChunkLoops(Decoder& d, std::size_t i, FunctionCode& fc,
+                                      const std::function<bool(const Instruction&)>& noReturn) {
+  fc.dropFallthroughOfCalls(noReturn);
+  const auto& c = chunks_[i];
+  const auto unresolved = fc.unresolvedJumps;
+  results_[i] = loopsOf(fc, [&](std::uint64_t start, std::uint64_t end) {
+    return d.addresses({c.section->data + (start - c.section->address), end - start}, start);
+  });
+  results_[i].unresolvedJumps = unresolved;
+}
+
+// One function: decoded, whether it may return, its loops taking the calls to functions of this
+// module whose return is not known yet as returning. Kept for later: its graph if its return
+// Depends, and the callees whose answer would change its loops (calls inside a loop: if the
+// callee turns out not to return, the function is analysed again).
+void FunctionAnalysis::decodeOne(Decoder& d, std::size_t i) {
+  auto fc = decodeChunk(d, i);
+  callTargets_[i] = std::move(fc.callTargets);
+  jumpTargets_[i] = std::move(fc.jumpTargets);
+  paddingStarts_[i] = fc.startsAfterPadding();
+  results_[i].unresolvedJumps = fc.unresolvedJumps;
+  if (returns_[i] == Returns::Yes) {
+    bool exit = false;
+    for (std::uint32_t b = 0; b < fc.blocks.size() && !exit; ++b) exit = leaves(fc, b);
+    if (!exit)
+      returns_[i] = fc.mayReturn([&](const Instruction& x) { return named(x) == 1; },
+                                 [&](const Instruction& x) { return named(x) != 1; })
+                        ? Returns::Depends
+                        : Returns::No;
+  }
+  if (fc.mayHaveCycles()) {
+    findChunkLoops(d, i, fc, [&](const Instruction& x) { return named(x) == 1; });
+    const auto& ranges = results_[i].innermost;
+    for (std::uint32_t b = 0; b < fc.blocks.size(); ++b) {
+      const auto& x = fc.last(b);
+      if (!x.call || named(x) != -1) continue;
+      auto it = std::upper_bound(ranges.begin(), ranges.end(), fc.blocks[b].start,
+                                 [](std::uint64_t a, const AddressRange& y) { return a < y.start; });
+      if (it != ranges.begin() && fc.blocks[b].start < std::prev(it)->end) doubtful_[i].push_back(x.target);
+    }
+  }
+  if (returns_[i] == Returns::Depends) {
+    fc.instructions = {};
+    codes_[i] = std::move(fc);
+  }
+}
+
+void FunctionAnalysis::decodeAll() {
+  const std::size_t n = chunks_.size();
+  codes_.resize(n);
+  callTargets_.resize(n);
+  doubtful_.resize(n);
+  paddingStarts_.resize(n);
+  jumpTargets_.resize(n);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8), [&](const tbb::blocked_range<std::size_t>& r) {
+    auto& d = decoder();
+    for (std::size_t i = r.begin(); i != r.end(); ++i) decodeOne(d, i);
+  });
+}
+
+// The fixpoint over the functions whose return Depends on their callees.
+void FunctionAnalysis::settleReturns() {
+  std::vector<std::vector<std::uint32_t>> callers(chunks_.size());
+  std::vector<std::uint32_t> work;
+  for (std::uint32_t c = 0; c < chunks_.size(); ++c) {
+    if (returns_[c] != Returns::Depends) continue;
+    work.push_back(c);
+    for (const auto& x : codes_[c].exits)
+      if ((x.call || x.flow == Flow::Jump) && x.target != 0)
+        if (const auto it = chunkAt_.find(x.target); it != chunkAt_.end()) callers[it->second].push_back(c);
+  }
+  std::reverse(work.begin(), work.end());
+  auto noReturn = [&](const Instruction& i) { return calleeNoReturn(i); };
+  while (!work.empty()) {
+    const auto c = work.back();
+    work.pop_back();
+    if (returns_[c] != Returns::Depends) continue;
+    if (codes_[c].mayReturn(noReturn, [&](const Instruction& i) { return !calleeNoReturn(i); })) continue;
+    returns_[c] = Returns::No;
+    for (auto caller : callers[c])
+      if (returns_[caller] == Returns::Depends) work.push_back(caller);
+  }
+  for (auto& r : returns_)
+    if (r == Returns::Depends) r = Returns::Yes;
+  codes_ = {};
+}
+
+// Functions with a loop around a call that turned out not to return: their loops again.
+void FunctionAnalysis::reanalyseDoubtful() {
   std::vector<std::size_t> again;
-  for (std::size_t i = 0; i < chunks.size(); ++i)
-    if (std::any_of(doubtful[i].begin(), doubtful[i].end(),
-                    [&](auto t) { return returns[chunkAt.at(t)] == Returns::No; }))
+  for (std::size_t i = 0; i < chunks_.size(); ++i)
+    if (std::any_of(doubtful_[i].begin(), doubtful_[i].end(),
+                    [&](auto t) { return returns_[chunkAt_.at(t)] == Returns::No; }))
       again.push_back(i);
-  doubtful = {};
+  doubtful_ = {};
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, again.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
     auto& d = decoder();
     for (std::size_t k = r.begin(); k != r.end(); ++k) {
       auto fc = decodeChunk(d, again[k]);
-      findChunkLoops(d, again[k], fc, calleeNoReturn);
+      findChunkLoops(d, again[k], fc, [&](const Instruction& x) { return calleeNoReturn(x); });
     }
   });
+}
 
-  // Procedure bounds of stripped code also come from the direct calls into it, and from code
-  // after padding that no jump reaches (hand-written assembler called through pointers).
-  for (const auto& targets : callTargets)
+void FunctionAnalysis::addStarts(std::vector<std::uint64_t>& starts) const {
+  for (const auto& targets : callTargets_)
     for (auto t : targets)
-      if (inCode(t)) starts.push_back(t);
+      if (im_.inCode(t)) starts.push_back(t);
   std::unordered_set<std::uint64_t> jumpedTo;
-  for (const auto& targets : jumpTargets) jumpedTo.insert(targets.begin(), targets.end());
-  for (const auto& found : paddingStarts)
+  for (const auto& targets : jumpTargets_) jumpedTo.insert(targets.begin(), targets.end());
+  for (const auto& found : paddingStarts_)
     for (auto t : found)
       if (!jumpedTo.count(t)) starts.push_back(t);
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+}
 
-  // Loops get their inline depth and line from DWARF (read here, by this thread only). Loops
-  // without a line (no line table for their code) keep line 0 and are known by their header.
-  InlineMap inlines(mod, bias);
+// The loops of all functions with their inline depth and line from DWARF (read here, by this
+// thread only). Loops without a line (no line table for their code) keep line 0 and are known
+// by their header.
+class LoopNaming {
+ public:
+  LoopNaming(Dwfl_Module* mod, GElf_Addr bias) : mod_(mod), bias_(bias), inlines_(mod, bias) {}
+  void add(const ChunkResult& r, const Section& section, AnalysisStats& s);
   std::vector<LoopScope> loops;
   std::vector<std::string> files;
-  std::map<std::string, std::uint32_t> fileIds;
   std::vector<AddressRange> ranges;
+
+ private:
+  // The smallest line among the instructions at `addresses` that belong to the procedure or
+  // inlined subroutine at `depth` (not to code inlined deeper). `lines` tells whether any of
+  // them has a line at all.
+  std::optional<std::pair<std::uint32_t, std::string>> smallestLine(const std::vector<std::uint64_t>& addresses,
+                                                                    std::uint32_t depth, bool* lines = nullptr);
+  // The instructions of a loop's own blocks (`own`), or of all of its blocks.
+  std::vector<std::uint64_t> instructionsOf(const ChunkResult& r, std::size_t loop, const Section& sec, bool own);
+  std::uint32_t fileId(const std::string& file) {
+    auto [it, fresh] = fileIds_.try_emplace(file, static_cast<std::uint32_t>(files.size()));
+    if (fresh) files.push_back(file);
+    return it->second;
+  }
+
+  Dwfl_Module* mod_;
+  GElf_Addr bias_;
+  InlineMap inlines_;
+  std::map<std::string, std::uint32_t> fileIds_;
+  Decoder sweep_;
+};
+
+std::optional<std::pair<std::uint32_t, std::string>> LoopNaming::smallestLine(
+    const std::vector<std::uint64_t>& addresses, std::uint32_t depth, bool* lines) {
+  std::optional<std::pair<std::uint32_t, std::string>> best;
+  for (auto c : addresses) {
+    Dwfl_Line* l = dwfl_module_getsrc(mod_, c + bias_);
+    int line = 0;
+    const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
+    if (file == nullptr || line <= 0) continue;
+    if (lines) *lines = true;
+    if (inlines_.depthAt(c) != depth) continue;
+    std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), sourcePath(file, dwfl_linecu(l))};
+    if (!best || here < *best) best = std::move(here);
+  }
+  return best;
+}
+
+std::vector<std::uint64_t> LoopNaming::instructionsOf(const ChunkResult& r, std::size_t loop, const Section& sec,
+                                                      bool own) {
+  std::vector<std::uint64_t> out;
+  auto add = [&](std::uint64_t a, std::uint64_t b) {
+    for (auto x : sweep_.addresses({sec.data + (a - sec.address), b - a}, a)) out.push_back(x);
+  };
+  if (!own) {
+    for (const auto& [a, b] : r.loops[loop].ranges) add(a, b);
+  } else {
+    for (const auto& x : r.innermost)
+      if (x.loop == loop) add(x.start, x.end);
+  }
+  return out;
+}
+
+// One function's loops, nested in the order found, and the address ranges of their bodies.
+void LoopNaming::add(const ChunkResult& r, const Section& sec, AnalysisStats& s) {
+  s.unresolvedJumps += r.unresolvedJumps;
+  s.rawLoops += r.loops.size();
+  std::vector<std::uint32_t> kept(r.loops.size(), kNone);  // nearest kept loop at or around each raw loop
+  for (std::size_t i = 0; i < r.loops.size(); ++i) {
+    const auto& raw = r.loops[i];
+    const std::uint32_t parent = raw.parent == kNone ? kNone : kept[raw.parent];
+    kept[i] = parent;
+    std::uint32_t depth = inlines_.depthCovering(raw.ranges);
+    if (parent != kNone) depth = std::max(depth, loops[parent].inlineDepth);
+    // The line: from the header and the branches back to it; when all of these belong to
+    // code inlined into the loop (a loop-invariant test hoisted into its header, say), from
+    // the loop's own blocks, then from all of its blocks.
+    bool lines = false;
+    auto best = smallestLine(raw.candidates, depth, &lines);
+    if (!best && lines)
+      best = smallestLine(instructionsOf(r, i, sec, true), depth);  // (no lines here: no DWARF for this code)
+    if (!best && lines) best = smallestLine(instructionsOf(r, i, sec, false), depth);
+    if (!best) {
+      // No line at all (no line table for this code): the loop is known by its header.
+      best.emplace(0, std::string());
+      ++s.addressLoops;
+    }
+    kept[i] = static_cast<std::uint32_t>(loops.size());
+    loops.push_back({raw.header, parent, depth, fileId(best->second), best->first, raw.irreducible});
+    s.irreducible += raw.irreducible;
+  }
+  for (const auto& x : r.innermost) {
+    const auto loop = kept[x.loop];
+    if (loop == kNone) continue;
+    if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start)
+      ranges.back().end = x.end;
+    else
+      ranges.push_back({x.start, x.end, loop});
+  }
+}
+
+}  // namespace
+
+ModuleStructure analyseModule(Dwfl_Module* mod, AnalysisStats* stats) {
+  const Image image = readImage(mod);
+  KnownStarts known = knownStarts(mod, image);
+  const std::vector<Chunk> chunks = chunksOf(image, known.starts);
+  Decoder decoder;
+  const CallNames names = callNames(image, decoder);
+
+  FunctionAnalysis functions(image, chunks, known, names);
+  functions.decodeAll();
+  functions.settleReturns();
+  functions.reanalyseDoubtful();
+  std::vector<std::uint64_t> starts = std::move(known.starts);
+  functions.addStarts(starts);
+
   AnalysisStats s;
   s.functions = starts.size();
-  Decoder sweep;
-  // The smallest line among the instructions at `addresses` that belong to the procedure or
-  // inlined subroutine at `depth` (not to code inlined deeper).
-  // `lines` tells whether any of them has a line at all.
-  auto smallestLine = [&](const std::vector<std::uint64_t>& addresses, std::uint32_t depth, bool* lines = nullptr) {
-    std::optional<std::pair<std::uint32_t, std::string>> best;
-    for (auto c : addresses) {
-      Dwfl_Line* l = dwfl_module_getsrc(mod, c + bias);
-      int line = 0;
-      const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
-      if (file == nullptr || line <= 0) continue;
-      if (lines) *lines = true;
-      if (inlines.depthAt(c) != depth) continue;
-      std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), sourcePath(file, dwfl_linecu(l))};
-      if (!best || here < *best) best = std::move(here);
-    }
-    return best;
-  };
-  for (std::size_t ci = 0; ci < results.size(); ++ci) {
-    auto& r = results[ci];
-    s.unresolvedJumps += r.unresolvedJumps;
-    s.rawLoops += r.loops.size();
-    std::vector<std::uint32_t> kept(r.loops.size(), kNone);  // nearest kept loop at or around each raw loop
-    for (std::size_t i = 0; i < r.loops.size(); ++i) {
-      const auto& raw = r.loops[i];
-      const std::uint32_t parent = raw.parent == kNone ? kNone : kept[raw.parent];
-      kept[i] = parent;
-      std::uint32_t depth = inlines.depthCovering(raw.ranges);
-      if (parent != kNone) depth = std::max(depth, loops[parent].inlineDepth);
-      // The line: from the header and the branches back to it; when all of these belong to
-      // code inlined into the loop (a loop-invariant test hoisted into its header, say), from
-      // the loop's own blocks, then from all of its blocks.
-      bool lines = false;
-      auto best = smallestLine(raw.candidates, depth, &lines);
-      const Section& sec = *chunks[ci].section;
-      auto instructionsOf = [&](bool own) {
-        std::vector<std::uint64_t> out;
-        auto add = [&](std::uint64_t a, std::uint64_t b) {
-          for (auto x : sweep.addresses({sec.data + (a - sec.address), b - a}, a)) out.push_back(x);
-        };
-        if (!own) {
-          for (const auto& [a, b] : raw.ranges) add(a, b);
-        } else {
-          for (const auto& x : r.innermost)
-            if (x.loop == i) add(x.start, x.end);
-        }
-        return out;
-      };
-      if (!best && lines) best = smallestLine(instructionsOf(true), depth);  // (no lines here: no DWARF for this code)
-      if (!best && lines) best = smallestLine(instructionsOf(false), depth);
-      if (!best) {
-        // No line at all (no line table for this code): the loop is known by its header.
-        best.emplace(0, std::string());
-        ++s.addressLoops;
-      }
-      auto [fit, fresh] = fileIds.try_emplace(best->second, static_cast<std::uint32_t>(files.size()));
-      if (fresh) files.push_back(best->second);
-      kept[i] = static_cast<std::uint32_t>(loops.size());
-      loops.push_back({raw.header, parent, depth, fit->second, best->first, raw.irreducible});
-      s.irreducible += raw.irreducible;
-    }
-    for (const auto& x : r.innermost) {
-      const auto loop = kept[x.loop];
-      if (loop == kNone) continue;
-      if (!ranges.empty() && ranges.back().loop == loop && ranges.back().end == x.start)
-        ranges.back().end = x.end;
-      else
-        ranges.push_back({x.start, x.end, loop});
-    }
-  }
-  s.loops = loops.size();
+  LoopNaming naming(mod, image.bias);
+  for (std::size_t ci = 0; ci < chunks.size(); ++ci) naming.add(functions.results()[ci], *chunks[ci].section, s);
+  s.loops = naming.loops.size();
   if (stats) *stats = s;
   std::vector<Range> codeRanges;
-  for (const auto& c : code) codeRanges.emplace_back(c.address, c.address + c.size);
-  return ModuleStructure(std::move(starts), std::move(codeRanges), std::move(loops), std::move(files),
-                         std::move(ranges));
+  for (const auto& c : image.code) codeRanges.emplace_back(c.address, c.address + c.size);
+  return ModuleStructure(std::move(starts), std::move(codeRanges), std::move(naming.loops), std::move(naming.files),
+                         std::move(naming.ranges));
 }
 
 }  // namespace csp::reduce::structure

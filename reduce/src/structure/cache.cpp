@@ -11,10 +11,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <thread>
 
+#include "csp/storage/atomic_file.hpp"
 #include "csp/storage/bytes.hpp"
+#include "csp/storage/checksum.hpp"
 
 namespace csp::reduce::structure {
 
@@ -24,12 +25,6 @@ namespace {
 
 constexpr char kFileMagic[8] = {'C', 'S', 'P', 'S', 'T', 'R', 'U', 'C'};
 constexpr std::uint64_t kMaxEntryBytes = 1ULL << 31;
-
-std::uint64_t fnv1a(const std::byte* p, std::size_t n) {
-  std::uint64_t h = 0xCBF29CE484222325ULL;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 0x100000001B3ULL;
-  return h;
-}
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -85,7 +80,8 @@ std::optional<ModuleStructure> StructureCache::load(const CacheIdentity& id, std
   if (std::memcmp(bytes.data(), kFileMagic, sizeof kFileMagic) != 0) return damaged("not a structure cache file");
   std::uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
-  if (fnv1a(bytes.data(), bytes.size() - 8) != stored) return damaged("checksum mismatch: truncated or overwritten");
+  if (storage::checksum64(std::span<const std::byte>(bytes).first(bytes.size() - 8)) != stored)
+    return damaged("checksum mismatch: truncated or overwritten");
   try {
     storage::ByteReader<std::runtime_error> r(
         std::span<const std::byte>(bytes).subspan(sizeof kFileMagic, bytes.size() - sizeof kFileMagic - 8),
@@ -120,38 +116,17 @@ bool StructureCache::store(const CacheIdentity& id, const ModuleStructure& struc
   w.text(id.check);
   w.bytes(structure.encode());
   auto bytes = w.take();
-  const std::uint64_t sum = fnv1a(bytes.data(), bytes.size());
+  const std::uint64_t sum = storage::checksum64(bytes);
   const auto* sp = reinterpret_cast<const std::byte*>(&sum);
   bytes.insert(bytes.end(), sp, sp + 8);
-
+  // Readers see the old entry, none or the new one, never a part; concurrent writers of one
+  // entry write the same bytes.
   const fs::path final = entryPath(id);
-  char host[64] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::random_device rd;
-  const fs::path temp = dir_ / fmt::format(".{}.tmp.{}.{}.{:08x}", final.filename().string(), host, ::getpid(), rd());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    problem = fmt::format("structure cache {}: cannot write: {}", dir_.string(), errnoText());
-    return false;
-  }
-  std::size_t put = 0;
-  bool ok = true;
-  while (put < bytes.size()) {
-    const auto n = ::write(fd, bytes.data() + put, bytes.size() - put);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    put += static_cast<std::size_t>(n);
-  }
-  if (ok && ::fsync(fd) != 0) ok = false;
-  const std::string why = ok ? std::string() : errnoText();
-  if (::close(fd) != 0 && ok) ok = false;
-  if (!ok || ::rename(temp.c_str(), final.c_str()) != 0) {
-    problem = fmt::format("structure cache {}: cannot write {}: {}", dir_.string(), final.filename().string(),
-                          why.empty() ? errnoText() : why);
-    ::unlink(temp.c_str());
+  try {
+    storage::writeFileAtomically(final, bytes, {.fsync = true, .temporaryTag = {}});
+  } catch (const storage::AtomicFileError& e) {
+    problem =
+        fmt::format("structure cache {}: cannot write {}: {}", dir_.string(), final.filename().string(), e.what());
     return false;
   }
   return true;

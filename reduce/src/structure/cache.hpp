@@ -13,7 +13,9 @@
 namespace csp::reduce::structure {
 
 // Bump when the analysis or the byte form changes: entries of other versions are never read.
-inline constexpr unsigned kCacheVersion = 3;  // 2: loops without a line, starts after padding; 3: loop files absolute
+// 2: loops without a line, starts after padding; 3: loop files absolute; 4: the one checksum
+// (storage::checksum64) instead of FNV-1a.
+inline constexpr unsigned kCacheVersion = 4;
 
 // What a cache entry belongs to.
 struct CacheIdentity {
@@ -36,8 +38,8 @@ class StructureCache {
   // The cached structure; nullopt when there is none. A damaged, truncated or foreign entry is
   // not used: `problem` then says why (the caller warns and analyses afresh).
   std::optional<ModuleStructure> load(const CacheIdentity& id, std::string& problem) const;
-  // Writes the entry (temporary file, then rename: readers see the old entry, none, or the new
-  // one, never a part). False with `problem` set when it cannot.
+  // Writes the entry with the atomic file writer (storage/atomic_file.hpp: readers see the old
+  // entry, none, or the new one, never a part). False with `problem` set when it cannot.
   bool store(const CacheIdentity& id, const ModuleStructure& structure, std::string& problem) const;
 
   // An advisory lock on one entry (flock), so that the processes of a job on one host analyse a

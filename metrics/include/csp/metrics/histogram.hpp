@@ -45,13 +45,6 @@ class LogLinearHistogram {
 
   bool operator==(const LogLinearHistogram&) const = default;
 
-  // Value with bounds: the bin of the percentile and the value reported (its midpoint).
-  struct Estimate {
-    double value = 0;
-    std::uint64_t lower = 0, upper = 0;
-  };
-  Estimate percentileEstimate(double p, std::uint64_t population) const;
-
  private:
   friend class AccumulatorCodec;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> bins_;

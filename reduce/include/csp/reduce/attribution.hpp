@@ -70,6 +70,8 @@ inline constexpr const char* kUnknownCodeName = "[unknown code]";             //
 inline constexpr const char* kVdsoName = "[vdso]";                            // the kernel's vDSO
 inline constexpr const char* kJitModuleName = "[jit]";                        // module of perf-map symbols
 inline constexpr const char* kTruncatedPathsName = "[truncated call paths]";  // parent of incomplete paths
+// Module of the procedure frames that stand for no code (PathStart::Placeholder of other formats).
+inline constexpr const char* kPlaceholderModuleName = "[placeholder]";
 
 class Attributor {
  public:

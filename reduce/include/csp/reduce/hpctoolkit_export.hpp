@@ -1,6 +1,7 @@
 // Writing a CSP database as an HPCToolkit database (meta.db, profile.db, cct.db,
 // metrics/default.yaml; HPCToolkit's format 4.0) that hpcviewer and Hatchet open
-// (docs/hpctoolkit.md). A sink over a finished CSP database, collective over the communicator,
+// (docs/hpctoolkit.md): csp-export's exportHpctoolkit and csp-prof-mpi's hpctoolkitSink. A step
+// over a finished CSP database, collective over the communicator,
 // in parallel the way the CSP database is written: each process encodes a profile range
 // (profile.db) and a CCT node range (cct.db, the summary profile) from the database's two
 // orders, the processes agree on where each part goes, write it there, and the root publishes
@@ -10,10 +11,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "csp/reduce/mpi_comm.hpp"
+#include "csp/reduce/prof.hpp"
 
 namespace csp::reduce {
 
@@ -50,5 +53,18 @@ std::string hpctoolkitOutputProblem(const std::filesystem::path& output, bool fo
 // names every failing rank's reason); then nothing is left under `output` (an existing database
 // there is untouched) and the staging directory is removed.
 HpctoolkitExportSummary exportHpctoolkit(const Comm& comm, const HpctoolkitExportOptions& options);
+
+// csp-prof-mpi --hpctoolkit: the HPCToolkit database of the run, as an OutputSink placed after
+// cspDatabaseSink() in ProfOptions::sinks. It takes no batches: profile.db and cct.db need the
+// values in both orders and the summary statistics, which the database sink has already
+// transposed and combined across ranks, so its publish step runs writeExport over the database
+// that sink has just published (`options.database`), as csp-export does. open() refuses a bad
+// output before the pipeline's work. A failure of this step fails the run and leaves no
+// HPCToolkit output, but the CSP database, already published, stays (csp-export can redo the step).
+struct HpctoolkitSinkOptions {
+  HpctoolkitExportOptions output;
+  std::function<void(const HpctoolkitExportSummary&)> onWritten;  // every rank, once published
+};
+std::shared_ptr<OutputSink> hpctoolkitSink(HpctoolkitSinkOptions options);
 
 }  // namespace csp::reduce

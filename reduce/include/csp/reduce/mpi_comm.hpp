@@ -31,6 +31,24 @@
 
 namespace csp::reduce {
 
+// MPI for the lifetime of this object (csp-prof-mpi's main()): MPI_Init_thread (funneled: only
+// the thread that made it calls MPI) on construction, MPI_Finalize on destruction, so that every
+// way out of main ends MPI once.
+class MpiSession {
+ public:
+  MpiSession(int& argc, char**& argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm world() const { return MPI_COMM_WORLD; }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
 // Thrown by a collective on the healthy ranks when another rank has failed.
 class PeerFailure : public std::runtime_error {
  public:

@@ -1,10 +1,13 @@
 // The csp-prof-mpi pipeline (docs/postprocessing.md), SPMD over the processes of a communicator:
-//   discover   rank 0 lists the profiles (ProfileSource per input); ids follow the sorted file list
+//   discover   rank 0 lists the profiles through the sources of PipelineOptions::sources (one
+//              ProfileSource per input format); ids follow the sorted file list
 //   partition  contiguous id ranges balanced by bytes
-//   structure  read + attribute + union into a local CCT (TBB), tree reduction of the structures,
-//              deterministic final ids broadcast to all
+//   structure  read + validate + attribute + union into a local CCT (TBB), tree reduction of the
+//              structures, deterministic final ids broadcast to all
 //   metrics    re-read, map onto the final CCT, per-thread exclusive/inclusive values, handed to
 //              a consumer in profile-id order, batch by batch (memory bounded by the batch)
+// The stages are in reduce/src/pipeline/ (stages.hpp); what consumes the values -- the CSP
+// database writer of prof.hpp -- is the output side.
 // A stage that fails on one rank throws there (PipelineError for bad input); the caller turns it
 // into the job-wide failure of mpi_comm.hpp (Comm::fail), which stops every rank at its next
 // collective. runProf (prof.hpp) does that.
@@ -37,6 +40,9 @@ class PipelineError : public std::runtime_error {
 };
 
 struct PipelineOptions {
+  // The input formats, in the order in which they list a directory's profiles (main builds the
+  // list: cspProfileSource() for csp-prof-mpi). A source's index identifies it between ranks.
+  ProfileSources sources;
   std::vector<std::filesystem::path> inputs;  // measurement directories or profile files
   unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
@@ -64,6 +70,11 @@ struct InputProfile {
   std::uint64_t bytes = 0;
   const ProfileSource* source = nullptr;  // the format that reads it
 };
+
+// Reads an input as every stage does: through its source, then validated
+// (storage::validateProfile) and checked against what the source declares it provides. Throws
+// storage::ProfileError naming the input.
+ThreadProfile readInput(const InputProfile& input);
 
 struct SkippedInput {
   std::string path;
@@ -121,7 +132,6 @@ class Pipeline {
   using BatchConsumer = std::function<void(std::size_t batchIndex, std::span<const ProfileInfo>,
                                            std::vector<ThreadValues>&, std::vector<RegionValues>&)>;
   void computeMetrics(const BatchConsumer& consume);
-  std::size_t localBatchCount() const;  // batches computeMetrics will hand out on this rank
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.
@@ -131,9 +141,9 @@ class Pipeline {
   // Final region id of every node of a profile's region tree (0 for its root).
   std::vector<std::uint32_t> regionIds(const RegionProfile& regions) const;
   StringTable& strings();
-  // Global metric list, after buildStructure: raw metrics, then the derived ones.
+  // Global metric list, after buildStructure: measured metrics, the post-processing ones
+  // (overhead, effort), then the derived ones (real-valued).
   const std::vector<MetricDescriptor>& metrics() const;
-  std::size_t rawMetricCount() const;
   std::uint32_t profileCount() const;    // valid profiles over all ranks
   std::uint32_t firstProfileId() const;  // this rank's first id
   // Thread class (storage::ThreadClass) of every profile, all ranks, after buildStructure.

@@ -12,7 +12,8 @@
 
 namespace csp::reduce {
 
-// One raw value moved to its canonical statement: value = count x period.
+// One raw value moved to its canonical statement: value = count x period (a real-valued
+// metric's value: its bit pattern, ValueType::Real).
 struct StmtValue {
   std::uint32_t node;
   std::uint16_t metric;
@@ -40,6 +41,9 @@ struct ProjectionContext {
 // whose outermost frame does not start a stack (Attributor::startsPath), and the part of a path
 // inside a frame outside every module (not named by the perf map), go below the root-level
 // procedure kTruncatedPathsName; their samples are counted in `truncatedSamples`. Where the
+// profile marks its path starts (RawCct::pathStart, other formats), a Partial path goes there
+// too and a Complete or Placeholder one stays at the root, whatever the binaries say; a
+// placeholder's procedure frame gets the module kPlaceholderModuleName. Where the
 // measurement stopped at a frame without unwind tables and scanned the stack above it
 // (storage UnwindNote), the frame's unwind recipe (Attributor::frameRule) picks the candidate
 // that holds its return address, and so on until the frame where unwinding resumed: the path
@@ -50,6 +54,7 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& profile, StringTable&
 
 // Per-thread exclusive and inclusive values at canonical nodes, sorted by (node, metric).
 // Nodes with both values zero are absent; the root carries the thread's totals as inclusive.
+// Values of real-valued metrics are bit patterns of doubles (ValueType::Real).
 struct ThreadValues {
   std::vector<std::uint32_t> node;
   std::vector<std::uint16_t> metric;
@@ -58,15 +63,22 @@ struct ThreadValues {
   std::size_t size() const { return node.size(); }
 };
 
-// Reusable per-worker scratch space for computeThreadValues (dense over nodes x metrics, reset
-// through a touched list so a profile costs time proportional to its own size).
+// Reusable per-worker scratch space for the per-thread values (dense over nodes x metrics, reset
+// through a touched list so a profile costs time proportional to its own size). `real[m]`: metric
+// m is real-valued, its values added as doubles (in the profile's order, so the same profile gives
+// the same bits); the others are added as integers.
 class ValueScratch {
  public:
-  ValueScratch(std::size_t nodes, std::size_t metrics);
+  ValueScratch(std::size_t nodes, std::vector<bool> real);
   ThreadValues compute(const FinalCct& cct, const std::vector<StmtValue>& values);
 
  private:
+  void add(std::uint64_t& into, std::size_t metric, std::uint64_t value) const {
+    into = anyReal_ && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
+  }
   std::size_t metrics_;
+  std::vector<std::uint8_t> real_;
+  bool anyReal_ = false;
   std::vector<std::uint64_t> exclusive_;
   std::vector<std::uint64_t> inclusive_;
   std::vector<std::uint8_t> touched_;

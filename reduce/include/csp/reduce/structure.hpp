@@ -240,9 +240,7 @@ class ModuleStructure {
 
   const std::vector<LoopScope>& loops() const { return loops_; }
   const std::vector<std::string>& files() const { return files_; }
-  const std::vector<std::uint64_t>& functionStarts() const { return starts_; }
   const std::vector<std::pair<std::uint64_t, std::uint64_t>>& codeRanges() const { return code_; }
-  const std::vector<AddressRange>& loopRanges() const { return ranges_; }
 
   // The byte form of the cache (docs/postprocessing.md, "The structure cache"); decode throws
   // std::runtime_error naming the defect on anything it did not write.

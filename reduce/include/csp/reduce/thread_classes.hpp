@@ -35,19 +35,16 @@ struct ThreadClassOptions {
   double helperFraction = 0.01;
 };
 
-// Module file-name globs of runtimes whose own threads are helpers (Open MPI, PMIx, libevent,
-// UCX, libfabric, verbs, CUDA driver threads).
-std::span<const char* const> runtimeHelperModules();
-
 // What the classification looks at, per profile.
 struct ThreadFeatures {
   std::string process;         // host and pid: threads of one process share it
   bool initialThread = false;  // thread index 0 (or no thread index)
-  std::uint64_t work = 0;      // recorded samples of cpu-time (of every metric if there is none)
+  std::uint64_t work = 0;      // recorded samples of the source's work metric (cpu-time for CSP's
+                               // profiles; of every count metric if there is none)
   std::string entry;           // entry procedure (most samples), "" if unknown
   std::string entryModule;     // its module's path
   std::uint64_t waited = 0;    // its waits in the program's locks, barriers and MPI calls
-                               // (sync-wait, lock-wait, mpi-wait of --idleness), in cpu-time samples
+                               // (sync-wait, lock-wait, mpi-wait of --idleness), in work-metric samples
 };
 
 // The metrics of csp-run --idleness that time a thread's waits in the program's own
@@ -61,8 +58,9 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
 // Finds a thread's entry procedure while its call paths are projected onto the canonical CCT:
 // fed every edge (parent, key) -> child in root-to-leaf order, it knows for each node the
 // outermost procedure frame on its path that is not a thread start (_start, start_thread, clone,
-// ...: kThreadEntries) and not in a module of trampolines (the C and C++ runtimes, the loader),
-// and marks nodes below the truncated-paths frame as having none.
+// ...: kThreadEntries), not in a module of trampolines (the C and C++ runtimes, the loader) and
+// no placeholder (kPlaceholderModuleName), and marks nodes below the truncated-paths frame as
+// having none.
 class EntryTracker {
  public:
   explicit EntryTracker(const StringTable& strings) : strings_(strings) {}

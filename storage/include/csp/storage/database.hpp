@@ -22,8 +22,9 @@ namespace csp::storage {
 
 inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
-// 1.3: the sampling quality per profile (quality/ metadata keys).
-inline constexpr std::uint32_t kDatabaseFormatMinor = 5;
+// 1.3: the sampling quality per profile (quality/ metadata keys); 1.4: distributions, thread
+// classes; 1.5: unwind recovery, module loops; 1.6: GPU id kinds, real-valued raw metrics.
+inline constexpr std::uint32_t kDatabaseFormatMinor = 6;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -47,14 +48,15 @@ class DatabaseError : public std::runtime_error {
   std::string problem_;
 };
 
-// How per-thread values of a metric are to be read. Raw metrics are integer counts (value =
-// count x period); a per-thread derived metric may be real-valued, stored as the bit pattern of
-// a double so that the tensor stays one integer type.
-enum class ValueType : std::uint8_t { Count = 0, Real = 1 };
+// How per-thread values of a metric are to be read (csp::ValueType): integer counts (value =
+// count x period), or real numbers (per-thread derived metrics, real-valued metrics of other
+// formats' profiles) stored as the bit pattern of a double so that the tensor stays one integer
+// type.
+using ValueType = csp::ValueType;
 
 struct StoredMetric {
-  MetricDescriptor descriptor;
-  ValueType valueType = ValueType::Count;
+  MetricDescriptor descriptor;             // its valueType is read back as `valueType`
+  ValueType valueType = ValueType::Count;  // what the database stores and its readers go by
   bool operator==(const StoredMetric&) const = default;
 };
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "csp/storage/database.hpp"
+#include "csp/storage/publish.hpp"  // publication and cleanup of leftovers, used by the builder
 
 namespace csp::storage {
 
@@ -88,13 +89,6 @@ struct BuildOptions {
   std::function<void(std::string_view step)> onStep;
 };
 
-// What the builder found next to the target from earlier runs.
-struct LeftoverReport {
-  std::filesystem::path path;
-  bool removed = false;  // false: its owner may still be running, left alone
-  std::string reason;
-};
-
 class DatabaseBuilder {
  public:
   // Fails (DatabaseError) if the target exists and force is off, or if the target exists and is
@@ -109,9 +103,9 @@ class DatabaseBuilder {
   const std::filesystem::path& target() const;
   const std::filesystem::path& tempDir() const;
   std::filesystem::path stagingDir() const;
-  // The temporary directory a builder of `target` in this process creates, known before it
-  // exists (so that cleanup on a termination signal can be armed first), and the staging area
-  // in it.
+  // The temporary directory a builder of `target` in this process creates (publish.hpp's
+  // temporaryDirectoryFor), known before it exists (so that cleanup on a termination signal can
+  // be armed first), and the staging area in it.
   static std::filesystem::path temporaryDirectoryFor(const std::filesystem::path& target);
   static std::filesystem::path stagingDirIn(const std::filesystem::path& temporaryDirectory);
   const std::vector<LeftoverReport>& leftovers() const;
@@ -130,21 +124,5 @@ class DatabaseBuilder {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-// Puts a fully written directory `staging` (a sibling of `target`) in place of `target` in one
-// atomic step and syncs the parent directory: a new name appears complete or not at all; an
-// existing `target` is exchanged with it (RENAME_EXCHANGE; on file systems without it, two renames
-// via ".<name>.old-<pid>") and removed. Callers decide beforehand whether replacing is allowed.
-// `step` hears "exchanged" (crash tests). Throws DatabaseError naming `target`.
-void publishDirectory(const std::filesystem::path& staging, const std::filesystem::path& target,
-                      const std::function<void(std::string_view)>& step = {});
-
-// Cleans up what interrupted builds of `target` left behind: ".<name>.tmp-<pid>" directories
-// (databases) and ".<name>.tmp-<pid>-XXXXXX" ones (csp-gen's staged measurement directories)
-// whose process is dead on this host are removed, others reported; a ".<name>.old-<pid>" of a
-// dead process is restored as `target` when that is missing, else removed. Called by
-// DatabaseBuilder and csp::cli::StagedDirectory; public for tools that want to report without
-// building.
-std::vector<LeftoverReport> cleanupLeftovers(const std::filesystem::path& target);
 
 }  // namespace csp::storage

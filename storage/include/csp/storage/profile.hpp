@@ -6,6 +6,7 @@
 // mirroring the file.
 #pragma once
 
+#include <bit>
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -17,7 +18,20 @@ namespace csp {
 
 inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
 
-enum class IdKind : std::uint8_t { Node = 0, Rank = 1, Thread = 2, Core = 3, Process = 4 };
+// The kinds of an id tuple's elements, outermost first (docs/profile-format.md, "Identity"). The
+// GPU kinds identify the execution contexts of a GPU (a device context and a stream or queue in
+// it), as formats of GPU-tracing profilers record them; CSP's own profiles hold none
+// (docs/profile-format.md, "The data model beyond this file").
+enum class IdKind : std::uint8_t {
+  Node = 0,
+  Rank = 1,
+  Thread = 2,
+  Core = 3,
+  Process = 4,
+  GpuContext = 5,
+  GpuStream = 6
+};
+inline constexpr IdKind kLastIdKind = IdKind::GpuStream;
 
 struct IdElement {
   IdKind kind = IdKind::Thread;
@@ -58,14 +72,25 @@ struct Identity {
 enum class MetricKind : std::uint8_t { Sampled = 0, Counted = 1 };
 const char* toString(MetricKind kind);
 
+// How a metric's values are held. Count: integers, value = count x period (CSP's measurement,
+// sampling profilers). Real: real numbers such as seconds or bytes measured by other tools, held
+// as the bit pattern of a finite IEEE double in the same 64-bit columns (period 1), so that
+// every value column stays one integer type. +0.0 (bits 0) is absence, like a zero count.
+enum class ValueType : std::uint8_t { Count = 0, Real = 1 };
+
 struct MetricDescriptor {
   std::string name;
   std::string unit;
   MetricKind kind = MetricKind::Sampled;
   std::uint64_t period = 1;  // value of one count
   std::string description;
+  ValueType valueType = ValueType::Count;
   bool operator==(const MetricDescriptor&) const = default;
 };
+
+// A real value's bit pattern and back (ValueType::Real).
+inline std::uint64_t realBits(double value) { return std::bit_cast<std::uint64_t>(value); }
+inline double realValue(std::uint64_t bits) { return std::bit_cast<double>(bits); }
 
 // Module path of address frames that lie in no module of the load map (JIT code, garbage from a
 // failed unwind); their offset is the absolute address.
@@ -129,6 +154,19 @@ struct UnwindNote {
   bool operator==(const UnwindNote&) const = default;
 };
 
+// How a call path that begins at a child of the raw CCT's root begins, where the profile's
+// format records it (docs/profile-format.md, "The data model beyond this file"). CSP's own profiles leave it Unknown:
+// for address frames csp-prof-mpi then decides from the binaries whether the outermost frame
+// starts a stack (Attributor::startsPath); symbolic paths are complete.
+enum class PathStart : std::uint8_t {
+  Unknown = 0,
+  Complete = 1,     // the unwind reached the thread's entry
+  Partial = 2,      // it did not: the path is shown below kTruncatedPathsName, its samples truncated
+  Placeholder = 3,  // a symbolic ProcFrame that stands for no code (a GPU context, a runtime state):
+                    // a complete path, never a thread's entry procedure
+};
+inline constexpr PathStart kLastPathStart = PathStart::Placeholder;
+
 // Raw calling context tree; node 0 is the root. parent[i] < i for every i > 0.
 struct RawCct {
   std::vector<std::uint32_t> parent;
@@ -136,14 +174,19 @@ struct RawCct {
   // Empty, or one encoded UnwindNote per node (address profiles whose unwind went past code
   // without unwind tables; format 1.1).
   std::vector<std::uint32_t> unwindNote;
+  // Empty, or one PathStart per node; only the root's children may be other than Unknown. Not in
+  // CSP's profile files (other formats' sources fill it).
+  std::vector<PathStart> pathStart;
   std::size_t size() const { return parent.size(); }
   UnwindNote note(std::size_t node) const {
     return unwindNote.empty() ? UnwindNote{} : UnwindNote::decode(unwindNote[node]);
   }
+  PathStart start(std::size_t node) const { return pathStart.empty() ? PathStart::Unknown : pathStart[node]; }
   bool operator==(const RawCct&) const = default;
 };
 
-// Sparse counts sorted by (node, metric); no zeros, no duplicates.
+// Sparse counts sorted by (node, metric); no zeros, no duplicates. A real-valued metric's "count"
+// is its value's bit pattern (ValueType::Real).
 struct SparseValues {
   std::vector<std::uint32_t> node;
   std::vector<std::uint16_t> metric;

@@ -38,9 +38,13 @@ class ProfileError : public std::runtime_error {
 struct ParseOptions {
   // The fuzz target turns this off so that it reaches the structural checks behind it.
   bool verifyChecksum = true;
+  // Structural checks (validateProfile). csp-prof-mpi's source leaves them to the pipeline, which
+  // validates every source's profiles alike.
+  bool validate = true;
 };
 
-// The complete file image (header + message). Throws ProfileError if the profile is invalid.
+// The complete file image (header + message). Throws ProfileError if the profile is invalid or
+// holds what this format cannot (checkStorable).
 std::vector<std::byte> serializeProfile(const ThreadProfile& profile, const std::string& nameForErrors = "<profile>");
 
 // The same without validation: only for tests and tools that must produce damaged files.
@@ -49,7 +53,7 @@ std::vector<std::byte> serializeProfileUnchecked(const ThreadProfile& profile);
 // Writes atomically: the file appears complete under its name or not at all.
 void writeProfile(const ThreadProfile& profile, const std::filesystem::path& path);
 
-// Memory-maps, checks header and checksum, parses with traversal limits, validates.
+// Memory-maps, checks header and checksum, parses with traversal limits, validates (unless told not to).
 ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions& options = {});
 
 // Parses a file image held in memory; `name` is used in error messages.
@@ -59,8 +63,9 @@ ThreadProfile parseProfile(std::span<const std::byte> image, const std::string& 
 // values sorted and consistent with the sample counts). Throws ProfileError naming `name`.
 void validateProfile(const ThreadProfile& profile, const std::string& name);
 
-// 64-bit checksum used in the file header.
-std::uint64_t profileChecksum(std::span<const std::byte> bytes);
+// What the data model holds but this format does not (real-valued metrics, GPU id kinds, path
+// starts: docs/profile-format.md): throws ProfileError naming `name` for a profile that has it.
+void checkStorable(const ThreadProfile& profile, const std::string& name);
 
 // The profiles directly inside `dir`: every *.cspprof file and every record of every *.cspbundle
 // file (as the entry "BUNDLE@OFFSET"), files sorted by name, records in the order they were

@@ -7,10 +7,10 @@
 
 #include "csp/analysis/frames.hpp"
 #include "csp/metrics/encoding.hpp"
-#include "prof_stages.hpp"
 #include "region_logs.hpp"
+#include "stages.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace {
 
@@ -182,7 +182,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     std::vector<std::vector<std::uint32_t>> ids;
     for (const auto& [id, input] : members) {
       const auto& in = pipeline.inputs()[input];
-      threads.push_back(in.source->read(in.path));
+      threads.push_back(readInput(in));
     }
     for (const auto& t : threads) {
       logs.push_back(&t.regions);
@@ -252,4 +252,4 @@ void RegionSummaries::write(const std::vector<std::vector<std::byte>>& parts,
   }
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

@@ -1,5 +1,5 @@
-// HPCToolkit's database format 4.0: byte encodings and layouts (hpctoolkit_format.hpp).
-#include "hpctoolkit_format.hpp"
+// HPCToolkit's database format 4.0: byte encodings and layouts (format.hpp).
+#include "format.hpp"
 
 #include <fmt/format.h>
 

@@ -34,7 +34,8 @@
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/database_writer.hpp"
-#include "hpctoolkit_format.hpp"
+#include "export.hpp"
+#include "format.hpp"
 
 namespace csp::reduce {
 
@@ -190,6 +191,10 @@ std::string fileName(const fs::path& p) {
   return name.string();
 }
 
+}  // namespace
+
+namespace hpctk {
+
 // The root's staging directory: ".<name>.tmp-<pid>-XXXXXX" next to the output (the pattern
 // storage::cleanupLeftovers recognizes), removed unless published.
 class Staging {
@@ -238,6 +243,10 @@ class Staging {
   bool published_ = false;
 };
 
+}  // namespace hpctk
+
+namespace {
+
 std::string hostName() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
@@ -250,10 +259,10 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 }
 
 // Every rank learns the staging directory (created by the root) and arms its removal.
-fs::path shareStaging(const Comm& comm, const HpctoolkitExportOptions& options, std::optional<Staging>& staging) {
+fs::path shareStaging(const Comm& comm, const HpctoolkitExportOptions& options, hpctk::StagingPtr& staging) {
   std::vector<std::byte> owner;
   if (comm.rank() == 0) {
-    staging.emplace(options.output, options.force, options);
+    staging.reset(new hpctk::Staging(options.output, options.force, options));
     owner = bytesOf(fmt::format("{} {}\n{}", ::getpid(), hostName(), staging->dir().string()));
   }
   comm.broadcast(owner);
@@ -339,7 +348,7 @@ std::uint64_t writeChunks(
   return base;
 }
 
-// The summary statistics of one (node, metric, scope), in partial order (hpctoolkit_format.hpp).
+// The summary statistics of one (node, metric, scope), in partial order (format.hpp).
 std::array<double, hpctk::kPartials> partials(std::string_view accumulator, storage::ValueType type) {
   std::array<double, hpctk::kPartials> out{};
   auto set = [&](hpctk::Partial p, double v) { out[static_cast<unsigned>(p)] = v; };
@@ -541,8 +550,13 @@ std::uint64_t writeContextBlocks(const Comm& comm, const storage::Database& db, 
   return end;
 }
 
-HpctoolkitExportSummary runExport(const Comm& comm, const HpctoolkitExportOptions& options,
-                                  std::optional<Staging>& staging) {
+}  // namespace
+
+namespace hpctk {
+
+void StagingDeleter::operator()(Staging* s) const noexcept { delete s; }
+
+HpctoolkitExportSummary writeExport(const Comm& comm, const HpctoolkitExportOptions& options, StagingPtr& staging) {
   const auto start = std::chrono::steady_clock::now();
   const auto db = storage::Database::open(options.database);
   const auto& meta = db->metadata();
@@ -602,6 +616,10 @@ HpctoolkitExportSummary runExport(const Comm& comm, const HpctoolkitExportOption
   return s;
 }
 
+}  // namespace hpctk
+
+namespace {
+
 bool isHpctoolkitDatabase(const fs::path& dir) {
   std::error_code ec;
   static const std::vector<std::string> kFiles = {"meta.db", "profile.db", "cct.db", "trace.db", "FORMATS.md"};
@@ -641,9 +659,9 @@ std::string hpctoolkitOutputProblem(const fs::path& output, bool force) {
 }
 
 HpctoolkitExportSummary exportHpctoolkit(const Comm& comm, const HpctoolkitExportOptions& options) {
-  std::optional<Staging> staging;
+  hpctk::StagingPtr staging;
   try {
-    return runExport(comm, options, staging);
+    return hpctk::writeExport(comm, options, staging);
   } catch (...) {
     std::string message;
     try {

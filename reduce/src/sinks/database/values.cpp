@@ -1,8 +1,8 @@
 // Per-thread values into the database in both orders: by profile (main shard) and by node
 // (provisional per-batch shards merged into one sorted run per rank).
-#include "prof_stages.hpp"
+#include "stages.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace fs = std::filesystem;
 
@@ -74,4 +74,4 @@ void NodeValueSink::merge(const Comm& comm) {
   storage::mergeShards(staging_, shards_, plan_.byNode);
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

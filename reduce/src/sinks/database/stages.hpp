@@ -1,8 +1,9 @@
-// The stages of csp-prof-mpi after the pipeline (pipeline.hpp) has the canonical CCT and hands
-// out per-thread values batch by batch. Each stage has one job; prof.cpp runs them in order:
+// The steps of the CSP database sink (sink.cpp, docs/database-format.md) after the pipeline
+// (pipeline.hpp) has the canonical CCT and hands out per-thread values batch by batch. Each step
+// has one job; sink.cpp runs them in order:
 //
 //   ShardPlan          which shard numbers a rank writes
-//   ProfileValueSink   values by profile, batch by batch, into the rank's main shard
+//   writeValuesByProfile  values by profile, batch by batch, into the rank's main shard
 //   NodeValueSink      values by node: a provisional shard per batch, merged into one sorted run
 //   SummaryTable       summary accumulators per (node, metric, scope); the reduce-scatter that
 //                      brings every node's partial accumulators to the rank owning its range
@@ -26,7 +27,7 @@
 #include "csp/storage/database_writer.hpp"
 #include "csp/storage/string_ids.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 // Rank r owns shard 2r (its profiles' values by profile, its node range's summaries, and on the
 // root the CCT and regions) and shard 2r+1 (its values by node, merged from provisional
@@ -61,14 +62,15 @@ class NodeValueSink {
 };
 
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
-// accumulators and log-linear histograms (of value / period: sample counts) for raw metrics; for
-// derived (real-valued) metrics the dyadic blocks of a fixed binary tree over the global batch
-// numbers, so that the floating-point result does not depend on how batches are spread over
-// processes. Population 0 is all threads; when the run has threads of two or more classes, each
-// class present gets a population of its own (the `distributions` family).
+// accumulators and log-linear histograms (of value / period: sample counts) for count metrics;
+// for real-valued metrics (derived ones, real-valued measured ones) the dyadic blocks of a fixed
+// binary tree over the global batch numbers, so that the floating-point result does not depend
+// on how batches are spread over processes. Population 0 is all threads; when the run has
+// threads of two or more classes, each class present gets a population of its own (the
+// `distributions` family).
 class SummaryTable {
  public:
-  SummaryTable(std::uint32_t nodeCount, std::vector<std::uint64_t> rawPeriods, std::size_t derivedCount,
+  SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDescriptor>& metrics,
                const std::vector<std::uint8_t>& threadClassOf);
   // One batch (parallel over node ranges: each task owns its nodes, so no copies and no locks).
   void accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
@@ -84,22 +86,25 @@ class SummaryTable {
   };
 
  private:
-  std::size_t rawIndex(std::size_t slice, std::uint32_t node, std::size_t metric, std::size_t scope) const {
-    return ((slice * nodes_ + node) * raw_ + metric) * 2 + scope;
+  // `slot`: the metric's position among the count metrics (slotOf_), resp. the real ones.
+  std::size_t countIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
+    return ((slice * nodes_ + node) * counts_.size() + slot) * 2 + scope;
   }
-  std::size_t derivedIndex(std::size_t slice, std::uint32_t node, std::size_t metric, std::size_t scope) const {
-    return ((slice * nodes_ + node) * derived_ + metric) * 2 + scope;
+  std::size_t realIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
+    return ((slice * nodes_ + node) * reals_.size() + slot) * 2 + scope;
   }
 
   std::uint32_t nodes_;
-  std::vector<std::uint64_t> periods_;
-  std::size_t raw_, derived_;
-  const std::vector<std::uint8_t>& classOf_;  // profile id -> storage::ThreadClass
-  std::vector<std::uint8_t> population_;      // slice -> population tag (0: all threads, else the class)
+  std::vector<std::uint16_t> counts_, reals_;  // metric ids of the count and real-valued metrics, ascending
+  std::vector<std::uint32_t> slotOf_;          // metric id -> its slot among counts_ or reals_
+  std::vector<std::uint8_t> isReal_;           // metric id -> real-valued
+  std::vector<std::uint64_t> periods_;         // count slot -> the metric's period (>= 1)
+  const std::vector<std::uint8_t>& classOf_;   // profile id -> storage::ThreadClass
+  std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
-  std::vector<metrics::IntAccumulator> rawAcc_;
-  std::vector<metrics::LogLinearHistogram> rawHist_;
-  std::vector<std::vector<Piece>> derivedStacks_;
+  std::vector<metrics::IntAccumulator> countAcc_;
+  std::vector<metrics::LogLinearHistogram> countHist_;
+  std::vector<std::vector<Piece>> realStacks_;
 };
 
 // Region accumulators of this rank: visits and times from each thread's region tree, and from
@@ -129,8 +134,8 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
 // the profiles say is missing from the measurement (ranks without profiles, ranks with fewer
 // threads than most, temporaries of unfinished profiles), also stored as the property
 // "measurement-warnings".
-storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
+storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& pipeline,
                                            const std::vector<std::vector<std::byte>>& identities,
                                            std::vector<std::string>& warnings);
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

@@ -1,5 +1,5 @@
 // Storing the region event logs of one process in the database (docs/database-format.md,
-// "Region event logs"), for csp-query. Kept apart from prof.cpp: one call per process.
+// "Region event logs"), for csp-query: one call per process (regions.cpp).
 #pragma once
 
 #include <cstdint>

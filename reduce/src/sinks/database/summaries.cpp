@@ -7,9 +7,9 @@
 #include <tuple>
 
 #include "csp/metrics/encoding.hpp"
-#include "prof_stages.hpp"
+#include "stages.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace {
 
@@ -72,14 +72,17 @@ SummaryKey unpackKey(Unpacker& u) {
 
 }  // namespace
 
-SummaryTable::SummaryTable(std::uint32_t nodeCount, std::vector<std::uint64_t> rawPeriods, std::size_t derivedCount,
+SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDescriptor>& metrics,
                            const std::vector<std::uint8_t>& threadClassOf)
-    : nodes_(nodeCount),
-      periods_(std::move(rawPeriods)),
-      raw_(periods_.size()),
-      derived_(derivedCount),
-      classOf_(threadClassOf) {
-  for (auto& p : periods_) p = std::max<std::uint64_t>(p, 1);
+    : nodes_(nodeCount), classOf_(threadClassOf) {
+  for (std::size_t m = 0; m < metrics.size(); ++m) {
+    const bool real = metrics[m].valueType == ValueType::Real;
+    auto& group = real ? reals_ : counts_;
+    slotOf_.push_back(static_cast<std::uint32_t>(group.size()));
+    isReal_.push_back(real ? 1 : 0);
+    group.push_back(static_cast<std::uint16_t>(m));
+    if (!real) periods_.push_back(std::max<std::uint64_t>(metrics[m].period, 1));
+  }
   // Classes are kept apart only when there is more than one: otherwise a class is all threads.
   bool present[storage::kThreadClassCount + 1] = {};
   for (auto c : classOf_)
@@ -93,9 +96,9 @@ SummaryTable::SummaryTable(std::uint32_t nodeCount, std::vector<std::uint64_t> r
     }
   }
   const std::size_t slices = population_.size();
-  rawAcc_.resize(slices * nodes_ * raw_ * kScopes);
-  rawHist_.resize(rawAcc_.size());
-  derivedStacks_.resize(slices * nodes_ * derived_ * kScopes);
+  countAcc_.resize(slices * nodes_ * counts_.size() * kScopes);
+  countHist_.resize(countAcc_.size());
+  realStacks_.resize(slices * nodes_ * reals_.size() * kScopes);
 }
 
 void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch,
@@ -106,36 +109,37 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
   for (std::size_t i = 0; i < batch.size(); ++i) sliceOf[i] = sliceOf_[classOf_.at(batch[i].id)];
   tbb::parallel_for(std::uint32_t{0}, (nodes_ + kChunk - 1) / kChunk, [&](std::uint32_t c) {
     const std::uint32_t lo = c * kChunk, hi = std::min(nodes_, lo + kChunk);
-    auto add = [&](std::size_t slice, std::size_t i, std::uint32_t node, std::size_t metric, std::size_t scope,
+    auto add = [&](std::size_t slice, std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope,
                    std::uint64_t value) {
-      const std::size_t at = rawIndex(slice, node, metric, scope);
-      rawAcc_[at].accumulate(batch[i].id, value);
-      rawHist_[at].add(value / periods_[metric]);
+      const std::size_t at = countIndex(slice, node, slot, scope);
+      countAcc_[at].accumulate(batch[i].id, value);
+      countHist_[at].add(value / periods_[slot]);
     };
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
       for (; k < v.size() && v.node[k] < hi; ++k) {
-        if (v.metric[k] >= raw_) continue;
+        if (isReal_[v.metric[k]]) continue;
+        const std::size_t slot = slotOf_[v.metric[k]];
         for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
-          if (v.exclusive[k]) add(slice, i, v.node[k], v.metric[k], 0, v.exclusive[k]);
-          if (v.inclusive[k]) add(slice, i, v.node[k], v.metric[k], 1, v.inclusive[k]);
+          if (v.exclusive[k]) add(slice, i, v.node[k], slot, 0, v.exclusive[k]);
+          if (v.inclusive[k]) add(slice, i, v.node[k], slot, 1, v.inclusive[k]);
           if (sliceOf[i] == 0) break;
         }
       }
     }
-    if (derived_ == 0) return;
-    // This batch's leaf per (slice, node, derived metric, scope), accumulated in profile order.
-    const std::size_t perSlice = std::size_t{hi - lo} * derived_ * kScopes;
+    if (reals_.empty()) return;
+    // This batch's leaf per (slice, node, real metric, scope), accumulated in profile order.
+    const std::size_t perSlice = std::size_t{hi - lo} * reals_.size() * kScopes;
     std::vector<metrics::RealAccumulator> leaf(slices * perSlice);
     std::vector<std::uint8_t> used(leaf.size(), 0);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
       for (; k < v.size() && v.node[k] < hi; ++k) {
-        if (v.metric[k] < raw_) continue;
+        if (!isReal_[v.metric[k]]) continue;
         for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
-          const std::size_t at = slice * perSlice + ((v.node[k] - lo) * derived_ + (v.metric[k] - raw_)) * kScopes;
+          const std::size_t at = slice * perSlice + ((v.node[k] - lo) * reals_.size() + slotOf_[v.metric[k]]) * kScopes;
           if (v.exclusive[k]) leaf[at].accumulate(batch[i].id, fromBits(v.exclusive[k])), used[at] = 1;
           if (v.inclusive[k]) leaf[at + 1].accumulate(batch[i].id, fromBits(v.inclusive[k])), used[at + 1] = 1;
           if (sliceOf[i] == 0) break;
@@ -145,36 +149,36 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
     for (std::size_t slice = 0; slice < slices; ++slice)
       for (std::size_t at = 0; at < perSlice; ++at)
         if (used[slice * perSlice + at])
-          pushPiece(derivedStacks_[(slice * nodes_ + lo) * derived_ * kScopes + at],
+          pushPiece(realStacks_[(slice * nodes_ + lo) * reals_.size() * kScopes + at],
                     {0, batchIndex, std::move(leaf[slice * perSlice + at])});
   });
 }
 
 void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shard) {
-  // Each entry: key, number of pieces, then the encoded accumulator (raw metrics: one) or the
-  // pieces (level, index, encoded accumulator) of a derived metric.
+  // Each entry: key, number of pieces, then the encoded accumulator and histogram (count metrics:
+  // one) or the pieces (level, index, encoded accumulator) of a real-valued metric.
   std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) {
     Packer p;
     for (std::uint32_t n = ownerStart(nodes_, r, comm.size()); n < ownerStart(nodes_, r + 1, comm.size()); ++n) {
-      for (std::size_t m = 0; m < raw_; ++m) {
+      for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
         for (std::size_t scope = 0; scope < kScopes; ++scope) {
           for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-            const std::size_t at = rawIndex(slice, n, m, scope);
-            if (rawAcc_[at].count() == 0) continue;
-            packKey(p, {n, static_cast<std::uint16_t>(m), static_cast<std::uint8_t>(scope), population_[slice]});
+            const std::size_t at = countIndex(slice, n, slot, scope);
+            if (countAcc_[at].count() == 0) continue;
+            packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
             p.u64(1);
-            p.text(metrics::encode(rawAcc_[at]));
-            p.text(metrics::encode(rawHist_[at]));
+            p.text(metrics::encode(countAcc_[at]));
+            p.text(metrics::encode(countHist_[at]));
           }
         }
       }
-      for (std::size_t d = 0; d < derived_; ++d) {
+      for (std::size_t slot = 0; slot < reals_.size(); ++slot) {
         for (std::size_t scope = 0; scope < kScopes; ++scope) {
           for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-            const auto& stack = derivedStacks_[derivedIndex(slice, n, d, scope)];
+            const auto& stack = realStacks_[realIndex(slice, n, slot, scope)];
             if (stack.empty()) continue;
-            packKey(p, {n, static_cast<std::uint16_t>(raw_ + d), static_cast<std::uint8_t>(scope), population_[slice]});
+            packKey(p, {n, reals_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
             p.u64(stack.size());
             for (const auto& piece : stack) {
               p.u64(piece.level);
@@ -191,7 +195,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
   const auto incoming = comm.alltoall(outgoing);
   outgoing.clear();
 
-  // Parts arrive in rank order, which is batch order: folding derived pieces in that order
+  // Parts arrive in rank order, which is batch order: folding real-valued pieces in that order
   // repeats exactly what one process would have done.
   const std::uint32_t myFirst = ownerStart(nodes_, comm.rank(), comm.size());
   const std::uint32_t myEnd = ownerStart(nodes_, comm.rank() + 1, comm.size());
@@ -200,7 +204,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
     metrics::LogLinearHistogram histogram;
   };
   std::map<SummaryKey, Owned> owned;
-  std::map<SummaryKey, std::vector<Piece>> ownedDerived;
+  std::map<SummaryKey, std::vector<Piece>> ownedReal;
   for (const auto& part : incoming) {
     Unpacker u(part);
     while (!u.done()) {
@@ -208,7 +212,8 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
       const auto pieces = u.u64();
       if (key.node < myFirst || key.node >= myEnd)
         throw std::logic_error("summary for a node outside this rank's range");
-      if (key.metric < raw_) {
+      if (key.metric >= isReal_.size()) throw std::runtime_error("summary of an unknown metric");
+      if (!isReal_[key.metric]) {
         auto acc = metrics::decodeIntAccumulator(u.text());
         auto histogram = metrics::decodeHistogram(u.text());
         auto [it, fresh] = owned.try_emplace(key, Owned{acc, histogram});
@@ -218,7 +223,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
         }
         continue;
       }
-      auto& stack = ownedDerived[key];
+      auto& stack = ownedReal[key];
       for (std::uint64_t i = 0; i < pieces; ++i) {
         Piece piece;
         piece.level = static_cast<std::uint32_t>(u.u64());
@@ -231,7 +236,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
   // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
   std::map<SummaryKey, std::pair<std::string, std::string>> encoded;  // accumulator, histogram
   for (const auto& [key, o] : owned) encoded[key] = {metrics::encode(o.acc), metrics::encode(o.histogram)};
-  for (const auto& [key, stack] : ownedDerived) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
+  for (const auto& [key, stack] : ownedReal) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
   for (const auto& [key, bytes] : encoded) {
     const auto scope = static_cast<storage::MetricScope>(key.scope);
     if (key.population == storage::kAllThreads) {
@@ -243,4 +248,4 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
   }
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

@@ -7,9 +7,9 @@
 #include <map>
 #include <set>
 
-#include "prof_stages.hpp"
+#include "stages.hpp"
 
-namespace csp::reduce::prof {
+namespace csp::reduce::dbsink {
 
 namespace {
 
@@ -170,14 +170,14 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
   return nodes;
 }
 
-storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline& pipeline,
+storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& pipeline,
                                            const std::vector<std::vector<std::byte>>& identities,
                                            std::vector<std::string>& warnings) {
   storage::DatabaseMetadata meta;
   std::map<std::uint64_t, std::uint64_t> profilesOfRank;
   std::uint64_t rankCount = 0;                     // the measured job's, as the measurement recorded it (0: unknown)
   std::map<std::string, std::uint64_t> droppedBy;  // dropped samples by the measurement's cause
-  meta.title = options.title;
+  meta.title = title;
   meta.profiles.resize(pipeline.profileCount());
   meta.quality.resize(pipeline.profileCount());
   std::set<std::string> hosts;
@@ -271,10 +271,7 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   meta.threadClasses = pipeline.threadClasses();
   meta.nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
   meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
-  const std::size_t rawCount = pipeline.rawMetricCount();
-  for (std::size_t m = 0; m < pipeline.metrics().size(); ++m)
-    meta.metrics.push_back(
-        {pipeline.metrics()[m], m < rawCount ? storage::ValueType::Count : storage::ValueType::Real});
+  for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, m.valueType});
   meta.regionMetrics = storage::standardRegionMetrics();
   for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
   meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputs().size())}};
@@ -318,4 +315,4 @@ storage::DatabaseMetadata assembleMetadata(const ProfOptions& options, Pipeline&
   return meta;
 }
 
-}  // namespace csp::reduce::prof
+}  // namespace csp::reduce::dbsink

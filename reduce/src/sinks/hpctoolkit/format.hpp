@@ -1,6 +1,6 @@
 // HPCToolkit's database format 4.0 (meta.db, profile.db, cct.db and metrics/default.yaml; HPCToolkit's
 // doc/FORMATS.md), as CSP writes it: the byte encodings and the file layouts, with no MPI. The
-// parallel export (hpctoolkit_export.cpp) decides who encodes what and where it goes.
+// parallel export (export.cpp) decides who encodes what and where it goes.
 //
 // What maps to what (docs/hpctoolkit.md): CCT node n is context n + 1, and the implicit global
 // context 0 repeats the root's values; the root is the one entry point ("main thread"); profile p

@@ -1,0 +1,98 @@
+// The Pipeline (pipeline.hpp): the stages of stages.hpp in order, and their results.
+#include "csp/reduce/pipeline.hpp"
+
+#include "stages.hpp"
+
+namespace csp::reduce {
+
+using namespace stages;
+
+struct Pipeline::Impl {
+  const Comm& comm;
+  PipelineOptions options;
+  OverheadRules overheadRules;
+  StringTable strings;    // MT: thread-safe interning
+  Attributor attributor;  // MT: thread-safe
+  Workers workers;
+
+  // Stage results, each set once by its stage.
+  Discovery discovery;                     // discover
+  ProfileTable profiles;                   // buildStructure
+  ThreadClassification threadClasses;      // buildStructure
+  MetricPlan metrics;                      // buildStructure
+  FinalCct cct;                            // buildStructure
+  std::vector<std::uint8_t> overheadNode;  // buildStructure: per final node, when `overhead` is computed
+  RegionTree regions;                      // buildStructure
+
+  Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
+      : comm(c),
+        options(std::move(o)),
+        overheadRules(parseRules(options.overheadRules)),
+        attributor(strings, options.attribution),
+        workers(options.jobs, comm.rank() == 0 ? p : nullptr) {}
+
+  static OverheadRules parseRules(const std::vector<std::string>& rules) {
+    if (rules.empty()) return {};
+    try {
+      return OverheadRules::parse(rules);
+    } catch (const std::invalid_argument& e) {
+      throw PipelineError(e.what());
+    }
+  }
+  Attribution attribution() { return {strings, attributor}; }
+};
+
+Pipeline::Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* progress)
+    : impl_(std::make_unique<Impl>(comm, std::move(options), progress)) {}
+
+Pipeline::~Pipeline() = default;
+
+void Pipeline::discover() {
+  Stopwatch watch;
+  impl_->discovery = stages::discover(impl_->comm, impl_->options);
+  impl_->workers.record("discover", watch.seconds());
+}
+
+void Pipeline::buildStructure() {
+  Impl& s = *impl_;
+  faultPoint(s.comm, "read");
+  LocalCct localCct(s.strings);
+  RegionUnion regionUnion;
+  ReadResult read = readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion);
+  Stopwatch unify;
+  s.profiles = tabulateProfiles(s.comm, s.discovery, read);
+  s.threadClasses = stages::classifyThreads(s.comm, s.profiles.local, s.options.threadClasses);
+  if (s.threadClasses.classOf.size() != s.profiles.count)
+    throw std::logic_error("thread classes: one per profile expected");
+  s.metrics = planMetrics(s.comm, s.discovery, read, s.options, s.overheadRules);
+  s.cct = unifyCct(s.comm, localCct, s.strings);
+  if (s.metrics.state.overhead != kNoMetric) s.overheadNode = s.overheadRules.classify(s.cct, s.strings);
+  s.regions = RegionTree::unify(s.comm, regionUnion);
+  s.workers.record("unify structure", unify.seconds());
+}
+
+void Pipeline::computeMetrics(const BatchConsumer& consume) {
+  Impl& s = *impl_;
+  faultPoint(s.comm, "metrics");
+  computeValues(s.profiles, s.discovery, s.options, s.workers, s.attribution(),
+                {s.cct, s.metrics, s.overheadNode, s.regions}, consume);
+}
+
+const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->discovery.inputs; }
+const FinalCct& Pipeline::cct() const { return impl_->cct; }
+const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions.nodes(); }
+std::vector<std::uint32_t> Pipeline::regionIds(const RegionProfile& r) const { return impl_->regions.idsOf(r); }
+StringTable& Pipeline::strings() { return impl_->strings; }
+const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->metrics.metrics; }
+std::uint32_t Pipeline::profileCount() const { return impl_->profiles.count; }
+std::uint32_t Pipeline::firstProfileId() const { return impl_->profiles.firstId; }
+const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_->threadClasses.classOf; }
+const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses.infos; }
+const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->profiles.local; }
+const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->profiles.skipped; }
+const std::vector<std::string>& Pipeline::leftoverTemporaries() const { return impl_->discovery.leftoverTemporaries; }
+AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
+const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->workers.phases(); }
+tbb::task_arena& Pipeline::arena() { return impl_->workers.arena(); }
+
+}  // namespace csp::reduce

@@ -1,0 +1,125 @@
+// The profiles of all ranks: skipped inputs shared, dense ids among the valid ones in input
+// order, and no thread given twice.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "stages.hpp"
+
+namespace csp::reduce::stages {
+
+namespace {
+
+constexpr std::size_t kMaxErrorsPerRank = 5;
+
+// Skipped inputs, everywhere, in input order.
+std::vector<SkippedInput> shareSkipped(const Comm& comm, const std::vector<SkippedInput>& mine) {
+  Packer p;
+  p.u64(mine.size());
+  for (const auto& k : mine) {
+    p.text(k.path);
+    p.text(k.reason);
+  }
+  std::vector<SkippedInput> all;
+  for (const auto& part : comm.allgather(p.take())) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      SkippedInput k;
+      k.path = u.text();
+      k.reason = u.text();
+      all.push_back(std::move(k));
+    }
+  }
+  return all;
+}
+
+// Dense profile ids among valid profiles, in input order.
+void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
+  std::uint32_t valid = 0;
+  for (const auto& r : read.profiles) valid += r.has_value();
+  Packer p;
+  p.u64(valid);
+  const auto counts = comm.allgather(p.take());
+  std::uint64_t before = 0, all = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    Unpacker u(counts[static_cast<std::size_t>(r)]);
+    const auto c = u.u64();
+    if (r < comm.rank()) before += c;
+    all += c;
+  }
+  if (all > 0xFFFFFFF0ULL) throw PipelineError(fmt::format("{} profiles: more than this format's 2^32 limit", all));
+  table.firstId = static_cast<std::uint32_t>(before);
+  table.count = static_cast<std::uint32_t>(all);
+  if (table.count == 0) throw PipelineError("no readable profiles in the input");
+  std::uint32_t next = table.firstId;
+  for (auto& r : read.profiles) {
+    if (!r) continue;
+    r->info.id = next++;
+    table.inputOf.push_back(r->info.input);
+    table.local.push_back(std::move(r->info));
+  }
+}
+
+// Every profile is one thread of one run: two with the same id tuple mean mixed runs or copies,
+// whose values would be added up as if they were different threads.
+void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const ProfileTable& table) {
+  Packer p;
+  p.u64(table.local.size());
+  for (std::size_t k = 0; k < table.local.size(); ++k) {
+    p.u64(table.inputOf[k]);
+    p.u64(table.local[k].identity.idTuple.size());
+    for (const auto& e : table.local[k].identity.idTuple) {
+      p.u64(static_cast<std::uint64_t>(e.kind));
+      p.u64(e.value);
+    }
+  }
+  const auto parts = comm.gather(p.take());
+  if (comm.rank() != 0) return;
+  std::vector<std::pair<IdTuple, std::size_t>> all;
+  for (const auto& part : parts) {
+    Unpacker u(part);
+    for (auto n = u.u64(); n > 0; --n) {
+      const auto input = static_cast<std::size_t>(u.u64());
+      IdTuple tuple(u.u64());
+      for (auto& e : tuple) {
+        e.kind = static_cast<IdKind>(u.u64());
+        e.value = u.u64();
+      }
+      all.emplace_back(std::move(tuple), input);
+    }
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> errors;
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (all[i].first == all[i - 1].first)
+      errors.push_back(
+          fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+                      "copied; post-process one run at a time",
+                      discovery.inputs[all[i - 1].second].path.string(), discovery.inputs[all[i].second].path.string(),
+                      formatIdTuple(all[i].first)));
+  throwIfAny(errors);
+}
+
+}  // namespace
+
+void throwIfAny(const std::vector<std::string>& errors) {
+  if (errors.empty()) return;
+  std::string message;
+  const std::size_t shown = std::min(errors.size(), kMaxErrorsPerRank);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (i) message.push_back('\n');
+    message += errors[i];
+  }
+  if (errors.size() > shown) message += fmt::format("\n(and {} more errors on this process)", errors.size() - shown);
+  throw PipelineError(message);
+}
+
+ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read) {
+  ProfileTable table;
+  table.skipped = shareSkipped(comm, read.skipped);
+  numberProfiles(comm, read, table);
+  checkDistinctIdentities(comm, discovery, table);
+  return table;
+}
+
+}  // namespace csp::reduce::stages

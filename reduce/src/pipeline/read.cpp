@@ -1,0 +1,141 @@
+// The structure pass: every profile of this rank read through its source, validated, attributed
+// and unioned into the local CCT and region union; what later stages need of it is kept.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "csp/storage/profile_io.hpp"
+#include "stages.hpp"
+
+namespace csp::reduce {
+
+namespace {
+
+// A profile holding what its source does not declare: the source is wrong about its format, and
+// later stages that trust the declaration would go wrong.
+void checkDeclared(const ThreadProfile& p, const SourceProvides& provides, const std::string& name) {
+  auto refuse = [&](const char* what) {
+    throw storage::ProfileError(name, fmt::format("holds {}, which its format's source does not declare", what));
+  };
+  if (p.frameKind == FrameKind::Address && !p.addressFrames.empty() && !provides.addressFrames)
+    refuse("address frames");
+  if (p.frameKind == FrameKind::Symbolic && !p.symbolicFrames.empty() && !provides.symbolicFrames)
+    refuse("symbolic frames");
+  if (!provides.realMetrics &&
+      std::any_of(p.metrics.begin(), p.metrics.end(), [](const auto& m) { return m.valueType == ValueType::Real; }))
+    refuse("real-valued metrics");
+  if (!provides.regions && p.regions.size() > 1) refuse("regions");
+  if (!provides.pathStarts &&
+      std::any_of(p.cct.pathStart.begin(), p.cct.pathStart.end(), [](auto s) { return s != PathStart::Unknown; }))
+    refuse("path start marks");
+  if (!provides.gpuIdentities && std::any_of(p.identity.idTuple.begin(), p.identity.idTuple.end(), [](const auto& e) {
+        return e.kind == IdKind::GpuContext || e.kind == IdKind::GpuStream;
+      }))
+    refuse("GPU identities");
+}
+
+}  // namespace
+
+ThreadProfile readInput(const InputProfile& input) {
+  ThreadProfile p = input.source->read(input.path);
+  const std::string name = input.path.string();
+  storage::validateProfile(p, name);
+  checkDeclared(p, input.source->provides(), name);
+  return p;
+}
+
+namespace stages {
+
+const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, const ThreadProfile& profile) {
+  const auto file = input.source->jitSymbols(input.path, profile);
+  return file.empty() ? nullptr : attributor.perfMap(file);
+}
+
+namespace {
+
+// Kept for every profile until the database is written, so only what the metadata needs: the
+// executable, the command csp-run ran, the OpenMP settings, the job's rank count and the causes
+// of dropped samples (settings), and a command line only for the first profile of each
+// executable in a row.
+void keepMetadataSettings(Identity& identity) {
+  std::erase_if(identity.settings, [](const Setting& st) {
+    return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime" &&
+           st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
+  });
+}
+
+void keepFirstCommandLines(std::vector<std::optional<ReadProfile>>& profiles) {
+  const std::string* lastExecutable = nullptr;
+  for (auto& r : profiles) {
+    if (!r) continue;
+    auto& identity = r->info.identity;
+    if (lastExecutable && *lastExecutable == identity.executable) identity.commandLine.clear();
+    lastExecutable = &identity.executable;
+  }
+}
+
+// One profile: its contexts into the local CCT, its regions into the union, and what is kept.
+ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a, LocalCct& localCct,
+                    RegionUnion& regions) {
+  ThreadProfile p = readInput(input);
+  std::uint64_t truncated = 0, scanned = 0, recovered = 0;
+  EntryTracker entries(a.strings);
+  const auto stmt = projectProfile(p, a.strings, a.attributor,
+                                   [&](std::uint32_t parent, const ScopeKey& key) {
+                                     const auto child = localCct.child(parent, key);
+                                     entries.edge(parent, key, child);
+                                     return child;
+                                   },
+                                   {jitSymbolsOf(a.attributor, input, p), &truncated, &scanned, &recovered});
+  ReadProfile out;
+  out.info.features = threadFeatures(p, input.source->workMetric(), stmt, entries, localCct, a.strings);
+  regions.add(p.regions);
+  keepMetadataSettings(p.identity);
+  out.info.identity = std::move(p.identity);
+  out.info.stats = p.stats;
+  out.info.input = index;
+  out.info.hasRegionEvents = !p.regions.eventTimeNs.empty();
+  out.info.truncatedSamples = truncated;
+  out.info.scannedSamples = scanned;
+  out.info.recoveredSamples = recovered;
+  out.metrics = std::move(p.metrics);
+  return out;
+}
+
+}  // namespace
+
+ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions) {
+  Stopwatch watch;
+  const std::size_t count = discovery.end - discovery.begin;
+  ReadResult out;
+  out.profiles.assign(count, std::nullopt);  // MT: one element per worker iteration
+  std::mutex errorsMutex;
+  std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
+  workers.begin("read + attribute", count);
+  workers.forEach(count, [&](std::size_t i) {
+    const auto& input = discovery.inputs[discovery.begin + i];
+    try {
+      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions);
+    } catch (const storage::ProfileError& e) {
+      std::lock_guard lock(errorsMutex);
+      if (options.skipInvalid)
+        out.skipped.push_back({e.file(), e.defect()});
+      else
+        errors.push_back(e.what());
+    } catch (const std::exception& e) {
+      std::lock_guard lock(errorsMutex);
+      errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
+    }
+  });
+  workers.end("read + attribute", watch);
+  std::sort(errors.begin(), errors.end());
+  throwIfAny(errors);
+  std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  keepFirstCommandLines(out.profiles);
+  return out;
+}
+
+}  // namespace stages
+
+}  // namespace csp::reduce

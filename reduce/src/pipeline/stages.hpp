@@ -1,0 +1,258 @@
+// The stages of the pipeline (pipeline.hpp), each a function or class with typed inputs and
+// outputs; pipeline.cpp runs them in order and keeps their results:
+//
+//   discover      Discovery           the inputs (rank 0 lists them through the sources), this
+//                                      rank's share                                 discover.cpp
+//   read          ReadResult          read + validate + attribute + union into the local CCT and
+//                                      region union, per profile what later stages need  read.cpp
+//   profiles      ProfileTable        skipped inputs everywhere, dense profile ids, distinct
+//                                      identities                                  profiles.cpp
+//   threads       ThreadClassification thread features -> classes (thread_classes.hpp) threads.cpp
+//   metrics       MetricPlan          the global metric list: measured, state and derived
+//                                                                               metric_plan.cpp
+//   cct           FinalCct            tree reduction of the local CCTs                 cct.cpp
+//   regions       RegionTree          the union of the region trees, final ids    regions.cpp
+//   values        ProfileValues       per profile: its values on the final CCT and its region
+//                                      values, batch by batch                       values.cpp
+//
+// Stages that communicate do so only through the collectives of mpi_comm.hpp. Everything a stage
+// shares with the threads of its parallel loops is marked `// MT:`.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "csp/metrics/expression.hpp"
+#include "csp/reduce/overhead.hpp"
+#include "csp/reduce/pipeline.hpp"
+
+namespace csp::reduce::stages {
+
+class Stopwatch {
+ public:
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// The worker threads of one rank, the progress of its phases (rank 0) and their times.
+class Workers {
+ public:
+  Workers(unsigned jobs, ProgressSink* progress)
+      : arena_(jobs ? static_cast<int>(jobs) : tbb::task_arena::automatic), progress_(progress) {}
+  tbb::task_arena& arena() { return arena_; }
+  ProgressSink* progress() const { return progress_; }
+
+  void begin(const std::string& phase, std::uint64_t total) {
+    if (progress_) progress_->begin(phase, total);
+  }
+  void end(const std::string& phase, const Stopwatch& watch) {
+    if (progress_) progress_->end();
+    record(phase, watch.seconds());
+  }
+  void record(const std::string& phase, double seconds) { phases_.push_back({phase, seconds}); }
+  const std::vector<PhaseTime>& phases() const { return phases_; }
+
+  // body(i) for i in [0, count) on the workers, with progress from this rank's own share.
+  template <typename F>
+  void forEach(std::size_t count, F&& body) {
+    std::atomic<std::uint64_t> done{0};
+    arena_.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          body(i);
+          const auto d = ++done;
+          // Updates come from workers; the sink only redraws when the percentage moves.
+          if (progress_ && std::this_thread::get_id() == main_) progress_->update(d);
+        }
+      });
+    });
+    if (progress_) progress_->update(count);
+  }
+
+ private:
+  tbb::task_arena arena_;
+  ProgressSink* progress_;  // rank 0 only
+  std::thread::id main_ = std::this_thread::get_id();
+  std::vector<PhaseTime> phases_;
+};
+
+// A stage's local errors end it on this rank: thrown as one PipelineError (the first few
+// messages), which runProf turns into the job-wide failure (mpi_comm.hpp).
+void throwIfAny(const std::vector<std::string>& errors);
+
+// --- discover (discover.cpp) -------------------------------------------------------------------
+
+struct Discovery {
+  std::vector<InputProfile> inputs;              // all ranks: the same list, in id order
+  std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
+  std::size_t begin = 0, end = 0;                // this rank's inputs
+};
+
+// Rank 0 lists the inputs through the sources, every rank receives the list and takes its
+// contiguous share (whole batches, balanced by bytes).
+Discovery discover(const Comm& comm, const PipelineOptions& options);
+
+// --- read (read.cpp) ---------------------------------------------------------------------------
+
+// Region trees are small (tens to thousands of nodes): a map under a mutex is enough.
+class RegionUnion {
+ public:
+  RegionUnion() { nodes_.push_back({kNoIndex, "", 0}); }
+  // Adds a profile's region tree (MT: any thread).
+  void add(const RegionProfile& regions);
+  void merge(const std::vector<RegionTreeNode>& other);
+  const std::vector<RegionTreeNode>& nodes() const { return nodes_; }
+  // Deterministic numbering: children ordered by (name, dynamic id), in preorder.
+  std::vector<RegionTreeNode> finalTree() const;
+
+ private:
+  std::uint32_t child(std::uint32_t parent, const std::string& name, std::uint64_t dynamicId);
+  std::mutex mutex_;
+  std::vector<RegionTreeNode> nodes_;                                                     // MT: under mutex_
+  std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;  // MT: under mutex_
+};
+
+// What the structure pass keeps of one profile until the database is written.
+struct ReadProfile {
+  ProfileInfo info;                       // id still 0
+  std::vector<MetricDescriptor> metrics;  // until the metric list is unified
+};
+
+struct ReadResult {
+  std::vector<std::optional<ReadProfile>> profiles;  // per input of this rank; nullopt: skipped
+  std::vector<SkippedInput> skipped;                 // this rank's, sorted by path
+};
+
+// Everything of one rank that the read and values passes share with their worker threads.
+struct Attribution {
+  StringTable& strings;    // MT: thread-safe interning
+  Attributor& attributor;  // MT: thread-safe
+};
+
+// Reads this rank's inputs in parallel, attributes them and unions their contexts into
+// `localCct` and their region trees into `regions`.
+ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions);
+
+// The JIT symbols of a profile's process, if its source keeps them.
+const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, const ThreadProfile& profile);
+
+// --- profiles (profiles.cpp) -------------------------------------------------------------------
+
+struct ProfileTable {
+  std::vector<ProfileInfo> local;     // this rank's valid profiles, ascending id
+  std::vector<std::size_t> inputOf;   // local[i]'s input index
+  std::uint32_t firstId = 0;          // of this rank's profiles
+  std::uint32_t count = 0;            // valid profiles of all ranks
+  std::vector<SkippedInput> skipped;  // of all ranks, in input order
+};
+
+// Shares the skipped inputs, numbers the valid profiles densely in input order and checks that
+// no thread is there twice. Moves the profiles' infos out of `read`.
+ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read);
+
+// --- threads (threads.cpp) ---------------------------------------------------------------------
+
+// What the classification looks at in one profile: its process, whether it is the initial
+// thread, its work (samples of the source's work metric) and its entry procedure.
+ThreadFeatures threadFeatures(const ThreadProfile& profile, const std::string& workMetric,
+                              const std::vector<StmtValue>& stmt, const EntryTracker& entries, const LocalCct& cct,
+                              const StringTable& strings);
+
+struct ThreadClassification {
+  std::vector<std::uint8_t> classOf;            // storage::ThreadClass of every profile, all ranks
+  std::vector<storage::ThreadClassInfo> infos;  // rank 0: class, entry and reason per profile
+};
+
+// The features of every profile go to rank 0, which classifies them with the whole process in
+// view (a process's threads may lie on several ranks). Clears the local profiles' features.
+ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
+                                     const ThreadClassOptions& options);
+
+// --- metrics (metric_plan.cpp) -----------------------------------------------------------------
+
+struct DerivedMetric {
+  metrics::PerThreadDerivedMetric metric;
+  std::vector<std::uint16_t> inputs;  // metric ids of its inputs (measured or state metrics)
+};
+
+inline constexpr std::uint16_t kNoMetric = 0xFFFF;
+
+// Post-processing metrics of idleness accounting (docs/postprocessing.md, "Work, idleness,
+// overhead"): overhead = work in runtime code, effort = work + idleness. kNoMetric when absent.
+struct StateMetrics {
+  std::uint16_t work = kNoMetric, idleness = kNoMetric, overhead = kNoMetric, effort = kNoMetric;
+  bool any() const { return overhead != kNoMetric || effort != kNoMetric; }
+};
+
+struct MetricPlan {
+  // Measured metrics in first appearance by profile id, then the state metrics, then the derived.
+  std::vector<MetricDescriptor> metrics;
+  std::size_t raw = 0;  // measured and state metrics
+  StateMetrics state;
+  std::vector<DerivedMetric> derived;  // metric raw + i
+};
+
+// The global metric list: each rank's first-appearance list, merged at the root in rank order
+// (= profile id order) and broadcast; then the state and --derive metrics.
+MetricPlan planMetrics(const Comm& comm, const Discovery& discovery, ReadResult& read, const PipelineOptions& options,
+                       const OverheadRules& overheadRules);
+
+// Appends the per-thread derived metrics to one profile's values.
+ThreadValues withDerived(const ThreadValues& values, const MetricPlan& plan);
+
+// --- cct (cct.cpp) -----------------------------------------------------------------------------
+
+// Binomial-tree reduction of the local CCT structures towards rank 0, which numbers the canonical
+// CCT; the result is broadcast.
+FinalCct unifyCct(const Comm& comm, LocalCct& localCct, StringTable& strings);
+
+// --- regions (regions.cpp) ---------------------------------------------------------------------
+
+// The reduced region tree and the one mapping from a profile's region nodes to its ids.
+class RegionTree {
+ public:
+  // Gathers the ranks' unions at the root, which merges and numbers them; broadcast.
+  static RegionTree unify(const Comm& comm, const RegionUnion& mine);
+  const std::vector<RegionTreeNode>& nodes() const { return nodes_; }
+  // Final id of every node of a profile's region tree (0 for its root).
+  std::vector<std::uint32_t> idsOf(const RegionProfile& regions) const;
+  // A profile's region values at final ids, ascending.
+  RegionValues valuesOf(const RegionProfile& regions) const;
+
+ private:
+  std::vector<RegionTreeNode> nodes_;
+  std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;
+};
+
+// --- values (values.cpp) -----------------------------------------------------------------------
+
+// What the values of one profile are computed from; read-only while they are (MT: shared).
+struct ValueInputs {
+  const FinalCct& cct;
+  const MetricPlan& plan;
+  const std::vector<std::uint8_t>& overheadNode;  // per final node; empty without `overhead`
+  const RegionTree& regions;
+};
+
+// Re-reads this rank's profiles batch by batch (profiles whose input index / batchProfiles is the
+// same), computes their values in parallel and hands each batch to `consume` on a thread of its
+// own while the next one is computed (at most two batches alive).
+void computeValues(const ProfileTable& profiles, const Discovery& discovery, const PipelineOptions& options,
+                   Workers& workers, Attribution attribution, const ValueInputs& inputs,
+                   const Pipeline::BatchConsumer& consume);
+
+}  // namespace csp::reduce::stages

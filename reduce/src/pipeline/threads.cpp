@@ -1,0 +1,124 @@
+// Thread classes (thread_classes.hpp): each profile's features from the structure pass, the
+// classification at rank 0 with every process in view.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "stages.hpp"
+
+namespace csp::reduce::stages {
+
+namespace {
+
+// The process of a thread (its process and rank elements, host and pid), and whether it is the
+// process's initial thread: thread index 0, or none; a GPU stream or context is no initial thread.
+void identify(const Identity& identity, ThreadFeatures& f) {
+  for (const auto& e : identity.idTuple)
+    if (e.kind == IdKind::Process || e.kind == IdKind::Rank)
+      f.process += fmt::format("{}{}.", static_cast<int>(e.kind), e.value);
+  f.process += fmt::format("{}:{}", identity.hostname, identity.pid);
+  f.initialThread = true;
+  for (const auto& e : identity.idTuple) {
+    if (e.kind == IdKind::Thread) f.initialThread = e.value == 0;
+    if (e.kind == IdKind::GpuContext || e.kind == IdKind::GpuStream) {
+      f.initialThread = false;
+      break;
+    }
+  }
+}
+
+// The entry procedure: the one under which most work was recorded; ties by name, so that the
+// choice does not depend on node ids.
+void chooseEntry(const std::map<std::uint32_t, std::uint64_t>& byEntry, const LocalCct& cct, const StringTable& strings,
+                 ThreadFeatures& f) {
+  std::uint32_t best = kNoIndex;
+  std::uint64_t most = 0;
+  for (const auto& [node, samples] : byEntry) {
+    const auto key = cct.node(node).key;
+    const auto better = [&] {
+      if (samples != most) return samples > most;
+      return best == kNoIndex || strings.text(key.name) < strings.text(cct.node(best).key.name);
+    };
+    if (better()) best = node, most = samples;
+  }
+  if (best == kNoIndex) return;
+  const auto key = cct.node(best).key;
+  f.entry = strings.text(key.name);
+  f.entryModule = strings.text(key.module);
+}
+
+}  // namespace
+
+// The thread's work (recorded samples of the work metric, or of every count metric when the
+// profile has none) and its entry procedure.
+ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMetric, const std::vector<StmtValue>& stmt,
+                              const EntryTracker& entries, const LocalCct& cct, const StringTable& strings) {
+  ThreadFeatures f;
+  identify(p.identity, f);
+  std::optional<std::uint16_t> work;
+  std::vector<char> wait(p.metrics.size(), 0);  // the program's own waits, measured with --idleness
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    if (!workMetric.empty() && p.metrics[m].name == workMetric) work = static_cast<std::uint16_t>(m);
+    wait[m] = isProgramWaitMetric(p.metrics[m].name);
+  }
+  std::uint64_t waitedNs = 0;
+  std::map<std::uint32_t, std::uint64_t> byEntry;
+  for (const auto& v : stmt) {
+    if (p.metrics[v.metric].valueType != ValueType::Count) continue;
+    if (wait[v.metric]) waitedNs += v.value;
+    if (work && v.metric != *work) continue;
+    const std::uint64_t period = std::max<std::uint64_t>(p.metrics[v.metric].period, 1);
+    const std::uint64_t samples = v.value / period;
+    f.work += samples;
+    if (const auto entry = entries.entryOf(v.node); entry != kNoIndex) byEntry[entry] += samples;
+  }
+  // A thread that waits in the program's locks, barriers or MPI calls takes part in the work
+  // (it is a lock's waiter, not a runtime's idle helper): its waits count as work, in samples.
+  if (work) f.waited = waitedNs / std::max<std::uint64_t>(p.metrics[*work].period, 1);
+  chooseEntry(byEntry, cct, strings, f);
+  return f;
+}
+
+ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
+                                     const ThreadClassOptions& options) {
+  Packer p;
+  p.u64(local.size());
+  for (const auto& info : local) {
+    const auto& f = info.features;
+    p.text(f.process);
+    p.u64(f.initialThread ? 1 : 0);
+    p.u64(f.work);
+    p.u64(f.waited);
+    p.text(f.entry);
+    p.text(f.entryModule);
+  }
+  const auto parts = comm.gather(p.take());
+  ThreadClassification out;
+  std::vector<std::byte> classes;
+  if (comm.rank() == 0) {
+    std::vector<ThreadFeatures> all;
+    for (const auto& part : parts) {
+      Unpacker u(part);
+      for (auto n = u.u64(); n > 0; --n) {
+        ThreadFeatures f;
+        f.process = u.text();
+        f.initialThread = u.u64() != 0;
+        f.work = u.u64();
+        f.waited = u.u64();
+        f.entry = u.text();
+        f.entryModule = u.text();
+        all.push_back(std::move(f));
+      }
+    }
+    out.infos = reduce::classifyThreads(all, options);
+    for (const auto& c : out.infos) classes.push_back(static_cast<std::byte>(c.threadClass));
+  }
+  comm.broadcast(classes);
+  out.classOf.resize(classes.size());
+  for (std::size_t i = 0; i < classes.size(); ++i) out.classOf[i] = static_cast<std::uint8_t>(classes[i]);
+  for (auto& info : local) info.features = {};  // not needed any more
+  return out;
+}
+
+}  // namespace csp::reduce::stages

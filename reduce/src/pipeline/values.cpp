@@ -1,0 +1,121 @@
+// The values pass: every profile of this rank re-read, projected onto the final CCT, its
+// per-thread exclusive and inclusive values (with the state and derived metrics) and its region
+// values computed, and handed out batch by batch.
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+
+#include <future>
+#include <map>
+#include <span>
+
+#include "stages.hpp"
+
+namespace csp::reduce::stages {
+
+namespace {
+
+// The post-processing's own integer metrics at each statement (docs/postprocessing.md, "Work,
+// idleness, overhead"): overhead = work at nodes the overhead rules name, effort = work + idleness.
+void addStateValues(std::vector<StmtValue>& stmt, const StateMetrics& state,
+                    const std::vector<std::uint8_t>& overheadNode) {
+  if (!state.any()) return;
+  const std::size_t measured = stmt.size();
+  for (std::size_t k = 0; k < measured; ++k) {
+    const StmtValue v = stmt[k];
+    if (v.metric == state.work && state.overhead != kNoMetric && overheadNode[v.node])
+      stmt.push_back({v.node, state.overhead, v.value});
+    if ((v.metric == state.work || v.metric == state.idleness) && state.effort != kNoMetric)
+      stmt.push_back({v.node, state.effort, v.value});
+  }
+}
+
+// One profile's values (MT: called from the workers; `scratch` is the calling worker's own).
+class ProfileValues {
+ public:
+  ProfileValues(const ValueInputs& in, Attribution a) : in_(in), a_(a) {
+    for (std::size_t m = 0; m < in.plan.metrics.size(); ++m)
+      globalMetric_[in.plan.metrics[m].name] = static_cast<std::uint16_t>(m);
+    for (const auto& m : in.plan.metrics) real_.push_back(m.valueType == ValueType::Real);
+  }
+
+  void compute(const InputProfile& input, ThreadValues& values, RegionValues& regionValues) {
+    // Re-reading keeps memory flat in the number of profiles; the attribution cache makes the
+    // second walk cheap.
+    ThreadProfile p = readInput(input);
+    auto stmt = projectProfile(p, a_.strings, a_.attributor,
+                               [&](std::uint32_t parent, const ScopeKey& key) {
+                                 const auto id = in_.cct.find(parent, key);
+                                 if (id == kNoIndex)
+                                   throw std::runtime_error("context missing from the canonical CCT (file changed?)");
+                                 return id;
+                               },
+                               {jitSymbolsOf(a_.attributor, input, p), nullptr});
+    for (auto& v : stmt) v.metric = globalMetric_.at(p.metrics[v.metric].name);
+    addStateValues(stmt, in_.plan.state, in_.overheadNode);
+    auto& mine = scratch_.local();
+    if (!mine) mine = std::make_unique<ValueScratch>(in_.cct.size(), real_);
+    values = mine->compute(in_.cct, stmt);
+    if (!in_.plan.derived.empty()) values = withDerived(values, in_.plan);
+    regionValues = in_.regions.valuesOf(p.regions);
+  }
+
+ private:
+  const ValueInputs& in_;
+  Attribution a_;
+  std::map<std::string, std::uint16_t> globalMetric_;  // MT: read-only
+  std::vector<bool> real_;                             // MT: read-only; per global metric
+  tbb::enumerable_thread_specific<std::unique_ptr<ValueScratch>> scratch_;
+};
+
+}  // namespace
+
+void computeValues(const ProfileTable& profiles, const Discovery& discovery, const PipelineOptions& options,
+                   Workers& workers, Attribution attribution, const ValueInputs& inputs,
+                   const Pipeline::BatchConsumer& consume) {
+  Stopwatch watch;
+  ProfileValues profileValues(inputs, attribution);
+  const std::size_t total = profiles.local.size();
+  const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+  std::vector<std::string> errors;  // MT: under errorsMutex
+  std::mutex errorsMutex;
+  workers.begin("metrics", total);
+  std::future<void> pending;
+  for (std::size_t first = 0; first < total;) {
+    // The batch is the input batch of this profile: profiles whose inputs share index / batch.
+    const std::size_t batchIndex = profiles.inputOf[first] / batch;
+    std::size_t n = 1;
+    while (first + n < total && profiles.inputOf[first + n] / batch == batchIndex) ++n;
+    std::vector<ThreadValues> values(n);
+    std::vector<RegionValues> regionValues(n);
+    workers.arena().execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          const auto& input = discovery.inputs[profiles.inputOf[first + i]];
+          try {
+            profileValues.compute(input, values[i], regionValues[i]);
+          } catch (const std::exception& e) {
+            std::lock_guard lock(errorsMutex);
+            errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
+          }
+        }
+      });
+    });
+    if (!errors.empty()) break;
+    // The consumer (database writing) of this batch overlaps the computation of the next one;
+    // at most two batches are alive at a time.
+    if (pending.valid()) pending.get();
+    pending =
+        std::async(std::launch::async, [&consume, batchIndex,
+                                        batchProfiles = std::span<const ProfileInfo>(profiles.local).subspan(first, n),
+                                        values = std::move(values), regionValues = std::move(regionValues)]() mutable {
+          consume(batchIndex, batchProfiles, values, regionValues);
+        });
+    first += n;
+    if (workers.progress()) workers.progress()->update(first);
+  }
+  if (pending.valid()) pending.get();
+  workers.end("metrics", watch);
+  throwIfAny(errors);
+}
+
+}  // namespace csp::reduce::stages
