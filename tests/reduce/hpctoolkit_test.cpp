@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -223,6 +224,94 @@ void expectSummaries(const hpc::Profile& summary, const storage::Database& db, c
   for (const auto& [c, vals] : summary.values) checked.statistics += vals.size();
 }
 
+// Identifier tuples: each element's kind by its name in meta.db, HPCToolkit's own kinds with the
+// numbers hpcrun gives them (NODE 1, RANK 2, THREAD 3, GPUCONTEXT 5, GPUSTREAM 6, CORE 7);
+// logical ids equal physical ones except for the physical kinds (NODE, CORE), dense from 0.
+void expectIdTuples(const hpc::Meta& meta, const std::vector<hpc::Profile>& profiles, const storage::Database& db) {
+  static const std::map<IdKind, std::pair<std::string, int>> kExpected = {
+      {IdKind::Node, {"NODE", 1}},          {IdKind::Rank, {"RANK", 2}},        {IdKind::Thread, {"THREAD", 3}},
+      {IdKind::Core, {"CORE", 7}},          {IdKind::Process, {"PROCESS", -1}}, {IdKind::GpuContext, {"GPUCONTEXT", 5}},
+      {IdKind::GpuStream, {"GPUSTREAM", 6}}};
+  const auto& csp = db.metadata().profiles;
+  for (std::size_t p = 0; p < csp.size() && p + 1 < profiles.size(); ++p)
+    for (std::size_t k = 0; k < csp[p].size() && k < profiles[p + 1].idTuple.size(); ++k) {
+      const auto& got = profiles[p + 1].idTuple[k];
+      const auto& [name, number] = kExpected.at(csp[p][k].kind);
+      ASSERT_LT(got.kind, meta.kindNames.size());
+      EXPECT_EQ(meta.kindNames[got.kind], name) << "profile " << p;
+      if (number >= 0) {
+        EXPECT_EQ(got.kind, number) << name;
+      }
+      const bool physical = name == "NODE" || name == "CORE";
+      EXPECT_EQ(got.flags & 1, physical ? 1 : 0) << name;
+      if (!physical) {
+        EXPECT_EQ(got.logicalId, got.physicalId) << name;
+      }
+    }
+}
+
+// metrics/default.yaml, read as HPCToolkit's METRICS.yaml: each metric has the variants hpcviewer
+// shows (Sum, Mean, StdDev, CfVar, Min, Max), inclusive and exclusive, built from inputs that
+// name that metric, the matching scope and the right statistic.
+void expectTaxonomy(const hpc::Meta& meta, const fs::path& yaml) {
+  struct Input {
+    std::string metric, scope, formula, combine;
+  };
+  std::map<std::string, Input> inputs;
+  std::map<std::string, std::map<std::string, std::map<std::string, std::string>>> roots;  // metric, variant, scope
+  const std::regex input(R"re(^  - &(\S+) \{metric: "(.*)", scope: (\w+), formula: "(.*)", combine: (\w+)\}$)re");
+  const std::regex root(R"re(^  - name: "(.*)"$)re"), variant(R"re(^      (\w+):$)re"),
+      formula(R"re(^          (inclusive|exclusive): \{standard: (.*)\}$)re");
+  std::istringstream in(slurp(yaml));
+  std::string line, metric, var;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, input))
+      inputs[m[1]] = {m[2], m[3], m[4], m[5]};
+    else if (std::regex_match(line, m, root))
+      metric = m[1];
+    else if (std::regex_match(line, m, variant))
+      var = m[1];
+    else if (std::regex_match(line, m, formula))
+      roots[metric][var][m[1]] = m[2];
+  }
+  ASSERT_EQ(roots.size(), meta.metrics.size());
+  auto refs = [&](const std::string& f) {
+    std::vector<Input> out;
+    const std::regex ref(R"(\*([\w-]+))");
+    for (std::sregex_iterator it(f.begin(), f.end(), ref), end; it != end; ++it) {
+      const auto found = inputs.find((*it)[1]);
+      EXPECT_NE(found, inputs.end()) << (*it)[1];
+      if (found != inputs.end()) out.push_back(found->second);
+    }
+    return out;
+  };
+  const std::map<std::string, std::multiset<std::string>> kStatistics = {
+      {"Sum", {"$$ sum"}},
+      {"Mean", {"$$ sum", "1 sum"}},
+      {"StdDev", {"($$^2) sum", "$$ sum", "1 sum", "1 sum"}},
+      {"CfVar", {"($$^2) sum", "$$ sum", "$$ sum", "1 sum", "1 sum", "1 sum"}},
+      {"Min", {"$$ min"}},
+      {"Max", {"$$ max"}}};
+  for (const auto& hm : meta.metrics) {
+    SCOPED_TRACE(hm.name);
+    const auto& variants = roots[hm.name];
+    ASSERT_EQ(variants.size(), kStatistics.size());
+    for (const auto& [name, statistics] : kStatistics)
+      for (const auto& [scope, scopeName] : {std::pair{"inclusive", "execution"}, {"exclusive", "function"}}) {
+        const auto it = variants.find(name);
+        ASSERT_NE(it, variants.end()) << name;
+        std::multiset<std::string> got;
+        for (const auto& x : refs(it->second.at(scope))) {
+          EXPECT_EQ(x.metric, hm.name);
+          EXPECT_EQ(x.scope, scopeName);
+          got.insert(x.formula + " " + x.combine);
+        }
+        EXPECT_EQ(got, statistics) << name << " " << scope;
+      }
+  }
+}
+
 // Everything in `hpctk` against the CSP database it was written from.
 Checked expectSameValues(const fs::path& database, const fs::path& hpctk) {
   Checked checked;
@@ -234,6 +323,8 @@ Checked expectSameValues(const fs::path& database, const fs::path& hpctk) {
   const auto ids = metricIds(meta, db->metadata());
   if (ids.size() != db->metadata().metrics.size()) return checked;
   expectTree(meta, *db, checked);
+  expectIdTuples(meta, profiles, *db);
+  expectTaxonomy(meta, hpctk / "metrics" / "default.yaml");
   expectProfiles(profiles, *db, ids, checked);
   expectContexts(contexts, *db, ids, checked);
   if (!profiles.empty()) expectSummaries(profiles[0], *db, ids, checked);
