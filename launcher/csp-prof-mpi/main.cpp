@@ -60,9 +60,10 @@ int main(int argc, char** argv) {
   app.add_flag("--force", database.force,
                "replace an existing database (and an existing HPCToolkit database, with --hpctoolkit)");
   std::string hpctoolkit;
-  app.add_option("--hpctoolkit", hpctoolkit,
-                 "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
-                 "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
+  auto* hpctoolkitOption = app.add_option(
+      "--hpctoolkit", hpctoolkit,
+      "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
+      "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
   app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
     return 2;
   }
-  if (!hpctoolkit.empty()) {  // before the reduction, not after it
+  if (hpctoolkitOption->count() > 0) {  // before the reduction, not after it
     auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, database.force);
     if (why.empty() && std::filesystem::weakly_canonical(hpctoolkit) == std::filesystem::weakly_canonical(output))
       why = "--hpctoolkit " + hpctoolkit + ": the same directory as the CSP database";
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
   // The outputs (docs/layout.md, "Extending": a new format is added here).
   o.sinks = {csp::reduce::cspDatabaseSink(database)};
   std::optional<csp::reduce::HpctoolkitExportSummary> h;
-  if (!hpctoolkit.empty())  // after the database sink: it exports the database that one published
+  if (hpctoolkitOption->count() > 0)  // after the database sink: it exports the database that one published
     o.sinks.push_back(
         csp::reduce::hpctoolkitSink({{output, hpctoolkit, database.force, database.onLeftover, database.onTempDir},
                                      [&h](const csp::reduce::HpctoolkitExportSummary& summary) { h = summary; }}));

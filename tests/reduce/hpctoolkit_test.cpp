@@ -580,6 +580,14 @@ TEST(Hpctoolkit, RefusesWhatItMustNotReplace) {
   r = run(exportTo(1, db, dir / "link", "--force"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("symbolic link"), std::string::npos) << r.output;
+  // An empty directory name is refused, not ignored (csp-prof-mpi) or failed on at publication.
+  r = run(prof(1, meas, dir / "db", "--hpctoolkit ''"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("directory name is empty"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "db"));
+  r = run(exportTo(1, db, "''"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("directory name is empty"), std::string::npos) << r.output;
   r = run(exportTo(1, dir / "no-such-db", dir / "out"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("no-such-db"), std::string::npos) << r.output;

@@ -643,6 +643,7 @@ bool isHpctoolkitDatabase(const fs::path& dir) {
 }  // namespace
 
 std::string hpctoolkitOutputProblem(const fs::path& output, bool force) {
+  if (output.empty()) return "the HPCToolkit database's directory name is empty";
   std::error_code ec;
   const auto st = fs::symlink_status(output, ec);
   if (!fs::exists(st)) return {};
