@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli_numbers.hpp"
+#include "csp/reduce/hpctoolkit_export.hpp"
 #include "csp/reduce/overhead.hpp"
 #include "csp/reduce/prof.hpp"
 #include "progress.hpp"
@@ -56,7 +57,13 @@ int main(int argc, char** argv) {
                  "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
-  app.add_flag("--force", database.force, "replace an existing database");
+  app.add_flag("--force", database.force,
+               "replace an existing database (and an existing HPCToolkit database, with --hpctoolkit)");
+  std::string hpctoolkit;
+  auto* hpctoolkitOption = app.add_option(
+      "--hpctoolkit", hpctoolkit,
+      "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
+      "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
   app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
@@ -125,6 +132,15 @@ int main(int argc, char** argv) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
     return 2;
   }
+  if (hpctoolkitOption->count() > 0) {  // before the reduction, not after it
+    auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, database.force);
+    if (why.empty() && std::filesystem::weakly_canonical(hpctoolkit) == std::filesystem::weakly_canonical(output))
+      why = "--hpctoolkit " + hpctoolkit + ": the same directory as the CSP database";
+    if (!why.empty()) {
+      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
+      return 2;
+    }
+  }
   o.pipeline.attribution.loops = !noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
   o.pipeline.sources = {csp::reduce::cspProfileSource()};
@@ -142,7 +158,12 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "csp-prof-mpi: note: earlier temporary directory {}\n", text);
   };
   // The outputs (docs/layout.md, "Extending": a new format is added here).
-  o.sinks = {csp::reduce::cspDatabaseSink(std::move(database))};
+  o.sinks = {csp::reduce::cspDatabaseSink(database)};
+  std::optional<csp::reduce::HpctoolkitExportSummary> h;
+  if (hpctoolkitOption->count() > 0)  // after the database sink: it exports the database that one published
+    o.sinks.push_back(
+        csp::reduce::hpctoolkitSink({{output, hpctoolkit, database.force, database.onLeftover, database.onTempDir},
+                                     [&h](const csp::reduce::HpctoolkitExportSummary& summary) { h = summary; }}));
   std::optional<csp::cli::OrphanWatchdog> watchdog;
   if (size > 1) watchdog.emplace("csp-prof-mpi");
 
@@ -191,6 +212,11 @@ int main(int argc, char** argv) {
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
       if (!phases.empty()) phases.pop_back();
+      if (h)
+        fmt::print(
+            "  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
+            hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
+            h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
       fmt::print("  time {:.2f} s:{}\n", secs, phases);
     }
   } catch (const std::exception& e) {

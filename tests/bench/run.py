@@ -23,6 +23,8 @@ command is paired with the baseline run just before it, and the ratio is taken p
   diff      csp-diff between the two largest databases; baseline: `csp-views --info` of both
   dbwrite   tests/bench db_write_bench (database writer alone);
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
+  hpctoolkit  the HPCToolkit database of 4,096 profiles (postproc's shape): csp-prof-mpi
+            --hpctoolkit and csp-export; baseline: csp-prof-mpi alone
 
 Inputs come from csp-gen with fixed seeds and are cached in WORK/inputs (delete the directory or
 pass --regenerate to rebuild them); databases and other temporary data live in WORK/tmp-PID and
@@ -55,19 +57,19 @@ MODES = {
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
                  view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000], churn_threads=5000,
                  lock_iterations=1000000,
-                 dbwrite=dict(profiles=16384, nodes=5000, writers=2)),
+                 dbwrite=dict(profiles=16384, nodes=5000, writers=2), hpctoolkit_profiles=4096),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
                   view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
                   lock_iterations=500000,
-                  dbwrite=dict(profiles=1024, nodes=5000, writers=2)),
+                  dbwrite=dict(profiles=1024, nodes=5000, writers=2), hpctoolkit_profiles=1024),
     "tiny": dict(runs=1, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
                  view_runs=1, overhead_units=5, overhead_runs=1, rates=[200, 1000], churn_threads=200,
                  lock_iterations=20000,
-                 dbwrite=dict(profiles=64, nodes=300, writers=2)),
+                 dbwrite=dict(profiles=64, nodes=300, writers=2), hpctoolkit_profiles=64),
 }
-SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite"]
+SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite", "hpctoolkit"]
 
 # Reference figures of docs/benchmarks.md, "Targets" (hpcprof on this kind of machine; not measured here).
 REFERENCE = {
@@ -329,7 +331,7 @@ class Suite:
 
     # csp-prof-mpi -----------------------------------------------------------------------------
 
-    def prof(self, meas, np, db, label):
+    def prof(self, meas, np, db, label, extra=()):
         """One csp-prof-mpi run under mpirun. Each rank runs under /usr/bin/time so that its own
         peak RSS is known; wall time is measured here (mpirun start-up included)."""
         prof = self.prof_tool()
@@ -341,7 +343,7 @@ class Suite:
             os.remove(old)
         wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
                 gnu_time, stamp]
-        cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force"]
+        cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force", *extra]
         r = timed(cmd, f"csp-prof-mpi -np {np} on {os.path.basename(meas)}", env=self.env, capture=True)
         rss, busy = [], []
         for f in self.glob_prefix(stamp):
@@ -363,6 +365,9 @@ class Suite:
         m = re.search(r"per-thread values (\d+) \(each stored by profile and by node\)", out)
         # Distinct non-zero per-thread values; each is stored in both orders.
         res["values_distinct"] = int(m.group(1)) if m else None
+        m = re.search(r"HPCToolkit database .*?: .*?([\d.]+) MiB \(([\d.]+) bytes per value\)", out)
+        if m:
+            res["hpctoolkit_mib"], res["hpctoolkit_bytes_per_value"] = float(m.group(1)), float(m.group(2))
         m = re.search(r"time ([\d.]+) s:(.*)", out)
         if m:
             res["internal_s"] = float(m.group(1))
@@ -737,6 +742,62 @@ class Suite:
             out["cpu_s"] = stat(cpus, "s")
         return out
 
+    def export(self, db, np, out, label):
+        """csp-export DB --hpctoolkit OUT under mpirun, each rank under GNU time (peak RSS)."""
+        export = self.tool("launcher/csp-export", "ninja -C build csp-export")
+        stamp = os.path.join(self.tmp, f"rank-time-{label}")
+        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
+                GNU_TIME, stamp]
+        r = timed(self.mpirun(np) + wrap + [export, db, "--hpctoolkit", out, "--force"], f"csp-export -np {np}",
+                  env=self.env, capture=True)
+        rss = []
+        for f in self.glob_prefix(stamp):
+            with open(f) as fh:
+                rss.append(int(fh.read().strip().splitlines()[-1].split()[1]))
+            os.remove(f)
+        m = re.search(r"\(([\d.]+) bytes per value\)", r.stdout)
+        return {"wall": r.wall, "peak_rss_mib": max(rss) / 1024.0 if rss else None,
+                "bytes": self.dir_bytes(out), "bytes_per_value": float(m.group(1)) if m else None}
+
+    def scenario_hpctoolkit(self):
+        """The HPCToolkit database of the postproc shape: csp-prof-mpi alone (the baseline),
+        csp-prof-mpi --hpctoolkit, and csp-export of the database, interleaved per round."""
+        self.tool("launcher/csp-export", "ninja -C build csp-export")
+        profiles = self.p["hpctoolkit_profiles"]
+        meas, info = self.inputs(profiles, self.p["nodes"])
+        self.floor(meas)
+        by_np = {}
+        for np in self.p["nps"]:
+            base, both, exp = [], [], []
+            db = os.path.join(self.tmp, f"hpctk-db-np{np}")
+            out = os.path.join(self.tmp, f"hpctk-out-np{np}")
+            for r in range(self.p["runs"]):
+                log(f"hpctoolkit: run {r + 1}/{self.p['runs']}, -np {np}")
+                base.append(self.prof(meas, np, db, f"hpctk-base-np{np}"))
+                both.append(self.prof(meas, np, db, f"hpctk-both-np{np}", ("--hpctoolkit", out)))
+                exp.append(self.export(db, np, out, f"hpctk-export-np{np}"))
+            bw, ww, ew = [x["wall"] for x in base], [x["wall"] for x in both], [x["wall"] for x in exp]
+            by_np[str(np)] = {
+                "processes": np,
+                "prof_s": stat(bw, "s"),
+                "prof_with_hpctoolkit_s": stat(ww, "s"),
+                "export_s": stat(ew, "s"),
+                "with_hpctoolkit_over_prof": stat(ratios(ww, bw), "x"),
+                "export_over_prof": stat(ratios(ew, bw), "x"),
+                "hpctoolkit_phase_s": stat([x.get("phases", {}).get("hpctoolkit", 0.0) for x in both], "s"),
+                "prof_peak_rss_mib": stat([x["peak_rss_mib"] for x in base], "MiB"),
+                "prof_with_hpctoolkit_peak_rss_mib": stat([x["peak_rss_mib"] for x in both], "MiB"),
+                "export_peak_rss_mib": stat([x["peak_rss_mib"] for x in exp if x["peak_rss_mib"]], "MiB"),
+                "csp_database_mib": base[-1]["db_bytes"] / 1048576.0,
+                "hpctoolkit_mib": exp[-1]["bytes"] / 1048576.0,
+                "hpctoolkit_bytes_per_value": exp[-1]["bytes_per_value"],
+            }
+            shutil.rmtree(db, ignore_errors=True)
+            shutil.rmtree(out, ignore_errors=True)
+        return {"baseline": "csp-prof-mpi alone (the CSP database), interleaved with --hpctoolkit and csp-export",
+                "shape": {"profiles": profiles, "nodes": self.p["nodes"], "metrics": 2}, "input": info,
+                "by_np": by_np}
+
     # driver -----------------------------------------------------------------------------------
 
     def machine(self):
@@ -1044,6 +1105,17 @@ def markdown(rep):
                           "peak MiB"],
                          [[mmm(s["write_s"]), mmm(s.get("cpu_s")), mmm(s["copy_s"]), mmm(s["write_over_copy"]),
                            mmm(s["bytes_per_value_both_orders"]), mmm(s.get("peak_rss_mib"))]]))
+
+    s = header("hpctoolkit", "HPCToolkit database (csp-prof-mpi --hpctoolkit, csp-export)")
+    if s:
+        sh = s["shape"]
+        out.append(f"{sh['profiles']:,} profiles x ~{sh['nodes']:,} nodes x 2 metrics; baseline: csp-prof-mpi alone.\n\n")
+        rows = [[k, mmm(v["prof_s"]), mmm(v["prof_with_hpctoolkit_s"]), mmm(v["with_hpctoolkit_over_prof"]),
+                 mmm(v["export_s"]), mmm(v["export_over_prof"]), mmm(v["prof_peak_rss_mib"]),
+                 mmm(v["export_peak_rss_mib"]), f"{v['csp_database_mib']:.1f}", f"{v['hpctoolkit_mib']:.1f}",
+                 v["hpctoolkit_bytes_per_value"]] for k, v in s["by_np"].items()]
+        out.append(table(["-np", "prof s", "prof --hpctoolkit s", "ratio", "csp-export s", "export / prof",
+                          "prof peak MiB", "export peak MiB", "CSP db MiB", "HPCToolkit MiB", "bytes/value"], rows))
 
     if rep["problems"]:
         out.append("\n## Problems\n\n" + "\n".join(f"- {p}" for p in rep["problems"]) + "\n")

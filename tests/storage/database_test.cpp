@@ -11,8 +11,10 @@
 #include <bit>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <thread>
 
+#include "csp/storage/bytes.hpp"
 #include "storage/db_expect.hpp"
 
 namespace fs = std::filesystem;
@@ -689,4 +691,34 @@ TEST(DatabasePublication, OneBuildOfATargetPerProcess) {
   DatabaseBuilder first(tmp.path() / "db");
   EXPECT_THROW(DatabaseBuilder(tmp.path() / "db"), DatabaseError);
   EXPECT_TRUE(fs::is_directory(first.tempDir()));  // the failed second build took nothing with it
+}
+
+// ByteReader::u64 (the fast path for 64-bit varints) accepts and rejects what varint(64) does.
+TEST(ByteReader, U64AgreesWithVarint64) {
+  std::vector<std::string> encodings;
+  for (const Uint128 v : {Uint128{0}, Uint128{1}, Uint128{127}, Uint128{128}, Uint128{300}, Uint128{UINT32_MAX},
+                          Uint128{1} << 56, Uint128{1} << 63, Uint128{UINT64_MAX}, Uint128{UINT64_MAX} + 1}) {
+    std::string e;
+    storage::putVarint(e, v);
+    encodings.push_back(e);
+  }
+  encodings.push_back("\x80");                                          // truncated
+  encodings.push_back(std::string("\x80\x00", 2));                      // overlong
+  encodings.push_back("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02");      // 65 bits
+  encodings.push_back("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x80\x00");  // continued past 64 bits
+  for (const auto& e : encodings) {
+    SCOPED_TRACE(fmt::format("{} bytes, last {:#x}", e.size(), static_cast<unsigned char>(e.back())));
+    std::optional<std::uint64_t> fast, slow;
+    try {
+      storage::ByteReader<> r(e, "test");
+      fast = r.u64();
+    } catch (const storage::BytesError&) {
+    }
+    try {
+      storage::ByteReader<> r(e, "test");
+      slow = static_cast<std::uint64_t>(r.varint(64));
+    } catch (const storage::BytesError&) {
+    }
+    EXPECT_EQ(fast, slow);
+  }
 }

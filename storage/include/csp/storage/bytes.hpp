@@ -157,7 +157,21 @@ class ByteReader {
       shift += 7;
     }
   }
-  std::uint64_t u64() { return static_cast<std::uint64_t>(varint(64)); }
+  // varint(64) without 128-bit arithmetic: the per-thread values of a database are millions of
+  // these, and this loop is what reading them costs.
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (pos_ >= data_.size()) fail("truncated varint");
+      const auto byte = static_cast<unsigned char>(data_[pos_++]);
+      if (shift == 63 && byte > 1) fail("varint does not fit 64 bits");
+      v |= std::uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && shift > 0) fail("overlong varint");
+        return v;
+      }
+    }
+  }
   std::uint32_t u32() { return static_cast<std::uint32_t>(varint(32)); }
 
   double real() {
