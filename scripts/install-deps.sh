@@ -18,6 +18,7 @@ packages=(
   python3 libgoogle-perftools-dev linux-perf
   libcapstone-dev libeigen3-dev libomp-dev ccache
   clang-format clang-tidy
+  valgrind
 )
 if [[ "${CSP_WITH_SLURM:-1}" == 1 ]]; then
   packages+=(slurm-wlm munge)
