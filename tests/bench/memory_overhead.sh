@@ -20,7 +20,8 @@ measure() {
   local walls=() rss=0
   for ((i = 0; i < runs; ++i)); do
     local line
-    line=$( { /usr/bin/time -f "%e %M" "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+    /usr/bin/time -o "$out/time" -f "%e %M" "$@" >/dev/null 2>&1
+    line=$(tail -1 "$out/time")
     walls+=("${line% *}")
     ((${line#* } > rss)) && rss=${line#* }
   done

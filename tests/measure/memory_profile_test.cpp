@@ -172,3 +172,40 @@ TEST_F(MemoryProfile, MpiRanksReduceIdenticallyForAnyProcessCount) {
 }
 
 }  // namespace
+
+namespace {
+
+// Bad options are one line and a non-zero exit (2 for csp-run's own checks), before anything
+// runs; a missing tool is named.
+TEST(MemoryProfileOptions, BadOptionsAreRefused) {
+  TempDir dir("mem-opts");
+  const std::string out = " -o " + (dir / "meas").string() + " -- true";
+  auto r = run(kCspRun + " --no-footprint" + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("need --memory"), std::string::npos) << r.output;
+  r = run(kCspRun + " --memory -e cpu-time" + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--memory does not sample"), std::string::npos) << r.output;
+  r = run(kCspRun + " --memory --footprint-precision 0" + out);  // CLI11's range check (status 105)
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--footprint-precision"), std::string::npos) << r.output;
+  r = run("CSP_MEMORY_TOOL_DIR=" + dir.path().string() + " " + kCspRun + " --memory" + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("csp-mem Valgrind tool not found"), std::string::npos) << r.output;
+}
+
+TEST_F(MemoryProfile, ViewsRefuseUnknownRoutinesAndMixedAnswers) {
+  TempDir dir("mem-views");
+  ASSERT_NO_FATAL_FAILURE(measureAndReduce(dir.path(), "external 10"));
+  const std::string views = "timeout -k 5 60 " + kBin + "/launcher/csp-views ";
+  auto r = run(views + "--cost no_such_routine " + (dir / "db").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--cost no_such_routine: no routine of that name"), std::string::npos) << r.output;
+  r = run(views + "--cost external_read --growth " + (dir / "db").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  r = run(views + "--footprint --format csv " + (dir / "db").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("only the text and json formats"), std::string::npos) << r.output;
+}
+
+}  // namespace
