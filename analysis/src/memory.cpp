@@ -191,14 +191,18 @@ std::vector<CostFunction> growthRanking(const storage::Database& db, mm::SizeKin
   return out;
 }
 
-FootprintCurves footprintCurves(const storage::Database& db) {
+namespace {
+
+FootprintCurves windowCurves(const storage::Database& db, const char* frame, const char* metricName) {
   const auto t = readTree(db);
-  const auto m = metricIds(db);
+  std::uint32_t windows = kNoIndex;
+  for (MetricId id = 0; id < db.metrics().size(); ++id)
+    if (db.metrics()[id].descriptor.name == metricName) windows = id;
   std::map<std::uint32_t, LogLinearHistogram> byLength;
   std::vector<bool> holds(db.metadata().profiles.size(), false);
   FootprintCurves out;
   const auto byName = proceduresByName(t);
-  const auto it = byName.find(mm::kFootprintFrame);
+  const auto it = byName.find(frame);
   if (it == byName.end()) return out;
   for (const auto proc : it->second)
     for (const auto loop : t.children[proc]) {
@@ -207,7 +211,7 @@ FootprintCurves footprintCurves(const storage::Database& db) {
         const auto sizeBin = t.nodes[stmt].line;
         if (sizeBin >= LogLinearHistogram::kBinCount) continue;
         for (const auto& v : db.nodeValues(stmt)) {
-          if (v.metric != m.windows || v.scope != storage::MetricScope::Exclusive) continue;
+          if (v.metric != windows || v.scope != storage::MetricScope::Exclusive) continue;
           byLength[t.nodes[loop].line].add(LogLinearHistogram::binLower(sizeBin), v.value);
           if (v.profile < holds.size()) holds[v.profile] = true;
         }
@@ -231,6 +235,16 @@ FootprintCurves footprintCurves(const storage::Database& db) {
     out.points.push_back(p);
   }
   return out;
+}
+
+}  // namespace
+
+FootprintCurves footprintCurves(const storage::Database& db) {
+  return windowCurves(db, mm::kFootprintFrame, mm::kWindows);
+}
+
+FootprintCurves interleavingCurves(const storage::Database& db) {
+  return windowCurves(db, mm::kInterleavingFrame, mm::kDegreeWindows);
 }
 
 }  // namespace csp::analysis

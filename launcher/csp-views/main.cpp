@@ -68,16 +68,18 @@ void printWarnings(const csp::views::Answer& answer) {
 
 struct MemoryRequest {
   std::string cost, size = "trms";
-  bool growth = false, footprint = false;
+  bool growth = false, footprint = false, interleaving = false;
   std::size_t minSizes = 4;
-  bool wanted() const { return !cost.empty() || growth || footprint; }
+  bool wanted() const { return !cost.empty() || growth || footprint || interleaving; }
 };
 
 // --cost, --growth, --footprint: the memory-profile answers, outside the view session.
 int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::Format format) {
   namespace mm = csp::metrics::memory;
-  if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) > 1) {
-    std::cerr << "csp-views: error: --cost, --growth and --footprint are separate answers: give one\n";
+  if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) +
+          static_cast<int>(r.interleaving) >
+      1) {
+    std::cerr << "csp-views: error: --cost, --growth, --footprint and --interleaving are separate answers: give one\n";
     return 2;
   }
   const auto kind = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
@@ -92,8 +94,10 @@ int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::For
       csp::views::renderCostFunction(*f, format, std::cout);
     } else if (r.growth) {
       csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes), format, std::cout);
-    } else {
+    } else if (r.footprint) {
       csp::views::renderFootprint(csp::analysis::footprintCurves(*db), format, std::cout);
+    } else {
+      csp::views::renderFootprint(csp::analysis::interleavingCurves(*db), format, std::cout, true);
     }
   } catch (const std::exception& e) {
     std::cerr << "csp-views: error: " << e.what() << "\n";
@@ -208,6 +212,9 @@ int main(int argc, char** argv) {
   app.add_flag("--growth", memory.growth,
                "memory profiles: routines ranked by the fitted growth exponent of their cost");
   app.add_flag("--footprint", memory.footprint, "memory profiles: the all-window footprint curves (0/5/50/95/100 %)");
+  app.add_flag(
+      "--interleaving", memory.interleaving,
+      "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
   app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
       ->check(CLI::IsMember({"trms", "rms"}));
   app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")

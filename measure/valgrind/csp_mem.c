@@ -35,6 +35,7 @@ static Bool clo_footprint = True;
 static Long clo_fp_block = 64;     /* bytes per footprint block (a cache line) */
 static Long clo_fp_precision = 90; /* c in percent */
 static Long clo_cell = 4;          /* bytes per memory cell of RMS/TRMS */
+static Bool clo_interleave = True; /* interleaving of the main thread and the first one it starts */
 static UInt cell_shift = 2, block_shift = 6;
 
 /* ---- shadow memory: three levels over 48-bit addresses, 64 KiB chunks ---- */
@@ -216,6 +217,8 @@ static Thread** threads;   /* by ThreadId, VG_N_THREADS entries */
 static Thread* cur = 0;
 static ThreadId cur_tid = VG_INVALID_THREADID;
 static ULong peak_threads = 0;
+static Interleave interleave; /* of Valgrind threads 1 (main) and 2, over their merged accesses */
+static Bool interleaveLive = False;
 
 static void* fp_alloc(void* ctx, fp_u64 bytes) { return VG_(calloc)("csp.fp", 1, bytes); }
 static void fp_release(void* ctx, void* p) { VG_(free)(p); }
@@ -379,6 +382,7 @@ static VG_REGPARM(2) void on_block(Addr sp, UWord framePlus1) {
 static void footprint_access(Thread* t, Addr a, SizeT size) {
   Addr b;
   if (!clo_footprint || size == 0) return;
+  if (interleaveLive && (t->tid == 1 || t->tid == 2)) il_access(&interleave, t->tid == 2);
   for (b = a >> block_shift; b <= (a + size - 1) >> block_shift; ++b) fp_access(&t->fp, b);
 }
 
@@ -532,6 +536,19 @@ static void write_bins(Out* o, Thread* t) {
   }
 }
 
+/* In the main thread's file, once a second thread has run. */
+static void write_interleave(Out* o, Thread* t) {
+  fp_u64 row[FP_LENGTH_BINS];
+  UInt d, l;
+  if (!interleaveLive || t->tid != 1 || interleave.accesses[1] == 0) return;
+  out_line(o, "interleave\t%lld\t%llu\t%llu\n", clo_fp_precision, interleave.accesses[0], interleave.accesses[1]);
+  for (d = 0; d < FP_SIZE_BINS; ++d) {
+    if (!il_row(&interleave, d, row)) continue;
+    for (l = 0; l < FP_LENGTH_BINS; ++l)
+      if (row[l]) out_line(o, "degree\t%u\t%u\t%llu\n", l, d, row[l]);
+  }
+}
+
 static void write_footprint(Out* o, Thread* t) {
   fp_u64 row[FP_LENGTH_BINS];
   UInt f, l;
@@ -566,6 +583,7 @@ static void thread_finish(Thread* t) {
   write_cct(o, t);
   write_bins(o, t);
   write_footprint(o, t);
+  write_interleave(o, t);
   out_line(o, "end\n");
   out_flush(o);
   VG_(close)(o->fd);
@@ -724,6 +742,7 @@ static Bool mem_process_cmd_line_option(const HChar* arg) {
   } else if VG_BINT_CLO (arg, "--footprint-block", clo_fp_block, 1, 1 << 20) {
   } else if VG_BINT_CLO (arg, "--footprint-precision", clo_fp_precision, 1, 100) {
   } else if VG_BINT_CLO (arg, "--cell", clo_cell, 1, 64) {
+  } else if VG_BOOL_CLO (arg, "--interleave", clo_interleave) {
   } else {
     return False;
   }
@@ -748,6 +767,15 @@ static void mem_post_clo_init(void) {
   block_shift = log2_of(clo_fp_block);
   wts = shadow_new(cell_shift);
   threads = VG_(calloc)("csp.threads", VG_N_THREADS, sizeof(Thread*));
+  if (clo_footprint && clo_interleave) {
+    FpHost host;
+    host.alloc = fp_alloc;
+    host.release = fp_release;
+    host.lastAccess = fp_last;
+    host.ctx = 0; /* the interleaving keeps no last accesses */
+    il_init(&interleave, host, (unsigned)clo_fp_precision);
+    interleaveLive = True;
+  }
 }
 
 static void mem_fini(Int exitcode) {

@@ -214,3 +214,83 @@ void fp_free(Footprint* fp) {
   }
   fp->host.release(fp->host.ctx, fp->ranges);
 }
+
+/* ---- interleaving ---- */
+
+void il_init(Interleave* il, FpHost host, unsigned precisionPct) {
+  fp_init(&il->hist, host, precisionPct);
+  il->precisionPct = il->hist.precisionPct;
+  il->now = 0;
+  il->accesses[0] = il->accesses[1] = 0;
+  il->rangeCap = 64;
+  il->rangeCount = 0;
+  il->compressAt = 32;
+  il->ranges = (IlRange*)host.alloc(host.ctx, sizeof(IlRange) * il->rangeCap);
+}
+
+static fp_u64 il_min(fp_u64 a, fp_u64 b) { return a < b ? a : b; }
+
+/* Merges adjacent ranges, newest to oldest, while the merged range's count of each thread stays
+   within (1 - c) / c of that thread's accesses after it. */
+static void il_compress(Interleave* il) {
+  const fp_u64 c = il->precisionPct, rest = 100u - il->precisionPct;
+  unsigned out = il->rangeCount - 1, kept, i;
+  IlRange cur = il->ranges[il->rangeCount - 1];
+  fp_u64 after0 = 0, after1 = 0;
+  int j;
+  for (j = (int)il->rangeCount - 2; j >= 0; --j) {
+    IlRange older = il->ranges[j];
+    if ((cur.first + older.first) * c <= rest * after0 && (cur.second + older.second) * c <= rest * after1) {
+      cur.start = older.start;
+      cur.first += older.first;
+      cur.second += older.second;
+    } else {
+      il->ranges[out--] = cur;
+      after0 += cur.first;
+      after1 += cur.second;
+      cur = older;
+    }
+  }
+  il->ranges[out] = cur;
+  kept = il->rangeCount - out;
+  for (i = 0; i < kept; ++i) il->ranges[i] = il->ranges[out + i];
+  il->rangeCount = kept;
+  il->compressAt = 2 * il->rangeCount + 32;
+}
+
+void il_access(Interleave* il, int second) {
+  fp_u64 after0 = 0, after1 = 0, end;
+  int j;
+  if (il->rangeCount == il->rangeCap) {
+    IlRange* grown = (IlRange*)il->hist.host.alloc(il->hist.host.ctx, sizeof(IlRange) * il->rangeCap * 2);
+    unsigned i;
+    for (i = 0; i < il->rangeCount; ++i) grown[i] = il->ranges[i];
+    il->hist.host.release(il->hist.host.ctx, il->ranges);
+    il->ranges = grown;
+    il->rangeCap *= 2;
+  }
+  il->now++;
+  il->accesses[second ? 1 : 0]++;
+  il->ranges[il->rangeCount].start = il->now;
+  il->ranges[il->rangeCount].first = second ? 0 : 1;
+  il->ranges[il->rangeCount].second = second ? 1 : 0;
+  il->rangeCount++;
+  /* every window ending now: exact for one-access ranges, the lower bound for the others */
+  end = il->now;
+  for (j = (int)il->rangeCount - 1; j >= 0; --j) {
+    const IlRange* r = &il->ranges[j];
+    fp_u64 degree = r->start == end ? il_min(after0 + r->first, after1 + r->second) : il_min(after0, after1);
+    fp_add_linear(&il->hist, degree, il->now - end + 1, il->now - r->start + 1, 1, 0);
+    after0 += r->first;
+    after1 += r->second;
+    end = r->start - 1;
+  }
+  if (il->rangeCount >= il->compressAt) il_compress(il);
+}
+
+int il_row(Interleave* il, unsigned degreeBin, fp_u64 out[FP_LENGTH_BINS]) { return fp_row(&il->hist, degreeBin, out); }
+
+void il_free(Interleave* il) {
+  il->hist.host.release(il->hist.host.ctx, il->ranges);
+  fp_free(&il->hist);
+}

@@ -77,6 +77,28 @@ void fp_flush(Footprint* fp);
 int fp_row(Footprint* fp, unsigned sizeBin, fp_u64 out[FP_LENGTH_BINS]);
 void fp_free(Footprint* fp);
 
+/* The interleaving of two threads over all windows of their merged trace (Ding and Chilimbi,
+   section 2): a window's degree is the smaller of the two threads' access counts in it (0 when
+   one thread runs alone, half the length when they alternate evenly). Same ranges and guarantee
+   as the footprint: c x degree <= measured <= degree for every window. */
+typedef struct {
+  fp_u64 start, first, second; /* accesses of each thread in the range */
+} IlRange;
+
+typedef struct {
+  Footprint hist; /* only its histogram is used */
+  unsigned precisionPct;
+  fp_u64 now;
+  fp_u64 accesses[2];
+  IlRange* ranges;
+  unsigned rangeCount, rangeCap, compressAt;
+} Interleave;
+
+void il_init(Interleave* il, FpHost host, unsigned precisionPct);
+void il_access(Interleave* il, int second); /* an access by the first (0) or second (1) thread */
+int il_row(Interleave* il, unsigned degreeBin, fp_u64 out[FP_LENGTH_BINS]);
+void il_free(Interleave* il);
+
 #ifdef __cplusplus
 }
 #endif

@@ -141,3 +141,84 @@ TEST(Footprint, RangesStayLogarithmic) {
 }
 
 }  // namespace
+
+namespace {
+
+// Two threads' merged trace: true = an access by the second thread. With `turns`, the threads
+// alternate in turns of 1 to 30 accesses (a known schedule); else each access is random.
+std::vector<bool> twoThreads(std::size_t n, unsigned seed, bool turns) {
+  std::mt19937_64 rng(seed);
+  std::vector<bool> t;
+  bool who = false;
+  while (t.size() < n) {
+    for (std::size_t r = turns ? 1 + rng() % 30 : 1; r > 0 && t.size() < n; --r)
+      t.push_back(turns ? who : rng() % 3 == 0);
+    who = !who;
+  }
+  return t;
+}
+
+Histogram2d interleaving(const std::vector<bool>& trace, unsigned precision) {
+  Host host;
+  Interleave il;
+  il_init(&il, FpHost{Host::alloc, Host::release, Host::lastAccess, &host}, precision);
+  for (const bool second : trace) il_access(&il, second ? 1 : 0);
+  Histogram2d out;
+  std::vector<fp_u64> row(FP_LENGTH_BINS);
+  for (unsigned d = 0; d < FP_SIZE_BINS; ++d) {
+    if (!il_row(&il, d, row.data())) continue;
+    for (unsigned l = 0; l < FP_LENGTH_BINS; ++l)
+      if (row[l]) out[{l, d}] = row[l];
+  }
+  il_free(&il);
+  return out;
+}
+
+// degrees[length] = min(first, second) of every window of that length.
+std::map<fp_u64, std::vector<fp_u64>> interleavingBruteForce(const std::vector<bool>& trace) {
+  std::map<fp_u64, std::vector<fp_u64>> byLength;
+  for (std::size_t s = 0; s < trace.size(); ++s) {
+    fp_u64 counts[2] = {0, 0};
+    for (std::size_t e = s; e < trace.size(); ++e) {
+      counts[trace[e] ? 1 : 0]++;
+      byLength[e - s + 1].push_back(std::min(counts[0], counts[1]));
+    }
+  }
+  return byLength;
+}
+
+TEST(Interleaving, ExactAtFullPrecision) {
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    const auto trace = twoThreads(600, seed, seed % 2 == 0);
+    Histogram2d expected;
+    for (const auto& [length, degrees] : interleavingBruteForce(trace))
+      for (const auto d : degrees) expected[{fp_bin(length), fp_bin(d)}]++;
+    EXPECT_EQ(interleaving(trace, 100), expected) << "seed " << seed;
+  }
+}
+
+// A known schedule: strict alternation in turns of exactly k accesses. Every window of length L
+// holds min(first, second) between (L - k) / 2 and L / 2, so all its percentiles lie there (up to
+// the bins); a window no longer than k can be one thread alone (degree 0).
+TEST(Interleaving, KnownScheduleWithinPrecision) {
+  const unsigned k = 8;
+  std::vector<bool> trace;
+  for (unsigned i = 0; i < 2000; ++i) trace.push_back((i / k) % 2 == 1);
+  for (unsigned precision : {50u, 90u}) {
+    std::map<unsigned, csp::metrics::LogLinearHistogram> byLength;
+    for (const auto& [key, count] : interleaving(trace, precision))
+      byLength[key.first].add(csp::metrics::LogLinearHistogram::binLower(key.second), count);
+    for (const auto& [lbin, h] : byLength) {
+      const double low = (static_cast<double>(fp_bin_lower(lbin)) - k) / 2, high = fp_bin_upper(lbin) / 2.0;
+      const unsigned p0 = h.percentileBin(0, h.total()), p100 = h.percentileBin(100, h.total());
+      EXPECT_LE(fp_bin_lower(p100), high) << "c " << precision << " length bin " << lbin;
+      EXPECT_GE(static_cast<double>(fp_bin_upper(p0)), precision / 100.0 * low - 1)
+          << "c " << precision << " length bin " << lbin;
+      if (fp_bin_upper(lbin) <= k) {
+        EXPECT_EQ(p0, 0u) << "length bin " << lbin;
+      }
+    }
+  }
+}
+
+}  // namespace

@@ -146,6 +146,34 @@ TEST_F(MemoryProfile, FootprintCurvesAreOrderedAndBounded) {
   }
 }
 
+// The interleaving of the consumer (main) and producer threads over all windows of their merged
+// accesses: ordered percentiles, never above half the window (the smaller of two counts) nor
+// above the producer's accesses, and the ping-pong makes both threads share some windows of
+// every length from 16 on.
+TEST_F(MemoryProfile, InterleavingOfTwoThreadsIsBounded) {
+  TempDir dir("mem-il");
+  ASSERT_NO_FATAL_FAILURE(measureAndReduce(dir.path(), "producer 200", "--footprint-precision 90"));
+  std::uint64_t second = 0;
+  for (const auto& e : fs::directory_iterator(dir / "meas")) {
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("interleave\t", 0) == 0) second = std::stoull(line.substr(line.rfind('\t') + 1));
+  }
+  ASSERT_GT(second, 0u);
+  const auto curves = views(dir / "db", "--interleaving");
+  ASSERT_GE(curves["points"].size(), 20u);
+  for (const auto& p : curves["points"]) {
+    const double q[] = {p["p0"], p["p5"], p["p50"], p["p95"], p["p100"]};
+    for (int i = 1; i < 5; ++i) EXPECT_LE(q[i - 1], q[i]) << p.dump();
+    EXPECT_LE(q[4], 1.0625 * p["length_high"].get<double>() / 2 + 1) << p.dump();
+    EXPECT_LE(q[4], 1.0625 * static_cast<double>(second)) << p.dump();
+    if (p["length_low"].get<double>() >= 16) {
+      EXPECT_GE(q[4], 1) << p.dump();
+    }
+  }
+}
+
 // Each rank under the tool: the files reduce identically with 1 and 2 csp-prof-mpi processes (the
 // MPI library's thousands of routines make this database large: ~2.5 GB for csp-prof-mpi).
 TEST_F(MemoryProfile, MpiRanksReduceIdenticallyForAnyProcessCount) {

@@ -21,7 +21,7 @@ const char* kValid =
     "node\t1\t0\t7\t\t0\nnode\t2\t1\t9\tapp.c\t12\n"
     "stat\t1\t1\t900\t30\t20\t5\t3\nstat\t2\t4\t600\t40\t16\t1\t0\n"
     "bin\t2\ttrms\t10\t4\t600\t200\nbin\t2\trms\t4\t4\t600\t200\n"
-    "footprint\t90\t64\t100\t12\nwindows\t3\t2\t7\n"
+    "footprint\t90\t64\t100\t12\nwindows\t3\t2\t7\ninterleave\t90\t5\t3\ndegree\t2\t1\t4\n"
     "end\n";
 
 fs::path write(const csp::test::TempDir& dir, const std::string& text) {
@@ -61,8 +61,9 @@ TEST(MemorySource, ReadsAValidFile) {
   EXPECT_EQ(csp::formatIdTuple(p.identity.idTuple),
             csp::formatIdTuple({{csp::IdKind::Rank, 3}, {csp::IdKind::Thread, 1}}));
   // root; main and its entry statement; the call site, work and its entry statement; work's
-  // two size bins; [footprint], its length-bin loop and the footprint-bin statement
-  ASSERT_EQ(p.cct.size(), 11u);
+  // two size bins; [footprint], its length-bin loop and the footprint-bin statement; the same
+  // three for [interleaving]
+  ASSERT_EQ(p.cct.size(), 14u);
   EXPECT_EQ(p.symbolicFrames[p.cct.frame[3]].scope, csp::ScopeKind::CallSite);
   EXPECT_EQ(p.symbolicFrames[p.cct.frame[3]].line, 12u);
   EXPECT_EQ(valueOf(p, "main", mm::kInstructions), 300u);  // 900 less its callee's 600
@@ -79,6 +80,8 @@ TEST(MemorySource, ReadsAValidFile) {
   EXPECT_EQ(frameOf(9).line, 3u);
   EXPECT_EQ(frameOf(10).line, 2u);
   EXPECT_EQ(valueAt(p, 10, mm::kWindows), 7u);
+  EXPECT_EQ(p.strings[frameOf(13).file], mm::kDegreeBinFile);
+  EXPECT_EQ(valueAt(p, 13, mm::kDegreeWindows), 4u);
 }
 
 void expectDefect(const std::string& text, const std::string& defect) {

@@ -102,8 +102,8 @@ void renderGrowthRanking(const std::vector<analysis::CostFunction>& ranking, For
                        100 * f.inducedShare(), f.routine);
 }
 
-void renderFootprint(const analysis::FootprintCurves& curves, Format format, std::ostream& out) {
-  requireTextOrJson(format, "--footprint");
+void renderFootprint(const analysis::FootprintCurves& curves, Format format, std::ostream& out, bool interleaving) {
+  requireTextOrJson(format, interleaving ? "--interleaving" : "--footprint");
   if (format == Format::Json) {
     nlohmann::json points = nlohmann::json::array();
     for (const auto& p : curves.points)
@@ -118,7 +118,11 @@ void renderFootprint(const analysis::FootprintCurves& curves, Format format, std
     out << dumpJson({{"threads", curves.threads}, {"points", points}}, 2) << "\n";
     return;
   }
-  out << fmt::format("All-window footprint (distinct blocks per window) over {} thread(s)\n", curves.threads);
+  if (interleaving)
+    out << "All-window interleaving of the main thread and the first thread it started (per window, the smaller of "
+           "the two threads' access counts)\n";
+  else
+    out << fmt::format("All-window footprint (distinct blocks per window) over {} thread(s)\n", curves.threads);
   out << fmt::format("  {:>23}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}\n", "window length", "windows", "0%", "5%",
                      "50%", "95%", "100%");
   for (const auto& p : curves.points)

@@ -56,6 +56,8 @@ struct MemFile {
   std::vector<Bin> bins;
   std::vector<std::uint64_t> footprint;               // precision, block, accesses, blocks; empty if none
   std::vector<std::array<std::uint64_t, 3>> windows;  // length bin, footprint bin, count
+  std::vector<std::uint64_t> interleave;              // precision, accesses of each thread; empty if none
+  std::vector<std::array<std::uint64_t, 3>> degrees;  // length bin, interleaving bin, count
   bool ended = false;
 };
 
@@ -119,6 +121,18 @@ class Parser {
       if (out_.footprint.empty()) fail("windows before the footprint line");
       out_.windows.push_back({number(f[1]), number(f[2]), number(f[3])});
       if (out_.windows.back()[0] >= 496 || out_.windows.back()[1] >= 496) fail("histogram bin out of range");
+      return;
+    }
+    if (kind == "degree") {
+      need(f, 4);
+      if (out_.interleave.empty()) fail("degree before the interleave line");
+      out_.degrees.push_back({number(f[1]), number(f[2]), number(f[3])});
+      if (out_.degrees.back()[0] >= 496 || out_.degrees.back()[1] >= 496) fail("histogram bin out of range");
+      return;
+    }
+    if (kind == "interleave") {
+      need(f, 4);
+      for (int i = 1; i < 4; ++i) out_.interleave.push_back(number(f[i]));
       return;
     }
     if (kind == "footprint") {
@@ -240,6 +254,10 @@ class Builder {
       id.settings.push_back({"footprint-accesses", std::to_string(m.footprint[2])});
       id.settings.push_back({"footprint-blocks", std::to_string(m.footprint[3])});
     }
+    if (m.interleave.size() == 3) {
+      id.settings.push_back({"interleaving-accesses-main", std::to_string(m.interleave[1])});
+      id.settings.push_back({"interleaving-accesses-second", std::to_string(m.interleave[2])});
+    }
   }
 
   // Symbolic profiles hold typed paths (docs/design.md, "Data model"): a routine is a procedure
@@ -297,18 +315,26 @@ class Builder {
     value(node, metric(mm::kSizeMax, "instructions", "their largest cost (read the max statistic)"), b.max);
   }
 
-  void footprint(const MemFile& m) {
-    if (m.windows.empty()) return;
-    const auto proc = addNode(0, {ScopeKind::ProcFrame, str(mm::kFootprintFrame), 0, 0, 0});
+  // A 2-D window histogram: frame > a loop per length bin > a statement per value bin.
+  void windowHistogram(const std::vector<std::array<std::uint64_t, 3>>& cells, const char* frame, const char* valueFile,
+                       const char* metricName, const char* description) {
+    if (cells.empty()) return;
+    const auto proc = addNode(0, {ScopeKind::ProcFrame, str(frame), 0, 0, 0});
     std::map<std::uint64_t, std::uint32_t> lengthNode;
-    for (const auto& [l, f, count] : m.windows) {
+    for (const auto& [l, v, count] : cells) {
       const auto [it, added] = lengthNode.try_emplace(l, 0);
       if (added)
         it->second = addNode(proc, {ScopeKind::Loop, 0, str(mm::kLengthBinFile), static_cast<std::uint32_t>(l), 0});
-      const auto node =
-          addNode(it->second, {ScopeKind::Stmt, 0, str(mm::kFootprintBinFile), static_cast<std::uint32_t>(f), 0});
-      value(node, metric(mm::kWindows, "windows", "windows of this length bin with this footprint bin"), count);
+      const auto node = addNode(it->second, {ScopeKind::Stmt, 0, str(valueFile), static_cast<std::uint32_t>(v), 0});
+      value(node, metric(metricName, "windows", description), count);
     }
+  }
+
+  void footprint(const MemFile& m) {
+    windowHistogram(m.windows, mm::kFootprintFrame, mm::kFootprintBinFile, mm::kWindows,
+                    "windows of this length bin with this footprint bin");
+    windowHistogram(m.degrees, mm::kInterleavingFrame, mm::kDegreeBinFile, mm::kDegreeWindows,
+                    "windows of this length bin with this interleaving bin");
   }
 
   void sortValues() {

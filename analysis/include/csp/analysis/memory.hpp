@@ -73,5 +73,8 @@ struct FootprintCurves {
   std::uint64_t threads = 0;           // profiles holding footprint windows
 };
 FootprintCurves footprintCurves(const storage::Database& db);
+// The same curves for the interleaving of the main thread and the first thread it started
+// (values: min of the two threads' accesses in a window).
+FootprintCurves interleavingCurves(const storage::Database& db);
 
 }  // namespace csp::analysis

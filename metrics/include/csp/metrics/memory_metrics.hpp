@@ -38,6 +38,13 @@ inline constexpr const char* kLengthBinFile = "[window length bin]";
 inline constexpr const char* kFootprintBinFile = "[footprint bin]";
 inline constexpr const char* kWindows = "footprint-windows";
 
+// The interleaving of the main thread and the first thread it starts (in the main thread's
+// profile): procedure frame kInterleavingFrame > loop (kLengthBinFile, line = window-length bin)
+// > statement (kDegreeBinFile, line = bin of min(accesses of each thread)) with kDegreeWindows.
+inline constexpr const char* kInterleavingFrame = "[interleaving]";
+inline constexpr const char* kDegreeBinFile = "[interleaving bin]";
+inline constexpr const char* kDegreeWindows = "interleaving-windows";
+
 enum class SizeKind : std::uint8_t { Trms = 0, Rms = 1 };
 
 inline const char* toString(SizeKind k) { return k == SizeKind::Trms ? "trms" : "rms"; }
