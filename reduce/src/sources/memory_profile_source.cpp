@@ -84,7 +84,9 @@ class Parser {
       if (out_.ended) fail("text after the end line");
       parseLine(splitTabs(line));
     }
-    if (lineNo_ == 0 || out_.header["cspmem"] != "1") fail("not a csp-mem profile of format 1");
+    const bool empty = lineNo_ == 0;
+    lineNo_ = 0;  // what follows is about the whole file
+    if (empty || out_.header["cspmem"] != "1") fail("not a csp-mem profile of format 1");
     if (!out_.ended) fail("truncated: no end line");
     return std::move(out_);
   }
