@@ -18,7 +18,7 @@ packages=(
   python3 libgoogle-perftools-dev linux-perf
   libcapstone-dev libeigen3-dev libomp-dev ccache
   clang-format clang-tidy
-  libcpp-httplib-dev chromium
+  libcpp-httplib-dev chromium valgrind
 )
 # The web viewer's front end is built with Node and npm (web/frontend/build.sh): Debian's, unless
 # a node and npm are already there (a newer Node installed otherwise is kept).

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   }
   o.pipeline.attribution.loops = !noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
-  o.pipeline.sources = {csp::reduce::cspProfileSource()};
+  o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::memoryProfileSource()};
   for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
   database.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).

@@ -106,9 +106,50 @@ std::string eventsProblem(const std::vector<std::string>& events) {
   return {};
 }
 
+// The VALGRIND_LIB directory holding the csp-mem tool: CSP_MEMORY_TOOL_DIR, else installed
+// (lib/csp/valgrind) or the build tree (measure/valgrind/lib).
+std::optional<fs::path> findMemoryTool() {
+  const auto holdsTool = [](const fs::path& d) {
+    std::error_code ec;
+    return fs::exists(d / "csp-mem-amd64-linux", ec);
+  };
+  if (const char* env = std::getenv("CSP_MEMORY_TOOL_DIR"); env != nullptr && *env != '\0')
+    return holdsTool(env) ? std::optional(fs::absolute(env)) : std::nullopt;
+  const fs::path dir = selfDirectory();
+  for (const fs::path& candidate :
+       {dir / ".." / "lib" / "csp" / "valgrind", dir / ".." / "measure" / "valgrind" / "lib"}) {
+    std::error_code ec;
+    if (holdsTool(candidate)) return fs::weakly_canonical(candidate, ec);
+  }
+  return std::nullopt;
+}
+
+struct MemoryOptions {
+  bool footprint = true;
+  std::uint32_t precision = 0;  // percent; 0: the tool's default
+  std::uint32_t cell = 0;       // bytes; 0: the tool's default
+};
+
+// The command line of the memory mode: the program under Valgrind with the csp-mem tool.
+std::vector<std::string> memoryCommand(const std::vector<std::string>& command, const fs::path& outDir,
+                                       const MemoryOptions& o) {
+  std::vector<std::string> args{"valgrind", "--tool=csp-mem", "-q", "--out-dir=" + outDir.string()};
+  if (!o.footprint) args.emplace_back("--footprint=no");
+  if (o.precision != 0) args.push_back(fmt::format("--footprint-precision={}", o.precision));
+  if (o.cell != 0) args.push_back(fmt::format("--cell={}", o.cell));
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+
 void setEnv(const char* name, const std::string& value, bool verbose) {
   setenv(name, value.c_str(), 1);
   if (verbose) fmt::print(stderr, "csp-run: {}={}\n", name, value);
+}
+
+void preloadLibrary(const fs::path& lib, bool talk) {
+  std::string preload = lib.string();
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
+  setEnv("LD_PRELOAD", preload, talk);
 }
 
 }  // namespace
@@ -131,6 +172,9 @@ int main(int argc, char** argv) {
   bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false;
   std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
   int verbose = 0;
+  bool memory = false;
+  MemoryOptions memoryOptions;
+  bool noFootprint = false;
   app.add_option("-e,--event", events,
                  "event to sample, repeatable: NAME[@RATE], NAME = cpu-time (thread CPU time) or real-time "
                  "(wall-clock time, also while blocked); RATE = samples per second (1 to 100000) or a period with "
@@ -167,6 +211,17 @@ int main(int argc, char** argv) {
   app.add_option("--library", library,
                  "libcsp-measure.so to preload (default: found next to csp-run, in "
                  "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
+  app.add_flag("--memory", memory,
+               "memory-access profiles instead of sampling: the program runs under Valgrind with CSP's csp-mem tool "
+               "(cost and input size RMS/TRMS of every routine activation, all-window footprints; "
+               "docs/memory-profiles.md). Needs valgrind. Env: CSP_MEMORY_TOOL_DIR (the tool's directory)");
+  app.add_flag("--no-footprint", noFootprint, "--memory: no all-window footprints (faster)");
+  app.add_option("--footprint-precision", memoryOptions.precision,
+                 "--memory: guaranteed precision c of the footprints in percent (default 90)")
+      ->check(CLI::Range(1u, 100u));
+  app.add_option("--cell", memoryOptions.cell,
+                 "--memory: bytes per memory cell of the input sizes, a power of two (default 4)")
+      ->check(CLI::IsMember({1u, 2u, 4u, 8u, 16u, 32u, 64u}));
   app.add_flag("-v,--verbose", verbose,
                "report settings, and per thread the samples, unwind failures and drops "
                "when its profile is written. Env: CSP_VERBOSE=1");
@@ -189,6 +244,15 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "csp-run: error: --idleness and --no-idleness contradict each other\n");
     return 2;
   }
+  if (!memory && (noFootprint || memoryOptions.precision != 0 || memoryOptions.cell != 0)) {
+    fmt::print(stderr, "csp-run: error: --no-footprint, --footprint-precision and --cell need --memory\n");
+    return 2;
+  }
+  if (memory && (!events.empty() || regionLog || idleness)) {
+    fmt::print(stderr, "csp-run: error: --memory does not sample: --event, --region-log and --idleness do not apply\n");
+    return 2;
+  }
+  memoryOptions.footprint = !noFootprint;
   if (const auto problem = eventsProblem(events); !problem.empty()) {
     fmt::print(stderr, "csp-run: error: {}\n", problem);
     return 2;
@@ -202,7 +266,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  const auto lib = findLibrary(library);
+  const auto lib = memory ? std::optional<fs::path>(fs::path{}) : findLibrary(library);
+  const auto tool = memory ? findMemoryTool() : std::nullopt;
+  if (memory && !tool) {
+    fmt::print(stderr, "csp-run: error: {}: the csp-mem Valgrind tool not found (set CSP_MEMORY_TOOL_DIR)\n",
+               selfDirectory().string());
+    return 2;
+  }
   if (!lib) {
     fmt::print(stderr, "csp-run: error: {}: libcsp-measure.so not found (use --library or CSP_MEASURE_LIBRARY)\n",
                library.empty() ? selfDirectory().string() : library);
@@ -251,9 +321,12 @@ int main(int argc, char** argv) {
   if (maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(maxNodes), talk);
   if (!signal.empty()) setEnv("CSP_SIGNAL", signal, talk);
   if (verbose > 0) setEnv("CSP_VERBOSE", std::to_string(verbose), talk);
-  std::string preload = lib->string();
-  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
-  setEnv("LD_PRELOAD", preload, talk);
+  if (memory) {
+    setEnv("VALGRIND_LIB", tool->string(), talk);
+    command = memoryCommand(command, outDir, memoryOptions);
+  } else {
+    preloadLibrary(*lib, talk);
+  }
 
   std::vector<char*> args;
   for (auto& a : command) args.push_back(a.data());

@@ -12,6 +12,7 @@
 
 #include "cli_numbers.hpp"
 #include "cli_parse.hpp"
+#include "csp/views/memory.hpp"
 #include "csp/views/render.hpp"
 #include "csp/views/request.hpp"
 #include "csp/views/session.hpp"
@@ -63,6 +64,47 @@ ViewKind kindOf(bool callers, bool flat, bool regions) {
 void printWarnings(const csp::views::Answer& answer) {
   if (const auto* tree = std::get_if<csp::views::ViewTree>(&answer))
     for (const auto& w : tree->warnings) std::cerr << "csp-views: warning: " << w << "\n";
+}
+
+struct MemoryRequest {
+  std::string cost, size = "trms";
+  bool growth = false, footprint = false, interleaving = false;
+  std::size_t minSizes = 4;
+  bool wanted() const { return !cost.empty() || growth || footprint || interleaving; }
+};
+
+// --cost, --growth, --footprint: the memory-profile answers, outside the view session.
+int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::Format format) {
+  namespace mm = csp::metrics::memory;
+  if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) +
+          static_cast<int>(r.interleaving) >
+      1) {
+    std::cerr << "csp-views: error: --cost, --growth, --footprint and --interleaving are separate answers: give one\n";
+    return 2;
+  }
+  const auto kind = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
+  try {
+    const auto db = csp::storage::Database::open(dbPath);
+    if (!r.cost.empty()) {
+      const auto f = csp::analysis::costFunction(*db, r.cost, kind);
+      if (!f) {
+        std::cerr << "csp-views: error: --cost " << r.cost << ": no routine of that name with memory-profile values\n";
+        return 1;
+      }
+      csp::views::renderCostFunction(*f, format, std::cout);
+    } else if (r.growth) {
+      csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes), format, std::cout);
+    } else if (r.footprint) {
+      csp::views::renderFootprint(csp::analysis::footprintCurves(*db), format, std::cout);
+    } else {
+      csp::views::renderFootprint(csp::analysis::interleavingCurves(*db), format, std::cout, true);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "csp-views: error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cout.flush();
+  return std::cout ? 0 : 1;
 }
 
 }  // namespace
@@ -163,6 +205,21 @@ int main(int argc, char** argv) {
   app.add_flag("--bounds", bounds, "text: show each value's worst-case sampling error (±; thesis App. A)");
   app.add_option("--name-width", nameWidth, "shorten names to this many characters")->capture_default_str();
   app.add_option("--bins", o.bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
+  MemoryRequest memory;
+  app.add_option("--cost", memory.cost,
+                 "memory profiles (csp-run --memory): the cost function of a routine, worst and mean cost per input "
+                 "size with fitted growth (docs/memory-profiles.md)");
+  app.add_flag("--growth", memory.growth,
+               "memory profiles: routines ranked by the fitted growth exponent of their cost");
+  app.add_flag("--footprint", memory.footprint, "memory profiles: the all-window footprint curves (0/5/50/95/100 %)");
+  app.add_flag(
+      "--interleaving", memory.interleaving,
+      "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
+  app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
+      ->check(CLI::IsMember({"trms", "rms"}));
+  app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")
+      ->check(CLI::Range(3, 1000))
+      ->capture_default_str();
 
   if (const auto exit = csp::cli::parseOrExit(app, "csp-views", [&] {
         parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath,
@@ -178,6 +235,7 @@ int main(int argc, char** argv) {
   if (oHot->count() > 0) o.hotPath = hotPath.empty() ? 50.0 : *csp::cli::parseFinite(hotPath);
   o.format = *csp::views::parseFormat(format);
 
+  if (memory.wanted()) return runMemory(dbPath, memory, *csp::views::parseFormat(format));
   try {
     if (noColor) color = "never";
     const csp::views::TextOptions text{colorWanted(color), bounds, fullNames, nameWidth};

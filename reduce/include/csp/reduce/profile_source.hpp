@@ -75,6 +75,9 @@ using ProfileSources = std::vector<std::shared_ptr<const ProfileSource>>;
 // CSP's own profiles (docs/profile-format.md): *.cspprof files and *.cspbundle bundles, written
 // by csp-run and csp-gen.
 std::shared_ptr<const ProfileSource> cspProfileSource();
+// Memory-access profiles (*.cspmem) of csp-run --memory, written by the csp-mem Valgrind tool
+// (docs/memory-profiles.md).
+std::shared_ptr<const ProfileSource> memoryProfileSource();
 
 // The source of `sources` whose profiles `file` is named like; nullptr if none.
 const ProfileSource* sourceFor(const ProfileSources& sources, const std::filesystem::path& file);
