@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -146,8 +147,9 @@ struct Api::Impl {
   }
 
   // The Flat and Callers views' models of the page's default request, built in the background.
-  void warm(Database& d) {
+  void warm(Database& d, std::promise<void>& locked) {
     std::lock_guard lock(d.procedureMutex);
+    locked.set_value();
     for (auto kind : {ViewKind::Flat, ViewKind::Callers}) {
       try {
         views::ViewOptions o;
@@ -316,7 +318,15 @@ Api::~Api() = default;
 std::size_t Api::databases() const { return impl_->dbs.size(); }
 
 void Api::warmUp() {
-  for (auto& d : impl_->dbs) impl_->warming.emplace_back([this, db = d.get()] { impl_->warm(*db); });
+  // Returns once every build holds its session: a request made after warmUp() waits for the
+  // build instead of racing it to the session and building the view itself.
+  std::vector<std::promise<void>> locked(impl_->dbs.size());
+  std::vector<std::future<void>> holding;
+  for (auto& l : locked) holding.push_back(l.get_future());
+  for (std::size_t i = 0; i < impl_->dbs.size(); ++i)
+    impl_->warming.emplace_back(
+        [this, db = impl_->dbs[i].get(), l = std::move(locked[i])]() mutable { impl_->warm(*db, l); });
+  for (auto& h : holding) h.wait();
 }
 
 Response Api::get(const std::string& path, const Params& params) {
