@@ -52,8 +52,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
-  app.add_option("inputs", inputs,
-                 "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
+  app.add_option(
+         "inputs", inputs,
+         "measurement directories (or individual .cspprof files, one-record .cspbundle files, and .hpcrun files "
+         "of HPCToolkit)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
   app.add_flag("--force", database.force, "replace an existing database");
@@ -127,8 +129,12 @@ int main(int argc, char** argv) {
   }
   o.pipeline.attribution.loops = !noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
-  o.pipeline.sources = {csp::reduce::cspProfileSource()};
-  for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
+  o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::hpcrunProfileSource()};
+  for (const auto& i : inputs) {
+    o.pipeline.inputs.emplace_back(i);
+    // An hpcrun measurement's structure files, for the modules whose binaries are gone.
+    for (auto& f : csp::reduce::hpcstructFiles(i)) o.pipeline.attribution.hpcstructFiles.push_back(std::move(f));
+  }
   database.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);

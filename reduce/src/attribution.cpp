@@ -2,6 +2,7 @@
 
 #include "csp/storage/checksum.hpp"
 #include "elf_support.hpp"
+#include "hpcstruct.hpp"
 #include "structure/analysis.hpp"
 #include "structure/cache.hpp"
 
@@ -100,6 +101,7 @@ struct Module {
   bool dwarf = false;                                     // the module has DWARF (its own or a separate debug file)
   std::unique_ptr<structure::Decoder> decoder;            // call sites and unwind recipes, under `mutex`
   std::map<std::uint64_t, std::unique_ptr<structure::FunctionRecipes>> recipes;  // by function start
+  const hpcstruct::ModuleStructure* hpcstruct = nullptr;                         // no binary, but an hpcstruct file
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
   }
@@ -211,6 +213,8 @@ struct Attributor::Impl {
   structure::StructureCache structureCache;
   mutable std::mutex warningsMutex;
   std::vector<std::string> warnings;
+  bool hpcstructsRead = false;  // under modulesMutex
+  std::vector<std::unique_ptr<hpcstruct::ModuleStructure>> hpcstructs;
 
   Impl(StringTable& s, AttributionOptions o)
       : strings(s), options(std::move(o)), structureCache(cacheDirectory(options)) {}
@@ -252,8 +256,9 @@ struct Attributor::Impl {
     m.mod = dwfl_report_offline(m.dwfl, m.name.c_str(), path.c_str(), -1);
     dwfl_report_end(m.dwfl, nullptr, nullptr);
     if (!m.mod) {
-      warn(fmt::format("{}: cannot read module: {}; its addresses are kept as {}+0xOFFSET", path, dwfl_errmsg(-1),
-                       m.name));
+      const std::string why = dwfl_errmsg(-1);
+      if (useHpcstruct(m, lm.path, fmt::format("{}: cannot read module: {}", path, why))) return m;
+      warn(fmt::format("{}: cannot read module: {}; its addresses are kept as {}+0xOFFSET", path, why, m.name));
       m.noStructure = "not analysed: the file cannot be read";
       return m;
     }
@@ -439,6 +444,9 @@ struct Attributor::Impl {
       r.module = m->name;
       if (m->kind == ModuleKind::Vdso) {
         r.note = "not analysed: no file (the kernel's vDSO)";
+      } else if (m->hpcstruct) {
+        r.loops = m->hpcstruct->loops;
+        r.note = fmt::format("from the hpcstruct file {} (no binary)", m->hpcstruct->file.filename().string());
       } else if (m->structure) {
         r.loops = m->structure->loops().size();
         for (const auto& l : m->structure->loops()) r.byAddress += l.line == 0 ? 1 : 0;
@@ -455,6 +463,44 @@ struct Attributor::Impl {
     }
     std::sort(out.begin(), out.end());
     return out;
+  }
+
+  // A module whose binary cannot be read, structured by the hpcstruct file that names its path
+  // (or, failing that, its file name); the hpcstruct files are read once, at the first need.
+  bool useHpcstruct(Module& m, const std::string& path, const std::string& why) {
+    if (!hpcstructsRead) {
+      hpcstructsRead = true;
+      for (const auto& f : options.hpcstructFiles) try {
+          for (auto& s : hpcstruct::parse(f)) hpcstructs.push_back(std::move(s));
+        } catch (const std::exception& e) {
+          warn(fmt::format("{}; it is not used", e.what()));
+        }
+    }
+    for (bool byName : {false, true})
+      for (const auto& s : hpcstructs)
+        if (!m.hpcstruct && (byName ? baseName(s->path) == m.name : s->path == path)) m.hpcstruct = s.get();
+    if (!m.hpcstruct) return false;
+    warn(fmt::format("{}; its structure comes from the hpcstruct file {}", why, m.hpcstruct->file.string()));
+    return true;
+  }
+
+  // The chain of a module structured by its hpcstruct file; addresses it does not cover are named
+  // by offset as in modules without structure.
+  std::vector<ScopeKey> fromHpcstruct(Module& m, std::uint64_t offset, bool leaf, std::uint32_t moduleId) {
+    std::vector<ScopeKey> chain;
+    const auto place = m.hpcstruct->find(leaf || offset == 0 ? offset : offset - 1);
+    if (!place) {
+      ++unknown;
+      chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
+      chain.push_back({leaf ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0});
+      return chain;
+    }
+    ++withLines;
+    for (const auto& s : place->scopes)
+      chain.push_back({s.kind, strings.intern(s.name), strings.intern(s.file), s.line,
+                       s.kind == ScopeKind::ProcFrame ? moduleId : 0});
+    chain.push_back({leaf ? ScopeKind::Stmt : ScopeKind::CallSite, 0, strings.intern(place->file), place->line, 0});
+    return chain;
   }
 
   static bool hasInterpreter(Elf* elf) {
@@ -479,6 +525,7 @@ struct Attributor::Impl {
       chain.push_back({last, 0, 0, 0, 0});
       return chain;
     }
+    if (m.hpcstruct) return fromHpcstruct(m, offset, leaf, moduleId);
     if (!m.usable) {
       ++unknown;
       chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});

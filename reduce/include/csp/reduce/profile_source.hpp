@@ -75,6 +75,9 @@ using ProfileSources = std::vector<std::shared_ptr<const ProfileSource>>;
 // CSP's own profiles (docs/profile-format.md): *.cspprof files and *.cspbundle bundles, written
 // by csp-run and csp-gen.
 std::shared_ptr<const ProfileSource> cspProfileSource();
+// HPCToolkit's measurements: *.hpcrun files (format 4.0) written by hpcrun
+// (docs/hpctoolkit-input.md).
+std::shared_ptr<const ProfileSource> hpcrunProfileSource();
 
 // The source of `sources` whose profiles `file` is named like; nullptr if none.
 const ProfileSource* sourceFor(const ProfileSources& sources, const std::filesystem::path& file);
