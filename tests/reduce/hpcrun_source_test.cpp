@@ -167,6 +167,17 @@ TEST(HpcrunSource, ReadsIdentityMetricsLoadMapAndCctWithItsRoots) {
   EXPECT_EQ(total, 0.5 * 4 + 0.25 + 0.125 + 1.0 + 0.75 + 0.0625 * 4);
 }
 
+TEST(HpcrunSource, SparseNodeIdsGiveTheSameProfile) {
+  TempDir dir("hpcrun-sparse");
+  auto sparse = threadProfile(1, 0, 0x400);
+  for (auto& n : sparse.nodes) {
+    n.id *= 100003;
+    n.parent *= 100003;
+  }
+  for (auto& v : sparse.values) v.node *= 100003;
+  EXPECT_EQ(readOne(sparse, dir / "s.hpcrun"), readOne(threadProfile(1, 0, 0x400), dir / "d.hpcrun"));
+}
+
 TEST(HpcrunSource, GpuStreamsGetCspsGpuKinds) {
   TempDir dir("hpcrun-gpu");
   auto h = threadProfile(0, 0, 0x400);

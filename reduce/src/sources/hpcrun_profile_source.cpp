@@ -7,6 +7,7 @@
 // starts; its other placeholders, modules of their own (they stand for no code).
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -14,7 +15,6 @@
 #include <system_error>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -64,9 +64,9 @@ class Cursor {
   std::uint64_t uint(unsigned n) {
     need(n);
     std::uint64_t v = 0;
-    for (unsigned i = 0; i < n; ++i) v = v << 8 | static_cast<unsigned char>(bytes_[pos_ + i]);
+    std::memcpy(reinterpret_cast<char*>(&v) + (8 - n), bytes_.data() + pos_, n);  // big-endian, right-aligned
     pos_ += n;
-    return v;
+    return __builtin_bswap64(v);
   }
   std::string_view raw(std::size_t n) {
     need(n);
@@ -328,77 +328,99 @@ LoadModule moduleAt(const std::string& path) {
 std::string fileBytes(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw storage::ProfileError(file.string(), "cannot be opened");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw storage::ProfileError(file.string(), "cannot be read");
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  std::string bytes(ec ? 0 : size, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (ec || in.gcount() != static_cast<std::streamsize>(bytes.size()))
+    throw storage::ProfileError(file.string(), "cannot be read");
   return bytes;
 }
 
 // hpcrun's CCT (ids, parents by id, in any order) -> CSP's (parents before children), with the
 // special roots and the fences below them left out: they only say how the paths below begin.
+// Nodes are handled by their position in the file; ids only lead to positions.
 class CctBuilder {
  public:
   CctBuilder(const std::string& name, const HpcrunFile& in, ThreadProfile& out) : name_(name), in_(in), out_(out) {}
 
   void build() {
     indexNodes();
+    linkChildren();
+    markValued();
     mapModules();
-    std::vector<std::uint32_t> stack;
-    for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) stack.push_back(*it);
-    out_.cct.parent = {kNoIndex};
-    out_.cct.frame = {kNoIndex};
-    starts_ = {PathStart::Unknown};
-    std::vector<std::pair<std::uint32_t, PathStart>> place(in_.nodes.size(), {0, PathStart::Unknown});
-    while (!stack.empty()) {
-      const std::uint32_t i = stack.back();
-      stack.pop_back();
-      auto [parent, start] = place[i];
-      const Node& n = in_.nodes[i];
-      std::uint32_t here = parent;
-      const bool rootLevel = parent == 0;
-      if (rootLevel && n.module == 0 && n.ip == kRootPrimary && !valued_.count(n.id)) {
-        start = PathStart::Complete;
-      } else if (rootLevel && n.module == 0 && n.ip == kRootPartial && !valued_.count(n.id)) {
-        start = PathStart::Partial;
-      } else if (rootLevel && start == PathStart::Complete && n.module == 0 &&
-                 (n.ip == kFenceMain || n.ip == kFenceThread) && !valued_.count(n.id)) {
-      } else {
-        here = emit(n, parent, rootLevel ? start : PathStart::Unknown);
-      }
-      ++reached_;
-      for (auto c = children_[i].rbegin(); c != children_[i].rend(); ++c) {
-        place[*c] = {here, start};
-        stack.push_back(*c);
-      }
-    }
-    if (reached_ != in_.nodes.size())
-      fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", in_.nodes.size() - reached_));
-    if (std::any_of(starts_.begin(), starts_.end(), [](PathStart s) { return s != PathStart::Unknown; }))
-      out_.cct.pathStart = std::move(starts_);
+    walk();
+    frameTable();
     convertValues();
   }
 
  private:
   [[noreturn]] void fail(const std::string& defect) const { throw storage::ProfileError(name_, defect); }
 
+  // hpcrun numbers its nodes densely (ids up to about twice their count): a table by id, else a
+  // sorted list of (id, position).
   void indexNodes() {
-    byId_.reserve(in_.nodes.size());
-    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
-      const Node& n = in_.nodes[i];
+    std::uint32_t maxId = 0;
+    for (const auto& n : in_.nodes) {
       if (n.id == 0) fail("CCT: a node has id 0, which is reserved");
-      if (!byId_.emplace(n.id, i).second) fail(fmt::format("CCT: node id {} appears twice", n.id));
+      maxId = std::max(maxId, n.id);
     }
-    children_.resize(in_.nodes.size());
-    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
-      const Node& n = in_.nodes[i];
-      if (n.parent == 0) {
+    if (maxId <= 4 * in_.nodes.size() + 64) {
+      dense_.assign(std::size_t{maxId} + 1, kNoIndex);
+      for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
+        auto& slot = dense_[in_.nodes[i].id];
+        if (slot != kNoIndex) fail(fmt::format("CCT: node id {} appears twice", in_.nodes[i].id));
+        slot = i;
+      }
+      return;
+    }
+    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) byId_.push_back({in_.nodes[i].id, i});
+    std::sort(byId_.begin(), byId_.end());
+    for (std::size_t i = 1; i < byId_.size(); ++i)
+      if (byId_[i].first == byId_[i - 1].first) fail(fmt::format("CCT: node id {} appears twice", byId_[i].first));
+  }
+  std::optional<std::uint32_t> position(std::uint32_t id) const {
+    if (!dense_.empty()) {
+      if (id >= dense_.size() || dense_[id] == kNoIndex) return std::nullopt;
+      return dense_[id];
+    }
+    const auto it = std::lower_bound(byId_.begin(), byId_.end(), std::pair<std::uint32_t, std::uint32_t>{id, 0});
+    if (it == byId_.end() || it->first != id) return std::nullopt;
+    return it->second;
+  }
+
+  // Children per node in file order, as one array (firstChild_[i] .. firstChild_[i + 1]).
+  void linkChildren() {
+    const std::size_t n = in_.nodes.size();
+    std::vector<std::uint32_t> parentPos(n, kNoIndex);
+    firstChild_.assign(n + 1, 0);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const Node& node = in_.nodes[i];
+      if (node.parent == 0) {
         roots_.push_back(i);
         continue;
       }
-      const auto p = byId_.find(n.parent);
-      if (p == byId_.end()) fail(fmt::format("CCT: node {} has parent {}, which does not exist", n.id, n.parent));
-      children_[p->second].push_back(i);
+      const auto p = position(node.parent);
+      if (!p) fail(fmt::format("CCT: node {} has parent {}, which does not exist", node.id, node.parent));
+      parentPos[i] = *p;
+      ++firstChild_[*p + 1];
     }
-    for (const auto& v : in_.values) valued_.insert(v.node);
+    for (std::size_t i = 0; i < n; ++i) firstChild_[i + 1] += firstChild_[i];
+    children_.resize(firstChild_[n]);
+    std::vector<std::uint32_t> fill(firstChild_.begin(), firstChild_.end() - 1);
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (parentPos[i] != kNoIndex) children_[fill[parentPos[i]]++] = i;
+  }
+
+  void markValued() {
+    valued_.assign(in_.nodes.size(), false);
+    valuePos_.reserve(in_.values.size());
+    for (const auto& v : in_.values) {
+      const auto p = position(v.node);
+      if (!p) fail(fmt::format("metric values: node {} is not in the CCT", v.node));
+      valued_[*p] = true;
+      valuePos_.push_back(*p);
+    }
   }
 
   void mapModules() {
@@ -406,6 +428,55 @@ class CctBuilder {
       if (!moduleIndex_.emplace(id, out_.modules.size()).second) fail(fmt::format("load map: id {} appears twice", id));
       out_.modules.push_back(moduleAt(path));
     }
+  }
+
+  // Depth first from the roots in file order: the CSP order is the same for the same tree.
+  void walk() {
+    out_.cct.parent = {kNoIndex};
+    out_.cct.frame = {kNoIndex};
+    starts_ = {PathStart::Unknown};
+    cspOf_.assign(in_.nodes.size(), kNoIndex);
+    std::vector<std::pair<std::uint32_t, PathStart>> place(in_.nodes.size(), {0, PathStart::Unknown});
+    std::vector<std::uint32_t> stack(roots_.rbegin(), roots_.rend());
+    std::size_t reached = 0;
+    while (!stack.empty()) {
+      const std::uint32_t i = stack.back();
+      stack.pop_back();
+      ++reached;
+      auto [parent, start] = place[i];
+      std::uint32_t here = parent;
+      if (const auto special = parent == 0 ? specialRoot(i, start) : std::nullopt)
+        start = *special;
+      else
+        here = emit(i, parent, parent == 0 ? start : PathStart::Unknown);
+      for (std::uint32_t c = firstChild_[i + 1]; c-- > firstChild_[i];) {
+        place[children_[c]] = {here, start};
+        stack.push_back(children_[c]);
+      }
+    }
+    if (reached != in_.nodes.size())
+      fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", in_.nodes.size() - reached));
+    if (std::any_of(starts_.begin(), starts_.end(), [](PathStart s) { return s != PathStart::Unknown; }))
+      out_.cct.pathStart = std::move(starts_);
+  }
+
+  // The frame table: a frame per node (attribution caches by module and offset, so repeated
+  // frames cost nothing later, and no lookup is needed here).
+  void frameTable() {
+    out_.addressFrames = std::move(nodeFrames_);
+    out_.cct.frame.resize(out_.addressFrames.size() + 1);
+    for (std::uint32_t i = 1; i < out_.cct.frame.size(); ++i) out_.cct.frame[i] = i - 1;
+  }
+
+  // For a node at the root level that is a special root or a fence below ^Primary (and carries no
+  // values of its own), the start of the paths below it.
+  std::optional<PathStart> specialRoot(std::uint32_t i, PathStart inherited) const {
+    const Node& n = in_.nodes[i];
+    if (n.module != 0 || valued_[i]) return std::nullopt;
+    if (n.ip == kRootPrimary) return PathStart::Complete;
+    if (n.ip == kRootPartial) return PathStart::Partial;
+    if (inherited == PathStart::Complete && (n.ip == kFenceMain || n.ip == kFenceThread)) return inherited;
+    return std::nullopt;
   }
 
   // A placeholder other than the roots and fences stands for no code: a module of its own, named
@@ -423,37 +494,52 @@ class CctBuilder {
     return it->second;
   }
 
-  std::uint32_t emit(const Node& n, std::uint32_t parent, PathStart start) {
-    const AddressFrame f{moduleOf(n), n.module == 0 ? 0 : n.ip};
-    const auto [it, added] = frames_.emplace(f, out_.addressFrames.size());
-    if (added) out_.addressFrames.push_back(f);
+  std::uint32_t emit(std::uint32_t i, std::uint32_t parent, PathStart start) {
+    const Node& n = in_.nodes[i];
     const auto index = static_cast<std::uint32_t>(out_.cct.parent.size());
+    nodeFrames_.push_back({moduleOf(n), n.module == 0 ? 0 : n.ip});
     out_.cct.parent.push_back(parent);
-    out_.cct.frame.push_back(it->second);
     starts_.push_back(start);
-    index_[n.id] = index;
+    cspOf_[i] = index;
     return index;
   }
 
+  struct Entry {
+    std::uint32_t node;
+    std::uint16_t metric;
+    std::uint64_t count;
+  };
+
+  // Bucketed by node (linear), then by metric within a node (a few each).
+  void sortByNodeAndMetric(std::vector<Entry>& entries) const {
+    std::vector<std::uint32_t> first(out_.cct.size() + 1, 0);
+    for (const auto& e : entries) ++first[e.node + 1];
+    for (std::size_t i = 0; i + 1 < first.size(); ++i) first[i + 1] += first[i];
+    std::vector<Entry> sorted(entries.size());
+    std::vector<std::uint32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& e : entries) sorted[fill[e.node]++] = e;
+    for (std::size_t n = 0; n + 1 < first.size(); ++n)
+      if (first[n + 1] - first[n] > 1)
+        std::sort(sorted.begin() + first[n], sorted.begin() + first[n + 1],
+                  [](const Entry& a, const Entry& b) { return a.metric < b.metric; });
+    entries = std::move(sorted);
+  }
+
   void convertValues() {
-    struct Entry {
-      std::uint32_t node;
-      std::uint16_t metric;
-      std::uint64_t count;
-    };
     std::vector<Entry> entries;
     entries.reserve(in_.values.size());
-    for (const auto& v : in_.values) {
-      const auto at = index_.find(v.node);
-      if (at == index_.end()) fail(fmt::format("metric values: node {} is not in the CCT", v.node));
+    for (std::size_t k = 0; k < in_.values.size(); ++k) {
+      const RawValue& v = in_.values[k];
       if (v.metric >= out_.metrics.size())
         fail(fmt::format("metric values: metric {} at node {} is not in the metric table", v.metric, v.node));
       std::uint64_t bits = v.bits;
       if (out_.metrics[v.metric].valueType == ValueType::Real && realValue(bits) == 0.0) bits = 0;  // -0.0
-      if (bits != 0) entries.push_back({at->second, v.metric, bits});
+      if (bits != 0) entries.push_back({cspOf_[valuePos_[k]], v.metric, bits});
     }
-    std::sort(entries.begin(), entries.end(),
-              [](const Entry& a, const Entry& b) { return std::tie(a.node, a.metric) < std::tie(b.node, b.metric); });
+    sortByNodeAndMetric(entries);
+    out_.values.node.reserve(entries.size());
+    out_.values.metric.reserve(entries.size());
+    out_.values.count.reserve(entries.size());
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (i > 0 && entries[i].node == entries[i - 1].node && entries[i].metric == entries[i - 1].metric)
         fail(fmt::format("metric values: metric {} appears twice at one node", entries[i].metric));
@@ -466,16 +552,16 @@ class CctBuilder {
   const std::string& name_;
   const HpcrunFile& in_;
   ThreadProfile& out_;
-  std::unordered_map<std::uint32_t, std::uint32_t> byId_;   // hpcrun id -> position in the file
-  std::unordered_map<std::uint32_t, std::uint32_t> index_;  // hpcrun id -> CSP node
-  std::unordered_set<std::uint32_t> valued_;                // hpcrun ids that carry values
-  std::vector<std::vector<std::uint32_t>> children_;
-  std::vector<std::uint32_t> roots_;
+  std::vector<std::uint32_t> dense_;                           // position by hpcrun id, or empty
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> byId_;  // else (hpcrun id, position), sorted
+  std::vector<std::uint32_t> firstChild_, children_, roots_;
+  std::vector<bool> valued_;             // per position: carries values
+  std::vector<std::uint32_t> valuePos_;  // per value: its node's position
+  std::vector<std::uint32_t> cspOf_;     // per position: the CSP node
   std::unordered_map<std::uint16_t, std::uint32_t> moduleIndex_;
   std::map<std::string, std::uint32_t> placeholderModules_;
-  std::map<AddressFrame, std::uint32_t> frames_;
+  std::vector<AddressFrame> nodeFrames_;  // per CSP node but the root
   std::vector<PathStart> starts_;
-  std::size_t reached_ = 0;
 };
 
 // Metric names must be unique in a profile; hpcrun's rarely repeat, and then get a suffix.
