@@ -73,10 +73,12 @@ void findScopes(Dwarf_Die* parent, Dwarf_Addr pc, std::vector<Dwarf_Die>& chain,
 
 // Modules that are no file: addresses outside every module (offset = absolute address) and the
 // kernel's vDSO (its image exists only in the measured process).
-enum class ModuleKind { File, Unmapped, Vdso };
+// Placeholders: frames of address profiles of other formats that stand for no code (hpcrun's).
+enum class ModuleKind { File, Unmapped, Vdso, Placeholder };
 
 ModuleKind kindOf(const std::string& path) {
   if (path == kUnmappedModulePath) return ModuleKind::Unmapped;
+  if (path.starts_with(kPlaceholderModulePrefix) && path.ends_with("]")) return ModuleKind::Placeholder;
   const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
   if (base == "linux-vdso.so.1" || base == "linux-gate.so.1" || base == "linux-vdso64.so.1" || base == "[vdso]")
     return ModuleKind::Vdso;
@@ -244,6 +246,10 @@ struct Attributor::Impl {
     Module& m = *slot;
     m.name = baseName(lm.path);
     m.kind = kindOf(lm.path);
+    if (m.kind == ModuleKind::Placeholder) {
+      m.name = kPlaceholderModuleName;
+      m.path = lm.path;
+    }
     if (m.kind != ModuleKind::File) return m;  // no file to read, and nothing to warn about
     const std::string path = resolvePath(lm.path);
     m.path = path;
@@ -439,7 +445,7 @@ struct Attributor::Impl {
     std::vector<ModuleLoops> out;
     std::lock_guard lock(modulesMutex);
     for (const auto& [key, m] : modules) {
-      if (m->kind == ModuleKind::Unmapped) continue;
+      if (m->kind == ModuleKind::Unmapped || m->kind == ModuleKind::Placeholder) continue;
       ModuleLoops r;
       r.module = m->name;
       if (m->kind == ModuleKind::Vdso) {
@@ -517,6 +523,13 @@ struct Attributor::Impl {
     std::vector<ScopeKey> chain;
     const std::uint32_t moduleId = strings.intern(m.name);
     const ScopeKind last = leaf ? ScopeKind::Stmt : ScopeKind::CallSite;
+    if (m.kind == ModuleKind::Placeholder) {
+      // One procedure per placeholder, named by what it stands for.
+      const std::string_view text = std::string_view(m.path).substr(std::string_view(kPlaceholderModulePrefix).size());
+      chain.push_back({ScopeKind::ProcFrame, strings.intern(text.substr(0, text.size() - 1)), 0, 0, moduleId});
+      chain.push_back({last, 0, 0, 0, 0});
+      return chain;
+    }
     if (m.kind != ModuleKind::File) {
       // One procedure for all of it: its addresses mean nothing outside the measured process.
       ++unknown;

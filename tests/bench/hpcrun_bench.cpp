@@ -26,8 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 namespace hr = csp::test::hpcrun;
 
+// Profile `seed`: one of two trees (threads of one program share their call paths, as in the
+// postproc scenario), its values its own.
 hr::Profile shape(std::size_t nodes, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(seed % 2), values(seed);
   hr::Profile p;
   p.loadmap = {{1, "/nonexistent/bench/app"}, {2, "/nonexistent/bench/libm.so"}};
   p.metrics = {{"CYCLES", false, 1000000, ""}, {"INSTRUCTIONS", false, 1000000, ""}};
@@ -37,9 +39,9 @@ hr::Profile shape(std::size_t nodes, std::uint64_t seed) {
   for (std::uint32_t i = 2; i < nodes; ++i) {
     const std::uint32_t parent = i < 3 ? 4 : 2 * (2 + static_cast<std::uint32_t>(rng() % (i - 2)));
     p.nodes.push_back({2 * (i + 1), parent, static_cast<std::uint16_t>(1 + rng() % 2), 0x1000 + (rng() % 4096) * 4});
-    if (rng() % 2 == 0) {
-      p.values.push_back({2 * (i + 1), 0, 1000000 * (1 + rng() % 100)});
-      if (rng() % 2 == 0) p.values.push_back({2 * (i + 1), 1, 1000000 * (1 + rng() % 100)});
+    if (values() % 2 == 0) {
+      p.values.push_back({2 * (i + 1), 0, 1000000 * (1 + values() % 100)});
+      if (values() % 2 == 0) p.values.push_back({2 * (i + 1), 1, 1000000 * (1 + values() % 100)});
     }
   }
   return p;

@@ -158,7 +158,7 @@ TEST(HpcrunSource, ReadsIdentityMetricsLoadMapAndCctWithItsRoots) {
   // The placeholder is a module of its own; the load map's modules keep their paths.
   ASSERT_EQ(p.modules.size(), 4u);
   EXPECT_EQ(p.modules[0].path, kGoneApp);
-  EXPECT_EQ(p.modules[3].path, "[hpcrun NoActvty]");
+  EXPECT_EQ(p.modules[3].path, "[placeholder NoActvty]");
   // Values: 6 valued nodes, 10 values, the real ones bit for bit.
   EXPECT_EQ(p.values.size(), 10u);
   double total = 0;
@@ -278,9 +278,10 @@ TEST_F(HpcrunProf, ExactValuesPerThreadThroughTheDatabase) {
   const auto cct = db->readCct();
   const auto accumulate = procedure(cct, meta, "sample::accumulate");
   const auto gone = procedure(cct, meta, "libgone.so+0x500");
-  const auto idle = procedure(cct, meta, "[hpcrun NoActvty]");
+  const auto idle = procedure(cct, meta, "NoActvty");
   const auto truncated = procedure(cct, meta, reduce::kTruncatedPathsName);
   ASSERT_TRUE(accumulate && gone && idle && truncated);
+  EXPECT_EQ(meta.strings[cct[*idle].module], reduce::kPlaceholderModuleName);
   EXPECT_EQ(cct[*truncated].parent, 0u);
   const auto partialLeaf = procedure(cct, meta, "app+0x3000", *truncated);
   ASSERT_TRUE(partialLeaf);

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "csp/reduce/attribution.hpp"
 #include "csp/reduce/profile_source.hpp"
 #include "csp/storage/profile_io.hpp"
 
@@ -480,7 +481,8 @@ class CctBuilder {
   }
 
   // A placeholder other than the roots and fences stands for no code: a module of its own, named
-  // by its code ("[hpcrun NoActvty]"), so that views show what hpcrun recorded.
+  // by its code ("[placeholder NoActvty]"), which attribution makes the procedure "NoActvty" of
+  // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
   std::uint32_t moduleOf(const Node& n) {
     if (n.module != 0) {
       const auto m = moduleIndex_.find(n.module);
@@ -488,7 +490,7 @@ class CctBuilder {
         fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
       return m->second;
     }
-    const std::string path = "[hpcrun " + codeText(n.ip) + "]";
+    const std::string path = kPlaceholderModulePrefix + codeText(n.ip) + "]";
     const auto [it, added] = placeholderModules_.emplace(path, out_.modules.size());
     if (added) out_.modules.push_back(moduleAt(path));
     return it->second;

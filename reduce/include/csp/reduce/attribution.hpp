@@ -78,6 +78,9 @@ inline constexpr const char* kJitModuleName = "[jit]";                        //
 inline constexpr const char* kTruncatedPathsName = "[truncated call paths]";  // parent of incomplete paths
 // Module of the procedure frames that stand for no code (PathStart::Placeholder of other formats).
 inline constexpr const char* kPlaceholderModuleName = "[placeholder]";
+// Path of a load module of an address profile that stands for no code (hpcrun's placeholders:
+// "[placeholder NoActvty]"): attributed as one procedure ("NoActvty") in kPlaceholderModuleName.
+inline constexpr const char* kPlaceholderModulePrefix = "[placeholder ";
 
 class Attributor {
  public:
