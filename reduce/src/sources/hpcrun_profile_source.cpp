@@ -14,7 +14,6 @@
 #include <string_view>
 #include <system_error>
 #include <tuple>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -425,14 +424,19 @@ class CctBuilder {
   }
 
   void mapModules() {
+    moduleIndex_.assign(std::size_t{1} << 16, kNoIndex);
     for (const auto& [id, path] : in_.loadmap) {
-      if (!moduleIndex_.emplace(id, out_.modules.size()).second) fail(fmt::format("load map: id {} appears twice", id));
+      if (moduleIndex_[id] != kNoIndex) fail(fmt::format("load map: id {} appears twice", id));
+      moduleIndex_[id] = static_cast<std::uint32_t>(out_.modules.size());
       out_.modules.push_back(moduleAt(path));
     }
   }
 
   // Depth first from the roots in file order: the CSP order is the same for the same tree.
   void walk() {
+    out_.cct.parent.reserve(in_.nodes.size() + 1);
+    nodeFrames_.reserve(in_.nodes.size());
+    starts_.reserve(in_.nodes.size() + 1);
     out_.cct.parent = {kNoIndex};
     out_.cct.frame = {kNoIndex};
     starts_ = {PathStart::Unknown};
@@ -485,10 +489,9 @@ class CctBuilder {
   // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
   std::uint32_t moduleOf(const Node& n) {
     if (n.module != 0) {
-      const auto m = moduleIndex_.find(n.module);
-      if (m == moduleIndex_.end())
+      if (moduleIndex_[n.module] == kNoIndex)
         fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
-      return m->second;
+      return moduleIndex_[n.module];
     }
     const std::string path = kPlaceholderModulePrefix + codeText(n.ip) + "]";
     const auto [it, added] = placeholderModules_.emplace(path, out_.modules.size());
@@ -557,10 +560,10 @@ class CctBuilder {
   std::vector<std::uint32_t> dense_;                           // position by hpcrun id, or empty
   std::vector<std::pair<std::uint32_t, std::uint32_t>> byId_;  // else (hpcrun id, position), sorted
   std::vector<std::uint32_t> firstChild_, children_, roots_;
-  std::vector<bool> valued_;             // per position: carries values
-  std::vector<std::uint32_t> valuePos_;  // per value: its node's position
-  std::vector<std::uint32_t> cspOf_;     // per position: the CSP node
-  std::unordered_map<std::uint16_t, std::uint32_t> moduleIndex_;
+  std::vector<bool> valued_;                // per position: carries values
+  std::vector<std::uint32_t> valuePos_;     // per value: its node's position
+  std::vector<std::uint32_t> cspOf_;        // per position: the CSP node
+  std::vector<std::uint32_t> moduleIndex_;  // by hpcrun's module id
   std::map<std::string, std::uint32_t> placeholderModules_;
   std::vector<AddressFrame> nodeFrames_;  // per CSP node but the root
   std::vector<PathStart> starts_;
