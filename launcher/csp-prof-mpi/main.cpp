@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
+      for (const auto& i : inputs)
+        if (const auto n = csp::reduce::hpcrunNotRead(i); !n.empty()) fmt::print("  note: {}\n", n);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
       if (!phases.empty()) phases.pop_back();

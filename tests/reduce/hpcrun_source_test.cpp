@@ -330,6 +330,18 @@ TEST_F(HpcrunProf, SameDatabaseForOneToFourProcesses) {
   }
 }
 
+TEST_F(HpcrunProf, TheSummaryNotesWhatItDoesNotRead) {
+  fs::create_directories(meas_ / "gpubins");
+  std::ofstream(meas_ / "gpubins" / "0123abcd.gpubin") << "cubin";
+  const auto r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " --structure-cache off " + meas_.string() + " -o " +
+                     (dir_ / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("note: " + meas_.string() +
+                          ": 1 trace file (*.hpctrace) and 1 GPU binary (gpubins/) of hpcrun not read"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(HpcrunProf, DamagedProfileFailsTheRunOrIsSkipped) {
   const auto bad = meas_ / "app-000009-000-a1b2-4009-0.hpcrun";
   const std::string bytes = hr::encode(threadProfile(0, 0, 0x400));

@@ -622,6 +622,21 @@ class HpcrunProfileSource final : public ProfileSource {
 
 }  // namespace
 
+std::string hpcrunNotRead(const fs::path& directory) {
+  std::error_code ec;
+  std::size_t traces = 0, gpuBinaries = 0;
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+    traces += it->path().extension() == ".hpctrace" ? 1 : 0;
+  for (fs::directory_iterator it(directory / "gpubins", ec), end; !ec && it != end; it.increment(ec)) ++gpuBinaries;
+  if (traces + gpuBinaries == 0) return {};
+  std::string what;
+  if (traces) what = fmt::format("{} trace file{} (*.hpctrace)", traces, traces == 1 ? "" : "s");
+  if (gpuBinaries)
+    what += fmt::format("{}{} GPU binar{} (gpubins/)", what.empty() ? "" : " and ", gpuBinaries,
+                        gpuBinaries == 1 ? "y" : "ies");
+  return fmt::format("{}: {} of hpcrun not read (docs/hpctoolkit-input.md)", directory.string(), what);
+}
+
 std::shared_ptr<const ProfileSource> hpcrunProfileSource() { return std::make_shared<const HpcrunProfileSource>(); }
 
 }  // namespace csp::reduce
