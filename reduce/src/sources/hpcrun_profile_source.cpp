@@ -4,7 +4,8 @@
 // the file that gives where each section lies (header, load map, CCT, metric table, id-tuple
 // dictionary, sparse metric values). Frames stay (load module, offset) pairs, so attribution
 // works on them exactly as on CSP's own address profiles. hpcrun's special roots become path
-// starts; its other placeholders, modules of their own (they stand for no code).
+// starts; its other placeholders, procedures of the module "[placeholder]" (they stand for no
+// code). Interior frames hold return addresses, as CSP's do.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <string_view>
 #include <system_error>
-#include <tuple>
 
 #include <fmt/format.h>
 
