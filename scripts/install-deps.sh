@@ -17,6 +17,7 @@ packages=(
   time procps
   python3 libgoogle-perftools-dev linux-perf
   libcapstone-dev libeigen3-dev libomp-dev ccache
+  libxml2-dev
   clang-format clang-tidy
   libcpp-httplib-dev chromium valgrind
 )

@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, replace;
   std::string output;
   bool quiet = false;
-  app.add_option("inputs", inputs,
-                 "measurement directories (or individual .cspprof files and one-record .cspbundle files)")
+  app.add_option(
+         "inputs", inputs,
+         "measurement directories (or individual .cspprof files, one-record .cspbundle files, and .hpcrun files "
+         "of HPCToolkit)")
       ->required();
   app.add_option("-o,--output", output, "database directory to create")->required();
   app.add_flag("--force", database.force,
@@ -143,8 +145,13 @@ int main(int argc, char** argv) {
   }
   o.pipeline.attribution.loops = !noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
-  o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::memoryProfileSource()};
-  for (const auto& i : inputs) o.pipeline.inputs.emplace_back(i);
+  o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::memoryProfileSource(),
+                         csp::reduce::hpcrunProfileSource()};
+  for (const auto& i : inputs) {
+    o.pipeline.inputs.emplace_back(i);
+    // An hpcrun measurement's structure files, for the modules whose binaries are gone.
+    for (auto& f : csp::reduce::hpcstructFiles(i)) o.pipeline.attribution.hpcstructFiles.push_back(std::move(f));
+  }
   database.output = output;
   // Termination signals and a vanished launcher remove the temporary directory (every rank).
   csp::cli::installTerminationCleanup("csp-prof-mpi", rank == 0);
@@ -209,6 +216,8 @@ int main(int argc, char** argv) {
       for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
       for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
+      for (const auto& i : inputs)
+        if (const auto n = csp::reduce::hpcrunNotRead(i); !n.empty()) fmt::print("  note: {}\n", n);
       std::string phases;
       for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
       if (!phases.empty()) phases.pop_back();

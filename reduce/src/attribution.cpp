@@ -2,6 +2,7 @@
 
 #include "csp/storage/checksum.hpp"
 #include "elf_support.hpp"
+#include "hpcstruct.hpp"
 #include "structure/analysis.hpp"
 #include "structure/cache.hpp"
 
@@ -72,10 +73,12 @@ void findScopes(Dwarf_Die* parent, Dwarf_Addr pc, std::vector<Dwarf_Die>& chain,
 
 // Modules that are no file: addresses outside every module (offset = absolute address) and the
 // kernel's vDSO (its image exists only in the measured process).
-enum class ModuleKind { File, Unmapped, Vdso };
+// Placeholders: frames of address profiles of other formats that stand for no code (hpcrun's).
+enum class ModuleKind { File, Unmapped, Vdso, Placeholder };
 
 ModuleKind kindOf(const std::string& path) {
   if (path == kUnmappedModulePath) return ModuleKind::Unmapped;
+  if (path.starts_with(kPlaceholderModulePrefix) && path.ends_with("]")) return ModuleKind::Placeholder;
   const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
   if (base == "linux-vdso.so.1" || base == "linux-gate.so.1" || base == "linux-vdso64.so.1" || base == "[vdso]")
     return ModuleKind::Vdso;
@@ -100,6 +103,7 @@ struct Module {
   bool dwarf = false;                                     // the module has DWARF (its own or a separate debug file)
   std::unique_ptr<structure::Decoder> decoder;            // call sites and unwind recipes, under `mutex`
   std::map<std::uint64_t, std::unique_ptr<structure::FunctionRecipes>> recipes;  // by function start
+  const hpcstruct::ModuleStructure* hpcstruct = nullptr;                         // no binary, but an hpcstruct file
   ~Module() {
     if (dwfl) dwfl_end(dwfl);
   }
@@ -211,6 +215,8 @@ struct Attributor::Impl {
   structure::StructureCache structureCache;
   mutable std::mutex warningsMutex;
   std::vector<std::string> warnings;
+  bool hpcstructsRead = false;  // under modulesMutex
+  std::vector<std::unique_ptr<hpcstruct::ModuleStructure>> hpcstructs;
 
   Impl(StringTable& s, AttributionOptions o)
       : strings(s), options(std::move(o)), structureCache(cacheDirectory(options)) {}
@@ -240,6 +246,10 @@ struct Attributor::Impl {
     Module& m = *slot;
     m.name = baseName(lm.path);
     m.kind = kindOf(lm.path);
+    if (m.kind == ModuleKind::Placeholder) {
+      m.name = kPlaceholderModuleName;
+      m.path = lm.path;
+    }
     if (m.kind != ModuleKind::File) return m;  // no file to read, and nothing to warn about
     const std::string path = resolvePath(lm.path);
     m.path = path;
@@ -252,8 +262,9 @@ struct Attributor::Impl {
     m.mod = dwfl_report_offline(m.dwfl, m.name.c_str(), path.c_str(), -1);
     dwfl_report_end(m.dwfl, nullptr, nullptr);
     if (!m.mod) {
-      warn(fmt::format("{}: cannot read module: {}; its addresses are kept as {}+0xOFFSET", path, dwfl_errmsg(-1),
-                       m.name));
+      const std::string why = dwfl_errmsg(-1);
+      if (useHpcstruct(m, lm.path, fmt::format("{}: cannot read module: {}", path, why))) return m;
+      warn(fmt::format("{}: cannot read module: {}; its addresses are kept as {}+0xOFFSET", path, why, m.name));
       m.noStructure = "not analysed: the file cannot be read";
       return m;
     }
@@ -434,11 +445,14 @@ struct Attributor::Impl {
     std::vector<ModuleLoops> out;
     std::lock_guard lock(modulesMutex);
     for (const auto& [key, m] : modules) {
-      if (m->kind == ModuleKind::Unmapped) continue;
+      if (m->kind == ModuleKind::Unmapped || m->kind == ModuleKind::Placeholder) continue;
       ModuleLoops r;
       r.module = m->name;
       if (m->kind == ModuleKind::Vdso) {
         r.note = "not analysed: no file (the kernel's vDSO)";
+      } else if (m->hpcstruct) {
+        r.loops = m->hpcstruct->loops;
+        r.note = fmt::format("from the hpcstruct file {} (no binary)", m->hpcstruct->file.filename().string());
       } else if (m->structure) {
         r.loops = m->structure->loops().size();
         for (const auto& l : m->structure->loops()) r.byAddress += l.line == 0 ? 1 : 0;
@@ -457,6 +471,44 @@ struct Attributor::Impl {
     return out;
   }
 
+  // A module whose binary cannot be read, structured by the hpcstruct file that names its path
+  // (or, failing that, its file name); the hpcstruct files are read once, at the first need.
+  bool useHpcstruct(Module& m, const std::string& path, const std::string& why) {
+    if (!hpcstructsRead) {
+      hpcstructsRead = true;
+      for (const auto& f : options.hpcstructFiles) try {
+          for (auto& s : hpcstruct::parse(f)) hpcstructs.push_back(std::move(s));
+        } catch (const std::exception& e) {
+          warn(fmt::format("{}; it is not used", e.what()));
+        }
+    }
+    for (bool byName : {false, true})
+      for (const auto& s : hpcstructs)
+        if (!m.hpcstruct && (byName ? baseName(s->path) == m.name : s->path == path)) m.hpcstruct = s.get();
+    if (!m.hpcstruct) return false;
+    warn(fmt::format("{}; its structure comes from the hpcstruct file {}", why, m.hpcstruct->file.string()));
+    return true;
+  }
+
+  // The chain of a module structured by its hpcstruct file; addresses it does not cover are named
+  // by offset as in modules without structure.
+  std::vector<ScopeKey> fromHpcstruct(Module& m, std::uint64_t offset, bool leaf, std::uint32_t moduleId) {
+    std::vector<ScopeKey> chain;
+    const auto place = m.hpcstruct->find(leaf || offset == 0 ? offset : offset - 1);
+    if (!place) {
+      ++unknown;
+      chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});
+      chain.push_back({leaf ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0});
+      return chain;
+    }
+    ++withLines;
+    for (const auto& s : place->scopes)
+      chain.push_back({s.kind, strings.intern(s.name), strings.intern(s.file), s.line,
+                       s.kind == ScopeKind::ProcFrame ? moduleId : 0});
+    chain.push_back({leaf ? ScopeKind::Stmt : ScopeKind::CallSite, 0, strings.intern(place->file), place->line, 0});
+    return chain;
+  }
+
   static bool hasInterpreter(Elf* elf) {
     std::size_t n = 0;
     if (elf_getphdrnum(elf, &n) != 0) return false;
@@ -471,6 +523,13 @@ struct Attributor::Impl {
     std::vector<ScopeKey> chain;
     const std::uint32_t moduleId = strings.intern(m.name);
     const ScopeKind last = leaf ? ScopeKind::Stmt : ScopeKind::CallSite;
+    if (m.kind == ModuleKind::Placeholder) {
+      // One procedure per placeholder, named by what it stands for.
+      const std::string_view text = std::string_view(m.path).substr(std::string_view(kPlaceholderModulePrefix).size());
+      chain.push_back({ScopeKind::ProcFrame, strings.intern(text.substr(0, text.size() - 1)), 0, 0, moduleId});
+      chain.push_back({last, 0, 0, 0, 0});
+      return chain;
+    }
     if (m.kind != ModuleKind::File) {
       // One procedure for all of it: its addresses mean nothing outside the measured process.
       ++unknown;
@@ -479,6 +538,7 @@ struct Attributor::Impl {
       chain.push_back({last, 0, 0, 0, 0});
       return chain;
     }
+    if (m.hpcstruct) return fromHpcstruct(m, offset, leaf, moduleId);
     if (!m.usable) {
       ++unknown;
       chain.push_back({ScopeKind::ProcFrame, strings.intern(fmt::format("{}+0x{:x}", m.name, offset)), 0, 0, moduleId});

@@ -684,7 +684,7 @@ class LoopAttribution : public ::testing::TestWithParam<std::string> {
   }
 
   StringTable strings;
-  Attributor attributor{strings, {{}, true, "off"}};
+  Attributor attributor{strings, {{}, true, "off", {}}};
   LoadModule module{binary(), {}, 0, 0, 0};
 };
 
@@ -775,7 +775,7 @@ TEST(FunctionBounds, DirectCallTargetsGroupStrippedCodePerFunction) {
 
 TEST(LoopAttributionOff, NoLoopsWhenTurnedOff) {
   StringTable strings;
-  Attributor attributor(strings, {{}, false, ""});
+  Attributor attributor(strings, {{}, false, "", {}});
   const std::string binary = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-loops-O2";
   const LoadModule module{binary, {}, 0, 0, 0};
   for (const auto& [begin, end] : symbolRanges(binary, "(anonymous namespace)::triple"))

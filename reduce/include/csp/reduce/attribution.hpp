@@ -30,7 +30,13 @@ struct AttributionOptions {
   // Directory of the structure cache (--structure-cache); "" = the default location
   // (CSP_STRUCTURE_CACHE, $XDG_CACHE_HOME/csp/structure, ~/.cache/csp/structure), "off" = none.
   std::string structureCache;
+  // hpcstruct files (XML) of HPCToolkit measurements: the structure of modules whose binaries no
+  // longer exist (docs/hpctoolkit-input.md, "Attribution"); the first file naming a module wins.
+  std::vector<std::filesystem::path> hpcstructFiles;
 };
+
+// The structs/*.hpcstruct files of an hpcrun measurement directory, sorted; none without structs/.
+std::vector<std::filesystem::path> hpcstructFiles(const std::filesystem::path& measurementDirectory);
 
 // Whether loops were recovered in one module and why not, or why without lines
 // (docs/postprocessing.md, "Loops"): one per module that attribution needed.
@@ -72,6 +78,9 @@ inline constexpr const char* kJitModuleName = "[jit]";                        //
 inline constexpr const char* kTruncatedPathsName = "[truncated call paths]";  // parent of incomplete paths
 // Module of the procedure frames that stand for no code (PathStart::Placeholder of other formats).
 inline constexpr const char* kPlaceholderModuleName = "[placeholder]";
+// Path of a load module of an address profile that stands for no code (hpcrun's placeholders:
+// "[placeholder NoActvty]"): attributed as one procedure ("NoActvty") in kPlaceholderModuleName.
+inline constexpr const char* kPlaceholderModulePrefix = "[placeholder ";
 
 class Attributor {
  public:

@@ -78,6 +78,12 @@ std::shared_ptr<const ProfileSource> cspProfileSource();
 // Memory-access profiles (*.cspmem) of csp-run --memory, written by the csp-mem Valgrind tool
 // (docs/memory-profiles.md).
 std::shared_ptr<const ProfileSource> memoryProfileSource();
+// HPCToolkit's measurements: *.hpcrun files (format 4.0) written by hpcrun
+// (docs/hpctoolkit-input.md).
+std::shared_ptr<const ProfileSource> hpcrunProfileSource();
+// What an hpcrun measurement directory holds that the hpcrun source does not read (traces, GPU
+// binaries), for a note: "DIR: 4 trace files (*.hpctrace) ... are not read"; empty if nothing.
+std::string hpcrunNotRead(const std::filesystem::path& directory);
 
 // The source of `sources` whose profiles `file` is named like; nullptr if none.
 const ProfileSource* sourceFor(const ProfileSources& sources, const std::filesystem::path& file);
