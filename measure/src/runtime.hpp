@@ -365,14 +365,20 @@ struct LogicalContextRecord {
 // The record of context `id` (1-based); false if unknown.
 bool logicalContext(std::uint32_t id, LogicalContextRecord& out);
 std::uint64_t logicalContextCount();
-// "ompt" (captured), "no-tool" (an OpenMP runtime without OMPT: physical paths), "none" (no
+// "ompt" (captured), "no-tool (<runtime>)" (an OpenMP runtime without OMPT: physical paths), "none" (no
 // OpenMP runtime), "off" (CSP_LOGICAL=0); the profile's setting logical-contexts.
 std::string logicalContextsState();
 // Unwinds from here (normal context) over csp's frames and the runtime's frames in [runtimeBegin,
 // runtimeEnd) at the top, then keeps the caller's frames until the next runtime frame or the
-// stack's start (outermost first in out); returns how many, 0 on failure. sampler.cpp.
-std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, std::uint64_t* out,
-                            std::uint32_t max);
+// stack's start: their return addresses (innermost first) and the stack words that hold them.
+// `boundarySlot`: the word holding the runtime frame's return address that ended the walk (0:
+// the stack's start). Returns how many frames, 0 on failure. sampler.cpp.
+struct CreatorFrame {
+  std::uint64_t address;  // return address
+  std::uint64_t slot;     // where on the stack it is kept
+};
+std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, CreatorFrame* out,
+                            std::uint32_t max, std::uint64_t& boundarySlot);
 std::string openmpRuntime();  // the OpenMP runtime's file name (ever loaded) or "none"
 std::uint64_t lockTableOverflows();
 // Locks (pthread mutexes and spin locks; waits.cpp wraps them).

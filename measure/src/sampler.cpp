@@ -791,8 +791,9 @@ std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value) {
   return node;
 }
 
-std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, std::uint64_t* out,
-                            std::uint32_t max) {
+std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, CreatorFrame* out,
+                            std::uint32_t max, std::uint64_t& boundarySlot) {
+  boundarySlot = 0;
   if (g_unwinder.initLocal == nullptr || !enterCharging(t)) return 0;
   unw_context_t context;
   unw_cursor_t cursor;
@@ -800,19 +801,20 @@ std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uin
   if (g_unwinder.getContext(&context) == 0 && g_unwinder.initLocal(&cursor, &context) >= 0) {
     bool top = true;  // still in csp's frames or the runtime's frames that called it
     for (;;) {
-      unw_word_t ip = 0;
+      unw_word_t ip = 0, sp = 0;
       if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+      if (g_unwinder.getReg(&cursor, UNW_REG_SP, &sp) < 0) break;
       const bool runtime = ip >= runtimeBegin && ip < runtimeEnd;
       if (!(top && (runtime || (ip >= g_selfBegin && ip < g_selfEnd)))) {
-        if (runtime || n == max) break;  // the creator's body starts here (or the path is too deep)
+        if (runtime) boundarySlot = sp - 8;  // the call pushed the return address just below sp
+        if (runtime || n == max) break;      // the creator's body starts here (or the path is too deep)
         top = false;
-        out[n++] = ip;
+        out[n++] = {ip, sp - 8};
       }
       if (g_unwinder.step(&cursor) <= 0) break;
     }
   }
   leaveCharging(t);
-  std::reverse(out, out + n);
   return n;
 }
 

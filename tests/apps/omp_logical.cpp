@@ -8,6 +8,9 @@
 //                                      parallel region of 2 threads whose nested_body burns MS each
 //   csp-app-omp-logical tasks N MS     spawn_tasks: fib-style recursive tasks (depth N) created by one
 //                                      thread and run (stolen) by all; each leaf_task burns MS
+//   csp-app-omp-logical starved MS     solve_balanced runs kernel() (MS in total), then solve_starved
+//                                      a loop of one iteration per thread where long_iteration burns
+//                                      4 x MS and the others MS / 10: the region starves its threads
 //   csp-app-omp-logical bench N US     bench_tasks: one thread creates N tasks of US microseconds of
 //                                      CPU time each (tests/bench)
 // Costs are thread CPU time, so they do not depend on the machine's load.
@@ -101,6 +104,25 @@ extern "C" __attribute__((noinline)) long spawn_tasks(int n, double ms) {
   return leaves;
 }
 
+extern "C" __attribute__((noinline)) void long_iteration(double ms) {
+  burn(ms * 1e3);
+  g_sink = g_sink + 1;
+}
+extern "C" __attribute__((noinline)) void solve_balanced(double ms) {
+  kernel(64, ms * 1e3 / 64);
+  g_sink = g_sink + 1;
+}
+extern "C" __attribute__((noinline)) void solve_starved(double ms) {
+#pragma omp parallel for schedule(static, 1)
+  for (int i = 0; i < omp_get_num_threads(); ++i) {
+    if (i == 0)
+      long_iteration(4 * ms);
+    else
+      loop_body(ms * 100);
+  }
+  g_sink = g_sink + 1;
+}
+
 extern "C" __attribute__((noinline)) void task_work(double us) {
   burn(us);
   g_sink = g_sink + 1;
@@ -125,6 +147,10 @@ int main(int argc, char** argv) {
   } else if (std::strcmp(mode, "tasks") == 0) {
     const long leaves = spawn_tasks(argc > 2 ? std::atoi(argv[2]) : 8, argc > 3 ? std::atof(argv[3]) : 20);
     std::printf("leaves %ld\n", leaves);
+  } else if (std::strcmp(mode, "starved") == 0) {
+    const double ms = argc > 2 ? std::atof(argv[2]) : 200;
+    solve_balanced(ms);
+    solve_starved(ms);
   } else if (std::strcmp(mode, "bench") == 0) {
     bench_tasks(argc > 2 ? std::atol(argv[2]) : 1000000, argc > 3 ? std::atof(argv[3]) : 10);
   } else {
