@@ -1,9 +1,13 @@
 // OpenMP logical call paths: the rewrite of a profile's raw CCT (logical.hpp).
 #include "csp/reduce/logical.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
+
+#include "csp/reduce/overhead.hpp"
 
 namespace csp::reduce {
 
@@ -14,6 +18,16 @@ bool isRuntimeModule(const std::string& path) {
   const std::string name = baseName(path);
   for (const char* prefix : {"libomp.so", "libiomp5.so", "libgomp.so", "libgomp-"})
     if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// System libraries that the runtime calls (sched_yield, futex waits in the C library, the vDSO):
+// called from runtime code they are the runtime's, not a body's start (OverheadRules' transparent
+// modules).
+bool isSystemModule(const std::string& path) {
+  const std::string name = baseName(path);
+  for (const auto& pattern : OverheadRules::transparentModules())
+    if (::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
   return false;
 }
 
@@ -28,6 +42,7 @@ class Stitcher {
     out_.cct.unwindNote.push_back(0);
     for (const auto& m : in.modules) {
       runtimeModule_.push_back(isRuntimeModule(m.path));
+      systemModule_.push_back(isSystemModule(m.path));
       markerModule_.push_back(m.path == kLogicalContextModule);
     }
     contextRuntime_.assign(in.logical.size(), kNoIndex);
@@ -38,6 +53,7 @@ class Stitcher {
     pos_.assign(n, 0);
     context_.assign(n, kNone);
     inBody_.assign(n, 0);
+    runtimeSide_.assign(n, 0);
     for (std::size_t i = 1; i < n; ++i) place(static_cast<std::uint32_t>(i));
     moveValues();
     if (std::all_of(out_.cct.unwindNote.begin(), out_.cct.unwindNote.end(), [](auto v) { return v == 0; }))
@@ -51,6 +67,7 @@ class Stitcher {
   const AddressFrame& frameOf(std::uint32_t raw) const { return in_.addressFrames[in_.cct.frame[raw]]; }
   bool isMarker(std::uint32_t raw) const { return raw != 0 && markerModule_[frameOf(raw).module]; }
   bool isRuntime(std::uint32_t raw) const { return raw != 0 && runtimeModule_[frameOf(raw).module]; }
+  bool isSystem(std::uint32_t raw) const { return raw != 0 && systemModule_[frameOf(raw).module]; }
 
   // The new child of `parent` naming `frame` (with `note`), created on first use.
   std::uint32_t node(std::uint32_t parent, std::uint32_t frame, std::uint32_t note = 0) {
@@ -100,7 +117,8 @@ class Stitcher {
       pos_[i] = node(pos_[parent], in_.cct.frame[i], note);
       return;
     }
-    const bool starts = !isRuntime(i) && isRuntime(parent);
+    runtimeSide_[i] = isRuntime(i) || (isSystem(i) && runtimeSide_[parent]);
+    const bool starts = !runtimeSide_[i] && runtimeSide_[parent];
     if (starts || inBody_[parent]) {
       pos_[i] = node(starts ? contextRuntime(context_[i]) : pos_[parent], in_.cct.frame[i], note);
       inBody_[i] = 1;
@@ -130,13 +148,14 @@ class Stitcher {
   const ThreadProfile& in_;
   const bool logical_;
   ThreadProfile out_;
-  std::vector<bool> runtimeModule_, markerModule_;
+  std::vector<bool> runtimeModule_, systemModule_, markerModule_;
   std::vector<std::uint32_t> contextRuntime_;
   std::uint32_t runtimeFrame_ = kNoIndex;
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, std::uint32_t> nodes_;
   std::vector<std::uint32_t> pos_;
   std::vector<std::uint64_t> context_;
   std::vector<std::uint8_t> inBody_;
+  std::vector<std::uint8_t> runtimeSide_;  // runtime code, or system code that runtime code called
 };
 
 }  // namespace

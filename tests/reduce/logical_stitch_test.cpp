@@ -14,7 +14,7 @@ using namespace csp;
 
 namespace {
 
-enum Frame : std::uint32_t { kMain, kSolve, kFork, kInvoke, kOutlined, kLoop, kStartThread, kMarker, kPool };
+enum Frame : std::uint32_t { kMain, kSolve, kFork, kInvoke, kOutlined, kLoop, kStartThread, kMarker, kPool, kYield };
 
 ThreadProfile regionProfile() {
   ThreadProfile p;
@@ -26,8 +26,8 @@ ThreadProfile regionProfile() {
                {"/usr/lib/libomp.so.5", {}, 0x5000, 0x6000, 0x5000},
                {"/lib/libc.so.6", {}, 0x7000, 0x8000, 0x7000},
                {kLogicalContextModule, {}, 0, 0, 0}};
-  p.addressFrames = {{0, 0x10}, {0, 0x20}, {1, 0x100}, {1, 0x110},      {0, 0x30},
-                     {0, 0x40}, {2, 0x10}, {3, 0},     {3, kPoolMarker}};
+  p.addressFrames = {{0, 0x10}, {0, 0x20}, {1, 0x100}, {1, 0x110},       {0, 0x30},
+                     {0, 0x40}, {2, 0x10}, {3, 0},     {3, kPoolMarker}, {2, 0x20}};
   p.logical.parent = {kNoIndex};
   p.logical.kind = {LogicalKind::Parallel};
   p.logical.pathBegin = {0, 2};
@@ -39,18 +39,19 @@ ThreadProfile regionProfile() {
       {4, kInvoke},         {5, kOutlined},                                   // 1-6 master
       {6, kLoop},                                                             // 7
       {1, kStartThread},    {8, kInvoke},       {9, kOutlined}, {10, kLoop},  // 8-11 worker
-      {0, kPool},           {12, kStartThread}, {13, kInvoke}};               // 12-14 pool
+      {0, kPool},           {12, kStartThread}, {13, kInvoke},                // 12-14 pool
+      {9, kYield}};  // 15: the worker in sched_yield, called by the runtime before the body
   for (const auto& [parent, frame] : nodes) {
     p.cct.parent.push_back(parent);
     p.cct.frame.push_back(frame);
   }
-  const std::vector<std::pair<std::uint32_t, std::uint64_t>> values = {{7, 10}, {9, 3}, {11, 20}, {14, 5}};
+  const std::vector<std::pair<std::uint32_t, std::uint64_t>> values = {{7, 10}, {9, 3}, {11, 20}, {14, 5}, {15, 2}};
   for (const auto& [node, count] : values) {
     p.values.node.push_back(node);
     p.values.metric.push_back(0);
     p.values.count.push_back(count);
   }
-  p.stats.samples = 38;
+  p.stats.samples = 40;
   return p;
 }
 
@@ -80,7 +81,7 @@ TEST(LogicalStitch, BodiesGoBelowTheirCreationContextAndRuntimeFramesFold) {
   const auto out = reduce::stitchLogicalPaths(regionProfile(), true);
   const std::map<std::string, std::uint64_t> expected = {
       {"app+16 > app+32 > [omp runtime]+0 > app+48 > app+64", 30},  // master and worker alike
-      {"app+16 > app+32 > [omp runtime]+0", 3},                     // the worker's dispatch, kept
+      {"app+16 > app+32 > [omp runtime]+0", 3 + 2},                 // the worker's dispatch, kept
       {"[omp runtime]+0", 5}};                                      // the pool
   EXPECT_EQ(pathsOf(out), expected);
   EXPECT_FALSE(reduce::hasLogicalMarkers(out));
@@ -91,7 +92,8 @@ TEST(LogicalStitch, PhysicalDropsTheMarkersOnly) {
   const std::map<std::string, std::uint64_t> expected = {
       {"app+16 > app+32 > libomp.so.5+256 > libomp.so.5+272 > app+48 > app+64", 10},
       {"libc.so.6+16 > libomp.so.5+272 > app+48 > app+64", 20},
-      {"libc.so.6+16 > libomp.so.5+272", 3 + 5}};  // the worker's dispatch and the pool merge
+      {"libc.so.6+16 > libomp.so.5+272", 3 + 5},  // the worker's dispatch and the pool merge
+      {"libc.so.6+16 > libomp.so.5+272 > libc.so.6+32", 2}};
   EXPECT_EQ(pathsOf(out), expected);
 }
 
