@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,26 @@ std::string property(const storage::Database& db, std::string_view key) {
   return "";
 }
 
+// The root's inclusive cpu-time in a view (csp-views' CSV; "" on failure).
+std::string viewTotal(const fs::path& db, const std::string& view) {
+  const auto r = run(kTimeout + tool("csp-views") + " " + view + " --format csv -m cpu-time --depth 0 " + db.string() +
+                     " 2>/dev/null");
+  std::istringstream lines(r.output);
+  std::string header, root;
+  std::getline(lines, header);
+  std::getline(lines, root);
+  auto fields = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    for (std::string f; std::getline(in, f, ',');) out.push_back(f);
+    return out;
+  };
+  const auto names = fields(header), values = fields(root);
+  for (std::size_t i = 0; i < names.size() && i < values.size(); ++i)
+    if (names[i] == "cpu-time:sum:I") return values[i];
+  return "";
+}
+
 #define REQUIRE_APP() \
   if (kApp.empty() || !fs::exists(kApp)) GTEST_SKIP() << "no clang -fopenmp with LLVM's libomp in this build"
 
@@ -155,6 +176,12 @@ TEST(Logical, LoopFromTwoCallersShowsTwoSubtrees) {
   EXPECT_EQ(physSmall.total, small.total) << "the same samples, placed differently";
   EXPECT_EQ(rootCpu(*phys), rootCpu(*db));
   EXPECT_EQ(property(*phys, storage::kOpenmpCallPathsProperty), "physical (csp-prof-mpi --physical)");
+  // The Calling Context and Flat views agree on the total, with and without --physical.
+  const auto total = viewTotal(m.logical, "");
+  EXPECT_FALSE(total.empty());
+  EXPECT_EQ(viewTotal(m.logical, "--flat"), total);
+  EXPECT_EQ(viewTotal(m.physical, ""), total);
+  EXPECT_EQ(viewTotal(m.physical, "--flat"), total);
 }
 
 // Recursive tasks created by one thread and stolen by the others: every leaf's samples lie below the
