@@ -282,31 +282,32 @@ TEST(Logical, SameDatabaseForAnyProcessCount) {
   }
 }
 
-// Without an OpenMP tool (libomp with OMP_TOOL=disabled, GCC's libgomp) the paths stay native and
-// the database says why (csp-views --info).
+// Without an OpenMP tool (libomp with OMP_TOOL=disabled, GCC's libgomp), or with the capture off
+// (csp-run --no-logical), the paths stay native and the database says why (csp-views --info).
 TEST(Logical, WithoutToolPathsStayPhysicalAndSaySo) {
   REQUIRE_APP();
   struct Case {
-    std::string program, env, runtime;
+    std::string program, env, options, property;
   };
-  std::vector<Case> cases = {{kApp, "OMP_NUM_THREADS=2 OMP_TOOL=disabled", "libomp.so"}};
+  std::vector<Case> cases = {{kApp, "OMP_NUM_THREADS=2 OMP_TOOL=disabled", "", "physical: libomp.so"},
+                             {kApp, "OMP_NUM_THREADS=2", "--no-logical", "physical (csp-run --no-logical)"}};
   if (fs::exists(kApps + "csp-app-omp-logical-gnu"))
-    cases.push_back({kApps + "csp-app-omp-logical-gnu", "OMP_NUM_THREADS=2", "libgomp.so"});
+    cases.push_back({kApps + "csp-app-omp-logical-gnu", "OMP_NUM_THREADS=2", "", "physical: libgomp.so"});
   for (const auto& c : cases) {
     TempDir dir("logical-notool");
     const auto meas = dir / "meas", out = dir / "db";
-    auto r = run(kTimeout + "env " + c.env + " " + tool("csp-run") + " -e cpu-time@2ms -o " + meas.string() + " -- " +
-                 c.program + " callers 100");
+    auto r = run(kTimeout + "env " + c.env + " " + tool("csp-run") + " " + c.options + " -e cpu-time@2ms -o " +
+                 meas.string() + " -- " + c.program + " callers 100");
     ASSERT_EQ(r.status, 0) << r.output;
     r = run(kTimeout + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + out.string());
     ASSERT_EQ(r.status, 0) << r.output;
     const auto db = storage::Database::open(out);
     const auto paths = property(*db, storage::kOpenmpCallPathsProperty);
-    EXPECT_EQ(paths.rfind("physical: " + c.runtime, 0), 0u) << paths;
-    const auto loop = cpuOf(*db, "loop_body", "solve_small");
-    EXPECT_GT(loop.total, 0.0);
+    EXPECT_EQ(paths.rfind(c.property, 0), 0u) << paths;
+    EXPECT_GT(cpuOf(*db, "loop_body", "solve_small").total, 0.0);
+    EXPECT_GT(cpuBelowAny(*db, kThreadStarts), 0.0) << c.property << ": native paths";
     const auto info = run(kTimeout + tool("csp-views") + " --info " + out.string());
-    EXPECT_NE(info.output.find("without an OpenMP tool"), std::string::npos) << info.output;
+    EXPECT_NE(info.output.find(c.property), std::string::npos) << info.output;
   }
 }
 

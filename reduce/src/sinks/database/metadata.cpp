@@ -40,7 +40,7 @@ std::string openmpCallPaths(const std::set<std::string>& states, bool physical) 
   for (const auto& s : states)
     if (s.starts_with("no-tool (")) noTool += (noTool.empty() ? "" : ", ") + s.substr(9, s.size() - 10);
   if (!noTool.empty()) return "physical: " + noTool + " ran without an OpenMP tool (OMPT)";
-  if (states.count("ompt") == 0) return "";
+  if (states.count("ompt") == 0) return states.count("off") != 0 ? "physical (csp-run --no-logical)" : "";
   return physical ? "physical (csp-prof-mpi --physical)" : "logical";
 }
 

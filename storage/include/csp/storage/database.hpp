@@ -156,8 +156,9 @@ inline constexpr double kQualityWarningShare = 0.10;
 inline constexpr std::string_view kOpenmpIdlenessProperty = "openmp-idleness";
 
 // How csp-prof-mpi placed the samples of OpenMP parallel regions and tasks (docs/postprocessing.md,
-// "Logical call paths"): "logical", "physical (csp-prof-mpi --physical)", or "physical: <runtimes>
-// ran without an OpenMP tool (OMPT)". Absent when no profile used an OpenMP runtime.
+// "Logical call paths"): "logical", "physical (csp-prof-mpi --physical)", "physical (csp-run
+// --no-logical)", or "physical: <runtimes> ran without an OpenMP tool (OMPT)". Absent when no
+// profile used an OpenMP runtime.
 inline constexpr std::string_view kOpenmpCallPathsProperty = "openmp-call-paths";
 
 // Call paths through code without unwind tables (format 1.5; docs/postprocessing.md, "Code
