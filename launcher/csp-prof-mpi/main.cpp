@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
                "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
+  app.add_flag("--physical", o.pipeline.physical,
+               "OpenMP: keep the native call paths of worker threads (below the runtime's thread start) instead "
+               "of placing each parallel region's and task's samples below the context that created it");
   app.add_option("--replace-path", replace,
                  "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable")
       ->allow_extra_args(false);

@@ -34,7 +34,7 @@ const char* kHelp =
     "over variables already set.\n"
     "\n"
     "Environment: CSP_EVENTS, CSP_OUTPUT, CSP_REGION_LOG, CSP_REGION_LOG_EVENTS, CSP_VERBOSE,\n"
-    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_SIGNAL, CSP_TERMINATION_WAIT, CSP_IDLENESS,\n"
+    "CSP_MAX_DEPTH, CSP_MAX_NODES, CSP_SIGNAL, CSP_TERMINATION_WAIT, CSP_IDLENESS, CSP_LOGICAL,\n"
     "CSP_MEASURE_LIBRARY (see docs/measurement.md).\n"
     "\n"
     "If the program is ended by SIGTERM, SIGINT, SIGHUP or SIGXCPU (and has no handler of its own\n"
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   CLI::App app{kHelp, "csp-run"};
   std::vector<std::string> events;
   std::string output, library, signal;
-  bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false;
+  bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false, noLogical = false;
   std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
   int verbose = 0;
   bool memory = false;
@@ -192,6 +192,9 @@ int main(int argc, char** argv) {
                "mpi-wait, from wrapped pthread and MPI waits and the OpenMP runtime's OMPT interface (LLVM libomp; "
                "GCC's libgomp has none); work and idleness are counted on the first event. Env: CSP_IDLENESS=1");
   app.add_flag("--no-idleness", noIdleness, "no idleness accounting (default)");
+  app.add_flag("--no-logical", noLogical,
+               "OpenMP: do not record where parallel regions and tasks were created (no OMPT tool unless "
+               "--idleness); csp-prof-mpi then shows the native call paths. Env: CSP_LOGICAL=0");
   app.add_option("--region-log-events", regionLogEvents,
                  "region log capacity per thread; later events are counted as lost (default 1048576). "
                  "Env: CSP_REGION_LOG_EVENTS")
@@ -315,6 +318,7 @@ int main(int argc, char** argv) {
   if (regionLog) setEnv("CSP_REGION_LOG", "1", talk);
   if (noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
   if (idleness) setEnv("CSP_IDLENESS", "1", talk);
+  if (noLogical) setEnv("CSP_LOGICAL", "0", talk);
   if (noIdleness) setEnv("CSP_IDLENESS", "0", talk);
   if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);
   if (maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(maxDepth), talk);

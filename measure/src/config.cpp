@@ -136,6 +136,7 @@ Config readConfig() {
   }
   c.regionLog = envFlag("CSP_REGION_LOG");
   c.idleness = envFlag("CSP_IDLENESS");
+  c.logical = std::getenv("CSP_LOGICAL") == nullptr || *std::getenv("CSP_LOGICAL") == '\0' || envFlag("CSP_LOGICAL");
   c.regionLogCapacity =
       static_cast<std::uint32_t>(envNumber("CSP_REGION_LOG_EVENTS", c.regionLogCapacity, 1, 1u << 28));
   c.verbose = static_cast<int>(envNumber("CSP_VERBOSE", 0, 0, 9));

@@ -40,6 +40,9 @@ struct Config {
   // idleness, waiting"): CSP_IDLENESS / csp-run --idleness. Off: no metric, no OMPT tool, and the
   // pthread and MPI wrappers forward at once.
   bool idleness = false;
+  // Logical call paths of OpenMP (ompt.cpp, docs/measurement.md "OpenMP: logical call paths"):
+  // CSP_LOGICAL, on unless "0"; csp-run --no-logical. Off: no OMPT tool unless idleness wants one.
+  bool logical = true;
 };
 
 // Parses the CSP_* environment. Bad values are reported on stderr and replaced by defaults:
@@ -343,7 +346,40 @@ std::uint64_t chargePeriodNs();                                // the period a c
 bool creatingHelperThreads();                                  // inside MPI_Init: threads created now do not count
 void setCreatingHelperThreads(bool on);
 std::string openmpToolState();  // "ompt (<runtime>)" or "none", for the settings
-std::string openmpRuntime();    // the OpenMP runtime's file name (ever loaded) or "none"
+
+// OpenMP logical call paths (ompt.cpp). A sample taken in the body of a parallel region or an
+// explicit task is recorded below a marker node at the root of the thread's tree, whose address
+// is kLogicalMarker | the context's id; the writer turns markers into frames of the pseudo module
+// "[omp context]" and adds the contexts that they reference (docs/profile-format.md).
+inline constexpr std::uint64_t kLogicalMarker = 0xFFFF'F000'0000'0000ull;
+inline constexpr std::uint32_t kPoolContext = 0xFFFF'FFFFu;  // a worker in the pool, between regions
+// The context of the body the calling thread runs (0: none); read by the signal handler.
+std::uint32_t currentLogicalContext();
+// The arena node under which a path of the calling thread goes: the root, or its context's marker.
+std::uint32_t logicalRoot(CctArena& a);  // sampler.cpp
+struct LogicalContextRecord {
+  std::uint32_t parent = 0;           // creator's context id, 0: created outside any context
+  std::uint8_t kind = 0;              // 0: parallel region, 1: explicit task
+  std::vector<std::uint64_t> frames;  // creator's return addresses, outermost first
+};
+// The record of context `id` (1-based); false if unknown.
+bool logicalContext(std::uint32_t id, LogicalContextRecord& out);
+std::uint64_t logicalContextCount();
+// "ompt" (captured), "no-tool (<runtime>)" (an OpenMP runtime without OMPT: physical paths), "none" (no
+// OpenMP runtime), "off" (CSP_LOGICAL=0); the profile's setting logical-contexts.
+std::string logicalContextsState();
+// Unwinds from here (normal context) over csp's frames and the runtime's frames in [runtimeBegin,
+// runtimeEnd) at the top, then keeps the caller's frames until the next runtime frame or the
+// stack's start: their return addresses (innermost first) and the stack words that hold them.
+// `boundarySlot`: the word holding the runtime frame's return address that ended the walk (0:
+// the stack's start). Returns how many frames, 0 on failure. sampler.cpp.
+struct CreatorFrame {
+  std::uint64_t address;  // return address
+  std::uint64_t slot;     // where on the stack it is kept
+};
+std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, CreatorFrame* out,
+                            std::uint32_t max, std::uint64_t& boundarySlot);
+std::string openmpRuntime();  // the OpenMP runtime's file name (ever loaded) or "none"
 std::uint64_t lockTableOverflows();
 // Locks (pthread mutexes and spin locks; waits.cpp wraps them).
 bool lockAccountingOn();

@@ -40,6 +40,7 @@
 #include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -486,7 +487,7 @@ std::uint32_t recordSample(ThreadState& t, int event, std::uint64_t weight, void
   }
   if (r.failed) ++t.unwindFailures;
   if (r.truncated) ++t.truncatedPaths;
-  std::uint32_t node = 0;
+  std::uint32_t node = logicalRoot(a);
   for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i], a.pathNote[i]);
   if (node == kFull)
     dropSample(t, kDropTreeFull, weight);
@@ -767,6 +768,11 @@ void unmapArena(CctArena& a) {
   a = CctArena{};
 }
 
+std::uint32_t logicalRoot(CctArena& a) {
+  const std::uint32_t context = currentLogicalContext();
+  return context == 0 ? 0 : child(a, 0, kLogicalMarker | context);
+}
+
 std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value) {
   if (g_unwinder.initLocal == nullptr || !enterCharging(t)) return 0;
   std::uint32_t node = 0;
@@ -774,6 +780,7 @@ std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value) {
   if (a.mapping != nullptr || mapArena(a, config().maxNodes, config().maxDepth)) {
     const UnwindResult r = unwindFromHere(a);
     if (r.depth > 0 && a.state != nullptr) {
+      node = logicalRoot(a);
       for (std::uint32_t i = r.depth; i-- > 0 && node != kFull;) node = child(a, node, a.path[i]);
       if (node == kFull)
         node = 0;
@@ -783,6 +790,33 @@ std::uint32_t chargeAtCaller(ThreadState& t, int metric, std::uint64_t value) {
   }
   leaveCharging(t);
   return node;
+}
+
+std::uint32_t unwindCreator(ThreadState& t, std::uint64_t runtimeBegin, std::uint64_t runtimeEnd, CreatorFrame* out,
+                            std::uint32_t max, std::uint64_t& boundarySlot) {
+  boundarySlot = 0;
+  if (g_unwinder.initLocal == nullptr || !enterCharging(t)) return 0;
+  unw_context_t context;
+  unw_cursor_t cursor;
+  std::uint32_t n = 0;
+  if (g_unwinder.getContext(&context) == 0 && g_unwinder.initLocal(&cursor, &context) >= 0) {
+    bool top = true;  // still in csp's frames or the runtime's frames that called it
+    for (;;) {
+      unw_word_t ip = 0, sp = 0;
+      if (g_unwinder.getReg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+      if (g_unwinder.getReg(&cursor, UNW_REG_SP, &sp) < 0) break;
+      const bool runtime = ip >= runtimeBegin && ip < runtimeEnd;
+      if (!(top && (runtime || (ip >= g_selfBegin && ip < g_selfEnd)))) {
+        if (runtime) boundarySlot = sp - 8;  // the call pushed the return address just below sp
+        if (runtime || n == max) break;      // the creator's body starts here (or the path is too deep)
+        top = false;
+        out[n++] = {ip, sp - 8};
+      }
+      if (g_unwinder.step(&cursor) <= 0) break;
+    }
+  }
+  leaveCharging(t);
+  return n;
 }
 
 bool chargeNode(ThreadState& t, std::uint32_t node, int metric, std::uint64_t value) {

@@ -123,6 +123,32 @@ bool makeDirectories(const std::string& dir) {
   return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The logical contexts that the thread's markers name, with their creators' contexts: global id
+// -> index in the profile, in id order (a creator's context is interned before what it creates).
+std::map<std::uint32_t, std::uint32_t> referencedContexts(const CctArena& a, std::vector<LogicalContextRecord>& out) {
+  std::map<std::uint32_t, LogicalContextRecord> found;
+  std::vector<std::uint32_t> pending;
+  for (std::uint32_t i = 1; i < a.size; ++i) {
+    const std::uint64_t address = a.nodes[i].address;
+    if ((address & kLogicalMarker) == kLogicalMarker && address != (kLogicalMarker | kPoolContext))
+      pending.push_back(static_cast<std::uint32_t>(address));
+  }
+  while (!pending.empty()) {
+    const std::uint32_t id = pending.back();
+    pending.pop_back();
+    LogicalContextRecord r;
+    if (id == 0 || found.count(id) != 0 || !logicalContext(id, r)) continue;
+    if (r.parent != 0) pending.push_back(r.parent);
+    found.emplace(id, std::move(r));
+  }
+  std::map<std::uint32_t, std::uint32_t> index;
+  for (auto& [id, r] : found) {
+    index.emplace(id, static_cast<std::uint32_t>(out.size()));
+    out.push_back(std::move(r));
+  }
+  return index;
+}
+
 void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
   const CctArena& a = t.cct;
   p.cct.parent.push_back(kNoIndex);
@@ -130,39 +156,54 @@ void fillAddressProfile(const ThreadState& t, ThreadProfile& p) {
   if (a.size <= 1) return;  // never sampled (most short threads): no frame, so no module is needed
   const auto modules = loadMapSnapshot();
   for (const auto& m : modules) p.modules.push_back({m.path, m.buildId, m.begin, m.end, m.bias});
-  std::uint32_t unknownModule = kNoIndex;
+  std::uint32_t unknownModule = kNoIndex, contextModule = kNoIndex;
   std::map<std::uint64_t, std::uint32_t> frameOf;  // address -> frame index
+  auto pseudoModule = [&](std::uint32_t& module, const char* path) {
+    if (module == kNoIndex) {
+      module = static_cast<std::uint32_t>(p.modules.size());
+      p.modules.push_back({path, {}, 0, 0, 0});
+    }
+    return module;
+  };
+  std::vector<LogicalContextRecord> contexts;
+  const auto contextIndex = referencedContexts(a, contexts);
+  auto frameFor = [&](std::uint64_t address) {
+    auto [it, inserted] = frameOf.try_emplace(address, static_cast<std::uint32_t>(p.addressFrames.size()));
+    if (!inserted) return it->second;
+    // The latest module covering the address wins: a range reused after dlclose belongs to
+    // the module loaded last (docs/measurement.md, limits).
+    AddressFrame f;
+    bool found = false;
+    if ((address & kLogicalMarker) == kLogicalMarker) {
+      const auto c = contextIndex.find(static_cast<std::uint32_t>(address));
+      f = {pseudoModule(contextModule, kLogicalContextModule), c == contextIndex.end() ? kPoolMarker : c->second};
+      found = true;
+    }
+    for (std::size_t m = modules.size(); !found && m-- > 0;) {
+      if (address >= modules[m].begin && address < modules[m].end) {
+        f = {static_cast<std::uint32_t>(m), address - modules[m].bias};
+        found = true;
+      }
+    }
+    if (!found) f = {pseudoModule(unknownModule, kUnmappedModulePath), address};
+    p.addressFrames.push_back(f);
+    return it->second;
+  };
   p.cct.parent.reserve(a.size);
   p.cct.frame.reserve(a.size);
   p.cct.unwindNote.assign(1, 0);  // the root's
   for (std::uint32_t i = 1; i < a.size; ++i) {
-    const std::uint64_t address = a.nodes[i].address;
-    auto [it, inserted] = frameOf.try_emplace(address, static_cast<std::uint32_t>(p.addressFrames.size()));
-    if (inserted) {
-      // The latest module covering the address wins: a range reused after dlclose belongs to
-      // the module loaded last (docs/measurement.md, limits).
-      AddressFrame f;
-      bool found = false;
-      for (std::size_t m = modules.size(); m-- > 0;) {
-        if (address >= modules[m].begin && address < modules[m].end) {
-          f = {static_cast<std::uint32_t>(m), address - modules[m].bias};
-          found = true;
-          break;
-        }
-      }
-      if (!found) {
-        if (unknownModule == kNoIndex) {
-          unknownModule = static_cast<std::uint32_t>(p.modules.size());
-          p.modules.push_back({kUnmappedModulePath, {}, 0, 0, 0});
-        }
-        f = {unknownModule, address};
-      }
-      p.addressFrames.push_back(f);
-    }
     p.cct.parent.push_back(a.nodes[i].parent);
-    p.cct.frame.push_back(it->second);
+    p.cct.frame.push_back(frameFor(a.nodes[i].address));
     p.cct.unwindNote.push_back(a.nodes[i].note);
   }
+  for (const auto& c : contexts) {
+    p.logical.parent.push_back(c.parent == 0 ? kNoIndex : contextIndex.at(c.parent));
+    p.logical.kind.push_back(static_cast<LogicalKind>(c.kind));
+    p.logical.pathBegin.push_back(static_cast<std::uint32_t>(p.logical.pathFrame.size()));
+    for (auto address : c.frames) p.logical.pathFrame.push_back(frameFor(address));
+  }
+  if (!contexts.empty()) p.logical.pathBegin.push_back(static_cast<std::uint32_t>(p.logical.pathFrame.size()));
   // Notes only when some frame was found by a stack scan (older readers ignore them anyway).
   if (std::all_of(p.cct.unwindNote.begin(), p.cct.unwindNote.end(), [](std::uint32_t n) { return n == 0; }))
     p.cct.unwindNote.clear();
@@ -349,6 +390,7 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
     settings.push_back({"unattributed-wait-ns", std::to_string(t.unattributedNs)});
     settings.push_back({"short-lock-wait-ns", std::to_string(t.shortLockWaitNs)});
   }
+  if (c.logical || openmpRuntime() != "none") settings.push_back({"logical-contexts", logicalContextsState()});
   p.strings.push_back("");
   p.frameKind = FrameKind::Address;
   if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module

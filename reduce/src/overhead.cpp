@@ -78,8 +78,11 @@ std::string OverheadRules::describe() const {
 }
 
 bool OverheadRules::matches(const std::string& moduleName, const std::string& procedure) const {
+  // The folded frames of an OpenMP runtime (logical call paths) are LLVM's runtime for the rules.
+  static const std::string kFoldedRuntime = "libomp.so";
+  const std::string& module = moduleName == kOmpRuntimeName ? kFoldedRuntime : moduleName;
   for (const auto& r : rules_)
-    if (glob(r.module, moduleName) && (r.procedure.empty() || glob(r.procedure, procedure))) return true;
+    if (glob(r.module, module) && (r.procedure.empty() || glob(r.procedure, procedure))) return true;
   return false;
 }
 

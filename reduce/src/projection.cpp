@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 
+#include "csp/reduce/logical.hpp"
+
 namespace csp::reduce {
 
 namespace {
@@ -153,8 +155,15 @@ void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& at
     const LoadModule& module = p.modules[f.module];
     const std::uint32_t parent = p.cct.parent[i];
     const bool unmapped = module.path == kUnmappedModulePath;
+    const bool ompRuntime = module.path == kOmpRuntimeName;  // the folded runtime frames (logical.hpp)
     const std::string* jitName = unmapped && jit ? jit->find(f.offset) : nullptr;
     auto chainOf = [&](bool leafRole) -> std::span<const ScopeKey> {
+      if (ompRuntime) {
+        const std::uint32_t name = strings.intern(kOmpRuntimeName);
+        jitChain[0] = {ScopeKind::ProcFrame, name, 0, 0, name};
+        jitChain[1] = {leafRole ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0};
+        return jitChain;
+      }
       if (jitName == nullptr) return attributor.attribute(module, f.offset, leafRole);
       jitChain[0] = {ScopeKind::ProcFrame, strings.intern(*jitName), 0, 0, jitModule};
       jitChain[1] = {leafRole ? ScopeKind::Stmt : ScopeKind::CallSite, 0, 0, 0, 0};
@@ -197,7 +206,7 @@ void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& at
         case PathStart::Unknown:
           break;
       }
-      return !unmapped && attributor.startsPath(module, f.offset, leafRole);
+      return ompRuntime || (!unmapped && attributor.startsPath(module, f.offset, leafRole));
     };
     auto baseOf = [&](bool leafRole, std::uint8_t& partial, std::uint8_t& scanned) -> std::uint32_t {
       scanned = parent == 0 ? 0 : scannedInterior[parent];
@@ -221,8 +230,12 @@ void placeAddresses(const ThreadProfile& p, StringTable& strings, Attributor& at
 
 }  // namespace
 
-std::vector<StmtValue> projectProfile(const ThreadProfile& p, StringTable& strings, Attributor& attributor,
+std::vector<StmtValue> projectProfile(const ThreadProfile& raw, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context) {
+  const bool marked = hasLogicalMarkers(raw);
+  ThreadProfile stitched;
+  if (marked) stitched = stitchLogicalPaths(raw, !context.physical);
+  const ThreadProfile& p = marked ? stitched : raw;
   Placement at(p.cct.size());
   if (p.frameKind == FrameKind::Symbolic)
     placeSymbolic(p, strings, step, at);

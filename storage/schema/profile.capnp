@@ -22,6 +22,8 @@ struct ThreadProfile {
   values @6 :Values;
   regions @7 :RegionProfile;
   stats @8 :MeasurementStats;
+  # Format 1.2: OpenMP logical call paths (docs/profile-format.md, "Logical contexts").
+  logical @9 :LogicalContexts;
 }
 
 struct Identity {
@@ -150,4 +152,14 @@ struct MeasurementStats {
   unwindFailures @1 :UInt64;       # samples whose unwind stopped early (path kept, truncated)
   droppedSamples @2 :UInt64;       # samples not recorded (arena full, re-entrancy)
   truncatedPaths @3 :UInt64;       # samples whose path exceeded the depth limit
+}
+
+# The creation contexts of OpenMP parallel regions and explicit tasks that a thread's samples ran
+# in. A raw CCT node whose frame lies in the pseudo module "[omp context]" marks its subtree as
+# sampled in the body of context `offset` (0xFFFFFFFF: a worker waiting in the runtime's pool).
+struct LogicalContexts {
+  parent @0 :List(UInt32);         # the creator's context, 0xFFFFFFFF: created outside any
+  kind @1 :List(UInt8);            # 0 parallel region, 1 explicit task
+  pathBegin @2 :List(UInt32);      # size + 1 offsets into pathFrame (empty when there is no context)
+  pathFrame @3 :List(UInt32);      # the creators' frames, outermost first, ending with the call into the runtime
 }

@@ -169,6 +169,15 @@ void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
   regions.setMismatchedEnds(r.mismatchedEnds);
   regions.setUnclosedAtExit(r.unclosedAtExit);
 
+  if (p.logical.size() > 0) {
+    auto logical = root.initLogical();
+    fillList(logical.initParent(p.logical.parent.size()), p.logical.parent);
+    auto kind = logical.initKind(p.logical.kind.size());
+    for (std::size_t i = 0; i < p.logical.kind.size(); ++i) kind.set(i, static_cast<std::uint8_t>(p.logical.kind[i]));
+    fillList(logical.initPathBegin(p.logical.pathBegin.size()), p.logical.pathBegin);
+    fillList(logical.initPathFrame(p.logical.pathFrame.size()), p.logical.pathFrame);
+  }
+
   auto stats = root.initStats();
   stats.setSamples(p.stats.samples);
   stats.setUnwindFailures(p.stats.unwindFailures);
@@ -264,6 +273,15 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
   out.eventsLost = r.getEventsLost();
   out.mismatchedEnds = r.getMismatchedEnds();
   out.unclosedAtExit = r.getUnclosedAtExit();
+
+  if (root.hasLogical()) {
+    auto logical = root.getLogical();
+    p.logical.parent = toVector<std::uint32_t>(logical.getParent());
+    for (auto k : logical.getKind())
+      p.logical.kind.push_back(checkedEnum<LogicalKind>(k, 1, "logical context kind", name));
+    p.logical.pathBegin = toVector<std::uint32_t>(logical.getPathBegin());
+    p.logical.pathFrame = toVector<std::uint32_t>(logical.getPathFrame());
+  }
 
   auto stats = root.getStats();
   p.stats = {stats.getSamples(), stats.getUnwindFailures(), stats.getDroppedSamples(), stats.getTruncatedPaths()};

@@ -172,6 +172,33 @@ void checkPathStarts(const ThreadProfile& p, const std::string& name) {
   }
 }
 
+// Logical contexts (profile format 1.2): columns of one length, creators before what they create,
+// frames that exist; markers only as the root's address-frame children naming a context or the pool.
+void checkLogicalContexts(const ThreadProfile& p, const std::string& name) {
+  const LogicalContexts& l = p.logical;
+  const std::size_t n = l.size();
+  if (l.kind.size() != n || (n > 0 && l.pathBegin.size() != n + 1) || (n == 0 && !l.pathBegin.empty()))
+    fail(name, "logical context columns (parent, kind, pathBegin) have different lengths");
+  if (n > 0 && p.frameKind != FrameKind::Address) fail(name, "logical contexts in a symbolic profile");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (l.parent[i] != kNoIndex && l.parent[i] >= i)
+      fail(name, fmt::format("logical context {}: its creator's context {} does not come before it", i, l.parent[i]));
+    if (l.pathBegin[i] > l.pathBegin[i + 1] || l.pathBegin[i + 1] > l.pathFrame.size())
+      fail(name, fmt::format("logical context {}: its frames lie outside the frame list", i));
+  }
+  for (auto f : l.pathFrame)
+    if (f >= p.frameCount())
+      fail(name, fmt::format("a logical context refers to frame {} ({} frames)", f, p.frameCount()));
+  if (p.frameKind != FrameKind::Address) return;
+  for (std::size_t i = 1; i < p.cct.size(); ++i) {
+    const AddressFrame& f = p.addressFrames[p.cct.frame[i]];
+    if (p.modules[f.module].path != kLogicalContextModule) continue;
+    if (p.cct.parent[i] != 0) fail(name, fmt::format("CCT node {}: a logical context marker below the root", i));
+    if (f.offset != kPoolMarker && f.offset >= n)
+      fail(name, fmt::format("CCT node {}: marks logical context {} ({} contexts)", i, f.offset, n));
+  }
+}
+
 }  // namespace
 
 void validateProfile(const ThreadProfile& p, const std::string& name) {
@@ -282,6 +309,7 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
 
   if (p.frameKind == FrameKind::Symbolic) checkSymbolicStructure(p, name);
   checkRegions(p.regions, name);
+  checkLogicalContexts(p, name);
 }
 
 }  // namespace csp::storage

@@ -39,7 +39,7 @@ struct Pipeline::Impl {
       throw PipelineError(e.what());
     }
   }
-  Attribution attribution() { return {strings, attributor}; }
+  Attribution attribution() { return {strings, attributor, options.physical}; }
 };
 
 Pipeline::Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* progress)
@@ -90,6 +90,7 @@ const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_-
 const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses.infos; }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->profiles.local; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->profiles.skipped; }
+bool Pipeline::physicalPaths() const { return impl_->options.physical; }
 const std::vector<std::string>& Pipeline::leftoverTemporaries() const { return impl_->discovery.leftoverTemporaries; }
 AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
 const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->workers.phases(); }

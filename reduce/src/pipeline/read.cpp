@@ -60,7 +60,7 @@ namespace {
 void keepMetadataSettings(Identity& identity) {
   std::erase_if(identity.settings, [](const Setting& st) {
     return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime" &&
-           st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
+           st.key != "logical-contexts" && st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
   });
 }
 
@@ -80,13 +80,14 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   ThreadProfile p = readInput(input);
   std::uint64_t truncated = 0, scanned = 0, recovered = 0;
   EntryTracker entries(a.strings);
-  const auto stmt = projectProfile(p, a.strings, a.attributor,
-                                   [&](std::uint32_t parent, const ScopeKey& key) {
-                                     const auto child = localCct.child(parent, key);
-                                     entries.edge(parent, key, child);
-                                     return child;
-                                   },
-                                   {jitSymbolsOf(a.attributor, input, p), &truncated, &scanned, &recovered});
+  const auto stmt =
+      projectProfile(p, a.strings, a.attributor,
+                     [&](std::uint32_t parent, const ScopeKey& key) {
+                       const auto child = localCct.child(parent, key);
+                       entries.edge(parent, key, child);
+                       return child;
+                     },
+                     {jitSymbolsOf(a.attributor, input, p), &truncated, &scanned, &recovered, a.physical});
   ReadProfile out;
   out.info.features = threadFeatures(p, input.source->workMetric(), stmt, entries, localCct, a.strings);
   regions.add(p.regions);

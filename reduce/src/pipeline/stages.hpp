@@ -140,6 +140,7 @@ struct ReadResult {
 struct Attribution {
   StringTable& strings;    // MT: thread-safe interning
   Attributor& attributor;  // MT: thread-safe
+  bool physical = false;   // OpenMP: native paths instead of logical ones (--physical)
 };
 
 // Reads this rank's inputs in parallel, attributes them and unions their contexts into

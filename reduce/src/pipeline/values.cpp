@@ -49,7 +49,7 @@ class ProfileValues {
                                    throw std::runtime_error("context missing from the canonical CCT (file changed?)");
                                  return id;
                                },
-                               {jitSymbolsOf(a_.attributor, input, p), nullptr});
+                               {jitSymbolsOf(a_.attributor, input, p), nullptr, nullptr, nullptr, a_.physical});
     for (auto& v : stmt) v.metric = globalMetric_.at(p.metrics[v.metric].name);
     addStateValues(stmt, in_.plan.state, in_.overheadNode);
     auto& mine = scratch_.local();

@@ -46,6 +46,7 @@ struct PipelineOptions {
   std::vector<std::filesystem::path> inputs;  // measurement directories or profile files
   unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
+  bool physical = false;                      // OpenMP: native call paths, not logical ones (--physical)
   AttributionOptions attribution;
   std::uint32_t batchProfiles = 128;  // profiles per metrics batch
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
@@ -157,6 +158,7 @@ class Pipeline {
   const std::vector<std::string>& leftoverTemporaries() const;
   AttributionStats attributionStats() const;
   const std::vector<PhaseTime>& phaseTimes() const;
+  bool physicalPaths() const;  // PipelineOptions::physical
 
  private:
   struct Impl;

@@ -31,11 +31,14 @@ struct ProjectionContext {
   // completed
   std::uint64_t* scannedSamples = nullptr;
   std::uint64_t* recoveredSamples = nullptr;
+  // OpenMP: the native paths of samples in parallel regions and tasks (csp-prof-mpi --physical)
+  // instead of their logical ones (logical.hpp).
+  bool physical = false;
 };
 
-// Walks the profile's raw CCT, turning frames into typed scopes (symbolic frames directly,
-// address frames through the attributor) and calling `step` for each canonical edge. Returns the
-// profile's values at their canonical statements, in raw order.
+// Walks the profile's raw CCT (its logical call paths stitched first, logical.hpp), turning frames into typed scopes
+// (symbolic frames directly, address frames through the attributor) and calling `step` for each canonical edge. Returns
+// the profile's values at their canonical statements, in raw order.
 //
 // Address paths are checked for completeness (docs/postprocessing.md, "Path quality"): a path
 // whose outermost frame does not start a stack (Attributor::startsPath), and the part of a path

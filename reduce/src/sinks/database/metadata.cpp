@@ -30,6 +30,20 @@ std::string openmpWithoutTool(const Identity& identity) {
   return runtime == "none" ? "" : runtime;
 }
 
+// The profile's logical call paths as measured (setting logical-contexts): "ompt", "no-tool
+// (<runtime>)", "none" (no OpenMP runtime), "off", or "" (older profiles).
+std::string logicalContexts(const Identity& identity) { return settingOf(identity, "logical-contexts"); }
+
+// The property kOpenmpCallPathsProperty from the profiles' logical-contexts settings ("": none).
+std::string openmpCallPaths(const std::set<std::string>& states, bool physical) {
+  std::string noTool;
+  for (const auto& s : states)
+    if (s.starts_with("no-tool (")) noTool += (noTool.empty() ? "" : ", ") + s.substr(9, s.size() - 10);
+  if (!noTool.empty()) return "physical: " + noTool + " ran without an OpenMP tool (OMPT)";
+  if (states.count("ompt") == 0) return states.count("off") != 0 ? "physical (csp-run --no-logical)" : "";
+  return physical ? "physical (csp-prof-mpi --physical)" : "logical";
+}
+
 }  // namespace
 
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline) {
@@ -56,6 +70,7 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     }
     p.text(command);
     p.text(openmpWithoutTool(info.identity));
+    p.text(logicalContexts(info.identity));
     p.text(ranks);
     p.u64(dropped.size());
     for (const Setting* st : dropped) {
@@ -188,6 +203,7 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
   std::map<std::string, std::uint64_t> commands, threadsOf;
   std::map<std::string, std::vector<std::string>> commandLineOf;
   std::set<std::string> openmpUnmeasured;  // OpenMP runtimes that found no tool
+  std::set<std::string> logicalStates;     // the profiles' logical-contexts settings
   std::set<storage::ModuleLoops> moduleLoops;
   storage::UnwindRecovery unwind;
   for (const auto& part : identities) {
@@ -206,6 +222,7 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
       for (auto& a : cmd) a = u.text();
       const std::string command = u.text();
       if (auto runtime = u.text(); !runtime.empty()) openmpUnmeasured.insert(std::move(runtime));
+      if (auto state = u.text(); !state.empty()) logicalStates.insert(std::move(state));
       const std::string ranks = u.text();
       for (auto n = u.u64(); n > 0; --n) {
         const std::string cause = u.text();
@@ -292,6 +309,8 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
     meta.properties.push_back({std::string(storage::kOpenmpIdlenessProperty),
                                "not measured: " + list + " ran without an OpenMP tool (OMPT)"});
   }
+  if (const auto paths = openmpCallPaths(logicalStates, pipeline.physicalPaths()); !paths.empty())
+    meta.properties.push_back({std::string(storage::kOpenmpCallPathsProperty), paths});
   if (const auto causes = droppedByCause(droppedBy); !causes.empty())
     meta.properties.push_back({"dropped-samples-by-cause", causes});
   warnings = missingRanksAndThreads(profilesOfRank, rankCount);

@@ -155,6 +155,12 @@ inline constexpr double kQualityWarningShare = 0.10;
 // csp-views --effort draws no conclusions.
 inline constexpr std::string_view kOpenmpIdlenessProperty = "openmp-idleness";
 
+// How csp-prof-mpi placed the samples of OpenMP parallel regions and tasks (docs/postprocessing.md,
+// "Logical call paths"): "logical", "physical (csp-prof-mpi --physical)", "physical (csp-run
+// --no-logical)", or "physical: <runtimes> ran without an OpenMP tool (OMPT)". Absent when no
+// profile used an OpenMP runtime.
+inline constexpr std::string_view kOpenmpCallPathsProperty = "openmp-call-paths";
+
 // Call paths through code without unwind tables (format 1.5; docs/postprocessing.md, "Code
 // without unwind information"): samples (of sampled metrics) whose path went through frames
 // above which the measurement scanned the stack, and those of them whose path the unwind recipes

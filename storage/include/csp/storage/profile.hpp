@@ -226,6 +226,26 @@ struct MeasurementStats {
   bool operator==(const MeasurementStats&) const = default;
 };
 
+// OpenMP logical call paths (docs/profile-format.md, "Logical contexts"): the creation contexts
+// of parallel regions and explicit tasks that the thread's samples ran in. A raw CCT node whose
+// frame lies in the pseudo module kLogicalContextModule is a marker (a child of the root): its
+// subtree was sampled in the body of context `offset` (an index into this table), or of no
+// context but a worker's wait in the runtime's pool when the offset is kPoolMarker.
+inline constexpr const char* kLogicalContextModule = "[omp context]";
+inline constexpr const char* kOmpRuntimeName = "[omp runtime]";  // the folded runtime frames
+inline constexpr std::uint64_t kPoolMarker = 0xFFFF'FFFFull;
+enum class LogicalKind : std::uint8_t { Parallel = 0, Task = 1 };
+struct LogicalContexts {
+  std::vector<std::uint32_t> parent;  // index of the creator's context, kNoIndex: created outside any
+  std::vector<LogicalKind> kind;
+  // The creator's frames (address frames, outermost first; the last is the call into the runtime)
+  // of context i: pathFrame[pathBegin[i] .. pathBegin[i + 1]); pathBegin has size() + 1 entries.
+  std::vector<std::uint32_t> pathBegin;
+  std::vector<std::uint32_t> pathFrame;
+  std::size_t size() const { return parent.size(); }
+  bool operator==(const LogicalContexts&) const = default;
+};
+
 struct ThreadProfile {
   Identity identity;
   std::vector<MetricDescriptor> metrics;
@@ -238,6 +258,7 @@ struct ThreadProfile {
   SparseValues values;
   RegionProfile regions;
   MeasurementStats stats;
+  LogicalContexts logical;
 
   std::size_t frameCount() const {
     return frameKind == FrameKind::Address ? addressFrames.size() : symbolicFrames.size();
