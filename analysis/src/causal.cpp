@@ -23,9 +23,7 @@ void convert(ProcessComm& p) {
   }
 }
 
-struct Ref {
-  std::size_t process, event;
-};
+using Ref = EventRef;
 
 // `later` happens after `earlier` (their true times): later.lo >= earlier.lo, earlier.hi <=
 // later.hi. Returns the number of bounds narrowed, or -1 for a contradiction (the bounds cannot
@@ -38,42 +36,7 @@ int order(TimeInterval& earlier, TimeInterval& later) {
   return n;
 }
 
-// Message and collective partners, keyed by what both sides recorded.
-struct Partners {
-  std::vector<std::pair<Ref, Ref>> messages;  // (send, receive)
-  std::vector<std::vector<Ref>> collectives;  // members of one all-to-all instance
-};
-
-Partners findPartners(const std::vector<ProcessComm>& ps, ConsolidationStats& stats) {
-  using MessageKey = std::tuple<std::int64_t, std::int64_t, std::int32_t, std::uint64_t, std::uint64_t>;
-  std::map<MessageKey, Ref> sends, recvs;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<Ref>> colls;
-  for (std::size_t p = 0; p < ps.size(); ++p) {
-    const std::int64_t rank = ps[p].clock.rank;
-    for (std::size_t i = 0; i < ps[p].events.size(); ++i) {
-      const CommEventRecord& e = ps[p].events[i];
-      if (e.kind == CommKind::Send) sends[{rank, e.peer, e.tag, e.comm, e.sequence}] = {p, i};
-      if (e.kind == CommKind::Recv) recvs[{e.peer, rank, e.tag, e.comm, e.sequence}] = {p, i};
-      if (e.kind == CommKind::Collective && e.peer == -1) colls[{e.comm, e.sequence}].push_back({p, i});
-    }
-  }
-  Partners out;
-  for (const auto& [key, s] : sends) {
-    auto it = recvs.find(key);
-    if (it == recvs.end()) {
-      ++stats.unmatchedMessages;
-      continue;
-    }
-    out.messages.emplace_back(s, it->second);
-    recvs.erase(it);
-  }
-  stats.unmatchedMessages += recvs.size();
-  stats.matchedMessages = out.messages.size();
-  for (auto& [key, members] : colls)
-    if (members.size() > 1) out.collectives.push_back(std::move(members));
-  stats.collectives = out.collectives.size();
-  return out;
-}
+using Partners = CommPartners;
 
 CommEventRecord& at(std::vector<ProcessComm>& ps, Ref r) { return ps[r.process].events[r.event]; }
 
@@ -112,10 +75,42 @@ std::uint64_t enforce(std::vector<ProcessComm>& ps, const Partners& partners, Pa
 
 }  // namespace
 
+CommPartners matchPartners(const std::vector<ProcessComm>& ps) {
+  using MessageKey = std::tuple<std::int64_t, std::int64_t, std::int32_t, std::uint64_t, std::uint64_t>;
+  std::map<MessageKey, Ref> sends, recvs;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<Ref>> colls;
+  for (std::size_t p = 0; p < ps.size(); ++p) {
+    const std::int64_t rank = ps[p].clock.rank;
+    for (std::size_t i = 0; i < ps[p].events.size(); ++i) {
+      const CommEventRecord& e = ps[p].events[i];
+      if (e.kind == CommKind::Send) sends[{rank, e.peer, e.tag, e.comm, e.sequence}] = {p, i};
+      if (e.kind == CommKind::Recv) recvs[{e.peer, rank, e.tag, e.comm, e.sequence}] = {p, i};
+      if (e.kind == CommKind::Collective && e.peer == -1) colls[{e.comm, e.sequence}].push_back({p, i});
+    }
+  }
+  CommPartners out;
+  for (const auto& [key, s] : sends) {
+    auto it = recvs.find(key);
+    if (it == recvs.end()) {
+      ++out.unmatchedMessages;
+      continue;
+    }
+    out.messages.emplace_back(s, it->second);
+    recvs.erase(it);
+  }
+  out.unmatchedMessages += recvs.size();
+  for (auto& [key, members] : colls)
+    if (members.size() > 1) out.collectives.push_back(std::move(members));
+  return out;
+}
+
 ConsolidationStats consolidate(std::vector<ProcessComm>& processes) {
   ConsolidationStats stats;
   for (auto& p : processes) convert(p);
-  const Partners partners = findPartners(processes, stats);
+  const Partners partners = matchPartners(processes);
+  stats.matchedMessages = partners.messages.size();
+  stats.unmatchedMessages = partners.unmatchedMessages;
+  stats.collectives = partners.collectives.size();
   PassCounts c{std::vector<std::uint64_t>(processes.size(), 0), {}, 0};
   // Narrowing propagates along chains of messages; a few passes reach what matters (each pass
   // only narrows, so stopping early is safe). Conflicts are those of the last pass.

@@ -190,3 +190,66 @@ WhatIfRange predictWhatIf(const storage::Database& db, const DatabaseLogs& logs,
 }
 
 }  // namespace csp::analysis
+
+namespace csp::analysis {
+
+namespace {
+
+// How long `waiter` (begun at w) waited for `other` (begun at o) at most and at least: o - w.
+Bounded lateness(const TimeInterval& w, const TimeInterval& o) {
+  return {o.lo > w.hi ? o.lo - w.hi : 0, o.hi > w.lo ? o.hi - w.lo : 0};
+}
+
+void add(Bounded& sum, Bounded b) {
+  sum.lo += b.lo;
+  sum.hi += b.hi;
+}
+
+void collectiveWaits(const std::vector<ProcessComm>& ps, const std::vector<EventRef>& members,
+                     std::vector<RankWaits>& out) {
+  for (const EventRef& m : members) {
+    const TimeInterval& mine = ps[m.process].events[m.event].begin;
+    RankWaits& w = out[m.process];
+    ++w.collectives;
+    // The last entry is at least the largest lower bound and at most the largest upper bound.
+    TimeInterval last{0, 0};
+    bool certain = true, possible = true;
+    for (const EventRef& o : members) {
+      const TimeInterval& other = ps[o.process].events[o.event].begin;
+      last.lo = std::max(last.lo, other.lo);
+      last.hi = std::max(last.hi, other.hi);
+      if (o.process == m.process && o.event == m.event) continue;
+      certain = certain && mine.lo >= other.hi;
+      possible = possible && mine.hi >= other.lo;
+    }
+    add(w.collectiveWait, lateness(mine, last));
+    w.stragglerCertain += certain ? 1 : 0;
+    w.stragglerPossible += possible ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+std::vector<RankWaits> mpiWaits(const storage::Database& db, const DatabaseLogs& logs) {
+  const auto clocks = clocksOf(db, logs);
+  std::vector<ProcessComm> ps;
+  std::vector<RankWaits> out;
+  for (std::size_t p = 0; p < logs.processes.size(); ++p) {
+    ps.push_back({clocks[p], db.commEvents(logs.processes[p].process)});
+    RankWaits w;
+    w.rank = clocks[p].rank;
+    w.label = logs.processes[p].label;
+    out.push_back(w);
+  }
+  const CommPartners partners = matchPartners(ps);
+  for (const auto& [s, r] : partners.messages) {
+    const TimeInterval& send = ps[s.process].events[s.event].begin;
+    const TimeInterval& recv = ps[r.process].events[r.event].begin;
+    add(out[r.process].lateSender, lateness(recv, send));
+    add(out[s.process].lateReceiver, lateness(send, recv));
+  }
+  for (const auto& members : partners.collectives) collectiveWaits(ps, members, out);
+  return out;
+}
+
+}  // namespace csp::analysis

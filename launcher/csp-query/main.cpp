@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
                  "REGION=-PERCENT%: dCOZ's predicted run time and speed-up if the region's compute time were "
                  "PERCENT % shorter (docs/query.md)");
   app.add_option("--what-if-rank", o.whatIfRank, "-PERCENT%: every region ranked by its predicted speed-up");
+  app.add_flag("--mpi-waits", o.mpiWaits,
+               "per rank, with guaranteed bounds: late-sender and late-receiver time, waits in collectives, "
+               "straggler counts (MPI runs measured with --region-log)");
   if (const auto exit = csp::cli::parseOrExit(app, "csp-query", [&] { app.parse(argc, argv); })) return *exit;
   if (listCanned) {
     csp::views::renderCannedList(std::cout);
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
     std::cerr << "csp-query: no database given (csp-query --help shows the options)\n";
     return 2;
   }
-  if (o.canned.empty() && o.query.empty() && o.whatIf.empty() && o.whatIfRank.empty()) {
+  if (o.canned.empty() && o.query.empty() && o.whatIf.empty() && o.whatIfRank.empty() && !o.mpiWaits) {
     std::cerr
         << "csp-query: no query given: csp-query DB 'QUERY' or csp-query DB --canned NAME ARGS... (docs/query.md)\n";
     return 2;

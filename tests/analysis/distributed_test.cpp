@@ -181,6 +181,28 @@ TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
   EXPECT_EQ(row(perThread, "t=0"), 0);
 }
 
+TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
+  TempDir tmp("dcsp-waits");
+  constexpr int kIterations = 4;
+  measureAndReduce(tmp.path(), 3, kSkew, "4 30 10");
+  const auto j = query(tmp / "db", "--mpi-waits");
+  ASSERT_EQ(j["processes"].size(), 3u);  // ranks 0, 1, 2
+  for (const std::string figure : {"late-sender", "late-receiver", "collective-wait"})
+    for (std::size_t c = 0; c < 3; ++c) EXPECT_LE(row(j, figure + " lower", c), row(j, figure + " upper", c));
+  // Rank 0 receives 4 messages sent ~20 ms after its receive began (R 30 ms, Q 10 ms).
+  EXPECT_GE(row(j, "late-sender lower", 0), 0.5 * kIterations * 20e6);
+  EXPECT_EQ(row(j, "late-sender upper", 1), 0);
+  EXPECT_EQ(row(j, "late-sender upper", 2), 0);
+  // Rank 2 (S, 5 ms) waits in every barrier for ranks 0 and 1; it never enters last for sure.
+  EXPECT_GE(row(j, "collective-wait lower", 2), 0.5 * kIterations * 25e6);
+  EXPECT_GT(row(j, "collective-wait lower", 2), row(j, "collective-wait upper", 0));
+  EXPECT_EQ(row(j, "straggler certain", 2), 0);
+  EXPECT_EQ(row(j, "collectives", 2), kIterations + 1);
+  double possible = 0;
+  for (std::size_t c = 0; c < 3; ++c) possible += row(j, "straggler possible", c);
+  EXPECT_GE(possible, kIterations + 1);
+}
+
 TEST(Distributed, WhatIfPredictsTheSpeedUpOfTheCriticalPathOnly) {
   TempDir tmp("dcsp-whatif");
   fs::create_directories(tmp / "slow");

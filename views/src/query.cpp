@@ -58,6 +58,12 @@ QueryRequest queryRequestFrom(const QueryOptions& options) {
   QueryRequest r;
   r.limit = options.limit;
   r.global = options.global;
+  r.mpiWaits = options.mpiWaits;
+  if (r.mpiWaits) {
+    if (!options.query.empty() || !options.canned.empty() || !options.whatIf.empty() || !options.whatIfRank.empty())
+      throw ViewError("--mpi-waits replaces the query: give no query, --canned or --what-if with it");
+    return r;
+  }
   if (!options.whatIf.empty() || !options.whatIfRank.empty()) {
     parseWhatIf(options, r);
     return r;
@@ -151,6 +157,30 @@ QueryAnswer whatIfAnswer(const storage::Database& db, const DatabaseLogs& logs, 
   return answer;
 }
 
+// One column per process, each figure with its lower and upper bound.
+QueryAnswer mpiWaitsAnswer(const storage::Database& db, const DatabaseLogs& logs) {
+  QueryAnswer answer;
+  const auto waits = mpiWaits(db, logs);
+  for (const auto& w : waits) answer.processes.push_back(w.label);
+  TableBuilder table(answer);
+  auto put = [&](const std::string& row, const std::string& unit, std::size_t column, std::uint64_t v) {
+    table.put(row, unit, column, QueryCell{QueryCell::Kind::Number, ns(v), {}});
+  };
+  for (std::size_t c = 0; c < waits.size(); ++c) {
+    const RankWaits& w = waits[c];
+    put("late-sender lower", "ns", c, w.lateSender.lo);
+    put("late-sender upper", "ns", c, w.lateSender.hi);
+    put("late-receiver lower", "ns", c, w.lateReceiver.lo);
+    put("late-receiver upper", "ns", c, w.lateReceiver.hi);
+    put("collective-wait lower", "ns", c, w.collectiveWait.lo);
+    put("collective-wait upper", "ns", c, w.collectiveWait.hi);
+    put("collectives", "", c, w.collectives);
+    put("straggler certain", "", c, w.stragglerCertain);
+    put("straggler possible", "", c, w.stragglerPossible);
+  }
+  return answer;
+}
+
 }  // namespace
 
 QueryAnswer Session::query(const QueryRequest& request) const {
@@ -158,6 +188,7 @@ QueryAnswer Session::query(const QueryRequest& request) const {
   const auto logs0 = loadLogs(db);
   if (logs0.processes.empty()) throw ViewError(noLogsExplanation(db, logs0));
   if (!request.whatIfRegion.empty() || request.whatIfAll) return whatIfAnswer(db, logs0, request);
+  if (request.mpiWaits) return mpiWaitsAnswer(db, logs0);
   // --global: one input whose threads are those of every process, on rank 0's clock.
   std::optional<GlobalLogs> global;
   if (request.global) global = loadGlobalLogs(db, logs0);

@@ -27,6 +27,19 @@ struct ConsolidationStats {
   std::uint64_t conflicts = 0;          // matched pairs whose bounds contradicted causality: left as converted
 };
 
+// Partners across processes: a send and its receive (same sender, receiver, tag, communicator
+// and sequence number); the members of one instance of an all-to-all collective (same
+// communicator and instance number, peer -1).
+struct EventRef {
+  std::size_t process = 0, event = 0;
+};
+struct CommPartners {
+  std::vector<std::pair<EventRef, EventRef>> messages;  // (send, receive)
+  std::vector<std::vector<EventRef>> collectives;
+  std::uint64_t unmatchedMessages = 0;
+};
+CommPartners matchPartners(const std::vector<ProcessComm>& processes);
+
 // The reference-clock interval of every event from its process's clock (no clock: [0, 2^64-1],
 // unknown), then causality: a receive ends after its send begins, an all-to-all collective's
 // exit is after every member's entry, and within a thread events keep their order. Bounds are

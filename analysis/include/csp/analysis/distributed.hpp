@@ -52,3 +52,25 @@ WhatIfRange predictWhatIf(const storage::Database& db, const DatabaseLogs& logs,
                           double reduction);
 
 }  // namespace csp::analysis
+
+namespace csp::analysis {
+
+// MPI waits across processes (docs/query.md "MPI waits across processes"), from the
+// consolidated communication events, per rank; each figure as guaranteed [lower, upper] ns.
+struct Bounded {
+  std::uint64_t lo = 0, hi = 0;
+};
+struct RankWaits {
+  std::int64_t rank = -1;
+  std::string label;
+  Bounded lateSender;                   // its receives waiting for their send to begin
+  Bounded lateReceiver;                 // its sends begun before their receive did: the message waited
+  Bounded collectiveWait;               // in all-to-all collectives, from its entry to the last member's
+  std::uint64_t collectives = 0;        // all-to-all instances it took part in
+  std::uint64_t stragglerCertain = 0;   // instances it certainly entered last
+  std::uint64_t stragglerPossible = 0;  // instances it may have entered last
+};
+// Throws ClockError like loadGlobalLogs.
+std::vector<RankWaits> mpiWaits(const storage::Database& db, const DatabaseLogs& logs);
+
+}  // namespace csp::analysis
