@@ -266,10 +266,25 @@ struct CommInfo {
   std::vector<int> world;  // comm rank -> world rank; empty: the identity
 };
 
+struct SequenceKey {
+  int kind, peer, tag;
+  std::uint64_t comm;
+  bool operator==(const SequenceKey&) const = default;
+};
+struct SequenceKeyHash {
+  std::size_t operator()(const SequenceKey& k) const {
+    std::uint64_t h =
+        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.peer)) << 32 | static_cast<std::uint32_t>(k.tag)) *
+        0x9E3779B97F4A7C15ull;
+    h ^= (k.comm + static_cast<std::uint64_t>(k.kind)) * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
 struct Tables {
   std::mutex mutex;
   std::unordered_map<H, CommInfo> comms;
-  std::unordered_map<std::string, std::uint64_t> sequences;  // (kind, peer, tag, comm) -> next
+  std::unordered_map<SequenceKey, std::uint64_t, SequenceKeyHash> sequences;  // -> next number
 };
 Tables& tables() {
   static Tables* t = new Tables;  // never destroyed: MPI calls may come from exit handlers
@@ -298,6 +313,8 @@ CommInfo describe(H comm) {
 }
 
 const CommInfo& commInfo(Tables& t, H comm) {
+  static const CommInfo world;
+  if (comm == mpi().world) return world;
   auto it = t.comms.find(comm);
   if (it == t.comms.end()) it = t.comms.emplace(comm, describe(comm)).first;
   return it->second;
@@ -331,10 +348,8 @@ void commRecord(CommRecordKind kind, H comm, int peer, int tag, std::uint64_t be
     const CommInfo& c = commInfo(t, comm);
     name = c.name;
     worldPeer = kind == kCommCollective && peer < 0 ? peer : toWorld(c, peer);
-    char key[64];
-    std::snprintf(key, sizeof key, "%d/%d/%d/%llx", static_cast<int>(kind), kind == kCommCollective ? 0 : worldPeer,
-                  kind == kCommCollective ? 0 : tag, static_cast<unsigned long long>(name));
-    sequence = t.sequences[key]++;
+    const bool collective = kind == kCommCollective;
+    sequence = t.sequences[{static_cast<int>(kind), collective ? 0 : worldPeer, collective ? 0 : tag, name}]++;
   }
   logCommEvent(ts->regions, {beginNs, endNs, worldPeer, tag, name, sequence, static_cast<std::uint8_t>(kind)});
 }

@@ -7,10 +7,15 @@
 // time for Q_MS every iteration. Work is sleeping, so that the run time does not depend on how
 // loaded the machine is.
 //   usage: mpi_causal [iterations=6] [R_MS=40] [Q_MS=10] [PERCENT=0]
+//          mpi_causal pingpong N: ranks 0 and 1 exchange N one-int messages inside a region
+//          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh).
 #include <mpi.h>
 #include <time.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "csp/measure/regions.h"
 
@@ -31,10 +36,39 @@ void region(const char* name, double ms) {
 
 }  // namespace
 
+std::uint64_t nowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+void pingPong(int rank, long n) {
+  int token = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::uint64_t start = nowNs();
+  for (long i = 0; i < n && rank < 2; ++i) {
+    csp_region_begin("exchange", 0);
+    if (rank == 0) {
+      MPI_Send(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD);
+      MPI_Recv(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD);
+    }
+    csp_region_end();
+  }
+  if (rank == 0) std::printf("%llu\n", static_cast<unsigned long long>(nowNs() - start));
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc > 2 && std::strcmp(argv[1], "pingpong") == 0) {
+    pingPong(rank, std::atol(argv[2]));
+    MPI_Finalize();
+    return 0;
+  }
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 6;
   const double rMs = argc > 2 ? std::atof(argv[2]) : 40;
   const double qMs = argc > 3 ? std::atof(argv[3]) : 10;
