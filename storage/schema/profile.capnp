@@ -41,7 +41,7 @@ struct ClockSync {
   finalRefLoNs @6 :UInt64;
   finalRefHiNs @7 :UInt64;
   rounds @8 :UInt32;               # ping-pong rounds per exchange (the tightest is kept)
-  costNs @9 :UInt64;               # time the exchanges took in this process
+  costNs @9 :UInt64;               # CPU time the exchanges took in this process (its thread)
 }
 
 enum ClockState {

@@ -127,8 +127,9 @@ TEST(ClockSync, ExchangesCostAtMostOnePercentOfTheRun) {
   for (auto& [rank, p] : ranks) {
     const std::uint64_t runNs = p.identity.endTimeNs - p.identity.startTimeNs;
     ASSERT_GT(runNs, 0u);
-    std::printf("rank %llu: exchanges %llu ns of a %llu ns run (%.3f %%)\n", static_cast<unsigned long long>(rank),
-                static_cast<unsigned long long>(p.clock.costNs), static_cast<unsigned long long>(runNs),
+    std::printf("rank %llu: exchanges %llu ns of CPU time in a %llu ns run (%.3f %%)\n",
+                static_cast<unsigned long long>(rank), static_cast<unsigned long long>(p.clock.costNs),
+                static_cast<unsigned long long>(runNs),
                 100.0 * static_cast<double>(p.clock.costNs) / static_cast<double>(runNs));
     EXPECT_LE(p.clock.costNs * 100, runNs) << "rank " << rank;
     EXPECT_EQ(p.clock.rounds, 8u);
