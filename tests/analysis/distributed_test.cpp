@@ -179,6 +179,10 @@ TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
   const auto perThread = query(tmp / "db", "--global 'Duration((t, R))'");
   EXPECT_GT(row(perThread, "t=1000"), 0);
   EXPECT_EQ(row(perThread, "t=0"), 0);
+  // Canned analyses run across processes too: rank 1's R is the straggler while rank 0 waits in recv.
+  const auto straggler = query(tmp / "db", "--global --canned straggler R recv");
+  EXPECT_EQ(row(straggler, "straggler-thread"), 1000);
+  EXPECT_GT(row(straggler, "straggler-degree"), 0);
 }
 
 TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
