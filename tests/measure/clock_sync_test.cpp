@@ -189,6 +189,14 @@ TEST(CommEvents, SendsReceivesAndCollectivesAreNumbered) {
   EXPECT_EQ(recvSeq[0], expected);
 }
 
+TEST(ClockSync, ASingleRankIsItsOwnReference) {
+  const fs::path dir = scratch("single");
+  auto ranks = measure(dir, 1, "", "2 5 1");
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].clock.state, ClockState::Reference);
+  EXPECT_EQ(storage::toReference(ranks[0].clock, 12345)->width(), 0u);
+}
+
 TEST(ClockSync, DroppedClockDataIsStoredAsNone) {
   const fs::path dir = scratch("drop");
   auto ranks = measure(dir, 2, kSkew + " CSP_TEST_CLOCK_DROP=1", "2 5 1");
