@@ -250,6 +250,30 @@ TEST(Distributed, AProcessWithoutClockDataIsRefusedByName) {
   EXPECT_GT(row(local, "t=0", 1), 0);
 }
 
+TEST(Distributed, WithoutFinalizeTheBoundsRestOnAnAssumptionAndSaySo) {
+  TempDir tmp("dcsp-nofinalize");
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-causal";
+  // mpirun reports the missing MPI_Finalize and fails; the profiles are written at exit.
+  run(kSkew + " timeout -k 5 120 " + csp::test::mpirun(2) + tool("csp-run") + " --region-log -o " +
+      (tmp / "m").string() + " -- " + app + " 2 5 1 0 nofinalize");
+  auto r =
+      run("timeout -k 5 300 " + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() + " -o " + (tmp / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  {
+    auto db = storage::Database::open(tmp / "db");
+    for (const auto& c : db->processClocks()) {
+      EXPECT_EQ(c.clock.state, c.rank == 0 ? ClockState::Reference : ClockState::InitOnly);
+      for (const auto& e : db->commEvents(c.process)) {  // 300 ppm is within the assumed 500
+        EXPECT_LE(static_cast<std::int64_t>(e.begin.lo), trueTime(c.rank, e.localBeginNs) + 1);
+        EXPECT_GE(static_cast<std::int64_t>(e.begin.hi), trueTime(c.rank, e.localBeginNs) - 1);
+      }
+    }
+  }
+  r = run(tool("csp-query") + " " + (tmp / "db").string() + " --global 'Duration((t, R))'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("not guaranteed"), std::string::npos) << r.output;
+}
+
 TEST(Distributed, BadWhatIfIsOneClearLine) {
   TempDir tmp("dcsp-badwhatif");
   measureAndReduce(tmp.path(), 2, "", "1 2 1");

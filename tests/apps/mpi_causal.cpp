@@ -6,7 +6,8 @@
 // So R lies on the critical path (rank 0 waits for it) and Q and S do not; R and Q overlap in
 // time for Q_MS every iteration. Work is sleeping, so that the run time does not depend on how
 // loaded the machine is.
-//   usage: mpi_causal [iterations=6] [R_MS=40] [Q_MS=10] [PERCENT=0]
+//   usage: mpi_causal [iterations=6] [R_MS=40] [Q_MS=10] [PERCENT=0] [nofinalize]
+//          (nofinalize: exit without MPI_Finalize, as a program that dies late)
 //          mpi_causal pingpong N: ranks 0 and 1 exchange N one-int messages inside a region
 //          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh).
 #include <mpi.h>
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  if (argc > 5 && std::strcmp(argv[5], "nofinalize") == 0) std::exit(0);
   MPI_Finalize();
   return 0;
 }
