@@ -84,11 +84,11 @@ struct QueryOptions {
   std::string query;
   std::string canned;
   std::vector<std::string> cannedArgs;
-  std::size_t limit = 50;  // frames shown per binding of a query without measure
-  bool global = false;     // frames across all processes (docs/query.md "Across processes")
-  std::string whatIf;      // "REGION=-20%": dCOZ's predicted speed-up instead of a query
-  std::string whatIfRank;  // "-20%": every region's predicted speed-up for that reduction
-  bool mpiWaits = false;   // late senders and receivers, collective waits and stragglers per rank
+  std::size_t limit = 50;       // frames shown per binding of a query without measure
+  bool global = false;          // frames across all processes (docs/query.md "Across processes")
+  std::string whatIf = {};      // "REGION=-20%": dCOZ's predicted speed-up instead of a query
+  std::string whatIfRank = {};  // "-20%": every region's predicted speed-up for that reduction
+  bool mpiWaits = false;        // late senders and receivers, collective waits and stragglers per rank
 };
 struct QueryRequest {
   std::shared_ptr<const analysis::Query> query;  // null: the canned analysis, or a what-if
@@ -96,8 +96,8 @@ struct QueryRequest {
   std::vector<std::string> cannedArgs;
   std::size_t limit = 50;
   bool global = false;
-  std::string whatIfRegion;  // a what-if when not empty
-  bool whatIfAll = false;    // the ranking of every region (--what-if-rank)
+  std::string whatIfRegion = {};  // a what-if when not empty
+  bool whatIfAll = false;         // the ranking of every region (--what-if-rank)
   bool mpiWaits = false;
   double whatIfReduction = 0;  // 0 < r <= 1
 };
