@@ -47,6 +47,7 @@ DatabaseLogs loadLogs(const storage::Database& db) {
     // Without a process id (threads numbered, no rank): host and pid alone, not "(no id)".
     in.label = processTuple.empty() ? fmt::format("{} pid {}", p.hostname, p.pid)
                                     : fmt::format("{} {} pid {}", formatIdTuple(processTuple), p.hostname, p.pid);
+    in.process = p.process;
     std::vector<storage::ProfileId> ids;
     for (const auto& t : p.threads) {
       std::uint64_t number = t.profile;
@@ -55,6 +56,7 @@ DatabaseLogs loadLogs(const storage::Database& db) {
           if (e.kind == IdKind::Thread) number = e.value;
       in.threadNumbers.push_back(number);
       ids.push_back(t.profile);
+      in.threadProfiles.push_back(t.profile);
       out.events += t.events;
       in.events += t.events;
       out.eventsLost += t.eventsLost;

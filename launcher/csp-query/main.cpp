@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
       "  csp-query DB 'Duration(∃1 t : (t, L) ∧ ∀u ≠ t : (u, B)) / Duration(∃t : (t, L))'\n"
       "  csp-query DB 'Duration((t, main))'           one value per thread t\n"
       "  csp-query DB --canned straggler compute barrier\n"
+      "  csp-query DB --global 'Duration(exists t: (t, send) and exists u: (u, recv))'\n"
+      "  csp-query DB --what-if 'solve=-20%'\n"
       "Reference: docs/query.md",
       "csp-query"};
   csp::views::QueryOptions o;
@@ -34,6 +36,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--limit", o.limit, "pruned frames shown per process for a query without measure")
       ->capture_default_str();
+  app.add_flag("--global", o.global,
+               "frames across all processes on rank 0's clock (MPI runs measured with --region-log; threads are "
+               "numbered rank * 1000 + thread)");
+  app.add_option("--what-if", o.whatIf,
+                 "REGION=-PERCENT%: dCOZ's predicted run time and speed-up if the region's compute time were "
+                 "PERCENT % shorter (docs/query.md)");
+  app.add_option("--what-if-rank", o.whatIfRank, "-PERCENT%: every region ranked by its predicted speed-up");
+  app.add_flag("--mpi-waits", o.mpiWaits,
+               "per rank, with guaranteed bounds: late-sender and late-receiver time, waits in collectives, "
+               "straggler counts (MPI runs measured with --region-log)");
   if (const auto exit = csp::cli::parseOrExit(app, "csp-query", [&] { app.parse(argc, argv); })) return *exit;
   if (listCanned) {
     csp::views::renderCannedList(std::cout);
@@ -43,7 +55,7 @@ int main(int argc, char** argv) {
     std::cerr << "csp-query: no database given (csp-query --help shows the options)\n";
     return 2;
   }
-  if (o.canned.empty() && o.query.empty()) {
+  if (o.canned.empty() && o.query.empty() && o.whatIf.empty() && o.whatIfRank.empty() && !o.mpiWaits) {
     std::cerr
         << "csp-query: no query given: csp-query DB 'QUERY' or csp-query DB --canned NAME ARGS... (docs/query.md)\n";
     return 2;

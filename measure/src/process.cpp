@@ -390,6 +390,7 @@ void initialize() {
   g_realPthreadCreate = reinterpret_cast<PthreadCreate>(dlsym(RTLD_NEXT, "pthread_create"));
   g_realDlclose = reinterpret_cast<Dlclose>(dlsym(RTLD_NEXT, "dlclose"));
   g_config = new Config(readConfig());
+  initClockSkew();
   // The first measured process of a lineage leaves its pid in the environment; a process that
   // finds another pid there was started (fork + exec) by a measured one. Under mpirun each rank
   // is a first process: the launcher's daemons are not measured.
@@ -474,7 +475,9 @@ std::uint64_t realtimeNs() {
 std::uint64_t monotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  const std::uint64_t ns =
+      static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  return clockSkewed() ? skewedClock(ns) : ns;
 }
 
 void reportOnce(const char* key, const std::string& message) {
@@ -576,6 +579,7 @@ CSP_EXPORT int MPI_Init(int* argc, char*** argv) {
   if (t != nullptr && tlsThread == t) --t->mpiDepth;
   setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
+  if (rc == 0) clockSyncAtInit();
   return rc;
 }
 
@@ -593,6 +597,7 @@ CSP_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provi
   if (t != nullptr && tlsThread == t) --t->mpiDepth;
   setCreatingHelperThreads(false);
   if (rc == 0) learnRank();
+  if (rc == 0) clockSyncAtInit();
   return rc;
 }
 
@@ -602,6 +607,7 @@ CSP_EXPORT int MPI_Finalize(void) {
   if (real == nullptr) return 0;
   // The rank outlives MPI: profiles are written at exit and still carry it.
   ThreadState* t = tlsThread;
+  clockSyncAtFinalize();
   if (t != nullptr) ++t->mpiDepth;
   const int rc = real();
   if (t != nullptr && tlsThread == t) --t->mpiDepth;

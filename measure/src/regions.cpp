@@ -83,6 +83,9 @@ struct RegionThreadState {
   bool logFailed = false;
   std::uint64_t eventsLost = 0;
   std::uint64_t mismatchedEnds = 0;
+  // MPI calls (clocksync.cpp), bounded like the region log.
+  std::vector<CommEvent> comm;
+  std::uint64_t commLost = 0;
 
   RegionThreadState() { nodes.push_back({0xFFFFFFFFu, 0, 0}); }
   ~RegionThreadState() {
@@ -182,6 +185,30 @@ RegionSnapshot snapshotRegions(const RegionThreadState* r) {
   s.eventsLost = r->eventsLost;
   s.mismatchedEnds = r->mismatchedEnds;
   s.unclosedAtExit = r->stack.size();
+  return s;
+}
+
+void logCommEvent(RegionThreadState* r, CommEvent e) {
+  if (r == nullptr) return;
+  int expected = 0;
+  if (!r->phase.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return;
+  try {
+    e.region = r->stack.empty() ? 0 : r->stack.back().node;
+    if (r->comm.size() < config().regionLogCapacity)
+      r->comm.push_back(e);
+    else
+      ++r->commLost;
+  } catch (...) {
+    ++r->commLost;
+  }
+  r->phase.store(0, std::memory_order_release);
+}
+
+CommSnapshot snapshotComm(const RegionThreadState* r) {
+  CommSnapshot s;
+  if (r == nullptr) return s;
+  s.events = r->comm;
+  s.eventsLost = r->commLost;
   return s;
 }
 

@@ -131,6 +131,48 @@ RegionSnapshot snapshotRegions(const RegionThreadState* r);
 std::vector<std::string> regionNames();
 
 // ---------------------------------------------------------------------------------------------
+// Clocks across processes and communication events (clocksync.cpp, docs/measurement.md).
+
+enum ClockRecordState : int { kClockNone = 0, kClockReference, kClockSameClock, kClockMeasured, kClockInitOnly };
+struct ClockRecord {
+  int state = kClockNone;
+  std::uint64_t initLocalNs = 0, initRefLoNs = 0, initRefHiNs = 0;
+  std::uint64_t finalLocalNs = 0, finalRefLoNs = 0, finalRefHiNs = 0;
+  std::uint32_t rounds = 0;
+  std::uint64_t costNs = 0;
+};
+void clockSyncAtInit();      // after PMPI_Init: the first exchange (all ranks, collective)
+void clockSyncAtFinalize();  // before PMPI_Finalize: the second one
+ClockRecord clockRecord();
+// CSP_TEST_CLOCK_SKEW (tests only): read once at start-up; monotonicNs() then returns the
+// skewed clock. Plain loads, usable in the signal handler.
+void initClockSkew();
+std::uint64_t skewedClock(std::uint64_t trueNs);
+extern bool g_clockSkewed;
+inline bool clockSkewed() { return g_clockSkewed; }
+
+enum CommRecordKind : int { kCommSend = 1, kCommRecv = 2, kCommCollective = 3, kCommWait = 4 };
+struct CommEvent {
+  std::uint64_t beginNs, endNs;
+  std::int32_t peer, tag;
+  std::uint64_t comm, sequence;
+  std::uint8_t kind;
+  std::uint32_t region = 0;  // filled by logCommEvent
+};
+void commLogStart(bool on);
+void commLogStop();
+bool commLogOn();             // between the two exchanges, with --region-log
+void commForget(void* comm);  // MPI_Comm_free: its handle may name another communicator later
+// An MPI call of the calling thread; `peer` in `comm`'s numbering (or a root, or -1).
+void commRecord(CommRecordKind kind, void* comm, int peer, int tag, std::uint64_t beginNs, std::uint64_t endNs);
+void logCommEvent(RegionThreadState* r, CommEvent e);  // regions.cpp: with the open region
+struct CommSnapshot {
+  std::vector<CommEvent> events;
+  std::uint64_t eventsLost = 0;
+};
+CommSnapshot snapshotComm(const RegionThreadState* r);
+
+// ---------------------------------------------------------------------------------------------
 
 // Why a sample was not recorded (ThreadState::droppedBy; the profile's settings dropped-<name>,
 // docs/measurement.md "Health counters").

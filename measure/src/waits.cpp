@@ -313,60 +313,133 @@ int mpiWait(Call&& call) {
 
 using H = void*;  // an MPI handle, pointer-sized
 
-#define CSP_MPI_WAIT(NAME, PARAMS, ARGS)                                 \
-  CSP_EXPORT int NAME PARAMS {                                           \
-    using Fn = int(*) PARAMS;                                            \
-    static constinit std::atomic<Fn> slot{nullptr};                      \
-    Fn real = slot.load(std::memory_order_relaxed);                      \
-    if (real == nullptr) {                                               \
-      void* p = dlsym(RTLD_NEXT, #NAME);                                 \
-      if (p == nullptr) p = dlsym(RTLD_NEXT, "P" #NAME);                 \
-      /* RTLD_NEXT misses an MPI loaded before us in the search order */ \
-      if (p == nullptr) p = dlsym(RTLD_DEFAULT, "P" #NAME);              \
-      if (p == nullptr) mpiMissing(#NAME);                               \
-      real = reinterpret_cast<Fn>(p);                                    \
-      slot.store(real, std::memory_order_relaxed);                       \
-    }                                                                    \
-    return mpiWait([&] { return real ARGS; });                           \
+namespace {
+
+template <class Fn>
+Fn mpiNext(std::atomic<Fn>& slot, const char* name, const char* pname) {
+  Fn real = slot.load(std::memory_order_relaxed);
+  if (real != nullptr) return real;
+  void* p = dlsym(RTLD_NEXT, name);
+  if (p == nullptr) p = dlsym(RTLD_NEXT, pname);
+  // RTLD_NEXT misses an MPI loaded before us in the search order.
+  if (p == nullptr) p = dlsym(RTLD_DEFAULT, pname);
+  if (p == nullptr) mpiMissing(name);
+  real = reinterpret_cast<Fn>(p);
+  slot.store(real, std::memory_order_relaxed);
+  return real;
+}
+
+// Open MPI's MPI_Status begins with MPI_SOURCE and MPI_TAG (the only MPI whose handles
+// clocksync.cpp knows); a receive whose status the program ignores gets this one.
+struct StatusHead {
+  int source, tag, error, cancelled;
+  std::uint64_t count[6];
+};
+inline StatusHead* statusFor(H status, StatusHead& own) {
+  return status != nullptr ? static_cast<StatusHead*>(status) : &own;
+}
+
+// Times a call when communication events are recorded; `record(t0, t1)` after a success.
+template <class Call, class Record>
+int mpiEvent(Call&& call, Record&& record) {
+  if (!commLogOn()) return mpiWait(call);
+  const std::uint64_t t0 = monotonicNs();
+  const int rc = mpiWait(call);
+  const int savedErrno = errno;
+  if (rc == 0) record(t0, monotonicNs());
+  errno = savedErrno;
+  return rc;
+}
+
+}  // namespace
+
+#define CSP_MPI_NEXT(NAME, PARAMS)                \
+  using Fn = int(*) PARAMS;                       \
+  static constinit std::atomic<Fn> slot{nullptr}; \
+  const Fn real = mpiNext(slot, #NAME, "P" #NAME)
+
+#define CSP_MPI_WAIT(NAME, PARAMS, ARGS)       \
+  CSP_EXPORT int NAME PARAMS {                 \
+    CSP_MPI_NEXT(NAME, PARAMS);                \
+    return mpiWait([&] { return real ARGS; }); \
   }
 
-CSP_MPI_WAIT(MPI_Wait, (H request, H status), (request, status))
-CSP_MPI_WAIT(MPI_Waitall, (int count, H requests, H statuses), (count, requests, statuses))
-CSP_MPI_WAIT(MPI_Waitany, (int count, H requests, int* index, H status), (count, requests, index, status))
-CSP_MPI_WAIT(MPI_Waitsome, (int count, H requests, int* outcount, int* indices, H statuses),
-             (count, requests, outcount, indices, statuses))
-CSP_MPI_WAIT(MPI_Recv, (H buf, int count, H type, int source, int tag, H comm, H status),
-             (buf, count, type, source, tag, comm, status))
-CSP_MPI_WAIT(MPI_Send, (const void* buf, int count, H type, int dest, int tag, H comm),
-             (buf, count, type, dest, tag, comm))
-CSP_MPI_WAIT(MPI_Ssend, (const void* buf, int count, H type, int dest, int tag, H comm),
-             (buf, count, type, dest, tag, comm))
-CSP_MPI_WAIT(MPI_Sendrecv,
-             (const void* sbuf, int scount, H stype, int dest, int stag, H rbuf, int rcount, H rtype, int source,
-              int rtag, H comm, H status),
-             (sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, source, rtag, comm, status))
+// A call recorded as a communication event: RECORD is evaluated with t0, t1 (its begin and end).
+#define CSP_MPI_EVENT(NAME, PARAMS, ARGS, RECORD)                                                    \
+  CSP_EXPORT int NAME PARAMS {                                                                       \
+    CSP_MPI_NEXT(NAME, PARAMS);                                                                      \
+    return mpiEvent([&] { return real ARGS; }, [&](std::uint64_t t0, std::uint64_t t1) { RECORD; }); \
+  }
+
+#define CSP_WAIT_EVENT commRecord(kCommWait, nullptr, -1, 0, t0, t1)
+#define CSP_COLLECTIVE(ROOT) commRecord(kCommCollective, comm, ROOT, 0, t0, t1)
+
+CSP_EXPORT int MPI_Recv(H buf, int count, H type, int source, int tag, H comm, H status) {
+  CSP_MPI_NEXT(MPI_Recv, (H, int, H, int, int, H, H));
+  StatusHead own;
+  StatusHead* st = statusFor(status, own);
+  return mpiEvent(
+      [&] { return real(buf, count, type, source, tag, comm, commLogOn() ? st : status); },
+      [&](std::uint64_t t0, std::uint64_t t1) { commRecord(kCommRecv, comm, st->source, st->tag, t0, t1); });
+}
+
+CSP_EXPORT int MPI_Sendrecv(const void* sbuf, int scount, H stype, int dest, int stag, H rbuf, int rcount, H rtype,
+                            int source, int rtag, H comm, H status) {
+  CSP_MPI_NEXT(MPI_Sendrecv, (const void*, int, H, int, int, H, int, H, int, int, H, H));
+  StatusHead own;
+  StatusHead* st = statusFor(status, own);
+  return mpiEvent(
+      [&] {
+        return real(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, source, rtag, comm,
+                    commLogOn() ? st : status);
+      },
+      [&](std::uint64_t t0, std::uint64_t t1) {
+        commRecord(kCommSend, comm, dest, stag, t0, t1);
+        commRecord(kCommRecv, comm, st->source, st->tag, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Comm_free(H* comm) {
+  CSP_MPI_NEXT(MPI_Comm_free, (H*));
+  if (comm != nullptr) commForget(*comm);
+  return real(comm);
+}
+
+CSP_MPI_EVENT(MPI_Wait, (H request, H status), (request, status), CSP_WAIT_EVENT)
+CSP_MPI_EVENT(MPI_Waitall, (int count, H requests, H statuses), (count, requests, statuses), CSP_WAIT_EVENT)
+CSP_MPI_EVENT(MPI_Waitany, (int count, H requests, int* index, H status), (count, requests, index, status),
+              CSP_WAIT_EVENT)
+CSP_MPI_EVENT(MPI_Waitsome, (int count, H requests, int* outcount, int* indices, H statuses),
+              (count, requests, outcount, indices, statuses), CSP_WAIT_EVENT)
+CSP_MPI_EVENT(MPI_Send, (const void* buf, int count, H type, int dest, int tag, H comm),
+              (buf, count, type, dest, tag, comm), commRecord(kCommSend, comm, dest, tag, t0, t1))
+CSP_MPI_EVENT(MPI_Ssend, (const void* buf, int count, H type, int dest, int tag, H comm),
+              (buf, count, type, dest, tag, comm), commRecord(kCommSend, comm, dest, tag, t0, t1))
 CSP_MPI_WAIT(MPI_Probe, (int source, int tag, H comm, H status), (source, tag, comm, status))
-CSP_MPI_WAIT(MPI_Barrier, (H comm), (comm))
-CSP_MPI_WAIT(MPI_Bcast, (H buf, int count, H type, int root, H comm), (buf, count, type, root, comm))
-CSP_MPI_WAIT(MPI_Reduce, (const void* sbuf, H rbuf, int count, H type, H op, int root, H comm),
-             (sbuf, rbuf, count, type, op, root, comm))
-CSP_MPI_WAIT(MPI_Allreduce, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
-             (sbuf, rbuf, count, type, op, comm))
-CSP_MPI_WAIT(MPI_Gather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
-             (sbuf, scount, stype, rbuf, rcount, rtype, root, comm))
-CSP_MPI_WAIT(MPI_Scatter, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
-             (sbuf, scount, stype, rbuf, rcount, rtype, root, comm))
-CSP_MPI_WAIT(MPI_Allgather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
-             (sbuf, scount, stype, rbuf, rcount, rtype, comm))
-CSP_MPI_WAIT(MPI_Allgatherv,
-             (const void* sbuf, int scount, H stype, H rbuf, const int* rcounts, const int* displs, H rtype, H comm),
-             (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm))
-CSP_MPI_WAIT(MPI_Alltoall, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
-             (sbuf, scount, stype, rbuf, rcount, rtype, comm))
-CSP_MPI_WAIT(MPI_Alltoallv,
-             (const void* sbuf, const int* scounts, const int* sdispls, H stype, H rbuf, const int* rcounts,
-              const int* rdispls, H rtype, H comm),
-             (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm))
-CSP_MPI_WAIT(MPI_Reduce_scatter, (const void* sbuf, H rbuf, const int* rcounts, H type, H op, H comm),
-             (sbuf, rbuf, rcounts, type, op, comm))
-CSP_MPI_WAIT(MPI_Scan, (const void* sbuf, H rbuf, int count, H type, H op, H comm), (sbuf, rbuf, count, type, op, comm))
+CSP_MPI_EVENT(MPI_Barrier, (H comm), (comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Bcast, (H buf, int count, H type, int root, H comm), (buf, count, type, root, comm),
+              CSP_COLLECTIVE(root))
+CSP_MPI_EVENT(MPI_Reduce, (const void* sbuf, H rbuf, int count, H type, H op, int root, H comm),
+              (sbuf, rbuf, count, type, op, root, comm), CSP_COLLECTIVE(root))
+CSP_MPI_EVENT(MPI_Allreduce, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
+              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Gather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
+              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(root))
+CSP_MPI_EVENT(MPI_Scatter, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
+              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(root))
+CSP_MPI_EVENT(MPI_Allgather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
+              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Allgatherv,
+              (const void* sbuf, int scount, H stype, H rbuf, const int* rcounts, const int* displs, H rtype, H comm),
+              (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Alltoall, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
+              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Alltoallv,
+              (const void* sbuf, const int* scounts, const int* sdispls, H stype, H rbuf, const int* rcounts,
+               const int* rdispls, H rtype, H comm),
+              (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Reduce_scatter, (const void* sbuf, H rbuf, const int* rcounts, H type, H op, H comm),
+              (sbuf, rbuf, rcounts, type, op, comm), CSP_COLLECTIVE(-1))
+// A prefix reduction does not wait for the ranks after the caller: peer -2, not -1.
+CSP_MPI_EVENT(MPI_Scan, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
+              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(-2))

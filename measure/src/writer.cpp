@@ -259,6 +259,34 @@ void fillRegions(const ThreadState& t, ThreadProfile& p) {
   }
 }
 
+void fillClockAndComm(const ThreadState& t, ThreadProfile& p) {
+  const ClockRecord c = clockRecord();
+  p.clock = {static_cast<ClockState>(c.state),
+             0,
+             c.initLocalNs,
+             c.initRefLoNs,
+             c.initRefHiNs,
+             c.finalLocalNs,
+             c.finalRefLoNs,
+             c.finalRefHiNs,
+             c.rounds,
+             c.costNs};
+  if (t.regions == nullptr) return;
+  const CommSnapshot s = snapshotComm(t.regions);
+  CommLog& m = p.commLog;
+  m.eventsLost = s.eventsLost;
+  for (const auto& e : s.events) {
+    m.kind.push_back(e.kind);
+    m.beginNs.push_back(e.beginNs);
+    m.endNs.push_back(e.endNs);
+    m.peer.push_back(e.peer);
+    m.tag.push_back(e.tag);
+    m.comm.push_back(e.comm);
+    m.sequence.push_back(e.sequence);
+    m.region.push_back(e.region < p.regions.size() ? e.region : 0);
+  }
+}
+
 // JIT code: runtimes that generate code describe it in /tmp/perf-<pid>.map (perf's format). The
 // map is copied next to the profiles, so that post-processing on another node finds it, each
 // time a profile is written and the map has changed since the last copy (it only grows, and the
@@ -396,6 +424,7 @@ bool buildThreadProfile(ThreadState& t, ThreadProfile& p, std::string& dir) {
   if (t.cct.size > 1) refreshLoadMap();  // a thread never sampled lists no module
   fillAddressProfile(t, p);
   fillRegions(t, p);
+  fillClockAndComm(t, p);
   p.stats.samples = t.samples;
   p.stats.unwindFailures = t.unwindFailures;
   p.stats.droppedSamples = t.droppedSamples;

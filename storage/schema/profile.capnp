@@ -24,6 +24,48 @@ struct ThreadProfile {
   stats @8 :MeasurementStats;
   # Format 1.2: OpenMP logical call paths (docs/profile-format.md, "Logical contexts").
   logical @9 :LogicalContexts;
+  # Format 1.3 (docs/profile-format.md "Clocks across processes"): the process's clock
+  # against the reference process's, and the MPI communication events of the thread.
+  clock @10 :ClockSync;
+  commLog @11 :CommLog;
+}
+
+# The process's CLOCK_MONOTONIC against the reference process's (MPI rank 0), as guaranteed
+# bounds: at two moments, a local reading trapped between two reference readings (a ping-pong at
+# MPI initialisation and one at finalisation). Same in every thread profile of the process.
+struct ClockSync {
+  state @0 :ClockState;
+  referenceRank @1 :UInt32;
+  initLocalNs @2 :UInt64;          # local reading ...
+  initRefLoNs @3 :UInt64;          # ... taken after this reference reading
+  initRefHiNs @4 :UInt64;          # ... and before this one
+  finalLocalNs @5 :UInt64;
+  finalRefLoNs @6 :UInt64;
+  finalRefHiNs @7 :UInt64;
+  rounds @8 :UInt32;               # ping-pong rounds per exchange (the tightest is kept)
+  costNs @9 :UInt64;               # CPU time the exchanges took in this process (its thread)
+}
+
+enum ClockState {
+  none @0;                         # not measured (no MPI, no --region-log, or no exchange)
+  reference @1;                    # this process's clock is the reference
+  sameClock @2;                    # same kernel as the reference: same CLOCK_MONOTONIC
+  measured @3;                     # both exchanges: frequency and zero bounded
+  initOnly @4;                     # MPI_Finalize never ran: the zero only, frequency unbounded
+}
+
+# MPI calls of the thread (docs/profile-format.md "Communication events"), column-wise, in the
+# order they ended. Peers are ranks of MPI_COMM_WORLD.
+struct CommLog {
+  kind @0 :List(UInt8);            # 1 send, 2 receive, 3 collective, 4 wait
+  beginNs @1 :List(UInt64);        # CLOCK_MONOTONIC of the measured process
+  endNs @2 :List(UInt64);
+  peer @3 :List(Int32);            # send: destination; receive: source; collective: root, -1 (all wait for all), -2 (scan)
+  tag @4 :List(Int32);
+  comm @5 :List(UInt64);           # communicator: 0 = MPI_COMM_WORLD, else a hash of its members
+  sequence @6 :List(UInt64);       # n-th message of (sender, receiver, tag, comm); n-th collective of comm
+  region @7 :List(UInt32);         # innermost open region node of the thread (0: none)
+  eventsLost @8 :UInt64;
 }
 
 struct Identity {

@@ -149,6 +149,7 @@ std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
   for (const auto& name : databaseColumnFamilies())
     if (name != format::kRegionEvents &&   // added in 1.2: older databases have none
         name != format::kDistributions &&  // added in 1.4
+        name != format::kCommEvents &&     // added in 1.7
         std::find(present.begin(), present.end(), name) == present.end())
       impl->damaged(fmt::format("column family '{}' is missing", name));
 
@@ -427,6 +428,26 @@ std::vector<RegionLogProcess> Database::regionLogProcesses() const {
     impl_->damaged(fmt::format("column family {}: {}", format::kRegionEvents, e.what()));
   }
   impl_->check(it->status(), "reading column family region_events");
+  return out;
+}
+
+bool Database::hasCommFamily() const { return impl_->families.count(format::kCommEvents) > 0; }
+
+std::vector<ProcessClock> Database::processClocks() const {
+  std::vector<ProcessClock> out;
+  if (!hasCommFamily()) return out;
+  impl_->scan(format::kCommEvents, std::string(), [&](std::string_view key, std::string_view value) {
+    if (key.size() == 4) out.push_back(format::decodeProcessClock(key, value));
+  });
+  return out;
+}
+
+std::vector<CommEventRecord> Database::commEvents(ProfileId process) const {
+  std::vector<CommEventRecord> out;
+  if (!hasCommFamily()) return out;
+  impl_->scan(format::kCommEvents, format::nodeKey(process), [&](std::string_view key, std::string_view value) {
+    if (key.size() == 8) format::decodeCommEvents(key, value, out);
+  });
   return out;
 }
 

@@ -266,6 +266,14 @@ void ShardWriter::putRegionLogThread(ProfileId process, const RegionLogThread& t
   }
 }
 
+void ShardWriter::putProcessClock(const ProcessClock& process) {
+  impl_->put(format::kCommEvents, format::nodeKey(process.process), format::encodeProcessClock(process));
+}
+
+void ShardWriter::putCommEvents(ProfileId process, ProfileId thread, std::span<const CommEventRecord> events) {
+  impl_->put(format::kCommEvents, format::regionLogThreadKey(process, thread), format::encodeCommEvents(events));
+}
+
 void ShardWriter::putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes) {
   impl_->put(format::kRegionSummaries, format::summaryKey(id, metric, scope), bytes);
 }

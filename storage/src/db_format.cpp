@@ -14,9 +14,9 @@
 namespace csp::storage::format {
 
 const std::vector<std::string>& shardFamilies() {
-  static const std::vector<std::string> families = {kCctNodes,        kCctChildren,  kSummaries,
-                                                    kValuesByProfile, kValuesByNode, kRegionNodes,
-                                                    kRegionSummaries, kRegionEvents, kDistributions};
+  static const std::vector<std::string> families = {kCctNodes,      kCctChildren, kSummaries,       kValuesByProfile,
+                                                    kValuesByNode,  kRegionNodes, kRegionSummaries, kRegionEvents,
+                                                    kDistributions, kCommEvents};
   return families;
 }
 
@@ -734,6 +734,115 @@ void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& o
       const std::uint64_t z = r.u64();
       e.attr = static_cast<std::int64_t>(z >> 1) ^ -static_cast<std::int64_t>(z & 1);
     }
+    out.push_back(e);
+  }
+  r.expectDone();
+}
+
+// --- communication events (format 1.7) ------------------------------------------------------
+
+namespace {
+std::uint64_t zigzag(std::int64_t v) {
+  return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
+}
+std::int64_t unzigzag(std::uint64_t z) { return static_cast<std::int64_t>(z >> 1) ^ -static_cast<std::int64_t>(z & 1); }
+}  // namespace
+
+std::string encodeProcessClock(const ProcessClock& p) {
+  std::string v;
+  putBytes(v, p.hostname);
+  putVarint(v, p.pid);
+  putVarint(v, zigzag(p.rank));
+  const ClockSync& c = p.clock;
+  v.push_back(static_cast<char>(c.state));
+  putVarint(v, c.referenceRank);
+  for (std::uint64_t x : {c.initLocalNs, c.initRefLoNs, c.initRefHiNs, c.finalLocalNs, c.finalRefLoNs, c.finalRefHiNs})
+    putVarint(v, x);
+  putVarint(v, c.rounds);
+  putVarint(v, c.costNs);
+  putVarint(v, p.tightened);
+  putVarint(v, p.conflicts);
+  return v;
+}
+
+ProcessClock decodeProcessClock(std::string_view key, std::string_view value) {
+  ProcessClock p;
+  Reader k(key, "process clock key");
+  p.process = k.be32();
+  k.expectDone();
+  Reader r(value, "process clock");
+  p.hostname = r.text();
+  p.pid = r.u64();
+  p.rank = unzigzag(r.u64());
+  const std::uint8_t state = r.u8();
+  if (state > static_cast<std::uint8_t>(ClockState::InitOnly)) r.fail("unknown clock state");
+  ClockSync& c = p.clock;
+  c.state = static_cast<ClockState>(state);
+  c.referenceRank = r.u32();
+  for (std::uint64_t* x :
+       {&c.initLocalNs, &c.initRefLoNs, &c.initRefHiNs, &c.finalLocalNs, &c.finalRefLoNs, &c.finalRefHiNs})
+    *x = r.u64();
+  c.rounds = r.u32();
+  c.costNs = r.u64();
+  p.tightened = r.u64();
+  p.conflicts = r.u64();
+  r.expectDone();
+  return p;
+}
+
+// Per event: u8 kind, varint local begin (delta to the previous event's), varint local
+// duration, then the intervals as offsets: begin.lo, begin width, end.lo - begin.lo, end width
+// (zigzag where they may be negative), zigzag peer, zigzag tag, varint comm, varint sequence,
+// varint region.
+std::string encodeCommEvents(std::span<const CommEventRecord> events) {
+  std::string v;
+  putVarint(v, events.size());
+  std::uint64_t prev = 0;
+  for (const auto& e : events) {
+    v.push_back(static_cast<char>(e.kind));
+    putVarint(v, zigzag(static_cast<std::int64_t>(e.localBeginNs - prev)));
+    prev = e.localBeginNs;
+    putVarint(v, e.localEndNs - e.localBeginNs);
+    putVarint(v, e.begin.lo);
+    putVarint(v, e.begin.width());
+    putVarint(v, zigzag(static_cast<std::int64_t>(e.end.lo - e.begin.lo)));
+    putVarint(v, e.end.width());
+    putVarint(v, zigzag(e.peer));
+    putVarint(v, zigzag(e.tag));
+    putVarint(v, e.comm);
+    putVarint(v, e.sequence);
+    putVarint(v, e.region);
+  }
+  return v;
+}
+
+void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out) {
+  Reader k(key, "communication events key");
+  k.be32();
+  const ProfileId thread = k.be32();
+  k.expectDone();
+  Reader r(value, "communication events");
+  const std::uint64_t n = r.u64();
+  if (n > value.size()) r.fail("event count exceeds the entry");
+  std::uint64_t prev = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    CommEventRecord e;
+    e.thread = thread;
+    const std::uint8_t kind = r.u8();
+    if (kind < 1 || kind > 4) r.fail("unknown event kind");
+    e.kind = static_cast<CommKind>(kind);
+    e.localBeginNs = prev + static_cast<std::uint64_t>(unzigzag(r.u64()));
+    prev = e.localBeginNs;
+    e.localEndNs = e.localBeginNs + r.u64();
+    e.begin.lo = r.u64();
+    e.begin.hi = e.begin.lo + r.u64();
+    e.end.lo = e.begin.lo + static_cast<std::uint64_t>(unzigzag(r.u64()));
+    e.end.hi = e.end.lo + r.u64();
+    e.peer = static_cast<std::int32_t>(unzigzag(r.u64()));
+    e.tag = static_cast<std::int32_t>(unzigzag(r.u64()));
+    e.comm = r.u64();
+    e.sequence = r.u64();
+    e.region = r.u32();
     out.push_back(e);
   }
   r.expectDone();

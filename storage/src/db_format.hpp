@@ -34,6 +34,8 @@ inline constexpr const char* kRegionEvents = "region_events";
 // Added in format 1.4: histograms and per-thread-class summaries.
 inline constexpr const char* kDistributions = "distributions";
 inline constexpr std::size_t kRegionLogBlockEvents = 4096;
+// Added in format 1.7: clocks across processes and communication events.
+inline constexpr const char* kCommEvents = "comm_events";
 
 // Families written by ShardWriter (everything but metadata and the view cache), in a fixed
 // order that is also the order of the shard index file.
@@ -110,6 +112,12 @@ std::string encodeRegionLogBlock(std::span<const RegionLogEvent> events);
 void decodeRegionLogBlock(std::string_view value, std::vector<RegionLogEvent>& out);  // appends
 std::uint32_t regionLogThreadBlocks(std::string_view value);  // the block count of a thread entry
 std::uint64_t regionLogBlockStart(std::string_view value);    // a block's first event time (0 if empty)
+
+// Communication events: keys be32 process (its clock) | be32 process be32 thread (its events).
+std::string encodeProcessClock(const ProcessClock& p);
+ProcessClock decodeProcessClock(std::string_view key, std::string_view value);
+std::string encodeCommEvents(std::span<const CommEventRecord> events);
+void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out);  // appends
 
 // Metadata column family: every entry of the metadata, keyed as documented.
 void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);

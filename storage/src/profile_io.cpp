@@ -68,6 +68,36 @@ void fillList(B builder, const std::vector<T>& values) {
   for (unsigned i = 0; i < values.size(); ++i) builder.set(i, values[i]);
 }
 
+// Written only when measured, so that profiles without them stay as small as before.
+void buildClockAndComm(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
+  const ClockSync& c = p.clock;
+  if (c.state != ClockState::None) {
+    auto b = root.initClock();
+    b.setState(static_cast<schema::ClockState>(c.state));
+    b.setReferenceRank(c.referenceRank);
+    b.setInitLocalNs(c.initLocalNs);
+    b.setInitRefLoNs(c.initRefLoNs);
+    b.setInitRefHiNs(c.initRefHiNs);
+    b.setFinalLocalNs(c.finalLocalNs);
+    b.setFinalRefLoNs(c.finalRefLoNs);
+    b.setFinalRefHiNs(c.finalRefHiNs);
+    b.setRounds(c.rounds);
+    b.setCostNs(c.costNs);
+  }
+  const CommLog& m = p.commLog;
+  if (m.size() == 0 && m.eventsLost == 0) return;
+  auto b = root.initCommLog();
+  fillList(b.initKind(m.kind.size()), m.kind);
+  fillList(b.initBeginNs(m.beginNs.size()), m.beginNs);
+  fillList(b.initEndNs(m.endNs.size()), m.endNs);
+  fillList(b.initPeer(m.peer.size()), m.peer);
+  fillList(b.initTag(m.tag.size()), m.tag);
+  fillList(b.initComm(m.comm.size()), m.comm);
+  fillList(b.initSequence(m.sequence.size()), m.sequence);
+  fillList(b.initRegion(m.region.size()), m.region);
+  b.setEventsLost(m.eventsLost);
+}
+
 void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
   auto id = root.initIdentity();
   auto tuple = id.initIdTuple(p.identity.idTuple.size());
@@ -183,6 +213,7 @@ void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
   stats.setUnwindFailures(p.stats.unwindFailures);
   stats.setDroppedSamples(p.stats.droppedSamples);
   stats.setTruncatedPaths(p.stats.truncatedPaths);
+  buildClockAndComm(p, root);
 }
 
 // Enum values outside the range this reader knows come from a newer minor version or from
@@ -191,6 +222,34 @@ template <typename E>
 E checkedEnum(std::uint16_t raw, std::uint16_t limit, const char* what, const std::string& name) {
   if (raw > limit) throw ProfileError(name, fmt::format("unknown {} value {}", what, raw));
   return static_cast<E>(raw);
+}
+
+void readClockAndComm(schema::ThreadProfile::Reader root, ThreadProfile& p, const std::string& name) {
+  if (root.hasClock()) {
+    auto c = root.getClock();
+    p.clock = {checkedEnum<ClockState>(static_cast<std::uint16_t>(c.getState()), 4, "clock state", name),
+               c.getReferenceRank(),
+               c.getInitLocalNs(),
+               c.getInitRefLoNs(),
+               c.getInitRefHiNs(),
+               c.getFinalLocalNs(),
+               c.getFinalRefLoNs(),
+               c.getFinalRefHiNs(),
+               c.getRounds(),
+               c.getCostNs()};
+  }
+  if (!root.hasCommLog()) return;
+  auto m = root.getCommLog();
+  auto& out = p.commLog;
+  out.kind = toVector<std::uint8_t>(m.getKind());
+  out.beginNs = toVector<std::uint64_t>(m.getBeginNs());
+  out.endNs = toVector<std::uint64_t>(m.getEndNs());
+  out.peer = toVector<std::int32_t>(m.getPeer());
+  out.tag = toVector<std::int32_t>(m.getTag());
+  out.comm = toVector<std::uint64_t>(m.getComm());
+  out.sequence = toVector<std::uint64_t>(m.getSequence());
+  out.region = toVector<std::uint32_t>(m.getRegion());
+  out.eventsLost = m.getEventsLost();
 }
 
 ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string& name) {
@@ -285,6 +344,7 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
 
   auto stats = root.getStats();
   p.stats = {stats.getSamples(), stats.getUnwindFailures(), stats.getDroppedSamples(), stats.getTruncatedPaths()};
+  readClockAndComm(root, p, name);
   return p;
 }
 

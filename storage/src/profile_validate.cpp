@@ -151,6 +151,29 @@ void checkRegions(const RegionProfile& r, const std::string& name) {
   }
 }
 
+// Clocks across processes and communication events (docs/profile-format.md): the bounds must
+// be intervals, the second exchange after the first, the event columns of one length.
+void checkClockAndComm(const ThreadProfile& p, const std::string& name) {
+  const ClockSync& c = p.clock;
+  if (c.state == ClockState::Measured || c.state == ClockState::InitOnly) {
+    if (c.initRefLoNs > c.initRefHiNs) fail(name, "clock bounds at MPI initialisation are not an interval");
+    if (c.state == ClockState::Measured &&
+        (c.finalRefLoNs > c.finalRefHiNs || c.finalLocalNs <= c.initLocalNs || c.finalRefLoNs < c.initRefHiNs))
+      fail(name, "clock bounds at MPI finalisation are not an interval after those at initialisation");
+  }
+  const CommLog& m = p.commLog;
+  const std::size_t n = m.kind.size();
+  if (m.beginNs.size() != n || m.endNs.size() != n || m.peer.size() != n || m.tag.size() != n || m.comm.size() != n ||
+      m.sequence.size() != n || m.region.size() != n)
+    fail(name, "communication event columns have different lengths");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (m.kind[i] < 1 || m.kind[i] > 4) fail(name, fmt::format("communication event {} has kind {}", i, m.kind[i]));
+    if (m.endNs[i] < m.beginNs[i]) fail(name, fmt::format("communication event {} ends before it begins", i));
+    if (m.region[i] != 0 && m.region[i] >= p.regions.size())
+      fail(name, fmt::format("communication event {} refers to region node {}", i, m.region[i]));
+  }
+}
+
 // Path starts (docs/profile-format.md, "Path starts"): marks of the root's children only; a
 // placeholder stands for no code, so it is a procedure frame with a name.
 void checkPathStarts(const ThreadProfile& p, const std::string& name) {
@@ -310,6 +333,7 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   if (p.frameKind == FrameKind::Symbolic) checkSymbolicStructure(p, name);
   checkRegions(p.regions, name);
   checkLogicalContexts(p, name);
+  checkClockAndComm(p, name);
 }
 
 }  // namespace csp::storage

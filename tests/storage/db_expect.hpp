@@ -34,6 +34,12 @@ inline void expectContent(const Database& db, const Synthetic& s, const std::str
       while (cursor->next(e)) events.push_back(e);
       ASSERT_EQ(events, s.regionLog(t.profile)) << "region log of " << t.profile;
     }
+  std::vector<ProcessClock> clocks;
+  for (ProfileId p = 0; p < s.profiles; p += 2) {
+    clocks.push_back(s.processClock(p));
+    ASSERT_EQ(db.commEvents(p), s.commEvents(p)) << "communication events of " << p;
+  }
+  ASSERT_EQ(db.processClocks(), clocks);
   for (RegionId r = 0; r < s.regions; ++r) {
     ASSERT_EQ(db.region(r), s.region(r));
     ASSERT_EQ(db.regionSummaries(r),

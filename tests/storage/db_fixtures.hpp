@@ -132,6 +132,49 @@ struct Synthetic {
     return out;
   }
 
+  // Clocks and communication events (format 1.7): one per log process, its first thread's calls.
+  ProcessClock processClock(ProfileId first) const {
+    ProcessClock c;
+    c.process = first;
+    c.hostname = first % 4 == 0 ? "nid00001" : "nid00002";
+    c.pid = 1000 + first / 2;
+    c.rank = first / 2;
+    c.clock = {first == 0 ? ClockState::Reference : ClockState::Measured,
+               0,
+               100 + first,
+               90,
+               120,
+               900'000 + first,
+               890'000,
+               910'000,
+               8,
+               1234 + first};
+    c.tightened = first % 3;
+    c.conflicts = first % 2;
+    return c;
+  }
+  std::vector<CommEventRecord> commEvents(ProfileId first) const {
+    std::vector<CommEventRecord> out;
+    std::uint64_t local = 5'000 + first;
+    for (std::uint32_t i = 0; i < 2 + first % 3; ++i) {
+      CommEventRecord e;
+      e.thread = first;
+      e.kind = static_cast<CommKind>(1 + (first + i) % 4);
+      e.localBeginNs = local;
+      e.localEndNs = local += hash(first, i) % 700;
+      e.begin = {local - 50, local + 50};
+      e.end = {local + 10, local + 90};
+      e.peer = static_cast<std::int32_t>(i) - 2;
+      e.tag = static_cast<std::int32_t>(hash(first, i + 1) % 100) - 50;
+      e.comm = i % 2 == 0 ? 0 : hash(first, 7);
+      e.sequence = i;
+      e.region = static_cast<RegionId>(i % regions);
+      out.push_back(e);
+      local += 100;
+    }
+    return out;
+  }
+
   DatabaseMetadata metadata(const std::string& title) const {
     DatabaseMetadata m;
     m.title = title;
@@ -190,6 +233,8 @@ struct Synthetic {
       const auto process = logProcess(p);
       w.putRegionLogProcess(process);
       for (const auto& t : process.threads) w.putRegionLogThread(p, t, regionLog(t.profile));
+      w.putProcessClock(processClock(p));
+      w.putCommEvents(p, p, commEvents(p));
     }
     if (shard == 0)
       for (RegionId r = 0; r < regions; ++r) {

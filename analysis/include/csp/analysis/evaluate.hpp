@@ -18,7 +18,9 @@ struct ProcessInput {
   std::string label;                                                // e.g. "rank 1 (node7 pid 4242)"
   std::vector<std::uint64_t> threadNumbers;                         // the number a query uses for each thread
   std::function<std::vector<std::unique_ptr<EventStream>>()> open;  // one stream per thread, same order
-  std::uint64_t events = 0;  // events of all its threads, which bound its frames (0: not known)
+  std::uint64_t events = 0;                   // events of all its threads, which bound its frames (0: not known)
+  std::uint64_t process = 0;                  // the database's process id (smallest profile id), when from one
+  std::vector<std::uint64_t> threadProfiles;  // the profile id of each thread, when from a database
 };
 
 // A number a query computes (docs/query.md, "Numbers"): measures and counts are exact integers,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "comm_events.hpp"
 #include "csp/analysis/frames.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "region_logs.hpp"
@@ -174,6 +175,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     std::sort(entry.second.begin(), entry.second.end());
     byFirst[entry.second.front().first] = &entry;
   }
+  CommEventsCollector commEvents;
   for (auto& [first, entry] : byFirst) {
     auto& [process, members] = *entry;
     if (first < myFirst || first >= myEnd) continue;
@@ -203,6 +205,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     std::vector<std::uint32_t> memberIds;
     for (const auto& m : members) memberIds.push_back(m.first);
     putRegionLogs(shard, process.first, process.second, memberIds, threads, ids);
+    commEvents.add(process.first, process.second, memberIds, threads, ids);
     for (std::size_t r = 1; r < c.size(); ++r) {
       if (c[r].maxParallelism == 0) continue;
       const std::size_t at = r * width;
@@ -213,6 +216,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
       acc_[at + maxPar].accumulate(first, c[r].maxParallelism);
     }
   }
+  commEvents.write(comm, shard);
 }
 
 std::vector<std::vector<std::byte>> RegionSummaries::gather(const Comm& comm) const {

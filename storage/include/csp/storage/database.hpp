@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "csp/storage/clock.hpp"
 #include "csp/storage/profile.hpp"
 
 namespace csp::storage {
@@ -24,7 +25,7 @@ inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
 // 1.3: the sampling quality per profile (quality/ metadata keys); 1.4: distributions, thread
 // classes; 1.5: unwind recovery, module loops; 1.6: GPU id kinds, real-valued raw metrics.
-inline constexpr std::uint32_t kDatabaseFormatMinor = 6;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 7;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -302,6 +303,31 @@ struct RegionLogProcess {
   bool operator==(const RegionLogProcess&) const = default;
 };
 
+// Clocks across processes and communication events (format 1.7, docs/database-format.md
+// "Communication events"): per process its clock bounds against the reference process, per
+// thread its MPI calls with their times as intervals on the reference clock, causality enforced.
+struct ProcessClock {
+  ProfileId process = 0;  // the smallest profile id of its threads
+  std::string hostname;
+  std::uint64_t pid = 0;
+  std::int64_t rank = -1;  // MPI_COMM_WORLD rank, -1 unknown
+  ClockSync clock;
+  std::uint64_t tightened = 0;  // event bounds of this process narrowed by causality
+  std::uint64_t conflicts = 0;  // matched events whose bounds contradicted causality (clock assumption broken)
+  bool operator==(const ProcessClock&) const = default;
+};
+
+struct CommEventRecord {
+  ProfileId thread = 0;
+  CommKind kind = CommKind::Send;
+  std::uint64_t localBeginNs = 0, localEndNs = 0;  // the process's CLOCK_MONOTONIC
+  TimeInterval begin, end;                         // on the reference clock
+  std::int32_t peer = 0, tag = 0;                  // world ranks; collectives: root, -1 all, -2 scan
+  std::uint64_t comm = 0, sequence = 0;
+  RegionId region = 0;  // innermost open region (reduced tree), 0 none
+  bool operator==(const CommEventRecord&) const = default;
+};
+
 // Reads one thread's stored events in time order, one block at a time: memory does not grow
 // with the log. Throws DatabaseError if a block does not decode.
 class RegionLogCursor {
@@ -382,6 +408,11 @@ class Database {
   // binary search over the blocks' first events (one read each).
   std::unique_ptr<RegionLogCursor> regionLog(ProfileId process, ProfileId thread, std::uint64_t fromNs) const;
   std::vector<Accumulator> regionSummaries(RegionId id) const;
+
+  // Format 1.7: the comm_events family (it may be empty: no MPI, or no --region-log).
+  bool hasCommFamily() const;
+  std::vector<ProcessClock> processClocks() const;                   // ascending process ids
+  std::vector<CommEventRecord> commEvents(ProfileId process) const;  // by thread, then time
 
   // Bytes of table files per column family (after compression): for statistics and benchmarks.
   std::vector<std::pair<std::string, std::uint64_t>> columnFamilySizes() const;

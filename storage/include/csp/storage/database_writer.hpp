@@ -62,6 +62,9 @@ class ShardWriter {
   // in ascending profile id with its events in time order. Processes in ascending id.
   void putRegionLogProcess(const RegionLogProcess& process);
   void putRegionLogThread(ProfileId process, const RegionLogThread& thread, std::span<const RegionLogEvent> events);
+  // Format 1.7: a process's clock and one thread's communication events.
+  void putProcessClock(const ProcessClock& process);
+  void putCommEvents(ProfileId process, ProfileId thread, std::span<const CommEventRecord> events);
 
   // Closes the SST files and marks the shard complete (an atomic rename of its index file).
   void finish();

@@ -218,6 +218,32 @@ struct RegionProfile {
   bool operator==(const RegionProfile&) const = default;
 };
 
+// The process's clock against the reference process's (docs/profile-format.md "Clocks across
+// processes"): at two moments a local reading lies between two reference readings.
+enum class ClockState : std::uint8_t { None = 0, Reference, SameClock, Measured, InitOnly };
+struct ClockSync {
+  ClockState state = ClockState::None;
+  std::uint32_t referenceRank = 0;
+  std::uint64_t initLocalNs = 0, initRefLoNs = 0, initRefHiNs = 0;
+  std::uint64_t finalLocalNs = 0, finalRefLoNs = 0, finalRefHiNs = 0;
+  std::uint32_t rounds = 0;
+  std::uint64_t costNs = 0;
+  bool operator==(const ClockSync&) const = default;
+};
+
+// MPI calls of a thread (docs/profile-format.md "Communication events"), column-wise.
+enum class CommKind : std::uint8_t { Send = 1, Recv = 2, Collective = 3, Wait = 4 };
+struct CommLog {
+  std::vector<std::uint8_t> kind;
+  std::vector<std::uint64_t> beginNs, endNs;
+  std::vector<std::int32_t> peer, tag;
+  std::vector<std::uint64_t> comm, sequence;
+  std::vector<std::uint32_t> region;
+  std::uint64_t eventsLost = 0;
+  std::size_t size() const { return kind.size(); }
+  bool operator==(const CommLog&) const = default;
+};
+
 struct MeasurementStats {
   std::uint64_t samples = 0;
   std::uint64_t unwindFailures = 0;
@@ -259,6 +285,8 @@ struct ThreadProfile {
   RegionProfile regions;
   MeasurementStats stats;
   LogicalContexts logical;
+  ClockSync clock;
+  CommLog commLog;
 
   std::size_t frameCount() const {
     return frameKind == FrameKind::Address ? addressFrames.size() : symbolicFrames.size();

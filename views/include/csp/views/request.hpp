@@ -84,15 +84,25 @@ struct QueryOptions {
   std::string query;
   std::string canned;
   std::vector<std::string> cannedArgs;
-  std::size_t limit = 50;  // frames shown per binding of a query without measure
+  std::size_t limit = 50;       // frames shown per binding of a query without measure
+  bool global = false;          // frames across all processes (docs/query.md "Across processes")
+  std::string whatIf = {};      // "REGION=-20%": dCOZ's predicted speed-up instead of a query
+  std::string whatIfRank = {};  // "-20%": every region's predicted speed-up for that reduction
+  bool mpiWaits = false;        // late senders and receivers, collective waits and stragglers per rank
 };
 struct QueryRequest {
-  std::shared_ptr<const analysis::Query> query;  // null: the canned analysis
+  std::shared_ptr<const analysis::Query> query;  // null: the canned analysis, or a what-if
   std::string canned;
   std::vector<std::string> cannedArgs;
   std::size_t limit = 50;
+  bool global = false;
+  std::string whatIfRegion = {};  // a what-if when not empty
+  bool whatIfAll = false;         // the ranking of every region (--what-if-rank)
+  bool mpiWaits = false;
+  double whatIfReduction = 0;  // 0 < r <= 1
 };
-// Parses the query: analysis::QueryError (with its column) for one that does not parse.
+// Parses the query: analysis::QueryError (with its column) for one that does not parse; a bad
+// --what-if or --what-if-rank, or one combined with a query: ViewError.
 QueryRequest queryRequestFrom(const QueryOptions& options);
 
 // A window of the region timeline (Session::timeline): times in ns since each process's first

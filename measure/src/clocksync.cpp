@@ -1,0 +1,380 @@
+// Clocks across processes and communication events (docs/measurement.md "Clocks across
+// processes"; Benavides, ch. 5, FreeZER).
+//
+// With --region-log under MPI, every rank's CLOCK_MONOTONIC is bounded against rank 0's at two
+// moments, right after MPI_Init and right before MPI_Finalize: rank 0 reads its clock (lo),
+// sends a byte, the rank reads its own clock on receipt and answers with it, rank 0 reads its
+// clock again (hi). The causal order of the messages guarantees lo <= ref(local) <= hi: a zero
+// (§5.2.2); two such zeros bound the relative frequency (§5.2.1). The round with the smallest
+// round trip of a few is kept. Ranks whose kernel is rank 0's (same boot id) read the same clock
+// and get exact bounds without messages. The messages travel on a duplicate of MPI_COMM_WORLD,
+// never on the program's communicators.
+//
+// Only Open MPI's ABI is known here (handles are pointers to exported objects); with another MPI
+// no clock data and no communication events are recorded, and the profiles say so.
+#include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime.hpp"
+
+namespace csp::measure {
+
+namespace {
+
+using H = void*;
+struct MpiApi {
+  int (*commDup)(H, H*) = nullptr;
+  int (*commFree)(H*) = nullptr;
+  int (*commRank)(H, int*) = nullptr;
+  int (*commSize)(H, int*) = nullptr;
+  int (*commGroup)(H, H*) = nullptr;
+  int (*groupTranslate)(H, int, const int*, H, int*) = nullptr;
+  int (*groupFree)(H*) = nullptr;
+  int (*send)(const void*, int, H, int, int, H) = nullptr;
+  int (*recv)(void*, int, H, int, int, H, H) = nullptr;
+  int (*irecv)(void*, int, H, int, int, H, H*) = nullptr;
+  int (*test)(H*, int*, H) = nullptr;
+  int (*allgather)(const void*, int, H, void*, int, H, H) = nullptr;
+  H world = nullptr;
+  H byteType = nullptr;
+  bool ok = false;
+};
+
+template <class Fn>
+void find(Fn& f, const char* name) {
+  f = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+const MpiApi& mpi() {
+  static const MpiApi api = [] {
+    MpiApi a;
+    find(a.commDup, "PMPI_Comm_dup");
+    find(a.commFree, "PMPI_Comm_free");
+    find(a.commRank, "PMPI_Comm_rank");
+    find(a.commSize, "PMPI_Comm_size");
+    find(a.commGroup, "PMPI_Comm_group");
+    find(a.groupTranslate, "PMPI_Group_translate_ranks");
+    find(a.groupFree, "PMPI_Group_free");
+    find(a.send, "PMPI_Send");
+    find(a.recv, "PMPI_Recv");
+    find(a.irecv, "PMPI_Irecv");
+    find(a.test, "PMPI_Test");
+    find(a.allgather, "PMPI_Allgather");
+    a.world = dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world");
+    a.byteType = dlsym(RTLD_DEFAULT, "ompi_mpi_byte");
+    a.ok = a.commDup && a.commFree && a.commRank && a.commSize && a.commGroup && a.groupTranslate && a.groupFree &&
+           a.send && a.recv && a.irecv && a.test && a.allgather && a.world && a.byteType;
+    return a;
+  }();
+  return api;
+}
+
+// ---- test-only clock skew -------------------------------------------------------------------
+// CSP_TEST_CLOCK_SKEW=RANK:OFFSET_NS:PPM makes that rank's clock read
+// true * (1 + PPM / 1e6) + OFFSET_NS, and puts it on a host of its own, so that tests can check
+// that converted times contain the true ones. The rank comes from the launcher's environment:
+// events before MPI_Init are skewed too.
+struct Skew {
+  bool on = false;
+  long double factor = 1;
+  std::int64_t offsetNs = 0;
+};
+Skew readSkew() {
+  Skew s;
+  const char* v = std::getenv("CSP_TEST_CLOCK_SKEW");
+  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (r == nullptr) r = std::getenv("PMI_RANK");
+  if (v == nullptr || r == nullptr) return s;
+  long rank = -1;
+  long long offset = 0;
+  double ppm = 0;
+  if (std::sscanf(v, "%ld:%lld:%lf", &rank, &offset, &ppm) != 3 || rank != std::atol(r)) return s;
+  s.on = true;
+  s.factor = 1 + static_cast<long double>(ppm) / 1e6L;
+  s.offsetNs = offset;
+  return s;
+}
+Skew g_skew;
+const Skew& skew() { return g_skew; }
+
+// CSP_TEST_CLOCK_DROP=RANK: that rank takes part in the exchanges but stores no clock data, as a
+// process whose measurement lost it (tests of the analyses' refusal).
+bool readDrop() {
+  const char* v = std::getenv("CSP_TEST_CLOCK_DROP");
+  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+  return v != nullptr && r != nullptr && *v != '\0' && std::atol(v) == std::atol(r);
+}
+bool g_dropClock = false;
+
+// ---- the exchanges --------------------------------------------------------------------------
+constexpr int kRounds = 8;
+constexpr int kTag = 7;
+
+struct SyncState {
+  H comm = nullptr;  // our duplicate of MPI_COMM_WORLD
+  int rank = -1;
+  bool remote = false;  // a clock other than rank 0's
+  ClockRecord record;
+};
+SyncState g_sync;
+
+// The exchanges' cost is CPU time: their wall time under an oversubscribed or loaded node
+// measures the scheduler (a rank waits for peers that are not running), not csp.
+std::uint64_t cpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string clockIdentity() {
+  char id[64] = {};
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (std::fgets(id, sizeof id, f) == nullptr) id[0] = '\0';
+    std::fclose(f);
+  }
+  if (id[0] == '\0') gethostname(id, sizeof id - 1);
+  std::string s(id);
+  if (skew().on) s += "#skewed";
+  s.resize(63);
+  return s;
+}
+
+// A receive that gives the CPU away while it waits: on an oversubscribed node the peer it waits
+// for may need this core, and a blocking receive would spin until the scheduler intervenes.
+void recvYielding(void* buf, int bytes, int from) {
+  const MpiApi& m = mpi();
+  H request = nullptr;
+  if (m.irecv(buf, bytes, m.byteType, from, kTag, g_sync.comm, &request) != 0) return;
+  int done = 0;
+  while (m.test(&request, &done, nullptr) == 0 && !done) sched_yield();
+}
+
+// Rank 0's side of one exchange with `peer`: the tightest [lo, hi] around the peer's reading.
+void exchangeAsReference(int peer) {
+  const MpiApi& m = mpi();
+  std::uint64_t best[3] = {0, 0, ~std::uint64_t{0}};  // lo, hi, round
+  std::uint64_t bestWidth = ~std::uint64_t{0};
+  for (int k = 0; k < kRounds; ++k) {
+    char ping = static_cast<char>(k);
+    std::uint64_t local = 0;
+    const std::uint64_t lo = monotonicNs();
+    m.send(&ping, 1, m.byteType, peer, kTag, g_sync.comm);
+    recvYielding(&local, 8, peer);
+    const std::uint64_t hi = monotonicNs();
+    if (hi - lo < bestWidth) {
+      bestWidth = hi - lo;
+      best[0] = lo, best[1] = hi, best[2] = static_cast<std::uint64_t>(k);
+    }
+  }
+  m.send(best, 24, m.byteType, peer, kTag, g_sync.comm);
+}
+
+// A remote rank's side: its readings, and the bounds rank 0 found for the best one.
+void exchangeAsRemote(std::uint64_t& local, std::uint64_t& lo, std::uint64_t& hi) {
+  const MpiApi& m = mpi();
+  std::uint64_t readings[kRounds];
+  for (int k = 0; k < kRounds; ++k) {
+    char ping = 0;
+    recvYielding(&ping, 1, 0);
+    readings[k] = monotonicNs();
+    m.send(&readings[k], 8, m.byteType, 0, kTag, g_sync.comm);
+  }
+  std::uint64_t best[3] = {};
+  recvYielding(best, 24, 0);
+  local = readings[best[2] < kRounds ? best[2] : 0];
+  lo = best[0];
+  hi = best[1];
+}
+
+// Every rank: which ranks read another clock than rank 0's (one allgather of clock identities).
+std::vector<char> remoteRanks(int size) {
+  const MpiApi& m = mpi();
+  const std::string mine = clockIdentity();
+  std::vector<char> all(static_cast<std::size_t>(size) * 64);
+  m.allgather(mine.c_str(), 64, m.byteType, all.data(), 64, m.byteType, g_sync.comm);
+  std::vector<char> remote(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r)
+    remote[static_cast<std::size_t>(r)] = std::memcmp(all.data() + 64 * r, all.data(), 64) != 0;
+  return remote;
+}
+
+// One exchange of every remote rank with rank 0, one after the other.
+void exchange(const std::vector<char>& remote, bool atInit) {
+  if (g_sync.rank == 0) {
+    for (std::size_t r = 1; r < remote.size(); ++r)
+      if (remote[r]) exchangeAsReference(static_cast<int>(r));
+    return;
+  }
+  if (!g_sync.remote) return;
+  ClockRecord& c = g_sync.record;
+  if (atInit) {
+    exchangeAsRemote(c.initLocalNs, c.initRefLoNs, c.initRefHiNs);
+  } else {
+    exchangeAsRemote(c.finalLocalNs, c.finalRefLoNs, c.finalRefHiNs);
+  }
+}
+
+std::vector<char> g_remote;
+
+}  // namespace
+
+bool g_clockSkewed = false;
+
+void initClockSkew() {
+  g_skew = readSkew();
+  g_dropClock = readDrop();
+  g_clockSkewed = g_skew.on;
+}
+
+std::uint64_t skewedClock(std::uint64_t trueNs) {
+  const Skew& s = skew();
+  if (!s.on) return trueNs;
+  return static_cast<std::uint64_t>(static_cast<long double>(trueNs) * s.factor + static_cast<long double>(s.offsetNs));
+}
+
+void clockSyncAtInit() {
+  if (!config().regionLog || !mpi().ok || g_sync.comm != nullptr) return;
+  const MpiApi& m = mpi();
+  const std::uint64_t start = cpuNs();
+  int size = 0;
+  if (m.commDup(m.world, &g_sync.comm) != 0 || m.commRank(g_sync.comm, &g_sync.rank) != 0 ||
+      m.commSize(g_sync.comm, &size) != 0) {
+    g_sync.comm = nullptr;
+    return;
+  }
+  g_remote = remoteRanks(size);
+  g_sync.remote = g_remote[static_cast<std::size_t>(g_sync.rank)] != 0;
+  exchange(g_remote, true);
+  ClockRecord& c = g_sync.record;
+  c.rounds = kRounds;
+  c.state = g_sync.rank == 0 ? kClockReference : g_sync.remote ? kClockInitOnly : kClockSameClock;
+  c.costNs = cpuNs() - start;
+  commLogStart(m.world != nullptr);
+}
+
+void clockSyncAtFinalize() {
+  if (g_sync.comm == nullptr) return;
+  commLogStop();
+  const std::uint64_t start = cpuNs();
+  exchange(g_remote, false);
+  ClockRecord& c = g_sync.record;
+  if (g_sync.remote) c.state = kClockMeasured;
+  mpi().commFree(&g_sync.comm);
+  g_sync.comm = nullptr;
+  c.costNs += cpuNs() - start;
+}
+
+ClockRecord clockRecord() { return g_dropClock ? ClockRecord{} : g_sync.record; }
+
+// ---- communicators and sequence numbers -----------------------------------------------------
+// Matching needs the same communicator name and the same peer numbering on both sides: peers are
+// translated to world ranks, and a communicator other than MPI_COMM_WORLD is named by a hash of
+// its members' world ranks (two communicators with the same members share a name: their
+// sequences are then counted together, which keeps the matching right as long as the program
+// uses them in the same order on every rank).
+
+namespace {
+
+struct CommInfo {
+  std::uint64_t name = 0;
+  std::vector<int> world;  // comm rank -> world rank; empty: the identity
+};
+
+struct SequenceKey {
+  int kind, peer, tag;
+  std::uint64_t comm;
+  bool operator==(const SequenceKey&) const = default;
+};
+struct SequenceKeyHash {
+  std::size_t operator()(const SequenceKey& k) const {
+    std::uint64_t h =
+        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.peer)) << 32 | static_cast<std::uint32_t>(k.tag)) *
+        0x9E3779B97F4A7C15ull;
+    h ^= (k.comm + static_cast<std::uint64_t>(k.kind)) * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
+struct Tables {
+  std::mutex mutex;
+  std::unordered_map<H, CommInfo> comms;
+  std::unordered_map<SequenceKey, std::uint64_t, SequenceKeyHash> sequences;  // -> next number
+};
+Tables& tables() {
+  static Tables* t = new Tables;  // never destroyed: MPI calls may come from exit handlers
+  return *t;
+}
+std::atomic<bool> g_commLog{false};
+
+CommInfo describe(H comm) {
+  const MpiApi& m = mpi();
+  CommInfo info;
+  if (comm == m.world) return info;
+  int size = 0;
+  H group = nullptr, worldGroup = nullptr;
+  if (m.commSize(comm, &size) != 0 || m.commGroup(comm, &group) != 0) return info;
+  m.commGroup(m.world, &worldGroup);
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = i;
+  info.world.resize(ranks.size(), -1);
+  m.groupTranslate(group, size, ranks.data(), worldGroup, info.world.data());
+  m.groupFree(&group);
+  m.groupFree(&worldGroup);
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(size);
+  for (int w : info.world) h = (h ^ static_cast<std::uint64_t>(w + 1)) * 0x100000001B3ull;
+  info.name = h | 1;  // never 0, the name of MPI_COMM_WORLD
+  return info;
+}
+
+const CommInfo& commInfo(Tables& t, H comm) {
+  static const CommInfo world;
+  if (comm == mpi().world) return world;
+  auto it = t.comms.find(comm);
+  if (it == t.comms.end()) it = t.comms.emplace(comm, describe(comm)).first;
+  return it->second;
+}
+
+int toWorld(const CommInfo& c, int rank) {
+  if (rank < 0 || c.world.empty()) return rank;
+  return static_cast<std::size_t>(rank) < c.world.size() ? c.world[static_cast<std::size_t>(rank)] : -1;
+}
+
+}  // namespace
+
+void commLogStart(bool on) { g_commLog.store(on && config().regionLog, std::memory_order_relaxed); }
+void commLogStop() { g_commLog.store(false, std::memory_order_relaxed); }
+bool commLogOn() { return g_commLog.load(std::memory_order_relaxed); }
+
+void commForget(H comm) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mutex);
+  t.comms.erase(comm);
+}
+
+void commRecord(CommRecordKind kind, H comm, int peer, int tag, std::uint64_t beginNs, std::uint64_t endNs) {
+  ThreadState* ts = tlsThread;
+  if (ts == nullptr || ts->regions == nullptr) return;
+  std::uint64_t name = 0, sequence = 0;
+  int worldPeer = peer;
+  if (kind != kCommWait) {
+    Tables& t = tables();
+    std::lock_guard lock(t.mutex);
+    const CommInfo& c = commInfo(t, comm);
+    name = c.name;
+    worldPeer = kind == kCommCollective && peer < 0 ? peer : toWorld(c, peer);
+    const bool collective = kind == kCommCollective;
+    sequence = t.sequences[{static_cast<int>(kind), collective ? 0 : worldPeer, collective ? 0 : tag, name}]++;
+  }
+  logCommEvent(ts->regions, {beginNs, endNs, worldPeer, tag, name, sequence, static_cast<std::uint8_t>(kind)});
+}
+
+}  // namespace csp::measure

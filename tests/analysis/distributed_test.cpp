@@ -1,0 +1,289 @@
+// Across processes (docs/query.md "Across processes"): tests/apps/mpi_causal.cpp measured with
+// csp-run --region-log under a real mpirun, rank 1's clock offset by 7 s and skewed by 300 ppm on
+// purpose (CSP_TEST_CLOCK_SKEW), reduced with csp-prof-mpi, then: the consolidated
+// communication events of the database against the true times, frames across processes
+// (csp-query --global) against the overlap computed from the true clocks, and dCOZ's what-if
+// (csp-query --what-if) against the speed-up measured by running the program with R faster.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "common/db_dump.hpp"
+#include "common/test_support.hpp"
+#include "csp/storage/clock.hpp"
+#include "csp/storage/database.hpp"
+#include "csp/storage/profile_io.hpp"
+
+using csp::test::run;
+using csp::test::TempDir;
+using csp::test::tool;
+namespace fs = std::filesystem;
+using namespace csp;
+
+namespace {
+
+constexpr std::int64_t kOffsetNs = 7'000'000'000;
+constexpr double kPpm = 300;
+const std::string kSkew = "CSP_TEST_CLOCK_SKEW=1:7000000000:300";
+
+std::int64_t trueTime(std::int64_t rank, std::uint64_t local) {
+  if (rank != 1) return static_cast<std::int64_t>(local);
+  return std::llround((static_cast<long double>(local) - kOffsetNs) / (1 + kPpm / 1e6L));
+}
+
+// Measures mpi_causal ARGS on `ranks` ranks into dir/m and reduces it into dir/db.
+void measureAndReduce(const fs::path& dir, int ranks, const std::string& env, const std::string& args) {
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-causal";
+  auto r = run(env + " timeout -k 5 120 " + csp::test::mpirun(ranks) + tool("csp-run") + " --region-log -o " +
+               (dir / "m").string() + " -- " + app + " " + args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run("timeout -k 5 300 " + tool("csp-prof-mpi") + " -q " + (dir / "m").string() + " -o " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+}
+
+// csp-query --format json; stderr (notes) dropped.
+nlohmann::json query(const fs::path& db, const std::string& args, int expectStatus = 0) {
+  const auto r = run("(" + tool("csp-query") + " " + db.string() + " " + args + " --format json 2>/dev/null)");
+  EXPECT_EQ(r.status, expectStatus) << args << "\n" << r.output;
+  if (r.status != 0) return {};
+  return nlohmann::json::parse(r.output);
+}
+
+double row(const nlohmann::json& j, const std::string& name, std::size_t column = 0) {
+  for (const auto& r : j["rows"])
+    if (r["name"] == name) return r["values"][column].is_null() ? -1 : r["values"][column].get<double>();
+  ADD_FAILURE() << "no row " << name << " in " << j.dump();
+  return -1;
+}
+
+// Rank -> its profiles (all threads).
+std::map<std::int64_t, std::vector<ThreadProfile>> profilesByRank(const fs::path& meas) {
+  std::map<std::int64_t, std::vector<ThreadProfile>> out;
+  for (const auto& path : storage::listProfiles(meas)) {
+    ThreadProfile p = storage::readProfile(path);
+    for (const auto& e : p.identity.idTuple)
+      if (e.kind == IdKind::Rank) out[static_cast<std::int64_t>(e.value)].push_back(std::move(p));
+  }
+  return out;
+}
+
+// The visits [enter, exit) of region `name` in a thread's log, in true time.
+std::vector<std::pair<std::int64_t, std::int64_t>> visits(const ThreadProfile& p, std::int64_t rank,
+                                                          const std::string& name) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  const auto& r = p.regions;
+  for (std::size_t i = 0; i < r.eventTimeNs.size(); ++i) {
+    if (r.names[r.staticId[r.eventNode[i]]] != name) continue;
+    if (r.eventIsEnter[i])
+      out.emplace_back(trueTime(rank, r.eventTimeNs[i]), 0);
+    else
+      out.back().second = trueTime(rank, r.eventTimeNs[i]);
+  }
+  return out;
+}
+
+TEST(Distributed, ConsolidatedEventsHoldTheirTrueTimesAndCausality) {
+  TempDir tmp("dcsp-consolidate");
+  measureAndReduce(tmp.path(), 4, kSkew, "4 20 5");
+  auto db = storage::Database::open(tmp / "db");
+  const auto clocks = db->processClocks();
+  ASSERT_EQ(clocks.size(), 4u);
+  std::map<std::int64_t, std::vector<storage::CommEventRecord>> byRank;
+  std::uint64_t widest = 0, tightened = 0;
+  for (const auto& c : clocks) {
+    EXPECT_EQ(c.clock.state, c.rank == 0   ? ClockState::Reference
+                             : c.rank == 1 ? ClockState::Measured
+                                           : ClockState::SameClock);
+    EXPECT_EQ(c.conflicts, 0u);
+    tightened += c.tightened;
+    for (const auto& e : db->commEvents(c.process)) {
+      // Every stored interval holds the event's true time (rounding: 1 ns).
+      EXPECT_LE(static_cast<std::int64_t>(e.begin.lo), trueTime(c.rank, e.localBeginNs) + 1);
+      EXPECT_GE(static_cast<std::int64_t>(e.begin.hi), trueTime(c.rank, e.localBeginNs) - 1);
+      EXPECT_LE(static_cast<std::int64_t>(e.end.lo), trueTime(c.rank, e.localEndNs) + 1);
+      EXPECT_GE(static_cast<std::int64_t>(e.end.hi), trueTime(c.rank, e.localEndNs) - 1);
+      if (c.rank != 1) {
+        EXPECT_EQ(e.begin.width(), 0u);  // rank 0's clock: exact
+      }
+      widest = std::max({widest, e.begin.width(), e.end.width()});
+      byRank[c.rank].push_back(e);
+    }
+  }
+  // Causality: each receive's end is not before its send's begin; a barrier's exit is not
+  // before any member's entry.
+  std::map<std::uint64_t, const storage::CommEventRecord*> sends;
+  for (const auto& e : byRank[1])
+    if (e.kind == CommKind::Send) sends[e.sequence] = &e;
+  std::size_t matched = 0;
+  for (const auto& e : byRank[0])
+    if (e.kind == CommKind::Recv) {
+      ASSERT_TRUE(sends.count(e.sequence));
+      EXPECT_GE(e.end.lo, sends[e.sequence]->begin.lo);
+      EXPECT_LE(sends[e.sequence]->begin.hi, e.end.hi);
+      ++matched;
+    }
+  EXPECT_EQ(matched, 4u);
+  std::map<std::uint64_t, std::uint64_t> lastEntry;
+  for (const auto& [rank, events] : byRank)
+    for (const auto& e : events)
+      if (e.kind == CommKind::Collective) lastEntry[e.sequence] = std::max(lastEntry[e.sequence], e.begin.lo);
+  for (const auto& [rank, events] : byRank)
+    for (const auto& e : events)
+      if (e.kind == CommKind::Collective) {
+        EXPECT_GE(e.end.lo, lastEntry[e.sequence]) << "rank " << rank;
+      }
+  std::printf("widest consolidated interval %llu ns; %llu bounds narrowed by causality\n",
+              static_cast<unsigned long long>(widest), static_cast<unsigned long long>(tightened));
+
+  // The same database from two csp-prof-mpi ranks.
+  const auto r = run("timeout -k 5 300 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() +
+                     " -o " + (tmp / "db2").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  db.reset();
+  EXPECT_EQ(csp::test::dumpDatabase(tmp / "db"), csp::test::dumpDatabase(tmp / "db2"));
+}
+
+TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
+  TempDir tmp("dcsp-frames");
+  measureAndReduce(tmp.path(), 3, kSkew, "4 30 10");
+  const std::string overlap = "'Duration(exists t: (t, R) and exists u: (u, Q))'";
+  // Within a process, R and Q never overlap (they are on different ranks).
+  const auto local = query(tmp / "db", overlap);
+  for (std::size_t c = 0; c < 3; ++c) EXPECT_EQ(row(local, "value", c), 0);
+  const double global = row(query(tmp / "db", "--global " + overlap), "value");
+
+  // The truth, from the local times and the known skew; and how far the bounds let it move.
+  auto ranks = profilesByRank(tmp / "m");
+  const auto q = visits(ranks[0].front(), 0, "Q");
+  const auto rv = visits(ranks[1].front(), 1, "R");
+  ASSERT_EQ(q.size(), 4u);
+  ASSERT_EQ(rv.size(), 4u);
+  std::int64_t truth = 0, qTotal = 0;
+  for (const auto& a : q) {
+    qTotal += a.second - a.first;
+    for (const auto& b : rv)
+      truth += std::max<std::int64_t>(0, std::min(a.second, b.second) - std::max(a.first, b.first));
+  }
+  std::uint64_t slack = 4;
+  const ThreadProfile& r1 = ranks[1].front();
+  for (auto t : r1.regions.eventTimeNs) slack += storage::toReference(r1.clock, t)->width() + 2;
+  std::printf("overlap: true %lld ns, from the bounds %.0f ns, allowed error %llu ns (Q total %lld ns)\n",
+              static_cast<long long>(truth), global, static_cast<unsigned long long>(slack),
+              static_cast<long long>(qTotal));
+  EXPECT_GT(truth, qTotal / 2);  // the program's structure: R covers most of each Q
+  EXPECT_LE(std::abs(global - static_cast<double>(truth)), static_cast<double>(slack));
+
+  // Threads are numbered across processes: rank r's thread t is r * 1000 + t.
+  const auto perThread = query(tmp / "db", "--global 'Duration((t, R))'");
+  EXPECT_GT(row(perThread, "t=1000"), 0);
+  EXPECT_EQ(row(perThread, "t=0"), 0);
+  // Canned analyses run across processes too: rank 1's R is the straggler while rank 0 waits in recv.
+  const auto straggler = query(tmp / "db", "--global --canned straggler R recv");
+  EXPECT_EQ(row(straggler, "straggler-thread"), 1000);
+  EXPECT_GT(row(straggler, "straggler-degree"), 0);
+}
+
+TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
+  TempDir tmp("dcsp-waits");
+  constexpr int kIterations = 4;
+  measureAndReduce(tmp.path(), 3, kSkew, "4 30 10");
+  const auto j = query(tmp / "db", "--mpi-waits");
+  ASSERT_EQ(j["processes"].size(), 3u);  // ranks 0, 1, 2
+  for (const std::string figure : {"late-sender", "late-receiver", "collective-wait"})
+    for (std::size_t c = 0; c < 3; ++c) EXPECT_LE(row(j, figure + " lower", c), row(j, figure + " upper", c));
+  // Rank 0 receives 4 messages sent ~20 ms after its receive began (R 30 ms, Q 10 ms).
+  EXPECT_GE(row(j, "late-sender lower", 0), 0.5 * kIterations * 20e6);
+  EXPECT_EQ(row(j, "late-sender upper", 1), 0);
+  EXPECT_EQ(row(j, "late-sender upper", 2), 0);
+  // Rank 2 (S, 5 ms) waits in every barrier for ranks 0 and 1; it never enters last for sure.
+  EXPECT_GE(row(j, "collective-wait lower", 2), 0.5 * kIterations * 25e6);
+  EXPECT_GT(row(j, "collective-wait lower", 2), row(j, "collective-wait upper", 0));
+  EXPECT_EQ(row(j, "straggler certain", 2), 0);
+  EXPECT_EQ(row(j, "collectives", 2), kIterations + 1);
+  double possible = 0;
+  for (std::size_t c = 0; c < 3; ++c) possible += row(j, "straggler possible", c);
+  EXPECT_GE(possible, kIterations + 1);
+}
+
+TEST(Distributed, WhatIfPredictsTheSpeedUpOfTheCriticalPathOnly) {
+  TempDir tmp("dcsp-whatif");
+  fs::create_directories(tmp / "slow");
+  fs::create_directories(tmp / "fast");
+  measureAndReduce(tmp / "slow", 3, "", "6 60 10 0");
+  measureAndReduce(tmp / "fast", 3, "", "6 60 10 25");
+  const auto onPath = query(tmp / "slow" / "db", "--what-if 'R=-25%'");
+  const auto offPath = query(tmp / "slow" / "db", "--what-if 'Q=-25%'");
+  const double slowRun = row(onPath, "run time");
+  const double fastRun = row(query(tmp / "fast" / "db", "--what-if 'R=-1%'"), "run time");
+  const double measured = 100 * (slowRun - fastRun) / slowRun;
+  const double predicted = row(onPath, "predicted speed-up");
+  const double most = 100 * 0.25 * row(onPath, "region compute time") / slowRun;
+  std::printf("R -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; Q -25%%: %.3f %%\n",
+              predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"), measured, most,
+              row(offPath, "predicted speed-up"));
+  EXPECT_GT(predicted, 0);
+  EXPECT_LE(predicted, most + 1e-9);
+  EXPECT_LE(row(onPath, "speed-up lower bound"), predicted);
+  EXPECT_GE(row(onPath, "speed-up upper bound"), predicted);
+  EXPECT_NEAR(predicted, measured, 0.1 * measured + 2.0);  // sleeps overshoot under load: 2 points more
+  EXPECT_NEAR(row(offPath, "predicted speed-up"), 0, 0.01);
+  // The ranking puts R first.
+  const auto ranking = query(tmp / "slow" / "db", "--what-if-rank=-25%");
+  ASSERT_FALSE(ranking["rows"].empty());
+  EXPECT_EQ(ranking["rows"][0]["name"], "R");
+}
+
+TEST(Distributed, AProcessWithoutClockDataIsRefusedByName) {
+  TempDir tmp("dcsp-noclock");
+  measureAndReduce(tmp.path(), 2, kSkew + " CSP_TEST_CLOCK_DROP=1", "2 5 1");
+  for (const std::string args : {"--global 'Duration((t, R))'", "--what-if 'R=-20%'"}) {
+    const auto r = run(tool("csp-query") + " " + (tmp / "db").string() + " " + args);
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("no clock data"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  // Each process alone still answers.
+  const auto local = query(tmp / "db", "'Duration((t, R))'");
+  EXPECT_GT(row(local, "t=0", 1), 0);
+}
+
+TEST(Distributed, WithoutFinalizeTheBoundsRestOnAnAssumptionAndSaySo) {
+  TempDir tmp("dcsp-nofinalize");
+  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-mpi-causal";
+  // mpirun reports the missing MPI_Finalize and fails; the profiles are written at exit.
+  run(kSkew + " timeout -k 5 120 " + csp::test::mpirun(2) + tool("csp-run") + " --region-log -o " +
+      (tmp / "m").string() + " -- " + app + " 2 5 1 0 nofinalize");
+  auto r =
+      run("timeout -k 5 300 " + tool("csp-prof-mpi") + " -q " + (tmp / "m").string() + " -o " + (tmp / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  {
+    auto db = storage::Database::open(tmp / "db");
+    for (const auto& c : db->processClocks()) {
+      EXPECT_EQ(c.clock.state, c.rank == 0 ? ClockState::Reference : ClockState::InitOnly);
+      for (const auto& e : db->commEvents(c.process)) {  // 300 ppm is within the assumed 500
+        EXPECT_LE(static_cast<std::int64_t>(e.begin.lo), trueTime(c.rank, e.localBeginNs) + 1);
+        EXPECT_GE(static_cast<std::int64_t>(e.begin.hi), trueTime(c.rank, e.localBeginNs) - 1);
+      }
+    }
+  }
+  r = run(tool("csp-query") + " " + (tmp / "db").string() + " --global 'Duration((t, R))'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("not guaranteed"), std::string::npos) << r.output;
+}
+
+TEST(Distributed, BadWhatIfIsOneClearLine) {
+  TempDir tmp("dcsp-badwhatif");
+  measureAndReduce(tmp.path(), 2, "", "1 2 1");
+  for (const std::string args : {"--what-if 'R=-0%'", "--what-if 'R'", "--what-if 'nosuch=-10%'",
+                                 "--what-if 'R=-10%' 'Duration((t, R))'", "--what-if-rank=150%"}) {
+    const auto r = run(tool("csp-query") + " " + (tmp / "db").string() + " " + args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("what-if"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,98 @@
+// Test application for clocks across processes, distributed frames and what-if speed-ups: a
+// known critical path. Each iteration, after a barrier:
+//   rank 1: region "R" (R_MS, made PERCENT % shorter by the last argument), then sends to rank 0;
+//   rank 0: region "Q" (Q_MS < R_MS), then receives from rank 1 inside region "recv" (alone: Q only);
+//   ranks >= 2: region "S" (Q_MS / 2).
+// So R lies on the critical path (rank 0 waits for it) and Q and S do not; R and Q overlap in
+// time for Q_MS every iteration. Work is sleeping, so that the run time does not depend on how
+// loaded the machine is.
+//   usage: mpi_causal [iterations=6] [R_MS=40] [Q_MS=10] [PERCENT=0] [nofinalize]
+//          (nofinalize: exit without MPI_Finalize, as a program that dies late)
+//          mpi_causal pingpong N: ranks 0 and 1 exchange N one-int messages inside a region
+//          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh).
+#include <mpi.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "csp/measure/regions.h"
+
+namespace {
+
+void sleepMs(double ms) {
+  const long ns = static_cast<long>(ms * 1e6);
+  timespec t{ns / 1'000'000'000, ns % 1'000'000'000};
+  while (nanosleep(&t, &t) != 0) {
+  }
+}
+
+void region(const char* name, double ms) {
+  csp_region_begin(name, 0);
+  sleepMs(ms);
+  csp_region_end();
+}
+
+}  // namespace
+
+std::uint64_t nowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+void pingPong(int rank, long n) {
+  int token = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::uint64_t start = nowNs();
+  for (long i = 0; i < n && rank < 2; ++i) {
+    csp_region_begin("exchange", 0);
+    if (rank == 0) {
+      MPI_Send(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD);
+      MPI_Recv(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD);
+    }
+    csp_region_end();
+  }
+  if (rank == 0) std::printf("%llu\n", static_cast<unsigned long long>(nowNs() - start));
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc > 2 && std::strcmp(argv[1], "pingpong") == 0) {
+    pingPong(rank, std::atol(argv[2]));
+    MPI_Finalize();
+    return 0;
+  }
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 6;
+  const double rMs = argc > 2 ? std::atof(argv[2]) : 40;
+  const double qMs = argc > 3 ? std::atof(argv[3]) : 10;
+  const double percent = argc > 4 ? std::atof(argv[4]) : 0;
+  for (int i = 0; i < iterations; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    int token = i;
+    if (rank == 1) {
+      region("R", rMs * (1 - percent / 100));
+      MPI_Send(&token, 1, MPI_INT, 0, 5, MPI_COMM_WORLD);
+    } else if (rank == 0) {
+      region("Q", qMs);
+      if (size == 1) continue;  // alone: nobody to wait for
+      csp_region_begin("recv", 0);
+      MPI_Recv(&token, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      csp_region_end();
+    } else {
+      region("S", qMs / 2);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (argc > 5 && std::strcmp(argv[5], "nofinalize") == 0) std::exit(0);
+  MPI_Finalize();
+  return 0;
+}
