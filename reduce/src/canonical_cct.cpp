@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <tbb/concurrent_hash_map.h>
 #include <tbb/concurrent_vector.h>
+#include <tbb/enumerable_thread_specific.h>
 
 #include "csp/storage/bytes.hpp"
 
@@ -104,9 +105,48 @@ std::vector<CctNode> decode(std::span<const std::byte> bytes, StringTable& strin
 
 }  // namespace
 
+// A thread's own copy of the edges it has looked up: once a node exists its id never changes,
+// so repeated lookups (every profile walks mostly the same edges) need neither the shared map's
+// bucket locks nor its cache lines, which the other threads write.
+class EdgeCache {
+ public:
+  std::uint32_t find(const Edge& e, std::size_t hash) const {
+    if (slots_.empty()) return kNoIndex;
+    for (std::size_t at = hash & mask_;; at = (at + 1) & mask_) {
+      const Slot& s = slots_[at];
+      if (s.id == kNoIndex) return kNoIndex;
+      if (s.edge.parent == e.parent && s.edge.key == e.key) return s.id;
+    }
+  }
+  void insert(const Edge& e, std::size_t hash, std::uint32_t id) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    std::size_t at = hash & mask_;
+    while (slots_[at].id != kNoIndex) at = (at + 1) & mask_;
+    slots_[at] = {e, id};
+    ++used_;
+  }
+
+ private:
+  struct Slot {
+    Edge edge{};
+    std::uint32_t id = kNoIndex;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<std::size_t>(1024, old.size() * 2), Slot{});
+    mask_ = slots_.size() - 1;
+    used_ = 0;
+    for (const Slot& s : old)
+      if (s.id != kNoIndex) insert(s.edge, EdgeHashCompare::hash(s.edge), s.id);
+  }
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0, used_ = 0;
+};
+
 struct LocalCct::Impl {
   tbb::concurrent_hash_map<Edge, std::uint32_t, EdgeHashCompare> edges;
   tbb::concurrent_vector<CctNode> nodes;
+  tbb::enumerable_thread_specific<EdgeCache> caches;
 };
 
 LocalCct::LocalCct(StringTable& strings) : strings_(strings), impl_(std::make_unique<Impl>()) {
@@ -116,15 +156,21 @@ LocalCct::LocalCct(StringTable& strings) : strings_(strings), impl_(std::make_un
 LocalCct::~LocalCct() = default;
 
 std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) {
-  decltype(impl_->edges)::const_accessor found;
-  if (impl_->edges.find(found, Edge{parent, key})) return found->second;
-  found.release();
-  decltype(impl_->edges)::accessor acc;
-  if (impl_->edges.insert(acc, Edge{parent, key})) {
-    auto it = impl_->nodes.push_back(CctNode{parent, key});
-    acc->second = static_cast<std::uint32_t>(it - impl_->nodes.begin());
+  const Edge edge{parent, key};
+  const std::size_t hash = EdgeHashCompare::hash(edge);
+  EdgeCache& cache = impl_->caches.local();
+  if (const auto id = cache.find(edge, hash); id != kNoIndex) return id;
+  std::uint32_t id = kNoIndex;
+  {
+    decltype(impl_->edges)::accessor acc;
+    if (impl_->edges.insert(acc, edge)) {
+      auto it = impl_->nodes.push_back(CctNode{parent, key});
+      acc->second = static_cast<std::uint32_t>(it - impl_->nodes.begin());
+    }
+    id = acc->second;
   }
-  return acc->second;
+  cache.insert(edge, hash, id);
+  return id;
 }
 
 std::size_t LocalCct::size() const { return impl_->nodes.size(); }

@@ -103,7 +103,7 @@ class SummaryTable {
   std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> countAcc_;
-  std::vector<metrics::LogLinearHistogram> countHist_;
+  std::vector<metrics::HistogramBuilder> countHist_;
   std::vector<std::vector<Piece>> realStacks_;
 };
 
