@@ -59,6 +59,11 @@ class NodeValueSink {
   std::uint32_t nodes_;
   std::size_t metrics_;
   std::vector<std::uint32_t> shards_;
+  // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
+  std::vector<std::uint32_t> start_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
+  std::vector<std::vector<storage::NodeValue>> lists_;
+  std::vector<storage::NodeValue> nodeValues_;
 };
 
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer

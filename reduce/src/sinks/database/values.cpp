@@ -35,14 +35,16 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true});
   // Counting sort of the batch's entries by node; scattering profiles in id order keeps each
   // node's entries sorted by profile.
-  std::vector<std::uint32_t> start(std::size_t{nodes_} + 1, 0);
+  auto& start = start_;
+  start.assign(std::size_t{nodes_} + 1, 0);
   std::size_t entries = 0;
   for (const auto& v : values) {
     for (auto n : v.node) ++start[n + 1];
     entries += v.size();
   }
   for (std::uint32_t n = 0; n < nodes_; ++n) start[n + 1] += start[n];
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> items(entries);  // (profile in batch, entry)
+  auto& items = items_;  // (profile in batch, entry)
+  items.resize(entries);
   {
     std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
     for (std::uint32_t i = 0; i < batch.size(); ++i)
@@ -50,8 +52,9 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   }
   // Each node's list sorted by (metric, scope, profile): its entries come in profile order, so
   // dealing them out to one list per (metric, scope) in one pass keeps every list sorted.
-  std::vector<std::vector<storage::NodeValue>> lists(metrics_ * 2);
-  std::vector<storage::NodeValue> nv;
+  auto& lists = lists_;
+  lists.resize(metrics_ * 2);
+  auto& nv = nodeValues_;
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
