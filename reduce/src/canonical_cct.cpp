@@ -24,9 +24,7 @@ struct Edge {
 };
 
 struct EdgeHashCompare {
-  static std::size_t hash(const Edge& e) {
-    return ScopeKeyHash{}(e.key) ^ (std::size_t{e.parent} * 0x9E3779B97F4A7C15ULL);
-  }
+  static std::size_t hash(const Edge& e) { return FinalCct::edgeHash(e.parent, e.key); }
   static bool equal(const Edge& a, const Edge& b) { return a.parent == b.parent && a.key == b.key; }
 };
 
