@@ -369,7 +369,9 @@ class Suite:
         m = re.search(r"time ([\d.]+) s:(.*)", out)
         if m:
             res["internal_s"] = float(m.group(1))
-            res["phases"] = {k: float(v) for k, v in re.findall(r"\s*([\w-]+) ([\d.]+)s", m.group(2))}
+            # "name 1.23s" items separated by commas; names have spaces ("read + attribute").
+            res["phases"] = {k.strip(): float(v)
+                             for k, v in re.findall(r"([^,]+?) ([\d.]+)s(?:,|$)", m.group(2).strip())}
         return res
 
     @staticmethod

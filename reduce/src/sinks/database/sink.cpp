@@ -165,9 +165,9 @@ fs::path DatabaseSink::openOutput(const Comm& comm) {
 void DatabaseSink::finish(const Comm& comm, Pipeline& pipeline, ProfSummary& summary) {
   auto& w = *writers_;
   clock_.phases.push_back({"  of which: write + accumulate", writeSeconds_});
-  clock_.phases.push_back({"  side by side: values by profile", byProfileSeconds_});
-  clock_.phases.push_back({"values by node", byNodeSeconds_});
-  clock_.phases.push_back({"accumulate", accumulateSeconds_});
+  clock_.phases.push_back({"  busy writing values by profile", byProfileSeconds_});
+  clock_.phases.push_back({"  busy writing values by node", byNodeSeconds_});
+  clock_.phases.push_back({"  busy accumulating summaries", accumulateSeconds_});
   clock_.restart();
   w.byNode.merge(comm);
   clock_.mark("merge values by node");
