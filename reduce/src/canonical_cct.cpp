@@ -244,10 +244,12 @@ FinalCct FinalCct::deserialize(std::span<const std::byte> bytes, StringTable& st
 
 std::uint32_t FinalCct::find(std::uint32_t parent, const ScopeKey& key) const {
   if (table_.empty()) return kNoIndex;
-  for (std::size_t slot = edgeHash(parent, key) & mask_;; slot = (slot + 1) & mask_) {
-    const std::uint32_t id = table_[slot];
-    if (id == kNoIndex) return kNoIndex;
-    if (nodes_[id].parent == parent && nodes_[id].key == key) return id;
+  const std::size_t hash = edgeHash(parent, key);
+  const auto tag = static_cast<std::uint32_t>(std::uint64_t{hash} >> 32);
+  for (std::size_t slot = hash & mask_;; slot = (slot + 1) & mask_) {
+    const Slot s = table_[slot];
+    if (s.id == kNoIndex) return kNoIndex;
+    if (s.tag == tag && nodes_[s.id].parent == parent && nodes_[s.id].key == key) return s.id;
   }
 }
 
@@ -260,13 +262,14 @@ void FinalCct::index() {
   std::vector<std::uint32_t> fill(childBegin_.begin(), childBegin_.end() - 1);
   std::size_t capacity = 16;
   while (capacity < 2 * n) capacity <<= 1;
-  table_.assign(capacity, kNoIndex);
+  table_.assign(capacity, Slot{});
   mask_ = capacity - 1;
   for (std::size_t i = 1; i < n; ++i) {
     childList_[fill[nodes_[i].parent]++] = static_cast<std::uint32_t>(i);
-    std::size_t slot = edgeHash(nodes_[i].parent, nodes_[i].key) & mask_;
-    while (table_[slot] != kNoIndex) slot = (slot + 1) & mask_;
-    table_[slot] = static_cast<std::uint32_t>(i);
+    const std::size_t hash = edgeHash(nodes_[i].parent, nodes_[i].key);
+    std::size_t slot = hash & mask_;
+    while (table_[slot].id != kNoIndex) slot = (slot + 1) & mask_;
+    table_[slot] = {static_cast<std::uint32_t>(std::uint64_t{hash} >> 32), static_cast<std::uint32_t>(i)};
   }
 }
 

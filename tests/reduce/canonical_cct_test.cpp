@@ -145,6 +145,15 @@ TEST(CanonicalCct, ChildrenAreListedInIdOrderAndFindable) {
     }
   }
   EXPECT_EQ(seen, r.cct.size() - 1);
+  // An edge that is not in the tree: the same key under another parent, an unknown key.
+  for (std::uint32_t id = 1; id < r.cct.size(); ++id) {
+    const CctNode& n = r.cct.node(id);
+    if (n.parent != 0) {
+      EXPECT_NE(r.cct.find(0, n.key), id);
+    }
+    EXPECT_EQ(r.cct.find(n.parent, ScopeKey{n.key.kind, n.key.name, n.key.file, n.key.line + 100000, n.key.module}),
+              kNoIndex);
+  }
 }
 
 // Threads insert and look up the same edges concurrently, each through its own edge index,

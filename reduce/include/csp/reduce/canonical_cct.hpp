@@ -82,9 +82,14 @@ class FinalCct {
   std::vector<std::uint32_t> childBegin_;
   std::vector<std::uint32_t> childList_;
 
-  // Open addressing over node ids (kNoIndex = empty): lookups compare against nodes_ directly,
-  // so the index costs 8 bytes per node and one cache line per probe.
-  std::vector<std::uint32_t> table_;
+  // Open addressing over node ids (kNoIndex = empty) with the hash's high half as a tag: only a
+  // probe whose tag matches reads nodes_, so a lookup mostly touches one line of the table and
+  // the node it finds (16 bytes per node).
+  struct Slot {
+    std::uint32_t tag = 0;
+    std::uint32_t id = kNoIndex;
+  };
+  std::vector<Slot> table_;
   std::size_t mask_ = 0;
 };
 
