@@ -7,15 +7,9 @@
 
 namespace csp::metrics {
 
-// Bin layout: bins 0..7 hold the values 0..7. For e >= 3, the range [2^e, 2^(e+1)) takes bins
+// Bin layout (binOf, in the header): bins 0..7 hold the values 0..7. For e >= 3, the range [2^e, 2^(e+1)) takes bins
 // 8(e-2) .. 8(e-2)+7, sub-bin (value >> (e-3)) & 7. So e = 3 (values 8..15) is still exact, and
 // e = 63 ends at bin 8*61+7 = 495.
-std::uint32_t LogLinearHistogram::binOf(std::uint64_t value) {
-  if (value < 8) return static_cast<std::uint32_t>(value);
-  const auto e = static_cast<std::uint32_t>(63 - __builtin_clzll(value));
-  return 8 * (e - 2) + static_cast<std::uint32_t>((value >> (e - 3)) & 7);
-}
-
 std::uint64_t LogLinearHistogram::binLower(std::uint32_t bin) {
   if (bin >= kBinCount) throw std::out_of_range("histogram bin out of range");
   if (bin < 8) return bin;
@@ -96,6 +90,28 @@ double LogLinearHistogram::percentile(double p, std::uint64_t population) const 
   const auto lo = static_cast<long double>(binLower(bin));
   const auto hi = static_cast<long double>(binUpper(bin));
   return static_cast<double>((lo + hi) / 2);
+}
+
+void HistogramBuilder::widen(std::uint32_t bin) {
+  if (counts_.empty()) {
+    first_ = bin;
+    counts_.assign(1, 1);
+    return;
+  }
+  if (bin < first_) {
+    counts_.insert(counts_.begin(), first_ - bin, 0);
+    first_ = bin;
+  } else {
+    counts_.resize(bin - first_ + 1, 0);
+  }
+  ++counts_[bin - first_];
+}
+
+LogLinearHistogram HistogramBuilder::histogram() const {
+  LogLinearHistogram h;
+  for (std::size_t i = 0; i < counts_.size(); ++i)
+    if (counts_[i]) h.add(LogLinearHistogram::binLower(first_ + static_cast<std::uint32_t>(i)), counts_[i]);
+  return h;
 }
 
 }  // namespace csp::metrics

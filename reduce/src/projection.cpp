@@ -267,57 +267,87 @@ ValueScratch::ValueScratch(std::size_t nodes, std::vector<bool> real)
       anyReal_(std::find(real.begin(), real.end(), true) != real.end()),
       exclusive_(nodes * metrics_, 0),
       inclusive_(nodes * metrics_, 0),
-      touched_(nodes, 0) {}
+      touched_((nodes + 63) / 64, 0) {}
+
+// Parents precede children (preorder ids): one pass finds every node's enclosing static scopes.
+void ValueScratch::learnStaticScopes(const FinalCct& cct) {
+  const std::size_t n = cct.size();
+  loopParent_.assign(n, kNoIndex);
+  proc_.assign(n, kNoIndex);
+  for (std::uint32_t id = 1; id < n; ++id) {
+    const std::uint32_t parent = cct.node(id).parent;
+    const ScopeKind pk = cct.node(parent).key.kind;
+    if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) loopParent_[id] = parent;
+    proc_[id] = pk == ScopeKind::ProcFrame ? parent : proc_[parent];
+  }
+}
+
+void ValueScratch::addStatement(const FinalCct& cct, const StmtValue& v) {
+  const std::size_t m = v.metric;
+  add(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
+  add(inclusive_[v.node * metrics_ + m], m, v.value);
+  // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
+  // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
+  // procedure frame of (only loops and inlined scopes lie between).
+  if (loopParent_[v.node] != kNoIndex) add(exclusive_[loopParent_[v.node] * metrics_ + m], m, v.value);
+  if (proc_[v.node] != kNoIndex) add(exclusive_[proc_[v.node] * metrics_ + m], m, v.value);
+  // Mark the path to the root; stop at the first node already on a marked path.
+  for (std::uint32_t a = v.node; a != kNoIndex; a = cct.node(a).parent) {
+    std::uint64_t& word = touched_[a / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (a % 64);
+    if (word & bit) break;
+    word |= bit;
+    ++touchedCount_;
+  }
+}
+
+// Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
+// propagate in one pass over the touched nodes in decreasing id order.
+void ValueScratch::propagateInclusive(const FinalCct& cct) {
+  for (std::size_t w = touched_.size(); w-- > 0;) {
+    for (std::uint64_t bits = touched_[w]; bits != 0; bits &= ~(std::uint64_t{1} << (63 - __builtin_clzll(bits)))) {
+      const auto node = static_cast<std::uint32_t>(w * 64 + 63 - static_cast<std::size_t>(__builtin_clzll(bits)));
+      const std::uint32_t parent = cct.node(node).parent;
+      if (parent == kNoIndex) continue;
+      for (std::size_t m = 0; m < metrics_; ++m)
+        add(inclusive_[parent * metrics_ + m], m, inclusive_[node * metrics_ + m]);
+    }
+  }
+}
+
+// The touched nodes in ascending order, the scratch space cleared behind them.
+ThreadValues ValueScratch::collect() {
+  ThreadValues out;
+  const std::size_t most = touchedCount_ * metrics_;
+  out.node.reserve(most);
+  out.metric.reserve(most);
+  out.exclusive.reserve(most);
+  out.inclusive.reserve(most);
+  for (std::size_t w = 0; w < touched_.size(); ++w) {
+    for (std::uint64_t bits = touched_[w]; bits != 0; bits &= bits - 1) {
+      const auto node = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
+      for (std::size_t m = 0; m < metrics_; ++m) {
+        const std::size_t at = node * metrics_ + m;
+        if (exclusive_[at] || inclusive_[at]) {
+          out.node.push_back(node);
+          out.metric.push_back(static_cast<std::uint16_t>(m));
+          out.exclusive.push_back(exclusive_[at]);
+          out.inclusive.push_back(inclusive_[at]);
+        }
+        exclusive_[at] = inclusive_[at] = 0;
+      }
+    }
+    touched_[w] = 0;
+  }
+  touchedCount_ = 0;
+  return out;
+}
 
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
-  // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
-  // propagate in one pass over the touched nodes in decreasing id order.
-  for (const StmtValue& v : values) {
-    const std::size_t m = v.metric;
-    add(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
-    add(inclusive_[v.node * metrics_ + m], m, v.value);
-    // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
-    // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
-    // procedure frame of (only loops and inlined scopes lie between).
-    const std::uint32_t parent = cct.node(v.node).parent;
-    const ScopeKind pk = cct.node(parent).key.kind;
-    if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) add(exclusive_[parent * metrics_ + m], m, v.value);
-    std::uint32_t proc = parent;
-    while (proc != kNoIndex && cct.node(proc).key.kind != ScopeKind::ProcFrame) proc = cct.node(proc).parent;
-    if (proc != kNoIndex) add(exclusive_[proc * metrics_ + m], m, v.value);
-    // Mark the path to the root; stop at the first node already on a marked path.
-    for (std::uint32_t a = v.node; a != kNoIndex && !touched_[a]; a = cct.node(a).parent) {
-      touched_[a] = 1;
-      touchedList_.push_back(a);
-    }
-  }
-  std::sort(touchedList_.begin(), touchedList_.end());
-  for (auto it = touchedList_.rbegin(); it != touchedList_.rend(); ++it) {
-    const std::uint32_t parent = cct.node(*it).parent;
-    if (parent == kNoIndex) continue;
-    for (std::size_t m = 0; m < metrics_; ++m)
-      add(inclusive_[parent * metrics_ + m], m, inclusive_[*it * metrics_ + m]);
-  }
-  ThreadValues out;
-  out.node.reserve(touchedList_.size() * metrics_);
-  out.metric.reserve(touchedList_.size() * metrics_);
-  out.exclusive.reserve(touchedList_.size() * metrics_);
-  out.inclusive.reserve(touchedList_.size() * metrics_);
-  for (auto node : touchedList_) {
-    for (std::size_t m = 0; m < metrics_; ++m) {
-      const std::size_t at = node * metrics_ + m;
-      if (exclusive_[at] || inclusive_[at]) {
-        out.node.push_back(node);
-        out.metric.push_back(static_cast<std::uint16_t>(m));
-        out.exclusive.push_back(exclusive_[at]);
-        out.inclusive.push_back(inclusive_[at]);
-      }
-      exclusive_[at] = inclusive_[at] = 0;
-    }
-    touched_[node] = 0;
-  }
-  touchedList_.clear();
-  return out;
+  if (loopParent_.size() != cct.size()) learnStaticScopes(cct);
+  for (const StmtValue& v : values) addStatement(cct, v);
+  propagateInclusive(cct);
+  return collect();
 }
 
 }  // namespace csp::reduce

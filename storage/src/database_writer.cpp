@@ -33,14 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool hasLz4() {
-  static const bool yes = [] {
-    const auto supported = rocksdb::GetSupportedCompressions();
-    return std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
-  }();
-  return yes;
-}
-
 constexpr const char* kStagingName = "staging";
 constexpr const char* kShardIndexName = "INDEX";  // its presence marks a finished shard
 constexpr std::size_t kMaxOverlappingRuns = 4;
@@ -101,10 +93,20 @@ struct ShardWriter::Impl {
   std::uint64_t values = 0;
   std::optional<ProfileId> lastProfile;
   std::optional<NodeId> lastValueNode;
+  std::vector<ProfileValue> profileScratch;  // putProfileValues, reused
+  std::vector<NodeValue> nodeScratch;        // putNodeValues, reused
+
+  const char* lastName = nullptr;  // family() of the previous put: most puts go to the same family
+  Family* lastFamily = nullptr;
 
   Family& family(const char* name) {
+    if (name == lastName) return *lastFamily;
     for (auto& f : families)
-      if (f.name == name) return f;
+      if (f.name == name) {
+        lastName = name;
+        lastFamily = &f;
+        return f;
+      }
     throw std::logic_error(fmt::format("no shard family {}", name));
   }
 
@@ -116,10 +118,12 @@ struct ShardWriter::Impl {
                                          hex(key), hex(f.lastKey)));
     if (!f.writer) {
       rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
-      if (provisional && hasLz4()) {
+      if (provisional) {
         // Merged or compacted later, where the family's real compression is applied: until
-        // then the data only needs to be cheap to write and to read back.
-        options.compression = rocksdb::kLZ4Compression;
+        // then the data only needs to be cheap to write and to read back. Uncompressed it is
+        // cheapest (LZ4 cost 2-3 % of csp-prof-mpi's CPU, compressing and decompressing, for
+        // files that live seconds in the page cache).
+        options.compression = rocksdb::kNoCompression;
         options.bottommost_compression = rocksdb::kDisableCompressionOption;
       }
       f.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
@@ -195,8 +199,8 @@ void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileVal
     throw std::logic_error(
         fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *impl_->lastProfile));
   impl_->lastProfile = profile;
-  std::vector<ProfileValue> nonZero;
-  nonZero.reserve(values.size());
+  auto& nonZero = impl_->profileScratch;
+  nonZero.clear();
   for (std::size_t i = 0; i < values.size(); ++i) {
     const auto& v = values[i];
     if (i > 0) {
@@ -218,7 +222,8 @@ void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) 
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
-  std::vector<NodeValue> run;
+  auto& run = impl_->nodeScratch;
+  run.clear();
   auto flush = [&] {
     if (run.empty()) return;
     impl_->values += run.size();

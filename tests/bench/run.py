@@ -9,7 +9,9 @@ is the median of several runs with min and max; every time is also given as a ra
 baseline measured in the same run, interleaved with the measured runs (run i of the measured
 command is paired with the baseline run just before it, and the ratio is taken per pair):
 
-  postproc  csp-prof-mpi on 1,024 / 4,096 / 16,384 profiles with -np 1 and -np 2;
+  postproc  csp-prof-mpi on 4,096 / 16,384 / 65,536 profiles (quick: 1,024 / 4,096) with -np 1
+            and -np 2: wall and CPU time (all processes), CPU per non-zero value, peak memory,
+            log-log slopes over the profile count;
             baseline: the floor, `cat` of every input byte to /dev/null from the page cache
   growth    log-log slopes of time and peak memory over the profile count (from postproc) and
             over the CCT size (its own series at a fixed profile count); same floor
@@ -53,12 +55,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Mode parameters. Profiles are ranks x THREADS per-thread profiles; the throughput shape is
 # docs/benchmarks.md, "Targets" (~5,000 CCT nodes, 2 metrics).
 MODES = {
-    "full": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096, 16384], nps=[1, 2],
+    "full": dict(runs=3, threads=4, nodes=5000, profiles=[4096, 16384, 65536], nps=[1, 2],
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
                  view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000], churn_threads=5000,
                  lock_iterations=1000000,
                  dbwrite=dict(profiles=16384, nodes=5000, writers=2), hpctoolkit_profiles=4096),
-    "quick": dict(runs=3, threads=4, nodes=5000, profiles=[256, 1024], nps=[1, 2],
+    "quick": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
                   view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
                   lock_iterations=500000,
@@ -345,11 +347,12 @@ class Suite:
                 gnu_time, stamp]
         cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force", *extra]
         r = timed(cmd, f"csp-prof-mpi -np {np} on {os.path.basename(meas)}", env=self.env, capture=True)
-        rss, busy = [], []
+        rss, busy, cpu = [], [], 0.0
         for f in self.glob_prefix(stamp):
             with open(f) as fh:
                 rank_wall, rank_rss, user, system = fh.read().strip().splitlines()[-1].split()
             rss.append(int(rank_rss))
+            cpu += float(user) + float(system)
             # The share of its time a rank spends on a CPU (its threads together; with -j 1 and
             # binding, at most about 1): low values mean waiting for other ranks or for I/O.
             busy.append((float(user) + float(system)) / max(float(rank_wall), 0.01))
@@ -358,7 +361,7 @@ class Suite:
             raise BenchError(f"csp-prof-mpi -np {np}: peak memory of {len(rss)} of {np} ranks found")
         out = r.stdout
         res = {"wall": r.wall, "peak_rss_mib": max(rss) / 1024.0, "rss_per_rank_mib": [x / 1024.0 for x in rss],
-               "cpu_busy_mean": sum(busy) / len(busy),
+               "cpu_busy_mean": sum(busy) / len(busy), "cpu_s": cpu,
                "db_bytes": self.dir_bytes(db)}
         m = re.search(r"canonical CCT (\d+) nodes", out)
         res["canonical_nodes"] = int(m.group(1)) if m else None
@@ -371,7 +374,9 @@ class Suite:
         m = re.search(r"time ([\d.]+) s:(.*)", out)
         if m:
             res["internal_s"] = float(m.group(1))
-            res["phases"] = {k: float(v) for k, v in re.findall(r"\s*([\w-]+) ([\d.]+)s", m.group(2))}
+            # "name 1.23s" items separated by commas; names have spaces ("read + attribute").
+            res["phases"] = {k.strip(): float(v)
+                             for k, v in re.findall(r"([^,]+?) ([\d.]+)s(?:,|$)", m.group(2).strip())}
         return res
 
     @staticmethod
@@ -406,6 +411,12 @@ class Suite:
                 "wall_s": stat(walls, "s"),
                 "floor_s": stat(floors[np], "s"),
                 "time_over_floor": stat(ratios(walls, floors[np]), "x"),
+                # CPU time of all processes (user + system), the figure that a loaded machine
+                # disturbs least, and per non-zero per-thread value.
+                "cpu_s": stat([x["cpu_s"] for x in rs], "s"),
+                "cpu_over_floor": stat(ratios([x["cpu_s"] for x in rs], floors[np]), "x"),
+                "cpu_ns_per_nonzero_value": stat([x["cpu_s"] * 1e9 / distinct for x in rs], "ns")
+                if distinct else None,
                 "profiles_per_s_per_core": stat([info["profiles"] / w / self.cores_used(np) for w in walls],
                                                 "profiles/s"),
                 "cct_nodes_per_s_per_core": stat([info["cct_nodes"] / w / self.cores_used(np) for w in walls],
@@ -442,10 +453,18 @@ class Suite:
                                       keep_db_for=profiles)
             sizes.append({"profiles": profiles, "input": info, "input_mib": info["bytes"] / 1048576.0,
                           "by_np": {str(k): v for k, v in per_np.items()}})
+        slopes = {}
+        xs = [s["profiles"] for s in sizes]
+        for np in self.p["nps"]:
+            figs = [s["by_np"][str(np)] for s in sizes]
+            slopes[str(np)] = {
+                "wall": loglog_slope(xs, [f["wall_s"]["median"] for f in figs]),
+                "cpu": loglog_slope(xs, [f["cpu_s"]["median"] for f in figs]),
+                "peak_rss": loglog_slope(xs, [f["peak_rss_per_process_mib"]["median"] for f in figs])}
         return {"baseline": "floor: cat of all input files to /dev/null from the page cache",
                 "shape": {"threads_per_rank": self.p["threads"], "nodes": self.p["nodes"], "metrics": 2,
                           "workers_per_process": self.workers},
-                "sizes": sizes}
+                "sizes": sizes, "loglog_slopes": slopes}
 
     def scenario_growth(self):
         out = {"baseline": "floor: cat of all input files to /dev/null from the page cache",
@@ -1016,13 +1035,16 @@ def markdown(rep):
         for size in s["sizes"]:
             for np, f in size["by_np"].items():
                 rows.append([f"{size['profiles']:,}", fmt(size["input_mib"]), np, mmm(f["wall_s"]),
-                             mmm(f["floor_s"]), mmm(f["time_over_floor"]), mmm(f.get("speedup_over_np1")),
+                             mmm(f["floor_s"]), mmm(f["time_over_floor"]), mmm(f["cpu_s"]),
+                             mmm(f["cpu_over_floor"]), mmm(f.get("cpu_ns_per_nonzero_value")),
+                             mmm(f.get("speedup_over_np1")),
                              fmt(f["profiles_per_s_per_core"]["median"]),
                              fmt(f["cct_nodes_per_s_per_core"]["median"]),
                              mmm(f["peak_rss_per_process_mib"]), fmt(f["cpu_busy_per_process"]["median"]),
                              fmt(f["database_mib"]),
                              fmt(f["bytes_per_nonzero_value"])])
-        out.append(table(["profiles", "input MiB", "-np", "wall s", "floor s", "time / floor", "speed-up vs np 1",
+        out.append(table(["profiles", "input MiB", "-np", "wall s", "floor s", "time / floor", "CPU s (all processes)",
+                          "CPU / floor", "CPU ns per non-zero value", "speed-up vs np 1",
                           "profiles/s/core", "CCT nodes/s/core", "peak MiB per process", "CPU busy per process",
                           "database MiB",
                           "bytes per non-zero value"], rows))
@@ -1038,6 +1060,11 @@ def markdown(rep):
                     [fmt(f.get("phases_s", {}).get(k)) for k in phases]
                     for size in s["sizes"] for np, f in size["by_np"].items()]
             out.append(table(["profiles", "-np", "total"] + phases, rows))
+        if s.get("loglog_slopes"):
+            out.append("Log-log slopes over the profile count (1 = linear, 0 = flat):\n")
+            out.append(table(["-np", "wall time", "CPU time", "peak MiB per process"],
+                             [[np, fmt(g["wall"]), fmt(g["cpu"]), fmt(g["peak_rss"])]
+                              for np, g in s["loglog_slopes"].items()]))
         out.append(reference_table(s, rep["reference"]))
 
     s = header("growth", "Growth: time and memory against the profile count and the CCT size")

@@ -108,3 +108,27 @@ TEST(Histogram, PercentileWithinOneSixteenthOfTheTrueValue) {
     EXPECT_LE(std::fabs(h.percentile(p) - truth), truth / 16) << p;
   }
 }
+
+// The summaries fill histograms through HistogramBuilder (a dense range of bins); the result must
+// be exactly the histogram that adding the values one by one gives, whichever way the range
+// widens (first value in the middle, then values below and above it, zeros, the largest value).
+TEST(Histogram, BuilderGivesTheSameHistogramAsAddingOneByOne) {
+  std::mt19937_64 rng(28);
+  for (int round = 0; round < 50; ++round) {
+    H direct;
+    HistogramBuilder builder;
+    EXPECT_TRUE(builder.empty());
+    const int n = 1 + static_cast<int>(rng() % 400);
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t v = rng() >> (rng() % 64);
+      if (i % 37 == 5) v = 0;
+      if (i % 101 == 7) v = UINT64_MAX;
+      direct.add(v);
+      builder.add(v);
+    }
+    EXPECT_FALSE(builder.empty());
+    EXPECT_EQ(builder.histogram(), direct);
+    EXPECT_EQ(builder.histogram().total(), static_cast<std::uint64_t>(n));
+  }
+  EXPECT_EQ(HistogramBuilder().histogram(), H());
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "csp/reduce/canonical_cct.hpp"
 #include "csp/reduce/projection.hpp"
@@ -144,6 +145,49 @@ TEST(CanonicalCct, ChildrenAreListedInIdOrderAndFindable) {
     }
   }
   EXPECT_EQ(seen, r.cct.size() - 1);
+  // An edge that is not in the tree: the same key under another parent, an unknown key.
+  for (std::uint32_t id = 1; id < r.cct.size(); ++id) {
+    const CctNode& n = r.cct.node(id);
+    if (n.parent != 0) {
+      EXPECT_NE(r.cct.find(0, n.key), id);
+    }
+    EXPECT_EQ(r.cct.find(n.parent, ScopeKey{n.key.kind, n.key.name, n.key.file, n.key.line + 100000, n.key.module}),
+              kNoIndex);
+  }
+}
+
+// Threads insert and look up the same edges concurrently, each through its own edge index,
+// which grows several times (20,000 edges) and whose 32-bit tags must never stand for the edge
+// itself: every lookup of an edge gives the one id it got, and every id names its own edge.
+TEST(CanonicalCct, ConcurrentLookupsAgreeWithTheNodeList) {
+  StringTable s;
+  LocalCct local(s);
+  constexpr std::uint32_t kEdges = 20000, kThreads = 4;
+  const std::uint32_t file = s.intern("f.c");
+  auto keyOf = [&](std::uint32_t e) { return ScopeKey{ScopeKind::Stmt, 0, file, e, 0}; };
+  auto parentOf = [](std::uint32_t e) { return e % 7; };  // nodes 0-6 exist before any lookup
+  for (std::uint32_t p = 1; p < 7; ++p) ASSERT_EQ(local.child(0, ScopeKey{ScopeKind::Stmt, 0, file, kEdges + p, 0}), p);
+  std::vector<std::vector<std::uint32_t>> ids(kThreads, std::vector<std::uint32_t>(kEdges));
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 2; ++round)
+        for (std::uint32_t k = 0; k < kEdges; ++k) {
+          const std::uint32_t e = (k * 7919 + t * 104729) % kEdges;  // each thread its own order
+          const auto id = local.child(parentOf(e), keyOf(e));
+          if (round == 1 && ids[t][e] != id) ids[t][e] = kNoIndex;
+          if (round == 0) ids[t][e] = id;
+        }
+    });
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(local.size(), 7u + kEdges);
+  for (std::uint32_t e = 0; e < kEdges; ++e) {
+    for (std::uint32_t t = 1; t < kThreads; ++t) ASSERT_EQ(ids[t][e], ids[0][e]) << e;
+    ASSERT_NE(ids[0][e], kNoIndex) << e;
+    const CctNode n = local.node(ids[0][e]);
+    ASSERT_EQ(n.parent, parentOf(e));
+    ASSERT_EQ(n.key, keyOf(e));
+  }
 }
 
 TEST(CanonicalCct, MalformedStructureBytesAreRejected) {

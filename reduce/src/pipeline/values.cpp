@@ -50,7 +50,9 @@ class ProfileValues {
                                  return id;
                                },
                                {jitSymbolsOf(a_.attributor, input, p), nullptr, nullptr, nullptr, a_.physical});
-    for (auto& v : stmt) v.metric = globalMetric_.at(p.metrics[v.metric].name);
+    std::vector<std::uint16_t> global(p.metrics.size());  // the profile's metric index -> global id
+    for (std::size_t m = 0; m < p.metrics.size(); ++m) global[m] = globalMetric_.at(p.metrics[m].name);
+    for (auto& v : stmt) v.metric = global[v.metric];
     addStateValues(stmt, in_.plan.state, in_.overheadNode);
     auto& mine = scratch_.local();
     if (!mine) mine = std::make_unique<ValueScratch>(in_.cct.size(), real_);

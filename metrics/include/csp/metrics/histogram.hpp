@@ -18,7 +18,11 @@ class LogLinearHistogram {
  public:
   static constexpr std::uint32_t kBinCount = 496;
 
-  static std::uint32_t binOf(std::uint64_t value);
+  static std::uint32_t binOf(std::uint64_t value) {
+    if (value < 8) return static_cast<std::uint32_t>(value);
+    const auto e = static_cast<std::uint32_t>(63 - __builtin_clzll(value));
+    return 8 * (e - 2) + static_cast<std::uint32_t>((value >> (e - 3)) & 7);
+  }
   static std::uint64_t binLower(std::uint32_t bin);  // smallest value in the bin
   static std::uint64_t binUpper(std::uint32_t bin);  // largest value in the bin (inclusive)
 
@@ -55,6 +59,28 @@ class LogLinearHistogram {
 // per-thread values divided by `unit` (the metric's period: values are count x period, so the
 // histogram holds sample counts, which are exact below 16). `population` as for percentile():
 // s.inputs. Leaves NaN for an empty population.
+// A histogram being filled one value at a time (summaries of many profiles): the counts of the
+// contiguous range of bins seen so far, dense, so that adding is an index and an increment where
+// LogLinearHistogram::add searches and inserts. The values of one node and metric usually fall
+// in a few dozen neighbouring bins.
+class HistogramBuilder {
+ public:
+  void add(std::uint64_t value) {
+    const std::uint32_t bin = LogLinearHistogram::binOf(value);
+    if (bin - first_ < counts_.size())
+      ++counts_[bin - first_];
+    else
+      widen(bin);
+  }
+  bool empty() const { return counts_.empty(); }
+  LogLinearHistogram histogram() const;
+
+ private:
+  void widen(std::uint32_t bin);  // takes `bin` into the range, counting one value there
+  std::uint32_t first_ = 0;       // bin of counts_[0]
+  std::vector<std::uint64_t> counts_;
+};
+
 void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uint64_t population, double unit);
 
 }  // namespace csp::metrics

@@ -67,17 +67,29 @@ class FinalCct {
     return {childList_.data() + childBegin_[id], childBegin_[id + 1] - childBegin_[id]};
   }
 
+  // The hash of an edge (parent, key), finished with a full 64-bit mix: the open-addressing
+  // tables (this one, LocalCct's) take its low bits, which must depend on every bit of the edge.
+  static std::size_t edgeHash(std::uint32_t parent, const ScopeKey& key) {
+    std::uint64_t h = ScopeKeyHash{}(key) ^ (std::uint64_t{parent} * 0x9E3779B97F4A7C15ULL);
+    h = (h ^ (h >> 33)) * 0xFF51AFD7ED558CCDULL;
+    h = (h ^ (h >> 33)) * 0xC4CEB9FE1A85EC53ULL;
+    return static_cast<std::size_t>(h ^ (h >> 33));
+  }
+
  private:
   void index();
   std::vector<CctNode> nodes_;
   std::vector<std::uint32_t> childBegin_;
   std::vector<std::uint32_t> childList_;
-  static std::size_t edgeHash(std::uint32_t parent, const ScopeKey& key) {
-    return ScopeKeyHash{}(key) ^ (std::size_t{parent} * 0x9E3779B97F4A7C15ULL);
-  }
-  // Open addressing over node ids (kNoIndex = empty): lookups compare against nodes_ directly,
-  // so the index costs 8 bytes per node and one cache line per probe.
-  std::vector<std::uint32_t> table_;
+
+  // Open addressing over node ids (kNoIndex = empty) with the hash's high half as a tag: only a
+  // probe whose tag matches reads nodes_, so a lookup mostly touches one line of the table and
+  // the node it finds (16 bytes per node).
+  struct Slot {
+    std::uint32_t tag = 0;
+    std::uint32_t id = kNoIndex;
+  };
+  std::vector<Slot> table_;
   std::size_t mask_ = 0;
 };
 

@@ -67,9 +67,10 @@ struct ThreadValues {
 };
 
 // Reusable per-worker scratch space for the per-thread values (dense over nodes x metrics, reset
-// through a touched list so a profile costs time proportional to its own size). `real[m]`: metric
-// m is real-valued, its values added as doubles (in the profile's order, so the same profile gives
-// the same bits); the others are added as integers.
+// through a bitmap of touched nodes, so a profile costs time proportional to its own size plus a
+// scan of one bit per canonical node). `real[m]`: metric m is real-valued, its values added as
+// doubles (in the profile's order, so the same profile gives the same bits); the others are added
+// as integers.
 class ValueScratch {
  public:
   ValueScratch(std::size_t nodes, std::vector<bool> real);
@@ -79,13 +80,20 @@ class ValueScratch {
   void add(std::uint64_t& into, std::size_t metric, std::uint64_t value) const {
     into = anyReal_ && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
   }
+  void learnStaticScopes(const FinalCct& cct);
+  void addStatement(const FinalCct& cct, const StmtValue& v);
+  void propagateInclusive(const FinalCct& cct);
+  ThreadValues collect();
   std::size_t metrics_;
   std::vector<std::uint8_t> real_;
   bool anyReal_ = false;
   std::vector<std::uint64_t> exclusive_;
   std::vector<std::uint64_t> inclusive_;
-  std::vector<std::uint8_t> touched_;
-  std::vector<std::uint32_t> touchedList_;
+  std::vector<std::uint64_t> touched_;  // bit per node
+  std::size_t touchedCount_ = 0;
+  // Per node, the static scopes that count its statement values as exclusive: its parent when
+  // that is a Loop or Alien, and its nearest ProcFrame above it (kNoIndex: none).
+  std::vector<std::uint32_t> loopParent_, proc_;
 };
 
 }  // namespace csp::reduce

@@ -80,14 +80,16 @@ class DatabaseSink final : public OutputSink {
     const auto start = std::chrono::steady_clock::now();
     auto& w = *writers_;
     pipeline_->arena().execute([&] {
-      tbb::parallel_invoke([&] { writeValuesByProfile(w.mainShard, batch, values); },
-                           [&] { w.byNode.write(batch, values); },
+      tbb::parallel_invoke([&] { timed(byProfileSeconds_, [&] { writeValuesByProfile(w.mainShard, batch, values); }); },
+                           [&] { timed(byNodeSeconds_, [&] { w.byNode.write(batch, values); }); },
                            [&] {
-                             w.summaries.accumulate(batchIndex, batch, values);
-                             w.regions.accumulate(batch, regionValues);
+                             timed(accumulateSeconds_, [&] {
+                               w.summaries.accumulate(batchIndex, batch, values);
+                               w.regions.accumulate(batch, regionValues);
+                             });
                            });
     });
-    writeSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    writeSeconds_ += secondsSince(start);
   }
 
   void finish(const Comm& comm, Pipeline& pipeline, ProfSummary& summary) override;
@@ -103,13 +105,24 @@ class DatabaseSink final : public OutputSink {
   void writeRoot(Pipeline& pipeline, const std::vector<std::vector<std::byte>>& regionParts,
                  const std::vector<std::vector<std::byte>>& identities, ProfSummary& summary);
 
+  static double secondsSince(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  template <typename F>
+  static void timed(double& seconds, F&& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    seconds += secondsSince(start);
+  }
+
   DatabaseSinkOptions options_;
   fs::path staging_;
   // Lives until every rank has stopped writing into its temporary directory (abandon()).
   std::optional<storage::DatabaseBuilder> builder_;  // root only
   std::optional<Writers> writers_;
   Pipeline* pipeline_ = nullptr;
-  double writeSeconds_ = 0;
+  // The batches' writing, and each writer's share (they run side by side: the shares overlap).
+  double writeSeconds_ = 0, byProfileSeconds_ = 0, byNodeSeconds_ = 0, accumulateSeconds_ = 0;
   PhaseClock clock_;
 };
 
@@ -151,10 +164,14 @@ fs::path DatabaseSink::openOutput(const Comm& comm) {
 // which writes the CCT, the regions and the metadata.
 void DatabaseSink::finish(const Comm& comm, Pipeline& pipeline, ProfSummary& summary) {
   auto& w = *writers_;
-  w.byNode.merge(comm);
-  w.regions.addConcurrency(comm, pipeline, w.mainShard);
   clock_.phases.push_back({"  of which: write + accumulate", writeSeconds_});
+  clock_.phases.push_back({"  busy writing values by profile", byProfileSeconds_});
+  clock_.phases.push_back({"  busy writing values by node", byNodeSeconds_});
+  clock_.phases.push_back({"  busy accumulating summaries", accumulateSeconds_});
   clock_.restart();
+  w.byNode.merge(comm);
+  clock_.mark("merge values by node");
+  w.regions.addConcurrency(comm, pipeline, w.mainShard);
   w.summaries.exchangeAndWrite(comm, w.mainShard);
   const auto regionParts = w.regions.gather(comm);
   const auto identities = gatherIdentities(comm, pipeline);

@@ -59,6 +59,11 @@ class NodeValueSink {
   std::uint32_t nodes_;
   std::size_t metrics_;
   std::vector<std::uint32_t> shards_;
+  // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
+  std::vector<std::uint32_t> start_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
+  std::vector<std::vector<storage::NodeValue>> lists_;
+  std::vector<storage::NodeValue> nodeValues_;
 };
 
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
@@ -103,7 +108,7 @@ class SummaryTable {
   std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> countAcc_;
-  std::vector<metrics::LogLinearHistogram> countHist_;
+  std::vector<metrics::HistogramBuilder> countHist_;
   std::vector<std::vector<Piece>> realStacks_;
 };
 

@@ -109,11 +109,16 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
   for (std::size_t i = 0; i < batch.size(); ++i) sliceOf[i] = sliceOf_[classOf_.at(batch[i].id)];
   tbb::parallel_for(std::uint32_t{0}, (nodes_ + kChunk - 1) / kChunk, [&](std::uint32_t c) {
     const std::uint32_t lo = c * kChunk, hi = std::min(nodes_, lo + kChunk);
-    auto add = [&](std::size_t slice, std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope,
-                   std::uint64_t value) {
-      const std::size_t at = countIndex(slice, node, slot, scope);
-      countAcc_[at].accumulate(batch[i].id, value);
-      countHist_[at].add(value / periods_[slot]);
+    // One value into all threads' slice and, when classes are kept apart, its class's slice;
+    // the sample count (value / period) is computed once for both.
+    auto add = [&](std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope, std::uint64_t value) {
+      const std::uint64_t samples = value / periods_[slot];
+      for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
+        const std::size_t at = countIndex(slice, node, slot, scope);
+        countAcc_[at].accumulate(batch[i].id, value);
+        countHist_[at].add(samples);
+        if (sliceOf[i] == 0) break;
+      }
     };
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
@@ -121,11 +126,8 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
       for (; k < v.size() && v.node[k] < hi; ++k) {
         if (isReal_[v.metric[k]]) continue;
         const std::size_t slot = slotOf_[v.metric[k]];
-        for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
-          if (v.exclusive[k]) add(slice, i, v.node[k], slot, 0, v.exclusive[k]);
-          if (v.inclusive[k]) add(slice, i, v.node[k], slot, 1, v.inclusive[k]);
-          if (sliceOf[i] == 0) break;
-        }
+        if (v.exclusive[k]) add(i, v.node[k], slot, 0, v.exclusive[k]);
+        if (v.inclusive[k]) add(i, v.node[k], slot, 1, v.inclusive[k]);
       }
     }
     if (reals_.empty()) return;
@@ -169,7 +171,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
             packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
             p.u64(1);
             p.text(metrics::encode(countAcc_[at]));
-            p.text(metrics::encode(countHist_[at]));
+            p.text(metrics::encode(countHist_[at].histogram()));
           }
         }
       }

@@ -35,34 +35,39 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true});
   // Counting sort of the batch's entries by node; scattering profiles in id order keeps each
   // node's entries sorted by profile.
-  std::vector<std::uint32_t> start(std::size_t{nodes_} + 1, 0);
+  auto& start = start_;
+  start.assign(std::size_t{nodes_} + 1, 0);
   std::size_t entries = 0;
   for (const auto& v : values) {
     for (auto n : v.node) ++start[n + 1];
     entries += v.size();
   }
   for (std::uint32_t n = 0; n < nodes_; ++n) start[n + 1] += start[n];
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> items(entries);  // (profile in batch, entry)
+  auto& items = items_;  // (profile in batch, entry)
+  items.resize(entries);
   {
     std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
     for (std::uint32_t i = 0; i < batch.size(); ++i)
       for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].node[k]]++] = {i, k};
   }
-  // Each node's list sorted by (metric, scope, profile).
-  std::vector<storage::NodeValue> nv;
+  // Each node's list sorted by (metric, scope, profile): its entries come in profile order, so
+  // dealing them out to one list per (metric, scope) in one pass keeps every list sorted.
+  auto& lists = lists_;
+  lists.resize(metrics_ * 2);
+  auto& nv = nodeValues_;
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
+    for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
+      const auto [i, k] = items[at];
+      const ThreadValues& v = values[i];
+      const std::uint16_t m = v.metric[k];
+      if (v.exclusive[k]) lists[2 * m].push_back({m, storage::MetricScope::Exclusive, batch[i].id, v.exclusive[k]});
+      if (v.inclusive[k]) lists[2 * m + 1].push_back({m, storage::MetricScope::Inclusive, batch[i].id, v.inclusive[k]});
+    }
     nv.clear();
-    for (std::uint16_t m = 0; m < metrics_; ++m) {
-      for (auto scope : {storage::MetricScope::Exclusive, storage::MetricScope::Inclusive}) {
-        for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
-          const auto [i, k] = items[at];
-          const ThreadValues& v = values[i];
-          if (v.metric[k] != m) continue;
-          const std::uint64_t value = scope == storage::MetricScope::Exclusive ? v.exclusive[k] : v.inclusive[k];
-          if (value) nv.push_back({m, scope, batch[i].id, value});
-        }
-      }
+    for (auto& list : lists) {
+      nv.insert(nv.end(), list.begin(), list.end());
+      list.clear();
     }
     shard.putNodeValues(node, nv);
   }

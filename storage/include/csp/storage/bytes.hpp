@@ -11,6 +11,7 @@
 
 #include <bit>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -84,6 +85,17 @@ inline void putBe16(std::string& out, std::uint16_t v) {
 }
 inline void putBe32(std::string& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+// Unsigned values of up to 64 bits (ids, counts, per-thread values: the bulk of a database)
+// take this form: the bytes are made in a register-sized buffer and appended at once.
+template <std::unsigned_integral T>
+requires(sizeof(T) <= 8) inline void putVarint(std::string& out, T value) {
+  char bytes[10];
+  std::size_t n = 0;
+  std::uint64_t v = value;
+  for (; v >= 0x80; v >>= 7) bytes[n++] = static_cast<char>((v & 0x7f) | 0x80);
+  bytes[n++] = static_cast<char>(v);
+  out.append(bytes, n);
 }
 inline void putVarint(std::string& out, Uint128 v) {
   while (v >= 0x80) {
