@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   o.pipeline.attribution.loops = !noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
   o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::memoryProfileSource(),
-                         csp::reduce::hpcrunProfileSource()};
+                        csp::reduce::hpcrunProfileSource()};
   for (const auto& i : inputs) {
     o.pipeline.inputs.emplace_back(i);
     // An hpcrun measurement's structure files, for the modules whose binaries are gone.

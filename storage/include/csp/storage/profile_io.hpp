@@ -14,7 +14,8 @@
 namespace csp::storage {
 
 inline constexpr std::uint16_t kProfileFormatMajor = 1;
-inline constexpr std::uint16_t kProfileFormatMinor = 3;  // 1.1: Cct.unwindNote; 1.2: logical contexts; 1.3: clock bounds and communication events
+inline constexpr std::uint16_t kProfileFormatMinor =
+    3;  // 1.1: Cct.unwindNote; 1.2: logical contexts; 1.3: clock bounds and communication events
 inline constexpr std::size_t kProfileHeaderBytes = 32;
 inline constexpr const char* kProfileExtension = ".cspprof";
 // A bundle: the profiles of the threads of one process that ended while it ran, appended one
