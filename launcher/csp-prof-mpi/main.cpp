@@ -36,6 +36,143 @@ class PhaseProgress : public csp::reduce::ProgressSink {
   bool enabled_;
   std::optional<csp::cli::Progress> current_;
 };
+// The command line: what the options fill in.
+struct CommandLine {
+  csp::reduce::ProfOptions o;
+  csp::reduce::DatabaseSinkOptions database;
+  std::vector<std::string> inputs, replace, classRules;
+  std::string output, hpctoolkit;
+  bool quiet = false, noLoops = false;
+  CLI::Option* hpctoolkitOption = nullptr;
+};
+
+void defineOptions(CLI::App& app, CommandLine& c) {
+  app.add_option(
+         "inputs", c.inputs,
+         "measurement directories (or individual .cspprof files, one-record .cspbundle files, and .hpcrun files "
+         "of HPCToolkit)")
+      ->required();
+  app.add_option("-o,--output", c.output, "database directory to create")->required();
+  app.add_flag("--force", c.database.force,
+               "replace an existing database (and an existing HPCToolkit database, with --hpctoolkit)");
+  c.hpctoolkitOption = app.add_option(
+      "--hpctoolkit", c.hpctoolkit,
+      "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
+      "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
+  app.add_option("-j,--jobs", c.o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
+      ->capture_default_str();
+  app.add_flag("--skip-invalid", c.o.pipeline.skipInvalid,
+               "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
+  app.add_flag("--physical", c.o.pipeline.physical,
+               "OpenMP: keep the native call paths of worker threads (below the runtime's thread start) instead "
+               "of placing each parallel region's and task's samples below the context that created it");
+  app.add_option("--replace-path", c.replace,
+                 "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable")
+      ->allow_extra_args(false);
+  app.add_flag("--no-loops", c.noLoops,
+               "no loop recovery: no binary analysis of the modules, no Loop scopes (see docs/postprocessing.md)");
+  app.add_option("--structure-cache", c.o.pipeline.attribution.structureCache,
+                 "DIR: where the modules' recovered structure (loops, function bounds) is cached per build-id, or "
+                 "'off'; default $CSP_STRUCTURE_CACHE, else $XDG_CACHE_HOME/csp/structure or ~/.cache/csp/structure");
+  app.add_option("--batch", c.o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--title", c.database.title, "description stored in the database");
+  app.add_option("--derive", c.o.pipeline.derive,
+                 "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
+                 "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
+      ->allow_extra_args(false);
+  app.add_option("--overhead-rule", c.o.pipeline.overheadRules,
+                 "MODULE_GLOB[:PROCEDURE_GLOB]: samples of 'work' (csp-run --idleness) in such code are parallel "
+                 "overhead; repeatable; replaces the default rules ('default' adds them back, 'none' alone: no rule). "
+                 "See docs/postprocessing.md")
+      ->allow_extra_args(false);
+  app.add_flag("-q,--quiet", c.quiet, "no progress output (errors only)");
+  app.add_option("--thread-class", c.classRules,
+                 "CLASS=PATTERN: threads whose entry procedure or its module's file name matches the glob are in "
+                 "CLASS (main, worker, helper); repeatable, tried in order before the built-in rules");
+  app.add_option("--helper-fraction", c.o.pipeline.threadClasses.helperFraction,
+                 "a thread other than the first with less work than this share of its process's busiest thread is a "
+                 "helper (0: never by work)")
+      ->check(csp::cli::finiteRange(0, 1))
+      ->capture_default_str();
+}
+
+// What the parser cannot check; empty when all is well, else the message.
+std::string checkOptions(CommandLine& c) {
+  for (const auto& r : c.replace) {
+    auto eq = r.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fmt::format("--replace-path '{}': expected OLD=NEW", r);
+    }
+    c.o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
+  }
+  for (const auto& rule : c.classRules) {
+    try {
+      c.o.pipeline.threadClasses.rules.push_back(csp::reduce::parseThreadClassRule(rule));
+    } catch (const std::invalid_argument& e) {
+      return fmt::format("--thread-class {}", e.what());
+    }
+  }
+  try {
+    (void)csp::reduce::OverheadRules::parse(c.o.pipeline.overheadRules);
+  } catch (const std::invalid_argument& e) {
+    return fmt::format("--overhead-rule: {}", e.what());
+  }
+  if (c.hpctoolkitOption->count() > 0) {  // before the reduction, not after it
+    auto why = csp::reduce::hpctoolkitOutputProblem(c.hpctoolkit, c.database.force);
+    if (why.empty() && std::filesystem::weakly_canonical(c.hpctoolkit) == std::filesystem::weakly_canonical(c.output))
+      why = "--hpctoolkit " + c.hpctoolkit + ": the same directory as the CSP database";
+    if (!why.empty()) return why;
+  }
+  return {};
+}
+
+// Rank 0's summary of a finished run.
+void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
+                  const std::optional<csp::reduce::HpctoolkitExportSummary>& h, int size, double secs) {
+  fmt::print("csp-prof-mpi: wrote {}\n", c.output);
+  fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs,
+             s.skipped.size());
+  for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
+  fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics,
+             s.regions > 0 ? s.regions - 1 : 0);
+  fmt::print(
+      "  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n",
+      s.valuesWritten, s.databaseBytes / 1048576.0,
+      s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
+  const auto& a = s.attribution;
+  if (a.lookups)
+    fmt::print(
+        "  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} by "
+        "function bounds, {} unknown\n",
+        a.lookups, a.withLines, a.symbolOnly, a.byUnwindInfo, a.byFunctionBounds, a.unknown);
+  if (a.modulesAnalysed + a.modulesFromCache > 0)
+    fmt::print("  structure: {} modules, {} analysed in {:.2f} s, {} from the cache {}; {} loops\n",
+               a.modulesAnalysed + a.modulesFromCache, a.modulesAnalysed, a.analysisSeconds, a.modulesFromCache,
+               a.structureCache.empty() ? std::string("(none)") : a.structureCache, a.loops);
+  const auto& q = s.quality;
+  auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
+  fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
+             q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples,
+             share(q.droppedSamples));
+  if (const auto u = csp::reduce::unwindSummary(s.unwindRecovery); !u.empty()) fmt::print("  {}\n", u);
+  for (const auto& line : csp::reduce::loopSummary(s.moduleLoops)) fmt::print("  {}\n", line);
+  if (!s.droppedByCause.empty()) fmt::print("    dropped by cause: {}\n", s.droppedByCause);
+  for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
+  for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
+  for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
+  for (const auto& i : c.inputs)
+    if (const auto n = csp::reduce::hpcrunNotRead(i); !n.empty()) fmt::print("  note: {}\n", n);
+  std::string phases;
+  for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
+  if (!phases.empty()) phases.pop_back();
+  if (h)
+    fmt::print("  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
+               c.hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
+               h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
+  fmt::print("  time {:.2f} s:{}\n", secs, phases);
+}
 
 }  // namespace
 
@@ -48,63 +185,8 @@ int main(int argc, char** argv) {
       "per-thread values). Run it under srun or mpirun for parallel post-processing; without a launcher it "
       "runs as one process.",
       "csp-prof-mpi"};
-  csp::reduce::ProfOptions o;
-  csp::reduce::DatabaseSinkOptions database;
-  std::vector<std::string> inputs, replace;
-  std::string output;
-  bool quiet = false;
-  app.add_option(
-         "inputs", inputs,
-         "measurement directories (or individual .cspprof files, one-record .cspbundle files, and .hpcrun files "
-         "of HPCToolkit)")
-      ->required();
-  app.add_option("-o,--output", output, "database directory to create")->required();
-  app.add_flag("--force", database.force,
-               "replace an existing database (and an existing HPCToolkit database, with --hpctoolkit)");
-  std::string hpctoolkit;
-  auto* hpctoolkitOption = app.add_option(
-      "--hpctoolkit", hpctoolkit,
-      "DIR: also write the result as an HPCToolkit database (meta.db, profile.db, cct.db) for hpcviewer and "
-      "Hatchet, in parallel, once the CSP database is published (docs/hpctoolkit.md)");
-  app.add_option("-j,--jobs", o.pipeline.jobs, "worker threads per process (0 = all cores of the allocation)")
-      ->capture_default_str();
-  app.add_flag("--skip-invalid", o.pipeline.skipInvalid,
-               "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
-  app.add_flag("--physical", o.pipeline.physical,
-               "OpenMP: keep the native call paths of worker threads (below the runtime's thread start) instead "
-               "of placing each parallel region's and task's samples below the context that created it");
-  app.add_option("--replace-path", replace,
-                 "OLD=NEW: look up load modules whose path starts with OLD under NEW (moved binaries); repeatable")
-      ->allow_extra_args(false);
-  bool noLoops = false;
-  app.add_flag("--no-loops", noLoops,
-               "no loop recovery: no binary analysis of the modules, no Loop scopes (see docs/postprocessing.md)");
-  app.add_option("--structure-cache", o.pipeline.attribution.structureCache,
-                 "DIR: where the modules' recovered structure (loops, function bounds) is cached per build-id, or "
-                 "'off'; default $CSP_STRUCTURE_CACHE, else $XDG_CACHE_HOME/csp/structure or ~/.cache/csp/structure");
-  app.add_option("--batch", o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
-      ->check(CLI::Range(1u, 65536u))
-      ->capture_default_str();
-  app.add_option("--title", database.title, "description stored in the database");
-  app.add_option("--derive", o.pipeline.derive,
-                 "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "
-                 "aggregation (quote names with '-' as `cpu-time`); repeatable. See docs/metrics.md")
-      ->allow_extra_args(false);
-  app.add_option("--overhead-rule", o.pipeline.overheadRules,
-                 "MODULE_GLOB[:PROCEDURE_GLOB]: samples of 'work' (csp-run --idleness) in such code are parallel "
-                 "overhead; repeatable; replaces the default rules ('default' adds them back, 'none' alone: no rule). "
-                 "See docs/postprocessing.md")
-      ->allow_extra_args(false);
-  app.add_flag("-q,--quiet", quiet, "no progress output (errors only)");
-  std::vector<std::string> classRules;
-  app.add_option("--thread-class", classRules,
-                 "CLASS=PATTERN: threads whose entry procedure or its module's file name matches the glob are in "
-                 "CLASS (main, worker, helper); repeatable, tried in order before the built-in rules");
-  app.add_option("--helper-fraction", o.pipeline.threadClasses.helperFraction,
-                 "a thread other than the first with less work than this share of its process's busiest thread is a "
-                 "helper (0: never by work)")
-      ->check(csp::cli::finiteRange(0, 1))
-      ->capture_default_str();
+  CommandLine c;
+  defineOptions(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -115,38 +197,17 @@ int main(int argc, char** argv) {
       code = e.get_exit_code();
     return code;
   }
-  for (const auto& r : replace) {
-    auto eq = r.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --replace-path '{}': expected OLD=NEW\n", r);
-      return 2;
-    }
-    o.pipeline.attribution.replacePaths.emplace_back(r.substr(0, eq), r.substr(eq + 1));
-  }
-  for (const auto& rule : classRules) {
-    try {
-      o.pipeline.threadClasses.rules.push_back(csp::reduce::parseThreadClassRule(rule));
-    } catch (const std::invalid_argument& e) {
-      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --thread-class {}\n", e.what());
-      return 2;
-    }
-  }
-  try {
-    (void)csp::reduce::OverheadRules::parse(o.pipeline.overheadRules);
-  } catch (const std::invalid_argument& e) {
-    if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: --overhead-rule: {}\n", e.what());
+  if (const auto why = checkOptions(c); !why.empty()) {
+    if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
     return 2;
   }
-  if (hpctoolkitOption->count() > 0) {  // before the reduction, not after it
-    auto why = csp::reduce::hpctoolkitOutputProblem(hpctoolkit, database.force);
-    if (why.empty() && std::filesystem::weakly_canonical(hpctoolkit) == std::filesystem::weakly_canonical(output))
-      why = "--hpctoolkit " + hpctoolkit + ": the same directory as the CSP database";
-    if (!why.empty()) {
-      if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
-      return 2;
-    }
-  }
-  o.pipeline.attribution.loops = !noLoops;
+  auto& o = c.o;
+  auto& database = c.database;
+  const auto& inputs = c.inputs;
+  const auto& output = c.output;
+  const auto& hpctoolkit = c.hpctoolkit;
+  const bool quiet = c.quiet;
+  o.pipeline.attribution.loops = !c.noLoops;
   // The input formats csp-prof-mpi reads (docs/layout.md, "Extending": a new one is added here).
   o.pipeline.sources = {csp::reduce::cspProfileSource(), csp::reduce::memoryProfileSource(),
                         csp::reduce::hpcrunProfileSource()};
@@ -170,7 +231,7 @@ int main(int argc, char** argv) {
   // The outputs (docs/layout.md, "Extending": a new format is added here).
   o.sinks = {csp::reduce::cspDatabaseSink(database)};
   std::optional<csp::reduce::HpctoolkitExportSummary> h;
-  if (hpctoolkitOption->count() > 0)  // after the database sink: it exports the database that one published
+  if (c.hpctoolkitOption->count() > 0)  // after the database sink: it exports the database that one published
     o.sinks.push_back(
         csp::reduce::hpctoolkitSink({{output, hpctoolkit, database.force, database.onLeftover, database.onTempDir},
                                      [&h](const csp::reduce::HpctoolkitExportSummary& summary) { h = summary; }}));
@@ -187,49 +248,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && quiet)             // what is missing from the measurement is said even then
       for (const auto& w : s.measurementWarnings) fmt::print(stderr, "csp-prof-mpi: warning: {}\n", w);
     if (rank == 0 && !quiet) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      fmt::print("csp-prof-mpi: wrote {}\n", output);
-      fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs,
-                 s.skipped.size());
-      for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
-      fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics,
-                 s.regions > 0 ? s.regions - 1 : 0);
-      fmt::print(
-          "  per-thread values {} (each stored by profile and by node), database {:.1f} MiB ({:.2f} bytes per value)\n",
-          s.valuesWritten, s.databaseBytes / 1048576.0,
-          s.valuesWritten ? double(s.databaseBytes) / double(s.valuesWritten) : 0.0);
-      const auto& a = s.attribution;
-      if (a.lookups)
-        fmt::print(
-            "  attribution: {} addresses, {} with source lines, {} by symbol only, {} by unwind information, {} by "
-            "function bounds, {} unknown\n",
-            a.lookups, a.withLines, a.symbolOnly, a.byUnwindInfo, a.byFunctionBounds, a.unknown);
-      if (a.modulesAnalysed + a.modulesFromCache > 0)
-        fmt::print("  structure: {} modules, {} analysed in {:.2f} s, {} from the cache {}; {} loops\n",
-                   a.modulesAnalysed + a.modulesFromCache, a.modulesAnalysed, a.analysisSeconds, a.modulesFromCache,
-                   a.structureCache.empty() ? std::string("(none)") : a.structureCache, a.loops);
-      const auto& q = s.quality;
-      auto share = [&](std::uint64_t n) { return q.samples ? 100.0 * double(n) / double(q.samples) : 0.0; };
-      fmt::print("  samples {}: {} truncated paths ({:.1f} %), {} unwind failures, {} dropped ({:.1f} %)\n", q.samples,
-                 q.truncatedSamples, share(q.truncatedSamples), q.unwindFailures, q.droppedSamples,
-                 share(q.droppedSamples));
-      if (const auto u = csp::reduce::unwindSummary(s.unwindRecovery); !u.empty()) fmt::print("  {}\n", u);
-      for (const auto& line : csp::reduce::loopSummary(s.moduleLoops)) fmt::print("  {}\n", line);
-      if (!s.droppedByCause.empty()) fmt::print("    dropped by cause: {}\n", s.droppedByCause);
-      for (const auto& w : csp::reduce::qualityWarnings(q)) fmt::print("  warning: {}\n", w);
-      for (const auto& w : s.measurementWarnings) fmt::print("  warning: {}\n", w);
-      for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
-      for (const auto& i : inputs)
-        if (const auto n = csp::reduce::hpcrunNotRead(i); !n.empty()) fmt::print("  note: {}\n", n);
-      std::string phases;
-      for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
-      if (!phases.empty()) phases.pop_back();
-      if (h)
-        fmt::print(
-            "  HPCToolkit database {}: {} profiles, {} contexts, {:.1f} MiB ({:.2f} bytes per value), {:.2f} s\n",
-            hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
-            h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
-      fmt::print("  time {:.2f} s:{}\n", secs, phases);
+      printSummary(s, c, h, size, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   } catch (const std::exception& e) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", e.what());
