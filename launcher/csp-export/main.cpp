@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "cli_parse.hpp"
 #include "csp/reduce/hpctoolkit_export.hpp"
 #include "signal_cleanup.hpp"
 
@@ -25,11 +26,12 @@ int main(int argc, char** argv) {
   app.add_option("--hpctoolkit", hpctoolkit, "DIR: the HPCToolkit database to create")->required();
   app.add_flag("--force", force, "replace an existing HPCToolkit database (never anything else)");
   app.add_flag("-q,--quiet", quiet, "no summary (errors only)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : e.get_exit_code();
-  }
+  // Rank 0 says what is wrong; every rank leaves with the same status.
+  std::ostringstream silent;
+  if (const auto exit = rank == 0 ? csp::cli::parseOrExit(app, "csp-export", [&] { app.parse(argc, argv); })
+                                  : csp::cli::parseOrExit(
+                                        app, "csp-export", [&] { app.parse(argc, argv); }, silent, silent))
+    return *exit;
   csp::cli::installTerminationCleanup("csp-export", rank == 0);
   std::optional<csp::cli::OrphanWatchdog> watchdog;
   if (size > 1) watchdog.emplace("csp-export");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli_numbers.hpp"
+#include "cli_parse.hpp"
 #include "csp/reduce/hpctoolkit_export.hpp"
 #include "csp/reduce/overhead.hpp"
 #include "csp/reduce/prof.hpp"
@@ -187,16 +188,12 @@ int main(int argc, char** argv) {
       "csp-prof-mpi"};
   CommandLine c;
   defineOptions(app, c);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = 0;
-    if (rank == 0)
-      code = app.exit(e);
-    else
-      code = e.get_exit_code();
-    return code;
-  }
+  // Rank 0 says what is wrong; every rank leaves with the same status.
+  std::ostringstream silent;
+  if (const auto exit = rank == 0 ? csp::cli::parseOrExit(app, "csp-prof-mpi", [&] { app.parse(argc, argv); })
+                                  : csp::cli::parseOrExit(
+                                        app, "csp-prof-mpi", [&] { app.parse(argc, argv); }, silent, silent))
+    return *exit;
   if (const auto why = checkOptions(c); !why.empty()) {
     if (rank == 0) fmt::print(stderr, "csp-prof-mpi: error: {}\n", why);
     return 2;

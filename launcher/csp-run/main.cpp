@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "csp/measure/events.hpp"
 
 namespace fs = std::filesystem;
@@ -152,6 +153,114 @@ void preloadLibrary(const fs::path& lib, bool talk) {
   setEnv("LD_PRELOAD", preload, talk);
 }
 
+// What csp-run's options set.
+struct RunOptions {
+  std::vector<std::string> events;
+  std::string output, library, signal;
+  bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false, noLogical = false;
+  std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
+  int verbose = 0;
+  bool memory = false;
+  MemoryOptions memoryOptions;
+  bool noFootprint = false;
+};
+
+void defineOptions(CLI::App& app, RunOptions& r) {
+  app.add_option("-e,--event", r.events,
+                 "event to sample, repeatable: NAME[@RATE], NAME = cpu-time (thread CPU time) or real-time "
+                 "(wall-clock time, also while blocked); RATE = samples per second (1 to 100000) or a period with "
+                 "unit (ns, us, ms, s; 10us to 3600s); 'none' alone samples nothing (regions, idleness waits). "
+                 "Default cpu-time@200. Env: CSP_EVENTS=cpu-time@200,real-time@1000")
+      ->allow_extra_args(false);
+  app.add_option("-o,--output", r.output,
+                 "measurement directory (created; existing profiles of the same threads are replaced). Default "
+                 "csp-<program>-<job id>, the job id from SLURM_JOB_ID[.SLURM_STEP_ID], Open MPI/PMIx, else the "
+                 "pid. Env: CSP_OUTPUT");
+  app.add_flag("--region-log", r.regionLog, "record the timestamped region enter/exit log. Env: CSP_REGION_LOG=1");
+  app.add_flag("--no-region-log", r.noRegionLog, "do not record the region log (default)");
+  app.add_flag("--idleness", r.idleness,
+               "threaded programs: the metrics work, idleness (thesis 5.2.1), sync-wait, lock-wait, lock-blame and "
+               "mpi-wait, from wrapped pthread and MPI waits and the OpenMP runtime's OMPT interface (LLVM libomp; "
+               "GCC's libgomp has none); work and idleness are counted on the first event. Env: CSP_IDLENESS=1");
+  app.add_flag("--no-idleness", r.noIdleness, "no idleness accounting (default)");
+  app.add_flag("--no-logical", r.noLogical,
+               "OpenMP: do not record where parallel regions and tasks were created (no OMPT tool unless "
+               "--idleness); csp-prof-mpi then shows the native call paths. Env: CSP_LOGICAL=0");
+  app.add_option("--region-log-events", r.regionLogEvents,
+                 "region log capacity per thread; later events are counted as lost (default 1048576). "
+                 "Env: CSP_REGION_LOG_EVENTS")
+      ->check(CLI::Range(1u, 1u << 28));
+  app.add_option("--max-depth", r.maxDepth,
+                 "deepest call path kept; deeper samples keep their innermost frames "
+                 "and count as truncated (default 1024). Env: CSP_MAX_DEPTH")
+      ->check(CLI::Range(16u, 1u << 20));
+  app.add_option("--max-nodes", r.maxNodes,
+                 "CCT nodes per thread; samples beyond are counted as dropped "
+                 "(default 262144). Env: CSP_MAX_NODES")
+      ->check(CLI::Range(1024u, 1u << 28));
+  app.add_option("--signal", r.signal,
+                 "signal csp's timers raise: PROF, RTMIN+N, RTMAX-N or a number (default: the "
+                 "first real-time signal from RTMIN+6 up that the program does not handle). "
+                 "Env: CSP_SIGNAL");
+  app.add_option("--library", r.library,
+                 "libcsp-measure.so to preload (default: found next to csp-run, in "
+                 "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
+  app.add_flag("--memory", r.memory,
+               "memory-access profiles instead of sampling: the program runs under Valgrind with CSP's csp-mem tool "
+               "(cost and input size RMS/TRMS of every routine activation, all-window footprints; "
+               "docs/memory-profiles.md). Needs valgrind. Env: CSP_MEMORY_TOOL_DIR (the tool's directory)");
+  app.add_flag("--no-footprint", r.noFootprint, "--memory: no all-window footprints (faster)");
+  app.add_option("--footprint-precision", r.memoryOptions.precision,
+                 "--memory: guaranteed precision c of the footprints in percent (default 90)")
+      ->check(CLI::Range(1u, 100u));
+  app.add_option("--cell", r.memoryOptions.cell,
+                 "--memory: bytes per memory cell of the input sizes, a power of two (default 4)")
+      ->check(CLI::IsMember({1u, 2u, 4u, 8u, 16u, 32u, 64u}));
+  app.add_flag("-v,--verbose", r.verbose,
+               "report settings, and per thread the samples, unwind failures and drops "
+               "when its profile is written. Env: CSP_VERBOSE=1");
+}
+
+// The options' contradictions and malformed values; empty when there are none.
+std::string optionsProblem(const RunOptions& r) {
+  if (r.regionLog && r.noRegionLog) {
+    return "--region-log and --no-region-log contradict each other";
+  }
+  if (r.idleness && r.noIdleness) {
+    return "--idleness and --no-idleness contradict each other";
+  }
+  if (!r.memory && (r.noFootprint || r.memoryOptions.precision != 0 || r.memoryOptions.cell != 0)) {
+    return "--no-footprint, --footprint-precision and --cell need --memory";
+  }
+  if (r.memory && (!r.events.empty() || r.regionLog || r.idleness)) {
+    return "--memory does not sample: --event, --region-log and --idleness do not apply";
+  }
+  if (auto problem = eventsProblem(r.events); !problem.empty()) return problem;
+
+  if (!r.signal.empty()) {
+    static const std::regex kSignal(R"((SIG)?(PROF|RTMIN(\+[0-9]+)?|RTMAX(-[0-9]+)?|[0-9]+))");
+    if (!std::regex_match(r.signal, kSignal)) {
+      return fmt::format("--signal {}: expected PROF, RTMIN+N, RTMAX-N or a signal number", r.signal);
+    }
+  }
+
+  return {};
+}
+
+// The switches the measurement library reads from the environment.
+void exportSwitches(const RunOptions& r, bool talk) {
+  if (r.regionLog) setEnv("CSP_REGION_LOG", "1", talk);
+  if (r.noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
+  if (r.idleness) setEnv("CSP_IDLENESS", "1", talk);
+  if (r.noLogical) setEnv("CSP_LOGICAL", "0", talk);
+  if (r.noIdleness) setEnv("CSP_IDLENESS", "0", talk);
+  if (r.regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(r.regionLogEvents), talk);
+  if (r.maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(r.maxDepth), talk);
+  if (r.maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(r.maxNodes), talk);
+  if (!r.signal.empty()) setEnv("CSP_SIGNAL", r.signal, talk);
+  if (r.verbose > 0) setEnv("CSP_VERBOSE", std::to_string(r.verbose), talk);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,108 +276,25 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{kHelp, "csp-run"};
-  std::vector<std::string> events;
-  std::string output, library, signal;
-  bool regionLog = false, noRegionLog = false, idleness = false, noIdleness = false, noLogical = false;
-  std::uint32_t regionLogEvents = 0, maxDepth = 0, maxNodes = 0;
-  int verbose = 0;
-  bool memory = false;
-  MemoryOptions memoryOptions;
-  bool noFootprint = false;
-  app.add_option("-e,--event", events,
-                 "event to sample, repeatable: NAME[@RATE], NAME = cpu-time (thread CPU time) or real-time "
-                 "(wall-clock time, also while blocked); RATE = samples per second (1 to 100000) or a period with "
-                 "unit (ns, us, ms, s; 10us to 3600s); 'none' alone samples nothing (regions, idleness waits). "
-                 "Default cpu-time@200. Env: CSP_EVENTS=cpu-time@200,real-time@1000")
-      ->allow_extra_args(false);
-  app.add_option("-o,--output", output,
-                 "measurement directory (created; existing profiles of the same threads are replaced). Default "
-                 "csp-<program>-<job id>, the job id from SLURM_JOB_ID[.SLURM_STEP_ID], Open MPI/PMIx, else the "
-                 "pid. Env: CSP_OUTPUT");
-  app.add_flag("--region-log", regionLog, "record the timestamped region enter/exit log. Env: CSP_REGION_LOG=1");
-  app.add_flag("--no-region-log", noRegionLog, "do not record the region log (default)");
-  app.add_flag("--idleness", idleness,
-               "threaded programs: the metrics work, idleness (thesis 5.2.1), sync-wait, lock-wait, lock-blame and "
-               "mpi-wait, from wrapped pthread and MPI waits and the OpenMP runtime's OMPT interface (LLVM libomp; "
-               "GCC's libgomp has none); work and idleness are counted on the first event. Env: CSP_IDLENESS=1");
-  app.add_flag("--no-idleness", noIdleness, "no idleness accounting (default)");
-  app.add_flag("--no-logical", noLogical,
-               "OpenMP: do not record where parallel regions and tasks were created (no OMPT tool unless "
-               "--idleness); csp-prof-mpi then shows the native call paths. Env: CSP_LOGICAL=0");
-  app.add_option("--region-log-events", regionLogEvents,
-                 "region log capacity per thread; later events are counted as lost (default 1048576). "
-                 "Env: CSP_REGION_LOG_EVENTS")
-      ->check(CLI::Range(1u, 1u << 28));
-  app.add_option("--max-depth", maxDepth,
-                 "deepest call path kept; deeper samples keep their innermost frames "
-                 "and count as truncated (default 1024). Env: CSP_MAX_DEPTH")
-      ->check(CLI::Range(16u, 1u << 20));
-  app.add_option("--max-nodes", maxNodes,
-                 "CCT nodes per thread; samples beyond are counted as dropped "
-                 "(default 262144). Env: CSP_MAX_NODES")
-      ->check(CLI::Range(1024u, 1u << 28));
-  app.add_option("--signal", signal,
-                 "signal csp's timers raise: PROF, RTMIN+N, RTMAX-N or a number (default: the "
-                 "first real-time signal from RTMIN+6 up that the program does not handle). "
-                 "Env: CSP_SIGNAL");
-  app.add_option("--library", library,
-                 "libcsp-measure.so to preload (default: found next to csp-run, in "
-                 "../lib or the build tree). Env: CSP_MEASURE_LIBRARY");
-  app.add_flag("--memory", memory,
-               "memory-access profiles instead of sampling: the program runs under Valgrind with CSP's csp-mem tool "
-               "(cost and input size RMS/TRMS of every routine activation, all-window footprints; "
-               "docs/memory-profiles.md). Needs valgrind. Env: CSP_MEMORY_TOOL_DIR (the tool's directory)");
-  app.add_flag("--no-footprint", noFootprint, "--memory: no all-window footprints (faster)");
-  app.add_option("--footprint-precision", memoryOptions.precision,
-                 "--memory: guaranteed precision c of the footprints in percent (default 90)")
-      ->check(CLI::Range(1u, 100u));
-  app.add_option("--cell", memoryOptions.cell,
-                 "--memory: bytes per memory cell of the input sizes, a power of two (default 4)")
-      ->check(CLI::IsMember({1u, 2u, 4u, 8u, 16u, 32u, 64u}));
-  app.add_flag("-v,--verbose", verbose,
-               "report settings, and per thread the samples, unwind failures and drops "
-               "when its profile is written. Env: CSP_VERBOSE=1");
+  RunOptions r;
+  defineOptions(app, r);
   if (command.empty()) app.prefix_command();
-  try {
-    app.parse(ownArgs, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto exit = csp::cli::parseOrExit(app, "csp-run", [&] { app.parse(ownArgs, argv); })) return *exit;
   if (command.empty()) command = app.remaining();
   if (command.empty()) {
     fmt::print(stderr, "csp-run: error: no program given (usage: csp-run [options] -- program [args...])\n");
     return 2;
   }
-  if (regionLog && noRegionLog) {
-    fmt::print(stderr, "csp-run: error: --region-log and --no-region-log contradict each other\n");
-    return 2;
-  }
-  if (idleness && noIdleness) {
-    fmt::print(stderr, "csp-run: error: --idleness and --no-idleness contradict each other\n");
-    return 2;
-  }
-  if (!memory && (noFootprint || memoryOptions.precision != 0 || memoryOptions.cell != 0)) {
-    fmt::print(stderr, "csp-run: error: --no-footprint, --footprint-precision and --cell need --memory\n");
-    return 2;
-  }
-  if (memory && (!events.empty() || regionLog || idleness)) {
-    fmt::print(stderr, "csp-run: error: --memory does not sample: --event, --region-log and --idleness do not apply\n");
-    return 2;
-  }
-  memoryOptions.footprint = !noFootprint;
-  if (const auto problem = eventsProblem(events); !problem.empty()) {
+  if (const auto problem = optionsProblem(r); !problem.empty()) {
     fmt::print(stderr, "csp-run: error: {}\n", problem);
     return 2;
   }
-
-  if (!signal.empty()) {
-    static const std::regex kSignal(R"((SIG)?(PROF|RTMIN(\+[0-9]+)?|RTMAX(-[0-9]+)?|[0-9]+))");
-    if (!std::regex_match(signal, kSignal)) {
-      fmt::print(stderr, "csp-run: error: --signal {}: expected PROF, RTMIN+N, RTMAX-N or a signal number\n", signal);
-      return 2;
-    }
-  }
-
+  r.memoryOptions.footprint = !r.noFootprint;
+  auto& events = r.events;
+  auto& output = r.output;
+  auto& library = r.library;
+  const bool memory = r.memory;
+  const int verbose = r.verbose;
   const auto lib = memory ? std::optional<fs::path>(fs::path{}) : findLibrary(library);
   const auto tool = memory ? findMemoryTool() : std::nullopt;
   if (memory && !tool) {
@@ -315,24 +341,16 @@ int main(int argc, char** argv) {
     for (const auto& a : command) joined += (joined.empty() ? "" : "\x1f") + a;
     setEnv("CSP_COMMAND", joined, false);
   }
-  if (regionLog) setEnv("CSP_REGION_LOG", "1", talk);
-  if (noRegionLog) setEnv("CSP_REGION_LOG", "0", talk);
-  if (idleness) setEnv("CSP_IDLENESS", "1", talk);
-  if (noLogical) setEnv("CSP_LOGICAL", "0", talk);
-  if (noIdleness) setEnv("CSP_IDLENESS", "0", talk);
-  if (regionLogEvents != 0) setEnv("CSP_REGION_LOG_EVENTS", std::to_string(regionLogEvents), talk);
-  if (maxDepth != 0) setEnv("CSP_MAX_DEPTH", std::to_string(maxDepth), talk);
-  if (maxNodes != 0) setEnv("CSP_MAX_NODES", std::to_string(maxNodes), talk);
-  if (!signal.empty()) setEnv("CSP_SIGNAL", signal, talk);
-  if (verbose > 0) setEnv("CSP_VERBOSE", std::to_string(verbose), talk);
+  exportSwitches(r, talk);
   if (memory) {
     setEnv("VALGRIND_LIB", tool->string(), talk);
-    command = memoryCommand(command, outDir, memoryOptions);
+    command = memoryCommand(command, outDir, r.memoryOptions);
   } else {
     preloadLibrary(*lib, talk);
   }
 
   std::vector<char*> args;
+  args.reserve(command.size() + 1);
   for (auto& a : command) args.push_back(a.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());

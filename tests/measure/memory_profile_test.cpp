@@ -222,7 +222,7 @@ TEST(MemoryProfileOptions, BadOptionsAreRefused) {
   r = run(kCspRun + " --memory -e cpu-time" + out);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--memory does not sample"), std::string::npos) << r.output;
-  r = run(kCspRun + " --memory --footprint-precision 0" + out);  // CLI11's range check (status 105)
+  r = run(kCspRun + " --memory --footprint-precision 0" + out);  // a range check: a usage error (status 2)
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--footprint-precision"), std::string::npos) << r.output;
   r = run("CSP_MEMORY_TOOL_DIR=" + dir.path().string() + " " + kCspRun + " --memory" + out);
