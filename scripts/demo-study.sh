@@ -68,6 +68,7 @@ The demo's results are in $study (databases, scaling-loss database, job logs). T
   $CSP_BIN/csp-views --flat $study/run-p4/db
   $CSP_BIN/csp-views --callers $study/scaling-db
   $CSP_BIN/csp-views --hot-path $study/run-p4/db       # top-down, following the hottest path
+  $CSP_BIN/csp-web $study/run-p4/db $study/scaling-db   # both in a browser: open the URL it prints (docs/web.md)
   batch-scripts/csp-scaling-study.sh --help          # the same study on your program, with sbatch
   CSP_DEMO_SLURM=local bash scripts/demo.sh          # this demo through sbatch on a private local Slurm
   mpirun -np 4 $CSP_BIN/csp-run -o my-run/meas -- ./my_app   # measure your own MPI program
