@@ -231,6 +231,7 @@ std::vector<std::vector<std::byte>> Comm::allgather(const std::vector<std::byte>
   if (error) std::rethrow_exception(error);
   Unpacker u(all);
   std::vector<std::vector<std::byte>> out;
+  out.reserve(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) out.push_back(u.bytes());
   return out;
 }
@@ -342,6 +343,18 @@ void faultPoint(const Comm& comm, const char* phase) {
     }
     if (action == "kill") std::raise(SIGKILL);
     throw std::runtime_error(fmt::format("injected failure in phase '{}' (CSP_FAULT_INJECT)", phase));
+  }
+}
+
+std::string failureMessageOfCurrentException() {
+  try {
+    throw;
+  } catch (const PeerFailure&) {
+    return {};
+  } catch (const std::exception& e) {
+    return *e.what() != '\0' ? e.what() : "unknown error";
+  } catch (...) {
+    return "unknown error";
   }
 }
 

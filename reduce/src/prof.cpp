@@ -47,17 +47,7 @@ ProfSummary runProf(const Comm& comm, const ProfOptions& options, ProgressSink* 
     if (options.sinks.empty()) throw PipelineError("no outputs (sinks) given");
     return runStages(comm, options, progress);
   } catch (...) {
-    std::string message;
-    try {
-      throw;
-    } catch (const PeerFailure&) {
-      // another rank failed; it reports why
-    } catch (const std::exception& e) {
-      message = e.what();
-      if (message.empty()) message = "unknown error";
-    } catch (...) {
-      message = "unknown error";
-    }
+    const std::string message = failureMessageOfCurrentException();
     for (const auto& sink : options.sinks) sink->stop();
     const auto failures = comm.fail(message);
     for (const auto& sink : options.sinks) sink->abandon();  // every rank has stopped writing

@@ -55,6 +55,10 @@ class PeerFailure : public std::runtime_error {
   PeerFailure() : std::runtime_error("another process failed") {}
 };
 
+// Inside a catch block: the message Comm::fail() takes for the exception being handled; empty for
+// a PeerFailure (the rank that failed reports why), "unknown error" when nothing better is known.
+std::string failureMessageOfCurrentException();
+
 class Comm {
  public:
   // `grace`: how long fail() waits for the other ranks before aborting the job

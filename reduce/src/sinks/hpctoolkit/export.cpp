@@ -269,7 +269,7 @@ fs::path shareStaging(const Comm& comm, const HpctoolkitExportOptions& options, 
   const std::string text(reinterpret_cast<const char*>(owner.data()), owner.size());
   const auto newline = text.find('\n');
   const auto space = text.find(' ');
-  const fs::path dir = text.substr(newline + 1);
+  fs::path dir = text.substr(newline + 1);
   const bool sameHost = text.substr(space + 1, newline - space - 1) == hostName();
   if (options.onTempDir) options.onTempDir(dir, sameHost ? std::stoi(text.substr(0, space)) : 0);
   comm.onAbort([dir] {
@@ -664,17 +664,7 @@ HpctoolkitExportSummary exportHpctoolkit(const Comm& comm, const HpctoolkitExpor
   try {
     return hpctk::writeExport(comm, options, staging);
   } catch (...) {
-    std::string message;
-    try {
-      throw;
-    } catch (const PeerFailure&) {
-      // another rank failed; it reports why
-    } catch (const std::exception& e) {
-      message = e.what();
-      if (message.empty()) message = "unknown error";
-    } catch (...) {
-      message = "unknown error";
-    }
+    const std::string message = failureMessageOfCurrentException();
     const auto failures = comm.fail(message);
     staging.reset();  // every rank has stopped writing: the staging directory goes
     throw HpctoolkitExportError(comm.rank() == 0 ? comm.describe(failures) : std::string("failed; rank 0 reports why"));
