@@ -215,19 +215,28 @@ TEST(Distributed, WhatIfPredictsTheSpeedUpOfTheCriticalPathOnly) {
   measureAndReduce(tmp / "fast", 3, "", "6 60 10 25");
   const auto onPath = query(tmp / "slow" / "db", "--what-if 'R=-25%'");
   const auto offPath = query(tmp / "slow" / "db", "--what-if 'Q=-25%'");
-  const double slowRun = row(onPath, "run time");
-  const double fastRun = row(query(tmp / "fast" / "db", "--what-if 'R=-1%'"), "run time");
+  const double slowRun = row(onPath, "run time"), slowR = row(onPath, "region compute time");
+  const auto fast = query(tmp / "fast" / "db", "--what-if 'R=-1%'");
+  const double fastRun = row(fast, "run time"), fastR = row(fast, "region compute time");
   const double measured = 100 * (slowRun - fastRun) / slowRun;
   const double predicted = row(onPath, "predicted speed-up");
-  const double most = 100 * 0.25 * row(onPath, "region compute time") / slowRun;
-  std::printf("R -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; Q -25%%: %.3f %%\n",
-              predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"), measured, most,
-              row(offPath, "predicted speed-up"));
+  const double most = 100 * 0.25 * slowR / slowRun;
+  // The fast run differs from the slow one by 25 % of R and by what the machine did to each: R's
+  // sleeps overshoot (R took fastR, not 0.75 slowR) and the rest of the run (barriers, messages,
+  // start-up) took a different time. Both are measured in the two runs; the prediction must be
+  // right up to them and 5 % (a loaded run once had 15 % between prediction and measurement).
+  const double overshoot = 100 * std::abs(fastR - 0.75 * slowR) / slowRun;
+  const double rest = 100 * std::abs((slowRun - slowR) - (fastRun - fastR)) / slowRun;
+  std::printf(
+      "R -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; disturbances: R's overshoot "
+      "%.2f points, the rest %.2f points; Q -25%%: %.3f %%\n",
+      predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"), measured, most, overshoot,
+      rest, row(offPath, "predicted speed-up"));
   EXPECT_GT(predicted, 0);
   EXPECT_LE(predicted, most + 1e-9);
   EXPECT_LE(row(onPath, "speed-up lower bound"), predicted);
   EXPECT_GE(row(onPath, "speed-up upper bound"), predicted);
-  EXPECT_NEAR(predicted, measured, 0.1 * measured + 2.0);  // sleeps overshoot under load: 2 points more
+  EXPECT_NEAR(predicted, measured, 0.05 * measured + overshoot + rest);
   EXPECT_NEAR(row(offPath, "predicted speed-up"), 0, 0.01);
   // The ranking puts R first.
   const auto ranking = query(tmp / "slow" / "db", "--what-if-rank=-25%");

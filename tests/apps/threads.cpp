@@ -10,7 +10,7 @@
 //     The same with a pthread spin lock: the waiters spin in pthread_spin_lock.
 //   csp-app-threads blame-rounds HOLD_US ROUNDS, spin-blame-rounds HOLD_US ROUNDS
 //     Many holds of HOLD_US with the same three waiters (see "blame rounds" below). Prints
-//     "held NS ns, waited NS ns, waited-in-hold NS ns".
+//     "held NS ns, waited NS ns, waited-in-hold NS ns, release-window NS ns".
 //   csp-app-threads barrier UNIT_MS ROUNDS
 //     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
 //     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
@@ -158,12 +158,15 @@ int blame(std::uint64_t holdMs, bool spin) {
 // when every waiter has taken and released the lock. The program measures, by CLOCK_MONOTONIC:
 // the holder's holds ("held"), the waiters' time in takeLock ("waited"), and the part of that
 // time before the holder's release of the round ("waited-in-hold": what the holder is to blame
-// for).
+// for), and the holder's time from its reading of the clock before the release to the return of
+// the release ("release-window": a holder preempted there releases later than it measured, and
+// a waiter's blame runs to the actual release).
 
 std::atomic<int> g_round{0};
 std::atomic<int> g_roundDone{0};
 std::uint64_t g_releaseNs = 0;  // the holder's release time of the current round (read under the lock)
 std::atomic<std::uint64_t> g_waitedNs{0}, g_waitedInHoldNs{0};
+std::uint64_t g_releaseWindowNs = 0;  // written by the holder only
 
 __attribute__((noinline)) void hold_lock_round(int round) {
   takeLock();
@@ -174,7 +177,9 @@ __attribute__((noinline)) void hold_lock_round(int round) {
   burn(CLOCK_MONOTONIC, g_holdNs);
   g_releaseNs = nowNs(CLOCK_MONOTONIC);
   g_heldNs += g_releaseNs - acquired;
+  const std::uint64_t before = g_releaseNs;
   releaseLock();
+  g_releaseWindowNs += nowNs(CLOCK_MONOTONIC) - before;
   g_released.fetch_add(1);  // not a tail call (see hold_lock)
 }
 
@@ -218,9 +223,10 @@ int blameRounds(std::uint64_t holdUs, int rounds, bool spin) {
   for (auto& t : w) pthread_create(&t, nullptr, roundWaiter, arg);
   pthread_join(h, nullptr);
   for (auto& t : w) pthread_join(t, nullptr);
-  std::printf("blame-rounds: %d rounds, held %llu ns, waited %llu ns, waited-in-hold %llu ns\n", rounds,
-              static_cast<unsigned long long>(g_heldNs), static_cast<unsigned long long>(g_waitedNs.load()),
-              static_cast<unsigned long long>(g_waitedInHoldNs.load()));
+  std::printf("blame-rounds: %d rounds, held %llu ns, waited %llu ns, waited-in-hold %llu ns, release-window %llu ns\n",
+              rounds, static_cast<unsigned long long>(g_heldNs), static_cast<unsigned long long>(g_waitedNs.load()),
+              static_cast<unsigned long long>(g_waitedInHoldNs.load()),
+              static_cast<unsigned long long>(g_releaseWindowNs));
   return 0;
 }
 

@@ -212,11 +212,12 @@ TEST(Idleness, SpinLockHolderIsBlamed) {
 //  - all blame + short-lock-wait-ns = all lock-wait, but for the lock table's µs (one per wait)
 //    and the unattributed waiting;
 //  - the holder's blame is at most the waiters' waiting before its releases as the program
-//    measures it (within 1 % and one µs per wait), and at least three quarters of it less what
-//    ended within short waits: on an idle machine it is 98.5-100 %, but on a loaded one a waiter
-//    preempted between the holder's release and its own wake-up makes the hand-over long, and
-//    that is blamed on the next release, not the holder's (93-98 % with two CPU hogs on the two
-//    cores of the development machine).
+//    measures it (within 1 % and one µs per wait) plus, for each of the three waiters, the time
+//    the holder took from reading the clock to the return of its release (a holder preempted
+//    there releases later than it measured: 1.2 % more blame in a loaded CI run), and at least three quarters of it
+//    less what ended within short waits: on an idle machine it is 98.5-100 %, but on a loaded one a waiter preempted
+//    between the holder's release and its own wake-up makes the hand-over long, and that is blamed on the next release,
+//    not the holder's (93-98 % with two CPU hogs on the two cores of the development machine).
 // Before, a wait's blame began at its registration, which a timed futex wait of 20 µs makes
 // 50-150 µs late: the holder got 39 % (100 µs holds), 91 % (1 ms), 98 % (10 ms) of that waiting.
 // `fewer` divides the rounds: spinning waiters keep both CPUs of a small machine busy, and a hold
@@ -233,10 +234,10 @@ void checkBlameRounds(const std::string& mode, int fewer) {
                 kApps + "csp-app-threads " + mode + " " + std::to_string(c.holdUs) + " " + std::to_string(c.rounds));
     ASSERT_TRUE(r.db);
     std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(r.output, m, std::regex(R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns)")))
+    ASSERT_TRUE(std::regex_search(
+        r.output, m, std::regex(R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns, release-window (\d+) ns)")))
         << r.output;
-    const double held = std::stod(m[1]), waitedInHold = std::stod(m[3]);
+    const double held = std::stod(m[1]), waitedInHold = std::stod(m[3]), releaseWindow = std::stod(m[4]);
     const double holderBlame = inclusive(*r.db, "hold_lock_round", "lock-blame");
     const double blame = total(*r.db, "lock-blame"), waited = total(*r.db, "lock-wait");
     const double shortWaits = settingSum(r.meas, "short-lock-wait-ns");
@@ -249,7 +250,7 @@ void checkBlameRounds(const std::string& mode, int fewer) {
         blame / kMs, shortWaits / kMs, (blame + shortWaits) / kMs, waited / kMs);
     EXPECT_NEAR(blame + shortWaits, waited, perWait) << c.holdUs << " us";
     EXPECT_GE(holderBlame, 0.75 * waitedInHold - shortWaits - perWait) << c.holdUs << " us";
-    EXPECT_LE(holderBlame, 1.01 * waitedInHold + perWait) << c.holdUs << " us";
+    EXPECT_LE(holderBlame, 1.01 * waitedInHold + 3 * releaseWindow + perWait) << c.holdUs << " us";
     EXPECT_LE(holderBlame, 3 * held * 1.01) << "three waiters at most";
   }
 }
