@@ -10,9 +10,15 @@ endfunction()
 
 option(CSP_WERROR "Treat warnings in CSP's own code as errors" OFF)
 
-if(CSP_SANITIZE)
+if(CSP_SANITIZE OR CSP_FUZZ)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+endif()
+# libFuzzer needs coverage of the code under test, not only of the fuzz target's own file: every
+# object gets the coverage hooks (the sanitizer runtime defines them for the ordinary test
+# executables of the same build, which the test command runs as the sanitizer suite).
+if(CSP_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
 # Generated Cap'n Proto code is not ours: no warnings flags on it, but it shares the library.

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh [SECONDS]: builds the libFuzzer targets with clang and runs each for SECONDS:
-# the profile reader (seeded with valid profiles from csp-gen), then the metrics decoders and
-# expression parsers. Exits non-zero if a fuzzer finds a crash (keeping the reproducer) or if the
-# profile reader target never gets past its early checks (it prints how far its inputs got).
+# scripts/fuzz.sh [SECONDS [BUILD_DIR]]: builds the libFuzzer targets with clang (ASan + UBSan, and
+# libFuzzer's coverage hooks in every library they link) and runs each for SECONDS: the profile
+# reader (seeded with valid profiles from csp-gen), then the metrics decoders and expression
+# parsers. Exits non-zero if a fuzzer finds a crash (keeping the reproducer) or if the profile
+# reader target never gets past its early checks (it prints how far its inputs got).
+# BUILD_DIR: the clang build tree (default build-fuzz).
+# scripts/fuzz.sh --build-only [BUILD_DIR]: only the build (scripts/test.sh runs it beside the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [[ "${1:-}" == "--build-only" ]]; then
+  build_only=1
+  shift
+fi
 seconds=${1:-60}
-bash scripts/build.sh build-fuzz Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -- profile_reader_fuzz metrics_fuzz csp-gen
+bdir=${2:-build-fuzz}
+bash scripts/build.sh "$bdir" Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCSP_SANITIZE=ON -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -- profile_reader_fuzz metrics_fuzz csp-gen
+[[ $build_only == 1 ]] && exit 0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/seeds"
-build-fuzz/launcher/csp-gen -q --ranks 2 --threads 2 --nodes 60 --regions -o "$work/seeds/synthetic"
-build-fuzz/launcher/csp-gen -q --from-json tests/data/fig75.json -o "$work/seeds/fig75"
+"$bdir"/launcher/csp-gen -q --ranks 2 --threads 2 --nodes 60 --regions -o "$work/seeds/synthetic"
+"$bdir"/launcher/csp-gen -q --from-json tests/data/fig75.json -o "$work/seeds/fig75"
 # Each seed gets the target's selector byte (tests/fuzz/profile_reader_fuzz.cpp): 0x01 = skip the
 # checksum, so that mutations of valid profiles reach the parser and the structural checks.
 for f in "$work"/seeds/*/*.cspprof; do
@@ -73,7 +83,7 @@ for i, line in enumerate(sys.stdin):
     if acc and acc[0] == 0x11: open(sys.argv[1] + "/class-acc-%d" % i, "wb").write(b"\x00" + acc)
 ' "$work/metrics-corpus"
 fi
-fuzz "profile reader" build-fuzz/tests/fuzz/profile_reader_fuzz "$work/corpus"
+fuzz "profile reader" "$bdir"/tests/fuzz/profile_reader_fuzz "$work/corpus"
 # The reader target must get past its early checks: some inputs parse, some fail the structural
 # checks behind the decoder (a run stuck at the checksum or the header would show zeros here).
 stats=$(grep -E '^profile_reader_fuzz: ' "$work/profile-reader.log" | tail -n 1 || true)
@@ -83,7 +93,7 @@ if [[ -z "$stats" || "${parsed:-0}" -eq 0 || "${structural:-0}" -eq 0 ]]; then
   echo "fuzz: the profile reader target never got past its early checks" >&2
   exit 1
 fi
-fuzz "metrics decoders and expressions" build-fuzz/tests/metrics/metrics_fuzz "$work/metrics-corpus"
+fuzz "metrics decoders and expressions" "$bdir"/tests/metrics/metrics_fuzz "$work/metrics-corpus"
 stats=$(grep -E '^metrics_fuzz: accepted' "$work/metrics-decoders-and-expressions.log" | tail -n 1 || true)
 echo "${stats:-metrics_fuzz: no statistics printed}"
 if [[ -z "$stats" ]] || grep -qE ' 0( |$)' <<<"$stats"; then

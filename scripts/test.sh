@@ -6,7 +6,7 @@
 #   scripts/test.sh --quick    the edit-test loop: the Release build and the tests without whole
 #                              measured programs, batch jobs or benchmarks (labels integration,
 #                              batch, slurm, bench left out)
-#   CSP_FUZZ_SECONDS=N         length of each fuzz run (default 20; 0 skips them)
+#   CSP_FUZZ_SECONDS=N         length of each fuzz run (default 10; 0 skips them)
 #   CSP_TEST_JOBS=N            tests run side by side (default: 2 per core; most tests wait for
 #                              the processes they start more than they compute)
 set -euo pipefail
@@ -30,26 +30,64 @@ stage "code format (.clang-format; scripts/lint.sh also runs clang-tidy on chang
 bash scripts/lint.sh --format-only
 stage "Release build"
 bash scripts/build.sh build Release -DCSP_WERROR=ON
-stage "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
-bash scripts/lint.sh HEAD~1
-
 if [[ $quick == 1 ]]; then
+  stage "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
+  bash scripts/lint.sh HEAD~1
   stage "unit tests (Release; --quick leaves out labels integration, batch, slurm, bench)"
   ctest --test-dir build --output-on-failure -j "$jobs" -LE 'integration|batch|slurm|bench'
   stage "done"
   exit 0
 fi
 
-stage "unit and integration tests (Release)"
+# What does not need the Release tests' machine runs beside them at the lowest priority: the
+# tests leave about a quarter of the CPUs idle (they wait for the programs they start), and the
+# compilers take that instead of a stage of their own. Each job's output is shown when it ends.
+logs=build/test-logs
+mkdir -p "$logs"
+fuzz_seconds=${CSP_FUZZ_SECONDS:-10}
+declare -A pids
+background() {  # background NAME COMMAND...: runs it niced in its own process group; output in $logs/NAME.log
+  local name=$1
+  shift
+  setsid nice -n 19 "$@" >"$logs/$name.log" 2>&1 &
+  pids[$name]=$!
+}
+stop_background() {  # a failing stage ends the run: nothing of it goes on compiling
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+}
+trap stop_background EXIT
+finish() {  # finish NAME TITLE: waits for the job, shows its output, stops the run if it failed
+  local status=0
+  wait "${pids[$1]}" || status=$?
+  stage "$2 (ran beside the tests; exit $status)"
+  if [[ $status -ne 0 ]]; then
+    tail -n 60 "$logs/$1.log"
+    echo "test.sh: $2 failed (whole output in $logs/$1.log)" >&2
+    exit "$status"
+  fi
+  grep -vE '^\[[0-9]+/[0-9]+\] ' "$logs/$1.log" | tail -n 20 || true
+  unset "pids[$1]"
+}
+background tidy bash scripts/lint.sh HEAD~1
+background asan-build bash scripts/build.sh build-asan Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- \
+  csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests
+if [[ "$fuzz_seconds" -gt 0 ]]; then
+  background fuzz-build bash scripts/fuzz.sh --build-only
+fi
+
+stage "unit and integration tests (Release; clang-tidy and the sanitizer and fuzz builds run beside them)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+finish tidy "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
+# The sanitizer suite is built with the Release compiler (gcc): the loop-recovery tests check the
+# loops of the test programs as gcc compiles them; the fuzz targets need clang (scripts/fuzz.sh).
+finish asan-build "AddressSanitizer + UndefinedBehaviorSanitizer build"
 stage "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-bash scripts/build.sh build-asan Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -L sanitize
 
-fuzz_seconds=${CSP_FUZZ_SECONDS:-20}
 if [[ "$fuzz_seconds" -gt 0 ]]; then
+  finish fuzz-build "libFuzzer build (clang)"
   stage "fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s each"
   bash scripts/fuzz.sh "$fuzz_seconds"
 fi

@@ -36,11 +36,10 @@ void chooseEntry(const std::map<std::uint32_t, std::uint64_t>& byEntry, const Lo
   std::uint64_t most = 0;
   for (const auto& [node, samples] : byEntry) {
     const auto key = cct.node(node).key;
-    const auto better = [&] {
-      if (samples != most) return samples > most;
-      return best == kNoIndex || strings.text(key.name) < strings.text(cct.node(best).key.name);
-    };
-    if (better()) best = node, most = samples;
+    const bool better = samples != most
+                            ? samples > most
+                            : best == kNoIndex || strings.text(key.name) < strings.text(cct.node(best).key.name);
+    if (better) best = node, most = samples;
   }
   if (best == kNoIndex) return;
   const auto key = cct.node(best).key;
