@@ -179,11 +179,19 @@ struct CostModel {
   double period = 1;
   bool sampled = false;
   double samplingError = 0;  // period - 1 for a sampled metric
+  bool real = false;         // values are doubles (hpcrun's seconds), taken as exact
+  double value(std::uint64_t bits) const { return real ? realValue(bits) : static_cast<double>(bits); }
+  double summarySum(std::string_view accumulator) const {
+    if (!real) return static_cast<double>(metrics::decodeIntAccumulator(accumulator).sum());
+    const auto a = metrics::decodeRealAccumulator(accumulator);
+    return a.mean() * static_cast<double>(a.count());
+  }
 };
 
 CostModel costModel(const storage::StoredMetric& stored) {
   CostModel c;
-  c.sampled = stored.descriptor.kind != MetricKind::Counted;
+  c.real = stored.valueType == storage::ValueType::Real;
+  c.sampled = stored.descriptor.kind != MetricKind::Counted && !c.real;
   c.period = static_cast<double>(std::max<std::uint64_t>(stored.descriptor.period, 1));
   c.samplingError = c.sampled ? c.period - 1 : 0;
   return c;
@@ -197,9 +205,11 @@ storage::MetricId resolveMetric(const storage::DatabaseMetadata& meta, const Imb
       metric = static_cast<storage::MetricId>(m);
   if (!metric) throw std::invalid_argument(fmt::format("unknown metric '{}'", o.metric));
   const auto& stored = meta.metrics[*metric];
-  if (stored.valueType != storage::ValueType::Count)
+  // A derived metric (csp-prof-mpi --derive; its description says so) need not add up over the
+  // calling context (a ratio does not), and own costs are differences of inclusive values.
+  if (stored.valueType == storage::ValueType::Real && stored.descriptor.description.starts_with("derived per thread"))
     throw std::invalid_argument(
-        fmt::format("metric '{}' is real-valued; the imbalance analysis needs a raw metric", stored.descriptor.name));
+        fmt::format("metric '{}' is derived; the imbalance analysis needs a measured metric", stored.descriptor.name));
   report.metric = stored.descriptor.name;
   report.unit = stored.descriptor.unit;
   report.samplingError = costModel(stored).samplingError;
@@ -393,7 +403,7 @@ struct Contexts {
 };
 
 Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Section& section,
-                         storage::MetricId metric, const Threads& s,
+                         storage::MetricId metric, const CostModel& cost, const Threads& s,
                          const std::function<bool(storage::ProfileId)>& selected, const ImbalanceOptions& o,
                          ImbalanceReport& report) {
   const auto& meta = db.metadata();
@@ -402,14 +412,14 @@ Contexts sectionContexts(const storage::Database& db, const Tree& tree, const Se
     for (const auto& v : db.nodeValues(node, metric, storage::MetricScope::Inclusive)) {
       if (v.profile >= meta.profiles.size() || !selected(v.profile)) continue;
       const auto it = s.row.find(v.profile);
-      if (it != s.row.end()) x[it->second] += static_cast<double>(v.value);
+      if (it != s.row.end()) x[it->second] += cost.value(v.value);
     }
     return x;
   };
   std::vector<double> sumOf(tree.nodes.size(), 0);
   db.forEachSummary([&](storage::NodeId node, storage::MetricId m, storage::MetricScope scope, std::string_view value) {
     if (m != metric || scope != storage::MetricScope::Inclusive || node >= sumOf.size()) return;
-    sumOf[node] = static_cast<double>(metrics::decodeIntAccumulator(value).sum());
+    sumOf[node] = cost.summarySum(value);
   });
   double sectionSum = 0;
   for (auto r : section.roots) sectionSum += sumOf[r];
@@ -769,7 +779,7 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   } else {
     for (auto r : section.roots)
       for (const auto& v : db.nodeValues(r, metric, storage::MetricScope::Inclusive))
-        if (v.profile < meta.profiles.size() && selected(v.profile)) times[v.profile] += static_cast<double>(v.value);
+        if (v.profile < meta.profiles.size() && selected(v.profile)) times[v.profile] += cost.value(v.value);
   }
   const Threads s = sampleTimes(times);
   if (s.n() == 0)
@@ -778,7 +788,7 @@ ImbalanceReport analyzeImbalance(const storage::Database& db, const ImbalanceOpt
   describeSection(meta, s, report);
   if (!sectionNeedsExplaining(report, o)) return report;
 
-  const Contexts contexts = sectionContexts(db, tree, section, metric, s, selected, o, report);
+  const Contexts contexts = sectionContexts(db, tree, section, metric, cost, s, selected, o, report);
   const Scopes scopes = ownCosts(tree, section, contexts, s);
   const Selection sel = chooseCauses(scopes, s.t, o, cost);
   report.scopesTested = sel.tested;

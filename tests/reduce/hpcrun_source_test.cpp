@@ -321,6 +321,37 @@ TEST_F(HpcrunProf, StatisticsAcrossThreadsInTheViews) {
   EXPECT_NE(accumulate.find("0.25"), std::string::npos) << accumulate;
 }
 
+// The imbalance analysis on hpcrun input, whose CPUTIME is real-valued seconds (exact values, no
+// sampling model): thread k's app+0x3000 costs 0.5 (k + 1) s of its own and sample::accumulate
+// 0.0625 (k + 1) s; everything else is the same in every thread. So the variance of the threads'
+// time is explained 8/9 by the first and 1/9 by the second, exactly; the two vary together, so
+// by default the second is listed as a further site of the first (their joint share 1).
+TEST_F(HpcrunProf, ImbalanceCausesOfRealValuedSecondsAreExact) {
+  const auto db = prof(1, "db");
+  const std::string views = tool("csp-views") + " --format json -m 'CPUTIME (sec)' --threads all --imbalance ";
+  auto r = run(views + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["sampling_error"], 0.0);
+  ASSERT_EQ(j["causes"].size(), 1u) << r.output;
+  const auto& first = j["causes"][0];
+  EXPECT_EQ(first["label"], "app+0x3000");
+  EXPECT_NEAR(first["share"].get<double>(), 1.0, 1e-12);
+  ASSERT_EQ(first["sites"].size(), 1u);
+  EXPECT_NE(first["sites"][0]["label"].get<std::string>().find("sample::accumulate"), std::string::npos);
+  EXPECT_NEAR(first["sites"][0]["share"].get<double>(), 1.0 / 9, 1e-12);
+  for (const auto& t : first["threads"]) EXPECT_EQ(t["value"].get<double>(), 0.5 * (t["profile"].get<int>() + 1));
+  // Without clustering, two causes in the order of what they explain.
+  r = run(views + "--cluster-threshold 1 " + db.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["causes"].size(), 2u) << r.output;
+  EXPECT_EQ(j["causes"][0]["label"], "app+0x3000");
+  EXPECT_NEAR(j["causes"][0]["share"].get<double>(), 8.0 / 9, 1e-12);
+  EXPECT_NE(j["causes"][1]["label"].get<std::string>().find("sample::accumulate"), std::string::npos);
+  EXPECT_NEAR(j["causes"][1]["share"].get<double>(), 1.0 / 9, 1e-12);
+}
+
 TEST_F(HpcrunProf, SameDatabaseForOneToFourProcesses) {
   const auto reference = csp::test::dumpDatabase(prof(1, "np1"));
   for (int ranks = 2; ranks <= 4; ++ranks) {

@@ -671,7 +671,8 @@ class LoopAttribution : public ::testing::TestWithParam<std::string> {
           if (chain[i].kind == ScopeKind::Loop) {
             s.loops.push_back(chain[i].line);
             s.path.push_back(fmt::format("loop:{}", chain[i].line));
-            EXPECT_NE(strings.text(chain[i].file).find("tests/apps/loops.cpp"), std::string::npos) << strings.text(chain[i].file);
+            EXPECT_NE(strings.text(chain[i].file).find("tests/apps/loops.cpp"), std::string::npos)
+                << strings.text(chain[i].file);
           } else {
             s.path.push_back(fmt::format("inlined@{}", chain[i].line));
             s.inlined.push_back(strings.text(chain[i].name));

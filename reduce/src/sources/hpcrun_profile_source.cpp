@@ -298,9 +298,8 @@ class Reader {
         return IdKind::Rank;
       case 3:
         return IdKind::Thread;
-      case 4:
-        return IdKind::GpuContext;  // GPU device
-      case 5:
+      case 4:  // GPU device
+      case 5:  // GPU context
         return IdKind::GpuContext;
       case 6:
         return IdKind::GpuStream;
@@ -424,7 +423,10 @@ class CctBuilder {
   }
 
   void mapModules() {
-    moduleIndex_.assign(std::size_t{1} << 16, kNoIndex);
+    // By id, as large as the largest id (load maps are small; hpcrun ids are 16-bit).
+    std::uint32_t maxId = 0;
+    for (const auto& entry : in_.loadmap) maxId = std::max<std::uint32_t>(maxId, entry.first);
+    moduleIndex_.assign(std::size_t{maxId} + 1, kNoIndex);
     for (const auto& [id, path] : in_.loadmap) {
       if (moduleIndex_[id] != kNoIndex) fail(fmt::format("load map: id {} appears twice", id));
       moduleIndex_[id] = static_cast<std::uint32_t>(out_.modules.size());
@@ -489,7 +491,7 @@ class CctBuilder {
   // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
   std::uint32_t moduleOf(const Node& n) {
     if (n.module != 0) {
-      if (moduleIndex_[n.module] == kNoIndex)
+      if (n.module >= moduleIndex_.size() || moduleIndex_[n.module] == kNoIndex)
         fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
       return moduleIndex_[n.module];
     }
