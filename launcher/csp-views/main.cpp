@@ -67,7 +67,7 @@ void printWarnings(const csp::views::Answer& answer) {
 }
 
 struct MemoryRequest {
-  std::string cost, size = "trms";
+  std::string cost, size = "trms", costMetric = "instructions";
   bool growth = false, footprint = false, interleaving = false;
   std::size_t minSizes = 4;
   bool wanted() const { return !cost.empty() || growth || footprint || interleaving; }
@@ -83,17 +83,23 @@ int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::For
     return 2;
   }
   const auto kind = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
+  const auto metric = r.costMetric == "time" ? mm::CostMetric::Time : mm::CostMetric::Instructions;
   try {
     const auto db = csp::storage::Database::open(dbPath);
     if (!r.cost.empty()) {
-      const auto f = csp::analysis::costFunction(*db, r.cost, kind);
+      const auto f = csp::analysis::costFunction(*db, r.cost, kind, metric);
       if (!f) {
         std::cerr << "csp-views: error: --cost " << r.cost << ": no routine of that name with memory-profile values\n";
         return 1;
       }
+      if (metric == mm::CostMetric::Time && f->cost == 0) {
+        std::cerr << "csp-views: error: --cost-metric time: " << r.cost
+                  << " has no time values (profiles measured with --no-memory-time or by an older csp-mem)\n";
+        return 1;
+      }
       csp::views::renderCostFunction(*f, format, std::cout);
     } else if (r.growth) {
-      csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes), format, std::cout);
+      csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes, metric), format, std::cout);
     } else if (r.footprint) {
       csp::views::renderFootprint(csp::analysis::footprintCurves(*db), format, std::cout);
     } else {
@@ -217,6 +223,10 @@ int main(int argc, char** argv) {
       "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
   app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
       ->check(CLI::IsMember({"trms", "rms"}));
+  app.add_option("--cost-metric", memory.costMetric,
+                 "--cost, --growth: the cost of an activation, instructions (default, exact) or time (thread CPU "
+                 "time under the tool)")
+      ->check(CLI::IsMember({"instructions", "time"}));
   app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();

@@ -29,6 +29,10 @@ std::string fitText(const analysis::GrowthFit& fit) {
                      fit.c == 0 ? "" : fmt::format(" * log2(n)^{:g}", fit.c), fit.r2, fit.points);
 }
 
+const char* costUnit(const analysis::CostFunction& f) {
+  return f.costMetric == metrics::memory::CostMetric::Time ? "ns" : "instructions";
+}
+
 nlohmann::json costJson(const analysis::CostFunction& f) {
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : f.points)
@@ -40,6 +44,8 @@ nlohmann::json costJson(const analysis::CostFunction& f) {
                       {"worst_cost", p.worstCost}});
   return {{"routine", f.routine},
           {"size", metrics::memory::toString(f.kind)},
+          {"cost_metric", metrics::memory::toString(f.costMetric)},
+          {"cost_unit", costUnit(f)},
           {"contexts", f.contexts},
           {"calls", f.calls},
           {"cost", f.cost},
@@ -63,9 +69,11 @@ void renderCostFunction(const analysis::CostFunction& f, Format format, std::ost
   }
   const auto* size = metrics::memory::toString(f.kind);
   out << fmt::format(
-      "Cost function of {} ({} calls in {} calling contexts; cost in instructions, input size = {} "
+      "Cost function of {} ({} calls in {} calling contexts; cost in {}, input size = {} "
       "in cells)\n",
-      f.routine, f.calls, f.contexts, size);
+      f.routine, f.calls, f.contexts,
+      f.costMetric == metrics::memory::CostMetric::Time ? "ns of thread CPU time under the tool" : "instructions",
+      size);
   out << fmt::format("  fit, power law:  cost = {}\n", fitText(f.power));
   out << fmt::format("  fit, n^b log n:  cost = {}\n", fitText(f.nLogN));
   out << fmt::format(
