@@ -73,38 +73,24 @@ struct MemoryRequest {
   bool wanted() const { return !cost.empty() || growth || footprint || interleaving; }
 };
 
-// --cost, --growth, --footprint: the memory-profile answers, outside the view session.
+// --cost, --growth, --footprint, --interleaving: the memory-profile answers, outside the view session.
 int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::Format format) {
   namespace mm = csp::metrics::memory;
+  csp::views::MemoryRequest request;
+  request.cost = r.cost;
+  request.growth = r.growth, request.footprint = r.footprint, request.interleaving = r.interleaving;
+  request.size = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
+  request.costMetric = r.costMetric == "time" ? mm::CostMetric::Time : mm::CostMetric::Instructions;
+  request.minSizes = r.minSizes;
   if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) +
           static_cast<int>(r.interleaving) >
       1) {
     std::cerr << "csp-views: error: --cost, --growth, --footprint and --interleaving are separate answers: give one\n";
     return 2;
   }
-  const auto kind = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
-  const auto metric = r.costMetric == "time" ? mm::CostMetric::Time : mm::CostMetric::Instructions;
   try {
     const auto db = csp::storage::Database::open(dbPath);
-    if (!r.cost.empty()) {
-      const auto f = csp::analysis::costFunction(*db, r.cost, kind, metric);
-      if (!f) {
-        std::cerr << "csp-views: error: --cost " << r.cost << ": no routine of that name with memory-profile values\n";
-        return 1;
-      }
-      if (metric == mm::CostMetric::Time && f->cost == 0) {
-        std::cerr << "csp-views: error: --cost-metric time: " << r.cost
-                  << " has no time values (profiles measured with --no-memory-time or by an older csp-mem)\n";
-        return 1;
-      }
-      csp::views::renderCostFunction(*f, format, std::cout);
-    } else if (r.growth) {
-      csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes, metric), format, std::cout);
-    } else if (r.footprint) {
-      csp::views::renderFootprint(csp::analysis::footprintCurves(*db), format, std::cout);
-    } else {
-      csp::views::renderFootprint(csp::analysis::interleavingCurves(*db), format, std::cout, true);
-    }
+    csp::views::renderMemory(*db, request, format, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "csp-views: error: " << e.what() << "\n";
     return 1;
