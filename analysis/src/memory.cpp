@@ -25,7 +25,13 @@ struct BinTotals {
 // The metric ids of memory profiles (kNoIndex where the database has none).
 struct MemoryMetrics {
   std::uint32_t calls = kNoIndex, cost = kNoIndex, trms = kNoIndex, rms = kNoIndex, thread = kNoIndex,
-                kernel = kNoIndex, sizeCalls = kNoIndex, sizeCost = kNoIndex, sizeMax = kNoIndex, windows = kNoIndex;
+                kernel = kNoIndex, sizeCalls = kNoIndex, sizeCost = kNoIndex, sizeMax = kNoIndex, windows = kNoIndex,
+                time = kNoIndex, sizeTime = kNoIndex, sizeTimeMax = kNoIndex;
+  // The metrics of the chosen cost: instructions, or the thread CPU time.
+  void choose(mm::CostMetric c) {
+    if (c != mm::CostMetric::Time) return;
+    cost = time, sizeCost = sizeTime, sizeMax = sizeTimeMax;
+  }
 };
 
 MemoryMetrics metricIds(const storage::Database& db) {
@@ -39,7 +45,10 @@ MemoryMetrics metricIds(const storage::Database& db) {
                                                           {mm::kSizeCalls, &m.sizeCalls},
                                                           {mm::kSizeCost, &m.sizeCost},
                                                           {mm::kSizeMax, &m.sizeMax},
-                                                          {mm::kWindows, &m.windows}};
+                                                          {mm::kWindows, &m.windows},
+                                                          {mm::kTime, &m.time},
+                                                          {mm::kSizeTime, &m.sizeTime},
+                                                          {mm::kSizeTimeMax, &m.sizeTimeMax}};
   for (MetricId id = 0; id < db.metrics().size(); ++id)
     for (const auto& [name, slot] : names)
       if (db.metrics()[id].descriptor.name == name) *slot = id;
@@ -165,23 +174,30 @@ GrowthFit fitGrowth(const std::vector<CostPoint>& points, double c) {
   return fit;
 }
 
-std::optional<CostFunction> costFunction(const storage::Database& db, const std::string& routine, mm::SizeKind kind) {
+std::optional<CostFunction> costFunction(const storage::Database& db, const std::string& routine, mm::SizeKind kind,
+                                         mm::CostMetric cost) {
   const auto t = readTree(db);
   const auto byName = proceduresByName(t);
   const auto it = byName.find(routine);
   if (it == byName.end()) return std::nullopt;
-  auto f = build(db, t, it->second, routine, metricIds(db), kind);
+  auto m = metricIds(db);
+  m.choose(cost);
+  auto f = build(db, t, it->second, routine, m, kind);
+  f.costMetric = cost;
   if (f.calls == 0) return std::nullopt;
   return f;
 }
 
-std::vector<CostFunction> growthRanking(const storage::Database& db, mm::SizeKind kind, std::size_t minPoints) {
+std::vector<CostFunction> growthRanking(const storage::Database& db, mm::SizeKind kind, std::size_t minPoints,
+                                        mm::CostMetric cost) {
   const auto t = readTree(db);
-  const auto m = metricIds(db);
+  auto m = metricIds(db);
+  m.choose(cost);
   std::vector<CostFunction> out;
   for (const auto& [name, procs] : proceduresByName(t)) {
     if (name == mm::kFootprintFrame) continue;
     auto f = build(db, t, procs, name, m, kind);
+    f.costMetric = cost;
     if (f.calls > 0 && f.best().valid && f.points.size() >= minPoints) out.push_back(std::move(f));
   }
   std::sort(out.begin(), out.end(), [](const CostFunction& x, const CostFunction& y) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli_parse.hpp"
@@ -126,10 +127,28 @@ std::optional<fs::path> findMemoryTool() {
 }
 
 struct MemoryOptions {
-  bool footprint = true;
-  std::uint32_t precision = 0;  // percent; 0: the tool's default
-  std::uint32_t cell = 0;       // bytes; 0: the tool's default
+  bool footprint = true, time = true;
+  std::uint32_t precision = 0;         // percent; 0: the tool's default
+  std::uint32_t cell = 0;              // bytes; 0: the tool's default
+  std::string routines;                // program (the default) or all
+  std::vector<std::string> libraries;  // --memory-library: libraries whose routines are the program's too
 };
+
+// The executable `program` names, as the kernel will run it (PATH searched for a bare name; links
+// resolved, since Valgrind names an object by the file it mapped). Empty if none is found.
+std::string executablePath(const std::string& program) {
+  std::error_code ec;
+  if (program.find('/') != std::string::npos) return fs::canonical(program, ec).string();
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path != nullptr ? path : "";
+  while (!dirs.empty()) {
+    const auto colon = dirs.find(':');
+    const fs::path candidate = fs::path(dirs.substr(0, colon)) / program;
+    if (access(candidate.c_str(), X_OK) == 0) return fs::canonical(candidate, ec).string();
+    dirs = colon == std::string_view::npos ? std::string_view{} : dirs.substr(colon + 1);
+  }
+  return {};
+}
 
 // The command line of the memory mode: the program under Valgrind with the csp-mem tool.
 std::vector<std::string> memoryCommand(const std::vector<std::string>& command, const fs::path& outDir,
@@ -138,6 +157,13 @@ std::vector<std::string> memoryCommand(const std::vector<std::string>& command, 
   if (!o.footprint) args.emplace_back("--footprint=no");
   if (o.precision != 0) args.push_back(fmt::format("--footprint-precision={}", o.precision));
   if (o.cell != 0) args.push_back(fmt::format("--cell={}", o.cell));
+  if (!o.time) args.emplace_back("--time=no");
+  if (o.routines == "all") {
+    args.emplace_back("--routines=all");
+  } else {
+    if (const auto exe = executablePath(command.front()); !exe.empty()) args.push_back("--routine-object=" + exe);
+    for (const auto& l : o.libraries) args.push_back("--routine-library=" + l);
+  }
   args.insert(args.end(), command.begin(), command.end());
   return args;
 }
@@ -162,7 +188,7 @@ struct RunOptions {
   int verbose = 0;
   bool memory = false;
   MemoryOptions memoryOptions;
-  bool noFootprint = false;
+  bool noFootprint = false, noMemoryTime = false;
 };
 
 void defineOptions(CLI::App& app, RunOptions& r) {
@@ -216,6 +242,15 @@ void defineOptions(CLI::App& app, RunOptions& r) {
   app.add_option("--cell", r.memoryOptions.cell,
                  "--memory: bytes per memory cell of the input sizes, a power of two (default 4)")
       ->check(CLI::IsMember({1u, 2u, 4u, 8u, 16u, 32u, 64u}));
+  app.add_option("--memory-routines", r.memoryOptions.routines,
+                 "--memory: whose routines are activations: program (default: the executable's and those of "
+                 "--memory-library; other libraries' routines are folded into their callers) or all")
+      ->check(CLI::IsMember({"program", "all"}));
+  app.add_option("--memory-library", r.memoryOptions.libraries,
+                 "--memory: a library of the program (file name prefix, e.g. libfoo) whose routines are activations "
+                 "too (repeatable)");
+  app.add_flag("--no-memory-time", r.noMemoryTime,
+               "--memory: no thread CPU time per activation (saves two clock readings per call)");
   app.add_flag("-v,--verbose", r.verbose,
                "report settings, and per thread the samples, unwind failures and drops "
                "when its profile is written. Env: CSP_VERBOSE=1");
@@ -229,8 +264,13 @@ std::string optionsProblem(const RunOptions& r) {
   if (r.idleness && r.noIdleness) {
     return "--idleness and --no-idleness contradict each other";
   }
-  if (!r.memory && (r.noFootprint || r.memoryOptions.precision != 0 || r.memoryOptions.cell != 0)) {
-    return "--no-footprint, --footprint-precision and --cell need --memory";
+  if (!r.memory && (r.noFootprint || r.memoryOptions.precision != 0 || r.memoryOptions.cell != 0 ||
+                    !r.memoryOptions.routines.empty() || !r.memoryOptions.libraries.empty() || r.noMemoryTime)) {
+    return "--no-footprint, --footprint-precision, --cell, --memory-routines, --memory-library and --no-memory-time "
+           "need --memory";
+  }
+  if (r.memoryOptions.routines == "all" && !r.memoryOptions.libraries.empty()) {
+    return "--memory-library names libraries for --memory-routines program, not all";
   }
   if (r.memory && (!r.events.empty() || r.regionLog || r.idleness)) {
     return "--memory does not sample: --event, --region-log and --idleness do not apply";
@@ -290,6 +330,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   r.memoryOptions.footprint = !r.noFootprint;
+  r.memoryOptions.time = !r.noMemoryTime;
   auto& events = r.events;
   auto& output = r.output;
   auto& library = r.library;

@@ -67,38 +67,30 @@ void printWarnings(const csp::views::Answer& answer) {
 }
 
 struct MemoryRequest {
-  std::string cost, size = "trms";
+  std::string cost, size = "trms", costMetric = "instructions";
   bool growth = false, footprint = false, interleaving = false;
   std::size_t minSizes = 4;
   bool wanted() const { return !cost.empty() || growth || footprint || interleaving; }
 };
 
-// --cost, --growth, --footprint: the memory-profile answers, outside the view session.
+// --cost, --growth, --footprint, --interleaving: the memory-profile answers, outside the view session.
 int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::Format format) {
   namespace mm = csp::metrics::memory;
+  csp::views::MemoryRequest request;
+  request.cost = r.cost;
+  request.growth = r.growth, request.footprint = r.footprint, request.interleaving = r.interleaving;
+  request.size = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
+  request.costMetric = r.costMetric == "time" ? mm::CostMetric::Time : mm::CostMetric::Instructions;
+  request.minSizes = r.minSizes;
   if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) +
           static_cast<int>(r.interleaving) >
       1) {
     std::cerr << "csp-views: error: --cost, --growth, --footprint and --interleaving are separate answers: give one\n";
     return 2;
   }
-  const auto kind = r.size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
   try {
     const auto db = csp::storage::Database::open(dbPath);
-    if (!r.cost.empty()) {
-      const auto f = csp::analysis::costFunction(*db, r.cost, kind);
-      if (!f) {
-        std::cerr << "csp-views: error: --cost " << r.cost << ": no routine of that name with memory-profile values\n";
-        return 1;
-      }
-      csp::views::renderCostFunction(*f, format, std::cout);
-    } else if (r.growth) {
-      csp::views::renderGrowthRanking(csp::analysis::growthRanking(*db, kind, r.minSizes), format, std::cout);
-    } else if (r.footprint) {
-      csp::views::renderFootprint(csp::analysis::footprintCurves(*db), format, std::cout);
-    } else {
-      csp::views::renderFootprint(csp::analysis::interleavingCurves(*db), format, std::cout, true);
-    }
+    csp::views::renderMemory(*db, request, format, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "csp-views: error: " << e.what() << "\n";
     return 1;
@@ -217,6 +209,10 @@ int main(int argc, char** argv) {
       "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
   app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
       ->check(CLI::IsMember({"trms", "rms"}));
+  app.add_option("--cost-metric", memory.costMetric,
+                 "--cost, --growth: the cost of an activation, instructions (default, exact) or time (thread CPU "
+                 "time under the tool)")
+      ->check(CLI::IsMember({"instructions", "time"}));
   app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();

@@ -32,10 +32,14 @@
 /* ---- options ---- */
 static const HChar* clo_out_dir = ".";
 static Bool clo_footprint = True;
-static Long clo_fp_block = 64;     /* bytes per footprint block (a cache line) */
-static Long clo_fp_precision = 90; /* c in percent */
-static Long clo_cell = 4;          /* bytes per memory cell of RMS/TRMS */
-static Bool clo_interleave = True; /* interleaving of the main thread and the first one it starts */
+static Long clo_fp_block = 64;        /* bytes per footprint block (a cache line) */
+static Long clo_fp_precision = 90;    /* c in percent */
+static Long clo_cell = 4;             /* bytes per memory cell of RMS/TRMS */
+static Bool clo_interleave = True;    /* interleaving of the main thread and the first one it starts */
+static Bool clo_time = True;          /* thread CPU time per activation */
+static Bool clo_all_routines = False; /* every routine with a symbol, libraries included */
+static XArray* clo_objects;           /* of HChar*: objects whose routines are tracked (exact paths) */
+static XArray* clo_libraries;         /* of HChar*: basename prefixes of tracked libraries */
 static UInt cell_shift = 2, block_shift = 6;
 
 /* ---- shadow memory: three levels over 48-bit addresses, 64 KiB chunks ---- */
@@ -179,15 +183,16 @@ typedef struct {
   ULong fromThreads; /* induced first accesses in the activation and its callees, by source */
   ULong fromKernel;
   ULong cost0; /* thread instructions at the call */
+  ULong time0; /* thread CPU time at the call (ns) */
   Addr sp;     /* stack pointer at the entry: the activation ends when SP rises above */
 } Activation;
 
 typedef struct {
-  ULong calls, cost, trms, rms, fromThreads, fromKernel;
+  ULong calls, cost, trms, rms, fromThreads, fromKernel, time;
 } NodeStat;
 
 typedef struct {
-  ULong calls, costSum, costMax;
+  ULong calls, costSum, costMax, timeSum, timeMax;
 } BinStat;
 
 typedef struct {
@@ -199,6 +204,10 @@ typedef struct {
   Shadow* ts;         /* ts_t: latest access by this thread, per cell */
   ULong instrs;       /* instructions of this thread up to its last switch out */
   ULong switchedIn;   /* g_instrs when it was switched in */
+  ULong lastTime;     /* its CPU time at the last reading (ns) */
+  ULong translating;  /* CPU time when it began translating code (0: it is not) */
+  ULong translation;  /* CPU time spent translating code, left out of activations' time */
+  ULong clockReads;   /* readings of the CPU clock for activations (each costs clock_cost) */
   XArray* nodeParent; /* of UInt: the calling context tree, node 0 the root */
   XArray* nodeFrame;  /* of UInt */
   XArray* nodeSite;   /* of Addr: the return address of the node's first call (0: unknown) */
@@ -280,6 +289,52 @@ static Thread* thread_new(ThreadId tid) {
 
 static ULong thread_instrs(const Thread* t) { return t->instrs + (t == cur ? g_instrs - t->switchedIn : 0); }
 
+/* The thread's CPU time: each guest thread is an OS thread of Valgrind, which runs one at a time,
+   so the OS thread's CPU clock counts this thread's running (instrumented) code and neither the
+   other threads' nor time off the CPU (blocked, or preempted by a loaded machine). It can only
+   be read on the thread itself; elsewhere (activations ended at exit) the last reading stands. */
+static ULong cpu_clock(void) {
+  struct vki_timespec now;
+  VG_(clock_gettime)(&now, VKI_CLOCK_THREAD_CPUTIME_ID);
+  return (ULong)now.tv_sec * 1000000000ULL + (ULong)now.tv_nsec;
+}
+
+/* The time of one reading of the clock (a system call): the least difference of two readings in
+   a row, measured at start-up. Every reading of a thread is left out of its time, so that an
+   activation's time holds neither its own readings nor its callees'. */
+static ULong clock_cost;
+
+static void measure_clock_cost(void) {
+  Int i;
+  clock_cost = ~0ULL;
+  for (i = 0; i < 200; ++i) {
+    ULong a = cpu_clock(), b = cpu_clock();
+    if (b - a < clock_cost) clock_cost = b - a;
+  }
+}
+
+static ULong thread_time(Thread* t) {
+  if (!clo_time || t->tid != VG_(get_running_tid)()) return t->lastTime;
+  t->clockReads++;
+  t->lastTime = cpu_clock() - t->translation - t->clockReads * clock_cost;
+  return t->lastTime;
+}
+
+/* Translating a block for the first time costs Valgrind far more than running it, once: its
+   time would be the first activation's that runs the block, a cold outlier of the cost
+   function. It runs from the translator's first read of the code (translation_begins) until the
+   block starts (translation_ends, at the next block of the thread), and is left out. */
+static void translation_begins(ThreadId tid) {
+  Thread* t = tid < VG_N_THREADS ? threads[tid] : 0;
+  if (!clo_time || !t || t->translating || tid != VG_(get_running_tid)()) return;
+  t->translating = cpu_clock();
+}
+
+static void translation_ends(Thread* t) {
+  t->translation += cpu_clock() - t->translating;
+  t->translating = 0;
+}
+
 static Thread* thread_of(ThreadId tid) {
   if (!threads[tid]) {
     threads[tid] = thread_new(tid);
@@ -298,7 +353,7 @@ static void switch_to(ThreadId tid) {
   cur->switchedIn = g_instrs;
 }
 
-static void bin_add(Thread* t, UInt node, UInt kind, ULong size, ULong cost) {
+static void bin_add(Thread* t, UInt node, UInt kind, ULong size, ULong cost, ULong time) {
   ULong key = ((ULong)node << 10) | ((ULong)kind << 9) | fp_bin(size);
   UInt id;
   BinStat* b;
@@ -312,11 +367,19 @@ static void bin_add(Thread* t, UInt node, UInt kind, ULong size, ULong cost) {
   b->calls++;
   b->costSum += cost;
   if (cost > b->costMax) b->costMax = cost;
+  b->timeSum += time;
+  if (time > b->timeMax) b->timeMax = time;
 }
 
-/* call(r, t) of Fig. 11. */
+static void write_cell(Thread* t, Addr a);
+
+/* call(r, t) of Fig. 11. The return address at the entry's stack pointer is stamped as the new
+   activation's own write: the call instruction that pushed it is the callee's machinery, so the
+   read of it at the return is no input of the callee (else every activation had two cells of
+   input from its own call). */
 static void do_call(Thread* t, UInt frame, Addr sp) {
   Activation* a;
+  Addr c;
   if (t->top + 1 == t->cap) {
     t->cap *= 2;
     t->stack = VG_(realloc)("csp.stack", t->stack, t->cap * sizeof(Activation));
@@ -328,7 +391,9 @@ static void do_call(Thread* t, UInt frame, Addr sp) {
   a->node = child_node(t, t->stack[t->top - 1].node, frame, sp);
   a->ts = 2 * g_count;
   a->cost0 = thread_instrs(t);
+  a->time0 = thread_time(t);
   a->sp = sp;
+  for (c = sp >> cell_shift; c <= (sp + sizeof(Addr) - 1) >> cell_shift; ++c) write_cell(t, c << cell_shift);
 }
 
 /* return(t) of Fig. 11: collect, then fold the partial sizes into the caller. */
@@ -336,15 +401,18 @@ static void do_return(Thread* t) {
   Activation* a = &t->stack[t->top];
   Activation* parent = &t->stack[t->top - 1];
   ULong cost = thread_instrs(t) - a->cost0;
+  ULong now = thread_time(t);
+  ULong time = now > a->time0 ? now - a->time0 : 0;
   NodeStat* s = VG_(indexXA)(t->nodeStat, a->node);
   s->calls++;
   s->cost += cost;
+  s->time += time;
   s->trms += (ULong)a->trms;
   s->rms += (ULong)a->rms;
   s->fromThreads += a->fromThreads;
   s->fromKernel += a->fromKernel;
-  bin_add(t, a->node, 0, (ULong)a->trms, cost);
-  bin_add(t, a->node, 1, (ULong)a->rms, cost);
+  bin_add(t, a->node, 0, (ULong)a->trms, cost, time);
+  bin_add(t, a->node, 1, (ULong)a->rms, cost, time);
   parent->trms += a->trms;
   parent->rms += a->rms;
   parent->fromThreads += a->fromThreads;
@@ -371,6 +439,7 @@ static Int activation_at(const Thread* t, ULong ts) {
 static VG_REGPARM(2) void on_block(Addr sp, UWord framePlus1) {
   Thread* t = cur;
   if (!t) return;
+  if (t->translating) translation_ends(t);
   while (t->top > 0 && sp > t->stack[t->top].sp) do_return(t);
   if (framePlus1) {
     UInt frame = (UInt)(framePlus1 - 1);
@@ -434,8 +503,11 @@ static VG_REGPARM(2) void on_write(Addr a, UWord size) {
 }
 
 /* kernelRead (Fig. 12): the kernel reading the thread's memory (write(), send()) is a read by
-   the thread. */
+   the thread. Valgrind's translator also reports the code it reads to translate a block
+   (Vg_CoreTranslate): no access of the program, so not input (else the first activation to run
+   a block had a cell of input per block translated), but the start of a translation. */
 static void on_kernel_read(CorePart part, ThreadId tid, const HChar* s, Addr a, SizeT size) {
+  if (part == Vg_CoreTranslate) return translation_begins(tid);
   if (tid == VG_INVALID_THREADID) return;
   switch_to(tid);
   read_range(cur, a, size);
@@ -489,7 +561,7 @@ static void write_header(Out* o, Thread* t) {
   const HChar* rank = VG_(getenv)("OMPI_COMM_WORLD_RANK");
   Word i;
   if (!rank) rank = VG_(getenv)("PMI_RANK");
-  out_line(o, "cspmem\t1\n");
+  out_line(o, "cspmem\t2\n");
   out_line(o, "pid\t%d\n", VG_(getpid)());
   out_line(o, "thread\t%u\n", (UInt)t->tid - 1);
   out_line(o, "rank\t%s\n", rank ? rank : "-");
@@ -498,6 +570,8 @@ static void write_header(Out* o, Thread* t) {
     out_line(o, "arg\t%s\n", *(HChar**)VG_(indexXA)(VG_(args_for_client), i));
   out_line(o, "cell\t%lld\n", clo_cell);
   out_line(o, "instructions\t%llu\n", thread_instrs(t));
+  out_line(o, "time\t%s\n", clo_time ? "thread-cpu-ns" : "none");
+  out_line(o, "routines\t%s\n", clo_all_routines ? "all" : "program");
 }
 
 static void write_cct(Out* o, Thread* t) {
@@ -518,8 +592,8 @@ static void write_cct(Out* o, Thread* t) {
     out_line(o, "node\t%ld\t%u\t%u\t%s\t%u\n", i, *(UInt*)VG_(indexXA)(t->nodeParent, i),
              *(UInt*)VG_(indexXA)(t->nodeFrame, i), file, line);
     if (s->calls)
-      out_line(o, "stat\t%ld\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", i, s->calls, s->cost, s->trms, s->rms,
-               s->fromThreads, s->fromKernel);
+      out_line(o, "stat\t%ld\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", i, s->calls, s->cost, s->trms, s->rms,
+               s->fromThreads, s->fromKernel, s->time);
   }
 }
 
@@ -531,8 +605,8 @@ static void write_bins(Out* o, Thread* t) {
     if (!t->binIds.keys[i]) continue;
     key = t->binIds.keys[i] - 1;
     b = VG_(indexXA)(t->bins, t->binIds.vals[i]);
-    out_line(o, "bin\t%llu\t%s\t%llu\t%llu\t%llu\t%llu\n", key >> 10, (key >> 9) & 1 ? "rms" : "trms", key & 511,
-             b->calls, b->costSum, b->costMax);
+    out_line(o, "bin\t%llu\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", key >> 10, (key >> 9) & 1 ? "rms" : "trms",
+             key & 511, b->calls, b->costSum, b->costMax, b->timeSum, b->timeMax);
   }
 }
 
@@ -650,11 +724,39 @@ static void add_instr_count(IRSB* out, UInt n) {
   addStmtToIRSB(out, IRStmt_Store(Iend_LE, mkIRExpr_HWord((HWord)&g_instrs), IRExpr_RdTmp(sum)));
 }
 
+static const HChar* base_name(const HChar* path) {
+  const HChar* slash = VG_(strrchr)(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static Bool listed(XArray* list, const HChar* s, Bool prefix) {
+  Word i;
+  for (i = 0; list && i < VG_(sizeXA)(list); ++i) {
+    const HChar* item = *(HChar**)VG_(indexXA)(list, i);
+    if (prefix ? VG_(strncmp)(s, item, VG_(strlen)(item)) == 0 : VG_(strcmp)(s, item) == 0) return True;
+  }
+  return False;
+}
+
+/* --routines=program: the routines of the program's objects (--routine-object, else the
+   executable named on the command line) and of the libraries named by --routine-library are
+   activations; every other routine (the C library, MPI, ...) is folded into its caller, whose
+   cost and input then include it. */
+static Bool tracked_object(Addr entry) {
+  const HChar* obj = 0;
+  if (clo_all_routines) return True;
+  if (!VG_(get_objname)(VG_(current_DiEpoch)(), entry, &obj) || !obj) return False;
+  if (listed(clo_objects, obj, False) || listed(clo_libraries, base_name(obj), True)) return True;
+  return VG_(sizeXA)(clo_objects) == 0 && VG_(args_the_exename) &&
+         VG_(strcmp)(base_name(obj), base_name(VG_(args_the_exename))) == 0;
+}
+
 static void add_block_entry(IRSB* out, const VexGuestLayout* layout, Addr entry) {
   const HChar* name;
   UWord framePlus1 = 0;
   IRTemp sp = newIRTemp(out->tyenv, Ity_I64);
-  if (VG_(get_fnname_if_entry)(VG_(current_DiEpoch)(), entry, &name)) framePlus1 = intern_frame(entry, name) + 1;
+  if (VG_(get_fnname_if_entry)(VG_(current_DiEpoch)(), entry, &name) && tracked_object(entry))
+    framePlus1 = intern_frame(entry, name) + 1;
   addStmtToIRSB(out, IRStmt_WrTmp(sp, IRExpr_Get(layout->offset_SP, Ity_I64)));
   add_call(out, "on_block", on_block, IRExpr_RdTmp(sp), mkIRExpr_HWord(framePlus1), 0);
 }
@@ -743,6 +845,18 @@ static Bool mem_process_cmd_line_option(const HChar* arg) {
   } else if VG_BINT_CLO (arg, "--footprint-precision", clo_fp_precision, 1, 100) {
   } else if VG_BINT_CLO (arg, "--cell", clo_cell, 1, 64) {
   } else if VG_BOOL_CLO (arg, "--interleave", clo_interleave) {
+  } else if VG_BOOL_CLO (arg, "--time", clo_time) {
+  } else if VG_STR_CLO (arg, "--routines", tmp) {
+    if (VG_(strcmp)(tmp, "all") == 0)
+      clo_all_routines = True;
+    else if (VG_(strcmp)(tmp, "program") == 0)
+      clo_all_routines = False;
+    else
+      VG_(fmsg_bad_option)(arg, "must be program or all\n");
+  } else if VG_STR_CLO (arg, "--routine-object", tmp) {
+    VG_(addToXA)(clo_objects, &tmp);
+  } else if VG_STR_CLO (arg, "--routine-library", tmp) {
+    VG_(addToXA)(clo_libraries, &tmp);
   } else {
     return False;
   }
@@ -755,7 +869,11 @@ static void mem_print_usage(void) {
    "    --cell=N                    bytes per memory cell of RMS/TRMS, a power of two [4]\n"
    "    --footprint=yes|no          all-window footprint per thread [yes]\n"
    "    --footprint-block=N         bytes per footprint block, a power of two [64]\n"
-   "    --footprint-precision=P     guaranteed precision c of the footprint, in percent [90]\n");
+   "    --footprint-precision=P     guaranteed precision c of the footprint, in percent [90]\n"
+   "    --time=yes|no               thread CPU time per activation [yes]\n"
+   "    --routines=program|all      activations of the program's routines only, or of every routine [program]\n"
+   "    --routine-object=PATH       an object of the program (repeatable) [the executable]\n"
+   "    --routine-library=NAME      also the routines of libraries whose file name starts with NAME (repeatable)\n");
 }
 
 static void mem_print_debug_usage(void) {}
@@ -767,6 +885,7 @@ static void mem_post_clo_init(void) {
   block_shift = log2_of(clo_fp_block);
   wts = shadow_new(cell_shift);
   threads = VG_(calloc)("csp.threads", VG_N_THREADS, sizeof(Thread*));
+  if (clo_time) measure_clock_cost();
   if (clo_footprint && clo_interleave) {
     FpHost host;
     host.alloc = fp_alloc;
@@ -808,6 +927,8 @@ static void mem_pre_clo_init(void) {
   /* A routine's entry must start a superblock to be seen: no chasing across jumps. */
   VG_(clo_vex_control).guest_chase = False;
   frames = VG_(newXA)(VG_(malloc), "csp.frames", VG_(free), sizeof(Frame));
+  clo_objects = VG_(newXA)(VG_(malloc), "csp.clo", VG_(free), sizeof(HChar*));
+  clo_libraries = VG_(newXA)(VG_(malloc), "csp.clo", VG_(free), sizeof(HChar*));
   map_init(&frame_ids);
 }
 

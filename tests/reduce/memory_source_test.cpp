@@ -84,6 +84,27 @@ TEST(MemorySource, ReadsAValidFile) {
   EXPECT_EQ(valueAt(p, 13, mm::kDegreeWindows), 4u);
 }
 
+// Format 2 (csp-mem since activation times): stat and bin lines carry the time, summed and
+// largest, as the mem-time metrics; format 1 files (above) are still read.
+const char* kVersion2 =
+    "cspmem\t2\npid\t42\nthread\t0\nrank\t-\nexecutable\t/bin/app\ncell\t4\ninstructions\t900\n"
+    "time\tthread-cpu-ns\nroutines\tprogram\nframe\t9\twork\t/bin/app\tapp.c\t20\nnode\t1\t0\t9\t\t0\n"
+    "stat\t1\t4\t600\t40\t16\t1\t0\t5000\nbin\t1\ttrms\t10\t4\t600\t200\t5000\t3000\nend\n";
+
+TEST(MemorySource, ReadsTheTimesOfFormat2) {
+  csp::test::TempDir dir("memsrc2");
+  const auto file = write(dir, kVersion2);
+  const auto p = csp::reduce::memoryProfileSource()->read(file);
+  EXPECT_NO_THROW(csp::storage::validateProfile(p, file.string()));
+  EXPECT_EQ(valueOf(p, "work", mm::kTime), 5000u);
+  EXPECT_EQ(valueOf(p, "work", mm::kCost), 600u);
+  // root, work, its entry statement, its trms bin
+  ASSERT_EQ(p.cct.size(), 4u);
+  EXPECT_EQ(valueAt(p, 3, mm::kSizeTime), 5000u);
+  EXPECT_EQ(valueAt(p, 3, mm::kSizeTimeMax), 3000u);
+  EXPECT_EQ(valueAt(p, 3, mm::kSizeMax), 200u);
+}
+
 void expectDefect(const std::string& text, const std::string& defect) {
   csp::test::TempDir dir("memsrc-bad");
   const auto file = write(dir, text);
@@ -104,6 +125,8 @@ TEST(MemorySource, RejectsDefectsWithOneClearError) {
   expectDefect("cspmem\t1\nframe\t1\tf\to\ts\tx\nend\n", "line 2: 'x' is not a number");
   expectDefect("hello\n", "not a csp-mem profile");
   expectDefect("cspmem\t1\nend\nend\n", "text after the end line");
+  expectDefect("cspmem\t2\nstat\t1\t1\t1\t1\t1\t0\t0\nend\n", "line 2: 'stat' line has 8 fields, expected 9");
+  expectDefect("cspmem\t3\nend\n", "not a csp-mem profile of format 1 or 2");
 }
 
 }  // namespace

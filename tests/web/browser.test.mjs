@@ -28,6 +28,15 @@ const pageErrors = [];
 const work = join(OUT, 'work');
 const db = join(work, 'run', 'db');
 const diffDb = join(work, 'scaling-db');
+const memDb = join(work, 'mem', 'db');
+const haveValgrind = (() => {
+  try {
+    execFileSync('valgrind', ['--version'], { stdio: 'ignore', timeout: 20000 });
+    return true;
+  } catch {
+    return false;
+  }
+})();
 
 function requirePage() {
   const html = join(BIN, 'web', 'csp-web.html');
@@ -48,10 +57,14 @@ function databases() {
     sh(tool('csp-prof-mpi'), ['-q', join(run, 'meas'), '-o', join(run, 'db')]);
   }
   sh(tool('csp-diff'), ['--quiet', join(work, 'p2', 'db'), join(work, 'p4', 'db'), '-o', diffDb]);
+  // Memory-access profiles of routines of known cost (csp-run --memory; footprints at c = 50 %).
+  if (!haveValgrind) return;
+  sh(tool('csp-run'), ['--memory', '--footprint-precision', '50', '-o', join(work, 'mem', 'meas'), '--', join(BIN, 'tests', 'apps', 'csp-app-memory'), 'costs'], 240000);
+  sh(tool('csp-prof-mpi'), ['-q', join(work, 'mem', 'meas'), '-o', memDb]);
 }
 
 async function startServer() {
-  server = spawn(tool('csp-web'), ['-q', db, diffDb], { env: ENV, stdio: ['ignore', 'pipe', 'inherit'] });
+  server = spawn(tool('csp-web'), ['-q', db, diffDb, ...(haveValgrind ? [memDb] : [])], { env: ENV, stdio: ['ignore', 'pipe', 'inherit'] });
   url = await new Promise((resolve, reject) => {
     let text = '';
     const timer = setTimeout(() => reject(new Error(`csp-web printed no URL: ${text}`)), 20000);
@@ -306,6 +319,40 @@ test('imbalance causes and the info page', async () => {
   await shot('imbalance');
   await page.click('button.tab[data-tab=info]');
   await page.waitForSelector('table.info');
+});
+
+test('a memory-access profile plots cost functions with their fits and the footprint curves', { skip: haveValgrind ? false : 'valgrind is not installed' }, async () => {
+  await page.selectOption('select.db', '2');
+  await page.click('button.tab[data-tab=memory]');
+  await page.waitForSelector('svg.cost[data-routine]');
+  const growth = cli(['--growth', '--format', 'json', memDb]);
+  assert.deepEqual(await page.$$eval('table.growth tr[data-routine]', (r) => r.map((x) => x.dataset.routine)), growth.map((g) => g.routine));
+  assert.equal(growth[0].routine, 'quadratic_pairs');
+  const plotted = async (metric) => {
+    await page.click('table.growth tr[data-routine="quadratic_pairs"]');
+    const svgSel = `svg.cost[data-routine="quadratic_pairs"][data-metric="${metric}"]`;
+    await page.waitForSelector(svgSel);
+    const expected = cli(['--cost', 'quadratic_pairs', '--cost-metric', metric, '--format', 'json', memDb]);
+    const worst = await page.$$eval(`${svgSel} circle.worst`, (c) => c.map((x) => [Number(x.dataset.size), Number(x.dataset.cost)]));
+    const mean = await page.$$eval(`${svgSel} rect.mean`, (c) => c.map((x) => [Number(x.dataset.size), Number(x.dataset.cost)]));
+    assert.deepEqual(worst, expected.points.map((p) => [p.size, p.worst_cost]));
+    assert.deepEqual(mean, expected.points.map((p) => [p.size, p.mean_cost]));
+    // The fitted model is drawn across the points, with the exponent of the better fit.
+    const fit = expected.fit_nlogn.r2 > expected.fit_power.r2 ? expected.fit_nlogn : expected.fit_power;
+    assert.equal(Number(await page.getAttribute(svgSel, 'data-exponent')), fit.b);
+    assert.ok((await page.getAttribute(`${svgSel} path.fit`, 'd')).split('L').length > 20, 'a fitted curve');
+    return fit;
+  };
+  assert.ok(Math.abs((await plotted('instructions')).b - 2) < 0.1);
+  await shot('memory-cost');
+  await page.selectOption('select.cost-metric', 'time');
+  await plotted('time');
+  // The footprint curves are csp-views --footprint's percentiles, one path each.
+  const fp = cli(['--footprint', '--format', 'json', memDb]).points.filter((p) => p.length_low > 0);
+  for (const k of ['p0', 'p5', 'p50', 'p95', 'p100'])
+    assert.equal(await page.getAttribute(`svg.footprint path[data-curve=${k}]`, 'data-values'), fp.map((p) => p[k]).join(','));
+  await page.locator('svg.footprint').scrollIntoViewIfNeeded();
+  await shot('memory-footprint');
 });
 
 test('csp-web --html writes one page that opens without a server', async () => {

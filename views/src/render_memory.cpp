@@ -4,6 +4,7 @@
 
 #include "csp/metrics/accumulator.hpp"
 #include "csp/views/memory.hpp"
+#include "csp/views/views.hpp"
 #include "json.hpp"
 
 namespace csp::views {
@@ -29,6 +30,10 @@ std::string fitText(const analysis::GrowthFit& fit) {
                      fit.c == 0 ? "" : fmt::format(" * log2(n)^{:g}", fit.c), fit.r2, fit.points);
 }
 
+const char* costUnit(const analysis::CostFunction& f) {
+  return f.costMetric == metrics::memory::CostMetric::Time ? "ns" : "instructions";
+}
+
 nlohmann::json costJson(const analysis::CostFunction& f) {
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : f.points)
@@ -40,6 +45,8 @@ nlohmann::json costJson(const analysis::CostFunction& f) {
                       {"worst_cost", p.worstCost}});
   return {{"routine", f.routine},
           {"size", metrics::memory::toString(f.kind)},
+          {"cost_metric", metrics::memory::toString(f.costMetric)},
+          {"cost_unit", costUnit(f)},
           {"contexts", f.contexts},
           {"calls", f.calls},
           {"cost", f.cost},
@@ -63,9 +70,11 @@ void renderCostFunction(const analysis::CostFunction& f, Format format, std::ost
   }
   const auto* size = metrics::memory::toString(f.kind);
   out << fmt::format(
-      "Cost function of {} ({} calls in {} calling contexts; cost in instructions, input size = {} "
+      "Cost function of {} ({} calls in {} calling contexts; cost in {}, input size = {} "
       "in cells)\n",
-      f.routine, f.calls, f.contexts, size);
+      f.routine, f.calls, f.contexts,
+      f.costMetric == metrics::memory::CostMetric::Time ? "ns of thread CPU time under the tool" : "instructions",
+      size);
   out << fmt::format("  fit, power law:  cost = {}\n", fitText(f.power));
   out << fmt::format("  fit, n^b log n:  cost = {}\n", fitText(f.nLogN));
   out << fmt::format(
@@ -131,6 +140,24 @@ void renderFootprint(const analysis::FootprintCurves& curves, Format format, std
         p.lengthLow == p.lengthHigh ? fmt::format("{}", p.lengthLow) : fmt::format("{}-{}", p.lengthLow, p.lengthHigh),
         compactNumber(static_cast<double>(p.windows)), compactNumber(p.p0), compactNumber(p.p5), compactNumber(p.p50),
         compactNumber(p.p95), compactNumber(p.p100));
+}
+
+void renderMemory(const storage::Database& db, const MemoryRequest& r, Format format, std::ostream& out) {
+  namespace mm = metrics::memory;
+  if (static_cast<int>(!r.cost.empty()) + static_cast<int>(r.growth) + static_cast<int>(r.footprint) +
+          static_cast<int>(r.interleaving) !=
+      1)
+    throw ViewError("--cost, --growth, --footprint and --interleaving are separate answers: give one");
+  if (r.growth) return renderGrowthRanking(analysis::growthRanking(db, r.size, r.minSizes, r.costMetric), format, out);
+  if (r.footprint) return renderFootprint(analysis::footprintCurves(db), format, out);
+  if (r.interleaving) return renderFootprint(analysis::interleavingCurves(db), format, out, true);
+  const auto f = analysis::costFunction(db, r.cost, r.size, r.costMetric);
+  if (!f) throw ViewError(fmt::format("--cost {}: no routine of that name with memory-profile values", r.cost));
+  if (r.costMetric == mm::CostMetric::Time && f->cost == 0)
+    throw ViewError(fmt::format(
+        "--cost-metric time: {} has no time values (profiles measured with --no-memory-time or by an older csp-mem)",
+        r.cost));
+  renderCostFunction(*f, format, out);
 }
 
 }  // namespace csp::views

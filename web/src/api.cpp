@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "csp/analysis/query.hpp"
+#include "csp/views/memory.hpp"
 #include "csp/views/render.hpp"
 #include "csp/views/session.hpp"
 #include "csp/web/web.hpp"
@@ -282,6 +283,29 @@ struct Api::Impl {
                 answer.warnings);
   }
 
+  // Memory-access profiles (docs/memory-profiles.md): csp-views --cost, --growth, --footprint,
+  // --interleaving with the CLI's parameter names.
+  Response memory(Database& d, const std::string& what, const Params& p) {
+    namespace mm = metrics::memory;
+    views::MemoryRequest r;
+    const auto size = param(p, "size", "trms"), cost = param(p, "cost_metric", "instructions");
+    if (size != "trms" && size != "rms")
+      throw BadRequest(fmt::format("parameter size: '{}' is neither trms nor rms", size));
+    if (cost != "instructions" && cost != "time")
+      throw BadRequest(fmt::format("parameter cost_metric: '{}' is neither instructions nor time", cost));
+    r.size = size == "rms" ? mm::SizeKind::Rms : mm::SizeKind::Trms;
+    r.costMetric = cost == "time" ? mm::CostMetric::Time : mm::CostMetric::Instructions;
+    r.minSizes = number<std::size_t>(p, "min_sizes", 4);
+    if (what == "cost") {
+      r.cost = param(p, "routine");
+      if (r.cost.empty()) throw BadRequest("parameter routine: the name of a routine");
+    }
+    r.growth = what == "growth", r.footprint = what == "footprint", r.interleaving = what == "interleaving";
+    std::ostringstream out;
+    views::renderMemory(d.session.database(), r, views::Format::Json, out);
+    return wrap(out.str(), {});
+  }
+
   Response info(Database& d) {
     const auto answer = d.session.info();
     return wrap(json([](const auto& a, std::ostream& out) { views::renderInfoJson(a, out); }, answer), {});
@@ -305,6 +329,7 @@ struct Api::Impl {
     if (what == "query") return query(d, p);
     if (what == "timeline") return timeline(d, p);
     if (what == "info") return info(d);
+    if (what == "cost" || what == "growth" || what == "footprint" || what == "interleaving") return memory(d, what, p);
     throw NotFound(fmt::format("{}: no such request (docs/web.md lists them)", path));
   }
 };

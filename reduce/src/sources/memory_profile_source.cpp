@@ -35,13 +35,13 @@ struct ToolFrame {
 };
 
 struct NodeStat {
-  std::uint64_t calls = 0, cost = 0, trms = 0, rms = 0, fromThreads = 0, fromKernel = 0;
+  std::uint64_t calls = 0, cost = 0, trms = 0, rms = 0, fromThreads = 0, fromKernel = 0, time = 0;
 };
 
 struct Bin {
   std::uint32_t node = 0, bin = 0;
   mm::SizeKind kind = mm::SizeKind::Trms;
-  std::uint64_t calls = 0, cost = 0, max = 0;
+  std::uint64_t calls = 0, cost = 0, max = 0, time = 0, timeMax = 0;
 };
 
 // The file as written, before it becomes a profile.
@@ -86,7 +86,8 @@ class Parser {
     }
     const bool empty = lineNo_ == 0;
     lineNo_ = 0;  // what follows is about the whole file
-    if (empty || out_.header["cspmem"] != "1") fail("not a csp-mem profile of format 1");
+    if (empty || (out_.header["cspmem"] != "1" && out_.header["cspmem"] != "2"))
+      fail("not a csp-mem profile of format 1 or 2");
     if (!out_.ended) fail("truncated: no end line");
     return std::move(out_);
   }
@@ -142,6 +143,10 @@ class Parser {
       for (int i = 1; i < 5; ++i) out_.footprint.push_back(number(f[i]));
       return;
     }
+    if (kind == "cspmem") {
+      need(f, 2);
+      version_ = f[1] == "1" ? 1 : 2;  // format 2 adds the time fields to stat and bin lines
+    }
     if (kind == "arg") return out_.args.emplace_back(f.size() > 1 ? f[1] : std::string_view{}), void();
     if (kind == "end") return need(f, 1), void(out_.ended = true);
     need(f, 2);
@@ -167,12 +172,13 @@ class Parser {
     out_.stats.emplace_back();
   }
   void parseStat(const std::vector<std::string_view>& f) {
-    need(f, 8);
+    need(f, version_ == 1 ? 8 : 9);
     auto& s = out_.stats[node(f[1])];
-    s = {number(f[2]), number(f[3]), number(f[4]), number(f[5]), number(f[6]), number(f[7])};
+    s = {number(f[2]), number(f[3]), number(f[4]), number(f[5]), number(f[6]), number(f[7]), 0};
+    if (version_ > 1) s.time = number(f[8]);
   }
   void parseBin(const std::vector<std::string_view>& f) {
-    need(f, 7);
+    need(f, version_ == 1 ? 7 : 9);
     Bin b;
     b.node = node(f[1]);
     if (f[2] != "trms" && f[2] != "rms") fail(fmt::format("size kind '{}' is neither trms nor rms", f[2]));
@@ -182,11 +188,13 @@ class Parser {
     b.calls = number(f[4]);
     b.cost = number(f[5]);
     b.max = number(f[6]);
+    if (version_ > 1) b.time = number(f[7]), b.timeMax = number(f[8]);
     out_.bins.push_back(b);
   }
 
   std::string file_;
   std::size_t lineNo_ = 0;
+  int version_ = 2;
   MemFile out_;
 };
 
@@ -250,6 +258,8 @@ class Builder {
     id.settings.push_back({"measurer", "csp-mem"});
     id.settings.push_back({"cell-bytes", header("cell")});
     id.settings.push_back({"instructions", header("instructions")});
+    if (!header("time").empty()) id.settings.push_back({"activation-time", header("time")});
+    if (!header("routines").empty()) id.settings.push_back({"routines", header("routines")});
     if (m.footprint.size() == 4) {
       id.settings.push_back({"footprint-precision-percent", std::to_string(m.footprint[0])});
       id.settings.push_back({"footprint-block-bytes", std::to_string(m.footprint[1])});
@@ -307,6 +317,7 @@ class Builder {
             s.fromThreads);
       value(i, metric(mm::kInducedKernel, "cells", "induced first reads of cells written by the kernel (input)"),
             s.fromKernel);
+      value(i, metric(mm::kTime, "ns", "inclusive thread CPU time of the activations under the tool, summed"), s.time);
     }
   }
 
@@ -315,6 +326,8 @@ class Builder {
     value(node, metric(mm::kSizeCalls, "calls", "activations of this input size"), b.calls);
     value(node, metric(mm::kSizeCost, "instructions", "their cost, summed"), b.cost);
     value(node, metric(mm::kSizeMax, "instructions", "their largest cost (read the max statistic)"), b.max);
+    value(node, metric(mm::kSizeTime, "ns", "their thread CPU time, summed"), b.time);
+    value(node, metric(mm::kSizeTimeMax, "ns", "their largest thread CPU time (read the max statistic)"), b.timeMax);
   }
 
   // A 2-D window histogram: frame > a loop per length bin > a statement per value bin.

@@ -1,6 +1,7 @@
 // CSP's web viewer: panels of databases (several side by side), each with the views of
 // csp-views, a flame graph, the per-thread plot of the selected node, the source pane, the
-// scaling-loss report of a csp-diff database, imbalance causes, effort and the region timeline.
+// scaling-loss report of a csp-diff database, imbalance causes, effort, the region timeline and
+// the cost functions and footprints of memory-access profiles.
 // Every number comes from the server's JSON API (the presentation layer); nothing is computed
 // here but layout.
 import { api, isReport } from './api.js';
@@ -10,11 +11,12 @@ import { ThreadPlot } from './threads.js';
 import { Flame, FLAME_DEPTH } from './flame.js';
 import { SourcePane } from './source.js';
 import { Timeline } from './timeline.js';
+import { MemoryPage } from './memory.js';
 import { imbalancePage, diffPage, diffDecorator, effortDecorator, infoPage } from './reports.js';
 
 const TABS = [
   ['cc', 'Calling Context'], ['callers', 'Callers'], ['flat', 'Flat'], ['flame', 'Flame graph'], ['loss', 'Scaling loss'],
-  ['imbalance', 'Imbalance'], ['effort', 'Effort'], ['regions', 'Regions'], ['timeline', 'Timeline'], ['info', 'Info'],
+  ['imbalance', 'Imbalance'], ['effort', 'Effort'], ['regions', 'Regions'], ['timeline', 'Timeline'], ['memory', 'Memory'], ['info', 'Info'],
 ];
 
 class Panel {
@@ -44,6 +46,7 @@ class Panel {
       case 'effort': return metrics.has('work') && metrics.has('idleness');
       case 'regions': return d.regions;
       case 'timeline': return d.region_logs;
+      case 'memory': return metrics.has('mem-calls');
       default: return true;
     }
   }
@@ -97,6 +100,7 @@ class Panel {
       cc: () => this.treeTab('cc'), callers: () => this.treeTab('callers'), flat: () => this.treeTab('flat'),
       regions: () => this.treeTab('regions'), flame: () => this.flameTab(), loss: () => this.lossTab(),
       imbalance: () => this.imbalanceTab(), effort: () => this.effortTab(), timeline: () => this.timelineTab(), info: () => this.infoTab(),
+      memory: () => this.memoryTab(),
     }[tab];
     show().catch((e) => this.main.replaceChildren(el('div.error', { text: e.message })));
   }
@@ -193,6 +197,12 @@ class Panel {
     this.main.replaceChildren(host);
     this.timeline = new Timeline(host, this.db);
     await this.timeline.load();
+  }
+
+  async memoryTab() {
+    const host = el('div.page.memory-page');
+    this.main.replaceChildren(host);
+    await new MemoryPage(host, this.db).load();
   }
 
   async infoTab() {

@@ -20,7 +20,7 @@ struct CostPoint {
   std::uint64_t sizeLow = 0, sizeHigh = 0;  // the bin's input sizes (cells), inclusive
   double size = 0;                          // its midpoint, the x of fits and plots
   std::uint64_t calls = 0;                  // workload: activations of this size
-  double meanCost = 0;                      // instructions
+  double meanCost = 0;                      // instructions, or ns of thread CPU time (CostFunction::costMetric)
   std::uint64_t worstCost = 0;
 };
 
@@ -36,7 +36,9 @@ struct GrowthFit {
 struct CostFunction {
   std::string routine;
   metrics::memory::SizeKind kind = metrics::memory::SizeKind::Trms;
+  metrics::memory::CostMetric costMetric = metrics::memory::CostMetric::Instructions;
   std::vector<CostPoint> points;  // increasing size
+  // cost: the summed cost of all calls in the cost metric (instructions or ns).
   std::uint64_t calls = 0, cost = 0, trms = 0, rms = 0;
   std::uint64_t inducedThread = 0, inducedKernel = 0;  // induced first reads by source
   std::size_t contexts = 0;                            // calling contexts of the routine
@@ -51,13 +53,16 @@ GrowthFit fitGrowth(const std::vector<CostPoint>& points, double c);
 
 // The cost function of every procedure named `routine`; nullopt if no node has that name or the
 // database holds no memory-access profile values for it.
+// The cost is instructions or, from profiles of format 2, thread CPU time in ns.
 std::optional<CostFunction> costFunction(const storage::Database& db, const std::string& routine,
-                                         metrics::memory::SizeKind kind);
+                                         metrics::memory::SizeKind kind,
+                                         metrics::memory::CostMetric cost = metrics::memory::CostMetric::Instructions);
 
 // Every routine with a valid fit and at least `minPoints` size bins, by decreasing growth
 // exponent of its best fit (then by name).
 std::vector<CostFunction> growthRanking(const storage::Database& db, metrics::memory::SizeKind kind,
-                                        std::size_t minPoints);
+                                        std::size_t minPoints,
+                                        metrics::memory::CostMetric cost = metrics::memory::CostMetric::Instructions);
 
 // One window-length bin of the footprint curves, over the windows of all threads (the curves of
 // one thread when the database holds one): percentiles of the footprint, in blocks, by the

@@ -23,11 +23,14 @@ inline constexpr const char* kTrms = "mem-trms";                     // their TR
 inline constexpr const char* kRms = "mem-rms";                       // their RMS, summed
 inline constexpr const char* kInducedThread = "mem-induced-thread";  // induced first reads: other threads
 inline constexpr const char* kInducedKernel = "mem-induced-kernel";  // induced first reads: the kernel
+inline constexpr const char* kTime = "mem-time";  // their inclusive thread CPU time under the tool (ns), summed
 
 // At a size-bin statement: the activations whose input size falls in the bin.
 inline constexpr const char* kSizeCalls = "mem-size-calls";
-inline constexpr const char* kSizeCost = "mem-size-cost";  // summed
-inline constexpr const char* kSizeMax = "mem-size-max";    // the largest cost (read its max statistic)
+inline constexpr const char* kSizeCost = "mem-size-cost";         // summed
+inline constexpr const char* kSizeMax = "mem-size-max";           // the largest cost (read its max statistic)
+inline constexpr const char* kSizeTime = "mem-size-time";         // their thread CPU time (ns), summed
+inline constexpr const char* kSizeTimeMax = "mem-size-time-max";  // the largest (read its max statistic)
 inline constexpr const char* kTrmsBinFile = "[trms bin]";
 inline constexpr const char* kRmsBinFile = "[rms bin]";
 
@@ -48,6 +51,10 @@ inline constexpr const char* kDegreeWindows = "interleaving-windows";
 enum class SizeKind : std::uint8_t { Trms = 0, Rms = 1 };
 
 inline const char* toString(SizeKind k) { return k == SizeKind::Trms ? "trms" : "rms"; }
+
+// The cost of an activation: guest instructions (exact, deterministic) or thread CPU time.
+enum class CostMetric : std::uint8_t { Instructions = 0, Time = 1 };
+inline const char* toString(CostMetric c) { return c == CostMetric::Instructions ? "instructions" : "time"; }
 inline const char* binFile(SizeKind k) { return k == SizeKind::Trms ? kTrmsBinFile : kRmsBinFile; }
 
 }  // namespace csp::metrics::memory
