@@ -49,9 +49,9 @@ MemoryMetrics metricIds(const storage::Database& db) {
                                                           {mm::kTime, &m.time},
                                                           {mm::kSizeTime, &m.sizeTime},
                                                           {mm::kSizeTimeMax, &m.sizeTimeMax}};
-  for (MetricId id = 0; id < db.metrics().size(); ++id)
+  for (std::size_t id = 0; id < db.metrics().size(); ++id)
     for (const auto& [name, slot] : names)
-      if (db.metrics()[id].descriptor.name == name) *slot = id;
+      if (db.metrics()[id].descriptor.name == name) *slot = static_cast<MetricId>(id);
   return m;
 }
 
@@ -212,8 +212,8 @@ namespace {
 FootprintCurves windowCurves(const storage::Database& db, const char* frame, const char* metricName) {
   const auto t = readTree(db);
   std::uint32_t windows = kNoIndex;
-  for (MetricId id = 0; id < db.metrics().size(); ++id)
-    if (db.metrics()[id].descriptor.name == metricName) windows = id;
+  for (std::size_t id = 0; id < db.metrics().size(); ++id)
+    if (db.metrics()[id].descriptor.name == metricName) windows = static_cast<std::uint32_t>(id);
   std::map<std::uint32_t, LogLinearHistogram> byLength;
   std::vector<bool> holds(db.metadata().profiles.size(), false);
   FootprintCurves out;
@@ -234,8 +234,9 @@ FootprintCurves windowCurves(const storage::Database& db, const char* frame, con
       }
     }
   out.threads = static_cast<std::uint64_t>(std::count(holds.begin(), holds.end(), true));
-  for (const auto& [bin, h] : byLength) {
+  for (const auto& [bin, hist] : byLength) {
     if (bin >= LogLinearHistogram::kBinCount) continue;
+    const LogLinearHistogram& h = hist;  // (a lambda below uses it: clang 14 captures no binding)
     FootprintPoint p;
     p.lengthBin = bin;
     p.lengthLow = LogLinearHistogram::binLower(bin);

@@ -99,6 +99,45 @@ int runMemory(const std::string& dbPath, const MemoryRequest& r, csp::views::For
   return std::cout ? 0 : 1;
 }
 
+// --cost, --growth, --footprint, --interleaving and their settings.
+void addMemoryOptions(CLI::App& app, MemoryRequest& memory) {
+  app.add_option("--cost", memory.cost,
+                 "memory profiles (csp-run --memory): the cost function of a routine, worst and mean cost per input "
+                 "size with fitted growth (docs/memory-profiles.md)");
+  app.add_flag("--growth", memory.growth,
+               "memory profiles: routines ranked by the fitted growth exponent of their cost");
+  app.add_flag("--footprint", memory.footprint, "memory profiles: the all-window footprint curves (0/5/50/95/100 %)");
+  app.add_flag(
+      "--interleaving", memory.interleaving,
+      "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
+  app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
+      ->check(CLI::IsMember({"trms", "rms"}));
+  app.add_option("--cost-metric", memory.costMetric,
+                 "--cost, --growth: the cost of an activation, instructions (default, exact) or time (thread CPU "
+                 "time under the tool)")
+      ->check(CLI::IsMember({"instructions", "time"}));
+  app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")
+      ->check(CLI::Range(3, 1000))
+      ->capture_default_str();
+}
+
+// The settings of --imbalance.
+void addImbalanceOptions(CLI::App& app, csp::analysis::ImbalanceOptions& imbalance) {
+  app.add_option("--cluster-threshold", imbalance.clusterThreshold,
+                 "--imbalance: list scopes whose own per-thread costs correlate at least this much with a cause's as "
+                 "further sites of it")
+      ->check(csp::cli::finiteRange(0, 1))
+      ->capture_default_str();
+  app.add_option("--min-share", imbalance.minShare,
+                 "--imbalance: report causes explaining at least this share of the variance")
+      ->check(csp::cli::finiteRange(0, 1))
+      ->capture_default_str();
+  app.add_option("--min-imbalance", imbalance.minImbalance,
+                 "--imbalance: a section whose max/mean is below 1 + this is balanced enough and not analysed")
+      ->check(csp::cli::finiteRange(0, 1e9))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,20 +172,7 @@ int main(int argc, char** argv) {
                                     "name, or region:NAME for a region measured with --region-log; default: the whole "
                                     "program); text or json")
                          ->expected(0, 1);
-  auto& imbalance = o.imbalanceOptions;
-  app.add_option("--cluster-threshold", imbalance.clusterThreshold,
-                 "--imbalance: list scopes whose own per-thread costs correlate at least this much with a cause's as "
-                 "further sites of it")
-      ->check(csp::cli::finiteRange(0, 1))
-      ->capture_default_str();
-  app.add_option("--min-share", imbalance.minShare,
-                 "--imbalance: report causes explaining at least this share of the variance")
-      ->check(csp::cli::finiteRange(0, 1))
-      ->capture_default_str();
-  app.add_option("--min-imbalance", imbalance.minImbalance,
-                 "--imbalance: a section whose max/mean is below 1 + this is balanced enough and not analysed")
-      ->check(csp::cli::finiteRange(0, 1e9))
-      ->capture_default_str();
+  addImbalanceOptions(app, o.imbalanceOptions);
   const std::vector<CLI::Option*> views{oCc, oCallers, oFlat, oRegions, oInfo, oImbalance};
   for (auto* a : views)
     for (auto* b : views)
@@ -198,24 +224,7 @@ int main(int argc, char** argv) {
   app.add_option("--name-width", nameWidth, "shorten names to this many characters")->capture_default_str();
   app.add_option("--bins", o.bins, "--node: histogram bins")->check(CLI::Range(1, 200))->capture_default_str();
   MemoryRequest memory;
-  app.add_option("--cost", memory.cost,
-                 "memory profiles (csp-run --memory): the cost function of a routine, worst and mean cost per input "
-                 "size with fitted growth (docs/memory-profiles.md)");
-  app.add_flag("--growth", memory.growth,
-               "memory profiles: routines ranked by the fitted growth exponent of their cost");
-  app.add_flag("--footprint", memory.footprint, "memory profiles: the all-window footprint curves (0/5/50/95/100 %)");
-  app.add_flag(
-      "--interleaving", memory.interleaving,
-      "memory profiles: the all-window interleaving curves of the main thread and the first thread it started");
-  app.add_option("--size", memory.size, "--cost, --growth: the input size, trms (default) or rms")
-      ->check(CLI::IsMember({"trms", "rms"}));
-  app.add_option("--cost-metric", memory.costMetric,
-                 "--cost, --growth: the cost of an activation, instructions (default, exact) or time (thread CPU "
-                 "time under the tool)")
-      ->check(CLI::IsMember({"instructions", "time"}));
-  app.add_option("--min-sizes", memory.minSizes, "--growth: routines with at least this many input sizes")
-      ->check(CLI::Range(3, 1000))
-      ->capture_default_str();
+  addMemoryOptions(app, memory);
 
   if (const auto exit = csp::cli::parseOrExit(app, "csp-views", [&] {
         parseLeavingTheDatabase(app, {argv + 1, argv + argc}, dbPath,

@@ -347,6 +347,7 @@ void Api::warmUp() {
   // build instead of racing it to the session and building the view itself.
   std::vector<std::promise<void>> locked(impl_->dbs.size());
   std::vector<std::future<void>> holding;
+  holding.reserve(locked.size());
   for (auto& l : locked) holding.push_back(l.get_future());
   for (std::size_t i = 0; i < impl_->dbs.size(); ++i)
     impl_->warming.emplace_back(
@@ -374,7 +375,10 @@ std::string requestKey(const std::string& path, const Params& params) {
   char sep = '?';
   for (const auto& [k, v] : params) {  // a multimap: sorted by name, repeated names in order
     if (k == "token") continue;
-    key += sep + k + "=" + v;
+    key += sep;
+    key += k;
+    key += '=';
+    key += v;
     sep = '&';
   }
   return key;

@@ -124,6 +124,7 @@ struct SymbolicFrame {
   std::uint32_t file = 0;  // string id
   std::uint32_t line = 0;
   std::uint32_t module = 0;  // string id: load module (ProcFrame)
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14's false positive on a defaulted <=>
   auto operator<=>(const SymbolicFrame&) const = default;
 };
 
