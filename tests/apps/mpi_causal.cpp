@@ -10,6 +10,14 @@
 //          (nofinalize: exit without MPI_Finalize, as a program that dies late)
 //          mpi_causal pingpong N: ranks 0 and 1 exchange N one-int messages inside a region
 //          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh).
+//          mpi_causal nonblocking [iterations R_MS Q_MS PERCENT]: the same critical path with
+//          non-blocking messages: rank 0 posts an MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG
+//          before Q and waits for it with MPI_Wait and MPI_STATUS_IGNORE inside "recv"; rank 1
+//          starts an MPI_Isend after R and completes it with MPI_Waitall.
+//          mpi_causal rooted [iterations R_MS Q_MS]: no barrier in the loop. Rank 1 runs R, then
+//          every rank meets in MPI_Bcast rooted at rank 1 (ranks 0 and 2.. run Q before it: they
+//          wait for R); then rank 2 (or 1 with 2 ranks) runs "T" (Q_MS) before an MPI_Reduce
+//          rooted at rank 0, which waits for it while the others do not.
 #include <mpi.h>
 #include <time.h>
 
@@ -61,6 +69,39 @@ void pingPong(int rank, long n) {
   if (rank == 0) std::printf("%llu\n", static_cast<unsigned long long>(nowNs() - start));
 }
 
+void nonBlocking(int rank, int size, int iterations, double rMs, double qMs, double percent) {
+  for (int i = 0; i < iterations; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    int token = i;
+    MPI_Request request;
+    if (rank == 1) {
+      region("R", rMs * (1 - percent / 100));
+      MPI_Isend(&token, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, &request);
+      MPI_Waitall(1, &request, MPI_STATUSES_IGNORE);
+    } else if (rank == 0) {
+      if (size > 1) MPI_Irecv(&token, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &request);
+      region("Q", qMs);
+      if (size == 1) continue;
+      csp_region_begin("recv", 0);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      csp_region_end();
+    } else {
+      region("S", qMs / 2);
+    }
+  }
+}
+
+void rooted(int rank, int size, int iterations, double rMs, double qMs) {
+  const int late = size > 2 ? 2 : 1;  // enters the reduce late
+  for (int i = 0; i < iterations; ++i) {
+    int token = i, sum = 0;
+    region(rank == 1 ? "R" : "Q", rank == 1 ? rMs : qMs);
+    MPI_Bcast(&token, 1, MPI_INT, size > 1 ? 1 : 0, MPI_COMM_WORLD);
+    if (rank == late) region("T", qMs);
+    MPI_Reduce(&token, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  }
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
@@ -68,6 +109,17 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc > 2 && std::strcmp(argv[1], "pingpong") == 0) {
     pingPong(rank, std::atol(argv[2]));
+    MPI_Finalize();
+    return 0;
+  }
+  if (argc > 1 && (std::strcmp(argv[1], "nonblocking") == 0 || std::strcmp(argv[1], "rooted") == 0)) {
+    const int iterations = argc > 2 ? std::atoi(argv[2]) : 6;
+    const double rMs = argc > 3 ? std::atof(argv[3]) : 40, qMs = argc > 4 ? std::atof(argv[4]) : 10;
+    if (argv[1][0] == 'n')
+      nonBlocking(rank, size, iterations, rMs, qMs, argc > 5 ? std::atof(argv[5]) : 0);
+    else
+      rooted(rank, size, iterations, rMs, qMs);
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     return 0;
   }

@@ -188,6 +188,8 @@ TEST(CommEvents, SendsReceivesAndCollectivesAreNumbered) {
           break;
         case CommKind::Collective:
           EXPECT_EQ(m.peer[i], -1);  // a barrier
+          EXPECT_EQ(m.op[i], static_cast<std::uint8_t>(CollectiveOp::Barrier));
+          EXPECT_EQ(m.tag[i], static_cast<std::int32_t>(rank));  // its rank in MPI_COMM_WORLD
           EXPECT_EQ(m.sequence[i], collectives++);
           break;
         default:
@@ -199,6 +201,35 @@ TEST(CommEvents, SendsReceivesAndCollectivesAreNumbered) {
   const std::vector<std::uint64_t> expected = {0, 1, 2, 3};
   EXPECT_EQ(sendSeq[1], expected);
   EXPECT_EQ(recvSeq[0], expected);
+}
+
+// mpi_causal nonblocking: rank 0's MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG, waited for
+// with MPI_STATUS_IGNORE, learns peer and tag from the status csp passes in its place; rank 1's
+// MPI_Isend completed by MPI_Waitall is numbered when it starts. Both begin at their start and
+// wait from the completing call on; the waits record nothing else.
+TEST(CommEvents, NonBlockingOperationsAreRecordedAtCompletion) {
+  const fs::path dir = scratch("nonblocking");
+  auto ranks = measure(dir, 2, "", "nonblocking 3 20 5");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (auto& [rank, p] : ranks) {
+    const CommLog& m = p.commLog;
+    std::vector<std::uint64_t> sequences;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      const auto kind = static_cast<CommKind>(m.kind[i]);
+      EXPECT_NE(kind, CommKind::Wait) << "rank " << rank;
+      if (kind != CommKind::Send && kind != CommKind::Recv) continue;
+      EXPECT_EQ(kind, rank == 0 ? CommKind::Recv : CommKind::Send);
+      EXPECT_EQ(m.peer[i], rank == 0 ? 1 : 0);
+      EXPECT_EQ(m.tag[i], 5);
+      EXPECT_LT(m.beginNs[i], m.waitBeginNs[i]);
+      EXPECT_LE(m.waitBeginNs[i], m.endNs[i]);
+      if (rank == 0) {
+        EXPECT_EQ(regionName(p, m.region[i]), "recv");
+      }
+      sequences.push_back(m.sequence[i]);
+    }
+    EXPECT_EQ(sequences, (std::vector<std::uint64_t>{0, 1, 2})) << "rank " << rank;
+  }
 }
 
 TEST(ClockSync, ASingleRankIsItsOwnReference) {
