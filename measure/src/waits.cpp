@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -481,24 +482,43 @@ class Completion {
     if (!commLogOn() || requests == nullptr || count <= 0) return;
     for (int i = 0; i < count && !tracked_; ++i) tracked_ = commPending(requests[i]);
     if (!tracked_) return;
-    handles_.assign(requests, requests + count);
-    if (statuses == nullptr) own_.resize(static_cast<std::size_t>(ownStatuses));
-    statuses_ = statuses != nullptr ? static_cast<StatusHead*>(statuses) : own_.data();
+    // Most waits complete a request or a few: no allocation for those.
+    const auto n = static_cast<std::size_t>(count);
+    if (n > kInline) moreHandles_.resize(n);
+    H* handles = n > kInline ? moreHandles_.data() : inlineHandles_;
+    std::copy(requests, requests + count, handles);
+    handles_ = handles;
+    count_ = count;
+    if (statuses != nullptr) {
+      statuses_ = static_cast<StatusHead*>(statuses);
+    } else if (static_cast<std::size_t>(ownStatuses) > kInline) {
+      moreStatuses_.resize(static_cast<std::size_t>(ownStatuses));
+      statuses_ = moreStatuses_.data();
+    } else {
+      statuses_ = inlineStatuses_;
+    }
   }
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
   bool tracked() const { return tracked_; }
   H statuses(H program) const { return tracked_ ? statuses_ : program; }
   // Request `request` completed with status number `status`.
   void complete(int request, int status, std::uint64_t t0, std::uint64_t t1) const {
-    if (request < 0 || static_cast<std::size_t>(request) >= handles_.size()) return;
+    if (request < 0 || request >= count_) return;
     const StatusHead& s = statuses_[status];
-    commComplete(handles_[static_cast<std::size_t>(request)], s.source, s.tag, t0, t1);
+    commComplete(handles_[request], s.source, s.tag, t0, t1);
   }
 
  private:
+  static constexpr std::size_t kInline = 4;
   bool tracked_ = false;
-  std::vector<H> handles_;
-  std::vector<StatusHead> own_;
+  int count_ = 0;
+  const H* handles_ = nullptr;
   StatusHead* statuses_ = nullptr;
+  H inlineHandles_[kInline];
+  StatusHead inlineStatuses_[kInline];
+  std::vector<H> moreHandles_;
+  std::vector<StatusHead> moreStatuses_;
 };
 
 constexpr int kUndefined = -32766;  // Open MPI's MPI_UNDEFINED

@@ -280,6 +280,14 @@ std::map<std::int64_t, std::vector<std::pair<std::size_t, const ThreadProfile*>>
   return out;
 }
 
+// Same inputs -> same database for 1 and 2 csp-prof-mpi ranks (dir/db from one).
+void expectSameDatabaseFromTwoRanks(const fs::path& dir) {
+  const auto r = run("timeout -k 5 300 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "m").string() +
+                     " -o " + (dir / "db2").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "db"), csp::test::dumpDatabase(dir / "db2"));
+}
+
 // The widths of the converted communication events of a database: how far a bound may be from
 // the truth (rank 0 is the reference, rank 2 shares its clock; the skewed rank's widths grow with
 // the machine's load, which stretches the ping-pongs that bound its clock).
@@ -332,6 +340,7 @@ TEST(Distributed, NonBlockingMessagesNameTheLateSender) {
   EXPECT_GE(row(j, "late-sender lower", 0), truth - slack - 2 * kIterations);
   EXPECT_EQ(row(j, "late-sender upper", 1), 0);
   EXPECT_EQ(row(j, "late-sender upper", 2), 0);
+  expectSameDatabaseFromTwoRanks(tmp.path());
 }
 
 // Rooted collectives (mpi_causal rooted): each collective is named, and each member's wait is
@@ -384,6 +393,7 @@ TEST(Distributed, RootedCollectivesWaitForTheirRootOnly) {
   // R is on the critical path through the broadcast only.
   const auto w = query(tmp / "db", "--what-if 'R=-25%'");
   EXPECT_GT(row(w, "predicted speed-up"), 0);
+  expectSameDatabaseFromTwoRanks(tmp.path());
 }
 
 TEST(Distributed, AProcessWithoutClockDataIsRefusedByName) {

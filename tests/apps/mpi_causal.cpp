@@ -9,7 +9,8 @@
 //   usage: mpi_causal [iterations=6] [R_MS=40] [Q_MS=10] [PERCENT=0] [nofinalize]
 //          (nofinalize: exit without MPI_Finalize, as a program that dies late)
 //          mpi_causal pingpong N: ranks 0 and 1 exchange N one-int messages inside a region
-//          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh).
+//          each and rank 0 prints the loop's wall time in ns (tests/bench/comm_overhead.sh);
+//          mpi_causal ipingpong N: the same with MPI_Isend/MPI_Irecv, each completed by MPI_Wait.
 //          mpi_causal nonblocking [iterations R_MS Q_MS PERCENT]: the same critical path with
 //          non-blocking messages: rank 0 posts an MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG
 //          before Q and waits for it with MPI_Wait and MPI_STATUS_IGNORE inside "recv"; rank 1
@@ -51,18 +52,40 @@ std::uint64_t nowNs() {
   return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
 }
 
-void pingPong(int rank, long n) {
+// One message to `peer` and back, blocking, or started with MPI_Isend/MPI_Irecv and completed
+// with MPI_Wait (2 more calls per message).
+void send(int* token, int peer, bool nonBlocking) {
+  if (!nonBlocking) {
+    MPI_Send(token, 1, MPI_INT, peer, 1, MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Request r;
+  MPI_Isend(token, 1, MPI_INT, peer, 1, MPI_COMM_WORLD, &r);
+  MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+void receive(int* token, int peer, bool nonBlocking) {
+  if (!nonBlocking) {
+    MPI_Recv(token, 1, MPI_INT, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return;
+  }
+  MPI_Request r;
+  MPI_Irecv(token, 1, MPI_INT, peer, 1, MPI_COMM_WORLD, &r);
+  MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+void pingPong(int rank, long n, bool nonBlocking) {
   int token = 0;
   MPI_Barrier(MPI_COMM_WORLD);
   const std::uint64_t start = nowNs();
   for (long i = 0; i < n && rank < 2; ++i) {
     csp_region_begin("exchange", 0);
     if (rank == 0) {
-      MPI_Send(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD);
-      MPI_Recv(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      send(&token, 1, nonBlocking);
+      receive(&token, 1, nonBlocking);
     } else {
-      MPI_Recv(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD);
+      receive(&token, 0, nonBlocking);
+      send(&token, 0, nonBlocking);
     }
     csp_region_end();
   }
@@ -107,8 +130,8 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc > 2 && std::strcmp(argv[1], "pingpong") == 0) {
-    pingPong(rank, std::atol(argv[2]));
+  if (argc > 2 && (std::strcmp(argv[1], "pingpong") == 0 || std::strcmp(argv[1], "ipingpong") == 0)) {
+    pingPong(rank, std::atol(argv[2]), argv[1][0] == 'i');
     MPI_Finalize();
     return 0;
   }
