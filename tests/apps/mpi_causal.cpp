@@ -14,7 +14,8 @@
 //          mpi_causal nonblocking [iterations R_MS Q_MS PERCENT]: the same critical path with
 //          non-blocking messages: rank 0 posts an MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG
 //          before Q and waits for it with MPI_Wait and MPI_STATUS_IGNORE inside "recv"; rank 1
-//          starts an MPI_Isend after R and completes it with MPI_Waitall.
+//          starts an MPI_Isend after R and completes it with MPI_Waitall; ranks >= 2 send
+//          themselves a message after S (MPI_Testany, then MPI_Waitsome).
 //          mpi_causal rooted [iterations R_MS Q_MS]: no barrier in the loop. Rank 1 runs R, then
 //          every rank meets in MPI_Bcast rooted at rank 1 (ranks 0 and 2.. run Q before it: they
 //          wait for R); then rank 2 (or 1 with 2 ranks) runs "T" (Q_MS) before an MPI_Reduce
@@ -92,6 +93,17 @@ void pingPong(int rank, long n, bool nonBlocking) {
   if (rank == 0) std::printf("%llu\n", static_cast<unsigned long long>(nowNs() - start));
 }
 
+// A message to itself, completed by MPI_Testany (polling) and then MPI_Waitsome, statuses ignored.
+void selfMessage(int rank, int value) {
+  int in = -1;
+  MPI_Request r[2];
+  MPI_Irecv(&in, 1, MPI_INT, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &r[0]);
+  MPI_Isend(&value, 1, MPI_INT, rank, 7, MPI_COMM_WORLD, &r[1]);
+  int index = 0, flag = 0, count = 0, indices[2];
+  while (flag == 0) MPI_Testany(2, r, &index, &flag, MPI_STATUS_IGNORE);
+  MPI_Waitsome(2, r, &count, indices, MPI_STATUSES_IGNORE);
+}
+
 void nonBlocking(int rank, int size, int iterations, double rMs, double qMs, double percent) {
   for (int i = 0; i < iterations; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -110,6 +122,7 @@ void nonBlocking(int rank, int size, int iterations, double rMs, double qMs, dou
       csp_region_end();
     } else {
       region("S", qMs / 2);
+      selfMessage(rank, i);
     }
   }
 }
