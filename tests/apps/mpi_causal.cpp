@@ -15,7 +15,8 @@
 //          non-blocking messages: rank 0 posts an MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG
 //          before Q and waits for it with MPI_Wait and MPI_STATUS_IGNORE inside "recv"; rank 1
 //          starts an MPI_Isend after R and completes it with MPI_Waitall; ranks >= 2 send
-//          themselves a message after S (MPI_Testany, then MPI_Waitsome).
+//          themselves a message after S (MPI_Testany, then MPI_Waitsome), and one whose send
+//          request they free.
 //          mpi_causal rooted [iterations R_MS Q_MS]: no barrier in the loop. Rank 1 runs R, then
 //          every rank meets in MPI_Bcast rooted at rank 1 (ranks 0 and 2.. run Q before it: they
 //          wait for R); then rank 2 (or 1 with 2 ranks) runs "T" (Q_MS) before an MPI_Reduce
@@ -93,7 +94,8 @@ void pingPong(int rank, long n, bool nonBlocking) {
   if (rank == 0) std::printf("%llu\n", static_cast<unsigned long long>(nowNs() - start));
 }
 
-// A message to itself, completed by MPI_Testany (polling) and then MPI_Waitsome, statuses ignored.
+// A message to itself, completed by MPI_Testany (polling) and then MPI_Waitsome, statuses
+// ignored; then one whose send request is freed, received with MPI_Recv.
 void selfMessage(int rank, int value) {
   int in = -1;
   MPI_Request r[2];
@@ -102,6 +104,10 @@ void selfMessage(int rank, int value) {
   int index = 0, flag = 0, count = 0, indices[2];
   while (flag == 0) MPI_Testany(2, r, &index, &flag, MPI_STATUS_IGNORE);
   MPI_Waitsome(2, r, &count, indices, MPI_STATUSES_IGNORE);
+  // A send whose request is freed: it still goes out.
+  MPI_Isend(&value, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, &r[1]);
+  MPI_Request_free(&r[1]);
+  MPI_Recv(&in, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
 void nonBlocking(int rank, int size, int iterations, double rMs, double qMs, double percent) {
