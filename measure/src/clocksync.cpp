@@ -361,9 +361,10 @@ const CommInfo& commInfo(Tables& t, H comm) {
   return it->second;
 }
 
-int toWorld(const CommInfo& c, int rank) {
-  if (rank < 0 || c.world.empty()) return rank;
-  return static_cast<std::size_t>(rank) < c.world.size() ? c.world[static_cast<std::size_t>(rank)] : -1;
+// `world`: a communicator's comm rank -> world rank (empty: the identity).
+int toWorld(const std::vector<int>& world, int rank) {
+  if (rank < 0 || world.empty()) return rank;
+  return static_cast<std::size_t>(rank) < world.size() ? world[static_cast<std::size_t>(rank)] : -1;
 }
 
 }  // namespace
@@ -402,7 +403,7 @@ void commRecord(CommRecordKind kind, H comm, int peer, int tag, std::uint64_t be
     std::lock_guard lock(t.mutex);
     const CommInfo& c = commInfo(t, comm);
     name = c.name;
-    worldPeer = toWorld(c, peer);
+    worldPeer = toWorld(c.world, peer);
     sequence = nextSequence(t, kind, worldPeer, tag, name);
   }
   logCommEvent(ts->regions, {beginNs, endNs, worldPeer, tag, name, sequence, static_cast<std::uint8_t>(kind)});
@@ -416,7 +417,7 @@ void commCollective(int op, H comm, int root, std::uint64_t beginNs, std::uint64
   Tables& t = tables();
   std::unique_lock lock(t.mutex);
   const CommInfo& c = commInfo(t, comm);
-  const int peer = root >= 0 ? toWorld(c, root) : root;
+  const int peer = toWorld(c.world, root);
   CommEvent e{beginNs,
               endNs,
               peer,
@@ -441,7 +442,7 @@ void commStart(CommRecordKind kind, H comm, int peer, int tag, H request, std::u
   if (p.wildcard) {
     p.world = c.world;
   } else {
-    p.peer = toWorld(c, peer);
+    p.peer = toWorld(c.world, peer);
     p.tag = tag;
     p.sequence = nextSequence(t, kind, p.peer, tag, c.name);
   }
@@ -463,9 +464,7 @@ bool commComplete(H request, int source, int tag, std::uint64_t waitBeginNs, std
   t.pending.erase(it);
   if (p.wildcard) {
     if (source < 0) return true;  // from MPI_PROC_NULL, or cancelled: no message
-    p.peer = p.world.empty()                                     ? source
-             : static_cast<std::size_t>(source) < p.world.size() ? p.world[static_cast<std::size_t>(source)]
-                                                                 : -1;
+    p.peer = toWorld(p.world, source);
     p.tag = tag;
     p.sequence = nextSequence(t, p.kind, p.peer, p.tag, p.comm);
   }
