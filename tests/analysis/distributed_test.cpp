@@ -345,7 +345,8 @@ TEST(Distributed, NonBlockingMessagesNameTheLateSender) {
 
 // Rooted collectives (mpi_causal rooted): each collective is named, and each member's wait is
 // bounded by the true wait for what it waits for only: a bcast's non-roots for the root's entry
-// (the root for nobody), a reduce's root for every entry (its other members for nobody).
+// (the root for nobody), a reduce's root for every entry (its other members for nobody), a
+// scan's member for those of lower rank.
 TEST(Distributed, RootedCollectivesWaitForTheirRootOnly) {
   TempDir tmp("dcsp-rooted");
   constexpr int kIterations = 4;
@@ -390,6 +391,23 @@ TEST(Distributed, RootedCollectivesWaitForTheirRootOnly) {
   EXPECT_GE(row(j, "reduce wait upper", 0), reduceTruth[0] - 2 * kIterations);
   EXPECT_EQ(row(j, "reduce wait upper", 1), 0);  // non-roots: MPI orders nothing
   EXPECT_EQ(row(j, "reduce wait upper", 2), 0);
+  // A scan's member waits for the members of lower rank only.
+  const auto scan = static_cast<std::uint8_t>(CollectiveOp::Scan);
+  ASSERT_EQ(entries[scan].size(), static_cast<std::size_t>(kIterations));
+  std::map<std::int64_t, double> scanTruth;
+  for (const auto& [seq, byRank] : entries[scan])
+    for (const auto& [rank, entry] : byRank) {
+      std::int64_t last = entry;
+      for (const auto& [lower, other] : byRank)
+        if (lower < rank) last = std::max(last, other);
+      scanTruth[rank] += static_cast<double>(last - entry);
+    }
+  EXPECT_EQ(row(j, "scan wait upper", 0), 0);
+  for (std::size_t c : {1u, 2u}) {
+    const double truth = scanTruth[static_cast<std::int64_t>(c)];
+    EXPECT_LE(row(j, "scan wait lower", c), truth + 2 * kIterations) << c;
+    EXPECT_GE(row(j, "scan wait upper", c), truth - 2 * kIterations) << c;
+  }
   // R is on the critical path through the broadcast only.
   const auto w = query(tmp / "db", "--what-if 'R=-25%'");
   EXPECT_GT(row(w, "predicted speed-up"), 0);

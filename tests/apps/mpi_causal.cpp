@@ -20,7 +20,7 @@
 //          mpi_causal rooted [iterations R_MS Q_MS]: no barrier in the loop. Rank 1 runs R, then
 //          every rank meets in MPI_Bcast rooted at rank 1 (ranks 0 and 2.. run Q before it: they
 //          wait for R); then rank 2 (or 1 with 2 ranks) runs "T" (Q_MS) before an MPI_Reduce
-//          rooted at rank 0, which waits for it while the others do not.
+//          rooted at rank 0, which waits for it while the others do not; then an MPI_Scan.
 #include <mpi.h>
 #include <time.h>
 
@@ -141,6 +141,7 @@ void rooted(int rank, int size, int iterations, double rMs, double qMs) {
     MPI_Bcast(&token, 1, MPI_INT, size > 1 ? 1 : 0, MPI_COMM_WORLD);
     if (rank == late) region("T", qMs);
     MPI_Reduce(&token, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Scan(&token, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   }
 }
 
