@@ -185,6 +185,40 @@ TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
   EXPECT_GT(row(straggler, "straggler-degree"), 0);
 }
 
+namespace {
+
+// Rank -> its communication events of `kind` (all threads), in log order.
+std::map<std::int64_t, std::vector<std::pair<std::size_t, const ThreadProfile*>>> eventsByRank(
+    const std::map<std::int64_t, std::vector<ThreadProfile>>& profiles, CommKind kind) {
+  std::map<std::int64_t, std::vector<std::pair<std::size_t, const ThreadProfile*>>> out;
+  for (const auto& [rank, threads] : profiles)
+    for (const auto& t : threads)
+      for (std::size_t i = 0; i < t.commLog.size(); ++i)
+        if (t.commLog.kind[i] == static_cast<std::uint8_t>(kind)) out[rank].emplace_back(i, &t);
+  return out;
+}
+
+// Same inputs -> same database for 1 and 2 csp-prof-mpi ranks (dir/db from one).
+void expectSameDatabaseFromTwoRanks(const fs::path& dir) {
+  const auto r = run("timeout -k 5 300 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "m").string() +
+                     " -o " + (dir / "db2").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "db"), csp::test::dumpDatabase(dir / "db2"));
+}
+
+// The widths of the converted communication events of a database: how far a bound may be from
+// the truth (rank 0 is the reference, rank 2 shares its clock; the skewed rank's widths grow with
+// the machine's load, which stretches the ping-pongs that bound its clock).
+double widths(const fs::path& db) {
+  double slack = 0;
+  auto d = storage::Database::open(db);
+  for (const auto& c : d->processClocks())
+    for (const auto& e : d->commEvents(c.process)) slack += static_cast<double>(e.begin.width() + e.end.width());
+  return slack;
+}
+
+}  // namespace
+
 TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
   TempDir tmp("dcsp-waits");
   constexpr int kIterations = 4;
@@ -193,29 +227,54 @@ TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
   ASSERT_EQ(j["processes"].size(), 3u);  // ranks 0, 1, 2
   for (const std::string figure : {"late-sender", "late-receiver", "collective-wait"})
     for (std::size_t c = 0; c < 3; ++c) EXPECT_LE(row(j, figure + " lower", c), row(j, figure + " upper", c));
-  // The bounds are as wide as the skewed rank's converted events: the ping-pongs that bound its
-  // clock take longer on a loaded machine, and a lower bound falls by at most the widths of the
-  // other side's events (rank 0 is the reference and rank 2 shares its clock: zero widths).
-  double slack = 0;
-  {
-    auto db = storage::Database::open(tmp / "db");
-    for (const auto& c : db->processClocks())
-      for (const auto& e : db->commEvents(c.process)) slack += static_cast<double>(e.begin.hi - e.begin.lo);
+  // The truths, from the true clocks of the same run (a loaded machine stretches the sleeps, so
+  // nominal times cannot be compared with): rank 0's receives waiting for rank 1's sends (R 30 ms
+  // against Q 10 ms), every rank's barrier waits for the last entry, and who entered last.
+  const auto profiles = profilesByRank(tmp / "m");
+  const auto recvs = eventsByRank(profiles, CommKind::Recv);
+  const auto sends = eventsByRank(profiles, CommKind::Send);
+  ASSERT_EQ(recvs.at(0).size(), static_cast<std::size_t>(kIterations));
+  ASSERT_EQ(sends.at(1).size(), static_cast<std::size_t>(kIterations));
+  double lateSender = 0;
+  for (std::size_t k = 0; k < kIterations; ++k) {
+    const auto [ri, r] = recvs.at(0)[k];
+    const auto [si, s] = sends.at(1)[k];
+    const std::int64_t end = trueTime(0, r->commLog.endNs[ri]), begin = trueTime(0, r->commLog.beginNs[ri]);
+    lateSender +=
+        static_cast<double>(std::max<std::int64_t>(0, std::min(trueTime(1, s->commLog.beginNs[si]), end) - begin));
   }
-  std::printf("widths of the converted communication events: %.0f ns in all\n", slack);
-  // Rank 0 receives 4 messages sent ~20 ms after its receive began (R 30 ms, Q 10 ms).
-  EXPECT_GE(row(j, "late-sender lower", 0), 0.5 * kIterations * 20e6 - slack);
+  std::map<std::uint64_t, std::map<std::int64_t, std::int64_t>> barriers;  // instance -> rank -> true entry
+  for (const auto& [rank, events] : eventsByRank(profiles, CommKind::Collective))
+    for (const auto& [i, t] : events) barriers[t->commLog.sequence[i]][rank] = trueTime(rank, t->commLog.beginNs[i]);
+  std::map<std::int64_t, double> barrierWait, enteredLast;
+  for (const auto& [seq, byRank] : barriers) {
+    std::int64_t last = 0;
+    for (const auto& [rank, entry] : byRank) last = std::max(last, entry);
+    for (const auto& [rank, entry] : byRank) {
+      barrierWait[rank] += static_cast<double>(last - entry);
+      enteredLast[rank] += entry == last ? 1 : 0;
+    }
+  }
+  const double slack = widths(tmp / "db");
+  std::printf("late sender: truth %.0f ns, bounds [%.0f, %.0f]; widths of the converted events %.0f ns\n", lateSender,
+              row(j, "late-sender lower", 0), row(j, "late-sender upper", 0), slack);
+  EXPECT_GT(lateSender, 0);
+  EXPECT_LE(row(j, "late-sender lower", 0), lateSender + 2 * kIterations);  // ns rounding
+  EXPECT_GE(row(j, "late-sender upper", 0), lateSender - 2 * kIterations);
+  EXPECT_GE(row(j, "late-sender lower", 0), lateSender - slack - 2 * kIterations);
   EXPECT_EQ(row(j, "late-sender upper", 1), 0);
   EXPECT_EQ(row(j, "late-sender upper", 2), 0);
-  // Rank 2 (S, 5 ms) waits in every barrier for ranks 0 and 1; it never enters last for sure.
-  // Rank 0 enters right after rank 1's message: it hardly waits.
-  EXPECT_GE(row(j, "collective-wait lower", 2), 0.5 * kIterations * 25e6 - slack);
-  EXPECT_GT(row(j, "collective-wait lower", 2) + 2 * slack, row(j, "collective-wait upper", 0));
-  EXPECT_EQ(row(j, "straggler certain", 2), 0);
-  EXPECT_EQ(row(j, "collectives", 2), kIterations + 1);
-  double possible = 0;
-  for (std::size_t c = 0; c < 3; ++c) possible += row(j, "straggler possible", c);
-  EXPECT_GE(possible, kIterations + 1);
+  for (std::size_t c = 0; c < 3; ++c) {
+    const auto rank = static_cast<std::int64_t>(c);
+    EXPECT_LE(row(j, "collective-wait lower", c), barrierWait[rank] + 2 * (kIterations + 1)) << c;
+    EXPECT_GE(row(j, "collective-wait upper", c), barrierWait[rank] - 2 * (kIterations + 1)) << c;
+    EXPECT_GE(row(j, "collective-wait lower", c), barrierWait[rank] - slack - 2 * (kIterations + 1)) << c;
+    EXPECT_LE(row(j, "straggler certain", c), enteredLast[rank]) << c;
+    EXPECT_GE(row(j, "straggler possible", c), enteredLast[rank]) << c;
+    EXPECT_EQ(row(j, "collectives", c), kIterations + 1);
+    EXPECT_EQ(row(j, "barrier count", c), kIterations + 1);
+  }
+  EXPECT_GT(barrierWait[2], 0);  // rank 2 (S, 5 ms) waits in barriers for ranks 0 and 1
 }
 
 namespace {
@@ -266,40 +325,6 @@ TEST(Distributed, WhatIfPredictsTheSpeedUpOfTheCriticalPathOnly) { checkWhatIf("
 // The same critical path with MPI_Irecv from MPI_ANY_SOURCE / MPI_Wait and MPI_Isend /
 // MPI_Waitall: the wait on rank 0 is elastic like a blocking receive's.
 TEST(Distributed, WhatIfFollowsNonBlockingMessages) { checkWhatIf("dcsp-whatif-nb", "nonblocking "); }
-
-namespace {
-
-// Rank -> its communication events of `kind` (all threads), in log order.
-std::map<std::int64_t, std::vector<std::pair<std::size_t, const ThreadProfile*>>> eventsByRank(
-    const std::map<std::int64_t, std::vector<ThreadProfile>>& profiles, CommKind kind) {
-  std::map<std::int64_t, std::vector<std::pair<std::size_t, const ThreadProfile*>>> out;
-  for (const auto& [rank, threads] : profiles)
-    for (const auto& t : threads)
-      for (std::size_t i = 0; i < t.commLog.size(); ++i)
-        if (t.commLog.kind[i] == static_cast<std::uint8_t>(kind)) out[rank].emplace_back(i, &t);
-  return out;
-}
-
-// Same inputs -> same database for 1 and 2 csp-prof-mpi ranks (dir/db from one).
-void expectSameDatabaseFromTwoRanks(const fs::path& dir) {
-  const auto r = run("timeout -k 5 300 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + (dir / "m").string() +
-                     " -o " + (dir / "db2").string());
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(csp::test::dumpDatabase(dir / "db"), csp::test::dumpDatabase(dir / "db2"));
-}
-
-// The widths of the converted communication events of a database: how far a bound may be from
-// the truth (rank 0 is the reference, rank 2 shares its clock; the skewed rank's widths grow with
-// the machine's load, which stretches the ping-pongs that bound its clock).
-double widths(const fs::path& db) {
-  double slack = 0;
-  auto d = storage::Database::open(db);
-  for (const auto& c : d->processClocks())
-    for (const auto& e : d->commEvents(c.process)) slack += static_cast<double>(e.begin.width() + e.end.width());
-  return slack;
-}
-
-}  // namespace
 
 // Non-blocking messages are matched: rank 0's MPI_Irecv (any source, any tag, status ignored)
 // takes its peer and tag from the status, and --mpi-waits bounds the late sender's wait, counted
