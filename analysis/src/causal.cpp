@@ -57,23 +57,72 @@ std::uint64_t enforce(std::vector<ProcessComm>& ps, const Partners& partners, Pa
     c.total += static_cast<std::uint64_t>(n);
   };
   for (const auto& [s, r] : partners.messages) count(r, order(at(ps, s).begin, at(ps, r).end));
-  for (const auto& members : partners.collectives) {
-    for (const Ref& exit : members)
-      for (const Ref& entry : members)
-        if (exit.process != entry.process || exit.event != entry.event)
-          count(exit, order(at(ps, entry).begin, at(ps, exit).end));
-  }
+  for (const auto& [entry, exit] : partners.collectiveOrders) count(exit, order(at(ps, entry).begin, at(ps, exit).end));
   for (std::size_t p = 0; p < ps.size(); ++p) {
     auto& ev = ps[p].events;
     for (std::size_t i = 0; i < ev.size(); ++i) {
       count({p, i}, order(ev[i].begin, ev[i].end));
-      if (i + 1 < ev.size() && ev[i + 1].thread == ev[i].thread) count({p, i}, order(ev[i].end, ev[i + 1].begin));
+      if (i + 1 >= ev.size() || ev[i + 1].thread != ev[i].thread) continue;
+      // Non-blocking operations overlap the events around them: only what the local clock orders.
+      if (ev[i].localEndNs <= ev[i + 1].localBeginNs) count({p, i}, order(ev[i].end, ev[i + 1].begin));
+      if (ev[i].localEndNs <= ev[i + 1].localEndNs) count({p, i}, order(ev[i].end, ev[i + 1].end));
     }
   }
   return c.total;
 }
 
 }  // namespace
+
+bool waitsForAll(CollectiveOp op, std::int32_t root) {
+  switch (op) {
+    case CollectiveOp::Barrier:
+    case CollectiveOp::Allreduce:
+    case CollectiveOp::Allgather:
+    case CollectiveOp::Allgatherv:
+    case CollectiveOp::Alltoall:
+    case CollectiveOp::Alltoallv:
+    case CollectiveOp::ReduceScatter:
+    case CollectiveOp::ReduceScatterBlock:
+      return true;
+    case CollectiveOp::Unknown:
+      return root == -1;
+    default:
+      return false;
+  }
+}
+
+std::vector<std::vector<std::size_t>> collectiveWaits(const std::vector<CollectiveMember>& members) {
+  std::vector<std::vector<std::size_t>> out(members.size());
+  for (std::size_t x = 0; x < members.size(); ++x) {
+    const CollectiveMember& m = members[x];
+    const bool isRoot = m.root >= 0 && m.rank == m.root;
+    for (std::size_t e = 0; e < members.size(); ++e) {
+      if (e == x) continue;
+      const CollectiveMember& o = members[e];
+      bool waits = false;
+      switch (m.op) {
+        case CollectiveOp::Bcast:
+        case CollectiveOp::Scatter:
+        case CollectiveOp::Scatterv:
+          waits = !isRoot && o.rank == m.root;
+          break;
+        case CollectiveOp::Reduce:
+        case CollectiveOp::Gather:
+        case CollectiveOp::Gatherv:
+          waits = isRoot;
+          break;
+        case CollectiveOp::Scan:
+        case CollectiveOp::Exscan:
+          waits = o.commRank < m.commRank;
+          break;
+        default:
+          waits = waitsForAll(m.op, m.root);
+      }
+      if (waits) out[x].push_back(e);
+    }
+  }
+  return out;
+}
 
 CommPartners matchPartners(const std::vector<ProcessComm>& ps) {
   using MessageKey = std::tuple<std::int64_t, std::int64_t, std::int32_t, std::uint64_t, std::uint64_t>;
@@ -85,7 +134,7 @@ CommPartners matchPartners(const std::vector<ProcessComm>& ps) {
       const CommEventRecord& e = ps[p].events[i];
       if (e.kind == CommKind::Send) sends[{rank, e.peer, e.tag, e.comm, e.sequence}] = {p, i};
       if (e.kind == CommKind::Recv) recvs[{e.peer, rank, e.tag, e.comm, e.sequence}] = {p, i};
-      if (e.kind == CommKind::Collective && e.peer == -1) colls[{e.comm, e.sequence}].push_back({p, i});
+      if (e.kind == CommKind::Collective) colls[{e.comm, e.sequence}].push_back({p, i});
     }
   }
   CommPartners out;
@@ -99,8 +148,18 @@ CommPartners matchPartners(const std::vector<ProcessComm>& ps) {
     recvs.erase(it);
   }
   out.unmatchedMessages += recvs.size();
-  for (auto& [key, members] : colls)
-    if (members.size() > 1) out.collectives.push_back(std::move(members));
+  for (auto& [key, members] : colls) {
+    if (members.size() < 2) continue;
+    std::vector<CollectiveMember> m;
+    for (const Ref& r : members) {
+      const CommEventRecord& e = ps[r.process].events[r.event];
+      m.push_back({e.op, e.peer, ps[r.process].clock.rank, e.tag});
+    }
+    const auto waits = collectiveWaits(m);
+    for (std::size_t x = 0; x < members.size(); ++x)
+      for (std::size_t e : waits[x]) out.collectiveOrders.emplace_back(members[e], members[x]);
+    out.collectives.push_back(std::move(members));
+  }
   return out;
 }
 
@@ -137,8 +196,8 @@ struct VertexRef {
   std::uint32_t thread = 0, index = 0;
 };
 
-// Causal predecessors of the ends of receives and all-to-all collectives: the vertices their
-// end waits for besides its own thread's previous one.
+// Causal predecessors of the ends of receives and collectives: the vertices their end waits for
+// besides its own thread's previous one.
 std::vector<std::vector<VertexRef>> causalPredecessors(const TimeWeightedDag& dag) {
   using MessageKey = std::tuple<std::int64_t, std::int64_t, std::int32_t, std::uint64_t, std::uint64_t>;
   std::map<MessageKey, std::uint32_t> sends;
@@ -146,7 +205,7 @@ std::vector<std::vector<VertexRef>> causalPredecessors(const TimeWeightedDag& da
   for (std::uint32_t i = 0; i < dag.comm.size(); ++i) {
     const DagComm& c = dag.comm[i];
     if (c.kind == CommKind::Send) sends[{c.rank, c.peer, c.tag, c.communicator, c.sequence}] = i;
-    if (c.kind == CommKind::Collective && c.peer == -1) colls[{c.communicator, c.sequence}].push_back(i);
+    if (c.kind == CommKind::Collective) colls[{c.communicator, c.sequence}].push_back(i);
   }
   std::vector<std::vector<VertexRef>> preds(dag.comm.size());
   for (std::uint32_t i = 0; i < dag.comm.size(); ++i) {
@@ -155,10 +214,14 @@ std::vector<std::vector<VertexRef>> causalPredecessors(const TimeWeightedDag& da
     auto it = sends.find({c.peer, c.rank, c.tag, c.communicator, c.sequence});
     if (it != sends.end()) preds[i].push_back({dag.comm[it->second].thread, dag.comm[it->second].beginVertex});
   }
-  for (const auto& [key, members] : colls)
-    for (auto exit : members)
-      for (auto entry : members)
-        if (entry != exit) preds[exit].push_back({dag.comm[entry].thread, dag.comm[entry].beginVertex});
+  for (const auto& [key, members] : colls) {
+    std::vector<CollectiveMember> m;
+    for (auto i : members) m.push_back({dag.comm[i].op, dag.comm[i].peer, dag.comm[i].rank, dag.comm[i].tag});
+    const auto waits = collectiveWaits(m);
+    for (std::size_t x = 0; x < members.size(); ++x)
+      for (std::size_t e : waits[x])
+        preds[members[x]].push_back({dag.comm[members[e]].thread, dag.comm[members[e]].beginVertex});
+  }
   return preds;
 }
 
@@ -203,6 +266,11 @@ class Replay {
     return &preds_[v.comm];
   }
 
+  // The edge from `u` on is time inside an MPI call, which a faster region does not shorten.
+  bool insideCall(const DagVertex& u) const {
+    return u.kind == DagVertex::Kind::CommWait || (u.kind == DagVertex::Kind::CommBegin && dag_.comm[u.comm].blocking);
+  }
+
   bool ready(std::uint32_t t, std::uint32_t i) const {
     const auto* preds = predsOf(dag_.threads[t][i]);
     if (preds == nullptr) return true;
@@ -228,7 +296,7 @@ class Replay {
         }
         const std::uint64_t rest = std::min(gap, v.timeNs > waitedFor ? v.timeNs - waitedFor : 0);
         newT_[t][i] = std::max(after + rest, waitedForNew + rest);
-      } else if (inside_[t] > 0 && u.kind != DagVertex::Kind::CommBegin) {
+      } else if (inside_[t] > 0 && !insideCall(u)) {
         const auto cut = static_cast<std::uint64_t>(static_cast<double>(gap) * reduction_);
         regionNs_ += gap;
         newT_[t][i] = after + gap - cut;

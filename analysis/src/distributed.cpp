@@ -125,6 +125,16 @@ GlobalLogs loadGlobalLogs(const storage::Database& db, const DatabaseLogs& logs)
   return out;
 }
 
+TimeInterval waitBeginOf(const storage::ProcessClock& clock, const storage::CommEventRecord& e) {
+  if (e.blocking()) return e.begin;
+  TimeInterval w = storage::toReference(clock.clock, e.localWaitBeginNs).value_or(TimeInterval{e.begin.lo, e.end.hi});
+  // Between the operation's start and its end, whose bounds consolidation may have narrowed.
+  w.lo = std::max(w.lo, e.begin.lo);
+  w.hi = std::min(w.hi, e.end.hi);
+  if (w.lo > w.hi) w = {e.begin.lo, e.end.hi};
+  return w;
+}
+
 namespace {
 
 std::uint64_t pick(const TimeInterval& in, Bound b) {
@@ -144,8 +154,12 @@ void addThread(TimeWeightedDag& dag, std::vector<std::unique_ptr<EventStream>>::
   }
   for (const auto& c : comm) {
     const auto index = static_cast<std::uint32_t>(dag.comm.size());
-    dag.comm.push_back({c.kind, clock.rank, c.peer, c.tag, c.comm, c.sequence, t, 0, 0});
+    const bool blocking = c.blocking();
+    dag.comm.push_back({c.kind, clock.rank, c.peer, c.tag, c.comm, c.sequence, t, 0, 0, c.op, blocking});
     v.emplace_back(c.localBeginNs, DagVertex{DagVertex::Kind::CommBegin, pick(c.begin, bound), 0, index});
+    if (!blocking)
+      v.emplace_back(c.localWaitBeginNs,
+                     DagVertex{DagVertex::Kind::CommWait, pick(waitBeginOf(clock, c), bound), 0, index});
     v.emplace_back(c.localEndNs, DagVertex{DagVertex::Kind::CommEnd, pick(c.end, bound), 0, index});
   }
   std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -200,29 +214,55 @@ Bounded lateness(const TimeInterval& w, const TimeInterval& o) {
   return {o.lo > w.hi ? o.lo - w.hi : 0, o.hi > w.lo ? o.hi - w.lo : 0};
 }
 
+// The same for a waiter that stopped waiting at `end`: min(o, end) - w.
+Bounded latenessUntil(const TimeInterval& w, const TimeInterval& o, const TimeInterval& end) {
+  return lateness(w, {std::min(o.lo, end.lo), std::min(o.hi, end.hi)});
+}
+
 void add(Bounded& sum, Bounded b) {
   sum.lo += b.lo;
   sum.hi += b.hi;
 }
 
-void collectiveWaits(const std::vector<ProcessComm>& ps, const std::vector<EventRef>& members,
-                     std::vector<RankWaits>& out) {
-  for (const EventRef& m : members) {
-    const TimeInterval& mine = ps[m.process].events[m.event].begin;
-    RankWaits& w = out[m.process];
+const storage::CommEventRecord& at(const std::vector<ProcessComm>& ps, const EventRef& r) {
+  return ps[r.process].events[r.event];
+}
+
+// Each member's wait for the entries it waits for (collectiveWaits), by collective kind; the
+// straggler scores of the collectives where every member waits for every other.
+void addCollectiveWaits(const std::vector<ProcessComm>& ps, const std::vector<EventRef>& members,
+                        std::vector<RankWaits>& out) {
+  std::vector<CollectiveMember> m;
+  for (const EventRef& r : members)
+    m.push_back({at(ps, r).op, at(ps, r).peer, ps[r.process].clock.rank, at(ps, r).tag});
+  const auto waits = collectiveWaits(m);
+  for (std::size_t x = 0; x < members.size(); ++x) {
+    const auto& mine = at(ps, members[x]);
+    RankWaits& w = out[members[x].process];
     ++w.collectives;
-    // The last entry is at least the largest lower bound and at most the largest upper bound.
-    TimeInterval last{0, 0};
-    bool certain = true, possible = true;
-    for (const EventRef& o : members) {
-      const TimeInterval& other = ps[o.process].events[o.event].begin;
-      last.lo = std::max(last.lo, other.lo);
-      last.hi = std::max(last.hi, other.hi);
-      if (o.process == m.process && o.event == m.event) continue;
-      certain = certain && mine.lo >= other.hi;
-      possible = possible && mine.hi >= other.lo;
+    // The last entry waited for is at least the largest lower bound and at most the largest upper
+    // bound; a member that waits for nobody waited 0.
+    Bounded wait;
+    if (!waits[x].empty()) {
+      TimeInterval last{0, 0};
+      for (std::size_t e : waits[x]) {
+        last.lo = std::max(last.lo, at(ps, members[e]).begin.lo);
+        last.hi = std::max(last.hi, at(ps, members[e]).begin.hi);
+      }
+      wait = lateness(mine.begin, last);
     }
-    add(w.collectiveWait, lateness(mine, last));
+    add(w.collectiveWait, wait);
+    KindWaits& k = w.byKind[mine.op];
+    add(k.wait, wait);
+    ++k.count;
+    if (!waitsForAll(mine.op, mine.peer)) continue;
+    bool certain = true, possible = true;
+    for (std::size_t e = 0; e < members.size(); ++e) {
+      if (e == x) continue;
+      const TimeInterval& other = at(ps, members[e]).begin;
+      certain = certain && mine.begin.lo >= other.hi;
+      possible = possible && mine.begin.hi >= other.lo;
+    }
     w.stragglerCertain += certain ? 1 : 0;
     w.stragglerPossible += possible ? 1 : 0;
   }
@@ -242,13 +282,14 @@ std::vector<RankWaits> mpiWaits(const storage::Database& db, const DatabaseLogs&
     out.push_back(w);
   }
   const CommPartners partners = matchPartners(ps);
+  // A non-blocking operation waits from the start of the wait or test that completed it.
   for (const auto& [s, r] : partners.messages) {
-    const TimeInterval& send = ps[s.process].events[s.event].begin;
-    const TimeInterval& recv = ps[r.process].events[r.event].begin;
-    add(out[r.process].lateSender, lateness(recv, send));
-    add(out[s.process].lateReceiver, lateness(send, recv));
+    const auto& send = at(ps, s);
+    const auto& recv = at(ps, r);
+    add(out[r.process].lateSender, latenessUntil(waitBeginOf(ps[r.process].clock, recv), send.begin, recv.end));
+    add(out[s.process].lateReceiver, lateness(waitBeginOf(ps[s.process].clock, send), recv.begin));
   }
-  for (const auto& members : partners.collectives) collectiveWaits(ps, members, out);
+  for (const auto& members : partners.collectives) addCollectiveWaits(ps, members, out);
   return out;
 }
 

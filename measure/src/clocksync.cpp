@@ -287,6 +287,17 @@ namespace {
 struct CommInfo {
   std::uint64_t name = 0;
   std::vector<int> world;  // comm rank -> world rank; empty: the identity
+  int self = -1;           // the caller's rank in it
+};
+
+// A non-blocking operation between its start and its completion. A receive from MPI_ANY_SOURCE
+// or with MPI_ANY_TAG is numbered at completion, when its peer and tag are known: its
+// communicator's ranks are kept for that (the program may free the communicator before).
+struct Pending {
+  int kind = 0, peer = 0, tag = 0;  // peer: a world rank, or -1 (any source)
+  bool wildcard = false;
+  std::uint64_t comm = 0, sequence = 0, beginNs = 0;
+  std::vector<int> world;  // wildcard only: comm rank -> world rank
 };
 
 struct SequenceKey {
@@ -308,6 +319,9 @@ struct Tables {
   std::mutex mutex;
   std::unordered_map<H, CommInfo> comms;
   std::unordered_map<SequenceKey, std::uint64_t, SequenceKeyHash> sequences;  // -> next number
+  std::unordered_map<H, Pending> pending;                                     // by request handle
+  CommInfo world;
+  bool worldKnown = false;
 };
 Tables& tables() {
   static Tables* t = new Tables;  // never destroyed: MPI calls may come from exit handlers
@@ -322,6 +336,7 @@ CommInfo describe(H comm) {
   int size = 0;
   H group = nullptr, worldGroup = nullptr;
   if (m.commSize(comm, &size) != 0 || m.commGroup(comm, &group) != 0) return info;
+  m.commRank(comm, &info.self);
   m.commGroup(m.world, &worldGroup);
   std::vector<int> ranks(static_cast<std::size_t>(size));
   for (int i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = i;
@@ -336,16 +351,20 @@ CommInfo describe(H comm) {
 }
 
 const CommInfo& commInfo(Tables& t, H comm) {
-  static const CommInfo world;
-  if (comm == mpi().world) return world;
+  if (comm == mpi().world) {
+    if (!t.worldKnown) mpi().commRank(comm, &t.world.self);
+    t.worldKnown = true;
+    return t.world;
+  }
   auto it = t.comms.find(comm);
   if (it == t.comms.end()) it = t.comms.emplace(comm, describe(comm)).first;
   return it->second;
 }
 
-int toWorld(const CommInfo& c, int rank) {
-  if (rank < 0 || c.world.empty()) return rank;
-  return static_cast<std::size_t>(rank) < c.world.size() ? c.world[static_cast<std::size_t>(rank)] : -1;
+// `world`: a communicator's comm rank -> world rank (empty: the identity).
+int toWorld(const std::vector<int>& world, int rank) {
+  if (rank < 0 || world.empty()) return rank;
+  return static_cast<std::size_t>(rank) < world.size() ? world[static_cast<std::size_t>(rank)] : -1;
 }
 
 }  // namespace
@@ -360,6 +379,20 @@ void commForget(H comm) {
   t.comms.erase(comm);
 }
 
+namespace {
+
+std::uint64_t nextSequence(Tables& t, int kind, int worldPeer, int tag, std::uint64_t comm) {
+  const bool collective = kind == kCommCollective;
+  return t.sequences[{kind, collective ? 0 : worldPeer, collective ? 0 : tag, comm}]++;
+}
+
+void logOwn(const CommEvent& e) {
+  ThreadState* ts = tlsThread;
+  if (ts != nullptr && ts->regions != nullptr) logCommEvent(ts->regions, e);
+}
+
+}  // namespace
+
 void commRecord(CommRecordKind kind, H comm, int peer, int tag, std::uint64_t beginNs, std::uint64_t endNs) {
   ThreadState* ts = tlsThread;
   if (ts == nullptr || ts->regions == nullptr) return;
@@ -370,11 +403,92 @@ void commRecord(CommRecordKind kind, H comm, int peer, int tag, std::uint64_t be
     std::lock_guard lock(t.mutex);
     const CommInfo& c = commInfo(t, comm);
     name = c.name;
-    worldPeer = kind == kCommCollective && peer < 0 ? peer : toWorld(c, peer);
-    const bool collective = kind == kCommCollective;
-    sequence = t.sequences[{static_cast<int>(kind), collective ? 0 : worldPeer, collective ? 0 : tag, name}]++;
+    worldPeer = toWorld(c.world, peer);
+    sequence = nextSequence(t, kind, worldPeer, tag, name);
   }
   logCommEvent(ts->regions, {beginNs, endNs, worldPeer, tag, name, sequence, static_cast<std::uint8_t>(kind)});
+}
+
+// The root as a world rank (-1 none, -2 a scan: kept for profiles of older readers); the tag is
+// the caller's rank in the communicator, which orders a scan's members.
+void commCollective(int op, H comm, int root, std::uint64_t beginNs, std::uint64_t endNs) {
+  ThreadState* ts = tlsThread;
+  if (ts == nullptr || ts->regions == nullptr) return;
+  Tables& t = tables();
+  std::unique_lock lock(t.mutex);
+  const CommInfo& c = commInfo(t, comm);
+  const int peer = toWorld(c.world, root);
+  CommEvent e{beginNs,
+              endNs,
+              peer,
+              c.self,
+              c.name,
+              nextSequence(t, kCommCollective, 0, 0, c.name),
+              static_cast<std::uint8_t>(kCommCollective)};
+  lock.unlock();
+  e.op = static_cast<std::uint8_t>(op);
+  logCommEvent(ts->regions, e);
+}
+
+void commStart(CommRecordKind kind, H comm, int peer, int tag, H request, std::uint64_t beginNs) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mutex);
+  const CommInfo& c = commInfo(t, comm);
+  Pending p;
+  p.kind = kind;
+  p.comm = c.name;
+  p.beginNs = beginNs;
+  p.wildcard = kind == kCommRecv && (peer == kAnySource || tag == kAnyTag);
+  if (p.wildcard) {
+    p.world = c.world;
+  } else {
+    p.peer = toWorld(c.world, peer);
+    p.tag = tag;
+    p.sequence = nextSequence(t, kind, p.peer, tag, c.name);
+  }
+  t.pending[request] = std::move(p);
+}
+
+bool commPending(H request) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mutex);
+  return t.pending.count(request) != 0;
+}
+
+bool commComplete(H request, int source, int tag, std::uint64_t waitBeginNs, std::uint64_t endNs) {
+  Tables& t = tables();
+  std::unique_lock lock(t.mutex);
+  auto it = t.pending.find(request);
+  if (it == t.pending.end()) return false;
+  Pending p = std::move(it->second);
+  t.pending.erase(it);
+  if (p.wildcard) {
+    if (source < 0) return true;  // from MPI_PROC_NULL, or cancelled: no message
+    p.peer = toWorld(p.world, source);
+    p.tag = tag;
+    p.sequence = nextSequence(t, p.kind, p.peer, p.tag, p.comm);
+  }
+  lock.unlock();
+  CommEvent e{p.beginNs, endNs, p.peer, p.tag, p.comm, p.sequence, static_cast<std::uint8_t>(p.kind)};
+  e.waitBeginNs = waitBeginNs;
+  logOwn(e);
+  return true;
+}
+
+void commDrop(H request, std::uint64_t endNs) {
+  Tables& t = tables();
+  std::unique_lock lock(t.mutex);
+  auto it = t.pending.find(request);
+  if (it == t.pending.end()) return;
+  const Pending p = std::move(it->second);
+  t.pending.erase(it);
+  lock.unlock();
+  // A freed send still goes out and began at its start; when it completes is never known (the
+  // free's end stands for it). A freed receive's message is never known.
+  if (p.kind != kCommSend) return;
+  CommEvent e{p.beginNs, endNs, p.peer, p.tag, p.comm, p.sequence, static_cast<std::uint8_t>(p.kind)};
+  e.waitBeginNs = endNs;
+  logOwn(e);
 }
 
 }  // namespace csp::measure

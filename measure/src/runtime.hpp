@@ -151,20 +151,35 @@ std::uint64_t skewedClock(std::uint64_t trueNs);
 extern bool g_clockSkewed;
 inline bool clockSkewed() { return g_clockSkewed; }
 
+// Open MPI's MPI_ANY_SOURCE and MPI_ANY_TAG (the only MPI whose handles clocksync.cpp knows).
+inline constexpr int kAnySource = -1, kAnyTag = -1;
 enum CommRecordKind : int { kCommSend = 1, kCommRecv = 2, kCommCollective = 3, kCommWait = 4 };
 struct CommEvent {
   std::uint64_t beginNs, endNs;
   std::int32_t peer, tag;
   std::uint64_t comm, sequence;
   std::uint8_t kind;
-  std::uint32_t region = 0;  // filled by logCommEvent
+  std::uint8_t op = 0;            // CollectiveOp
+  std::uint64_t waitBeginNs = 0;  // 0: beginNs (a blocking call)
+  std::uint32_t region = 0;       // filled by logCommEvent
 };
 void commLogStart(bool on);
 void commLogStop();
 bool commLogOn();             // between the two exchanges, with --region-log
 void commForget(void* comm);  // MPI_Comm_free: its handle may name another communicator later
-// An MPI call of the calling thread; `peer` in `comm`'s numbering (or a root, or -1).
+// A blocking MPI call of the calling thread; `peer` in `comm`'s numbering (or a root, or -1).
 void commRecord(CommRecordKind kind, void* comm, int peer, int tag, std::uint64_t beginNs, std::uint64_t endNs);
+// A collective `op` (CollectiveOp) with its root in `comm`'s numbering (-1: none).
+void commCollective(int op, void* comm, int root, std::uint64_t beginNs, std::uint64_t endNs);
+// Non-blocking point-to-point (docs/measurement.md "Communication events"): the operation's
+// matching is taken when it starts (MPI_Isend, MPI_Irecv), keyed by its request handle, and
+// recorded as one event when a wait or test completes it (`source`, `tag` from its status: a
+// receive from MPI_ANY_SOURCE or with MPI_ANY_TAG learns its peer only then). commComplete
+// returns false for a request that was not started while recording.
+void commStart(CommRecordKind kind, void* comm, int peer, int tag, void* request, std::uint64_t beginNs);
+bool commPending(void* request);
+bool commComplete(void* request, int source, int tag, std::uint64_t waitBeginNs, std::uint64_t endNs);
+void commDrop(void* request, std::uint64_t endNs);     // MPI_Request_free: a send is recorded, a receive forgotten
 void logCommEvent(RegionThreadState* r, CommEvent e);  // regions.cpp: with the open region
 struct CommSnapshot {
   std::vector<CommEvent> events;

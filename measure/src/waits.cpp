@@ -14,10 +14,14 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
+#include <vector>
+
+#include "csp/storage/profile.hpp"
 
 #include "runtime.hpp"
 
@@ -329,12 +333,14 @@ Fn mpiNext(std::atomic<Fn>& slot, const char* name, const char* pname) {
   return real;
 }
 
-// Open MPI's MPI_Status begins with MPI_SOURCE and MPI_TAG (the only MPI whose handles
-// clocksync.cpp knows); a receive whose status the program ignores gets this one.
+// Open MPI's MPI_Status (the only MPI whose handles clocksync.cpp knows): MPI_SOURCE and
+// MPI_TAG first; an array of statuses has this stride. A receive whose status the program ignores
+// gets one of ours.
 struct StatusHead {
   int source, tag, error, cancelled;
-  std::uint64_t count[6];
+  std::size_t count;
 };
+static_assert(sizeof(StatusHead) == 24);
 inline StatusHead* statusFor(H status, StatusHead& own) {
   return status != nullptr ? static_cast<StatusHead*>(status) : &own;
 }
@@ -371,8 +377,7 @@ int mpiEvent(Call&& call, Record&& record) {
     return mpiEvent([&] { return real ARGS; }, [&](std::uint64_t t0, std::uint64_t t1) { RECORD; }); \
   }
 
-#define CSP_WAIT_EVENT commRecord(kCommWait, nullptr, -1, 0, t0, t1)
-#define CSP_COLLECTIVE(ROOT) commRecord(kCommCollective, comm, ROOT, 0, t0, t1)
+#define CSP_COLLECTIVE(OP, ROOT) commCollective(static_cast<int>(csp::CollectiveOp::OP), comm, ROOT, t0, t1)
 
 CSP_EXPORT int MPI_Recv(H buf, int count, H type, int source, int tag, H comm, H status) {
   CSP_MPI_NEXT(MPI_Recv, (H, int, H, int, int, H, H));
@@ -405,41 +410,231 @@ CSP_EXPORT int MPI_Comm_free(H* comm) {
   return real(comm);
 }
 
-CSP_MPI_EVENT(MPI_Wait, (H request, H status), (request, status), CSP_WAIT_EVENT)
-CSP_MPI_EVENT(MPI_Waitall, (int count, H requests, H statuses), (count, requests, statuses), CSP_WAIT_EVENT)
-CSP_MPI_EVENT(MPI_Waitany, (int count, H requests, int* index, H status), (count, requests, index, status),
-              CSP_WAIT_EVENT)
-CSP_MPI_EVENT(MPI_Waitsome, (int count, H requests, int* outcount, int* indices, H statuses),
-              (count, requests, outcount, indices, statuses), CSP_WAIT_EVENT)
 CSP_MPI_EVENT(MPI_Send, (const void* buf, int count, H type, int dest, int tag, H comm),
               (buf, count, type, dest, tag, comm), commRecord(kCommSend, comm, dest, tag, t0, t1))
 CSP_MPI_EVENT(MPI_Ssend, (const void* buf, int count, H type, int dest, int tag, H comm),
               (buf, count, type, dest, tag, comm), commRecord(kCommSend, comm, dest, tag, t0, t1))
 CSP_MPI_WAIT(MPI_Probe, (int source, int tag, H comm, H status), (source, tag, comm, status))
-CSP_MPI_EVENT(MPI_Barrier, (H comm), (comm), CSP_COLLECTIVE(-1))
+CSP_MPI_EVENT(MPI_Barrier, (H comm), (comm), CSP_COLLECTIVE(Barrier, -1))
 CSP_MPI_EVENT(MPI_Bcast, (H buf, int count, H type, int root, H comm), (buf, count, type, root, comm),
-              CSP_COLLECTIVE(root))
+              CSP_COLLECTIVE(Bcast, root))
 CSP_MPI_EVENT(MPI_Reduce, (const void* sbuf, H rbuf, int count, H type, H op, int root, H comm),
-              (sbuf, rbuf, count, type, op, root, comm), CSP_COLLECTIVE(root))
+              (sbuf, rbuf, count, type, op, root, comm), CSP_COLLECTIVE(Reduce, root))
 CSP_MPI_EVENT(MPI_Allreduce, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
-              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(-1))
+              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(Allreduce, -1))
 CSP_MPI_EVENT(MPI_Gather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
-              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(root))
+              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(Gather, root))
+CSP_MPI_EVENT(MPI_Gatherv,
+              (const void* sbuf, int scount, H stype, H rbuf, const int* rcounts, const int* displs, H rtype, int root,
+               H comm),
+              (sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm), CSP_COLLECTIVE(Gatherv, root))
 CSP_MPI_EVENT(MPI_Scatter, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, int root, H comm),
-              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(root))
+              (sbuf, scount, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(Scatter, root))
+CSP_MPI_EVENT(MPI_Scatterv,
+              (const void* sbuf, const int* scounts, const int* displs, H stype, H rbuf, int rcount, H rtype, int root,
+               H comm),
+              (sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm), CSP_COLLECTIVE(Scatterv, root))
 CSP_MPI_EVENT(MPI_Allgather, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
-              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(-1))
+              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(Allgather, -1))
 CSP_MPI_EVENT(MPI_Allgatherv,
               (const void* sbuf, int scount, H stype, H rbuf, const int* rcounts, const int* displs, H rtype, H comm),
-              (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm), CSP_COLLECTIVE(-1))
+              (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm), CSP_COLLECTIVE(Allgatherv, -1))
 CSP_MPI_EVENT(MPI_Alltoall, (const void* sbuf, int scount, H stype, H rbuf, int rcount, H rtype, H comm),
-              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(-1))
+              (sbuf, scount, stype, rbuf, rcount, rtype, comm), CSP_COLLECTIVE(Alltoall, -1))
 CSP_MPI_EVENT(MPI_Alltoallv,
               (const void* sbuf, const int* scounts, const int* sdispls, H stype, H rbuf, const int* rcounts,
                const int* rdispls, H rtype, H comm),
-              (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm), CSP_COLLECTIVE(-1))
+              (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm), CSP_COLLECTIVE(Alltoallv, -1))
 CSP_MPI_EVENT(MPI_Reduce_scatter, (const void* sbuf, H rbuf, const int* rcounts, H type, H op, H comm),
-              (sbuf, rbuf, rcounts, type, op, comm), CSP_COLLECTIVE(-1))
+              (sbuf, rbuf, rcounts, type, op, comm), CSP_COLLECTIVE(ReduceScatter, -1))
+CSP_MPI_EVENT(MPI_Reduce_scatter_block, (const void* sbuf, H rbuf, int rcount, H type, H op, H comm),
+              (sbuf, rbuf, rcount, type, op, comm), CSP_COLLECTIVE(ReduceScatterBlock, -1))
 // A prefix reduction does not wait for the ranks after the caller: peer -2, not -1.
 CSP_MPI_EVENT(MPI_Scan, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
-              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(-2))
+              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(Scan, -2))
+CSP_MPI_EVENT(MPI_Exscan, (const void* sbuf, H rbuf, int count, H type, H op, H comm),
+              (sbuf, rbuf, count, type, op, comm), CSP_COLLECTIVE(Exscan, -2))
+
+// ---- non-blocking point-to-point ---------------------------------------------------------------
+// A start records the operation's matching under its request handle; the wait or test that
+// completes it records the event (runtime.hpp commStart). Persistent requests (MPI_Send_init,
+// MPI_Recv_init, MPI_Start) are not followed: their waits are plain waits.
+
+namespace {
+
+template <class Call>
+int nonBlockingStart(CommRecordKind kind, H comm, int peer, int tag, H* request, Call&& call) {
+  if (!commLogOn()) return call();
+  const std::uint64_t t0 = monotonicNs();
+  const int rc = call();
+  const int savedErrno = errno;
+  if (rc == 0 && request != nullptr) commStart(kind, comm, peer, tag, *request, t0);
+  errno = savedErrno;
+  return rc;
+}
+
+// The requests a wait or test may complete, copied before the call (which sets each completed
+// one to MPI_REQUEST_NULL), and statuses of our own where the program ignores them: a receive
+// from MPI_ANY_SOURCE learns its peer from its status.
+class Completion {
+ public:
+  Completion(int count, const H* requests, H statuses, int ownStatuses) {
+    if (!commLogOn() || requests == nullptr || count <= 0) return;
+    for (int i = 0; i < count && !tracked_; ++i) tracked_ = commPending(requests[i]);
+    if (!tracked_) return;
+    // Most waits complete a request or a few: no allocation for those.
+    const auto n = static_cast<std::size_t>(count);
+    if (n > kInline) moreHandles_.resize(n);
+    H* handles = n > kInline ? moreHandles_.data() : inlineHandles_;
+    std::copy(requests, requests + count, handles);
+    handles_ = handles;
+    count_ = count;
+    if (statuses != nullptr) {
+      statuses_ = static_cast<StatusHead*>(statuses);
+    } else if (static_cast<std::size_t>(ownStatuses) > kInline) {
+      moreStatuses_.resize(static_cast<std::size_t>(ownStatuses));
+      statuses_ = moreStatuses_.data();
+    } else {
+      statuses_ = inlineStatuses_;
+    }
+  }
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+  bool tracked() const { return tracked_; }
+  H statuses(H program) const { return tracked_ ? statuses_ : program; }
+  // Request `request` completed with status number `status`.
+  void complete(int request, int status, std::uint64_t t0, std::uint64_t t1) const {
+    if (request < 0 || request >= count_) return;
+    const StatusHead& s = statuses_[status];
+    commComplete(handles_[request], s.source, s.tag, t0, t1);
+  }
+
+ private:
+  static constexpr std::size_t kInline = 4;
+  bool tracked_ = false;
+  int count_ = 0;
+  const H* handles_ = nullptr;
+  StatusHead* statuses_ = nullptr;
+  H inlineHandles_[kInline];
+  StatusHead inlineStatuses_[kInline];
+  std::vector<H> moreHandles_;
+  std::vector<StatusHead> moreStatuses_;
+};
+
+constexpr int kUndefined = -32766;  // Open MPI's MPI_UNDEFINED
+
+// A wait or test: `call(statuses)` with the statuses to pass, `done(c, t0, t1)` after a success
+// records what completed. A wait that completed nothing followed is a plain wait event.
+template <class Call, class Done>
+int completing(bool blocking, int count, const H* requests, H statuses, int ownStatuses, Call&& call, Done&& done) {
+  const Completion c(count, requests, statuses, ownStatuses);
+  auto invoke = [&] { return call(c.statuses(statuses)); };
+  if (!c.tracked()) {
+    if (!blocking) return invoke();
+    return mpiEvent(invoke, [](std::uint64_t t0, std::uint64_t t1) { commRecord(kCommWait, nullptr, -1, 0, t0, t1); });
+  }
+  const std::uint64_t t0 = monotonicNs();
+  const int rc = blocking ? mpiWait(invoke) : invoke();
+  const int savedErrno = errno;
+  if (rc == 0) done(c, t0, monotonicNs());
+  errno = savedErrno;
+  return rc;
+}
+
+}  // namespace
+
+CSP_EXPORT int MPI_Isend(const void* buf, int count, H type, int dest, int tag, H comm, H* request) {
+  CSP_MPI_NEXT(MPI_Isend, (const void*, int, H, int, int, H, H*));
+  return nonBlockingStart(kCommSend, comm, dest, tag, request,
+                          [&] { return real(buf, count, type, dest, tag, comm, request); });
+}
+
+CSP_EXPORT int MPI_Issend(const void* buf, int count, H type, int dest, int tag, H comm, H* request) {
+  CSP_MPI_NEXT(MPI_Issend, (const void*, int, H, int, int, H, H*));
+  return nonBlockingStart(kCommSend, comm, dest, tag, request,
+                          [&] { return real(buf, count, type, dest, tag, comm, request); });
+}
+
+CSP_EXPORT int MPI_Irecv(H buf, int count, H type, int source, int tag, H comm, H* request) {
+  CSP_MPI_NEXT(MPI_Irecv, (H, int, H, int, int, H, H*));
+  return nonBlockingStart(kCommRecv, comm, source, tag, request,
+                          [&] { return real(buf, count, type, source, tag, comm, request); });
+}
+
+CSP_EXPORT int MPI_Wait(H* request, H status) {
+  CSP_MPI_NEXT(MPI_Wait, (H*, H));
+  return completing(
+      true, 1, request, status, 1, [&](H st) { return real(request, st); },
+      [](const Completion& c, std::uint64_t t0, std::uint64_t t1) { c.complete(0, 0, t0, t1); });
+}
+
+CSP_EXPORT int MPI_Waitall(int count, H* requests, H statuses) {
+  CSP_MPI_NEXT(MPI_Waitall, (int, H*, H));
+  return completing(
+      true, count, requests, statuses, count, [&](H st) { return real(count, requests, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        for (int i = 0; i < count; ++i) c.complete(i, i, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Waitany(int count, H* requests, int* index, H status) {
+  CSP_MPI_NEXT(MPI_Waitany, (int, H*, int*, H));
+  return completing(
+      true, count, requests, status, 1, [&](H st) { return real(count, requests, index, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        if (*index != kUndefined) c.complete(*index, 0, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Waitsome(int count, H* requests, int* outcount, int* indices, H statuses) {
+  CSP_MPI_NEXT(MPI_Waitsome, (int, H*, int*, int*, H));
+  return completing(
+      true, count, requests, statuses, count, [&](H st) { return real(count, requests, outcount, indices, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        for (int k = 0; *outcount != kUndefined && k < *outcount; ++k) c.complete(indices[k], k, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Test(H* request, int* flag, H status) {
+  CSP_MPI_NEXT(MPI_Test, (H*, int*, H));
+  return completing(
+      false, 1, request, status, 1, [&](H st) { return real(request, flag, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        if (*flag != 0) c.complete(0, 0, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Testall(int count, H* requests, int* flag, H statuses) {
+  CSP_MPI_NEXT(MPI_Testall, (int, H*, int*, H));
+  return completing(
+      false, count, requests, statuses, count, [&](H st) { return real(count, requests, flag, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        for (int i = 0; *flag != 0 && i < count; ++i) c.complete(i, i, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Testany(int count, H* requests, int* index, int* flag, H status) {
+  CSP_MPI_NEXT(MPI_Testany, (int, H*, int*, int*, H));
+  return completing(
+      false, count, requests, status, 1, [&](H st) { return real(count, requests, index, flag, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        if (*flag != 0 && *index != kUndefined) c.complete(*index, 0, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Testsome(int count, H* requests, int* outcount, int* indices, H statuses) {
+  CSP_MPI_NEXT(MPI_Testsome, (int, H*, int*, int*, H));
+  return completing(
+      false, count, requests, statuses, count, [&](H st) { return real(count, requests, outcount, indices, st); },
+      [&](const Completion& c, std::uint64_t t0, std::uint64_t t1) {
+        for (int k = 0; *outcount != kUndefined && k < *outcount; ++k) c.complete(indices[k], k, t0, t1);
+      });
+}
+
+CSP_EXPORT int MPI_Request_free(H* request) {
+  CSP_MPI_NEXT(MPI_Request_free, (H*));
+  const H handle = request != nullptr && commLogOn() ? *request : nullptr;
+  const int rc = real(request);
+  if (rc == 0 && handle != nullptr) commDrop(handle, monotonicNs());
+  return rc;
+}

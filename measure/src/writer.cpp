@@ -284,6 +284,8 @@ void fillClockAndComm(const ThreadState& t, ThreadProfile& p) {
     m.comm.push_back(e.comm);
     m.sequence.push_back(e.sequence);
     m.region.push_back(e.region < p.regions.size() ? e.region : 0);
+    m.waitBeginNs.push_back(e.waitBeginNs != 0 ? e.waitBeginNs : e.beginNs);
+    m.op.push_back(e.op);
   }
 }
 

@@ -66,6 +66,8 @@ struct CommLog {
   sequence @6 :List(UInt64);       # n-th message of (sender, receiver, tag, comm); n-th collective of comm
   region @7 :List(UInt32);         # innermost open region node of the thread (0: none)
   eventsLost @8 :UInt64;
+  waitBeginNs @9 :List(UInt64);    # start of the wait/test that completed a non-blocking operation (= beginNs if blocking)
+  op @10 :List(UInt8);             # collective: which one (CollectiveOp: 1 barrier, 2 bcast, ...); 0 otherwise
 }
 
 struct Identity {

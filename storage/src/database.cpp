@@ -446,7 +446,7 @@ std::vector<CommEventRecord> Database::commEvents(ProfileId process) const {
   std::vector<CommEventRecord> out;
   if (!hasCommFamily()) return out;
   impl_->scan(format::kCommEvents, format::nodeKey(process), [&](std::string_view key, std::string_view value) {
-    if (key.size() == 8) format::decodeCommEvents(key, value, out);
+    if (key.size() == 8) format::decodeCommEvents(key, value, out, impl_->version.minor >= 8);
   });
   return out;
 }

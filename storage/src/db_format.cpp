@@ -793,7 +793,7 @@ ProcessClock decodeProcessClock(std::string_view key, std::string_view value) {
 // Per event: u8 kind, varint local begin (delta to the previous event's), varint local
 // duration, then the intervals as offsets: begin.lo, begin width, end.lo - begin.lo, end width
 // (zigzag where they may be negative), zigzag peer, zigzag tag, varint comm, varint sequence,
-// varint region.
+// varint region; from format 1.8 varint (local wait begin - local begin), u8 collective op.
 std::string encodeCommEvents(std::span<const CommEventRecord> events) {
   std::string v;
   putVarint(v, events.size());
@@ -812,11 +812,13 @@ std::string encodeCommEvents(std::span<const CommEventRecord> events) {
     putVarint(v, e.comm);
     putVarint(v, e.sequence);
     putVarint(v, e.region);
+    putVarint(v, e.waitBeginNs() - e.localBeginNs);
+    v.push_back(static_cast<char>(e.op));
   }
   return v;
 }
 
-void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out) {
+void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out, bool withWaits) {
   Reader k(key, "communication events key");
   k.be32();
   const ProfileId thread = k.be32();
@@ -843,6 +845,14 @@ void decodeCommEvents(std::string_view key, std::string_view value, std::vector<
     e.comm = r.u64();
     e.sequence = r.u64();
     e.region = r.u32();
+    if (withWaits) {
+      const std::uint64_t wait = r.u64();
+      if (wait > e.localEndNs - e.localBeginNs) r.fail("a wait outside its event");
+      e.localWaitBeginNs = wait == 0 ? 0 : e.localBeginNs + wait;  // 0: blocking
+      const std::uint8_t op = r.u8();
+      if (op >= kCollectiveOpCount) r.fail("unknown collective");
+      e.op = static_cast<CollectiveOp>(op);
+    }
     out.push_back(e);
   }
   r.expectDone();

@@ -117,7 +117,8 @@ std::uint64_t regionLogBlockStart(std::string_view value);    // a block's first
 std::string encodeProcessClock(const ProcessClock& p);
 ProcessClock decodeProcessClock(std::string_view key, std::string_view value);
 std::string encodeCommEvents(std::span<const CommEventRecord> events);
-void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out);  // appends
+// Appends; `withWaits`: written by format 1.8 or later (wait begins and collective ops).
+void decodeCommEvents(std::string_view key, std::string_view value, std::vector<CommEventRecord>& out, bool withWaits);
 
 // Metadata column family: every entry of the metadata, keyed as documented.
 void encodeMetadata(const DatabaseMetadata& metadata, const Emit& emit);

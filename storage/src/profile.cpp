@@ -24,6 +24,16 @@ const char* toString(IdKind kind) {
   return "unknown";
 }
 
+const char* collectiveOpName(CollectiveOp op) {
+  static constexpr const char* kNames[kCollectiveOpCount] = {
+      "collective", "barrier",  "bcast",     "reduce",         "allreduce",
+      "gather",     "gatherv",  "scatter",   "scatterv",       "allgather",
+      "allgatherv", "alltoall", "alltoallv", "reduce-scatter", "reduce-scatter-block",
+      "scan",       "exscan"};
+  const auto i = static_cast<std::uint8_t>(op);
+  return i < kCollectiveOpCount ? kNames[i] : "collective";
+}
+
 const char* toString(MetricKind kind) {
   switch (kind) {
     case MetricKind::Sampled:

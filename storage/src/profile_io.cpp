@@ -96,6 +96,8 @@ void buildClockAndComm(const ThreadProfile& p, schema::ThreadProfile::Builder ro
   fillList(b.initSequence(m.sequence.size()), m.sequence);
   fillList(b.initRegion(m.region.size()), m.region);
   b.setEventsLost(m.eventsLost);
+  if (!m.waitBeginNs.empty()) fillList(b.initWaitBeginNs(m.waitBeginNs.size()), m.waitBeginNs);
+  if (!m.op.empty()) fillList(b.initOp(m.op.size()), m.op);
 }
 
 void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
@@ -250,6 +252,9 @@ void readClockAndComm(schema::ThreadProfile::Reader root, ThreadProfile& p, cons
   out.sequence = toVector<std::uint64_t>(m.getSequence());
   out.region = toVector<std::uint32_t>(m.getRegion());
   out.eventsLost = m.getEventsLost();
+  // Profiles written before CSP recorded them: every call blocking, collectives unnamed.
+  out.waitBeginNs = m.getWaitBeginNs().size() > 0 ? toVector<std::uint64_t>(m.getWaitBeginNs()) : out.beginNs;
+  out.op = m.getOp().size() > 0 ? toVector<std::uint8_t>(m.getOp()) : std::vector<std::uint8_t>(out.kind.size(), 0);
 }
 
 ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string& name) {

@@ -164,11 +164,16 @@ void checkClockAndComm(const ThreadProfile& p, const std::string& name) {
   const CommLog& m = p.commLog;
   const std::size_t n = m.kind.size();
   if (m.beginNs.size() != n || m.endNs.size() != n || m.peer.size() != n || m.tag.size() != n || m.comm.size() != n ||
-      m.sequence.size() != n || m.region.size() != n)
+      m.sequence.size() != n || m.region.size() != n || (!m.waitBeginNs.empty() && m.waitBeginNs.size() != n) ||
+      (!m.op.empty() && m.op.size() != n))
     fail(name, "communication event columns have different lengths");
   for (std::size_t i = 0; i < n; ++i) {
     if (m.kind[i] < 1 || m.kind[i] > 4) fail(name, fmt::format("communication event {} has kind {}", i, m.kind[i]));
     if (m.endNs[i] < m.beginNs[i]) fail(name, fmt::format("communication event {} ends before it begins", i));
+    if (!m.waitBeginNs.empty() && (m.waitBeginNs[i] < m.beginNs[i] || m.waitBeginNs[i] > m.endNs[i]))
+      fail(name, fmt::format("communication event {} waits outside its own time", i));
+    if (!m.op.empty() && m.op[i] >= kCollectiveOpCount)
+      fail(name, fmt::format("communication event {} has collective {}", i, m.op[i]));
     if (m.region[i] != 0 && m.region[i] >= p.regions.size())
       fail(name, fmt::format("communication event {} refers to region node {}", i, m.region[i]));
   }

@@ -105,3 +105,56 @@ TEST(WhatIf, OnlyTheCriticalPathShortensTheRun) {
 }
 
 }  // namespace
+
+// What each member of a collective waits for: no more than MPI guarantees per kind.
+TEST(CollectiveWaits, EachKindWaitsForWhatMpiGuaranteesOnly) {
+  auto members = [](CollectiveOp op, std::int32_t root) {
+    std::vector<CollectiveMember> m;
+    for (std::int32_t r = 0; r < 3; ++r) m.push_back({op, root, r, 2 - r});  // comm ranks reversed
+    return m;
+  };
+  using W = std::vector<std::vector<std::size_t>>;
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Barrier, -1)), (W{{1, 2}, {0, 2}, {0, 1}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Bcast, 1)), (W{{1}, {}, {1}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Scatterv, 0)), (W{{}, {0}, {0}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Reduce, 2)), (W{{}, {}, {0, 1}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Gather, 0)), (W{{1, 2}, {}, {}}));
+  // Scans by rank in the communicator: world rank 2 is comm rank 0.
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Scan, -2)), (W{{1, 2}, {2}, {}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Exscan, -2)), (W{{1, 2}, {2}, {}}));
+  // Databases before format 1.8: unknown kinds wait for all without a root, else for nobody.
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Unknown, -1)), (W{{1, 2}, {0, 2}, {0, 1}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Unknown, 0)), (W{{}, {}, {}}));
+  EXPECT_EQ(collectiveWaits(members(CollectiveOp::Unknown, -2)), (W{{}, {}, {}}));
+}
+
+// A non-root of a broadcast ends after the root began; a non-root of a reduce is left alone.
+TEST(Consolidate, RootedCollectivesOrderOnlyWhatTheyGuarantee) {
+  auto coll = [](CollectiveOp op, std::uint64_t b, std::uint64_t e, std::int32_t root, std::int32_t commRank) {
+    auto x = event(CommKind::Collective, b, e, root);
+    x.op = op;
+    x.tag = commRank;
+    return x;
+  };
+  std::vector<ProcessComm> ps;
+  // Rank 1's clock is uncertain by +-100 ns: its bcast exit at 500'050 (true) may be read
+  // earlier than rank 0's (the root) entry at 500'000 unless causality narrows it.
+  ps.push_back(
+      process(0, {ClockState::Reference},
+              {coll(CollectiveOp::Bcast, 500'000, 500'010, 0, 0), coll(CollectiveOp::Reduce, 600'000, 600'010, 0, 0)}));
+  ps.push_back(
+      process(1, wide(),
+              {coll(CollectiveOp::Bcast, 400'000, 500'050, 0, 1), coll(CollectiveOp::Reduce, 700'000, 700'010, 0, 1)}));
+  ps[0].events[1].sequence = ps[1].events[1].sequence = 1;
+  std::vector<ProcessComm> alone{ps[1]};
+  consolidate(alone);
+  consolidate(ps);
+  const auto& bcastExit = ps[1].events[0].end;
+  ASSERT_LT(alone[0].events[0].end.lo, 500'000u);  // as converted: before the root's entry
+  EXPECT_EQ(bcastExit.lo, 500'000u);               // narrowed to the root's entry
+  EXPECT_EQ(bcastExit.hi, alone[0].events[0].end.hi);
+  // The reduce's root (rank 0) exits at 600'010, before rank 1 entered (700'000): ordered after
+  // every entry, the root's exit conflicts; the non-root's exit is ordered after nothing.
+  EXPECT_EQ(ps[1].events[1].end, alone[0].events[1].end);
+  EXPECT_EQ(ps[0].clock.conflicts, 1u);
+}

@@ -188,6 +188,8 @@ TEST(CommEvents, SendsReceivesAndCollectivesAreNumbered) {
           break;
         case CommKind::Collective:
           EXPECT_EQ(m.peer[i], -1);  // a barrier
+          EXPECT_EQ(m.op[i], static_cast<std::uint8_t>(CollectiveOp::Barrier));
+          EXPECT_EQ(m.tag[i], static_cast<std::int32_t>(rank));  // its rank in MPI_COMM_WORLD
           EXPECT_EQ(m.sequence[i], collectives++);
           break;
         default:
@@ -199,6 +201,43 @@ TEST(CommEvents, SendsReceivesAndCollectivesAreNumbered) {
   const std::vector<std::uint64_t> expected = {0, 1, 2, 3};
   EXPECT_EQ(sendSeq[1], expected);
   EXPECT_EQ(recvSeq[0], expected);
+}
+
+// mpi_causal nonblocking: rank 0's MPI_Irecv from MPI_ANY_SOURCE with MPI_ANY_TAG, waited for
+// with MPI_STATUS_IGNORE, learns peer and tag from the status csp passes in its place; rank 1's
+// MPI_Isend completed by MPI_Waitall is numbered when it starts; rank 2's message to itself
+// (MPI_ANY_SOURCE, completed by MPI_Testany and MPI_Waitsome with statuses ignored) too. All
+// begin at their start and wait from the completing call on; the waits record nothing else. A
+// send whose request rank 2 frees is recorded too.
+TEST(CommEvents, NonBlockingOperationsAreRecordedAtCompletion) {
+  const fs::path dir = scratch("nonblocking");
+  auto ranks = measure(dir, 3, "", "nonblocking 3 20 5");
+  ASSERT_EQ(ranks.size(), 3u);
+  for (auto& [rank, p] : ranks) {
+    const CommLog& m = p.commLog;
+    std::map<std::int32_t, std::vector<std::uint64_t>> sends, recvs;  // by tag
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      const auto kind = static_cast<CommKind>(m.kind[i]);
+      EXPECT_NE(kind, CommKind::Wait) << "rank " << rank;
+      if (kind != CommKind::Send && kind != CommKind::Recv) continue;
+      // Rank 0 receives from 1 (tag 5), rank 2 sends itself messages (tags 7 and 8: the blocking
+      // receive of the freed send's message).
+      EXPECT_EQ(m.peer[i], rank == 0 ? 1 : rank == 1 ? 0 : 2) << "rank " << rank;
+      if (m.tag[i] != 8 || kind == CommKind::Send) {
+        EXPECT_LT(m.beginNs[i], m.waitBeginNs[i]);
+        EXPECT_LE(m.waitBeginNs[i], m.endNs[i]);
+      }
+      if (rank == 0) {
+        EXPECT_EQ(regionName(p, m.region[i]), "recv");
+      }
+      (kind == CommKind::Send ? sends : recvs)[m.tag[i]].push_back(m.sequence[i]);
+    }
+    const std::vector<std::uint64_t> expected{0, 1, 2};
+    using Tags = std::map<std::int32_t, std::vector<std::uint64_t>>;
+    const Tags mine = rank == 2 ? Tags{{7, expected}, {8, expected}} : Tags{{5, expected}};
+    EXPECT_EQ(sends, rank == 0 ? Tags{} : mine) << "rank " << rank;
+    EXPECT_EQ(recvs, rank == 1 ? Tags{} : mine) << "rank " << rank;
+  }
 }
 
 TEST(ClockSync, ASingleRankIsItsOwnReference) {

@@ -169,6 +169,10 @@ struct Synthetic {
       e.comm = i % 2 == 0 ? 0 : hash(first, 7);
       e.sequence = i;
       e.region = static_cast<RegionId>(i % regions);
+      // Format 1.8: a non-blocking operation's wait begin (0: blocking), a collective's kind.
+      const std::uint64_t half = (e.localEndNs - e.localBeginNs) / 2;
+      e.localWaitBeginNs = i % 2 == 1 && half > 0 ? e.localBeginNs + half : 0;
+      if (e.kind == CommKind::Collective) e.op = static_cast<CollectiveOp>(1 + (first + i) % (kCollectiveOpCount - 1));
       out.push_back(e);
       local += 100;
     }

@@ -178,6 +178,20 @@ QueryAnswer mpiWaitsAnswer(const storage::Database& db, const DatabaseLogs& logs
     put("straggler certain", "", c, w.stragglerCertain);
     put("straggler possible", "", c, w.stragglerPossible);
   }
+  // Per kind of collective, for the kinds of the run (rows in CollectiveOp order).
+  std::map<CollectiveOp, bool> kinds;
+  for (const auto& w : waits)
+    for (const auto& [op, k] : w.byKind) kinds[op] = true;
+  for (const auto& [op, unused] : kinds) {
+    const std::string name = collectiveOpName(op);
+    for (std::size_t c = 0; c < waits.size(); ++c) {
+      auto it = waits[c].byKind.find(op);
+      const KindWaits k = it == waits[c].byKind.end() ? KindWaits{} : it->second;
+      put(name + " wait lower", "ns", c, k.wait.lo);
+      put(name + " wait upper", "ns", c, k.wait.hi);
+      put(name + " count", "", c, k.count);
+    }
+  }
   return answer;
 }
 

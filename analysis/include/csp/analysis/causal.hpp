@@ -22,27 +22,45 @@ struct ProcessComm {
 struct ConsolidationStats {
   std::uint64_t matchedMessages = 0;    // send/receive pairs found
   std::uint64_t unmatchedMessages = 0;  // sends or receives without their partner
-  std::uint64_t collectives = 0;        // instances of all-to-all collectives (every member seen)
+  std::uint64_t collectives = 0;        // collective instances (two members or more seen)
   std::uint64_t tightened = 0;          // bounds narrowed by causality
   std::uint64_t conflicts = 0;          // matched pairs whose bounds contradicted causality: left as converted
 };
 
+// What the exit of each member of one collective instance waits for, as indices into `members`,
+// no more than MPI guarantees: every member's entry (barrier, allreduce, allgather(v),
+// alltoall(v), reduce-scatter(-block)); the root's entry (the other members of bcast and
+// scatter(v); the root waits for nobody); every entry (the root of reduce and gather(v); their
+// other members wait for nobody); the entries of the members of lower rank in the communicator
+// (scan, exscan). A collective of unknown kind (databases before format 1.8) counts as waiting
+// for all when it has no root (peer -1), for nobody otherwise.
+struct CollectiveMember {
+  CollectiveOp op = CollectiveOp::Unknown;
+  std::int32_t root = -1;      // world rank, -1 none, -2 scan
+  std::int64_t rank = -1;      // the member's world rank
+  std::int32_t commRank = -1;  // its rank in the communicator (scans)
+};
+std::vector<std::vector<std::size_t>> collectiveWaits(const std::vector<CollectiveMember>& members);
+// Whether every member waits for every other (barrier-like): what straggler scores are about.
+bool waitsForAll(CollectiveOp op, std::int32_t root);
+
 // Partners across processes: a send and its receive (same sender, receiver, tag, communicator
-// and sequence number); the members of one instance of an all-to-all collective (same
-// communicator and instance number, peer -1).
+// and sequence number); the members of one instance of a collective (same communicator and
+// instance number), with the (entry, exit) orders that collectiveWaits gives.
 struct EventRef {
   std::size_t process = 0, event = 0;
 };
 struct CommPartners {
   std::vector<std::pair<EventRef, EventRef>> messages;  // (send, receive)
   std::vector<std::vector<EventRef>> collectives;
+  std::vector<std::pair<EventRef, EventRef>> collectiveOrders;  // (entry, exit that waits for it)
   std::uint64_t unmatchedMessages = 0;
 };
 CommPartners matchPartners(const std::vector<ProcessComm>& processes);
 
 // The reference-clock interval of every event from its process's clock (no clock: [0, 2^64-1],
-// unknown), then causality: a receive ends after its send begins, an all-to-all collective's
-// exit is after every member's entry, and within a thread events keep their order. Bounds are
+// unknown), then causality: a receive ends after its send begins, a collective's exit is after
+// the entries it waits for (collectiveWaits), and within a thread events keep their order. Bounds are
 // only ever narrowed, never widened, and only where causality forces it: since the true times obey
 // causality, narrowed bounds still contain them. Deterministic; per-process counts in `clock`.
 ConsolidationStats consolidate(std::vector<ProcessComm>& processes);
@@ -55,11 +73,13 @@ namespace csp::analysis {
 // its order, region enters and exits and the begins and ends of communication events, at times
 // on the reference clock. Edges between consecutive vertices of a thread are inelastic (compute:
 // their duration is kept, or shortened when the thread is inside the region being sped up),
-// except the edge into a receive's end and into an all-to-all collective's exit, which are
-// elastic: such an end waits for its own begin and for its causal predecessors (the matched send's
-// begin; every member's entry), plus the part of the original wait that no predecessor explains.
+// except the edge into a receive's end and into a collective's exit, which are elastic: such an
+// end waits for its own begin and for its causal predecessors (the matched send's begin; the
+// entries collectiveWaits names), plus the part of the original wait that no predecessor
+// explains. A non-blocking operation has a CommWait vertex at the start of the wait or test that
+// completed it: the edge from its start to there is the program's compute.
 struct DagVertex {
-  enum class Kind : std::uint8_t { Enter, Exit, CommBegin, CommEnd } kind = Kind::Enter;
+  enum class Kind : std::uint8_t { Enter, Exit, CommBegin, CommEnd, CommWait } kind = Kind::Enter;
   std::uint64_t timeNs = 0;  // on the reference clock
   std::uint32_t region = 0;  // Enter/Exit: region tree node
   std::uint32_t comm = 0;    // CommBegin/CommEnd: index into TimeWeightedDag::comm
@@ -71,6 +91,8 @@ struct DagComm {
   std::int32_t peer = 0, tag = 0;
   std::uint64_t communicator = 0, sequence = 0;
   std::uint32_t thread = 0, beginVertex = 0, endVertex = 0;  // set by TimeWeightedDag::add
+  CollectiveOp op = CollectiveOp::Unknown;
+  bool blocking = true;  // no CommWait vertex: the edge from its begin to its end is the call
 };
 
 struct TimeWeightedDag {

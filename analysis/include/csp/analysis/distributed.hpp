@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct GlobalLogs {
 // must outlive the result.
 GlobalLogs loadGlobalLogs(const storage::Database& db, const DatabaseLogs& logs);
 
+// When a consolidated event began to wait (its begin for a blocking call), on the reference clock.
+storage::TimeInterval waitBeginOf(const storage::ProcessClock& clock, const storage::CommEventRecord& e);
+
 // The time-weighted DAG of the run, every time at the lower bound (`Bound::Lower`), the upper
 // bound or the midpoint of its interval. Throws ClockError like loadGlobalLogs.
 enum class Bound { Lower, Middle, Upper };
@@ -60,15 +64,21 @@ namespace csp::analysis {
 struct Bounded {
   std::uint64_t lo = 0, hi = 0;
 };
+struct KindWaits {
+  Bounded wait;
+  std::uint64_t count = 0;
+};
+// Non-blocking operations wait from the start of the wait or test that completed them.
 struct RankWaits {
   std::int64_t rank = -1;
   std::string label;
-  Bounded lateSender;                   // its receives waiting for their send to begin
-  Bounded lateReceiver;                 // its sends begun before their receive did: the message waited
-  Bounded collectiveWait;               // in all-to-all collectives, from its entry to the last member's
-  std::uint64_t collectives = 0;        // all-to-all instances it took part in
-  std::uint64_t stragglerCertain = 0;   // instances it certainly entered last
-  std::uint64_t stragglerPossible = 0;  // instances it may have entered last
+  Bounded lateSender;                        // its receives waiting for their send to begin
+  Bounded lateReceiver;                      // its sends begun before their receive did: the message waited
+  Bounded collectiveWait;                    // in collectives, from its entry to the last entry it waits for
+  std::uint64_t collectives = 0;             // collective instances it took part in
+  std::map<CollectiveOp, KindWaits> byKind;  // the same per kind of collective
+  std::uint64_t stragglerCertain = 0;        // barrier-like instances (waitsForAll) it certainly entered last
+  std::uint64_t stragglerPossible = 0;       // ... it may have entered last
 };
 // Throws ClockError like loadGlobalLogs.
 std::vector<RankWaits> mpiWaits(const storage::Database& db, const DatabaseLogs& logs);

@@ -53,6 +53,8 @@ void pack(Packer& out, const analysis::ProcessComm& p) {
     out.u64(e.comm);
     out.u64(e.sequence);
     out.u64(e.region);
+    out.u64(e.localWaitBeginNs);
+    out.u8(static_cast<std::uint8_t>(e.op));
   }
 }
 
@@ -83,6 +85,8 @@ analysis::ProcessComm unpack(Unpacker& in) {
     e.comm = in.u64();
     e.sequence = in.u64();
     e.region = static_cast<std::uint32_t>(in.u64());
+    e.localWaitBeginNs = in.u64();
+    e.op = static_cast<CollectiveOp>(in.u8());
     p.events.push_back(e);
   }
   return p;
@@ -115,6 +119,8 @@ void CommEventsCollector::add(const std::string& hostname, std::uint64_t pid,
       e.comm = m.comm[k];
       e.sequence = m.sequence[k];
       e.region = m.region[k] < regionIds[i].size() ? regionIds[i][m.region[k]] : 0;
+      if (k < m.waitBeginNs.size() && m.waitBeginNs[k] > e.localBeginNs) e.localWaitBeginNs = m.waitBeginNs[k];
+      e.op = static_cast<CollectiveOp>(k < m.op.size() ? m.op[k] : 0);
       p.events.push_back(e);
     }
   }

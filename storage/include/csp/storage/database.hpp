@@ -25,7 +25,7 @@ inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
 // 1.3: the sampling quality per profile (quality/ metadata keys); 1.4: distributions, thread
 // classes; 1.5: unwind recovery, module loops; 1.6: GPU id kinds, real-valued raw metrics.
-inline constexpr std::uint32_t kDatabaseFormatMinor = 7;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 8;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 
@@ -325,6 +325,13 @@ struct CommEventRecord {
   std::int32_t peer = 0, tag = 0;                  // world ranks; collectives: root, -1 all, -2 scan
   std::uint64_t comm = 0, sequence = 0;
   RegionId region = 0;  // innermost open region (reduced tree), 0 none
+  // Format 1.8: a non-blocking operation's begin is its start, this the start of the wait or
+  // test that completed it (= localBeginNs for a blocking call and in older databases); and which
+  // collective (Unknown in older databases).
+  std::uint64_t localWaitBeginNs = 0;  // 0: localBeginNs
+  CollectiveOp op = CollectiveOp::Unknown;
+  std::uint64_t waitBeginNs() const { return localWaitBeginNs > localBeginNs ? localWaitBeginNs : localBeginNs; }
+  bool blocking() const { return localWaitBeginNs <= localBeginNs; }
   bool operator==(const CommEventRecord&) const = default;
 };
 

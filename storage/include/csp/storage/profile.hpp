@@ -234,9 +234,37 @@ struct ClockSync {
 
 // MPI calls of a thread (docs/profile-format.md "Communication events"), column-wise.
 enum class CommKind : std::uint8_t { Send = 1, Recv = 2, Collective = 3, Wait = 4 };
+// Which collective an event is (0 for point-to-point events and in profiles written before
+// CSP recorded it); what each waits for is in analysis/causal.hpp.
+enum class CollectiveOp : std::uint8_t {
+  Unknown = 0,
+  Barrier,
+  Bcast,
+  Reduce,
+  Allreduce,
+  Gather,
+  Gatherv,
+  Scatter,
+  Scatterv,
+  Allgather,
+  Allgatherv,
+  Alltoall,
+  Alltoallv,
+  ReduceScatter,
+  ReduceScatterBlock,
+  Scan,
+  Exscan,
+};
+inline constexpr std::uint8_t kCollectiveOpCount = 17;
+const char* collectiveOpName(CollectiveOp op);  // "barrier", "bcast", ...; "collective" for Unknown
 struct CommLog {
   std::vector<std::uint8_t> kind;
   std::vector<std::uint64_t> beginNs, endNs;
+  // A non-blocking operation: begin is its start (MPI_Isend...), waitBegin the start of the wait
+  // or test that completed it, end that call's end. Blocking calls: waitBegin == begin. Empty in
+  // profiles written before CSP recorded it (read as begin), like `op`.
+  std::vector<std::uint64_t> waitBeginNs;
+  std::vector<std::uint8_t> op;  // CollectiveOp
   std::vector<std::int32_t> peer, tag;
   std::vector<std::uint64_t> comm, sequence;
   std::vector<std::uint32_t> region;
