@@ -233,6 +233,7 @@ const storage::CommEventRecord& at(const std::vector<ProcessComm>& ps, const Eve
 void addCollectiveWaits(const std::vector<ProcessComm>& ps, const std::vector<EventRef>& members,
                         std::vector<RankWaits>& out) {
   std::vector<CollectiveMember> m;
+  m.reserve(members.size());
   for (const EventRef& r : members)
     m.push_back({at(ps, r).op, at(ps, r).peer, ps[r.process].clock.rank, at(ps, r).tag});
   const auto waits = collectiveWaits(m);

@@ -359,9 +359,9 @@ int mpiEvent(Call&& call, Record&& record) {
 
 }  // namespace
 
-#define CSP_MPI_NEXT(NAME, PARAMS)                \
-  using Fn = int(*) PARAMS;                       \
-  static constinit std::atomic<Fn> slot{nullptr}; \
+#define CSP_MPI_NEXT(NAME, PARAMS)                                                     \
+  using Fn = int(*) PARAMS; /* NOLINT(bugprone-macro-parentheses): a parameter list */ \
+  static constinit std::atomic<Fn> slot{nullptr};                                      \
   const Fn real = mpiNext(slot, #NAME, "P" #NAME)
 
 #define CSP_MPI_WAIT(NAME, PARAMS, ARGS)       \

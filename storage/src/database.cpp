@@ -156,6 +156,7 @@ std::unique_ptr<Database> Database::open(const fs::path& dir, Mode mode) {
   // Open every family present: a read-write open requires it, and families added by a newer
   // minor version are harmless.
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.reserve(present.size());
   for (const auto& name : present) descriptors.emplace_back(name, format::familyOptions(name));
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = mode == Mode::ReadOnly

@@ -140,6 +140,7 @@ QueryAnswer whatIfAnswer(const storage::Database& db, const DatabaseLogs& logs, 
     regions.push_back(request.whatIfRegion);
   }
   std::vector<std::pair<WhatIfRange, std::string>> results;
+  results.reserve(regions.size());
   for (const auto& name : regions) results.emplace_back(predictWhatIf(db, logs, name, request.whatIfReduction), name);
   std::stable_sort(results.begin(), results.end(),
                    [](const auto& a, const auto& b) { return a.first.middle.speedup() > b.first.middle.speedup(); });
