@@ -317,7 +317,9 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
   EXPECT_LE(predicted, most + 1e-9);
   EXPECT_LE(row(onPath, "speed-up lower bound"), predicted);
   EXPECT_GE(row(onPath, "speed-up upper bound"), predicted);
-  EXPECT_NEAR(predicted, measured, 0.05 * measured + overshoot + rest);
+  // (5 % of the prediction, not of the measurement: a loaded fast run can come out slower than the
+  // slow one, measured -1.7 % once, with the rest of its run 24.8 points longer.)
+  EXPECT_NEAR(predicted, measured, 0.05 * predicted + overshoot + rest);
   EXPECT_NEAR(row(offPath, "predicted speed-up"), 0, 0.01);
   // The ranking puts R first.
   const auto ranking = query(tmp / "slow" / "db", "--what-if-rank=-25%");
