@@ -89,6 +89,7 @@ struct Module {
   std::mutex mutex;  // one Dwfl is not safe for concurrent use
   Dwfl* dwfl = nullptr;
   Dwfl_Module* mod = nullptr;
+  std::optional<CompileUnits> units;  // DWARF units by address (also without .debug_aranges), under `mutex`
   GElf_Addr bias = 0;
   std::string name;  // basename: what views show and what csp-diff matches on
   std::string path;  // the file read (after --replace-path)
@@ -260,6 +261,7 @@ struct Attributor::Impl {
     }
     dwfl_report_begin(m.dwfl);
     m.mod = dwfl_report_offline(m.dwfl, m.name.c_str(), path.c_str(), -1);
+    if (m.mod != nullptr) m.units.emplace(m.mod);
     dwfl_report_end(m.dwfl, nullptr, nullptr);
     if (!m.mod) {
       const std::string why = dwfl_errmsg(-1);
@@ -550,7 +552,7 @@ struct Attributor::Impl {
     const Dwarf_Addr addr = offset + m.bias - (leaf ? 0 : 1);
     std::optional<std::uint64_t> procStart;  // ELF virtual address, when known
     Dwarf_Addr cuBias = 0;
-    if (Dwarf_Die* cu = dwfl_module_addrdie(m.mod, addr, &cuBias)) {
+    if (Dwarf_Die* cu = m.units->at(addr, &cuBias)) {
       std::vector<Dwarf_Die> scopes;
       findScopes(cu, addr - cuBias, scopes);
       // The outermost subprogram is the procedure frame; inlined subroutines inside it are Alien
@@ -559,10 +561,10 @@ struct Attributor::Impl {
         if (Dwarf_Addr entry = 0; dwarf_entrypc(&scopes[0], &entry) == 0) procStart = entry + cuBias - m.bias;
         int declLine = 0;
         dwarf_decl_line(&scopes[0], &declLine);
-        const char* declFile = dwarf_decl_file(&scopes[0]);
+        const char* declared = declFile(&scopes[0]);
         std::string name = procedureName(&scopes[0]);
         if (name.empty()) name = fmt::format("{}+0x{:x}", m.name, offset);
-        chain.push_back({ScopeKind::ProcFrame, strings.intern(name), strings.intern(sourcePath(declFile, cu)),
+        chain.push_back({ScopeKind::ProcFrame, strings.intern(name), strings.intern(sourcePath(declared, cu)),
                          static_cast<std::uint32_t>(std::max(declLine, 0)), moduleId});
         Dwarf_Files* files = nullptr;
         std::size_t nfiles = 0;
@@ -622,9 +624,7 @@ struct Attributor::Impl {
     }
     int line = 0;
     std::string file;
-    if (Dwfl_Line* l = dwfl_module_getsrc(m.mod, addr)) {
-      file = sourcePath(dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr), dwfl_linecu(l));
-    }
+    if (auto l = m.units->lineAt(addr)) file = std::move(l->file), line = l->line;
     if (!file.empty()) ++withLines;
     if (m.structure) insertLoops(*m.structure, addr - m.bias, chain, m.name);
     // Without a line, the statement or call is known by its instruction's offset in its procedure.

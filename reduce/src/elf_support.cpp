@@ -83,4 +83,54 @@ std::string sourcePath(const char* file, Dwarf_Die* cu) {
   return (std::filesystem::path(dir) / path).lexically_normal().string();
 }
 
+const char* declFile(Dwarf_Die* die) {
+  if (const char* file = dwarf_decl_file(die)) return file;
+  Dwarf_Attribute attr;
+  Dwarf_Word index = 0;
+  if (dwarf_attr_integrate(die, DW_AT_decl_file, &attr) == nullptr || dwarf_formudata(&attr, &index) != 0 || index != 0)
+    return nullptr;
+  Dwarf_Die cu;
+  Dwarf_Files* files = nullptr;
+  std::size_t count = 0;
+  if (dwarf_diecu(die, &cu, nullptr, nullptr) == nullptr || dwarf_getsrcfiles(&cu, &files, &count) != 0 || count == 0)
+    return nullptr;
+  return dwarf_filesrc(files, 0, nullptr, nullptr);
+}
+
+Dwarf_Die* CompileUnits::at(Dwarf_Addr addr, Dwarf_Addr* bias) {
+  if (Dwarf_Die* cu = dwfl_module_addrdie(mod_, addr, bias)) return cu;
+  if (!indexed_) index();
+  auto it = std::upper_bound(spans_.begin(), spans_.end(), addr, [](Dwarf_Addr a, const Span& s) { return a < s.low; });
+  if (it == spans_.begin()) return nullptr;
+  --it;
+  if (addr >= it->high) return nullptr;
+  *bias = it->bias;
+  return it->cu;
+}
+
+std::optional<CompileUnits::Line> CompileUnits::lineAt(Dwarf_Addr addr) {
+  int line = 0;
+  if (Dwfl_Line* l = dwfl_module_getsrc(mod_, addr)) {
+    std::string file = sourcePath(dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr), dwfl_linecu(l));
+    return Line{std::move(file), line};
+  }
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = at(addr, &bias);
+  if (cu == nullptr) return std::nullopt;
+  Dwarf_Line* l = dwarf_getsrc_die(cu, addr - bias);
+  if (l == nullptr || dwarf_lineno(l, &line) != 0) return std::nullopt;
+  return Line{sourcePath(dwarf_linesrc(l, nullptr, nullptr), cu), line};
+}
+
+void CompileUnits::index() {
+  indexed_ = true;
+  Dwarf_Addr bias = 0;
+  for (Dwarf_Die* cu = nullptr; (cu = dwfl_module_nextcu(mod_, cu, &bias)) != nullptr;) {
+    Dwarf_Addr base = 0, start = 0, end = 0;
+    for (ptrdiff_t off = 0; (off = dwarf_ranges(cu, off, &base, &start, &end)) > 0;)
+      if (end > start) spans_.push_back({start + bias, end + bias, cu, bias});
+  }
+  std::sort(spans_.begin(), spans_.end(), [](const Span& a, const Span& b) { return a.low < b.low; });
+}
+
 }  // namespace csp::reduce

@@ -3,9 +3,11 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
 #include <gelf.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +29,45 @@ std::span<const std::uint8_t> codeBytes(Elf* elf, GElf_Addr start, GElf_Addr end
 // -c ../src/x.c`, or ccache with base_dir): made absolute against the unit's DW_AT_comp_dir and
 // normalized, so that every view names a file one way and a source pane can open it. "" for none.
 std::string sourcePath(const char* file, Dwarf_Die* cu);
+
+// The file a DIE is declared in (DW_AT_decl_file). libdw's dwarf_decl_file (0.188) refuses file
+// index 0, which DWARF 5 makes the unit's primary source file and clang uses for it: then the
+// unit's file table answers. nullptr for none.
+const char* declFile(Dwarf_Die* die);
+
+// A module's compilation units by address. libdw finds the unit of an address through
+// .debug_aranges, which LLVM-based compilers (clang, flang-new, rustc, icx) do not write unless
+// asked (-gdwarf-aranges): then every lookup fails, and code they compiled would have no
+// procedure from DWARF, no inlined code, no line. Where libdw's lookup fails, the units' own
+// address ranges (DW_AT_low_pc/high_pc or DW_AT_ranges, read once per module on first need)
+// answer. Addresses are the module's as Dwfl reports them (with its bias). Not thread-safe: one
+// per module, used under the module's lock.
+class CompileUnits {
+ public:
+  explicit CompileUnits(Dwfl_Module* mod) : mod_(mod) {}
+
+  // The unit holding `addr` and its bias (dwfl_module_addrdie's contract), or nullptr.
+  Dwarf_Die* at(Dwarf_Addr addr, Dwarf_Addr* bias);
+
+  // The source line of `addr`: file (absolute, sourcePath) and line; nullopt without one.
+  struct Line {
+    std::string file;
+    int line = 0;
+  };
+  std::optional<Line> lineAt(Dwarf_Addr addr);
+
+ private:
+  struct Span {
+    Dwarf_Addr low, high;  // [low, high), biased
+    Dwarf_Die* cu;
+    Dwarf_Addr bias;
+  };
+  void index();
+
+  Dwfl_Module* mod_;
+  bool indexed_ = false;
+  std::vector<Span> spans_;
+};
 
 // The one walk over the scopes of DWARF (attribution's scope chain of an address, the structure
 // analysis' inline map of a unit): calls visit(scope, depth) for each subprogram, inlined

@@ -689,6 +689,53 @@ class LoopAttribution : public ::testing::TestWithParam<std::string> {
   LoadModule module{binary(), {}, 0, 0, 0};
 };
 
+#ifdef CSP_CLANG_LOOPS_APP
+// Code compiled by clang as it compiles by default: DWARF 5 and no .debug_aranges, through which
+// libdw finds the unit of an address (LLVM-based compilers write them only when asked). Before,
+// nothing of such a program had a file or a line: every loop was known by its address. Its
+// `main` holds the triple nest inlined (clang ignores noipa); every address of main is in main's
+// file, and the innermost statement lies in the triple loop nest, inside the inlined `triple`.
+// (The outermost loop, LOOP-I, is known by its header's address here: in clang's code its header
+// instruction has line 0 and its other instructions belong to the inlined `triple`, deeper than
+// the level the loop is placed at, from which its line would come; gcc's build names it by line.)
+TEST(ClangDwarf, UnitsWithoutArangesGiveFilesLinesInlinedCodeAndLoops) {
+  const std::string binary = CSP_CLANG_LOOPS_APP;
+  FILE* p = ::popen(("readelf -S " + binary + " | grep -c debug_aranges").c_str(), "r");
+  std::array<char, 64> buf{};
+  ASSERT_NE(std::fgets(buf.data(), buf.size(), p), nullptr);
+  ::pclose(p);
+  ASSERT_EQ(std::string(buf.data()), "0\n") << "the test needs a binary without .debug_aranges";
+  StringTable strings;
+  Attributor attributor{strings, {{}, true, "off", {}}};
+  const LoadModule module{binary, {}, 0, 0, 0};
+  const auto j = markerLine("LOOP-J"), k = markerLine("LOOP-K");
+  const auto stmt = markerLine("STMT-K");
+  const auto ranges = symbolRanges(binary, "main");
+  ASSERT_EQ(ranges.size(), 1u);
+  std::size_t inStatement = 0;
+  for (std::uint64_t a = ranges[0].first; a < ranges[0].second; ++a) {
+    const auto chain = attributor.attribute(module, a, true);
+    ASSERT_EQ(chain.front().kind, ScopeKind::ProcFrame);
+    EXPECT_EQ(strings.text(chain.front().name), "main");
+    EXPECT_EQ(strings.text(chain.front().file), kLoopsSource) << fmt::format("0x{:x}", a);
+    if (chain.back().line != stmt) continue;
+    std::vector<std::uint32_t> loops;
+    bool inTriple = false;
+    for (const auto& s : chain) {
+      if (s.kind == ScopeKind::Loop) loops.push_back(s.line);
+      if (s.kind == ScopeKind::Alien && strings.text(s.name).find("triple") != std::string::npos) inTriple = true;
+    }
+    EXPECT_TRUE(inTriple) << fmt::format("0x{:x}", a);
+    EXPECT_GE(loops.size(), 3u);
+    EXPECT_TRUE(std::find(loops.begin(), loops.end(), k) != loops.end()) << fmt::format("0x{:x}", a);
+    EXPECT_TRUE(std::find(loops.begin(), loops.end(), j) != loops.end()) << fmt::format("0x{:x}", a);
+    EXPECT_EQ(strings.text(chain.back().file), kLoopsSource);
+    ++inStatement;
+  }
+  EXPECT_GT(inStatement, 0u);
+}
+#endif
+
 TEST_P(LoopAttribution, TripleNest) {
   const auto i = markerLine("LOOP-I"), j = markerLine("LOOP-J"), k = markerLine("LOOP-K");
   std::size_t inK = 0;

@@ -123,7 +123,7 @@ std::unordered_map<std::uint64_t, std::string> slotNames(Elf* elf) {
 // subroutine containing it at each level, through lexical blocks that contain it).
 class InlineMap {
  public:
-  InlineMap(Dwfl_Module* mod, GElf_Addr bias) : mod_(mod), bias_(bias) {}
+  InlineMap(Dwfl_Module* mod, GElf_Addr bias) : bias_(bias), cus_(mod) {}
 
   // Inlined-subroutine levels around an address (0: in the procedure itself).
   std::uint32_t depthAt(std::uint64_t address) { return depthCovering({{address, address + 1}}); }
@@ -173,7 +173,7 @@ class InlineMap {
 
   const Unit* unitAt(std::uint64_t address) {
     Dwarf_Addr cuBias = 0;
-    Dwarf_Die* cu = dwfl_module_addrdie(mod_, address + bias_, &cuBias);
+    Dwarf_Die* cu = cus_.at(address + bias_, &cuBias);
     if (cu == nullptr) return nullptr;
     const Dwarf_Off key = dwarf_dieoffset(cu);
     auto [it, fresh] = units_.try_emplace(key);
@@ -224,8 +224,8 @@ class InlineMap {
     });
   }
 
-  Dwfl_Module* mod_;
   GElf_Addr bias_;
+  CompileUnits cus_;
   Dwarf_Addr shift_ = 0;  // DIE address + shift_ = ELF virtual address (for the unit being read)
   std::unordered_map<Dwarf_Off, Unit> units_;
 };
@@ -624,7 +624,7 @@ void FunctionAnalysis::addStarts(std::vector<std::uint64_t>& starts) const {
 // by their header.
 class LoopNaming {
  public:
-  LoopNaming(Dwfl_Module* mod, GElf_Addr bias) : mod_(mod), bias_(bias), inlines_(mod, bias) {}
+  LoopNaming(Dwfl_Module* mod, GElf_Addr bias) : bias_(bias), cus_(mod), inlines_(mod, bias) {}
   void add(const ChunkResult& r, const Section& section, AnalysisStats& s);
   std::vector<LoopScope> loops;
   std::vector<std::string> files;
@@ -644,8 +644,8 @@ class LoopNaming {
     return it->second;
   }
 
-  Dwfl_Module* mod_;
   GElf_Addr bias_;
+  CompileUnits cus_;
   InlineMap inlines_;
   std::map<std::string, std::uint32_t> fileIds_;
   Decoder sweep_;
@@ -655,13 +655,11 @@ std::optional<std::pair<std::uint32_t, std::string>> LoopNaming::smallestLine(
     const std::vector<std::uint64_t>& addresses, std::uint32_t depth, bool* lines) {
   std::optional<std::pair<std::uint32_t, std::string>> best;
   for (auto c : addresses) {
-    Dwfl_Line* l = dwfl_module_getsrc(mod_, c + bias_);
-    int line = 0;
-    const char* file = l ? dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr) : nullptr;
-    if (file == nullptr || line <= 0) continue;
+    auto l = cus_.lineAt(c + bias_);
+    if (!l || l->file.empty() || l->line <= 0) continue;
     if (lines) *lines = true;
     if (inlines_.depthAt(c) != depth) continue;
-    std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(line), sourcePath(file, dwfl_linecu(l))};
+    std::pair<std::uint32_t, std::string> here{static_cast<std::uint32_t>(l->line), std::move(l->file)};
     if (!best || here < *best) best = std::move(here);
   }
   return best;
