@@ -137,7 +137,8 @@ struct SpillRef {
 // Reading, validating and projecting a profile is most of the structure pass; the values pass
 // needs only its values at their canonical statements and its metric names. They are kept from
 // the structure pass, at local CCT ids (finalIdsOf maps them), in an unlinked temporary file
-// (in $TMPDIR, ~5 bytes per value), so that memory stays flat in the number of profiles.
+// (in $TMPDIR; varints, a sixth of the input's size for CSP's profiles), so that memory stays
+// flat in the number of profiles.
 class ProjectionSpill {
  public:
   ProjectionSpill();
