@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 
 #include "common/test_support.hpp"
@@ -81,6 +82,7 @@ class FakeSource : public reduce::ProfileSource {
   }
   ThreadProfile read(const std::filesystem::path& entry) const override {
     const auto k = std::stoull(entry.stem().string().substr(1));
+    ++reads;
     ThreadProfile p = fakeProfile(k);
     if (unsorted && k == 1) std::swap(p.values.node[0], p.values.node[3]);
     return p;
@@ -94,6 +96,7 @@ class FakeSource : public reduce::ProfileSource {
   std::string workMetric() const override { return "cycles"; }
 
   bool unsorted = false;  // profile 1 comes with its values out of order
+  mutable std::atomic<unsigned> reads{0};
 
  private:
   reduce::SourceProvides provides_;
@@ -194,6 +197,18 @@ TEST_F(PipelineSource, FakeFormatWithRealMetricsGpuIdsAndPathStartsReachesTheDat
     EXPECT_EQ(valueAt(0, storage::MetricScope::Inclusive), kGpuSeconds * (k + 1));
     EXPECT_EQ(valueAt(gemm, storage::MetricScope::Exclusive), kGpuSeconds * (k + 1));
   }
+}
+
+// The values pass takes a region-less profile's projected values from the structure pass's spill
+// instead of reading, validating and projecting it a second time (docs/postprocessing.md).
+TEST_F(PipelineSource, ProfilesWithoutRegionsAreReadOnce) {
+  auto source = std::make_shared<FakeSource>();
+  reduce::Comm comm(MPI_COMM_WORLD);
+  const auto summary = reduce::runProf(comm, options(source));
+  EXPECT_EQ(summary.profiles, 3u);
+  EXPECT_EQ(source->reads.load(), 3u);
+  const auto db = storage::Database::open(dir_ / "db");
+  EXPECT_FALSE(db->profileValues(2).empty());
 }
 
 TEST_F(PipelineSource, ProfileHoldingWhatItsSourceDoesNotDeclareIsRefusedOrSkipped) {

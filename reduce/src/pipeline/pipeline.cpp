@@ -23,6 +23,8 @@ struct Pipeline::Impl {
   FinalCct cct;                            // buildStructure
   std::vector<std::uint8_t> overheadNode;  // buildStructure: per final node, when `overhead` is computed
   RegionTree regions;                      // buildStructure
+  std::unique_ptr<ProjectionSpill> spill;  // buildStructure to computeMetrics
+  std::vector<std::uint32_t> finalIdOf;    // buildStructure: per local CCT node
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -39,7 +41,7 @@ struct Pipeline::Impl {
       throw PipelineError(e.what());
     }
   }
-  Attribution attribution() { return {strings, attributor, options.physical}; }
+  Attribution attribution() { return {strings, attributor, options.physical, spill.get()}; }
 };
 
 Pipeline::Pipeline(const Comm& comm, PipelineOptions options, ProgressSink* progress)
@@ -58,6 +60,7 @@ void Pipeline::buildStructure() {
   faultPoint(s.comm, "read");
   LocalCct localCct(s.strings);
   RegionUnion regionUnion;
+  s.spill = std::make_unique<ProjectionSpill>();
   ReadResult read = readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion);
   Stopwatch unify;
   s.profiles = tabulateProfiles(s.comm, s.discovery, read);
@@ -66,6 +69,7 @@ void Pipeline::buildStructure() {
     throw std::logic_error("thread classes: one per profile expected");
   s.metrics = planMetrics(s.comm, s.discovery, read, s.options, s.overheadRules);
   s.cct = unifyCct(s.comm, localCct, s.strings);
+  s.finalIdOf = finalIdsOf(localCct, s.cct);
   if (s.metrics.state.overhead != kNoMetric) s.overheadNode = s.overheadRules.classify(s.cct, s.strings);
   s.regions = RegionTree::unify(s.comm, regionUnion);
   s.workers.record("unify structure", unify.seconds());
@@ -75,7 +79,8 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   Impl& s = *impl_;
   faultPoint(s.comm, "metrics");
   computeValues(s.profiles, s.discovery, s.options, s.workers, s.attribution(),
-                {s.cct, s.metrics, s.overheadNode, s.regions}, consume);
+                {s.cct, s.finalIdOf, s.metrics, s.overheadNode, s.regions}, consume);
+  s.spill.reset();
 }
 
 const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->discovery.inputs; }

@@ -56,6 +56,7 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
     if (!r) continue;
     r->info.id = next++;
     table.inputOf.push_back(r->info.input);
+    table.spillOf.push_back(r->spill);
     table.local.push_back(std::move(r->info));
   }
 }

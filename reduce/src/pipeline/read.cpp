@@ -99,6 +99,8 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   out.info.truncatedSamples = truncated;
   out.info.scannedSamples = scanned;
   out.info.recoveredSamples = recovered;
+  // A region-less profile's region values are empty: the spill holds all the values pass needs.
+  if (a.spill && p.regions.size() <= 1) out.spill = a.spill->put(p.metrics, stmt);
   out.metrics = std::move(p.metrics);
   return out;
 }

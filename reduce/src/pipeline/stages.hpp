@@ -5,6 +5,7 @@
 //                                      rank's share                                 discover.cpp
 //   read          ReadResult          read + validate + attribute + union into the local CCT and
 //                                      region union, per profile what later stages need  read.cpp
+//                                      (its projected values go to the ProjectionSpill) spill.cpp
 //   profiles      ProfileTable        skipped inputs everywhere, dense profile ids, distinct
 //                                      identities                                  profiles.cpp
 //   threads       ThreadClassification thread features -> classes (thread_classes.hpp) threads.cpp
@@ -125,10 +126,47 @@ class RegionUnion {
   std::map<std::tuple<std::uint32_t, std::string, std::uint64_t>, std::uint32_t> index_;  // MT: under mutex_
 };
 
+// Where a profile's projected values lie in the ProjectionSpill; `reread`: not there, the values
+// pass reads the profile again (it has regions, whose ids the spill does not keep).
+struct SpillRef {
+  std::uint64_t offset = 0;
+  std::size_t size = 0;
+  bool reread = true;
+};
+
+// Reading, validating and projecting a profile is most of the structure pass; the values pass
+// needs only its values at their canonical statements and its metric names. They are kept from
+// the structure pass, at local CCT ids (finalIdsOf maps them), in an unlinked temporary file
+// (in $TMPDIR; varints, a sixth of the input's size for CSP's profiles), so that memory stays
+// flat in the number of profiles.
+class ProjectionSpill {
+ public:
+  ProjectionSpill();
+  ~ProjectionSpill();
+  ProjectionSpill(const ProjectionSpill&) = delete;
+  ProjectionSpill& operator=(const ProjectionSpill&) = delete;
+
+  struct Projected {
+    std::vector<std::string> metrics;  // the profile's metric names; StmtValue::metric indexes them
+    std::vector<StmtValue> stmt;       // at local CCT ids, in projectProfile's order
+  };
+  // MT: any thread.
+  SpillRef put(const std::vector<MetricDescriptor>& metrics, const std::vector<StmtValue>& stmt);
+  Projected get(const SpillRef& ref) const;
+
+ private:
+  int fd_ = -1;
+  std::atomic<std::uint64_t> next_{0};  // MT: where the next record goes
+};
+
+// The final id of every node of a local CCT (which holds at least this rank's contexts).
+std::vector<std::uint32_t> finalIdsOf(const LocalCct& local, const FinalCct& cct);
+
 // What the structure pass keeps of one profile until the database is written.
 struct ReadProfile {
   ProfileInfo info;                       // id still 0
   std::vector<MetricDescriptor> metrics;  // until the metric list is unified
+  SpillRef spill;
 };
 
 struct ReadResult {
@@ -138,9 +176,10 @@ struct ReadResult {
 
 // Everything of one rank that the read and values passes share with their worker threads.
 struct Attribution {
-  StringTable& strings;    // MT: thread-safe interning
-  Attributor& attributor;  // MT: thread-safe
-  bool physical = false;   // OpenMP: native paths instead of logical ones (--physical)
+  StringTable& strings;              // MT: thread-safe interning
+  Attributor& attributor;            // MT: thread-safe
+  bool physical = false;             // OpenMP: native paths instead of logical ones (--physical)
+  ProjectionSpill* spill = nullptr;  // MT: thread-safe; the structure pass's projections
 };
 
 // Reads this rank's inputs in parallel, attributes them and unions their contexts into
@@ -156,6 +195,7 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 struct ProfileTable {
   std::vector<ProfileInfo> local;     // this rank's valid profiles, ascending id
   std::vector<std::size_t> inputOf;   // local[i]'s input index
+  std::vector<SpillRef> spillOf;      // local[i]'s projected values
   std::uint32_t firstId = 0;          // of this rank's profiles
   std::uint32_t count = 0;            // valid profiles of all ranks
   std::vector<SkippedInput> skipped;  // of all ranks, in input order
@@ -244,14 +284,16 @@ class RegionTree {
 // What the values of one profile are computed from; read-only while they are (MT: shared).
 struct ValueInputs {
   const FinalCct& cct;
+  const std::vector<std::uint32_t>& finalIdOf;  // per local CCT node (finalIdsOf)
   const MetricPlan& plan;
   const std::vector<std::uint8_t>& overheadNode;  // per final node; empty without `overhead`
   const RegionTree& regions;
 };
 
-// Re-reads this rank's profiles batch by batch (profiles whose input index / batchProfiles is the
-// same), computes their values in parallel and hands each batch to `consume` on a thread of its
-// own while the next one is computed (at most two batches alive).
+// Takes this rank's profiles from the projection spill (re-reads those with regions) batch by
+// batch (profiles whose input index / batchProfiles is the same), computes their values in
+// parallel and hands each batch to `consume` on a thread of its own while the next one is
+// computed (at most two batches alive).
 void computeValues(const ProfileTable& profiles, const Discovery& discovery, const PipelineOptions& options,
                    Workers& workers, Attribution attribution, const ValueInputs& inputs,
                    const Pipeline::BatchConsumer& consume);

@@ -1,6 +1,6 @@
-// The values pass: every profile of this rank re-read, projected onto the final CCT, its
-// per-thread exclusive and inclusive values (with the state and derived metrics) and its region
-// values computed, and handed out batch by batch.
+// The values pass: every profile of this rank taken from the projection spill (or, with regions,
+// re-read and projected onto the final CCT), its per-thread exclusive and inclusive values (with
+// the state and derived metrics) and its region values computed, and handed out batch by batch.
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 
@@ -38,9 +38,26 @@ class ProfileValues {
     for (const auto& m : in.plan.metrics) real_.push_back(m.valueType == ValueType::Real);
   }
 
-  void compute(const InputProfile& input, ThreadValues& values, RegionValues& regionValues) {
-    // Re-reading keeps memory flat in the number of profiles; the attribution cache makes the
-    // second walk cheap.
+  void compute(const InputProfile& input, const SpillRef& spilled, ThreadValues& values, RegionValues& regionValues) {
+    std::vector<StmtValue> stmt;
+    if (spilled.reread || !a_.spill) {
+      stmt = reproject(input, regionValues);
+    } else {
+      auto projected = a_.spill->get(spilled);
+      stmt = std::move(projected.stmt);
+      toGlobalMetrics(projected.metrics, stmt);
+      for (auto& v : stmt) v.node = in_.finalIdOf[v.node];
+    }
+    addStateValues(stmt, in_.plan.state, in_.overheadNode);
+    auto& mine = scratch_.local();
+    if (!mine) mine = std::make_unique<ValueScratch>(in_.cct.size(), real_);
+    values = mine->compute(in_.cct, stmt);
+    if (!in_.plan.derived.empty()) values = withDerived(values, in_.plan);
+  }
+
+ private:
+  // A profile with regions is read and projected again (onto the final CCT this time).
+  std::vector<StmtValue> reproject(const InputProfile& input, RegionValues& regionValues) {
     ThreadProfile p = readInput(input);
     auto stmt = projectProfile(p, a_.strings, a_.attributor,
                                [&](std::uint32_t parent, const ScopeKey& key) {
@@ -50,18 +67,18 @@ class ProfileValues {
                                  return id;
                                },
                                {jitSymbolsOf(a_.attributor, input, p), nullptr, nullptr, nullptr, a_.physical});
-    std::vector<std::uint16_t> global(p.metrics.size());  // the profile's metric index -> global id
-    for (std::size_t m = 0; m < p.metrics.size(); ++m) global[m] = globalMetric_.at(p.metrics[m].name);
-    for (auto& v : stmt) v.metric = global[v.metric];
-    addStateValues(stmt, in_.plan.state, in_.overheadNode);
-    auto& mine = scratch_.local();
-    if (!mine) mine = std::make_unique<ValueScratch>(in_.cct.size(), real_);
-    values = mine->compute(in_.cct, stmt);
-    if (!in_.plan.derived.empty()) values = withDerived(values, in_.plan);
+    std::vector<std::string> names;
+    for (const auto& m : p.metrics) names.push_back(m.name);
+    toGlobalMetrics(names, stmt);
     regionValues = in_.regions.valuesOf(p.regions);
+    return stmt;
+  }
+  void toGlobalMetrics(const std::vector<std::string>& names, std::vector<StmtValue>& stmt) const {
+    std::vector<std::uint16_t> global(names.size());  // the profile's metric index -> global id
+    for (std::size_t m = 0; m < names.size(); ++m) global[m] = globalMetric_.at(names[m]);
+    for (auto& v : stmt) v.metric = global[v.metric];
   }
 
- private:
   const ValueInputs& in_;
   Attribution a_;
   std::map<std::string, std::uint16_t> globalMetric_;  // MT: read-only
@@ -94,7 +111,7 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
           const auto& input = discovery.inputs[profiles.inputOf[first + i]];
           try {
-            profileValues.compute(input, values[i], regionValues[i]);
+            profileValues.compute(input, profiles.spillOf[first + i], values[i], regionValues[i]);
           } catch (const std::exception& e) {
             std::lock_guard lock(errorsMutex);
             errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));

@@ -44,7 +44,7 @@ struct ShardPlan {
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values);
 
-// Values by node: one provisional shard per batch (a counting sort of the batch by node), merged
+// Values by node: one provisional shard per batch (the batch dealt out node by node), merged
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
@@ -54,13 +54,19 @@ class NodeValueSink {
   void merge(const Comm& comm);  // after the last batch
 
  private:
+  void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                     storage::ShardWriter& shard);
+  void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                          std::size_t entries, storage::ShardWriter& shard);
+  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k);
+  void putNode(std::uint32_t node, storage::ShardWriter& shard);
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
   std::size_t metrics_;
   std::vector<std::uint32_t> shards_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
-  std::vector<std::uint32_t> start_;
+  std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
   std::vector<std::vector<storage::NodeValue>> lists_;
   std::vector<storage::NodeValue> nodeValues_;

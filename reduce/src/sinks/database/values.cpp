@@ -33,15 +33,61 @@ NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::ui
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values) {
   shards_.push_back(plan_.provisionalBase + static_cast<std::uint32_t>(shards_.size()));
   storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true});
-  // Counting sort of the batch's entries by node; scattering profiles in id order keeps each
-  // node's entries sorted by profile.
+  std::size_t entries = 0;
+  for (const auto& v : values) entries += v.size();
+  // Walking every node with one cursor per profile reads each profile's values in order (they
+  // are sorted by node) and needs no index; it costs nodes x profiles steps, so a batch whose
+  // profiles are sparse on a big tree is sorted by node instead.
+  if (std::size_t{nodes_} * batch.size() <= 4 * entries)
+    dealByCursors(batch, values, shard);
+  else
+    dealByCountingSort(batch, values, entries, shard);
+  shard.finish();
+}
+
+// A node's entries, in profile order, dealt out to one list per (metric, scope), which keeps
+// every list sorted by profile: the node's values sorted by (metric, scope, profile).
+void NodeValueSink::deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
+  const std::uint16_t m = v.metric[k];
+  if (v.exclusive[k]) lists_[2 * m].push_back({m, storage::MetricScope::Exclusive, profile, v.exclusive[k]});
+  if (v.inclusive[k]) lists_[2 * m + 1].push_back({m, storage::MetricScope::Inclusive, profile, v.inclusive[k]});
+}
+
+void NodeValueSink::putNode(std::uint32_t node, storage::ShardWriter& shard) {
+  auto& nv = nodeValues_;
+  nv.clear();
+  for (auto& list : lists_) {
+    nv.insert(nv.end(), list.begin(), list.end());
+    list.clear();
+  }
+  shard.putNodeValues(node, nv);
+}
+
+void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                                  storage::ShardWriter& shard) {
+  lists_.resize(metrics_ * 2);
+  auto& at = start_;  // per profile: its first entry not dealt out yet
+  at.assign(batch.size(), 0);
+  for (std::uint32_t node = 0; node < nodes_; ++node) {
+    bool any = false;
+    for (std::uint32_t i = 0; i < batch.size(); ++i) {
+      const ThreadValues& v = values[i];
+      std::uint32_t k = at[i];
+      for (; k < v.size() && v.node[k] == node; ++k) deal(batch[i].id, v, k);
+      any |= k != at[i];
+      at[i] = k;
+    }
+    if (any) putNode(node, shard);
+  }
+}
+
+void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                                       std::size_t entries, storage::ShardWriter& shard) {
+  // Scattering profiles in id order keeps each node's entries sorted by profile.
   auto& start = start_;
   start.assign(std::size_t{nodes_} + 1, 0);
-  std::size_t entries = 0;
-  for (const auto& v : values) {
+  for (const auto& v : values)
     for (auto n : v.node) ++start[n + 1];
-    entries += v.size();
-  }
   for (std::uint32_t n = 0; n < nodes_; ++n) start[n + 1] += start[n];
   auto& items = items_;  // (profile in batch, entry)
   items.resize(entries);
@@ -50,28 +96,15 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
     for (std::uint32_t i = 0; i < batch.size(); ++i)
       for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].node[k]]++] = {i, k};
   }
-  // Each node's list sorted by (metric, scope, profile): its entries come in profile order, so
-  // dealing them out to one list per (metric, scope) in one pass keeps every list sorted.
-  auto& lists = lists_;
-  lists.resize(metrics_ * 2);
-  auto& nv = nodeValues_;
+  lists_.resize(metrics_ * 2);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
       const auto [i, k] = items[at];
-      const ThreadValues& v = values[i];
-      const std::uint16_t m = v.metric[k];
-      if (v.exclusive[k]) lists[2 * m].push_back({m, storage::MetricScope::Exclusive, batch[i].id, v.exclusive[k]});
-      if (v.inclusive[k]) lists[2 * m + 1].push_back({m, storage::MetricScope::Inclusive, batch[i].id, v.inclusive[k]});
+      deal(batch[i].id, values[i], k);
     }
-    nv.clear();
-    for (auto& list : lists) {
-      nv.insert(nv.end(), list.begin(), list.end());
-      list.clear();
-    }
-    shard.putNodeValues(node, nv);
+    putNode(node, shard);
   }
-  shard.finish();
 }
 
 void NodeValueSink::merge(const Comm& comm) {
