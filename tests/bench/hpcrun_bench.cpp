@@ -2,11 +2,14 @@
 // target: reading hpcrun input costs at most 1.3 x reading CSP's format).
 //
 //     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]
+//     hpcrun_bench --write DIR [--profiles N] [--nodes M]
 //
 // Writes N hpcrun files of M CCT nodes and 2 integer metrics (tests/reduce/hpcrun_writer.hpp),
 // reads each back through the hpcrun source and writes the same profile as a .cspprof; then
 // times reading all N of each format in this process (three interleaved rounds, medians) and,
 // with --prof, csp-prof-mpi on each directory. Prints the times and their ratio.
+// --write only writes the two directories (DIR/hpcrun, DIR/csp) and keeps them: the inputs of
+// tests/bench/run.py's hpcrun scenario.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
   std::size_t profiles = 1024, nodes = 5000;
   fs::path dir = fs::temp_directory_path() / "csp-hpcrun-bench";
   std::string prof;
+  bool writeOnly = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--smoke") {
@@ -75,16 +79,22 @@ int main(int argc, char** argv) {
       nodes = std::stoul(argv[++i]);
     } else if (a == "--dir" && i + 1 < argc) {
       dir = argv[++i];
+    } else if (a == "--write" && i + 1 < argc) {
+      dir = argv[++i];
+      writeOnly = true;
     } else if (a == "--prof" && i + 1 < argc) {
       prof = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]\n");
+                   "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]\n"
+                   "       hpcrun_bench --write DIR [--profiles N] [--nodes M]\n");
       return 2;
     }
   }
   const auto source = csp::reduce::hpcrunProfileSource();
-  fs::remove_all(dir);
+  // --write replaces only what it writes; the timing run owns its whole directory.
+  fs::remove_all(writeOnly ? dir / "hpcrun" : dir);
+  if (writeOnly) fs::remove_all(dir / "csp");
   fs::create_directories(dir / "hpcrun");
   fs::create_directories(dir / "csp");
   std::vector<fs::path> hpcrunFiles, cspFiles;
@@ -97,6 +107,10 @@ int main(int argc, char** argv) {
     auto p = source->read(hpcrunFiles.back());
     p.cct.pathStart.clear();  // CSP's files hold no path starts; the shape is the same
     csp::storage::writeProfile(p, cspFiles.back());
+  }
+  if (writeOnly) {
+    std::printf("wrote %zu hpcrun and %zu CSP profiles of %zu nodes to %s\n", profiles, profiles, nodes, dir.c_str());
+    return 0;
   }
   std::vector<double> hpcrunTimes, cspTimes;
   std::size_t sink = 0;
