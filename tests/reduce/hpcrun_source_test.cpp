@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -177,6 +178,40 @@ TEST(HpcrunSource, SparseNodeIdsGiveTheSameProfile) {
   }
   for (auto& v : sparse.values) v.node *= 100003;
   EXPECT_EQ(readOne(sparse, dir / "s.hpcrun"), readOne(threadProfile(1, 0, 0x400), dir / "d.hpcrun"));
+}
+
+// CSP's node order is depth first, siblings in file order, whatever order the file lists the
+// nodes in otherwise: parents first (as hpcrun writes them; read in passes over the file) or
+// children first (read by a walk from the roots) give one profile.
+TEST(HpcrunSource, AnyOrderOfTheNodesGivesTheSameProfile) {
+  TempDir dir("hpcrun-node-order");
+  auto p = threadProfile(0, 1, 0x400);
+  std::mt19937 rng(7);
+  const std::uint32_t fence = 4, partial = 14;
+  for (std::uint32_t i = 0; i < 3000; ++i) {  // a random tree below both roots, placeholders too
+    const std::uint32_t id = 100 + 2 * i;
+    const std::uint32_t parent = i < 2 ? (i == 0 ? fence : partial) : 100 + 2 * (rng() % i);
+    const bool placeholder = rng() % 50 == 0;
+    p.nodes.push_back({id, parent, std::uint16_t(placeholder ? 0 : 1 + rng() % 3),
+                       placeholder ? hr::kNoActivity : 0x100 + 4 * (rng() % 500)});
+    if (rng() % 3 == 0) p.values.push_back({id, 0, hr::real(0.5)});
+    if (rng() % 3 == 0) p.values.push_back({id, 1, 3});
+  }
+  auto parentsFirst = p;
+  std::sort(parentsFirst.nodes.begin(), parentsFirst.nodes.end(),
+            [](const hr::CctNode& a, const hr::CctNode& b) { return a.id < b.id; });  // parents have smaller ids
+  // Deepest first, siblings in the same order (the order among siblings is the CSP order's).
+  std::map<std::uint32_t, std::uint32_t> parentOf, depth;
+  for (const auto& n : p.nodes) parentOf[n.id] = n.parent;
+  for (const auto& n : p.nodes)
+    for (std::uint32_t a = n.id; a != 0; a = parentOf[a]) ++depth[n.id];
+  auto childrenFirst = parentsFirst;
+  std::stable_sort(childrenFirst.nodes.begin(), childrenFirst.nodes.end(),
+                   [&](const hr::CctNode& a, const hr::CctNode& b) { return depth[a.id] > depth[b.id]; });
+  const auto first = readOne(parentsFirst, dir / "f.hpcrun");
+  EXPECT_NO_THROW(storage::validateProfile(first, "f.hpcrun"));
+  EXPECT_EQ(first.cct.size(), 1u + 12 - 3 + 3000);
+  EXPECT_EQ(readOne(childrenFirst, dir / "c.hpcrun"), first);
 }
 
 // The source keeps its buffers per thread from one profile to the next: a profile read after

@@ -370,6 +370,10 @@ struct Scratch {
     PathStart start;
   };
   std::vector<Visit> stack;
+  std::vector<std::uint8_t> removed;  // file order: a special root or fence
+  std::vector<PathStart> start;
+  std::vector<std::uint32_t> subtree, nextSlot, cspOf;
+  std::vector<std::uint32_t> positionOf;  // per CSP node but the root: its position
 };
 
 Scratch& scratch() {
@@ -413,7 +417,11 @@ class CctBuilder {
     linkChildren();
     groupValues();
     mapModules();
-    walk();
+    if (parentsFirst_)
+      orderInFileOrder();
+    else
+      orderDepthFirst();
+    framesAndValues();
   }
 
  private:
@@ -451,10 +459,12 @@ class CctBuilder {
     return it == s_.byId.end() || it->first != id ? kNoIndex : it->second;
   }
 
-  // Children per node in file order.
+  // The position of each node's parent (kNoIndex: a root), and whether every parent comes before
+  // its children in the file (as hpcrun writes them).
   void linkChildren() {
     s_.parentPos.resize(in_.nodes.size());
     s_.roots.clear();
+    parentsFirst_ = true;
     for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
       const Node& node = in_.nodes[i];
       s_.parentPos[i] = node.parent == 0 ? kNoIndex : position(node.parent);
@@ -462,7 +472,12 @@ class CctBuilder {
         s_.roots.push_back(i);
       else if (s_.parentPos[i] == kNoIndex)
         fail(fmt::format("CCT: node {} has parent {}, which does not exist", node.id, node.parent));
+      parentsFirst_ &= node.parent == 0 || s_.parentPos[i] < i;
     }
+  }
+
+  // Children per node in file order, as one array (firstChild[i] .. firstChild[i + 1]).
+  void childLists() {
     const std::size_t n = in_.nodes.size();
     s_.firstChild.assign(n + 1, 0);
     for (const std::uint32_t p : s_.parentPos)
@@ -522,19 +537,72 @@ class CctBuilder {
     }
   }
 
-  // Depth first from the roots in file order: the CSP order is the same for the same tree.
-  void walk() {
+  // CSP's node order is depth first from the roots, children in file order, whatever order the
+  // file gives them in (the same tree gives the same profile). Either way below fills the CCT's
+  // parents and path starts and positionOf (per CSP node but the root: its position).
+  void startCct(std::size_t size) {
+    out_.cct.parent.assign(size, kNoIndex);
+    out_.cct.pathStart.assign(size, PathStart::Unknown);
+    s_.positionOf.resize(size - 1);
+  }
+  void endCct(bool anyStart) {
+    if (!anyStart) std::vector<PathStart>().swap(out_.cct.pathStart);  // none: not stored
+  }
+
+  // The usual case, parents before children: the depth-first order computed in three passes over
+  // the file (which nodes are left out, subtree sizes bottom up, first slots top down), without a
+  // walk from node to node.
+  void orderInFileOrder() {
     const std::size_t n = in_.nodes.size();
-    out_.cct.parent.reserve(n + 1);
-    out_.cct.frame.reserve(n + 1);
-    out_.cct.pathStart.reserve(n + 1);
-    out_.addressFrames.reserve(n);
-    out_.values.node.reserve(in_.values.size());
-    out_.values.metric.reserve(in_.values.size());
-    out_.values.count.reserve(in_.values.size());
+    auto& removed = s_.removed;  // per position: a special root or fence (not a CSP node)
+    auto& start = s_.start;      // per position: its path start, or the one below it if removed
+    removed.assign(n, 0);
+    start.assign(n, PathStart::Unknown);
+    bool anyStart = false;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t p = s_.parentPos[i];
+      if (p != kNoIndex && !removed[p]) continue;  // below a CSP node: no path start
+      const PathStart inherited = p == kNoIndex ? PathStart::Unknown : start[p];
+      const auto special = specialRoot(i, inherited);
+      removed[i] = special.has_value();
+      start[i] = special.value_or(inherited);
+      anyStart |= !special && inherited != PathStart::Unknown;
+    }
+    auto& size = s_.subtree;  // CSP nodes in each subtree
+    size.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) size[i] = removed[i] ? 0 : 1;
+    for (std::uint32_t i = static_cast<std::uint32_t>(n); i-- > 0;)
+      if (s_.parentPos[i] != kNoIndex) size[s_.parentPos[i]] += size[i];
+    auto& next = s_.nextSlot;  // per position: the CSP index of its next child's subtree
+    next.resize(n);
+    s_.cspOf.resize(n);
+    std::uint32_t total = 1;
+    for (const std::uint32_t r : s_.roots) total += size[r];
+    startCct(total);
+    std::uint32_t top = 1;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t p = s_.parentPos[i];
+      std::uint32_t& from = p == kNoIndex ? top : next[p];
+      const std::uint32_t slot = from;
+      from += size[i];
+      next[i] = removed[i] ? slot : slot + 1;
+      if (removed[i]) continue;
+      const bool rootLevel = p == kNoIndex || removed[p];
+      out_.cct.parent[slot] = rootLevel ? 0 : s_.cspOf[p];
+      if (rootLevel) out_.cct.pathStart[slot] = start[i];
+      s_.positionOf[slot - 1] = i;
+      s_.cspOf[i] = slot;
+    }
+    endCct(anyStart);
+  }
+
+  // Children before parents somewhere: a walk from the roots over the children lists.
+  void orderDepthFirst() {
+    childLists();
+    const std::size_t n = in_.nodes.size();
     out_.cct.parent = {kNoIndex};
-    out_.cct.frame = {kNoIndex};
     out_.cct.pathStart = {PathStart::Unknown};
+    s_.positionOf.clear();
     s_.stack.clear();
     for (auto r = s_.roots.rbegin(); r != s_.roots.rend(); ++r) s_.stack.push_back({*r, 0, PathStart::Unknown});
     std::size_t reached = 0;
@@ -548,15 +616,36 @@ class CctBuilder {
         start = *special;
       } else {
         anyStart |= parent == 0 && start != PathStart::Unknown;
-        here = emit(i, parent, parent == 0 ? start : PathStart::Unknown);
+        here = static_cast<std::uint32_t>(out_.cct.parent.size());
+        out_.cct.parent.push_back(parent);
+        out_.cct.pathStart.push_back(parent == 0 ? start : PathStart::Unknown);
+        s_.positionOf.push_back(i);
       }
       for (std::uint32_t c = s_.firstChild[i + 1]; c-- > s_.firstChild[i];)
         s_.stack.push_back({s_.children[c], here, start});
     }
     if (reached != n) fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", n - reached));
-    if (!anyStart) std::vector<PathStart>().swap(out_.cct.pathStart);  // none: not stored
+    endCct(anyStart);
   }
 
+  // In CSP's node order: a frame per node (attribution caches by module and offset, so repeated
+  // frames cost nothing later, and no lookup is needed here), and its values.
+  void framesAndValues() {
+    const std::size_t size = out_.cct.parent.size();
+    out_.cct.frame.resize(size);
+    out_.cct.frame[0] = kNoIndex;
+    out_.addressFrames.resize(size - 1);
+    out_.values.node.reserve(in_.values.size());
+    out_.values.metric.reserve(in_.values.size());
+    out_.values.count.reserve(in_.values.size());
+    for (std::uint32_t node = 1; node < size; ++node) {
+      const std::uint32_t i = s_.positionOf[node - 1];
+      const Node& n = in_.nodes[i];
+      out_.cct.frame[node] = node - 1;
+      out_.addressFrames[node - 1] = {moduleOf(n), n.module == 0 ? 0 : n.ip};
+      if (valued(i)) nodeValues(node, s_.valueRange[i].first, s_.valueRange[i].second);
+    }
+  }
   // For a node at the root level that is a special root or a fence below ^Primary (and carries no
   // values of its own), the start of the paths below it.
   std::optional<PathStart> specialRoot(std::uint32_t i, PathStart inherited) const {
@@ -583,19 +672,6 @@ class CctBuilder {
     return it->second;
   }
 
-  // A node with a frame of its own (the frame table holds one per node: attribution caches by
-  // module and offset, so repeated frames cost nothing later, and no lookup is needed here).
-  std::uint32_t emit(std::uint32_t i, std::uint32_t parent, PathStart start) {
-    const Node& n = in_.nodes[i];
-    const auto index = static_cast<std::uint32_t>(out_.cct.parent.size());
-    out_.addressFrames.push_back({moduleOf(n), n.module == 0 ? 0 : n.ip});
-    out_.cct.parent.push_back(parent);
-    out_.cct.frame.push_back(index - 1);
-    out_.cct.pathStart.push_back(start);
-    if (valued(i)) nodeValues(index, s_.valueRange[i].first, s_.valueRange[i].second);
-    return index;
-  }
-
   // A node's values by metric; zeros (and real -0.0) are not stored.
   void nodeValues(std::uint32_t node, std::uint32_t begin, std::uint32_t end) {
     const auto first = in_.values.begin() + begin, last = in_.values.begin() + end;
@@ -620,6 +696,7 @@ class CctBuilder {
   ThreadProfile& out_;
   Scratch& s_;
   std::map<std::string, std::uint32_t> placeholderModules_;
+  bool parentsFirst_ = true;
 };
 
 // Metric names must be unique in a profile; hpcrun's rarely repeat, and then get a suffix.
