@@ -1,12 +1,12 @@
 // Reading hpcrun measurements against reading CSP's own profiles of the same shape (issue 29's
 // target: reading hpcrun input costs at most 1.3 x reading CSP's format).
 //
-//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]
+//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]
 //     hpcrun_bench --write DIR [--profiles N] [--nodes M]
 //
 // Writes N hpcrun files of M CCT nodes and 2 integer metrics (tests/reduce/hpcrun_writer.hpp),
 // reads each back through the hpcrun source and writes the same profile as a .cspprof; then
-// times reading all N of each format in this process (three interleaved rounds, medians) and,
+// times reading all N of each format in this process (R interleaved rounds, default 3, medians) and,
 // with --prof, csp-prof-mpi on each directory. Prints the times and their ratio.
 // --write only writes the two directories (DIR/hpcrun, DIR/csp) and keeps them: the inputs of
 // tests/bench/run.py's hpcrun scenario.
@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / "csp-hpcrun-bench";
   std::string prof;
   bool writeOnly = false;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--smoke") {
@@ -82,12 +83,15 @@ int main(int argc, char** argv) {
     } else if (a == "--write" && i + 1 < argc) {
       dir = argv[++i];
       writeOnly = true;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--prof" && i + 1 < argc) {
       prof = argv[++i];
     } else {
-      std::fprintf(stderr,
-                   "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]\n"
-                   "       hpcrun_bench --write DIR [--profiles N] [--nodes M]\n");
+      std::fprintf(
+          stderr,
+          "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]\n"
+          "       hpcrun_bench --write DIR [--profiles N] [--nodes M]\n");
       return 2;
     }
   }
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
   }
   std::vector<double> hpcrunTimes, cspTimes;
   std::size_t sink = 0;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     cspTimes.push_back(seconds([&] {
       for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
     }));
@@ -126,8 +130,11 @@ int main(int argc, char** argv) {
   for (const auto& f : hpcrunFiles) hpcrunBytes += fs::file_size(f);
   for (const auto& f : cspFiles) cspBytes += fs::file_size(f);
   std::printf("%zu profiles x %zu nodes (%zu nodes read)\n", profiles, nodes, sink / 6);
-  std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f\n", median(hpcrunTimes),
-              hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6, median(hpcrunTimes) / median(cspTimes));
+  std::vector<double> perRound;
+  for (std::size_t r = 0; r < hpcrunTimes.size(); ++r) perRound.push_back(hpcrunTimes[r] / cspTimes[r]);
+  std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f  (per round: median %.2f)\n",
+              median(hpcrunTimes), hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6,
+              median(hpcrunTimes) / median(cspTimes), median(perRound));
   if (!prof.empty()) {
     std::vector<double> h, c;
     for (int round = 0; round < 3; ++round) {

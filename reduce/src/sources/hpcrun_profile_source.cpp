@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -140,6 +141,7 @@ struct HpcrunFile {
   std::vector<RawValue> values;
   struct Group {
     std::uint32_t node, begin, end;  // values[begin, end) are node's (hpcrun's id)
+    std::uint32_t position = 0;      // the node's in the file (CctBuilder)
   };
   std::vector<Group> groups;  // as the node index lists them
 };
@@ -373,7 +375,9 @@ struct Scratch {
   std::vector<std::uint8_t> removed;  // file order: a special root or fence
   std::vector<PathStart> start;
   std::vector<std::uint32_t> subtree, nextSlot, cspOf;
-  std::vector<std::uint32_t> positionOf;  // per CSP node but the root: its position
+  std::vector<std::uint32_t> positionOf;    // per CSP node but the root: its position
+  std::vector<std::uint32_t> placeholders;  // CSP nodes whose frames wait for their modules
+  std::vector<std::uint32_t> valueAt;
 };
 
 Scratch& scratch() {
@@ -417,11 +421,13 @@ class CctBuilder {
     linkChildren();
     groupValues();
     mapModules();
+    s_.placeholders.clear();
     if (parentsFirst_)
       orderInFileOrder();
     else
       orderDepthFirst();
-    framesAndValues();
+    placeholderFrames();
+    values();
   }
 
  private:
@@ -493,9 +499,10 @@ class CctBuilder {
   void groupValues() {
     s_.valueRange.assign(in_.nodes.size(), {0, 0});
     bool listedTwice = false;
-    for (const auto& g : in_.groups) {
+    for (auto& g : in_.groups) {
       const auto p = position(g.node);
       if (p == kNoIndex) fail(fmt::format("metric values: node {} is not in the CCT", g.node));
+      g.position = p;
       for (std::uint32_t k = g.begin; k < g.end; ++k)
         if (in_.values[k].metric >= out_.metrics.size())
           fail(fmt::format("metric values: metric {} at node {} is not in the metric table", in_.values[k].metric,
@@ -512,7 +519,7 @@ class CctBuilder {
   void regroup() {
     s_.byPosition.clear();
     for (const auto& g : in_.groups)
-      for (std::uint32_t k = g.begin; k < g.end; ++k) s_.byPosition.push_back({position(g.node), k});
+      for (std::uint32_t k = g.begin; k < g.end; ++k) s_.byPosition.push_back({g.position, k});
     std::stable_sort(s_.byPosition.begin(), s_.byPosition.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     s_.regrouped.clear();
@@ -523,6 +530,10 @@ class CctBuilder {
       s_.valueRange[p].second = static_cast<std::uint32_t>(s_.regrouped.size());
     }
     in_.values.swap(s_.regrouped);
+    in_.groups.clear();
+    for (const auto& [p, k] : s_.byPosition)
+      if (in_.groups.empty() || in_.groups.back().position != p)
+        in_.groups.push_back({in_.nodes[p].id, s_.valueRange[p].first, s_.valueRange[p].second, p});
   }
 
   void mapModules() {
@@ -544,8 +555,12 @@ class CctBuilder {
     out_.cct.parent.assign(size, kNoIndex);
     out_.cct.pathStart.assign(size, PathStart::Unknown);
     s_.positionOf.resize(size - 1);
+    out_.addressFrames.resize(size - 1);
   }
   void endCct(bool anyStart) {
+    out_.cct.frame.resize(out_.cct.parent.size());
+    out_.cct.frame[0] = kNoIndex;
+    std::iota(out_.cct.frame.begin() + 1, out_.cct.frame.end(), 0u);
     if (!anyStart) std::vector<PathStart>().swap(out_.cct.pathStart);  // none: not stored
   }
 
@@ -592,6 +607,7 @@ class CctBuilder {
       if (rootLevel) out_.cct.pathStart[slot] = start[i];
       s_.positionOf[slot - 1] = i;
       s_.cspOf[i] = slot;
+      frame(slot, in_.nodes[i]);
     }
     endCct(anyStart);
   }
@@ -603,6 +619,7 @@ class CctBuilder {
     out_.cct.parent = {kNoIndex};
     out_.cct.pathStart = {PathStart::Unknown};
     s_.positionOf.clear();
+    s_.cspOf.resize(n);
     s_.stack.clear();
     for (auto r = s_.roots.rbegin(); r != s_.roots.rend(); ++r) s_.stack.push_back({*r, 0, PathStart::Unknown});
     std::size_t reached = 0;
@@ -620,32 +637,76 @@ class CctBuilder {
         out_.cct.parent.push_back(parent);
         out_.cct.pathStart.push_back(parent == 0 ? start : PathStart::Unknown);
         s_.positionOf.push_back(i);
+        s_.cspOf[i] = here;
       }
       for (std::uint32_t c = s_.firstChild[i + 1]; c-- > s_.firstChild[i];)
         s_.stack.push_back({s_.children[c], here, start});
     }
     if (reached != n) fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", n - reached));
+    out_.addressFrames.resize(s_.positionOf.size());
+    for (std::uint32_t node = 1; node <= s_.positionOf.size(); ++node) frame(node, in_.nodes[s_.positionOf[node - 1]]);
     endCct(anyStart);
   }
 
-  // In CSP's node order: a frame per node (attribution caches by module and offset, so repeated
-  // frames cost nothing later, and no lookup is needed here), and its values.
-  void framesAndValues() {
-    const std::size_t size = out_.cct.parent.size();
-    out_.cct.frame.resize(size);
-    out_.cct.frame[0] = kNoIndex;
-    out_.addressFrames.resize(size - 1);
-    out_.values.node.reserve(in_.values.size());
-    out_.values.metric.reserve(in_.values.size());
-    out_.values.count.reserve(in_.values.size());
-    for (std::uint32_t node = 1; node < size; ++node) {
-      const std::uint32_t i = s_.positionOf[node - 1];
-      const Node& n = in_.nodes[i];
-      out_.cct.frame[node] = node - 1;
-      out_.addressFrames[node - 1] = {moduleOf(n), n.module == 0 ? 0 : n.ip};
-      if (valued(i)) nodeValues(node, s_.valueRange[i].first, s_.valueRange[i].second);
+  // A frame per CSP node (attribution caches by module and offset, so repeated frames cost
+  // nothing later, and no lookup is needed here). Placeholders get their modules in CSP's order
+  // later (placeholderFrames), so that the module table does not depend on the file's order.
+  void frame(std::uint32_t node, const Node& n) {
+    if (n.module == 0) {
+      s_.placeholders.push_back(node);
+      return;
+    }
+    if (n.module >= s_.moduleIndex.size() || s_.moduleIndex[n.module] == kNoIndex)
+      fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
+    out_.addressFrames[node - 1] = {s_.moduleIndex[n.module], n.ip};
+  }
+  void placeholderFrames() {
+    std::sort(s_.placeholders.begin(), s_.placeholders.end());
+    for (const std::uint32_t node : s_.placeholders)
+      out_.addressFrames[node - 1] = {placeholderModule(in_.nodes[s_.positionOf[node - 1]]), 0};
+  }
+
+  // In CSP's node order, each node's values: counted per node, then placed, both in file order.
+  void values() {
+    const std::size_t size = out_.cct.size();
+    auto& at = s_.valueAt;  // per CSP node: where its values go
+    at.assign(size + 1, 0);
+    for (const auto& g : in_.groups) at[s_.cspOf[g.position] + 1] += storedValues(g);
+    for (std::size_t c = 0; c < size; ++c) at[c + 1] += at[c];
+    out_.values.node.resize(at[size]);
+    out_.values.metric.resize(at[size]);
+    out_.values.count.resize(at[size]);
+    for (const auto& g : in_.groups) {
+      const std::uint32_t node = s_.cspOf[g.position];
+      std::uint32_t k = at[node];
+      for (std::uint32_t v = g.begin; v < g.end; ++v)
+        if (stored(in_.values[v])) {
+          out_.values.node[k] = node;
+          out_.values.metric[k] = in_.values[v].metric;
+          out_.values.count[k++] = in_.values[v].bits;
+        }
     }
   }
+  // Zeros (and real -0.0) are no values.
+  bool stored(const RawValue& v) const {
+    return v.bits != 0 && !(out_.metrics[v.metric].valueType == ValueType::Real && realValue(v.bits) == 0.0);
+  }
+  // A node's values ordered by metric; how many are stored (a metric stored twice is a defect).
+  std::uint32_t storedValues(const HpcrunFile::Group& g) {
+    const auto first = in_.values.begin() + g.begin, last = in_.values.begin() + g.end;
+    const auto byMetric = [](const RawValue& a, const RawValue& b) { return a.metric < b.metric; };
+    if (g.end - g.begin > 1 && !std::is_sorted(first, last, byMetric)) std::sort(first, last, byMetric);
+    std::uint32_t count = 0;
+    std::optional<std::uint16_t> previous;
+    for (auto v = first; v != last; ++v) {
+      if (!stored(*v)) continue;
+      if (previous == v->metric) fail(fmt::format("metric values: metric {} appears twice at one node", v->metric));
+      previous = v->metric;
+      ++count;
+    }
+    return count;
+  }
+
   // For a node at the root level that is a special root or a fence below ^Primary (and carries no
   // values of its own), the start of the paths below it.
   std::optional<PathStart> specialRoot(std::uint32_t i, PathStart inherited) const {
@@ -660,35 +721,11 @@ class CctBuilder {
   // A placeholder other than the roots and fences stands for no code: a module of its own, named
   // by its code ("[placeholder NoActvty]"), which attribution makes the procedure "NoActvty" of
   // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
-  std::uint32_t moduleOf(const Node& n) {
-    if (n.module != 0) {
-      if (n.module >= s_.moduleIndex.size() || s_.moduleIndex[n.module] == kNoIndex)
-        fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
-      return s_.moduleIndex[n.module];
-    }
+  std::uint32_t placeholderModule(const Node& n) {
     const std::string path = kPlaceholderModulePrefix + codeText(n.ip) + "]";
     const auto [it, added] = placeholderModules_.emplace(path, out_.modules.size());
     if (added) out_.modules.push_back(moduleAt(path));
     return it->second;
-  }
-
-  // A node's values by metric; zeros (and real -0.0) are not stored.
-  void nodeValues(std::uint32_t node, std::uint32_t begin, std::uint32_t end) {
-    const auto first = in_.values.begin() + begin, last = in_.values.begin() + end;
-    const auto byMetric = [](const RawValue& a, const RawValue& b) { return a.metric < b.metric; };
-    if (end - begin > 1 && !std::is_sorted(first, last, byMetric)) std::sort(first, last, byMetric);
-    const std::size_t before = out_.values.size();
-    for (auto v = first; v != last; ++v) {
-      std::uint64_t bits = v->bits;
-      if (out_.metrics[v->metric].valueType == ValueType::Real && realValue(bits) == 0.0) bits = 0;  // -0.0
-      if (bits == 0) continue;
-      // Zeros are no values: a metric twice at a node is a defect only if stored twice.
-      if (out_.values.size() > before && out_.values.metric.back() == v->metric)
-        fail(fmt::format("metric values: metric {} appears twice at one node", v->metric));
-      out_.values.node.push_back(node);
-      out_.values.metric.push_back(v->metric);
-      out_.values.count.push_back(bits);
-    }
   }
 
   const std::string& name_;
