@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -54,6 +55,15 @@ double seconds(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU time of this thread: what the read costs, whatever else the (shared) machine runs.
+double cpuSeconds(const std::function<void()>& f) {
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  f();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  return static_cast<double>(t1.tv_sec - t0.tv_sec) + 1e-9 * static_cast<double>(t1.tv_nsec - t0.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -116,25 +126,37 @@ int main(int argc, char** argv) {
     std::printf("wrote %zu hpcrun and %zu CSP profiles of %zu nodes to %s\n", profiles, profiles, nodes, dir.c_str());
     return 0;
   }
-  std::vector<double> hpcrunTimes, cspTimes;
+  std::vector<double> hpcrunTimes, cspTimes, hpcrunCpu, cspCpu;
   std::size_t sink = 0;
   for (int round = 0; round < rounds; ++round) {
+    double cpu = 0;
     cspTimes.push_back(seconds([&] {
-      for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
+      cpu = cpuSeconds([&] {
+        for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
+      });
     }));
+    cspCpu.push_back(cpu);
     hpcrunTimes.push_back(seconds([&] {
-      for (const auto& f : hpcrunFiles) sink += source->read(f).cct.size();
+      cpu = cpuSeconds([&] {
+        for (const auto& f : hpcrunFiles) sink += source->read(f).cct.size();
+      });
     }));
+    hpcrunCpu.push_back(cpu);
   }
   std::uintmax_t hpcrunBytes = 0, cspBytes = 0;
   for (const auto& f : hpcrunFiles) hpcrunBytes += fs::file_size(f);
   for (const auto& f : cspFiles) cspBytes += fs::file_size(f);
   std::printf("%zu profiles x %zu nodes (%zu nodes read)\n", profiles, nodes, sink / 6);
-  std::vector<double> perRound;
-  for (std::size_t r = 0; r < hpcrunTimes.size(); ++r) perRound.push_back(hpcrunTimes[r] / cspTimes[r]);
+  std::vector<double> perRound, cpuPerRound;
+  for (std::size_t r = 0; r < hpcrunTimes.size(); ++r) {
+    perRound.push_back(hpcrunTimes[r] / cspTimes[r]);
+    cpuPerRound.push_back(hpcrunCpu[r] / cspCpu[r]);
+  }
   std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f  (per round: median %.2f)\n",
               median(hpcrunTimes), hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6,
               median(hpcrunTimes) / median(cspTimes), median(perRound));
+  std::printf("read CPU  hpcrun %.3f s  csp %.3f s  per round: median ratio %.2f\n", median(hpcrunCpu), median(cspCpu),
+              median(cpuPerRound));
   if (!prof.empty()) {
     std::vector<double> h, c;
     for (int round = 0; round < 3; ++round) {
