@@ -887,6 +887,8 @@ class Suite:
                 # What writing the HPCToolkit database adds to the hpcrun run, in per cent.
                 "hpctoolkit_added_pct": stat([100.0 * (w / b - 1.0) for w, b in
                                               zip(wall["hpcrun_hpctoolkit"], wall["hpcrun"])], "%"),
+                "hpctoolkit_added_cpu_pct": stat([100.0 * (w / b - 1.0) for w, b in
+                                                  zip(cpu["hpcrun_hpctoolkit"], cpu["hpcrun"])], "%"),
             })
         xs = [x["profiles"] for x in sizes]
         return {"baseline": f"csp-prof-mpi -np {np} on the same profiles in CSP's format (hpcrun_bench --write), "
@@ -1232,10 +1234,11 @@ def markdown(rep):
         rows = [[f"{x['profiles']:,}", f"{x['hpcrun_input_mib']:.1f}", f"{x['csp_input_mib']:.1f}",
                  mmm(x["wall_s"]["csp"]), mmm(x["wall_s"]["hpcrun"]), mmm(x["hpcrun_over_csp"]),
                  mmm(x["hpcrun_over_csp_cpu"]), mmm(x["wall_s"]["hpcrun_hpctoolkit"]), mmm(x["hpctoolkit_added_pct"]),
+                 mmm(x["hpctoolkit_added_cpu_pct"]),
                  mmm(x["peak_rss_per_process_mib"]["csp"]), mmm(x["peak_rss_per_process_mib"]["hpcrun"]),
                  mmm(x["peak_rss_per_process_mib"]["hpcrun_hpctoolkit"])] for x in s["sizes"]]
         out.append(table(["profiles", "hpcrun MiB", "CSP MiB", "CSP-format s", "hpcrun s", "hpcrun / CSP",
-                          "CPU hpcrun / CSP", "hpcrun --hpctoolkit s", "--hpctoolkit adds %",
+                          "CPU hpcrun / CSP", "hpcrun --hpctoolkit s", "--hpctoolkit adds %", "adds % CPU",
                           "peak MiB/process CSP", "hpcrun", "hpcrun --hpctoolkit"], rows))
         sl = s["peak_rss_loglog_slope"]
         out.append(f"\nLog-log slope of peak memory per process over the profile count: CSP format "

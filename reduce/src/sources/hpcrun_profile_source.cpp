@@ -136,6 +136,7 @@ struct HpcrunFile {
   std::vector<Setting> header;
   std::vector<std::pair<std::uint16_t, std::string>> loadmap;
   std::vector<Node> nodes;
+  std::uint32_t maxNodeId = 0;
   std::vector<MetricDescriptor> metrics;
   IdTuple idTuple;
   std::vector<RawValue> values;
@@ -156,7 +157,7 @@ class Reader {
     const Footer f = footer();
     header(section(f.hdr, "header"), out.header);
     loadmap(section(f.loadmap, "load map"), out.loadmap);
-    cct(section(f.cct, "CCT"), out.nodes);
+    cct(section(f.cct, "CCT"), out.nodes, out.maxNodeId);
     metrics(section(f.metrics, "metric table"), out.metrics);
     values(section(f.values, "metric values"), out);
   }
@@ -226,13 +227,15 @@ class Reader {
 
   // Records of id, parent id, load module, address and flags (whether the node came from an
   // unwind: GPU operations do not), decoded in one pass.
-  static void cct(Cursor c, std::vector<Node>& out) {
+  static void cct(Cursor c, std::vector<Node>& out, std::uint32_t& maxId) {
     const std::uint64_t n = c.uint(8);
     if (n > c.left() / kCctNodeBytes) c.fail(fmt::format("{} nodes declared, {} bytes hold fewer", n, c.left()));
     const unsigned char* p = c.bytes(n * kCctNodeBytes);
     out.resize(n);
+    maxId = 0;
     for (auto& node : out) {
       node = {be32(p), be32(p + 4), be16(p + 8), be64(p + 10)};
+      maxId = std::max(maxId, node.id);
       p += kCctNodeBytes;
     }
     c.expectEnd();
@@ -374,7 +377,7 @@ struct Scratch {
   std::vector<Visit> stack;
   std::vector<std::uint8_t> removed;  // file order: a special root or fence
   std::vector<PathStart> start;
-  std::vector<std::uint32_t> subtree, nextSlot, cspOf;
+  std::vector<std::uint32_t> subtree, cspOf;
   std::vector<std::uint32_t> positionOf;    // per CSP node but the root: its position
   std::vector<std::uint32_t> placeholders;  // CSP nodes whose frames wait for their modules
   std::vector<std::uint32_t> valueAt;
@@ -436,28 +439,29 @@ class CctBuilder {
   // hpcrun numbers its nodes densely (ids up to about twice their count): a table by id, else a
   // sorted list of (id, position).
   void indexNodes() {
-    std::uint32_t maxId = 0;
-    for (const auto& n : in_.nodes) {
-      if (n.id == 0) fail("CCT: a node has id 0, which is reserved");
-      maxId = std::max(maxId, n.id);
-    }
+    const std::uint32_t maxId = in_.maxNodeId;
     s_.dense.clear();
     s_.byId.clear();
     if (maxId <= 4 * in_.nodes.size() + 64) {
       s_.dense.assign(std::size_t{maxId} + 1, kNoIndex);
       for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
         auto& slot = s_.dense[in_.nodes[i].id];
+        if (in_.nodes[i].id == 0) idZero();
         if (slot != kNoIndex) fail(fmt::format("CCT: node id {} appears twice", in_.nodes[i].id));
         slot = i;
       }
       return;
     }
-    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) s_.byId.push_back({in_.nodes[i].id, i});
+    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
+      if (in_.nodes[i].id == 0) idZero();
+      s_.byId.push_back({in_.nodes[i].id, i});
+    }
     std::sort(s_.byId.begin(), s_.byId.end());
     for (std::size_t i = 1; i < s_.byId.size(); ++i)
       if (s_.byId[i].first == s_.byId[i - 1].first)
         fail(fmt::format("CCT: node id {} appears twice", s_.byId[i].first));
   }
+  [[noreturn]] void idZero() const { fail("CCT: a node has id 0, which is reserved"); }
   // The position of hpcrun id `id`, or kNoIndex.
   std::uint32_t position(std::uint32_t id) const {
     if (!s_.dense.empty()) return id < s_.dense.size() ? s_.dense[id] : kNoIndex;
@@ -588,8 +592,9 @@ class CctBuilder {
     for (std::uint32_t i = 0; i < n; ++i) size[i] = removed[i] ? 0 : 1;
     for (std::uint32_t i = static_cast<std::uint32_t>(n); i-- > 0;)
       if (s_.parentPos[i] != kNoIndex) size[s_.parentPos[i]] += size[i];
-    auto& next = s_.nextSlot;  // per position: the CSP index of its next child's subtree
-    next.resize(n);
+    // Per position: the CSP index of its next child's subtree; in place of its size, which is not
+    // read again once its own slot is known.
+    auto& next = size;
     s_.cspOf.resize(n);
     std::uint32_t total = 1;
     for (const std::uint32_t r : s_.roots) total += size[r];
