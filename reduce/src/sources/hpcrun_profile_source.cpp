@@ -381,6 +381,7 @@ struct Scratch {
   std::vector<std::uint32_t> positionOf;    // per CSP node but the root: its position
   std::vector<std::uint32_t> placeholders;  // CSP nodes whose frames wait for their modules
   std::vector<std::uint32_t> valueAt;
+  std::vector<std::uint8_t> realMetric;  // by metric: real-valued
 };
 
 Scratch& scratch() {
@@ -600,6 +601,9 @@ class CctBuilder {
     for (const std::uint32_t r : s_.roots) total += size[r];
     startCct(total);
     std::uint32_t top = 1;
+    std::uint32_t* parent = out_.cct.parent.data();
+    std::uint32_t* positionOf = s_.positionOf.data();
+    std::uint32_t* cspOf = s_.cspOf.data();
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint32_t p = s_.parentPos[i];
       std::uint32_t& from = p == kNoIndex ? top : next[p];
@@ -608,10 +612,10 @@ class CctBuilder {
       next[i] = removed[i] ? slot : slot + 1;
       if (removed[i]) continue;
       const bool rootLevel = p == kNoIndex || removed[p];
-      out_.cct.parent[slot] = rootLevel ? 0 : s_.cspOf[p];
+      parent[slot] = rootLevel ? 0 : cspOf[p];
       if (rootLevel) out_.cct.pathStart[slot] = start[i];
-      s_.positionOf[slot - 1] = i;
-      s_.cspOf[i] = slot;
+      positionOf[slot - 1] = i;
+      cspOf[i] = slot;
       frame(slot, in_.nodes[i]);
     }
     endCct(anyStart);
@@ -674,6 +678,9 @@ class CctBuilder {
   // In CSP's node order, each node's values: counted per node, then placed, both in file order.
   void values() {
     const std::size_t size = out_.cct.size();
+    s_.realMetric.resize(out_.metrics.size());
+    for (std::size_t m = 0; m < out_.metrics.size(); ++m)
+      s_.realMetric[m] = out_.metrics[m].valueType == ValueType::Real;
     auto& at = s_.valueAt;  // per CSP node: where its values go
     at.assign(size + 1, 0);
     for (const auto& g : in_.groups) at[s_.cspOf[g.position] + 1] += storedValues(g);
@@ -681,21 +688,22 @@ class CctBuilder {
     out_.values.node.resize(at[size]);
     out_.values.metric.resize(at[size]);
     out_.values.count.resize(at[size]);
+    std::uint32_t* nodes = out_.values.node.data();
+    std::uint16_t* metrics = out_.values.metric.data();
+    std::uint64_t* counts = out_.values.count.data();
     for (const auto& g : in_.groups) {
       const std::uint32_t node = s_.cspOf[g.position];
       std::uint32_t k = at[node];
       for (std::uint32_t v = g.begin; v < g.end; ++v)
         if (stored(in_.values[v])) {
-          out_.values.node[k] = node;
-          out_.values.metric[k] = in_.values[v].metric;
-          out_.values.count[k++] = in_.values[v].bits;
+          nodes[k] = node;
+          metrics[k] = in_.values[v].metric;
+          counts[k++] = in_.values[v].bits;
         }
     }
   }
   // Zeros (and real -0.0) are no values.
-  bool stored(const RawValue& v) const {
-    return v.bits != 0 && !(out_.metrics[v.metric].valueType == ValueType::Real && realValue(v.bits) == 0.0);
-  }
+  bool stored(const RawValue& v) const { return v.bits != 0 && !(s_.realMetric[v.metric] && realValue(v.bits) == 0.0); }
   // A node's values ordered by metric; how many are stored (a metric stored twice is a defect).
   std::uint32_t storedValues(const HpcrunFile::Group& g) {
     const auto first = in_.values.begin() + g.begin, last = in_.values.begin() + g.end;
