@@ -366,7 +366,7 @@ struct Scratch {
   std::vector<std::uint32_t> dense;                           // position by hpcrun id, or empty
   std::vector<std::pair<std::uint32_t, std::uint32_t>> byId;  // else (hpcrun id, position), sorted
   std::vector<std::uint32_t> parentPos, firstChild, children, fill, roots;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> valueRange;  // per position: [begin, end) of values
+  std::vector<std::uint8_t> valued;                                 // per position: has values
   std::vector<std::pair<std::uint32_t, std::uint32_t>> byPosition;  // (position, value): a node listed twice
   std::vector<RawValue> regrouped;
   std::vector<std::uint32_t> moduleIndex;  // by hpcrun's module id
@@ -502,7 +502,7 @@ class CctBuilder {
 
   // Each valued node's values as one range, in file order (hpcrun's node index gives them so).
   void groupValues() {
-    s_.valueRange.assign(in_.nodes.size(), {0, 0});
+    s_.valued.assign(in_.nodes.size(), 0);
     bool listedTwice = false;
     for (auto& g : in_.groups) {
       const auto p = position(g.node);
@@ -512,12 +512,12 @@ class CctBuilder {
         if (in_.values[k].metric >= out_.metrics.size())
           fail(fmt::format("metric values: metric {} at node {} is not in the metric table", in_.values[k].metric,
                            g.node));
-      listedTwice |= valued(p);
-      s_.valueRange[p] = {g.begin, g.end};
+      listedTwice |= s_.valued[p] != 0;
+      s_.valued[p] = 1;
     }
     if (listedTwice) regroup();
   }
-  bool valued(std::uint32_t position) const { return s_.valueRange[position].second > s_.valueRange[position].first; }
+  bool valued(std::uint32_t position) const { return s_.valued[position] != 0; }
 
   // A node listed more than once in the node index: its values brought together (stable, so in
   // file order), as one range.
@@ -528,17 +528,14 @@ class CctBuilder {
     std::stable_sort(s_.byPosition.begin(), s_.byPosition.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     s_.regrouped.clear();
-    s_.valueRange.assign(in_.nodes.size(), {0, 0});
+    in_.groups.clear();
     for (const auto& [p, k] : s_.byPosition) {
-      if (!valued(p)) s_.valueRange[p].first = static_cast<std::uint32_t>(s_.regrouped.size());
+      const auto at = static_cast<std::uint32_t>(s_.regrouped.size());
+      if (in_.groups.empty() || in_.groups.back().position != p) in_.groups.push_back({in_.nodes[p].id, at, at, p});
       s_.regrouped.push_back(in_.values[k]);
-      s_.valueRange[p].second = static_cast<std::uint32_t>(s_.regrouped.size());
+      ++in_.groups.back().end;
     }
     in_.values.swap(s_.regrouped);
-    in_.groups.clear();
-    for (const auto& [p, k] : s_.byPosition)
-      if (in_.groups.empty() || in_.groups.back().position != p)
-        in_.groups.push_back({in_.nodes[p].id, s_.valueRange[p].first, s_.valueRange[p].second, p});
   }
 
   void mapModules() {
