@@ -1,16 +1,20 @@
 // Reading hpcrun measurements against reading CSP's own profiles of the same shape (issue 29's
 // target: reading hpcrun input costs at most 1.3 x reading CSP's format).
 //
-//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]
+//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]
+//     hpcrun_bench --write DIR [--profiles N] [--nodes M]
 //
 // Writes N hpcrun files of M CCT nodes and 2 integer metrics (tests/reduce/hpcrun_writer.hpp),
 // reads each back through the hpcrun source and writes the same profile as a .cspprof; then
-// times reading all N of each format in this process (three interleaved rounds, medians) and,
+// times reading all N of each format in this process (R interleaved rounds, default 3, medians) and,
 // with --prof, csp-prof-mpi on each directory. Prints the times and their ratio.
+// --write only writes the two directories (DIR/hpcrun, DIR/csp) and keeps them: the inputs of
+// tests/bench/run.py's hpcrun scenario.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -53,6 +57,15 @@ double seconds(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// CPU time of this thread: what the read costs, whatever else the (shared) machine runs.
+double cpuSeconds(const std::function<void()>& f) {
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  f();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  return static_cast<double>(t1.tv_sec - t0.tv_sec) + 1e-9 * static_cast<double>(t1.tv_nsec - t0.tv_nsec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -64,6 +77,8 @@ int main(int argc, char** argv) {
   std::size_t profiles = 1024, nodes = 5000;
   fs::path dir = fs::temp_directory_path() / "csp-hpcrun-bench";
   std::string prof;
+  bool writeOnly = false;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--smoke") {
@@ -75,16 +90,25 @@ int main(int argc, char** argv) {
       nodes = std::stoul(argv[++i]);
     } else if (a == "--dir" && i + 1 < argc) {
       dir = argv[++i];
+    } else if (a == "--write" && i + 1 < argc) {
+      dir = argv[++i];
+      writeOnly = true;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--prof" && i + 1 < argc) {
       prof = argv[++i];
     } else {
-      std::fprintf(stderr,
-                   "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--smoke]\n");
+      std::fprintf(
+          stderr,
+          "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]\n"
+          "       hpcrun_bench --write DIR [--profiles N] [--nodes M]\n");
       return 2;
     }
   }
   const auto source = csp::reduce::hpcrunProfileSource();
-  fs::remove_all(dir);
+  // --write replaces only what it writes; the timing run owns its whole directory.
+  fs::remove_all(writeOnly ? dir / "hpcrun" : dir);
+  if (writeOnly) fs::remove_all(dir / "csp");
   fs::create_directories(dir / "hpcrun");
   fs::create_directories(dir / "csp");
   std::vector<fs::path> hpcrunFiles, cspFiles;
@@ -98,22 +122,41 @@ int main(int argc, char** argv) {
     p.cct.pathStart.clear();  // CSP's files hold no path starts; the shape is the same
     csp::storage::writeProfile(p, cspFiles.back());
   }
-  std::vector<double> hpcrunTimes, cspTimes;
+  if (writeOnly) {
+    std::printf("wrote %zu hpcrun and %zu CSP profiles of %zu nodes to %s\n", profiles, profiles, nodes, dir.c_str());
+    return 0;
+  }
+  std::vector<double> hpcrunTimes, cspTimes, hpcrunCpu, cspCpu;
   std::size_t sink = 0;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
+    double cpu = 0;
     cspTimes.push_back(seconds([&] {
-      for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
+      cpu = cpuSeconds([&] {
+        for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
+      });
     }));
+    cspCpu.push_back(cpu);
     hpcrunTimes.push_back(seconds([&] {
-      for (const auto& f : hpcrunFiles) sink += source->read(f).cct.size();
+      cpu = cpuSeconds([&] {
+        for (const auto& f : hpcrunFiles) sink += source->read(f).cct.size();
+      });
     }));
+    hpcrunCpu.push_back(cpu);
   }
   std::uintmax_t hpcrunBytes = 0, cspBytes = 0;
   for (const auto& f : hpcrunFiles) hpcrunBytes += fs::file_size(f);
   for (const auto& f : cspFiles) cspBytes += fs::file_size(f);
   std::printf("%zu profiles x %zu nodes (%zu nodes read)\n", profiles, nodes, sink / 6);
-  std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f\n", median(hpcrunTimes),
-              hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6, median(hpcrunTimes) / median(cspTimes));
+  std::vector<double> perRound, cpuPerRound;
+  for (std::size_t r = 0; r < hpcrunTimes.size(); ++r) {
+    perRound.push_back(hpcrunTimes[r] / cspTimes[r]);
+    cpuPerRound.push_back(hpcrunCpu[r] / cspCpu[r]);
+  }
+  std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f  (per round: median %.2f)\n",
+              median(hpcrunTimes), hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6,
+              median(hpcrunTimes) / median(cspTimes), median(perRound));
+  std::printf("read CPU  hpcrun %.3f s  csp %.3f s  per round: median ratio %.2f\n", median(hpcrunCpu), median(cspCpu),
+              median(cpuPerRound));
   if (!prof.empty()) {
     std::vector<double> h, c;
     for (int round = 0; round < 3; ++round) {

@@ -27,6 +27,10 @@ command is paired with the baseline run just before it, and the ratio is taken p
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
   hpctoolkit  the HPCToolkit database of 4,096 profiles (postproc's shape): csp-prof-mpi
             --hpctoolkit and csp-export; baseline: csp-prof-mpi alone
+  hpcrun    HPCToolkit's measurements as input: csp-prof-mpi -np 2 on 1,024 and 4,096 *.hpcrun
+            files of postproc's shape (quick: 256 / 1,024), written by tests/bench/hpcrun_bench
+            --write with the same profiles in CSP's format; with and without --hpctoolkit; peak
+            memory per process at both sizes; baseline: csp-prof-mpi on the CSP-format copy
 
 Inputs come from csp-gen with fixed seeds and are cached in WORK/inputs (delete the directory or
 pass --regenerate to rebuild them); databases and other temporary data live in WORK/tmp-PID and
@@ -59,19 +63,22 @@ MODES = {
                  cct_profiles=1024, cct_nodes=[1250, 5000, 20000],
                  view_runs=5, overhead_units=500, overhead_runs=5, rates=[200, 1000], churn_threads=5000,
                  lock_iterations=1000000,
-                 dbwrite=dict(profiles=16384, nodes=5000, writers=2), hpctoolkit_profiles=4096),
+                 dbwrite=dict(profiles=16384, nodes=5000, writers=2), hpctoolkit_profiles=4096,
+                 hpcrun_profiles=[1024, 4096]),
     "quick": dict(runs=3, threads=4, nodes=5000, profiles=[1024, 4096], nps=[1, 2],
                   cct_profiles=256, cct_nodes=[1250, 5000],
                   view_runs=3, overhead_units=100, overhead_runs=3, rates=[200, 1000], churn_threads=5000,
                   lock_iterations=500000,
-                  dbwrite=dict(profiles=1024, nodes=5000, writers=2), hpctoolkit_profiles=1024),
+                  dbwrite=dict(profiles=1024, nodes=5000, writers=2), hpctoolkit_profiles=1024,
+                  hpcrun_profiles=[256, 1024]),
     "tiny": dict(runs=1, threads=4, nodes=300, profiles=[16, 64], nps=[1, 2],
                  cct_profiles=16, cct_nodes=[150, 600],
                  view_runs=1, overhead_units=5, overhead_runs=1, rates=[200, 1000], churn_threads=200,
                  lock_iterations=20000,
-                 dbwrite=dict(profiles=64, nodes=300, writers=2), hpctoolkit_profiles=64),
+                 dbwrite=dict(profiles=64, nodes=300, writers=2), hpctoolkit_profiles=64,
+                 hpcrun_profiles=[16, 64]),
 }
-SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite", "hpctoolkit"]
+SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite", "hpctoolkit", "hpcrun"]
 
 # Reference figures of docs/benchmarks.md, "Targets" (hpcprof on this kind of machine; not measured here).
 REFERENCE = {
@@ -817,6 +824,81 @@ class Suite:
                 "shape": {"profiles": profiles, "nodes": self.p["nodes"], "metrics": 2}, "input": info,
                 "by_np": by_np}
 
+    def hpcrun_inputs(self, profiles, nodes):
+        """`profiles` *.hpcrun files of `nodes` nodes and 2 metrics, and the same profiles in CSP's
+        format (tests/bench/hpcrun_bench --write), made once and cached; returns (directory, info)
+        with the two formats in its hpcrun/ and csp/."""
+        bench = self.tool("tests/bench/hpcrun_bench", "ninja -C build hpcrun_bench")
+        d = os.path.join(self.work, "inputs", f"hpcrun-p{profiles}-n{nodes}")
+        marker = d + ".json"
+        if os.path.isfile(marker) and not self.args.regenerate:
+            with open(marker) as f:
+                info = json.load(f)
+            found = [sum(1 for e in os.scandir(os.path.join(d, sub)) if e.name.endswith(ext))
+                     if os.path.isdir(os.path.join(d, sub)) else 0 for sub, ext in (("hpcrun", ".hpcrun"), ("csp", ".cspprof"))]
+            if found == [profiles, profiles]:
+                return d, info
+            log(f"cached input {d} holds {found} profiles, expected {profiles} of each format: regenerating")
+        # ~33 bytes per (profile, node) in each format, and room for the databases.
+        need = profiles * nodes * 33 * 4
+        free = shutil.disk_usage(self.work).free
+        if free < need:
+            raise BenchError(f"{self.work}: {free / 2**30:.1f} GiB free, about {need / 2**30:.1f} GiB needed for "
+                             f"{profiles} hpcrun profiles of {nodes} nodes, their CSP copies and databases (--work DIR)")
+        if os.path.exists(marker):
+            os.remove(marker)
+        log(f"writing {profiles} hpcrun profiles of {nodes} nodes and their CSP copies")
+        timed([bench, "--write", d, "--profiles", str(profiles), "--nodes", str(nodes)], "hpcrun_bench --write",
+              env=self.env)
+        info = {"profiles": profiles, "nodes": nodes, "hpcrun_bytes": self.dir_bytes(os.path.join(d, "hpcrun")),
+                "csp_bytes": self.dir_bytes(os.path.join(d, "csp"))}
+        with open(marker, "w") as f:
+            json.dump(info, f, indent=1)
+        return d, info
+
+    def scenario_hpcrun(self):
+        """csp-prof-mpi on *.hpcrun files against the same profiles in CSP's format (the baseline),
+        and with --hpctoolkit, interleaved per round, at two profile counts."""
+        np = max(self.p["nps"])
+        sizes = []
+        for profiles in self.p["hpcrun_profiles"]:
+            d, info = self.hpcrun_inputs(profiles, self.p["nodes"])
+            runs = {"csp": [], "hpcrun": [], "hpcrun_hpctoolkit": []}
+            db = os.path.join(self.tmp, f"hpcrun-db-p{profiles}")
+            out = os.path.join(self.tmp, f"hpcrun-hpctk-p{profiles}")
+            for r in range(self.p["runs"]):
+                log(f"hpcrun: {profiles} profiles, run {r + 1}/{self.p['runs']}, -np {np}")
+                runs["csp"].append(self.prof(os.path.join(d, "csp"), np, db, f"hpcrun-csp-p{profiles}"))
+                runs["hpcrun"].append(self.prof(os.path.join(d, "hpcrun"), np, db, f"hpcrun-p{profiles}"))
+                runs["hpcrun_hpctoolkit"].append(self.prof(os.path.join(d, "hpcrun"), np, db,
+                                                           f"hpcrun-hpctk-p{profiles}", ("--hpctoolkit", out)))
+                shutil.rmtree(db, ignore_errors=True)
+                shutil.rmtree(out, ignore_errors=True)
+            wall = {k: [x["wall"] for x in v] for k, v in runs.items()}
+            cpu = {k: [x["cpu_s"] for x in v] for k, v in runs.items()}
+            sizes.append({
+                "profiles": profiles, "hpcrun_input_mib": info["hpcrun_bytes"] / 1048576.0,
+                "csp_input_mib": info["csp_bytes"] / 1048576.0,
+                "wall_s": {k: stat(v, "s") for k, v in wall.items()},
+                "cpu_s": {k: stat(v, "s") for k, v in cpu.items()},
+                "peak_rss_per_process_mib": {k: stat([x["peak_rss_mib"] for x in v], "MiB") for k, v in runs.items()},
+                "hpcrun_over_csp": stat(ratios(wall["hpcrun"], wall["csp"]), "x"),
+                "hpcrun_over_csp_cpu": stat(ratios(cpu["hpcrun"], cpu["csp"]), "x"),
+                # What writing the HPCToolkit database adds to the hpcrun run, in per cent.
+                "hpctoolkit_added_pct": stat([100.0 * (w / b - 1.0) for w, b in
+                                              zip(wall["hpcrun_hpctoolkit"], wall["hpcrun"])], "%"),
+                "hpctoolkit_added_cpu_pct": stat([100.0 * (w / b - 1.0) for w, b in
+                                                  zip(cpu["hpcrun_hpctoolkit"], cpu["hpcrun"])], "%"),
+            })
+        xs = [x["profiles"] for x in sizes]
+        return {"baseline": f"csp-prof-mpi -np {np} on the same profiles in CSP's format (hpcrun_bench --write), "
+                            "interleaved with the hpcrun runs",
+                "shape": {"nodes": self.p["nodes"], "metrics": 2, "processes": np,
+                          "workers_per_process": self.workers},
+                "sizes": sizes,
+                "peak_rss_loglog_slope": {k: loglog_slope(xs, [x["peak_rss_per_process_mib"][k]["median"]
+                                                               for x in sizes]) for k in sizes[0]["wall_s"]}}
+
     # driver -----------------------------------------------------------------------------------
 
     def machine(self):
@@ -1143,6 +1225,25 @@ def markdown(rep):
                  v["hpctoolkit_bytes_per_value"]] for k, v in s["by_np"].items()]
         out.append(table(["-np", "prof s", "prof --hpctoolkit s", "ratio", "csp-export s", "export / prof",
                           "prof peak MiB", "export peak MiB", "CSP db MiB", "HPCToolkit MiB", "bytes/value"], rows))
+
+    s = header("hpcrun", "HPCToolkit measurements as input (csp-prof-mpi on *.hpcrun)")
+    if s:
+        sh = s["shape"]
+        out.append(f"~{sh['nodes']:,} nodes x 2 metrics per profile, -np {sh['processes']}; the ratio is hpcrun / "
+                   "CSP format; --hpctoolkit: what writing the HPCToolkit database adds to the hpcrun run.\n\n")
+        rows = [[f"{x['profiles']:,}", f"{x['hpcrun_input_mib']:.1f}", f"{x['csp_input_mib']:.1f}",
+                 mmm(x["wall_s"]["csp"]), mmm(x["wall_s"]["hpcrun"]), mmm(x["hpcrun_over_csp"]),
+                 mmm(x["hpcrun_over_csp_cpu"]), mmm(x["wall_s"]["hpcrun_hpctoolkit"]), mmm(x["hpctoolkit_added_pct"]),
+                 mmm(x["hpctoolkit_added_cpu_pct"]),
+                 mmm(x["peak_rss_per_process_mib"]["csp"]), mmm(x["peak_rss_per_process_mib"]["hpcrun"]),
+                 mmm(x["peak_rss_per_process_mib"]["hpcrun_hpctoolkit"])] for x in s["sizes"]]
+        out.append(table(["profiles", "hpcrun MiB", "CSP MiB", "CSP-format s", "hpcrun s", "hpcrun / CSP",
+                          "CPU hpcrun / CSP", "hpcrun --hpctoolkit s", "--hpctoolkit adds %", "adds % CPU",
+                          "peak MiB/process CSP", "hpcrun", "hpcrun --hpctoolkit"], rows))
+        sl = s["peak_rss_loglog_slope"]
+        out.append(f"\nLog-log slope of peak memory per process over the profile count: CSP format "
+                   f"{fmt(sl['csp'])}, hpcrun {fmt(sl['hpcrun'])}, hpcrun --hpctoolkit {fmt(sl['hpcrun_hpctoolkit'])} "
+                   "(0: flat).\n")
 
     if rep["problems"]:
         out.append("\n## Problems\n\n" + "\n".join(f"- {p}" for p in rep["problems"]) + "\n")

@@ -9,8 +9,10 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "common/db_dump.hpp"
 #include "common/test_support.hpp"
@@ -178,6 +180,90 @@ TEST(HpcrunSource, SparseNodeIdsGiveTheSameProfile) {
   EXPECT_EQ(readOne(sparse, dir / "s.hpcrun"), readOne(threadProfile(1, 0, 0x400), dir / "d.hpcrun"));
 }
 
+// CSP's node order is depth first, siblings in file order, whatever order the file lists the
+// nodes in otherwise: parents first (as hpcrun writes them; read in passes over the file) or
+// children first (read by a walk from the roots) give one profile.
+TEST(HpcrunSource, AnyOrderOfTheNodesGivesTheSameProfile) {
+  TempDir dir("hpcrun-node-order");
+  auto p = threadProfile(0, 1, 0x400);
+  std::mt19937 rng(7);
+  const std::uint32_t fence = 4, partial = 14;
+  for (std::uint32_t i = 0; i < 3000; ++i) {  // a random tree below both roots, placeholders too
+    const std::uint32_t id = 100 + 2 * i;
+    const std::uint32_t parent = i < 2 ? (i == 0 ? fence : partial) : 100 + 2 * (rng() % i);
+    const bool placeholder = rng() % 50 == 0;
+    p.nodes.push_back({id, parent, std::uint16_t(placeholder ? 0 : 1 + rng() % 3),
+                       placeholder ? hr::kNoActivity : 0x100 + 4 * (rng() % 500)});
+    if (rng() % 3 == 0) p.values.push_back({id, 0, hr::real(0.5)});
+    if (rng() % 3 == 0) p.values.push_back({id, 1, 3});
+  }
+  auto parentsFirst = p;
+  std::sort(parentsFirst.nodes.begin(), parentsFirst.nodes.end(),
+            [](const hr::CctNode& a, const hr::CctNode& b) { return a.id < b.id; });  // parents have smaller ids
+  // Deepest first, siblings in the same order (the order among siblings is the CSP order's).
+  std::map<std::uint32_t, std::uint32_t> parentOf, depth;
+  for (const auto& n : p.nodes) parentOf[n.id] = n.parent;
+  for (const auto& n : p.nodes)
+    for (std::uint32_t a = n.id; a != 0; a = parentOf[a]) ++depth[n.id];
+  auto childrenFirst = parentsFirst;
+  std::stable_sort(childrenFirst.nodes.begin(), childrenFirst.nodes.end(),
+                   [&](const hr::CctNode& a, const hr::CctNode& b) { return depth[a.id] > depth[b.id]; });
+  const auto first = readOne(parentsFirst, dir / "f.hpcrun");
+  EXPECT_NO_THROW(storage::validateProfile(first, "f.hpcrun"));
+  EXPECT_EQ(first.cct.size(), 1u + 12 - 3 + 3000);
+  EXPECT_EQ(readOne(childrenFirst, dir / "c.hpcrun"), first);
+}
+
+// The source keeps its buffers per thread from one profile to the next: a profile read after
+// larger, smaller and damaged ones is the one a fresh thread reads.
+TEST(HpcrunSource, EachProfileReadInTurnIsTheOneAFreshThreadReads) {
+  TempDir dir("hpcrun-turn");
+  auto big = threadProfile(1, 1, 0x400);
+  for (std::uint32_t i = 0; i < 2000; ++i) {  // a chain below node 22, every other node valued
+    big.nodes.push_back({100 + 2 * i, i == 0 ? 22u : 98 + 2 * i, 1, 0x4000 + 4 * i});
+    if (i % 2 == 0) big.values.push_back({100 + 2 * i, 1, i + 1});
+  }
+  auto sparse = threadProfile(0, 1, 0x400);
+  for (auto& n : sparse.nodes) n.id *= 100003, n.parent *= 100003;
+  for (auto& v : sparse.values) v.node *= 100003;
+  const auto small = threadProfile(0, 0, 0x400);
+  const fs::path files[] = {dir / "big.hpcrun", dir / "sparse.hpcrun", dir / "small.hpcrun"};
+  hr::write(big, files[0]);
+  hr::write(sparse, files[1]);
+  hr::write(small, files[2]);
+  auto cycle = big;  // fails late, its tables filled
+  cycle.nodes.push_back({30, 32, 1, 0x10});
+  cycle.nodes.push_back({32, 30, 1, 0x20});
+  hr::write(cycle, dir / "bad.hpcrun");
+  const auto source = reduce::hpcrunProfileSource();
+  std::vector<ThreadProfile> fresh;
+  for (const auto& f : files) std::thread([&] { fresh.push_back(source->read(f)); }).join();
+  ASSERT_EQ(fresh[0].cct.size(), 10u + 2000u);
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t k : {0, 1, 2, 0, 2, 1}) {
+      EXPECT_EQ(source->read(files[k]), fresh[k]) << files[k];
+      EXPECT_THROW(source->read(dir / "bad.hpcrun"), storage::ProfileError);
+    }
+}
+
+// hpcrun lists a node's metrics in any order and may list a zero; CSP stores them by metric, and
+// no zeros.
+TEST(HpcrunSource, ValuesAreByMetricWhateverTheirOrderAndZerosAreNotStored) {
+  TempDir dir("hpcrun-order");
+  const auto plain = readOne(threadProfile(1, 0, 0x400), dir / "p.hpcrun");
+  auto reversed = threadProfile(1, 0, 0x400);
+  std::reverse(reversed.values.begin(), reversed.values.end());
+  reversed.values.push_back({12, 0, hr::real(-0.0)});
+  reversed.values.push_back({16, 1, 0});
+  EXPECT_EQ(readOne(reversed, dir / "r.hpcrun"), plain);
+  // A node listed twice in the node index is one node all the same.
+  auto split = threadProfile(1, 0, 0x400);
+  split.indexAsListed = true;
+  std::stable_partition(split.values.begin(), split.values.end(), [](const hr::Value& v) { return v.metric == 1; });
+  ASSERT_NE(split.values.front().node, split.values.back().node);
+  EXPECT_EQ(readOne(split, dir / "s.hpcrun"), plain);
+}
+
 TEST(HpcrunSource, GpuStreamsGetCspsGpuKinds) {
   TempDir dir("hpcrun-gpu");
   auto h = threadProfile(0, 0, 0x400);
@@ -221,6 +307,9 @@ TEST(HpcrunSource, DamagedFilesGetOneErrorNamingTheFileAndTheDefect) {
   auto badMetric = threadProfile(0, 0, 0x400);
   badMetric.values.push_back({10, 5, 1});
   expectError(hr::encode(badMetric), "metric values: metric 5 at node 10 is not in the metric table");
+  auto twice = threadProfile(0, 0, 0x400);
+  twice.values.push_back({12, 1, 7});
+  expectError(hr::encode(twice), "metric values: metric 1 appears twice at one node");
   // A CCT section that ends inside a node.
   std::string cut = good;
   cut[cut.size() - 112 + 4 * 8 + 7] += 1;  // cct start moves by a byte: the count reads wrong

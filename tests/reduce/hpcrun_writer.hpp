@@ -60,6 +60,9 @@ struct Profile {
   std::vector<Metric> metrics;
   std::vector<Id> idTuple;
   std::vector<Value> values;
+  // The node index: by node id, each node once (hpcrun's way), or one entry per run of one node's
+  // values as `values` lists them (a node may then be listed twice).
+  bool indexAsListed = false;
 };
 
 class Bytes {
@@ -142,8 +145,17 @@ inline std::string encode(const Profile& p) {
     b.put(id.physical, 8);
     b.put(id.logical, 8);
   }
-  std::map<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint16_t>>> byNode;
-  for (const auto& v : p.values) byNode[v.node].push_back({v.bits, v.metric});
+  std::vector<std::pair<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint16_t>>>> byNode;
+  if (p.indexAsListed) {
+    for (const auto& v : p.values) {
+      if (byNode.empty() || byNode.back().first != v.node) byNode.push_back({v.node, {}});
+      byNode.back().second.push_back({v.bits, v.metric});
+    }
+  } else {
+    std::map<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint16_t>>> sorted;
+    for (const auto& v : p.values) sorted[v.node].push_back({v.bits, v.metric});
+    byNode.assign(sorted.begin(), sorted.end());
+  }
   b.put(p.values.size(), 8);
   b.put(byNode.size(), 4);
   for (const auto& [node, vals] : byNode)

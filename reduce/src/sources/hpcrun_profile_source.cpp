@@ -9,11 +9,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string_view>
 #include <system_error>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -74,6 +78,8 @@ class Cursor {
     pos_ += n;
     return s;
   }
+  // n bytes at once, for arrays of fixed-size records decoded in one loop (be16/be32/be64).
+  const unsigned char* bytes(std::size_t n) { return reinterpret_cast<const unsigned char*>(raw(n).data()); }
   std::string str() { return std::string(raw(uint(4))); }
   std::size_t left() const { return end_ - pos_; }
   void expectEnd() const {
@@ -92,6 +98,22 @@ class Cursor {
   std::size_t pos_, end_;
   const char* section_;
 };
+
+std::uint16_t be16(const unsigned char* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return __builtin_bswap16(v);
+}
+std::uint32_t be32(const unsigned char* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return __builtin_bswap32(v);
+}
+std::uint64_t be64(const unsigned char* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return __builtin_bswap64(v);
+}
 
 struct Footer {
   std::uint64_t hdr[2], loadmap[2], cct[2], metrics[2], idDictionary[2], values[2];
@@ -114,25 +136,30 @@ struct HpcrunFile {
   std::vector<Setting> header;
   std::vector<std::pair<std::uint16_t, std::string>> loadmap;
   std::vector<Node> nodes;
+  std::uint32_t maxNodeId = 0;
   std::vector<MetricDescriptor> metrics;
   IdTuple idTuple;
   std::vector<RawValue> values;
+  struct Group {
+    std::uint32_t node, begin, end;  // values[begin, end) are node's (hpcrun's id)
+    std::uint32_t position = 0;      // the node's in the file (CctBuilder)
+  };
+  std::vector<Group> groups;  // as the node index lists them
 };
 
 class Reader {
  public:
-  Reader(std::string name, std::string bytes) : name_(std::move(name)), bytes_(std::move(bytes)) {}
+  Reader(const std::string& name, std::string_view bytes) : name_(name), bytes_(bytes) {}
 
-  HpcrunFile read() {
+  // Into `out`, whose vectors keep their capacity from the profile read before.
+  void read(HpcrunFile& out) {
     checkHeaderMagic();
     const Footer f = footer();
-    HpcrunFile out;
-    out.header = header(section(f.hdr, "header"));
-    out.loadmap = loadmap(section(f.loadmap, "load map"));
-    out.nodes = cct(section(f.cct, "CCT"));
-    out.metrics = metrics(section(f.metrics, "metric table"));
+    header(section(f.hdr, "header"), out.header);
+    loadmap(section(f.loadmap, "load map"), out.loadmap);
+    cct(section(f.cct, "CCT"), out.nodes, out.maxNodeId);
+    metrics(section(f.metrics, "metric table"), out.metrics);
     values(section(f.values, "metric values"), out);
-    return out;
   }
 
  private:
@@ -175,20 +202,19 @@ class Reader {
     return Cursor(name_, bytes_, range[0], range[1], what);
   }
 
-  static std::vector<Setting> header(Cursor c) {
+  static void header(Cursor c, std::vector<Setting>& out) {
     c.raw(kHeaderBytes);
-    std::vector<Setting> out(c.uint(4));
+    out.resize(c.uint(4));
     if (out.size() > c.left() / 8) c.fail("more name-value pairs than bytes");
     for (auto& s : out) {
       s.key = c.str();
       s.value = c.str();
     }
     c.expectEnd();
-    return out;
   }
 
-  static std::vector<std::pair<std::uint16_t, std::string>> loadmap(Cursor c) {
-    std::vector<std::pair<std::uint16_t, std::string>> out(c.uint(4));
+  static void loadmap(Cursor c, std::vector<std::pair<std::uint16_t, std::string>>& out) {
+    out.resize(c.uint(4));
     if (out.size() > c.left() / 14) c.fail("more entries than bytes");
     for (auto& [id, path] : out) {
       id = static_cast<std::uint16_t>(c.uint(2));
@@ -197,29 +223,28 @@ class Reader {
       if (id == 0) c.fail(fmt::format("'{}' has id 0, which is reserved for placeholders", path));
     }
     c.expectEnd();
-    return out;
   }
 
-  static std::vector<Node> cct(Cursor c) {
+  // Records of id, parent id, load module, address and flags (whether the node came from an
+  // unwind: GPU operations do not), decoded in one pass.
+  static void cct(Cursor c, std::vector<Node>& out, std::uint32_t& maxId) {
     const std::uint64_t n = c.uint(8);
     if (n > c.left() / kCctNodeBytes) c.fail(fmt::format("{} nodes declared, {} bytes hold fewer", n, c.left()));
-    std::vector<Node> out(n);
+    const unsigned char* p = c.bytes(n * kCctNodeBytes);
+    out.resize(n);
+    maxId = 0;
     for (auto& node : out) {
-      node.id = static_cast<std::uint32_t>(c.uint(4));
-      node.parent = static_cast<std::uint32_t>(c.uint(4));
-      node.module = static_cast<std::uint16_t>(c.uint(2));
-      node.ip = c.uint(8);
-      c.uint(1);  // flags: whether the node came from an unwind (GPU operations do not)
+      node = {be32(p), be32(p + 4), be16(p + 8), be64(p + 10)};
+      maxId = std::max(maxId, node.id);
+      p += kCctNodeBytes;
     }
     c.expectEnd();
-    return out;
   }
 
-  static std::vector<MetricDescriptor> metrics(Cursor c) {
-    std::vector<MetricDescriptor> out(c.uint(4));
+  static void metrics(Cursor c, std::vector<MetricDescriptor>& out) {
+    out.resize(c.uint(4));
     for (auto& m : out) m = metric(c);
     c.expectEnd();
-    return out;
   }
 
   // Name, description, 16 bytes of flags (type, inclusive/exclusive, value format, ...), period,
@@ -255,38 +280,46 @@ class Reader {
     return (word >> 8) & 0xf;
   }
 
+  // The id tuple, then (value, metric) pairs in node order and the node index: (node id, first
+  // pair) per valued node, ended by a sentinel. Both arrays are decoded in one pass.
   void values(Cursor c, HpcrunFile& out) const {
+    idTuple(c, out.idTuple);
+    const std::uint64_t count = c.uint(8);
+    const std::uint64_t nodes = c.uint(4);
+    if (count > c.left() / 10 || nodes > c.left() / 12) c.fail("more values than bytes");
+    const unsigned char* pairs = c.bytes(count * 10);
+    out.values.resize(count);
+    out.groups.clear();
+    std::uint32_t node = 0;
+    std::uint64_t start = 0;
+    for (std::uint64_t i = 0; i <= nodes; ++i) {
+      const unsigned char* entry = c.bytes(12);
+      const std::uint32_t nextNode = be32(entry);
+      const std::uint64_t nextStart = be64(entry + 4);
+      if (nextStart < start || nextStart > count || (i == 0 && nextStart != 0))
+        c.fail("the node index is not in order");
+      for (std::uint64_t k = start; k < nextStart; ++k)
+        out.values[k] = {node, be16(pairs + 10 * k + 8), be64(pairs + 10 * k)};
+      if (nextStart > start)
+        out.groups.push_back({node, static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(nextStart)});
+      node = nextNode;
+      start = nextStart;
+    }
+    if (node != kLastNodeEnd || start != count) c.fail("the node index does not end with its sentinel");
+    c.expectEnd();
+  }
+
+  static void idTuple(Cursor& c, IdTuple& out) {
+    out.clear();
     const std::uint64_t length = c.uint(2);
     if (length == 0) c.fail("the profile's id tuple is empty");
     for (std::uint64_t i = 0; i < length; ++i) {
       const auto kind = static_cast<std::uint16_t>(c.uint(2));
       c.uint(8);  // physical index (host id, core number): the logical one identifies
       const std::uint64_t logical = c.uint(8);
-      if (const auto k = idKind(kind & 0x3fff, c)) out.idTuple.push_back({*k, logical});
+      if (const auto k = idKind(kind & 0x3fff, c)) out.push_back({*k, logical});
     }
-    const std::uint64_t count = c.uint(8);
-    const std::uint64_t nodes = c.uint(4);
-    if (count > c.left() / 10 || nodes > c.left() / 12) c.fail("more values than bytes");
-    std::vector<std::pair<std::uint64_t, std::uint16_t>> pairs(count);
-    for (auto& [bits, metric] : pairs) {
-      bits = c.uint(8);
-      metric = static_cast<std::uint16_t>(c.uint(2));
-    }
-    std::uint32_t node = 0;
-    std::uint64_t start = 0;
-    for (std::uint64_t i = 0; i <= nodes; ++i) {
-      const auto nextNode = static_cast<std::uint32_t>(c.uint(4));
-      const std::uint64_t nextStart = c.uint(8);
-      if (nextStart < start || nextStart > count || (i == 0 && nextStart != 0))
-        c.fail("the node index is not in order");
-      for (std::uint64_t k = start; i > 0 && k < nextStart; ++k)
-        out.values.push_back({node, pairs[k].second, pairs[k].first});
-      node = nextNode;
-      start = nextStart;
-    }
-    if (node != kLastNodeEnd || start != count) c.fail("the node index does not end with its sentinel");
-    c.expectEnd();
-    dropGpuDevice(out.idTuple);
+    dropGpuDevice(out);
   }
 
   // HPCToolkit's kinds -> CSP's (a GPU device is its context where no context is given).
@@ -314,8 +347,8 @@ class Reader {
       if (t[i].kind == IdKind::GpuContext && t[i + 1].kind == IdKind::GpuContext) t.erase(t.begin() + i);
   }
 
-  std::string name_;
-  std::string bytes_;
+  const std::string& name_;
+  std::string_view bytes_;
 };
 
 LoadModule moduleAt(const std::string& path) {
@@ -324,16 +357,59 @@ LoadModule moduleAt(const std::string& path) {
   return m;
 }
 
-std::string fileBytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw storage::ProfileError(file.string(), "cannot be opened");
-  std::error_code ec;
-  const auto size = fs::file_size(file, ec);
-  std::string bytes(ec ? 0 : size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (ec || in.gcount() != static_cast<std::streamsize>(bytes.size()))
+// What converting one profile needs besides its output, kept per thread from profile to profile
+// (a worker reads thousands of the same shape): the file's bytes, its decoded sections and the
+// tables of the conversion keep their capacity, so that a profile allocates only its output.
+struct Scratch {
+  std::vector<char> bytes;
+  HpcrunFile file;
+  std::vector<std::uint32_t> dense;                           // position by hpcrun id, or empty
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> byId;  // else (hpcrun id, position), sorted
+  std::vector<std::uint32_t> parentPos, firstChild, children, fill, roots;
+  std::vector<std::uint8_t> valued;                                 // per position: has values
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> byPosition;  // (position, value): a node listed twice
+  std::vector<RawValue> regrouped;
+  std::vector<std::uint32_t> moduleIndex;  // by hpcrun's module id
+  struct Visit {
+    std::uint32_t position, parent;  // parent: the CSP node the visited node goes below
+    PathStart start;
+  };
+  std::vector<Visit> stack;
+  std::vector<std::uint8_t> removed;  // file order: a special root or fence
+  std::vector<PathStart> start;
+  std::vector<std::uint32_t> subtree, cspOf;
+  std::vector<std::uint32_t> positionOf;    // per CSP node but the root: its position
+  std::vector<std::uint32_t> placeholders;  // CSP nodes whose frames wait for their modules
+  std::vector<std::uint32_t> valueAt;
+  std::vector<std::uint8_t> realMetric;  // by metric: real-valued
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The whole file into `bytes` (its capacity reused): one read, no zero fill of a buffer that the
+// file overwrites.
+std::string_view fileBytes(const fs::path& file, std::vector<char>& bytes) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw storage::ProfileError(file.string(), "cannot be opened");
+  struct stat st {};
+  std::size_t got = 0;
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular) {
+    if (bytes.size() < static_cast<std::size_t>(st.st_size)) bytes.resize(static_cast<std::size_t>(st.st_size));
+    while (got < static_cast<std::size_t>(st.st_size)) {
+      const ssize_t n = ::read(fd, bytes.data() + got, static_cast<std::size_t>(st.st_size) - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (!regular || got != static_cast<std::size_t>(st.st_size))
     throw storage::ProfileError(file.string(), "cannot be read");
-  return bytes;
+  return {bytes.data(), got};
 }
 
 // hpcrun's CCT (ids, parents by id, in any order) -> CSP's (parents before children), with the
@@ -341,16 +417,21 @@ std::string fileBytes(const fs::path& file) {
 // Nodes are handled by their position in the file; ids only lead to positions.
 class CctBuilder {
  public:
-  CctBuilder(const std::string& name, const HpcrunFile& in, ThreadProfile& out) : name_(name), in_(in), out_(out) {}
+  CctBuilder(const std::string& name, HpcrunFile& in, ThreadProfile& out, Scratch& s)
+      : name_(name), in_(in), out_(out), s_(s) {}
 
   void build() {
     indexNodes();
     linkChildren();
-    markValued();
+    groupValues();
     mapModules();
-    walk();
-    frameTable();
-    convertValues();
+    s_.placeholders.clear();
+    if (parentsFirst_)
+      orderInFileOrder();
+    else
+      orderDepthFirst();
+    placeholderFrames();
+    values();
   }
 
  private:
@@ -359,127 +440,288 @@ class CctBuilder {
   // hpcrun numbers its nodes densely (ids up to about twice their count): a table by id, else a
   // sorted list of (id, position).
   void indexNodes() {
-    std::uint32_t maxId = 0;
-    for (const auto& n : in_.nodes) {
-      if (n.id == 0) fail("CCT: a node has id 0, which is reserved");
-      maxId = std::max(maxId, n.id);
-    }
+    const std::uint32_t maxId = in_.maxNodeId;
+    s_.dense.clear();
+    s_.byId.clear();
     if (maxId <= 4 * in_.nodes.size() + 64) {
-      dense_.assign(std::size_t{maxId} + 1, kNoIndex);
+      s_.dense.assign(std::size_t{maxId} + 1, kNoIndex);
       for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
-        auto& slot = dense_[in_.nodes[i].id];
+        auto& slot = s_.dense[in_.nodes[i].id];
+        if (in_.nodes[i].id == 0) idZero();
         if (slot != kNoIndex) fail(fmt::format("CCT: node id {} appears twice", in_.nodes[i].id));
         slot = i;
       }
       return;
     }
-    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) byId_.push_back({in_.nodes[i].id, i});
-    std::sort(byId_.begin(), byId_.end());
-    for (std::size_t i = 1; i < byId_.size(); ++i)
-      if (byId_[i].first == byId_[i - 1].first) fail(fmt::format("CCT: node id {} appears twice", byId_[i].first));
-  }
-  std::optional<std::uint32_t> position(std::uint32_t id) const {
-    if (!dense_.empty()) {
-      if (id >= dense_.size() || dense_[id] == kNoIndex) return std::nullopt;
-      return dense_[id];
+    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
+      if (in_.nodes[i].id == 0) idZero();
+      s_.byId.push_back({in_.nodes[i].id, i});
     }
-    const auto it = std::lower_bound(byId_.begin(), byId_.end(), std::pair<std::uint32_t, std::uint32_t>{id, 0});
-    if (it == byId_.end() || it->first != id) return std::nullopt;
-    return it->second;
+    std::sort(s_.byId.begin(), s_.byId.end());
+    for (std::size_t i = 1; i < s_.byId.size(); ++i)
+      if (s_.byId[i].first == s_.byId[i - 1].first)
+        fail(fmt::format("CCT: node id {} appears twice", s_.byId[i].first));
+  }
+  [[noreturn]] void idZero() const { fail("CCT: a node has id 0, which is reserved"); }
+  // The position of hpcrun id `id`, or kNoIndex.
+  std::uint32_t position(std::uint32_t id) const {
+    if (!s_.dense.empty()) return id < s_.dense.size() ? s_.dense[id] : kNoIndex;
+    const auto it = std::lower_bound(s_.byId.begin(), s_.byId.end(), std::pair<std::uint32_t, std::uint32_t>{id, 0});
+    return it == s_.byId.end() || it->first != id ? kNoIndex : it->second;
   }
 
-  // Children per node in file order, as one array (firstChild_[i] .. firstChild_[i + 1]).
+  // The position of each node's parent (kNoIndex: a root), and whether every parent comes before
+  // its children in the file (as hpcrun writes them).
   void linkChildren() {
-    const std::size_t n = in_.nodes.size();
-    std::vector<std::uint32_t> parentPos(n, kNoIndex);
-    firstChild_.assign(n + 1, 0);
-    for (std::uint32_t i = 0; i < n; ++i) {
+    s_.parentPos.resize(in_.nodes.size());
+    s_.roots.clear();
+    parentsFirst_ = true;
+    for (std::uint32_t i = 0; i < in_.nodes.size(); ++i) {
       const Node& node = in_.nodes[i];
-      if (node.parent == 0) {
-        roots_.push_back(i);
-        continue;
-      }
-      const auto p = position(node.parent);
-      if (!p) fail(fmt::format("CCT: node {} has parent {}, which does not exist", node.id, node.parent));
-      parentPos[i] = *p;
-      ++firstChild_[*p + 1];
+      s_.parentPos[i] = node.parent == 0 ? kNoIndex : position(node.parent);
+      if (node.parent == 0)
+        s_.roots.push_back(i);
+      else if (s_.parentPos[i] == kNoIndex)
+        fail(fmt::format("CCT: node {} has parent {}, which does not exist", node.id, node.parent));
+      parentsFirst_ &= node.parent == 0 || s_.parentPos[i] < i;
     }
-    for (std::size_t i = 0; i < n; ++i) firstChild_[i + 1] += firstChild_[i];
-    children_.resize(firstChild_[n]);
-    std::vector<std::uint32_t> fill(firstChild_.begin(), firstChild_.end() - 1);
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (parentPos[i] != kNoIndex) children_[fill[parentPos[i]]++] = i;
   }
 
-  void markValued() {
-    valued_.assign(in_.nodes.size(), false);
-    valuePos_.reserve(in_.values.size());
-    for (const auto& v : in_.values) {
-      const auto p = position(v.node);
-      if (!p) fail(fmt::format("metric values: node {} is not in the CCT", v.node));
-      valued_[*p] = true;
-      valuePos_.push_back(*p);
+  // Children per node in file order, as one array (firstChild[i] .. firstChild[i + 1]).
+  void childLists() {
+    const std::size_t n = in_.nodes.size();
+    s_.firstChild.assign(n + 1, 0);
+    for (const std::uint32_t p : s_.parentPos)
+      if (p != kNoIndex) ++s_.firstChild[p + 1];
+    for (std::size_t i = 0; i < n; ++i) s_.firstChild[i + 1] += s_.firstChild[i];
+    s_.children.resize(s_.firstChild[n]);
+    s_.fill.assign(s_.firstChild.begin(), s_.firstChild.end() - 1);
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (s_.parentPos[i] != kNoIndex) s_.children[s_.fill[s_.parentPos[i]]++] = i;
+  }
+
+  // Each valued node's values as one range, in file order (hpcrun's node index gives them so).
+  void groupValues() {
+    s_.valued.assign(in_.nodes.size(), 0);
+    bool listedTwice = false;
+    for (auto& g : in_.groups) {
+      const auto p = position(g.node);
+      if (p == kNoIndex) fail(fmt::format("metric values: node {} is not in the CCT", g.node));
+      g.position = p;
+      for (std::uint32_t k = g.begin; k < g.end; ++k)
+        if (in_.values[k].metric >= out_.metrics.size())
+          fail(fmt::format("metric values: metric {} at node {} is not in the metric table", in_.values[k].metric,
+                           g.node));
+      listedTwice |= s_.valued[p] != 0;
+      s_.valued[p] = 1;
     }
+    if (listedTwice) regroup();
+  }
+  bool valued(std::uint32_t position) const { return s_.valued[position] != 0; }
+
+  // A node listed more than once in the node index: its values brought together (stable, so in
+  // file order), as one range.
+  void regroup() {
+    s_.byPosition.clear();
+    for (const auto& g : in_.groups)
+      for (std::uint32_t k = g.begin; k < g.end; ++k) s_.byPosition.push_back({g.position, k});
+    std::stable_sort(s_.byPosition.begin(), s_.byPosition.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    s_.regrouped.clear();
+    in_.groups.clear();
+    for (const auto& [p, k] : s_.byPosition) {
+      const auto at = static_cast<std::uint32_t>(s_.regrouped.size());
+      if (in_.groups.empty() || in_.groups.back().position != p) in_.groups.push_back({in_.nodes[p].id, at, at, p});
+      s_.regrouped.push_back(in_.values[k]);
+      ++in_.groups.back().end;
+    }
+    in_.values.swap(s_.regrouped);
   }
 
   void mapModules() {
     // By id, as large as the largest id (load maps are small; hpcrun ids are 16-bit).
     std::uint32_t maxId = 0;
     for (const auto& entry : in_.loadmap) maxId = std::max<std::uint32_t>(maxId, entry.first);
-    moduleIndex_.assign(std::size_t{maxId} + 1, kNoIndex);
+    s_.moduleIndex.assign(std::size_t{maxId} + 1, kNoIndex);
     for (const auto& [id, path] : in_.loadmap) {
-      if (moduleIndex_[id] != kNoIndex) fail(fmt::format("load map: id {} appears twice", id));
-      moduleIndex_[id] = static_cast<std::uint32_t>(out_.modules.size());
+      if (s_.moduleIndex[id] != kNoIndex) fail(fmt::format("load map: id {} appears twice", id));
+      s_.moduleIndex[id] = static_cast<std::uint32_t>(out_.modules.size());
       out_.modules.push_back(moduleAt(path));
     }
   }
 
-  // Depth first from the roots in file order: the CSP order is the same for the same tree.
-  void walk() {
-    out_.cct.parent.reserve(in_.nodes.size() + 1);
-    nodeFrames_.reserve(in_.nodes.size());
-    starts_.reserve(in_.nodes.size() + 1);
-    out_.cct.parent = {kNoIndex};
-    out_.cct.frame = {kNoIndex};
-    starts_ = {PathStart::Unknown};
-    cspOf_.assign(in_.nodes.size(), kNoIndex);
-    std::vector<std::pair<std::uint32_t, PathStart>> place(in_.nodes.size(), {0, PathStart::Unknown});
-    std::vector<std::uint32_t> stack(roots_.rbegin(), roots_.rend());
-    std::size_t reached = 0;
-    while (!stack.empty()) {
-      const std::uint32_t i = stack.back();
-      stack.pop_back();
-      ++reached;
-      auto [parent, start] = place[i];
-      std::uint32_t here = parent;
-      if (const auto special = parent == 0 ? specialRoot(i, start) : std::nullopt)
-        start = *special;
-      else
-        here = emit(i, parent, parent == 0 ? start : PathStart::Unknown);
-      for (std::uint32_t c = firstChild_[i + 1]; c-- > firstChild_[i];) {
-        place[children_[c]] = {here, start};
-        stack.push_back(children_[c]);
-      }
-    }
-    if (reached != in_.nodes.size())
-      fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", in_.nodes.size() - reached));
-    if (std::any_of(starts_.begin(), starts_.end(), [](PathStart s) { return s != PathStart::Unknown; }))
-      out_.cct.pathStart = std::move(starts_);
+  // CSP's node order is depth first from the roots, children in file order, whatever order the
+  // file gives them in (the same tree gives the same profile). Either way below fills the CCT's
+  // parents and path starts and positionOf (per CSP node but the root: its position).
+  void startCct(std::size_t size) {
+    out_.cct.parent.assign(size, kNoIndex);
+    out_.cct.pathStart.assign(size, PathStart::Unknown);
+    s_.positionOf.resize(size - 1);
+    out_.addressFrames.resize(size - 1);
+  }
+  void endCct(bool anyStart) {
+    out_.cct.frame.resize(out_.cct.parent.size());
+    out_.cct.frame[0] = kNoIndex;
+    std::iota(out_.cct.frame.begin() + 1, out_.cct.frame.end(), 0u);
+    if (!anyStart) std::vector<PathStart>().swap(out_.cct.pathStart);  // none: not stored
   }
 
-  // The frame table: a frame per node (attribution caches by module and offset, so repeated
-  // frames cost nothing later, and no lookup is needed here).
-  void frameTable() {
-    out_.addressFrames = std::move(nodeFrames_);
-    out_.cct.frame.resize(out_.addressFrames.size() + 1);
-    for (std::uint32_t i = 1; i < out_.cct.frame.size(); ++i) out_.cct.frame[i] = i - 1;
+  // The usual case, parents before children: the depth-first order computed in three passes over
+  // the file (which nodes are left out, subtree sizes bottom up, first slots top down), without a
+  // walk from node to node.
+  void orderInFileOrder() {
+    const std::size_t n = in_.nodes.size();
+    auto& removed = s_.removed;  // per position: a special root or fence (not a CSP node)
+    auto& start = s_.start;      // per position: its path start, or the one below it if removed
+    removed.assign(n, 0);
+    start.assign(n, PathStart::Unknown);
+    bool anyStart = false;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t p = s_.parentPos[i];
+      if (p != kNoIndex && !removed[p]) continue;  // below a CSP node: no path start
+      const PathStart inherited = p == kNoIndex ? PathStart::Unknown : start[p];
+      const auto special = specialRoot(i, inherited);
+      removed[i] = special.has_value();
+      start[i] = special.value_or(inherited);
+      anyStart |= !special && inherited != PathStart::Unknown;
+    }
+    auto& size = s_.subtree;  // CSP nodes in each subtree
+    size.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) size[i] = removed[i] ? 0 : 1;
+    for (std::uint32_t i = static_cast<std::uint32_t>(n); i-- > 0;)
+      if (s_.parentPos[i] != kNoIndex) size[s_.parentPos[i]] += size[i];
+    // Per position: the CSP index of its next child's subtree; in place of its size, which is not
+    // read again once its own slot is known.
+    auto& next = size;
+    s_.cspOf.resize(n);
+    std::uint32_t total = 1;
+    for (const std::uint32_t r : s_.roots) total += size[r];
+    startCct(total);
+    std::uint32_t top = 1;
+    std::uint32_t* parent = out_.cct.parent.data();
+    std::uint32_t* positionOf = s_.positionOf.data();
+    std::uint32_t* cspOf = s_.cspOf.data();
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t p = s_.parentPos[i];
+      std::uint32_t& from = p == kNoIndex ? top : next[p];
+      const std::uint32_t slot = from;
+      from += size[i];
+      next[i] = removed[i] ? slot : slot + 1;
+      if (removed[i]) continue;
+      const bool rootLevel = p == kNoIndex || removed[p];
+      parent[slot] = rootLevel ? 0 : cspOf[p];
+      if (rootLevel) out_.cct.pathStart[slot] = start[i];
+      positionOf[slot - 1] = i;
+      cspOf[i] = slot;
+      frame(slot, in_.nodes[i]);
+    }
+    endCct(anyStart);
+  }
+
+  // Children before parents somewhere: a walk from the roots over the children lists.
+  void orderDepthFirst() {
+    childLists();
+    const std::size_t n = in_.nodes.size();
+    out_.cct.parent = {kNoIndex};
+    out_.cct.pathStart = {PathStart::Unknown};
+    s_.positionOf.clear();
+    s_.cspOf.resize(n);
+    s_.stack.clear();
+    for (auto r = s_.roots.rbegin(); r != s_.roots.rend(); ++r) s_.stack.push_back({*r, 0, PathStart::Unknown});
+    std::size_t reached = 0;
+    bool anyStart = false;
+    while (!s_.stack.empty()) {
+      auto [i, parent, start] = s_.stack.back();
+      s_.stack.pop_back();
+      ++reached;
+      std::uint32_t here = parent;
+      if (const auto special = parent == 0 ? specialRoot(i, start) : std::nullopt) {
+        start = *special;
+      } else {
+        anyStart |= parent == 0 && start != PathStart::Unknown;
+        here = static_cast<std::uint32_t>(out_.cct.parent.size());
+        out_.cct.parent.push_back(parent);
+        out_.cct.pathStart.push_back(parent == 0 ? start : PathStart::Unknown);
+        s_.positionOf.push_back(i);
+        s_.cspOf[i] = here;
+      }
+      for (std::uint32_t c = s_.firstChild[i + 1]; c-- > s_.firstChild[i];)
+        s_.stack.push_back({s_.children[c], here, start});
+    }
+    if (reached != n) fail(fmt::format("CCT: {} nodes are not reachable from its roots (a cycle)", n - reached));
+    out_.addressFrames.resize(s_.positionOf.size());
+    for (std::uint32_t node = 1; node <= s_.positionOf.size(); ++node) frame(node, in_.nodes[s_.positionOf[node - 1]]);
+    endCct(anyStart);
+  }
+
+  // A frame per CSP node (attribution caches by module and offset, so repeated frames cost
+  // nothing later, and no lookup is needed here). Placeholders get their modules in CSP's order
+  // later (placeholderFrames), so that the module table does not depend on the file's order.
+  void frame(std::uint32_t node, const Node& n) {
+    if (n.module == 0) {
+      s_.placeholders.push_back(node);
+      return;
+    }
+    if (n.module >= s_.moduleIndex.size() || s_.moduleIndex[n.module] == kNoIndex)
+      fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
+    out_.addressFrames[node - 1] = {s_.moduleIndex[n.module], n.ip};
+  }
+  void placeholderFrames() {
+    std::sort(s_.placeholders.begin(), s_.placeholders.end());
+    for (const std::uint32_t node : s_.placeholders)
+      out_.addressFrames[node - 1] = {placeholderModule(in_.nodes[s_.positionOf[node - 1]]), 0};
+  }
+
+  // In CSP's node order, each node's values: counted per node, then placed, both in file order.
+  void values() {
+    const std::size_t size = out_.cct.size();
+    s_.realMetric.resize(out_.metrics.size());
+    for (std::size_t m = 0; m < out_.metrics.size(); ++m)
+      s_.realMetric[m] = out_.metrics[m].valueType == ValueType::Real;
+    auto& at = s_.valueAt;  // per CSP node: where its values go
+    at.assign(size + 1, 0);
+    for (const auto& g : in_.groups) at[s_.cspOf[g.position] + 1] += storedValues(g);
+    for (std::size_t c = 0; c < size; ++c) at[c + 1] += at[c];
+    out_.values.node.resize(at[size]);
+    out_.values.metric.resize(at[size]);
+    out_.values.count.resize(at[size]);
+    std::uint32_t* nodes = out_.values.node.data();
+    std::uint16_t* metrics = out_.values.metric.data();
+    std::uint64_t* counts = out_.values.count.data();
+    for (const auto& g : in_.groups) {
+      const std::uint32_t node = s_.cspOf[g.position];
+      std::uint32_t k = at[node];
+      for (std::uint32_t v = g.begin; v < g.end; ++v)
+        if (stored(in_.values[v])) {
+          nodes[k] = node;
+          metrics[k] = in_.values[v].metric;
+          counts[k++] = in_.values[v].bits;
+        }
+    }
+  }
+  // Zeros (and real -0.0) are no values.
+  bool stored(const RawValue& v) const { return v.bits != 0 && !(s_.realMetric[v.metric] && realValue(v.bits) == 0.0); }
+  // A node's values ordered by metric; how many are stored (a metric stored twice is a defect).
+  std::uint32_t storedValues(const HpcrunFile::Group& g) {
+    const auto first = in_.values.begin() + g.begin, last = in_.values.begin() + g.end;
+    const auto byMetric = [](const RawValue& a, const RawValue& b) { return a.metric < b.metric; };
+    if (g.end - g.begin > 1 && !std::is_sorted(first, last, byMetric)) std::sort(first, last, byMetric);
+    std::uint32_t count = 0;
+    std::optional<std::uint16_t> previous;
+    for (auto v = first; v != last; ++v) {
+      if (!stored(*v)) continue;
+      if (previous == v->metric) fail(fmt::format("metric values: metric {} appears twice at one node", v->metric));
+      previous = v->metric;
+      ++count;
+    }
+    return count;
   }
 
   // For a node at the root level that is a special root or a fence below ^Primary (and carries no
   // values of its own), the start of the paths below it.
   std::optional<PathStart> specialRoot(std::uint32_t i, PathStart inherited) const {
     const Node& n = in_.nodes[i];
-    if (n.module != 0 || valued_[i]) return std::nullopt;
+    if (n.module != 0 || valued(i)) return std::nullopt;
     if (n.ip == kRootPrimary) return PathStart::Complete;
     if (n.ip == kRootPartial) return PathStart::Partial;
     if (inherited == PathStart::Complete && (n.ip == kFenceMain || n.ip == kFenceThread)) return inherited;
@@ -489,86 +731,19 @@ class CctBuilder {
   // A placeholder other than the roots and fences stands for no code: a module of its own, named
   // by its code ("[placeholder NoActvty]"), which attribution makes the procedure "NoActvty" of
   // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
-  std::uint32_t moduleOf(const Node& n) {
-    if (n.module != 0) {
-      if (n.module >= moduleIndex_.size() || moduleIndex_[n.module] == kNoIndex)
-        fail(fmt::format("CCT: node {} is in load module {}, which is not in the load map", n.id, n.module));
-      return moduleIndex_[n.module];
-    }
+  std::uint32_t placeholderModule(const Node& n) {
     const std::string path = kPlaceholderModulePrefix + codeText(n.ip) + "]";
     const auto [it, added] = placeholderModules_.emplace(path, out_.modules.size());
     if (added) out_.modules.push_back(moduleAt(path));
     return it->second;
   }
 
-  std::uint32_t emit(std::uint32_t i, std::uint32_t parent, PathStart start) {
-    const Node& n = in_.nodes[i];
-    const auto index = static_cast<std::uint32_t>(out_.cct.parent.size());
-    nodeFrames_.push_back({moduleOf(n), n.module == 0 ? 0 : n.ip});
-    out_.cct.parent.push_back(parent);
-    starts_.push_back(start);
-    cspOf_[i] = index;
-    return index;
-  }
-
-  struct Entry {
-    std::uint32_t node;
-    std::uint16_t metric;
-    std::uint64_t count;
-  };
-
-  // Bucketed by node (linear), then by metric within a node (a few each).
-  void sortByNodeAndMetric(std::vector<Entry>& entries) const {
-    std::vector<std::uint32_t> first(out_.cct.size() + 1, 0);
-    for (const auto& e : entries) ++first[e.node + 1];
-    for (std::size_t i = 0; i + 1 < first.size(); ++i) first[i + 1] += first[i];
-    std::vector<Entry> sorted(entries.size());
-    std::vector<std::uint32_t> fill(first.begin(), first.end() - 1);
-    for (const auto& e : entries) sorted[fill[e.node]++] = e;
-    for (std::size_t n = 0; n + 1 < first.size(); ++n)
-      if (first[n + 1] - first[n] > 1)
-        std::sort(sorted.begin() + first[n], sorted.begin() + first[n + 1],
-                  [](const Entry& a, const Entry& b) { return a.metric < b.metric; });
-    entries = std::move(sorted);
-  }
-
-  void convertValues() {
-    std::vector<Entry> entries;
-    entries.reserve(in_.values.size());
-    for (std::size_t k = 0; k < in_.values.size(); ++k) {
-      const RawValue& v = in_.values[k];
-      if (v.metric >= out_.metrics.size())
-        fail(fmt::format("metric values: metric {} at node {} is not in the metric table", v.metric, v.node));
-      std::uint64_t bits = v.bits;
-      if (out_.metrics[v.metric].valueType == ValueType::Real && realValue(bits) == 0.0) bits = 0;  // -0.0
-      if (bits != 0) entries.push_back({cspOf_[valuePos_[k]], v.metric, bits});
-    }
-    sortByNodeAndMetric(entries);
-    out_.values.node.reserve(entries.size());
-    out_.values.metric.reserve(entries.size());
-    out_.values.count.reserve(entries.size());
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (i > 0 && entries[i].node == entries[i - 1].node && entries[i].metric == entries[i - 1].metric)
-        fail(fmt::format("metric values: metric {} appears twice at one node", entries[i].metric));
-      out_.values.node.push_back(entries[i].node);
-      out_.values.metric.push_back(entries[i].metric);
-      out_.values.count.push_back(entries[i].count);
-    }
-  }
-
   const std::string& name_;
-  const HpcrunFile& in_;
+  HpcrunFile& in_;  // the scratch's: values are reordered in place
   ThreadProfile& out_;
-  std::vector<std::uint32_t> dense_;                           // position by hpcrun id, or empty
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> byId_;  // else (hpcrun id, position), sorted
-  std::vector<std::uint32_t> firstChild_, children_, roots_;
-  std::vector<bool> valued_;                // per position: carries values
-  std::vector<std::uint32_t> valuePos_;     // per value: its node's position
-  std::vector<std::uint32_t> cspOf_;        // per position: the CSP node
-  std::vector<std::uint32_t> moduleIndex_;  // by hpcrun's module id
+  Scratch& s_;
   std::map<std::string, std::uint32_t> placeholderModules_;
-  std::vector<AddressFrame> nodeFrames_;  // per CSP node but the root
-  std::vector<PathStart> starts_;
+  bool parentsFirst_ = true;
 };
 
 // Metric names must be unique in a profile; hpcrun's rarely repeat, and then get a suffix.
@@ -610,14 +785,16 @@ class HpcrunProfileSource final : public ProfileSource {
   }
   ThreadProfile read(const fs::path& entry) const override {
     const std::string name = entry.string();
-    const HpcrunFile in = Reader(name, fileBytes(entry)).read();
+    Scratch& s = scratch();
+    Reader(name, fileBytes(entry, s.bytes)).read(s.file);
+    HpcrunFile& in = s.file;
     ThreadProfile p;
     p.frameKind = FrameKind::Address;
     p.strings = {""};
     p.metrics = in.metrics;
     uniqueMetricNames(p.metrics);
     fillIdentity(in, p);
-    CctBuilder(name, in, p).build();
+    CctBuilder(name, in, p, s).build();
     return p;
   }
 };
