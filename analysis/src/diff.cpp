@@ -145,6 +145,7 @@ struct SymbolicKey {
   std::string name, file;
   std::uint32_t line = 0;
   std::string moduleBase;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14's false positive on a defaulted <=>
   auto operator<=>(const SymbolicKey&) const = default;
 };
 

@@ -455,4 +455,37 @@ TEST_F(ProfFailure, FullOutputFileSystemStopsEveryRank) {
   EXPECT_GT(successes, 0);
 }
 
+// The values pass reads each profile's values from a spill file in CSP_SPILL_DIR, else $TMPDIR
+// (docs/cli.md): a directory too small for it stops every rank with one line naming the spill
+// file and the setting, leaves no database, and never hangs; a large enough one gives the
+// database. (CSP_SPILL_DIR, not TMPDIR: Open MPI's own session files go to TMPDIR, and a full one
+// stops mpirun before csp-prof-mpi starts.)
+TEST_F(ProfFailure, FullTemporaryDirectoryStopsEveryRankAndNamesIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const auto small = dir_->path() / "small-tmp", meas = dir_->path() / "meas-spill";
+  fs::create_directories(small);
+  // 32 profiles of 2,000 contexts: ~2.5 MB of input, some 100 KiB of spill per process.
+  ASSERT_EQ(
+      run("timeout -k 5 60 " + tool("csp-gen") + " -q --ranks 8 --threads 4 --nodes 2000 -o " + meas.string()).status,
+      0);
+  for (const std::string size : {"16k", "64m"}) {
+    ASSERT_EQ(::mount("tmpfs", small.c_str(), "tmpfs", 0, ("size=" + size).c_str()), 0) << std::strerror(errno);
+    const auto db = dir_->path() / ("db-tmp-" + size);
+    const auto r = run("CSP_SPILL_DIR=" + small.string() + " " + limited(60, 3) + tool("csp-prof-mpi") + " -q -j 1 " +
+                       meas.string() + " -o " + db.string());
+    ::umount2(small.c_str(), MNT_DETACH);
+    EXPECT_NE(r.status, 124) << size << ": hung on a full temporary directory\n" << r.output;
+    if (size == "16k") {
+      EXPECT_NE(r.status, 0) << r.output;
+      EXPECT_NE(r.output.find("projection spill file"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("CSP_SPILL_DIR"), std::string::npos) << r.output;
+      EXPECT_FALSE(fs::exists(db));
+      EXPECT_FALSE(hasTemporary(dir_->path()));
+    } else {
+      EXPECT_EQ(r.status, 0) << r.output;
+      EXPECT_TRUE(fs::exists(db));
+    }
+  }
+}
+
 }  // namespace

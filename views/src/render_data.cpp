@@ -45,6 +45,7 @@ std::size_t weightColumn(const ViewTree& tree) {
 struct Frame {
   std::string name, file;
   std::uint32_t line = 0;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14's false positive on a defaulted <=>
   auto operator<=>(const Frame&) const = default;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -20,19 +21,28 @@ std::uint64_t zigzag(std::int64_t v) {
 }
 std::int64_t unzigzag(std::uint64_t v) { return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1); }
 
+// CSP_SPILL_DIR, else $TMPDIR (a TMPDIR that is no directory falls back to /tmp, as
+// temp_directory_path has it). CSP_SPILL_DIR is taken as given: a wrong one is an error naming it.
+std::filesystem::path spillDirectory() {
+  if (const char* dir = std::getenv("CSP_SPILL_DIR"); dir != nullptr && *dir != 0) return dir;
+  std::error_code ec;
+  auto dir = std::filesystem::temp_directory_path(ec);
+  return ec ? std::filesystem::path("/tmp") : dir;
+}
+
 }  // namespace
 
 ProjectionSpill::ProjectionSpill() {
-  std::error_code ec;
-  auto dir = std::filesystem::temp_directory_path(ec);
-  if (ec) dir = "/tmp";
+  const auto dir = spillDirectory();
   std::string path = (dir / "csp-prof-spill-XXXXXX").string();
   fd_ = ::mkstemp(path.data());
   if (fd_ < 0)
     throw PipelineError(
-        fmt::format("{}: cannot create the projection spill file: {} (set TMPDIR to a writable directory)", path,
-                    std::strerror(errno)));
+        fmt::format("{}: cannot create the projection spill file: {} (set CSP_SPILL_DIR or TMPDIR to a writable "
+                    "directory)",
+                    path, std::strerror(errno)));
   ::unlink(path.c_str());  // gone with the process, whatever way it ends
+  dir_ = dir.string();
 }
 
 ProjectionSpill::~ProjectionSpill() {
@@ -57,8 +67,9 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
     const auto n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
-      throw std::runtime_error(fmt::format("projection spill file: cannot write: {} (disk full? set TMPDIR)",
-                                           n < 0 ? std::strerror(errno) : "no space"));
+      throw std::runtime_error(
+          fmt::format("projection spill file in {}: cannot write: {} (disk full? set CSP_SPILL_DIR or TMPDIR)", dir_,
+                      n < 0 ? std::strerror(errno) : "no space"));
     done += static_cast<std::size_t>(n);
   }
   return {offset, bytes.size(), false};

@@ -156,6 +156,7 @@ class ProjectionSpill {
 
  private:
   int fd_ = -1;
+  std::string dir_;                     // where the (unlinked) file lives, for messages
   std::atomic<std::uint64_t> next_{0};  // MT: where the next record goes
 };
 

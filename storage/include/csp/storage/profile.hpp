@@ -36,6 +36,7 @@ inline constexpr IdKind kLastIdKind = IdKind::GpuStream;
 struct IdElement {
   IdKind kind = IdKind::Thread;
   std::uint64_t value = 0;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14's false positive on a defaulted <=>
   auto operator<=>(const IdElement&) const = default;
 };
 using IdTuple = std::vector<IdElement>;
@@ -115,6 +116,7 @@ const char* toString(ScopeKind kind);
 struct AddressFrame {
   std::uint32_t module = 0;  // index into ThreadProfile::modules
   std::uint64_t offset = 0;  // relative to the module's load bias
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14's false positive on a defaulted <=>
   auto operator<=>(const AddressFrame&) const = default;
 };
 
