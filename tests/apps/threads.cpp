@@ -10,7 +10,7 @@
 //     The same with a pthread spin lock: the waiters spin in pthread_spin_lock.
 //   csp-app-threads blame-rounds HOLD_US ROUNDS, spin-blame-rounds HOLD_US ROUNDS
 //     Many holds of HOLD_US with the same three waiters (see "blame rounds" below). Prints
-//     "held NS ns, waited NS ns, waited-in-hold NS ns, release-window NS ns".
+//     "held NS ns, waited NS ns, waited-in-hold NS ns, release-window NS ns, all-release-window NS ns".
 //   csp-app-threads barrier UNIT_MS ROUNDS
 //     Four threads compute (i+1) * UNIT_MS of thread CPU time in work_share(), then meet at
 //     pthread_barrier_wait, ROUNDS times. Each thread prints the wall-clock time it spent in the
@@ -160,13 +160,15 @@ int blame(std::uint64_t holdMs, bool spin) {
 // time before the holder's release of the round ("waited-in-hold": what the holder is to blame
 // for), and the holder's time from its reading of the clock before the release to the return of
 // the release ("release-window": a holder preempted there releases later than it measured, and
-// a waiter's blame runs to the actual release).
+// a waiter's blame runs to the actual release), and the same for every release, the waiters'
+// hand-overs included ("all-release-window").
 
 std::atomic<int> g_round{0};
 std::atomic<int> g_roundDone{0};
 std::uint64_t g_releaseNs = 0;  // the holder's release time of the current round (read under the lock)
 std::atomic<std::uint64_t> g_waitedNs{0}, g_waitedInHoldNs{0};
-std::uint64_t g_releaseWindowNs = 0;  // written by the holder only
+std::uint64_t g_releaseWindowNs = 0;                 // the holder's releases (written by the holder only)
+std::atomic<std::uint64_t> g_allReleaseWindowNs{0};  // every release's, the waiters' hand-overs too
 
 __attribute__((noinline)) void hold_lock_round(int round) {
   takeLock();
@@ -179,7 +181,9 @@ __attribute__((noinline)) void hold_lock_round(int round) {
   g_heldNs += g_releaseNs - acquired;
   const std::uint64_t before = g_releaseNs;
   releaseLock();
-  g_releaseWindowNs += nowNs(CLOCK_MONOTONIC) - before;
+  const std::uint64_t window = nowNs(CLOCK_MONOTONIC) - before;
+  g_releaseWindowNs += window;
+  g_allReleaseWindowNs.fetch_add(window);
   g_released.fetch_add(1);  // not a tail call (see hold_lock)
 }
 
@@ -188,7 +192,9 @@ __attribute__((noinline)) void wait_for_lock_round() {
   takeLock();
   const std::uint64_t got = nowNs(CLOCK_MONOTONIC);
   const std::uint64_t release = g_releaseNs;
+  const std::uint64_t before = nowNs(CLOCK_MONOTONIC);
   releaseLock();
+  g_allReleaseWindowNs.fetch_add(nowNs(CLOCK_MONOTONIC) - before);
   g_waitedNs.fetch_add(got - start);
   g_waitedInHoldNs.fetch_add(release > start ? release - start : 0);
 }
@@ -223,10 +229,12 @@ int blameRounds(std::uint64_t holdUs, int rounds, bool spin) {
   for (auto& t : w) pthread_create(&t, nullptr, roundWaiter, arg);
   pthread_join(h, nullptr);
   for (auto& t : w) pthread_join(t, nullptr);
-  std::printf("blame-rounds: %d rounds, held %llu ns, waited %llu ns, waited-in-hold %llu ns, release-window %llu ns\n",
-              rounds, static_cast<unsigned long long>(g_heldNs), static_cast<unsigned long long>(g_waitedNs.load()),
-              static_cast<unsigned long long>(g_waitedInHoldNs.load()),
-              static_cast<unsigned long long>(g_releaseWindowNs));
+  std::printf(
+      "blame-rounds: %d rounds, held %llu ns, waited %llu ns, waited-in-hold %llu ns, release-window %llu ns, "
+      "all-release-window %llu ns\n",
+      rounds, static_cast<unsigned long long>(g_heldNs), static_cast<unsigned long long>(g_waitedNs.load()),
+      static_cast<unsigned long long>(g_waitedInHoldNs.load()), static_cast<unsigned long long>(g_releaseWindowNs),
+      static_cast<unsigned long long>(g_allReleaseWindowNs.load()));
   return 0;
 }
 

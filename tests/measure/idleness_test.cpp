@@ -209,8 +209,9 @@ TEST(Idleness, SpinLockHolderIsBlamed) {
 // blamed in full, its short wait at the next release (the holder's), its hand-over after the
 // last release at the release after that. A wait that ends within the short wait carries no
 // blame; csp counts its lock-wait in the setting short-lock-wait-ns. So, whatever the load:
-//  - all blame + short-lock-wait-ns = all lock-wait, but for the lock table's µs (one per wait)
-//    and the unattributed waiting;
+//  - all blame + short-lock-wait-ns = all lock-wait, but for the lock table's µs (one per wait),
+//    the unattributed waiting and the releases' own time (the program measures it around each
+//    release: a release preempted before csp reads the clock ends its waiters' blame late);
 //  - the holder's blame is at most the waiters' waiting before its releases as the program
 //    measures it (within 1 % and one µs per wait) plus, for each of the three waiters, the time
 //    the holder took from reading the clock to the return of its release (a holder preempted
@@ -235,9 +236,12 @@ void checkBlameRounds(const std::string& mode, int fewer) {
     ASSERT_TRUE(r.db);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
-        r.output, m, std::regex(R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns, release-window (\d+) ns)")))
+        r.output, m,
+        std::regex(
+            R"(held (\d+) ns, waited (\d+) ns, waited-in-hold (\d+) ns, release-window (\d+) ns, all-release-window (\d+) ns)")))
         << r.output;
     const double held = std::stod(m[1]), waitedInHold = std::stod(m[3]), releaseWindow = std::stod(m[4]);
+    const double allReleaseWindow = std::stod(m[5]);
     const double holderBlame = inclusive(*r.db, "hold_lock_round", "lock-blame");
     const double blame = total(*r.db, "lock-blame"), waited = total(*r.db, "lock-wait");
     const double shortWaits = settingSum(r.meas, "short-lock-wait-ns");
@@ -248,7 +252,9 @@ void checkBlameRounds(const std::string& mode, int fewer) {
         "short waits %.2f ms = %.2f ms, lock-wait %.2f ms\n",
         mode.c_str(), c.holdUs, c.rounds, held / kMs, waitedInHold / kMs, holderBlame / kMs, holderBlame / waitedInHold,
         blame / kMs, shortWaits / kMs, (blame + shortWaits) / kMs, waited / kMs);
-    EXPECT_NEAR(blame + shortWaits, waited, perWait) << c.holdUs << " us";
+    // (A release preempted between the real unlock and csp's reading of the clock ends the blame
+    // of up to three waiters that late, after they got the lock: 1.4 ms in 5.8 s once under load.)
+    EXPECT_NEAR(blame + shortWaits, waited, perWait + 3 * allReleaseWindow) << c.holdUs << " us";
     EXPECT_GE(holderBlame, 0.75 * waitedInHold - shortWaits - perWait) << c.holdUs << " us";
     EXPECT_LE(holderBlame, 1.01 * waitedInHold + 3 * releaseWindow + perWait) << c.holdUs << " us";
     EXPECT_LE(holderBlame, 3 * held * 1.01) << "three waiters at most";
