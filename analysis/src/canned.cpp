@@ -114,6 +114,7 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
     const std::string W = quote(args[0]);
     std::vector<std::string> stages(args.begin() + 1, args.end());
     std::vector<std::vector<std::string>> members;
+    members.reserve(stages.size());
     for (const auto& s : stages) members.push_back(r.threadsOf(s));
     std::string any;
     for (const auto& s : stages) any += fmt::format("(t, {}) or ", quote(s));
@@ -129,7 +130,11 @@ std::vector<CannedRow> runCanned(const std::string& name, const std::vector<std:
         const std::string key = stages[i] + "->" + stages[j];
         r.value("wait", q, "ns");
         r.rows.back().key = key;
-        r.value("wait-fraction", "(" + q + ") / " + total, "ratio");
+        std::string fraction = "(";
+        fraction += q;
+        fraction += ") / ";
+        fraction += total;
+        r.value("wait-fraction", fraction, "ratio");
         r.rows.back().key = key;
       }
   } else if (name == "straggler") {

@@ -65,6 +65,7 @@ DatabaseLogs loadLogs(const storage::Database& db) {
     const storage::ProfileId process = p.process;
     in.open = [dbp, process, ids] {
       std::vector<std::unique_ptr<EventStream>> s;
+      s.reserve(ids.size());
       for (auto id : ids) s.push_back(std::make_unique<DbStream>(dbp->regionLog(process, id)));
       return s;
     };

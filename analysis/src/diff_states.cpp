@@ -12,7 +12,7 @@ namespace {
 // The root's inclusive sum of a metric, if the run has it.
 std::optional<double> rootTotal(const storage::Database& db, const std::string& name) {
   const auto& ms = db.metrics();
-  for (storage::MetricId m = 0; m < ms.size(); ++m) {
+  for (std::size_t m = 0; m < ms.size(); ++m) {
     if (ms[m].descriptor.name != name || ms[m].valueType != storage::ValueType::Count) continue;
     for (const auto& a : db.summaries(0))
       if (a.metric == m && a.scope == storage::MetricScope::Inclusive)

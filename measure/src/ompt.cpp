@@ -398,7 +398,7 @@ std::string openmpToolState() {
 std::string openmpRuntime() {
   refreshLoadMap();
   for (const auto& m : loadMapSnapshot()) {
-    const std::string name = m.path.substr(m.path.find_last_of('/') + 1);
+    std::string name = m.path.substr(m.path.find_last_of('/') + 1);
     for (const char* runtime : {"libgomp.so", "libgomp-", "libomp.so", "libiomp5.so"})
       if (name.rfind(runtime, 0) == 0) return name;
   }

@@ -139,7 +139,7 @@ struct ShardWriter::Impl {
   }
 };
 
-ShardWriter::ShardWriter(fs::path stagingDir, std::uint32_t shardIndex, ShardOptions options)
+ShardWriter::ShardWriter(const fs::path& stagingDir, std::uint32_t shardIndex, ShardOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->dir = shardDir(stagingDir, shardIndex);
   impl_->shard = shardIndex;

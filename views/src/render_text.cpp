@@ -196,7 +196,7 @@ std::string shortenName(const std::string& name, std::size_t width) {
     const char ch = name[i];
     // "operator<", "operator()" and friends are names, not brackets.
     if (name.compare(i, 8, "operator") == 0) {
-      const auto end = name.find_first_of("(", i + 8 + 1);
+      const auto end = name.find_first_of('(', i + 8 + 1);
       const auto stop = end == std::string::npos ? name.size() : end;
       if (angle == 0 && paren == 0) s += name.substr(i, stop - i);
       i = stop - 1;

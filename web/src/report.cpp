@@ -98,7 +98,7 @@ class Crawler {
   Json children(const Params& base, std::uint64_t id) {
     Params p = base;
     p.emplace("id", std::to_string(id));
-    const auto answer = get("/api/children", p);
+    auto answer = get("/api/children", p);
     if (answer.is_object())
       for (const auto& n : answer["nodes"])
         if (n.contains("file") && !n["file"].get<std::string>().empty() && files_.size() < 5 &&

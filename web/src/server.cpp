@@ -109,7 +109,7 @@ struct Server::Impl {
       for (const auto& [k, v] : req.params) params.emplace(k, v);
       const auto r = api.get(req.path, params);
       res.status = r.status;
-      res.set_content(r.body, r.contentType.c_str());
+      res.set_content(r.body, r.contentType);
     });
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) refuse(res, res.status, res.status == 404 ? "not found" : "refused");

@@ -249,8 +249,9 @@ ThreadProfile Universe::make(std::uint32_t rank, std::uint32_t thread) const {
       const auto wait = (rng.below(3) == 0) ? static_cast<std::uint64_t>(leafCount[l] * rng.uniform() * 0.5) : 0;
       b.addCount(node, 1, leafCount[l] + wait);
     }
-    for (std::uint16_t m = 2; m < metrics.size(); ++m) {
-      if (rng.below(2) == 0) b.addCount(node, m, std::uint64_t{leafCount[l]} * (1000 + rng.below(1000)));
+    for (std::size_t m = 2; m < metrics.size(); ++m) {
+      if (rng.below(2) == 0)
+        b.addCount(node, static_cast<std::uint16_t>(m), std::uint64_t{leafCount[l]} * (1000 + rng.below(1000)));
     }
   }
 

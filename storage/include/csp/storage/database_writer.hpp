@@ -36,7 +36,7 @@ struct ShardOptions {
 
 class ShardWriter {
  public:
-  ShardWriter(std::filesystem::path stagingDir, std::uint32_t shardIndex, ShardOptions options = {});
+  ShardWriter(const std::filesystem::path& stagingDir, std::uint32_t shardIndex, ShardOptions options = {});
   ~ShardWriter();  // an unfinished shard leaves no files that ingestShards() would accept
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
