@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace csp::test {
 
@@ -94,6 +96,32 @@ inline std::filesystem::path sharedInput(const std::string& name,
     }
   }
   if (lock >= 0) ::close(lock);  // releases the lock
+  return dir;
+}
+
+// Scratch directories that live until the test program ends (a measurement shared by a test's
+// steps): `scratchDir("clock-skew")` is CSP_BINARY_DIR/tests/measure/scratch-clock-skew, emptied
+// now. Only the directories this process made are removed at its end: ctest runs a program's tests
+// as parallel processes, and sweeping every scratch-* directory removed a running test's
+// measurement directory under it (profiles "lost" in CI).
+inline std::vector<std::filesystem::path>& madeScratch() {
+  static std::vector<std::filesystem::path> dirs;
+  return dirs;
+}
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& dir : madeScratch()) std::filesystem::remove_all(dir, ec);
+  }
+};
+inline std::filesystem::path scratchDir(const std::string& name) {
+  static const auto* const cleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+  (void)cleanup;
+  const auto dir = std::filesystem::path(CSP_BINARY_DIR) / "tests" / "measure" / ("scratch-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  madeScratch().push_back(dir);
   return dir;
 }
 

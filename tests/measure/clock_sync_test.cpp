@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_support.hpp"
 #include "csp/storage/clock.hpp"
 #include "csp/storage/profile_io.hpp"
 
@@ -34,26 +35,7 @@ std::int64_t trueTime(std::uint64_t local) {
   return std::llround((static_cast<long double>(local) - kOffsetNs) / (1 + kPpm / 1e6L));
 }
 
-std::vector<fs::path>& madeScratch() {
-  static std::vector<fs::path> dirs;
-  return dirs;
-}
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& dir : madeScratch()) fs::remove_all(dir, ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(kBin) / "tests" / "measure" / ("scratch-clock-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  madeScratch().push_back(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return csp::test::scratchDir("clock-" + name); }
 
 int run(const std::string& command) {
   const int status = std::system(command.c_str());

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
 #include "measure/elf_symbols.hpp"
 
@@ -35,28 +36,7 @@ const std::string kMpirun =
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun "
     "--oversubscribe";
 
-// The scratch directories this process made go when it ends (only its own: ctest runs the
-// tests of this program as parallel processes).
-std::vector<fs::path>& madeScratch() {
-  static std::vector<fs::path> dirs;
-  return dirs;
-}
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& dir : madeScratch()) fs::remove_all(dir, ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(kBin) / "tests" / "measure" / ("scratch-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  madeScratch().push_back(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return csp::test::scratchDir(name); }
 
 int run(const std::string& command) {
   const int status = std::system(command.c_str());

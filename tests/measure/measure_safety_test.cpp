@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
 #include "measure/elf_symbols.hpp"
 
@@ -42,29 +43,7 @@ const std::string kHostile = kBin + "/tests/apps/csp-app-hostile";
 const std::string kPlugin = kBin + "/tests/apps/csp-app-plugin.so";
 const std::string kMpirun = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe";
 
-// The scratch directories this process made go when it ends. Only its own: ctest runs the
-// tests of this program as parallel processes, and sweeping every scratch-safety-* directory
-// removed a running test's measurement directory under it (profiles "lost" in CI).
-std::vector<fs::path>& madeScratch() {
-  static std::vector<fs::path> dirs;
-  return dirs;
-}
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& dir : madeScratch()) fs::remove_all(dir, ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(kBin) / "tests" / "measure" / ("scratch-safety-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  madeScratch().push_back(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return csp::test::scratchDir("safety-" + name); }
 
 // Exit status of a shell command: the code, or 128 + signal. `timeout -k` turns a hang into 124
 // (or 137 when even SIGTERM is not enough: a deadlocked sampler blocks every signal).
