@@ -6,18 +6,21 @@
 # reader target never gets past its early checks (it prints how far its inputs got).
 # BUILD_DIR: the clang build tree (default build-fuzz).
 # scripts/fuzz.sh --build-only [BUILD_DIR]: only the build (scripts/test.sh runs it beside the tests).
+# scripts/fuzz.sh --no-build SECONDS [BUILD_DIR]: only the run, of targets built before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=0
-if [[ "${1:-}" == "--build-only" ]]; then
-  build_only=1
-  shift
-fi
+build=1 run=1
+case "${1:-}" in
+  --build-only) run=0; shift; set -- 0 "$@" ;;
+  --no-build) build=0; shift ;;
+esac
 seconds=${1:-60}
 bdir=${2:-build-fuzz}
-bash scripts/build.sh "$bdir" Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCSP_SANITIZE=ON -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -- profile_reader_fuzz metrics_fuzz csp-gen
-[[ $build_only == 1 ]] && exit 0
+if [[ $build == 1 ]]; then
+  bash scripts/build.sh "$bdir" Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCSP_SANITIZE=ON -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -- profile_reader_fuzz metrics_fuzz csp-gen
+fi
+[[ $run == 0 ]] && exit 0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/seeds"
@@ -55,20 +58,10 @@ mkdir -p "$work/metrics-corpus"
 # tools when they are built (scripts/test.sh builds them first).
 if [[ -x build/launcher/csp-prof-mpi && -x build/tests/csp-db-dump ]]; then
   build/launcher/csp-prof-mpi -q --derive 'r = `cpu-time` / 3' "$work/seeds/synthetic" -o "$work/seed-db"
-  n=0
-  # shellcheck disable=SC2030
-  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "summaries" && n < 400 { print $3; n++ }' | while read -r hex; do
-    n=$((n + 1))
-    # The first byte of an accumulator is its tag: integer or real. Selector = 0 or 1 accordingly.
-    case ${hex:0:2} in 11) sel=00 ;; 21) sel=01 ;; *) continue ;; esac
-    python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "$sel$hex" >"$work/metrics-corpus/acc-$n"
-  done
-  # Histograms (selector 2) and thread-class accumulators (selector 0) from the distributions
-  # family (format 1.4): its values are the accumulator and the histogram, each as varint length +
-  # bytes.
-  build/tests/csp-db-dump "$work/seed-db" | awk '$1 == "distributions" && n < 400 { print $3; n++ }' | python3 -c '
+  # One pass over the dump: the first 400 summaries and the first 400 distributions.
+  build/tests/csp-db-dump "$work/seed-db" | python3 -c '
 import sys
-def split(b):
+def split(b):  # a distributions value: the accumulator and the histogram, each varint length + bytes
     out, at = [], 0
     while at < len(b):
         n, shift = 0, 0
@@ -77,10 +70,26 @@ def split(b):
             if c < 0x80: break
         out.append(b[at:at + n]); at += n
     return out
-for i, line in enumerate(sys.stdin):
-    acc, hist = split(bytes.fromhex(line.strip()))
-    if hist: open(sys.argv[1] + "/hist-%d" % i, "wb").write(b"\x02" + hist)
-    if acc and acc[0] == 0x11: open(sys.argv[1] + "/class-acc-%d" % i, "wb").write(b"\x00" + acc)
+def put(name, data):
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(data)
+seen = {"summaries": 0, "distributions": 0}
+for line in sys.stdin:
+    fields = line.split()
+    if len(fields) < 3 or seen.get(fields[0], 400) >= 400:
+        continue
+    i = seen[fields[0]] = seen[fields[0]] + 1
+    value = bytes.fromhex(fields[2])
+    if fields[0] == "summaries":
+        # The first byte of an accumulator is its tag: integer (0x11) or real (0x21).
+        if value[:1] in (b"\x11", b"\x21"):
+            put("acc-%d" % i, (b"\x00" if value[0] == 0x11 else b"\x01") + value)
+        continue
+    acc, hist = split(value)
+    if hist:
+        put("hist-%d" % i, b"\x02" + hist)
+    if acc and acc[0] == 0x11:
+        put("class-acc-%d" % i, b"\x00" + acc)
 ' "$work/metrics-corpus"
 fi
 fuzz "profile reader" "$bdir"/tests/fuzz/profile_reader_fuzz "$work/corpus"

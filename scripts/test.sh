@@ -69,26 +69,26 @@ finish() {  # finish NAME TITLE: waits for the job, shows its output, stops the 
   unset "pids[$1]"
 }
 background tidy bash scripts/lint.sh HEAD~1
-background asan-build bash scripts/build.sh build-asan Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- \
-  csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests
+background asan bash scripts/sanitize.sh build-asan
 if [[ "$fuzz_seconds" -gt 0 ]]; then
   background fuzz-build bash scripts/fuzz.sh --build-only
 fi
 
-stage "unit and integration tests (Release; clang-tidy and the sanitizer and fuzz builds run beside them)"
+stage "unit and integration tests (Release; clang-tidy, the sanitizer build and suite and the fuzz build run beside them)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 finish tidy "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
-# The sanitizer suite is built with the Release compiler (gcc): the loop-recovery tests check the
-# loops of the test programs as gcc compiles them; the fuzz targets need clang (scripts/fuzz.sh).
-finish asan-build "AddressSanitizer + UndefinedBehaviorSanitizer build"
-stage "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L sanitize
-
 if [[ "$fuzz_seconds" -gt 0 ]]; then
+  # The fuzz run starts when the Release tests are done: it runs for a wall-clock time, which the
+  # tests' load would shorten in effect. The sanitizer suite may still be running beside it.
   finish fuzz-build "libFuzzer build (clang)"
-  stage "fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s each"
-  bash scripts/fuzz.sh "$fuzz_seconds"
+  stage "fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s each (beside the sanitizer suite)"
+  background fuzz bash scripts/fuzz.sh --no-build "$fuzz_seconds"
+fi
+# The sanitizer tree is built with the Release compiler (gcc): the loop-recovery tests check the
+# loops of the test programs as gcc compiles them; the fuzz targets need clang (scripts/fuzz.sh).
+finish asan "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/sanitize.sh)"
+if [[ "$fuzz_seconds" -gt 0 ]]; then
+  finish fuzz "libFuzzer run"
 fi
 stage "done"
