@@ -48,10 +48,10 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
-                std::size_t metricCount);
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount);
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
-  void merge(const Comm& comm);  // after the last batch
+  void merge(const Comm& comm);                          // after the last batch
+  double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB
 
  private:
   void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
@@ -63,13 +63,12 @@ class NodeValueSink {
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
-  std::size_t metrics_;
+  double storeSeconds_ = 0;
   std::vector<std::uint32_t> shards_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
   std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
-  std::vector<std::vector<storage::NodeValue>> lists_;
-  std::vector<storage::NodeValue> nodeValues_;
+  storage::NodeValueBlocks blocks_;  // the node being dealt out
 };
 
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
