@@ -78,6 +78,23 @@ bool isCspDatabase(const fs::path& dir) {
 
 // --- ShardWriter -----------------------------------------------------------------------------
 
+namespace {
+
+// Adds the wall time of its scope to `seconds`: RocksDB's share of writing the values.
+class StoreTimer {
+ public:
+  explicit StoreTimer(double& seconds) : seconds_(seconds) {}
+  ~StoreTimer() { seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  StoreTimer(const StoreTimer&) = delete;
+  StoreTimer& operator=(const StoreTimer&) = delete;
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 struct ShardWriter::Impl {
   struct Family {
     std::string name;
@@ -134,9 +151,7 @@ struct ShardWriter::Impl {
       if (!s.ok())
         throw DatabaseError(dir, fmt::format("cannot create {}: {}", file.filename().string(), s.ToString()));
     }
-    const auto start = std::chrono::steady_clock::now();
     const auto s = f.writer->Put(key, rocksdb::Slice(value.data(), value.size()));
-    storeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) throw DatabaseError(dir, fmt::format("writing {}.sst: {}", f.name, s.ToString()));
     f.lastKey = key;
     ++f.entries;
@@ -233,8 +248,10 @@ void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns
     if (std::tie(values.node[k - 1], values.metric[k - 1]) >= std::tie(values.node[k], values.metric[k]))
       throw std::logic_error(
           fmt::format("ShardWriter: values of profile {} not strictly sorted by (node, metric)", profile));
-  impl_->values += format::encodeProfileBlocks(
-      profile, values, [&](const std::string& k, const std::string& v) { impl_->put(format::kValuesByProfile, k, v); });
+  impl_->values += format::encodeProfileBlocks(profile, values, [&](const std::string& k, const std::string& v) {
+    const StoreTimer timer(impl_->storeSeconds);
+    impl_->put(format::kValuesByProfile, k, v);
+  });
 }
 
 void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) {
@@ -256,6 +273,7 @@ void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
+  const StoreTimer timer(impl_->storeSeconds);
   for (std::size_t c = 0; c < blocks.columns_.size(); ++c) {
     auto& col = blocks.columns_[c];
     if (col.count == 0 && col.sealedCount == 0) continue;
@@ -265,9 +283,10 @@ void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
       impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.sealed[b].first),
                  col.sealed[b].second);
     if (col.count > 0)
-      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.first), col.open);
+      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.first),
+                 std::string_view(col.bytes.data(), col.used));
     impl_->values += col.count + col.sealedCount * std::uint64_t{blocks.blockValues_};
-    col.open.clear();
+    col.used = 0;
     col.count = 0;
     col.sealedCount = 0;
   }
@@ -282,12 +301,14 @@ bool NodeValueBlocks::empty() const {
 
 void NodeValueBlocks::widen(std::size_t column) { columns_.resize(column + 1); }
 
+void NodeValueBlocks::grow(Column& column) { column.bytes.resize(std::max<std::size_t>(256, 2 * column.bytes.size())); }
+
 void NodeValueBlocks::seal(Column& column) {
   if (column.sealedCount == column.sealed.size()) column.sealed.emplace_back();
   auto& slot = column.sealed[column.sealedCount++];
   slot.first = column.first;
-  slot.second.swap(column.open);
-  column.open.clear();
+  slot.second.assign(column.bytes.data(), column.used);
+  column.used = 0;
   column.count = 0;
 }
 
@@ -344,9 +365,8 @@ void ShardWriter::finish() {
   for (auto& f : impl_->families) {
     if (!f.writer) continue;
     rocksdb::ExternalSstFileInfo info;
-    const auto start = std::chrono::steady_clock::now();
+    const StoreTimer timer(impl_->storeSeconds);
     const auto s = f.writer->Finish(&info);
-    impl_->storeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) throw DatabaseError(impl_->dir, fmt::format("finishing {}.sst: {}", f.name, s.ToString()));
     f.writer.reset();
     index += fmt::format("{} {}.sst {} {} {}\n", f.name, f.name, hex(info.smallest_key), hex(info.largest_key),

@@ -105,12 +105,12 @@ class SummaryTable {
   }
 
   std::uint32_t nodes_;
-  std::vector<std::uint16_t> counts_, reals_;  // metric ids of the count and real-valued metrics, ascending
-  std::vector<std::uint32_t> slotOf_;          // metric id -> its slot among counts_ or reals_
-  std::vector<std::uint8_t> isReal_;           // metric id -> real-valued
-  std::vector<std::uint64_t> periods_;         // count slot -> the metric's period (>= 1)
-  const std::vector<std::uint8_t>& classOf_;   // profile id -> storage::ThreadClass
-  std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
+  std::vector<std::uint16_t> counts_, reals_;    // metric ids of the count and real-valued metrics, ascending
+  std::vector<std::uint32_t> slotOf_;            // metric id -> its slot among counts_ or reals_
+  std::vector<std::uint8_t> isReal_;             // metric id -> real-valued
+  std::vector<metrics::PeriodDivisor> periods_;  // count slot -> the metric's period (>= 1)
+  const std::vector<std::uint8_t>& classOf_;     // profile id -> storage::ThreadClass
+  std::vector<std::uint8_t> population_;         // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::HistogramBuilder> countHist_;

@@ -81,7 +81,7 @@ SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDesc
     slotOf_.push_back(static_cast<std::uint32_t>(group.size()));
     isReal_.push_back(real ? 1 : 0);
     group.push_back(static_cast<std::uint16_t>(m));
-    if (!real) periods_.push_back(std::max<std::uint64_t>(metrics[m].period, 1));
+    if (!real) periods_.emplace_back(std::max<std::uint64_t>(metrics[m].period, 1));
   }
   // Classes are kept apart only when there is more than one: otherwise a class is all threads.
   bool present[storage::kThreadClassCount + 1] = {};
@@ -112,7 +112,7 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
     // One value into all threads' slice and, when classes are kept apart, its class's slice;
     // the sample count (value / period) is computed once for both.
     auto add = [&](std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope, std::uint64_t value) {
-      const std::uint64_t samples = value / periods_[slot];
+      const std::uint64_t samples = periods_[slot].divide(value);
       for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
         const std::size_t at = countIndex(slice, node, slot, scope);
         countAcc_[at].accumulate(batch[i].id, value);

@@ -53,8 +53,12 @@ class NodeValueBlocks {
       col.first = col.previous = profile;
     else if (profile <= col.previous)
       refuse(profile, col.previous);
-    putVarint(col.open, profile - col.previous);
-    putVarint(col.open, value);
+    // Two varints of at most 10 bytes each, written in place (the bulk of csp-prof-mpi's output).
+    if (col.bytes.size() - col.used < 20) grow(col);
+    char* out = col.bytes.data() + col.used;
+    out = varintAt(out, profile - col.previous);
+    out = varintAt(out, value);
+    col.used = static_cast<std::size_t>(out - col.bytes.data());
     col.previous = profile;
     if (++col.count == blockValues_) seal(col);
   }
@@ -63,13 +67,20 @@ class NodeValueBlocks {
  private:
   friend class ShardWriter;
   struct Column {
-    std::string open;  // the block being filled (format in docs/database-format.md)
+    std::vector<char> bytes;  // the block being filled: bytes[0, used) (docs/database-format.md)
+    std::size_t used = 0;
     ProfileId first = 0, previous = 0;
     std::uint32_t count = 0;
     std::vector<std::pair<ProfileId, std::string>> sealed;  // full blocks before it
     std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
   };
+  static char* varintAt(char* out, std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
+    *out++ = static_cast<char>(v);
+    return out;
+  }
   void widen(std::size_t column);
+  static void grow(Column& column);
   void seal(Column& column);
   [[noreturn]] static void refuse(ProfileId profile, ProfileId previous);
   std::uint32_t blockValues_;
@@ -116,8 +127,9 @@ class ShardWriter {
   void finish();
 
   std::uint64_t valuesWritten() const;  // non-zero per-thread values, both orders
-  // Wall seconds spent in RocksDB's table writer (building, compressing and writing its blocks;
-  // closing the files): the rest of a writer's time is encoding (the --verbose breakdown).
+  // Wall seconds spent in RocksDB's table writer on values (building, compressing and writing
+  // its blocks; closing the files): the rest of a writer's time is encoding (the breakdown of
+  // csp-prof-mpi's summary).
   double storeSeconds() const;
 
   struct Impl;
