@@ -231,9 +231,8 @@ void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileVal
     if (v.value != 0) nonZero.push_back(v);
   }
   impl_->values += nonZero.size();
-  format::encodeProfileBlocks(profile, nonZero, [&](const std::string& k, const std::string& v) {
-    impl_->put(format::kValuesByProfile, k, v);
-  });
+  format::encodeProfileBlocks(
+      profile, nonZero, [&](const std::string& k, std::string_view v) { impl_->put(format::kValuesByProfile, k, v); });
 }
 
 void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns& values) {
@@ -248,7 +247,7 @@ void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns
     if (std::tie(values.node[k - 1], values.metric[k - 1]) >= std::tie(values.node[k], values.metric[k]))
       throw std::logic_error(
           fmt::format("ShardWriter: values of profile {} not strictly sorted by (node, metric)", profile));
-  impl_->values += format::encodeProfileBlocks(profile, values, [&](const std::string& k, const std::string& v) {
+  impl_->values += format::encodeProfileBlocks(profile, values, [&](const std::string& k, std::string_view v) {
     const StoreTimer timer(impl_->storeSeconds);
     impl_->put(format::kValuesByProfile, k, v);
   });
