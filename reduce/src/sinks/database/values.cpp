@@ -1,5 +1,7 @@
 // Per-thread values into the database in both orders: by profile (main shard) and by node
 // (provisional per-batch shards merged into one sorted run per rank).
+#include <algorithm>
+
 #include "stages.hpp"
 
 namespace csp::reduce::dbsink {
@@ -58,8 +60,16 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
     for (std::uint32_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       std::uint32_t k = at[i];
+      if (k == v.size() || v.node[k] != node) continue;
       for (; k < v.size() && v.node[k] == node; ++k) deal(batch[i].id, v, k);
-      any |= k != at[i];
+      // A batch's profiles are too many streams for the hardware prefetcher: ask for each
+      // cursor's next lines while the other profiles are dealt out.
+      const std::size_t ahead = std::min<std::size_t>(k + 8, v.size() - 1);
+      __builtin_prefetch(v.node.data() + ahead);
+      __builtin_prefetch(v.metric.data() + ahead);
+      __builtin_prefetch(v.exclusive.data() + ahead);
+      __builtin_prefetch(v.inclusive.data() + ahead);
+      any = true;
       at[i] = k;
     }
     if (any) putNode(node, shard);
