@@ -96,6 +96,7 @@ class SummaryTable {
   };
 
  private:
+  void packNode(Packer& p, std::uint32_t node) const;
   // `slot`: the metric's position among the count metrics (slotOf_), resp. the real ones.
   std::size_t countIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
     return ((slice * nodes_ + node) * counts_.size() + slot) * 2 + scope;
