@@ -155,22 +155,8 @@ IntAccumulator IntAccumulator::forCombinedNode() {
   return a;
 }
 
-void IntAccumulator::accumulate(std::uint32_t profile, std::uint64_t value) {
-  if (profile == kNoIndex) throw std::invalid_argument("accumulate: profile id kNoIndex is reserved");
-  if (value == 0) return;
-  ++count_;
-  sum_ += value;
-  const Uint128 square = static_cast<Uint128>(value) * value;
-  sumSqLow_ += square;
-  if (sumSqLow_ < square) ++sumSqHigh_;
-  if (value < min_ || (value == min_ && profile < argmin_)) {
-    min_ = value;
-    argmin_ = profile;
-  }
-  if (value > max_ || (value == max_ && profile < argmax_)) {
-    max_ = value;
-    argmax_ = profile;
-  }
+void IntAccumulator::refuseReservedProfile() {
+  throw std::invalid_argument("accumulate: profile id kNoIndex is reserved");
 }
 
 void IntAccumulator::merge(const IntAccumulator& other) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,23 @@ bool isCspDatabase(const fs::path& dir) {
 
 // --- ShardWriter -----------------------------------------------------------------------------
 
+namespace {
+
+// Adds the wall time of its scope to `seconds`: RocksDB's share of writing the values.
+class StoreTimer {
+ public:
+  explicit StoreTimer(double& seconds) : seconds_(seconds) {}
+  ~StoreTimer() { seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  StoreTimer(const StoreTimer&) = delete;
+  StoreTimer& operator=(const StoreTimer&) = delete;
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 struct ShardWriter::Impl {
   struct Family {
     std::string name;
@@ -94,7 +112,8 @@ struct ShardWriter::Impl {
   std::optional<ProfileId> lastProfile;
   std::optional<NodeId> lastValueNode;
   std::vector<ProfileValue> profileScratch;  // putProfileValues, reused
-  std::vector<NodeValue> nodeScratch;        // putNodeValues, reused
+  NodeValueBlocks nodeScratch;               // putNodeValues from a list, reused
+  double storeSeconds = 0;                   // in RocksDB's table writer
 
   const char* lastName = nullptr;  // family() of the previous put: most puts go to the same family
   Family* lastFamily = nullptr;
@@ -212,38 +231,89 @@ void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileVal
     if (v.value != 0) nonZero.push_back(v);
   }
   impl_->values += nonZero.size();
-  format::encodeProfileBlocks(profile, nonZero, [&](const std::string& k, const std::string& v) {
+  format::encodeProfileBlocks(
+      profile, nonZero, [&](const std::string& k, std::string_view v) { impl_->put(format::kValuesByProfile, k, v); });
+}
+
+void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns& values) {
+  if (impl_->lastProfile && profile <= *impl_->lastProfile)
+    throw std::logic_error(
+        fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *impl_->lastProfile));
+  impl_->lastProfile = profile;
+  const std::size_t n = values.node.size();
+  if (values.metric.size() != n || values.exclusive.size() != n || values.inclusive.size() != n)
+    throw std::logic_error(fmt::format("ShardWriter: value columns of profile {} differ in length", profile));
+  for (std::size_t k = 1; k < n; ++k)
+    if (std::tie(values.node[k - 1], values.metric[k - 1]) >= std::tie(values.node[k], values.metric[k]))
+      throw std::logic_error(
+          fmt::format("ShardWriter: values of profile {} not strictly sorted by (node, metric)", profile));
+  impl_->values += format::encodeProfileBlocks(profile, values, [&](const std::string& k, std::string_view v) {
+    const StoreTimer timer(impl_->storeSeconds);
     impl_->put(format::kValuesByProfile, k, v);
   });
 }
 
 void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) {
+  for (std::size_t i = 1; i < values.size(); ++i) {
+    const auto& p = values[i - 1];
+    const auto& v = values[i];
+    if (std::tie(p.metric, p.scope, p.profile) >= std::tie(v.metric, v.scope, v.profile))
+      throw std::logic_error(
+          fmt::format("ShardWriter: values of node {} not strictly sorted by (metric, scope, profile)", node));
+  }
+  auto& blocks = impl_->nodeScratch;
+  for (const auto& v : values) blocks.add(v.metric, v.scope, v.profile, v.value);
+  putNodeBlocks(node, blocks);
+}
+
+// Columns in ascending (metric, scope), each its sealed blocks then the open one: key order.
+void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
   if (impl_->lastValueNode && node <= *impl_->lastValueNode)
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
-  auto& run = impl_->nodeScratch;
-  run.clear();
-  auto flush = [&] {
-    if (run.empty()) return;
-    impl_->values += run.size();
-    format::encodeNodeBlocks(
-        node, run.front().metric, run.front().scope, run,
-        [&](const std::string& k, const std::string& v) { impl_->put(format::kValuesByNode, k, v); });
-    run.clear();
-  };
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const auto& v = values[i];
-    if (i > 0) {
-      const auto& p = values[i - 1];
-      if (std::tie(p.metric, p.scope, p.profile) >= std::tie(v.metric, v.scope, v.profile))
-        throw std::logic_error(
-            fmt::format("ShardWriter: values of node {} not strictly sorted by (metric, scope, profile)", node));
-      if (p.metric != v.metric || p.scope != v.scope) flush();
-    }
-    if (v.value != 0) run.push_back(v);
+  const StoreTimer timer(impl_->storeSeconds);
+  for (std::size_t c = 0; c < blocks.columns_.size(); ++c) {
+    auto& col = blocks.columns_[c];
+    if (col.count == 0 && col.sealedCount == 0) continue;
+    const auto metric = static_cast<MetricId>(c >> 1);
+    const auto scope = static_cast<MetricScope>(c & 1);
+    for (std::size_t b = 0; b < col.sealedCount; ++b)
+      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.sealed[b].first),
+                 col.sealed[b].second);
+    if (col.count > 0)
+      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.first),
+                 std::string_view(col.bytes.data(), col.used));
+    impl_->values += col.count + col.sealedCount * std::uint64_t{blocks.blockValues_};
+    col.used = 0;
+    col.count = 0;
+    col.sealedCount = 0;
   }
-  flush();
+}
+
+NodeValueBlocks::NodeValueBlocks() : blockValues_(static_cast<std::uint32_t>(format::kNodeBlockValues)) {}
+
+bool NodeValueBlocks::empty() const {
+  return std::all_of(columns_.begin(), columns_.end(),
+                     [](const Column& c) { return c.count == 0 && c.sealedCount == 0; });
+}
+
+void NodeValueBlocks::widen(std::size_t column) { columns_.resize(column + 1); }
+
+void NodeValueBlocks::grow(Column& column) { column.bytes.resize(std::max<std::size_t>(256, 2 * column.bytes.size())); }
+
+void NodeValueBlocks::seal(Column& column) {
+  if (column.sealedCount == column.sealed.size()) column.sealed.emplace_back();
+  auto& slot = column.sealed[column.sealedCount++];
+  slot.first = column.first;
+  slot.second.assign(column.bytes.data(), column.used);
+  column.used = 0;
+  column.count = 0;
+}
+
+void NodeValueBlocks::refuse(ProfileId profile, ProfileId previous) {
+  throw std::logic_error(fmt::format(
+      "NodeValueBlocks: profile {} after profile {}; profiles must ascend per (metric, scope)", profile, previous));
 }
 
 void ShardWriter::putRegion(RegionId id, const RegionNode& region) {
@@ -285,6 +355,8 @@ void ShardWriter::putRegionSummary(RegionId id, MetricId metric, MetricScope sco
 
 std::uint64_t ShardWriter::valuesWritten() const { return impl_->values; }
 
+double ShardWriter::storeSeconds() const { return impl_->storeSeconds; }
+
 void ShardWriter::finish() {
   if (impl_->finished) throw std::logic_error("ShardWriter: finish() called twice");
   // INDEX lines: "<family> <file> <smallest key hex> <largest key hex> <entries>".
@@ -292,6 +364,7 @@ void ShardWriter::finish() {
   for (auto& f : impl_->families) {
     if (!f.writer) continue;
     rocksdb::ExternalSstFileInfo info;
+    const StoreTimer timer(impl_->storeSeconds);
     const auto s = f.writer->Finish(&info);
     if (!s.ok()) throw DatabaseError(impl_->dir, fmt::format("finishing {}.sst: {}", f.name, s.ToString()));
     f.writer.reset();

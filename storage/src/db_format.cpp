@@ -163,34 +163,100 @@ std::uint32_t column(MetricId metric, MetricScope scope) {
 
 }  // namespace
 
-void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const Emit& emit) {
-  std::string block;
-  NodeId first = 0, previous = 0;
-  std::size_t inBlock = 0;
+namespace {
+
+// A profile's blocks, node group by node group: the cut rule (a block closes after the group that
+// brings it to kProfileBlockValues) and the node deltas, shared by both forms of input.
+class ProfileBlockWriter {
+ public:
+  ProfileBlockWriter(ProfileId profile, const EmitBlock& emit) : profile_(profile), emit_(emit), bytes_(4096) {}
+  // A group of `n` >= 1 values at `node`; then n times value(). The group's varints (at most 10
+  // bytes each) are written in place: the bulk of csp-prof-mpi's output.
+  void group(NodeId node, std::size_t n) {
+    if (bytes_.size() - used_ < 20 * (n + 1)) bytes_.resize(2 * bytes_.size() + 20 * (n + 1));
+    if (inBlock_ == 0) first_ = previous_ = node;
+    put(node - previous_);
+    put(n);
+    previous_ = node;
+    inBlock_ += n;
+    lastColumn_ = kNone;
+  }
+  void value(std::uint32_t column, std::uint64_t value) {
+    put(lastColumn_ == kNone ? column : column - lastColumn_ - 1);
+    put(value);
+    lastColumn_ = column;
+  }
+  // After a group: closes the block when it is full or the profile ends.
+  void endGroup(bool last) {
+    if (inBlock_ < kProfileBlockValues && !last) return;
+    emit_(profileBlockKey(profile_, first_), std::string_view(bytes_.data(), used_));
+    used_ = 0;
+    inBlock_ = 0;
+  }
+
+ private:
+  void put(std::uint64_t v) {
+    char* out = bytes_.data() + used_;
+    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
+    *out++ = static_cast<char>(v);
+    used_ = static_cast<std::size_t>(out - bytes_.data());
+  }
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+  ProfileId profile_;
+  const EmitBlock& emit_;
+  std::vector<char> bytes_;  // the block: bytes_[0, used_)
+  std::size_t used_ = 0;
+  NodeId first_ = 0, previous_ = 0;
+  std::size_t inBlock_ = 0;
+  std::uint32_t lastColumn_ = kNone;
+};
+
+}  // namespace
+
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const EmitBlock& emit) {
+  ProfileBlockWriter w(profile, emit);
   std::size_t i = 0;
   while (i < values.size()) {
     const NodeId node = values[i].node;
     std::size_t end = i;
     while (end < values.size() && values[end].node == node) ++end;
-    if (inBlock == 0) first = previous = node;
-    putVarint(block, node - previous);
-    putVarint(block, end - i);
-    std::uint32_t lastColumn = 0;
-    for (std::size_t j = i; j < end; ++j) {
-      const std::uint32_t c = column(values[j].metric, values[j].scope);
-      putVarint(block, j == i ? c : c - lastColumn - 1);
-      putVarint(block, values[j].value);
-      lastColumn = c;
-    }
-    inBlock += end - i;
-    previous = node;
+    w.group(node, end - i);
+    for (std::size_t j = i; j < end; ++j) w.value(column(values[j].metric, values[j].scope), values[j].value);
     i = end;
-    if (inBlock >= kProfileBlockValues || i == values.size()) {
-      emit(profileBlockKey(profile, first), block);
-      block.clear();
-      inBlock = 0;
-    }
+    w.endGroup(i == values.size());
   }
+}
+
+std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values, const EmitBlock& emit) {
+  ProfileBlockWriter w(profile, emit);
+  const std::size_t size = values.node.size();
+  std::uint64_t written = 0;
+  // The node groups with a non-zero value, found ahead so that the last one closes the block.
+  auto nonZeroAt = [&](std::size_t k) {
+    return std::size_t{values.exclusive[k] != 0} + std::size_t{values.inclusive[k] != 0};
+  };
+  std::size_t i = 0;
+  while (i < size) {
+    const NodeId node = values.node[i];
+    std::size_t end = i, n = 0;
+    for (; end < size && values.node[end] == node; ++end) n += nonZeroAt(end);
+    if (n == 0) {
+      i = end;
+      continue;
+    }
+    w.group(node, n);
+    for (std::size_t k = i; k < end; ++k) {
+      if (values.exclusive[k]) w.value(column(values.metric[k], MetricScope::Exclusive), values.exclusive[k]);
+      if (values.inclusive[k]) w.value(column(values.metric[k], MetricScope::Inclusive), values.inclusive[k]);
+    }
+    written += n;
+    i = end;
+    std::size_t next = end;  // the profile ends here unless a later group has a value
+    while (next < size && nonZeroAt(next) == 0) ++next;
+    w.endGroup(next == size);
+    i = next;
+  }
+  return written;
 }
 
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out) {
@@ -216,25 +282,6 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
       const std::uint64_t v = r.u64();
       if (v == 0) r.fail("stored zero value");
       out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
-    }
-  }
-}
-
-void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std::vector<NodeValue>& values,
-                      const Emit& emit) {
-  std::string block;
-  ProfileId first = 0, previous = 0;
-  std::size_t inBlock = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const ProfileId p = values[i].profile;
-    if (inBlock == 0) first = previous = p;
-    putVarint(block, p - previous);
-    putVarint(block, values[i].value);
-    previous = p;
-    if (++inBlock >= kNodeBlockValues || i + 1 == values.size()) {
-      emit(nodeBlockKey(node, metric, scope, first), block);
-      block.clear();
-      inBlock = 0;
     }
   }
 }

@@ -94,11 +94,14 @@ RegionNode decodeRegionNode(std::string_view value);
 
 // Calls emit(key, value) for each block of one profile's values (sorted, zeros already dropped).
 using Emit = std::function<void(const std::string& key, const std::string& value)>;
-void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const Emit& emit);
+// Value blocks are handed over as views of the encoder's buffer.
+using EmitBlock = std::function<void(const std::string& key, std::string_view value)>;
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const EmitBlock& emit);
+// The same blocks from columns (unsorted or repeated entries are the caller's check); returns
+// the number of non-zero values written.
+std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values, const EmitBlock& emit);
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out);
-// One node's values of one (metric, scope), sorted by profile.
-void encodeNodeBlocks(NodeId node, MetricId metric, MetricScope scope, const std::vector<NodeValue>& values,
-                      const Emit& emit);
+// Node blocks are built by NodeValueBlocks (database_writer.hpp).
 void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);
 
 // Region event logs: keys be32 process | be32 process be32 thread | ... be32 block.

@@ -132,3 +132,28 @@ TEST(Histogram, BuilderGivesTheSameHistogramAsAddingOneByOne) {
   }
   EXPECT_EQ(HistogramBuilder().histogram(), H());
 }
+
+// The summaries divide every value by its metric's period through PeriodDivisor: the quotient
+// must be the exact floor for any value and period, at the edges of the double's range too.
+TEST(PeriodDivisor, IsTheExactFloorOfTheQuotient) {
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const std::uint64_t periods[] = {
+      1, 2, 3, 7, 1000, 5'000'000, 999'999'937, std::uint64_t{1} << 40, (std::uint64_t{1} << 52) + 1, UINT64_MAX};
+  for (const std::uint64_t d : periods) {
+    const PeriodDivisor divisor(d);
+    for (int i = 0; i < 20000; ++i) {
+      const std::uint64_t r = next();
+      const std::uint64_t v = i % 4 == 0 ? r : i % 4 == 1 ? r >> 11 : i % 4 == 2 ? (r >> 40) * d : (r >> 40) * d - 1;
+      ASSERT_EQ(divisor.divide(v), v / d) << v << " / " << d;
+    }
+    for (const std::uint64_t v :
+         {std::uint64_t{0}, d - 1, d, d + 1, (std::uint64_t{1} << 52) - 1, std::uint64_t{1} << 52, UINT64_MAX})
+      ASSERT_EQ(divisor.divide(v), v / d) << v << " / " << d;
+  }
+}

@@ -233,6 +233,52 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
   }
 }
 
+// The summary's time line breaks the run down by kind of work (issue 28): reading + validating,
+// attributing + merging, encoding and storing each order, accumulating. Busy seconds are
+// measured inside their phase, so on w workers they cannot exceed w times its wall seconds,
+// however loaded the machine.
+TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
+  const auto meas = dir / "meas";
+  ASSERT_EQ(
+      run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 32 --threads 4 --nodes 300 --seed 5 -o " + meas.string())
+          .status,
+      0);
+  const auto r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -j 2 --batch 16 " + meas.string() + " -o " +
+                     (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto line = r.output.find("  time ");
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string text = r.output.substr(line, r.output.find('\n', line) - line);
+  std::map<std::string, double> phase;  // "name 1.23s" items separated by commas
+  std::size_t at = text.find(':') + 1;
+  while (at < text.size()) {
+    const auto end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const auto space = item.rfind(' ');
+    auto name = item.substr(0, space);
+    name.erase(0, name.find_first_not_of(' '));
+    phase[name] = std::stod(item.substr(space + 1));
+    at = end + 1;
+  }
+  for (const char* name : {"read + attribute", "busy reading + validating", "busy attributing + merging", "metrics",
+                           "of which: write + accumulate", "busy encoding values by profile",
+                           "busy storing values by profile", "busy encoding values by node",
+                           "busy storing values by node", "busy accumulating summaries", "merge values by node"}) {
+    ASSERT_TRUE(phase.count(name)) << name << " missing in: " << text;
+    EXPECT_GE(phase[name], 0.0) << name;
+  }
+  constexpr double kWorkers = 2, kRounding = 0.02;  // printed to 0.01 s
+  EXPECT_LE(phase["busy reading + validating"] + phase["busy attributing + merging"],
+            kWorkers * phase["read + attribute"] + kRounding)
+      << text;
+  EXPECT_GT(phase["busy reading + validating"] + phase["busy attributing + merging"], 0.0) << text;
+  // Each writer runs one batch at a time, inside the batches' writing.
+  const double writing = phase["of which: write + accumulate"] + kRounding;
+  EXPECT_LE(phase["busy encoding values by profile"] + phase["busy storing values by profile"], writing) << text;
+  EXPECT_LE(phase["busy encoding values by node"] + phase["busy storing values by node"], writing) << text;
+  EXPECT_LE(phase["busy accumulating summaries"], writing) << text;
+}
+
 TEST_F(Prof, PerThreadDerivedMetric) {
   // Two threads: cpu 6/real 8 and cpu 2/real 8 at the same statement; the derived share is
   // computed per thread (0.75 and 0.25), then aggregated: its mean is 0.5 — not the ratio of

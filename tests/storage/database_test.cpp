@@ -110,6 +110,72 @@ TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
   EXPECT_TRUE(db->nodeValues(0).empty());
 }
 
+// csp-prof-mpi writes values from columns (by profile) and dealt out value by value (by node);
+// both must store exactly the bytes of the list forms: the same blocks, cut at the same points
+// (node blocks of more than 1,024 values, a profile whose last entries are zeros), zeros dropped.
+TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
+  TempDir tmp;
+  struct Columns {
+    std::vector<NodeId> node;
+    std::vector<MetricId> metric;
+    std::vector<std::uint64_t> exclusive, inclusive;
+  } columns;
+  std::vector<ProfileValue> profile;
+  for (NodeId n = 0; n < 900; ++n)
+    for (MetricId m : {MetricId{0}, MetricId{3}}) {
+      const std::uint64_t ex = (n + m) % 4 == 0 ? 0 : n * 1000 + m, in = n % 7 == 0 ? 0 : UINT64_MAX - n;
+      columns.node.push_back(n * 2 + 1);
+      columns.metric.push_back(m);
+      columns.exclusive.push_back(n >= 890 ? 0 : ex);  // the last nodes hold only zeros
+      columns.inclusive.push_back(n >= 890 ? 0 : in);
+      profile.push_back({n * 2 + 1, m, MetricScope::Exclusive, columns.exclusive.back()});
+      profile.push_back({n * 2 + 1, m, MetricScope::Inclusive, columns.inclusive.back()});
+    }
+  std::vector<NodeValue> node;  // sorted by (metric, scope, profile)
+  for (MetricId m : {MetricId{1}, MetricId{2}})
+    for (auto scope : {MetricScope::Exclusive, MetricScope::Inclusive})
+      for (ProfileId p = 0; p < 2500; ++p) node.push_back({m, scope, p * 3, (p + m) % 5 == 0 ? 0 : p + 1});
+  auto build = [&](const fs::path& target, bool lists) {
+    DatabaseBuilder b(target);
+    {
+      ShardWriter w(b.stagingDir(), 0);
+      if (lists) {
+        w.putProfileValues(7, profile);
+        w.putNodeValues(4, node);
+      } else {
+        w.putProfileColumns(7, ProfileValueColumns{columns.node, columns.metric, columns.exclusive, columns.inclusive});
+        NodeValueBlocks blocks;
+        for (std::size_t p = 0; p < 2500; ++p)  // dealt out profile by profile, as csp-prof-mpi does
+          for (std::size_t column = 0; column < 4; ++column) {
+            const auto& v = node[column * 2500 + p];
+            blocks.add(v.metric, v.scope, v.profile, v.value);
+          }
+        w.putNodeBlocks(4, blocks);
+        EXPECT_TRUE(blocks.empty());
+      }
+      w.finish();
+    }
+    DatabaseMetadata m;
+    m.strings = {""};
+    b.writeMetadata(m);
+    b.ingestShards(1);
+    b.publish();
+  };
+  build(tmp.path() / "lists", true);
+  build(tmp.path() / "columns", false);
+  auto entries = [](const fs::path& target, const std::string& family) {
+    std::vector<std::pair<std::string, std::string>> out;
+    Database::open(target)->forEachEntry(family,
+                                         [&](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
+    return out;
+  };
+  for (const std::string family : {"values_by_profile", "values_by_node"}) {
+    const auto lists = entries(tmp.path() / "lists", family);
+    EXPECT_GT(lists.size(), 4u) << family;
+    EXPECT_EQ(entries(tmp.path() / "columns", family), lists) << family;
+  }
+}
+
 TEST(ShardWriterContract, RejectsUnsortedInput) {
   TempDir tmp;
   DatabaseBuilder b(tmp.path() / "db");

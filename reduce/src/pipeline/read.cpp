@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 #include "csp/storage/profile_io.hpp"
 #include "stages.hpp"
@@ -74,10 +76,21 @@ void keepFirstCommandLines(std::vector<std::optional<ReadProfile>>& profiles) {
   }
 }
 
+// Wall nanoseconds the workers spent reading + validating and attributing (the --verbose breakdown).
+struct BusyTimes {
+  std::atomic<std::int64_t> readNs{0}, attributeNs{0};
+  static std::int64_t since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
 // One profile: its contexts into the local CCT, its regions into the union, and what is kept.
 ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a, LocalCct& localCct,
-                    RegionUnion& regions) {
+                    RegionUnion& regions, BusyTimes& busy) {
+  const auto start = std::chrono::steady_clock::now();
   ThreadProfile p = readInput(input);
+  const auto read = std::chrono::steady_clock::now();
+  busy.readNs += BusyTimes::since(start);
   std::uint64_t truncated = 0, scanned = 0, recovered = 0;
   EntryTracker entries(a.strings);
   const auto stmt =
@@ -102,6 +115,7 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   // A region-less profile's region values are empty: the spill holds all the values pass needs.
   if (a.spill && p.regions.size() <= 1) out.spill = a.spill->put(p.metrics, stmt);
   out.metrics = std::move(p.metrics);
+  busy.attributeNs += BusyTimes::since(read);
   return out;
 }
 
@@ -115,11 +129,12 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   out.profiles.assign(count, std::nullopt);  // MT: one element per worker iteration
   std::mutex errorsMutex;
   std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
+  BusyTimes busy;
   workers.begin("read + attribute", count);
   workers.forEach(count, [&](std::size_t i) {
     const auto& input = discovery.inputs[discovery.begin + i];
     try {
-      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions);
+      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, busy);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
       if (options.skipInvalid)
@@ -132,6 +147,8 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
     }
   });
   workers.end("read + attribute", watch);
+  workers.record("  busy reading + validating", 1e-9 * static_cast<double>(busy.readNs.load()));
+  workers.record("  busy attributing + merging", 1e-9 * static_cast<double>(busy.attributeNs.load()));
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
   std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });

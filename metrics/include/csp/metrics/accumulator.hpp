@@ -118,7 +118,24 @@ class IntAccumulator {
   // The starting point of a Flat/Callers node: zero instances, to be fed with combineInstance().
   static IntAccumulator forCombinedNode();
 
-  void accumulate(std::uint32_t profile, std::uint64_t value);
+  // Inline: csp-prof-mpi calls it for every per-thread value, twice when thread classes are kept.
+  void accumulate(std::uint32_t profile, std::uint64_t value) {
+    if (profile == kNoIndex) refuseReservedProfile();
+    if (value == 0) return;
+    ++count_;
+    sum_ += value;
+    const Uint128 square = static_cast<Uint128>(value) * value;
+    sumSqLow_ += square;
+    if (sumSqLow_ < square) ++sumSqHigh_;
+    if (value < min_ || (value == min_ && profile < argmin_)) {
+      min_ = value;
+      argmin_ = profile;
+    }
+    if (value > max_ || (value == max_ && profile < argmax_)) {
+      max_ = value;
+      argmax_ = profile;
+    }
+  }
 
   // Merges a partial over other profiles of the same CCT instances. Throws std::invalid_argument
   // if the instance counts differ (that would be combineInstance's job).
@@ -146,6 +163,7 @@ class IntAccumulator {
  private:
   friend class AccumulatorCodec;
   void merge(const IntAccumulator& other);
+  [[noreturn]] static void refuseReservedProfile();
 
   std::uint64_t count_ = 0;
   std::uint64_t instances_ = 1;

@@ -59,6 +59,26 @@ class LogLinearHistogram {
 // per-thread values divided by `unit` (the metric's period: values are count x period, so the
 // histogram holds sample counts, which are exact below 16). `population` as for percentile():
 // s.inputs. Leaves NaN for an empty population.
+// value / period, exact (the floor), for the sample counts a histogram holds, without a 64-bit
+// division per value: a multiplication by the inverse, corrected by a step where it rounded.
+class PeriodDivisor {
+ public:
+  explicit PeriodDivisor(std::uint64_t period = 1)
+      : d_(period == 0 ? 1 : period), inverse_(1.0 / static_cast<double>(d_)) {}
+  std::uint64_t divide(std::uint64_t v) const {
+    if (d_ == 1) return v;
+    if (v >= std::uint64_t{1} << 52) return v / d_;  // beyond the double's exact integers
+    auto q = static_cast<std::uint64_t>(static_cast<double>(v) * inverse_);
+    while (q * d_ > v) --q;
+    while (v - q * d_ >= d_) ++q;
+    return q;
+  }
+
+ private:
+  std::uint64_t d_;
+  double inverse_;
+};
+
 // A histogram being filled one value at a time (summaries of many profiles): the counts of the
 // contiguous range of bins seen so far, dense, so that adding is an index and an increment where
 // LogLinearHistogram::add searches and inserts. The values of one node and metric usually fall

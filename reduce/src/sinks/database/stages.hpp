@@ -48,10 +48,10 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
-                std::size_t metricCount);
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount);
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
-  void merge(const Comm& comm);  // after the last batch
+  void merge(const Comm& comm);                          // after the last batch
+  double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB
 
  private:
   void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
@@ -63,13 +63,12 @@ class NodeValueSink {
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
-  std::size_t metrics_;
+  double storeSeconds_ = 0;
   std::vector<std::uint32_t> shards_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
   std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
-  std::vector<std::vector<storage::NodeValue>> lists_;
-  std::vector<storage::NodeValue> nodeValues_;
+  storage::NodeValueBlocks blocks_;  // the node being dealt out
 };
 
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
@@ -97,6 +96,7 @@ class SummaryTable {
   };
 
  private:
+  void packNode(Packer& p, std::uint32_t node) const;
   // `slot`: the metric's position among the count metrics (slotOf_), resp. the real ones.
   std::size_t countIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
     return ((slice * nodes_ + node) * counts_.size() + slot) * 2 + scope;
@@ -106,12 +106,12 @@ class SummaryTable {
   }
 
   std::uint32_t nodes_;
-  std::vector<std::uint16_t> counts_, reals_;  // metric ids of the count and real-valued metrics, ascending
-  std::vector<std::uint32_t> slotOf_;          // metric id -> its slot among counts_ or reals_
-  std::vector<std::uint8_t> isReal_;           // metric id -> real-valued
-  std::vector<std::uint64_t> periods_;         // count slot -> the metric's period (>= 1)
-  const std::vector<std::uint8_t>& classOf_;   // profile id -> storage::ThreadClass
-  std::vector<std::uint8_t> population_;       // slice -> population tag (0: all threads, else the class)
+  std::vector<std::uint16_t> counts_, reals_;    // metric ids of the count and real-valued metrics, ascending
+  std::vector<std::uint32_t> slotOf_;            // metric id -> its slot among counts_ or reals_
+  std::vector<std::uint8_t> isReal_;             // metric id -> real-valued
+  std::vector<metrics::PeriodDivisor> periods_;  // count slot -> the metric's period (>= 1)
+  const std::vector<std::uint8_t>& classOf_;     // profile id -> storage::ThreadClass
+  std::vector<std::uint8_t> population_;         // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::HistogramBuilder> countHist_;

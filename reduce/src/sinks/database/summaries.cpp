@@ -25,12 +25,12 @@ double fromBits(std::uint64_t bits) {
 void pushPiece(std::vector<SummaryTable::Piece>& stack, SummaryTable::Piece piece) {
   while (!stack.empty() && stack.back().level == piece.level && (piece.index & 1) &&
          stack.back().index + 1 == piece.index) {
-    SummaryTable::Piece left = std::move(stack.back());
+    SummaryTable::Piece left = stack.back();
     stack.pop_back();
     left.acc.combine(piece.acc);
-    piece = {piece.level + 1, piece.index >> 1, std::move(left.acc)};
+    piece = {piece.level + 1, piece.index >> 1, left.acc};
   }
-  stack.push_back(std::move(piece));
+  stack.push_back(piece);
 }
 
 metrics::RealAccumulator foldPieces(const std::vector<SummaryTable::Piece>& stack) {
@@ -50,8 +50,8 @@ struct SummaryKey {
   std::uint32_t node = 0;
   std::uint16_t metric = 0;
   std::uint8_t scope = 0;
-  std::uint8_t population = 0;  // storage::kAllThreads or a ThreadClass
-  auto operator<=>(const SummaryKey&) const = default;
+  std::uint8_t population = 0;                          // storage::kAllThreads or a ThreadClass
+  auto operator<=>(const SummaryKey&) const = default;  // NOLINT(modernize-use-nullptr): clang-tidy 14 misreads it
 };
 
 void packKey(Packer& p, const SummaryKey& k) {
@@ -81,7 +81,7 @@ SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDesc
     slotOf_.push_back(static_cast<std::uint32_t>(group.size()));
     isReal_.push_back(real ? 1 : 0);
     group.push_back(static_cast<std::uint16_t>(m));
-    if (!real) periods_.push_back(std::max<std::uint64_t>(metrics[m].period, 1));
+    if (!real) periods_.emplace_back(std::max<std::uint64_t>(metrics[m].period, 1));
   }
   // Classes are kept apart only when there is more than one: otherwise a class is all threads.
   bool present[storage::kThreadClassCount + 1] = {};
@@ -112,7 +112,7 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
     // One value into all threads' slice and, when classes are kept apart, its class's slice;
     // the sample count (value / period) is computed once for both.
     auto add = [&](std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope, std::uint64_t value) {
-      const std::uint64_t samples = value / periods_[slot];
+      const std::uint64_t samples = periods_[slot].divide(value);
       for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
         const std::size_t at = countIndex(slice, node, slot, scope);
         countAcc_[at].accumulate(batch[i].id, value);
@@ -152,45 +152,49 @@ void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInf
       for (std::size_t at = 0; at < perSlice; ++at)
         if (used[slice * perSlice + at])
           pushPiece(realStacks_[(slice * nodes_ + lo) * reals_.size() * kScopes + at],
-                    {0, batchIndex, std::move(leaf[slice * perSlice + at])});
+                    {0, batchIndex, leaf[slice * perSlice + at]});
   });
 }
 
-void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shard) {
-  // Each entry: key, number of pieces, then the encoded accumulator and histogram (count metrics:
-  // one) or the pieces (level, index, encoded accumulator) of a real-valued metric.
-  std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
-  for (int r = 0; r < comm.size(); ++r) {
-    Packer p;
-    for (std::uint32_t n = ownerStart(nodes_, r, comm.size()); n < ownerStart(nodes_, r + 1, comm.size()); ++n) {
-      for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
-        for (std::size_t scope = 0; scope < kScopes; ++scope) {
-          for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-            const std::size_t at = countIndex(slice, n, slot, scope);
-            if (countAcc_[at].count() == 0) continue;
-            packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
-            p.u64(1);
-            p.text(metrics::encode(countAcc_[at]));
-            p.text(metrics::encode(countHist_[at].histogram()));
-          }
-        }
+// One node's partial accumulators, as exchange entries: key, number of pieces, then the encoded
+// accumulator and histogram (count metrics: one) or the pieces (level, index, encoded
+// accumulator) of a real-valued metric.
+void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
+  for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
+    for (std::size_t scope = 0; scope < kScopes; ++scope) {
+      for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+        const std::size_t at = countIndex(slice, n, slot, scope);
+        if (countAcc_[at].count() == 0) continue;
+        packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
+        p.u64(1);
+        p.text(metrics::encode(countAcc_[at]));
+        p.text(metrics::encode(countHist_[at].histogram()));
       }
-      for (std::size_t slot = 0; slot < reals_.size(); ++slot) {
-        for (std::size_t scope = 0; scope < kScopes; ++scope) {
-          for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-            const auto& stack = realStacks_[realIndex(slice, n, slot, scope)];
-            if (stack.empty()) continue;
-            packKey(p, {n, reals_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
-            p.u64(stack.size());
-            for (const auto& piece : stack) {
-              p.u64(piece.level);
-              p.u64(piece.index);
-              p.text(metrics::encode(piece.acc));
-            }
-          }
+    }
+  }
+  for (std::size_t slot = 0; slot < reals_.size(); ++slot) {
+    for (std::size_t scope = 0; scope < kScopes; ++scope) {
+      for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+        const auto& stack = realStacks_[realIndex(slice, n, slot, scope)];
+        if (stack.empty()) continue;
+        packKey(p, {n, reals_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
+        p.u64(stack.size());
+        for (const auto& piece : stack) {
+          p.u64(piece.level);
+          p.u64(piece.index);
+          p.text(metrics::encode(piece.acc));
         }
       }
     }
+  }
+}
+
+void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shard) {
+  std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    Packer p;
+    for (std::uint32_t n = ownerStart(nodes_, r, comm.size()); n < ownerStart(nodes_, r + 1, comm.size()); ++n)
+      packNode(p, n);
     outgoing[static_cast<std::size_t>(r)] = p.take();
   }
   faultPoint(comm, "exchange");
@@ -231,7 +235,7 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
         piece.level = static_cast<std::uint32_t>(u.u64());
         piece.index = u.u64();
         piece.acc = metrics::decodeRealAccumulator(u.text());
-        pushPiece(stack, std::move(piece));
+        pushPiece(stack, piece);
       }
     }
   }

@@ -1,5 +1,7 @@
 // Per-thread values into the database in both orders: by profile (main shard) and by node
 // (provisional per-batch shards merged into one sorted run per rank).
+#include <algorithm>
+
 #include "stages.hpp"
 
 namespace csp::reduce::dbsink {
@@ -14,21 +16,14 @@ ShardPlan::ShardPlan(const Comm& comm)
 
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values) {
-  std::vector<storage::ProfileValue> pv;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const ThreadValues& v = values[i];
-    pv.clear();
-    for (std::size_t k = 0; k < v.size(); ++k) {
-      if (v.exclusive[k]) pv.push_back({v.node[k], v.metric[k], storage::MetricScope::Exclusive, v.exclusive[k]});
-      if (v.inclusive[k]) pv.push_back({v.node[k], v.metric[k], storage::MetricScope::Inclusive, v.inclusive[k]});
-    }
-    shard.putProfileValues(batch[i].id, pv);
+    shard.putProfileColumns(batch[i].id, storage::ProfileValueColumns{v.node, v.metric, v.exclusive, v.inclusive});
   }
 }
 
-NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
-                             std::size_t metricCount)
-    : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount), metrics_(metricCount) {}
+NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount)
+    : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount) {}
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values) {
   shards_.push_back(plan_.provisionalBase + static_cast<std::uint32_t>(shards_.size()));
@@ -43,29 +38,21 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   else
     dealByCountingSort(batch, values, entries, shard);
   shard.finish();
+  storeSeconds_ += shard.storeSeconds();
 }
 
-// A node's entries, in profile order, dealt out to one list per (metric, scope), which keeps
-// every list sorted by profile: the node's values sorted by (metric, scope, profile).
+// A node's entries, in profile order, encoded into one block per (metric, scope) as they come:
+// every block's profiles ascend, and the blocks are written in (metric, scope) order.
 void NodeValueSink::deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
   const std::uint16_t m = v.metric[k];
-  if (v.exclusive[k]) lists_[2 * m].push_back({m, storage::MetricScope::Exclusive, profile, v.exclusive[k]});
-  if (v.inclusive[k]) lists_[2 * m + 1].push_back({m, storage::MetricScope::Inclusive, profile, v.inclusive[k]});
+  blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
+  blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
 }
 
-void NodeValueSink::putNode(std::uint32_t node, storage::ShardWriter& shard) {
-  auto& nv = nodeValues_;
-  nv.clear();
-  for (auto& list : lists_) {
-    nv.insert(nv.end(), list.begin(), list.end());
-    list.clear();
-  }
-  shard.putNodeValues(node, nv);
-}
+void NodeValueSink::putNode(std::uint32_t node, storage::ShardWriter& shard) { shard.putNodeBlocks(node, blocks_); }
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                                   storage::ShardWriter& shard) {
-  lists_.resize(metrics_ * 2);
   auto& at = start_;  // per profile: its first entry not dealt out yet
   at.assign(batch.size(), 0);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
@@ -73,8 +60,16 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
     for (std::uint32_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       std::uint32_t k = at[i];
+      if (k == v.size() || v.node[k] != node) continue;
       for (; k < v.size() && v.node[k] == node; ++k) deal(batch[i].id, v, k);
-      any |= k != at[i];
+      // A batch's profiles are too many streams for the hardware prefetcher: ask for each
+      // cursor's next lines while the other profiles are dealt out.
+      const std::size_t ahead = std::min<std::size_t>(k + 8, v.size() - 1);
+      __builtin_prefetch(v.node.data() + ahead);
+      __builtin_prefetch(v.metric.data() + ahead);
+      __builtin_prefetch(v.exclusive.data() + ahead);
+      __builtin_prefetch(v.inclusive.data() + ahead);
+      any = true;
       at[i] = k;
     }
     if (any) putNode(node, shard);
@@ -96,7 +91,6 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
     for (std::uint32_t i = 0; i < batch.size(); ++i)
       for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].node[k]]++] = {i, k};
   }
-  lists_.resize(metrics_ * 2);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {

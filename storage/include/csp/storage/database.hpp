@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -265,6 +266,16 @@ struct NodeValue {
   ProfileId profile = 0;
   std::uint64_t value = 0;
   bool operator==(const NodeValue&) const = default;
+};
+
+// One profile's values as columns, the form csp-prof-mpi computes them in: entries strictly
+// ascending by (node, metric), each with its exclusive and its inclusive value (zeros are
+// dropped). Written without first being turned into a list of ProfileValue.
+struct ProfileValueColumns {
+  std::span<const NodeId> node;
+  std::span<const MetricId> metric;
+  std::span<const std::uint64_t> exclusive;
+  std::span<const std::uint64_t> inclusive;
 };
 
 // A node of the reduced region tree (docs/views.md, "Regions"). The root has parent kNoIndex.

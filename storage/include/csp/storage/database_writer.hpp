@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "csp/storage/bytes.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/publish.hpp"  // publication and cleanup of leftovers, used by the builder
 
@@ -32,6 +33,58 @@ struct ShardOptions {
   // The shard will be merged into another one (mergeShards) or compacted at ingestion: write it
   // with a fast compression instead of the family's final one.
   bool provisional = false;
+};
+
+// One node's values across profiles, encoded as they are dealt out (profile after profile, each
+// with its values at the node) into one open block per (metric, scope), and written with
+// ShardWriter::putNodeBlocks(node, blocks): the same blocks as putNodeValues with the values
+// sorted by (metric, scope, profile), without sorting or copying them first. Reusable: the
+// writer empties it.
+class NodeValueBlocks {
+ public:
+  NodeValueBlocks();
+  // A value of `profile`; within one (metric, scope) profiles must ascend. Zeros are dropped.
+  void add(MetricId metric, MetricScope scope, ProfileId profile, std::uint64_t value) {
+    if (value == 0) return;
+    const std::size_t c = std::size_t{metric} << 1 | static_cast<std::size_t>(scope);
+    if (c >= columns_.size()) widen(c);
+    Column& col = columns_[c];
+    if (col.count == 0)
+      col.first = col.previous = profile;
+    else if (profile <= col.previous)
+      refuse(profile, col.previous);
+    // Two varints of at most 10 bytes each, written in place (the bulk of csp-prof-mpi's output).
+    if (col.bytes.size() - col.used < 20) grow(col);
+    char* out = col.bytes.data() + col.used;
+    out = varintAt(out, profile - col.previous);
+    out = varintAt(out, value);
+    col.used = static_cast<std::size_t>(out - col.bytes.data());
+    col.previous = profile;
+    if (++col.count == blockValues_) seal(col);
+  }
+  bool empty() const;
+
+ private:
+  friend class ShardWriter;
+  struct Column {
+    std::vector<char> bytes;  // the block being filled: bytes[0, used) (docs/database-format.md)
+    std::size_t used = 0;
+    ProfileId first = 0, previous = 0;
+    std::uint32_t count = 0;
+    std::vector<std::pair<ProfileId, std::string>> sealed;  // full blocks before it
+    std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
+  };
+  static char* varintAt(char* out, std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
+    *out++ = static_cast<char>(v);
+    return out;
+  }
+  void widen(std::size_t column);
+  static void grow(Column& column);
+  void seal(Column& column);
+  [[noreturn]] static void refuse(ProfileId profile, ProfileId previous);
+  std::uint32_t blockValues_;
+  std::vector<Column> columns_;
 };
 
 class ShardWriter {
@@ -52,8 +105,12 @@ class ShardWriter {
 
   // One profile's values sorted by (node, metric, scope), no duplicates. Zeros are dropped.
   void putProfileValues(ProfileId profile, std::span<const ProfileValue> values);
+  void putProfileColumns(ProfileId profile, const ProfileValueColumns& values);
   // One node's values across profiles sorted by (metric, scope, profile). Zeros are dropped.
   void putNodeValues(NodeId node, std::span<const NodeValue> values);
+  // The same from blocks filled value by value; empties `blocks`. Nothing is written for a node
+  // without values.
+  void putNodeBlocks(NodeId node, NodeValueBlocks& blocks);
 
   void putRegion(RegionId id, const RegionNode& region);
   void putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes);
@@ -70,6 +127,10 @@ class ShardWriter {
   void finish();
 
   std::uint64_t valuesWritten() const;  // non-zero per-thread values, both orders
+  // Wall seconds spent in RocksDB's table writer on values (building, compressing and writing
+  // its blocks; closing the files): the rest of a writer's time is encoding (the breakdown of
+  // csp-prof-mpi's summary).
+  double storeSeconds() const;
 
   struct Impl;
 
