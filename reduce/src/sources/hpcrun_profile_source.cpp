@@ -530,6 +530,7 @@ class CctBuilder {
     const std::uint8_t* real = s_.realMetric.data();
     const std::size_t metrics = s_.realMetric.size();
     std::uint64_t entry = 0, next = be64(index + 16);  // the first pair of the entry after it
+    if (next == 0) return false;                       // a first entry without values (its node is no valued node)
     std::uint32_t previous = 0;                        // metric
     for (std::uint64_t v = 0; v < count; ++v, pair += 10) {
       const bool advance = v == next;
@@ -593,6 +594,7 @@ class CctBuilder {
   void forgetPreorder() {
     out_.modules.resize(in_.loadmap.size());
     placeholderModules_.clear();
+    out_.addressFrames.clear();
     out_.values = {};
   }
 
