@@ -274,6 +274,20 @@ TEST(HpcrunSource, DamagedPreorderFilesGetTheSameErrors) {
   notInCct.values.push_back({77, 1, 7});
   expectError(notInCct, "metric values: node 77 is not in the CCT");
   EXPECT_EQ(readOne(p, dir / "good.hpcrun"), readOne(threadProfile(0, 0, 0x400), dir / "reversed.hpcrun"));
+  // Any byte of its CCT, metric table or values changed: a profile or one ProfileError, nothing else.
+  const std::string good = hr::encode(p);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 400; ++i) {
+    std::string bytes = good;
+    const std::size_t at = 200 + rng() % (bytes.size() - 200 - 112);
+    bytes[at] = static_cast<char>(rng());
+    hr::writeBytes(bytes, file);
+    try {
+      reduce::hpcrunProfileSource()->read(file);
+    } catch (const storage::ProfileError& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The source keeps its buffers per thread from one profile to the next: a profile read after

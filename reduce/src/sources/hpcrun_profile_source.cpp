@@ -535,7 +535,8 @@ class CctBuilder {
     for (std::uint64_t v = 0; v < count; ++v, pair += 10) {
       const bool advance = v == next;
       entry += advance ? 1 : 0;
-      next = be64(index + 12 * entry + 16);  // at most the sentinel's
+      if (entry >= in_.indexCount) return false;  // values after the sentinel's first pair
+      next = be64(index + 12 * entry + 16);       // at most the sentinel's
       const std::uint16_t metric = be16(pair + 8);
       const std::uint64_t bits = be64(pair);
       if ((next <= v) | (metric >= metrics) | (!advance & (v != 0) & (metric <= previous))) return false;
