@@ -521,7 +521,8 @@ class CctBuilder {
     return true;
   }
 
-  // The pairs in order, each node's (a node index entry's) by metric; zeros are not stored.
+  // The pairs in order, each node's (a node index entry's) by metric; zeros are not stored (each
+  // pair is written, and kept by counting it: no branch on its value).
   bool preorderValues(Preorder& w) const {
     const std::uint64_t count = in_.valueCount;
     if (count == 0 || in_.indexCount == 0) return count == 0 && in_.indexCount == 0;
@@ -532,6 +533,13 @@ class CctBuilder {
     std::uint64_t entry = 0, next = be64(index + 16);  // the first pair of the entry after it
     if (next == 0) return false;                       // a first entry without values (its node is no valued node)
     std::uint32_t previous = 0;                        // metric
+    w.values->node.resize(count);
+    w.values->metric.resize(count);
+    w.values->count.resize(count);
+    std::uint32_t* valueNode = w.values->node.data();
+    std::uint16_t* valueMetric = w.values->metric.data();
+    std::uint64_t* valueCount = w.values->count.data();
+    std::size_t stored = 0;
     for (std::uint64_t v = 0; v < count; ++v, pair += 10) {
       const bool advance = v == next;
       entry += advance ? 1 : 0;
@@ -541,12 +549,14 @@ class CctBuilder {
       const std::uint64_t bits = be64(pair);
       if ((next <= v) | (metric >= metrics) | (!advance & (v != 0) & (metric <= previous))) return false;
       previous = metric;
-      if ((bits != 0) & !((real[metric] != 0) & (bits == kNegativeZero))) {  // hpcrun writes no zeros
-        w.values->node.push_back(w.entryNode[entry]);
-        w.values->metric.push_back(metric);
-        w.values->count.push_back(bits);
-      }
+      valueNode[stored] = w.entryNode[entry];
+      valueMetric[stored] = metric;
+      valueCount[stored] = bits;
+      stored += (bits != 0) & !((real[metric] != 0) & (bits == kNegativeZero)) ? 1 : 0;
     }
+    w.values->node.resize(stored);
+    w.values->metric.resize(stored);
+    w.values->count.resize(stored);
     return entry + 1 == in_.indexCount && next == count;
   }
 
@@ -569,9 +579,6 @@ class CctBuilder {
     out_.cct.pathStart.resize(n + 1);
     out_.cct.pathStart[0] = PathStart::Unknown;
     out_.addressFrames.reserve(n);
-    out_.values.node.reserve(in_.valueCount);
-    out_.values.metric.reserve(in_.valueCount);
-    out_.values.count.reserve(in_.valueCount);
     s_.realMetric.resize(out_.metrics.size());
     for (std::size_t m = 0; m < out_.metrics.size(); ++m)
       s_.realMetric[m] = out_.metrics[m].valueType == ValueType::Real;
