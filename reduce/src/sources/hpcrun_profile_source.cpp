@@ -552,7 +552,7 @@ class CctBuilder {
       valueNode[stored] = w.entryNode[entry];
       valueMetric[stored] = metric;
       valueCount[stored] = bits;
-      stored += (bits != 0) & !((real[metric] != 0) & (bits == kNegativeZero)) ? 1 : 0;
+      stored += ((bits != 0) & !((real[metric] != 0) & (bits == kNegativeZero))) ? 1 : 0;
     }
     w.values->node.resize(stored);
     w.values->metric.resize(stored);
