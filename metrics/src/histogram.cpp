@@ -37,10 +37,34 @@ void LogLinearHistogram::add(std::uint64_t value, std::uint64_t times) {
   total_ += times;
 }
 
+namespace {
+
+// Bins present in both of two sorted (bin, count) lists.
+std::size_t sharedBins(const std::vector<std::pair<std::uint32_t, std::uint64_t>>& x,
+                       const std::vector<std::pair<std::uint32_t, std::uint64_t>>& y) {
+  std::size_t both = 0;
+  for (auto a = x.begin(), b = y.begin(); a != x.end() && b != y.end();) {
+    if (a->first < b->first) {
+      ++a;
+    } else if (b->first < a->first) {
+      ++b;
+    } else {
+      ++both;
+      ++a;
+      ++b;
+    }
+  }
+  return both;
+}
+
+}  // namespace
+
 void LogLinearHistogram::merge(const LogLinearHistogram& other) {
   if (total_ + other.total_ < total_) throw std::overflow_error("histogram count overflows 64 bits");
   std::vector<std::pair<std::uint32_t, std::uint64_t>> merged;
-  merged.reserve(bins_.size() + other.bins_.size());
+  // Exactly as large as the union: a process keeps the merged histograms of its nodes until they
+  // are written, and reserving the sum of both sizes left up to half of each unused.
+  merged.reserve(bins_.size() + other.bins_.size() - sharedBins(bins_, other.bins_));
   auto a = bins_.begin();
   auto b = other.bins_.begin();
   while (a != bins_.end() || b != other.bins_.end()) {

@@ -1,13 +1,17 @@
 // Reading hpcrun measurements against reading CSP's own profiles of the same shape (issue 29's
 // target: reading hpcrun input costs at most 1.3 x reading CSP's format).
 //
-//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]
-//     hpcrun_bench --write DIR [--profiles N] [--nodes M]
+//     hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--made-order]
+//                  [--smoke]
+//     hpcrun_bench --write DIR [--profiles N] [--nodes M] [--made-order]
 //
 // Writes N hpcrun files of M CCT nodes and 2 integer metrics (tests/reduce/hpcrun_writer.hpp),
-// reads each back through the hpcrun source and writes the same profile as a .cspprof; then
-// times reading all N of each format in this process (R interleaved rounds, default 3, medians) and,
-// with --prof, csp-prof-mpi on each directory. Prints the times and their ratio.
+// the nodes and values in preorder as hpcrun writes them (--made-order: in the order the tree
+// was made, parents first but no preorder), reads each back through the hpcrun source and
+// writes the same profile as a .cspprof; then times reading all N of each format in this process
+// through its source, and through its source plus the validation the pipeline adds to every
+// source (R interleaved rounds, default 3; thread CPU time, medians and the ratio per round) and,
+// with --prof, csp-prof-mpi on each directory.
 // --write only writes the two directories (DIR/hpcrun, DIR/csp) and keeps them: the inputs of
 // tests/bench/run.py's hpcrun scenario.
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,9 +35,32 @@ namespace {
 namespace fs = std::filesystem;
 namespace hr = csp::test::hpcrun;
 
+// The nodes in hpcrun's file order: a preorder walk from the roots (hpcrun writes its CCT and
+// its values in one walk, each node before its children), siblings in the order they were made.
+std::vector<hr::CctNode> inPreorder(const std::vector<hr::CctNode>& made) {
+  std::map<std::uint32_t, std::vector<std::size_t>> children;
+  for (std::size_t i = 0; i < made.size(); ++i) children[made[i].parent].push_back(i);
+  std::vector<hr::CctNode> out;
+  std::vector<std::size_t> stack;
+  const auto pushChildren = [&](std::uint32_t id) {
+    const auto it = children.find(id);
+    if (it != children.end()) stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
+  };
+  pushChildren(0);
+  while (!stack.empty()) {
+    const std::size_t i = stack.back();
+    stack.pop_back();
+    out.push_back(made[i]);
+    pushChildren(made[i].id);
+  }
+  return out;
+}
+
 // Profile `seed`: one of two trees (threads of one program share their call paths, as in the
-// postproc scenario), its values its own.
-hr::Profile shape(std::size_t nodes, std::uint64_t seed) {
+// postproc scenario), its values its own. Node ids are in the order the nodes were made (each
+// below a random earlier one); the file has them in preorder, as hpcrun writes them, or (with
+// `madeOrder`) in the order they were made: parents first, but no preorder.
+hr::Profile shape(std::size_t nodes, std::uint64_t seed, bool madeOrder) {
   std::mt19937_64 rng(seed % 2), values(seed);
   hr::Profile p;
   p.loadmap = {{1, "/nonexistent/bench/app"}, {2, "/nonexistent/bench/libm.so"}};
@@ -48,6 +76,7 @@ hr::Profile shape(std::size_t nodes, std::uint64_t seed) {
       if (values() % 2 == 0) p.values.push_back({2 * (i + 1), 1, 1000000 * (1 + values() % 100)});
     }
   }
+  if (!madeOrder) p.nodes = inPreorder(p.nodes);
   return p;
 }
 
@@ -71,13 +100,28 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// CPU seconds per round of reading every profile of each format.
+struct Times {
+  std::vector<double> hpcrun, csp;
+  void print(const char* what, std::size_t nodes) const {
+    std::vector<double> ratio;
+    for (std::size_t r = 0; r < hpcrun.size(); ++r) ratio.push_back(hpcrun[r] / csp[r]);
+    std::printf(
+        "%s, CPU: hpcrun %.4f s (%.1f ns per node)  csp %.4f s (%.1f ns per node)  hpcrun / csp per round: "
+        "median %.2f (%.2f-%.2f)\n",
+        what, median(hpcrun), 1e9 * median(hpcrun) / static_cast<double>(nodes), median(csp),
+        1e9 * median(csp) / static_cast<double>(nodes), median(ratio), *std::min_element(ratio.begin(), ratio.end()),
+        *std::max_element(ratio.begin(), ratio.end()));
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::size_t profiles = 1024, nodes = 5000;
   fs::path dir = fs::temp_directory_path() / "csp-hpcrun-bench";
   std::string prof;
-  bool writeOnly = false;
+  bool writeOnly = false, madeOrder = false;
   int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -95,13 +139,16 @@ int main(int argc, char** argv) {
       writeOnly = true;
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::stoi(argv[++i]));
+    } else if (a == "--made-order") {
+      madeOrder = true;
     } else if (a == "--prof" && i + 1 < argc) {
       prof = argv[++i];
     } else {
-      std::fprintf(
-          stderr,
-          "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] [--smoke]\n"
-          "       hpcrun_bench --write DIR [--profiles N] [--nodes M]\n");
+      std::fprintf(stderr,
+                   "usage: hpcrun_bench [--profiles N] [--nodes M] [--dir DIR] [--prof CSP_PROF_MPI] [--rounds R] "
+                   "[--made-order]\n"
+                   "       [--smoke]\n"
+                   "       hpcrun_bench --write DIR [--profiles N] [--nodes M] [--made-order]\n");
       return 2;
     }
   }
@@ -117,7 +164,7 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "p%06zu", k);
     hpcrunFiles.push_back(dir / "hpcrun" / (std::string(name) + ".hpcrun"));
     cspFiles.push_back(dir / "csp" / (std::string(name) + ".cspprof"));
-    hr::write(shape(nodes, k), hpcrunFiles.back());
+    hr::write(shape(nodes, k, madeOrder), hpcrunFiles.back());
     auto p = source->read(hpcrunFiles.back());
     p.cct.pathStart.clear();  // CSP's files hold no path starts; the shape is the same
     csp::storage::writeProfile(p, cspFiles.back());
@@ -126,37 +173,36 @@ int main(int argc, char** argv) {
     std::printf("wrote %zu hpcrun and %zu CSP profiles of %zu nodes to %s\n", profiles, profiles, nodes, dir.c_str());
     return 0;
   }
-  std::vector<double> hpcrunTimes, cspTimes, hpcrunCpu, cspCpu;
+  // Each format read as the pipeline reads it: through its source (CSP's maps the file, checks its
+  // checksum and decodes it; hpcrun's reads and converts it), and then, as the pipeline's read
+  // step does for every source alike, validated (readInput in reduce/src/pipeline/read.cpp).
+  // Thread CPU time, interleaved rounds, the ratio per round.
+  const auto csp = csp::reduce::cspProfileSource();
   std::size_t sink = 0;
+  const auto readAll = [&](const csp::reduce::ProfileSource& from, const std::vector<fs::path>& files, bool validate) {
+    return cpuSeconds([&] {
+      for (const auto& f : files) {
+        const auto p = from.read(f);
+        if (validate) csp::storage::validateProfile(p, f.string());
+        sink += p.cct.size();
+      }
+    });
+  };
+  Times read, readValidate;
   for (int round = 0; round < rounds; ++round) {
-    double cpu = 0;
-    cspTimes.push_back(seconds([&] {
-      cpu = cpuSeconds([&] {
-        for (const auto& f : cspFiles) sink += csp::storage::readProfile(f, {.validate = false}).cct.size();
-      });
-    }));
-    cspCpu.push_back(cpu);
-    hpcrunTimes.push_back(seconds([&] {
-      cpu = cpuSeconds([&] {
-        for (const auto& f : hpcrunFiles) sink += source->read(f).cct.size();
-      });
-    }));
-    hpcrunCpu.push_back(cpu);
+    read.csp.push_back(readAll(*csp, cspFiles, false));
+    read.hpcrun.push_back(readAll(*source, hpcrunFiles, false));
+    readValidate.csp.push_back(readAll(*csp, cspFiles, true));
+    readValidate.hpcrun.push_back(readAll(*source, hpcrunFiles, true));
   }
   std::uintmax_t hpcrunBytes = 0, cspBytes = 0;
   for (const auto& f : hpcrunFiles) hpcrunBytes += fs::file_size(f);
   for (const auto& f : cspFiles) cspBytes += fs::file_size(f);
-  std::printf("%zu profiles x %zu nodes (%zu nodes read)\n", profiles, nodes, sink / 6);
-  std::vector<double> perRound, cpuPerRound;
-  for (std::size_t r = 0; r < hpcrunTimes.size(); ++r) {
-    perRound.push_back(hpcrunTimes[r] / cspTimes[r]);
-    cpuPerRound.push_back(hpcrunCpu[r] / cspCpu[r]);
-  }
-  std::printf("read  hpcrun %.3f s (%.1f MB)  csp %.3f s (%.1f MB)  ratio %.2f  (per round: median %.2f)\n",
-              median(hpcrunTimes), hpcrunBytes / 1e6, median(cspTimes), cspBytes / 1e6,
-              median(hpcrunTimes) / median(cspTimes), median(perRound));
-  std::printf("read CPU  hpcrun %.3f s  csp %.3f s  per round: median ratio %.2f\n", median(hpcrunCpu), median(cspCpu),
-              median(cpuPerRound));
+  std::printf("%zu profiles x %zu nodes (nodes in %s; %.1f MB hpcrun, %.1f MB CSP; %zu nodes read)\n", profiles, nodes,
+              madeOrder ? "the order they were made" : "preorder, as hpcrun writes them", hpcrunBytes / 1e6,
+              cspBytes / 1e6, sink);
+  read.print("read (the source)", profiles * nodes);
+  readValidate.print("read + validate (the pipeline's read step)", profiles * nodes);
   if (!prof.empty()) {
     std::vector<double> h, c;
     for (int round = 0; round < 3; ++round) {

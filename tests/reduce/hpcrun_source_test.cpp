@@ -119,6 +119,27 @@ fs::path measurement(const fs::path& dir) {
   return meas;
 }
 
+// The nodes as hpcrun writes them: a preorder walk from the roots (each node before its
+// children), siblings in the order given.
+std::vector<hr::CctNode> inPreorder(const std::vector<hr::CctNode>& nodes) {
+  std::map<std::uint32_t, std::vector<std::size_t>> children;
+  for (std::size_t i = 0; i < nodes.size(); ++i) children[nodes[i].parent].push_back(i);
+  std::vector<hr::CctNode> out;
+  std::vector<std::size_t> stack;
+  const auto below = [&](std::uint32_t id) {
+    if (const auto it = children.find(id); it != children.end())
+      stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
+  };
+  below(0);
+  while (!stack.empty()) {
+    const std::size_t i = stack.back();
+    stack.pop_back();
+    out.push_back(nodes[i]);
+    below(nodes[i].id);
+  }
+  return out;
+}
+
 ThreadProfile readOne(const hr::Profile& p, const fs::path& file) {
   hr::write(p, file);
   return reduce::hpcrunProfileSource()->read(file);
@@ -212,6 +233,61 @@ TEST(HpcrunSource, AnyOrderOfTheNodesGivesTheSameProfile) {
   EXPECT_NO_THROW(storage::validateProfile(first, "f.hpcrun"));
   EXPECT_EQ(first.cct.size(), 1u + 12 - 3 + 3000);
   EXPECT_EQ(readOne(childrenFirst, dir / "c.hpcrun"), first);
+  // hpcrun's own layout, a preorder (read in one pass), with the node index in its order, by id
+  // or split, gives the same profile.
+  auto preorder = parentsFirst;
+  preorder.nodes = inPreorder(parentsFirst.nodes);
+  ASSERT_NE(preorder.nodes, parentsFirst.nodes);
+  for (const auto index : {hr::Profile::Index::CctOrder, hr::Profile::Index::ById, hr::Profile::Index::AsListed}) {
+    preorder.index = index;
+    EXPECT_EQ(readOne(preorder, dir / "p.hpcrun"), first) << static_cast<int>(index);
+  }
+}
+
+// Defects of a file in hpcrun's own layout (a preorder, read in one pass) are named as in any
+// other: the pass gives up and the general conversion names them.
+TEST(HpcrunSource, DamagedPreorderFilesGetTheSameErrors) {
+  TempDir dir("hpcrun-bad-preorder");
+  auto p = threadProfile(0, 0, 0x400);
+  p.nodes = inPreorder(p.nodes);
+  const auto file = dir / "bad.hpcrun";
+  auto expectError = [&](const hr::Profile& bad, const std::string& defect) {
+    const auto message = readError(hr::encode(bad), file);
+    EXPECT_NE(message.find(file.string() + ": " + defect), std::string::npos) << message;
+  };
+  auto twice = p;
+  twice.nodes.push_back({10, 8, 1, 0x10});
+  expectError(twice, "CCT: node id 10 appears twice");
+  auto unmapped = p;
+  unmapped.nodes.back().module = 9;
+  expectError(unmapped, "CCT: node");
+  auto orphan = p;
+  orphan.nodes.push_back({40, 99, 1, 0x10});
+  expectError(orphan, "CCT: node 40 has parent 99, which does not exist");
+  auto badMetric = p;
+  badMetric.values.push_back({10, 5, 1});
+  expectError(badMetric, "metric values: metric 5 at node 10 is not in the metric table");
+  auto metricTwice = p;
+  metricTwice.values.push_back({12, 1, 7});
+  expectError(metricTwice, "metric values: metric 1 appears twice at one node");
+  auto notInCct = p;
+  notInCct.values.push_back({77, 1, 7});
+  expectError(notInCct, "metric values: node 77 is not in the CCT");
+  EXPECT_EQ(readOne(p, dir / "good.hpcrun"), readOne(threadProfile(0, 0, 0x400), dir / "reversed.hpcrun"));
+  // Any byte of its CCT, metric table or values changed: a profile or one ProfileError, nothing else.
+  const std::string good = hr::encode(p);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 400; ++i) {
+    std::string bytes = good;
+    const std::size_t at = 200 + rng() % (bytes.size() - 200 - 112);
+    bytes[at] = static_cast<char>(rng());
+    hr::writeBytes(bytes, file);
+    try {
+      reduce::hpcrunProfileSource()->read(file);
+    } catch (const storage::ProfileError& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The source keeps its buffers per thread from one profile to the next: a profile read after
@@ -258,7 +334,7 @@ TEST(HpcrunSource, ValuesAreByMetricWhateverTheirOrderAndZerosAreNotStored) {
   EXPECT_EQ(readOne(reversed, dir / "r.hpcrun"), plain);
   // A node listed twice in the node index is one node all the same.
   auto split = threadProfile(1, 0, 0x400);
-  split.indexAsListed = true;
+  split.index = hr::Profile::Index::AsListed;
   std::stable_partition(split.values.begin(), split.values.end(), [](const hr::Value& v) { return v.metric == 1; });
   ASSERT_NE(split.values.front().node, split.values.back().node);
   EXPECT_EQ(readOne(split, dir / "s.hpcrun"), plain);

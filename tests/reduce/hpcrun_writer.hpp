@@ -40,6 +40,7 @@ struct CctNode {
   std::uint32_t id, parent;
   std::uint16_t module;
   std::uint64_t ip;
+  bool operator==(const CctNode&) const = default;
 };
 struct Id {
   std::uint16_t kind;
@@ -60,9 +61,10 @@ struct Profile {
   std::vector<Metric> metrics;
   std::vector<Id> idTuple;
   std::vector<Value> values;
-  // The node index: by node id, each node once (hpcrun's way), or one entry per run of one node's
-  // values as `values` lists them (a node may then be listed twice).
-  bool indexAsListed = false;
+  // The order of the node index (each node once, but with AsListed): the CCT's order, as hpcrun
+  // writes it (one walk writes both; nodes not in the CCT last, by id), by node id, or one entry
+  // per run of one node's values as `values` lists them (a node may then be listed twice).
+  enum class Index { CctOrder, ById, AsListed } index = Index::CctOrder;
 };
 
 class Bytes {
@@ -137,7 +139,7 @@ inline std::string encode(const Profile& p) {
     b.str(kinds[k]);
   }
   sections[9] = b.at();
-  // sparse values, grouped by node (in node id order)
+  // sparse values, grouped by node (in the order p.index says)
   sections[10] = b.at();
   b.put(p.idTuple.size(), 2);
   for (const auto& id : p.idTuple) {
@@ -146,7 +148,7 @@ inline std::string encode(const Profile& p) {
     b.put(id.logical, 8);
   }
   std::vector<std::pair<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint16_t>>>> byNode;
-  if (p.indexAsListed) {
+  if (p.index == Profile::Index::AsListed) {
     for (const auto& v : p.values) {
       if (byNode.empty() || byNode.back().first != v.node) byNode.push_back({v.node, {}});
       byNode.back().second.push_back({v.bits, v.metric});
@@ -154,7 +156,13 @@ inline std::string encode(const Profile& p) {
   } else {
     std::map<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint16_t>>> sorted;
     for (const auto& v : p.values) sorted[v.node].push_back({v.bits, v.metric});
-    byNode.assign(sorted.begin(), sorted.end());
+    if (p.index == Profile::Index::CctOrder)
+      for (const auto& n : p.nodes)
+        if (const auto it = sorted.find(n.id); it != sorted.end()) {
+          byNode.emplace_back(*it);
+          sorted.erase(it);
+        }
+    byNode.insert(byNode.end(), sorted.begin(), sorted.end());
   }
   b.put(p.values.size(), 8);
   b.put(byNode.size(), 4);

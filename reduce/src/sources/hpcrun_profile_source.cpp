@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,8 @@ constexpr std::size_t kFooterBytes = 14 * 8;
 constexpr std::size_t kHeaderBytes = 24;  // magic, version, endianness
 constexpr std::size_t kCctNodeBytes = 19;
 constexpr std::uint32_t kLastNodeEnd = 0x656E6421;  // "end!": the sentinel of the node index
+constexpr std::uint64_t kStampMask = 0xffffffff00000000ULL;
+constexpr std::uint64_t kNegativeZero = 0x8000000000000000ULL;  // a real -0.0: no value
 
 // hpcrun's load module 0 holds no code: its "offsets" are eight-character codes.
 constexpr std::uint64_t code(const char (&s)[9]) {
@@ -131,14 +134,23 @@ struct RawValue {
   std::uint64_t bits;
 };
 
-// What one file holds, before it becomes a ThreadProfile.
+// What one file holds, before it becomes a ThreadProfile. The CCT and the values stay the file's
+// bytes until a conversion (CctBuilder) reads them.
 struct HpcrunFile {
   std::vector<Setting> header;
   std::vector<std::pair<std::uint16_t, std::string>> loadmap;
-  std::vector<Node> nodes;
-  std::uint32_t maxNodeId = 0;
   std::vector<MetricDescriptor> metrics;
   IdTuple idTuple;
+  const unsigned char* cctRecords = nullptr;  // kCctNodeBytes each
+  std::uint64_t cctCount = 0;
+  const unsigned char* pairs = nullptr;  // (value, metric): 10 bytes each
+  std::uint64_t valueCount = 0;
+  const unsigned char* index = nullptr;  // (node id, first pair): 12 bytes each, then the sentinel
+  std::uint64_t indexCount = 0;          // its entries before the sentinel
+
+  // Decoded by the general conversion only.
+  std::vector<Node> nodes;
+  std::uint32_t maxNodeId = 0;
   std::vector<RawValue> values;
   struct Group {
     std::uint32_t node, begin, end;  // values[begin, end) are node's (hpcrun's id)
@@ -157,7 +169,7 @@ class Reader {
     const Footer f = footer();
     header(section(f.hdr, "header"), out.header);
     loadmap(section(f.loadmap, "load map"), out.loadmap);
-    cct(section(f.cct, "CCT"), out.nodes, out.maxNodeId);
+    cct(section(f.cct, "CCT"), out);
     metrics(section(f.metrics, "metric table"), out.metrics);
     values(section(f.values, "metric values"), out);
   }
@@ -226,18 +238,12 @@ class Reader {
   }
 
   // Records of id, parent id, load module, address and flags (whether the node came from an
-  // unwind: GPU operations do not), decoded in one pass.
-  static void cct(Cursor c, std::vector<Node>& out, std::uint32_t& maxId) {
+  // unwind: GPU operations do not), left for the conversion to decode.
+  static void cct(Cursor c, HpcrunFile& out) {
     const std::uint64_t n = c.uint(8);
     if (n > c.left() / kCctNodeBytes) c.fail(fmt::format("{} nodes declared, {} bytes hold fewer", n, c.left()));
-    const unsigned char* p = c.bytes(n * kCctNodeBytes);
-    out.resize(n);
-    maxId = 0;
-    for (auto& node : out) {
-      node = {be32(p), be32(p + 4), be16(p + 8), be64(p + 10)};
-      maxId = std::max(maxId, node.id);
-      p += kCctNodeBytes;
-    }
+    out.cctRecords = c.bytes(n * kCctNodeBytes);
+    out.cctCount = n;
     c.expectEnd();
   }
 
@@ -281,31 +287,16 @@ class Reader {
   }
 
   // The id tuple, then (value, metric) pairs in node order and the node index: (node id, first
-  // pair) per valued node, ended by a sentinel. Both arrays are decoded in one pass.
+  // pair) per valued node, ended by a sentinel; both arrays left for the conversion to decode.
   void values(Cursor c, HpcrunFile& out) const {
     idTuple(c, out.idTuple);
     const std::uint64_t count = c.uint(8);
     const std::uint64_t nodes = c.uint(4);
     if (count > c.left() / 10 || nodes > c.left() / 12) c.fail("more values than bytes");
-    const unsigned char* pairs = c.bytes(count * 10);
-    out.values.resize(count);
-    out.groups.clear();
-    std::uint32_t node = 0;
-    std::uint64_t start = 0;
-    for (std::uint64_t i = 0; i <= nodes; ++i) {
-      const unsigned char* entry = c.bytes(12);
-      const std::uint32_t nextNode = be32(entry);
-      const std::uint64_t nextStart = be64(entry + 4);
-      if (nextStart < start || nextStart > count || (i == 0 && nextStart != 0))
-        c.fail("the node index is not in order");
-      for (std::uint64_t k = start; k < nextStart; ++k)
-        out.values[k] = {node, be16(pairs + 10 * k + 8), be64(pairs + 10 * k)};
-      if (nextStart > start)
-        out.groups.push_back({node, static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(nextStart)});
-      node = nextNode;
-      start = nextStart;
-    }
-    if (node != kLastNodeEnd || start != count) c.fail("the node index does not end with its sentinel");
+    out.pairs = c.bytes(count * 10);
+    out.valueCount = count;
+    out.index = c.bytes((nodes + 1) * 12);
+    out.indexCount = nodes;
     c.expectEnd();
   }
 
@@ -361,7 +352,6 @@ LoadModule moduleAt(const std::string& path) {
 // (a worker reads thousands of the same shape): the file's bytes, its decoded sections and the
 // tables of the conversion keep their capacity, so that a profile allocates only its output.
 struct Scratch {
-  std::vector<char> bytes;
   HpcrunFile file;
   std::vector<std::uint32_t> dense;                           // position by hpcrun id, or empty
   std::vector<std::pair<std::uint32_t, std::uint32_t>> byId;  // else (hpcrun id, position), sorted
@@ -382,6 +372,16 @@ struct Scratch {
   std::vector<std::uint32_t> placeholders;  // CSP nodes whose frames wait for their modules
   std::vector<std::uint32_t> valueAt;
   std::vector<std::uint8_t> realMetric;  // by metric: real-valued
+  // convertPreorder's tables.
+  std::vector<std::uint64_t> recordById;  // by hpcrun id: stamp << 32 | record
+  std::uint64_t stamp = 0;                // of the profile read last
+  struct Visited {
+    std::uint32_t id, depth;
+    std::uint32_t node;  // CSP's; 0 for a special root (and above the roots)
+    PathStart start;     // of the paths below a special root (Unknown elsewhere)
+  };
+  std::vector<Visited> visited;
+  std::vector<std::uint32_t> path, entryNode;
 };
 
 Scratch& scratch() {
@@ -389,28 +389,31 @@ Scratch& scratch() {
   return s;
 }
 
-// The whole file into `bytes` (its capacity reused): one read, no zero fill of a buffer that the
-// file overwrites.
-std::string_view fileBytes(const fs::path& file, std::vector<char>& bytes) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) throw storage::ProfileError(file.string(), "cannot be opened");
-  struct stat st {};
-  std::size_t got = 0;
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  if (regular) {
-    if (bytes.size() < static_cast<std::size_t>(st.st_size)) bytes.resize(static_cast<std::size_t>(st.st_size));
-    while (got < static_cast<std::size_t>(st.st_size)) {
-      const ssize_t n = ::read(fd, bytes.data() + got, static_cast<std::size_t>(st.st_size) - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<std::size_t>(n);
-    }
+// The whole file, mapped as CSP's own profiles are: no copy into a buffer (measured: a read into
+// a reused buffer, or MAP_POPULATE, cost as much or more).
+class MappedBytes {
+ public:
+  explicit MappedBytes(const fs::path& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) throw storage::ProfileError(file.string(), "cannot be opened");
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    size_ = regular ? static_cast<std::size_t>(st.st_size) : 0;
+    if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (!regular || data_ == MAP_FAILED) throw storage::ProfileError(file.string(), "cannot be read");
   }
-  ::close(fd);
-  if (!regular || got != static_cast<std::size_t>(st.st_size))
-    throw storage::ProfileError(file.string(), "cannot be read");
-  return {bytes.data(), got};
-}
+  ~MappedBytes() {
+    if (data_ != nullptr && data_ != MAP_FAILED) ::munmap(data_, size_);
+  }
+  MappedBytes(const MappedBytes&) = delete;
+  MappedBytes& operator=(const MappedBytes&) = delete;
+  std::string_view bytes() const { return {static_cast<const char*>(data_), data_ == nullptr ? 0 : size_}; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 // hpcrun's CCT (ids, parents by id, in any order) -> CSP's (parents before children), with the
 // special roots and the fences below them left out: they only say how the paths below begin.
@@ -421,10 +424,14 @@ class CctBuilder {
       : name_(name), in_(in), out_(out), s_(s) {}
 
   void build() {
+    mapModules();
+    if (convertPreorder()) return;
+    forgetPreorder();
+    decodeCct();
+    decodeValues();
     indexNodes();
     linkChildren();
     groupValues();
-    mapModules();
     s_.placeholders.clear();
     if (parentsFirst_)
       orderInFileOrder();
@@ -436,6 +443,201 @@ class CctBuilder {
 
  private:
   [[noreturn]] void fail(const std::string& defect) const { throw storage::ProfileError(name_, defect); }
+
+  // hpcrun's own layout: it writes the CCT and the values in one walk, each node before its
+  // children (a preorder), so CSP's order (depth first, siblings in file order) is the file's,
+  // the special roots left out. Then one pass over the records converts the CCT and one over the
+  // pairs its values, straight from the file's bytes and without a branch that depends on the
+  // tree's shape (the branch mispredictions of a walk cost more than the rest). Returns false at
+  // the first thing this layout does not explain (another order, values listed apart from their
+  // node, a metric out of order, ids too sparse for the table by id, any defect): the general
+  // conversion then reads the file again and names the defect, if there is one.
+  bool convertPreorder() {
+    const std::uint64_t n = in_.cctCount;
+    if (n >= kNoIndex || in_.indexCount > n || be64(in_.index + 4) != 0) return false;
+    Preorder w = startPreorder(n);
+    const unsigned char* record = in_.cctRecords;
+    for (std::uint32_t at = 1; at <= n; ++at, record += kCctNodeBytes)
+      if (!preorderNode(at, record, w)) return false;
+    if (w.indexUsed != in_.indexCount || be32(in_.index + 12 * w.indexUsed) != kLastNodeEnd || !preorderValues(w))
+      return false;
+    endPreorder(w);
+    return true;
+  }
+
+  // convertPreorder's state. Records are numbered from 1 in file order ("at"); 0 stands above the
+  // roots, as the parent of id 0 (hpcrun's parent id of a root).
+  struct Preorder {
+    std::uint64_t* byId;          // the record of an id, valid if stamped with this profile's stamp
+    std::uint64_t stamp;          // this profile's, in the high half
+    std::uint32_t idLimit;        // ids below it fit byId
+    Scratch::Visited* visited;    // by record
+    std::uint32_t* path;          // path[d]: the record at depth d above the record read last
+    std::uint32_t depth = 0;      // of the record read last
+    std::uint32_t* entryNode;     // by node index entry: its CSP node
+    std::uint64_t indexUsed = 0;  // node index entries matched to records
+    std::uint32_t next = 1;       // CSP nodes made
+    bool anyStart = false;
+    std::uint32_t* parent;
+    PathStart* pathStart;
+    std::vector<AddressFrame>* frames;  // these grow: their elements are written once, not zeroed first
+    SparseValues* values;
+  };
+
+  // One record: its parent must be on the path to the record before it (else no preorder).
+  bool preorderNode(std::uint32_t at, const unsigned char* record, Preorder& w) {
+    const std::uint32_t id = be32(record), parentId = be32(record + 4);
+    if (id == 0 || id >= w.idLimit || parentId >= w.idLimit) return false;
+    if ((w.byId[id] & kStampMask) == w.stamp) return false;  // id twice
+    const std::uint64_t upEntry = w.byId[parentId];
+    if ((upEntry & kStampMask) != w.stamp) return false;  // no such parent before it
+    const auto up = static_cast<std::uint32_t>(upEntry);
+    const Scratch::Visited parent = w.visited[up];
+    if (parent.depth > w.depth || w.path[parent.depth] != up) return false;
+    w.byId[id] = w.stamp | at;
+    w.depth = parent.depth + 1;
+    w.path[w.depth] = at;
+    const bool valued = be32(in_.index + 12 * w.indexUsed) == id;  // the sentinel's id is beyond idLimit
+    const std::uint16_t module = be16(record + 8);
+    const std::uint64_t ip = be64(record + 10);
+    if (module == 0 && parent.node == 0 && !valued)
+      if (const auto start = specialStart(ip, parent.start)) {
+        w.visited[at] = {id, w.depth, 0, *start};
+        return true;
+      }
+    const std::uint32_t node = w.next++;
+    w.parent[node] = parent.node;
+    w.pathStart[node] = parent.start;  // Unknown below a CSP node
+    w.anyStart |= parent.start != PathStart::Unknown;
+    if (module == 0)
+      w.frames->push_back({placeholderModule(ip), 0});
+    else if (module < s_.moduleIndex.size() && s_.moduleIndex[module] != kNoIndex)
+      w.frames->push_back({s_.moduleIndex[module], ip});
+    else
+      return false;
+    w.visited[at] = {id, w.depth, node, PathStart::Unknown};
+    w.entryNode[w.indexUsed] = node;
+    w.indexUsed += valued ? 1 : 0;
+    return true;
+  }
+
+  // The pairs in order, each node's (a node index entry's) by metric; zeros are not stored (each
+  // pair is written, and kept by counting it: no branch on its value).
+  bool preorderValues(Preorder& w) const {
+    const std::uint64_t count = in_.valueCount;
+    if (count == 0 || in_.indexCount == 0) return count == 0 && in_.indexCount == 0;
+    const unsigned char* index = in_.index;
+    const unsigned char* pair = in_.pairs;
+    const std::uint8_t* real = s_.realMetric.data();
+    const std::size_t metrics = s_.realMetric.size();
+    std::uint64_t entry = 0, next = be64(index + 16);  // the first pair of the entry after it
+    if (next == 0) return false;                       // a first entry without values (its node is no valued node)
+    std::uint32_t previous = 0;                        // metric
+    w.values->node.resize(count);
+    w.values->metric.resize(count);
+    w.values->count.resize(count);
+    std::uint32_t* valueNode = w.values->node.data();
+    std::uint16_t* valueMetric = w.values->metric.data();
+    std::uint64_t* valueCount = w.values->count.data();
+    std::size_t stored = 0;
+    for (std::uint64_t v = 0; v < count; ++v, pair += 10) {
+      const bool advance = v == next;
+      entry += advance ? 1 : 0;
+      if (entry >= in_.indexCount) return false;  // values after the sentinel's first pair
+      next = be64(index + 12 * entry + 16);       // at most the sentinel's
+      const std::uint16_t metric = be16(pair + 8);
+      const std::uint64_t bits = be64(pair);
+      if ((next <= v) | (metric >= metrics) | (!advance & (v != 0) & (metric <= previous))) return false;
+      previous = metric;
+      valueNode[stored] = w.entryNode[entry];
+      valueMetric[stored] = metric;
+      valueCount[stored] = bits;
+      stored += ((bits != 0) & !((real[metric] != 0) & (bits == kNegativeZero))) ? 1 : 0;
+    }
+    w.values->node.resize(stored);
+    w.values->metric.resize(stored);
+    w.values->count.resize(stored);
+    return entry + 1 == in_.indexCount && next == count;
+  }
+
+  // The tables at the largest size the file can need; the output likewise, cut to size at the end.
+  Preorder startPreorder(std::uint64_t n) {
+    const std::size_t ids = std::min<std::size_t>(4 * n + 64, kLastNodeEnd);
+    if (s_.recordById.size() < ids) s_.recordById.resize(ids);
+    if (++s_.stamp == std::uint64_t{1} << 32) {  // wrapped: an old stamp could come back
+      std::fill(s_.recordById.begin(), s_.recordById.end(), 0);
+      s_.stamp = 1;
+    }
+    s_.recordById[0] = s_.stamp << 32;  // record 0 stands above the roots
+    s_.visited.resize(n + 1);
+    s_.visited[0] = {0, 0, 0, PathStart::Unknown};
+    s_.path.resize(n + 1);
+    s_.path[0] = 0;
+    s_.entryNode.resize(in_.indexCount + 1);
+    out_.cct.parent.resize(n + 1);
+    out_.cct.parent[0] = kNoIndex;
+    out_.cct.pathStart.resize(n + 1);
+    out_.cct.pathStart[0] = PathStart::Unknown;
+    out_.addressFrames.reserve(n);
+    s_.realMetric.resize(out_.metrics.size());
+    for (std::size_t m = 0; m < out_.metrics.size(); ++m)
+      s_.realMetric[m] = out_.metrics[m].valueType == ValueType::Real;
+    return {.byId = s_.recordById.data(),
+            .stamp = s_.stamp << 32,
+            .idLimit = static_cast<std::uint32_t>(ids),
+            .visited = s_.visited.data(),
+            .path = s_.path.data(),
+            .entryNode = s_.entryNode.data(),
+            .parent = out_.cct.parent.data(),
+            .pathStart = out_.cct.pathStart.data(),
+            .frames = &out_.addressFrames,
+            .values = &out_.values};
+  }
+  void endPreorder(const Preorder& w) {
+    out_.cct.parent.resize(w.next);
+    out_.cct.pathStart.resize(w.next);
+    endCct(w.anyStart);
+  }
+  // What convertPreorder made before it gave up.
+  void forgetPreorder() {
+    out_.modules.resize(in_.loadmap.size());
+    placeholderModules_.clear();
+    out_.addressFrames.clear();
+    out_.values = {};
+  }
+
+  // The general conversion's tables: every record and value decoded.
+  void decodeCct() {
+    const unsigned char* p = in_.cctRecords;
+    in_.nodes.resize(in_.cctCount);
+    in_.maxNodeId = 0;
+    for (auto& node : in_.nodes) {
+      node = {be32(p), be32(p + 4), be16(p + 8), be64(p + 10)};
+      in_.maxNodeId = std::max(in_.maxNodeId, node.id);
+      p += kCctNodeBytes;
+    }
+  }
+  void decodeValues() {
+    const std::uint64_t count = in_.valueCount;
+    in_.values.resize(count);
+    in_.groups.clear();
+    std::uint32_t node = 0;
+    std::uint64_t start = 0;
+    for (std::uint64_t i = 0; i <= in_.indexCount; ++i) {
+      const unsigned char* entry = in_.index + 12 * i;
+      const std::uint32_t nextNode = be32(entry);
+      const std::uint64_t nextStart = be64(entry + 4);
+      if (nextStart < start || nextStart > count || (i == 0 && nextStart != 0))
+        fail("metric values: the node index is not in order");
+      for (std::uint64_t k = start; k < nextStart; ++k)
+        in_.values[k] = {node, be16(in_.pairs + 10 * k + 8), be64(in_.pairs + 10 * k)};
+      if (nextStart > start)
+        in_.groups.push_back({node, static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(nextStart)});
+      node = nextNode;
+      start = nextStart;
+    }
+    if (node != kLastNodeEnd || start != count) fail("metric values: the node index does not end with its sentinel");
+  }
 
   // hpcrun numbers its nodes densely (ids up to about twice their count): a table by id, else a
   // sorted list of (id, position).
@@ -669,7 +871,7 @@ class CctBuilder {
   void placeholderFrames() {
     std::sort(s_.placeholders.begin(), s_.placeholders.end());
     for (const std::uint32_t node : s_.placeholders)
-      out_.addressFrames[node - 1] = {placeholderModule(in_.nodes[s_.positionOf[node - 1]]), 0};
+      out_.addressFrames[node - 1] = {placeholderModule(in_.nodes[s_.positionOf[node - 1]].ip), 0};
   }
 
   // In CSP's node order, each node's values: counted per node, then placed, both in file order.
@@ -722,17 +924,21 @@ class CctBuilder {
   std::optional<PathStart> specialRoot(std::uint32_t i, PathStart inherited) const {
     const Node& n = in_.nodes[i];
     if (n.module != 0 || valued(i)) return std::nullopt;
-    if (n.ip == kRootPrimary) return PathStart::Complete;
-    if (n.ip == kRootPartial) return PathStart::Partial;
-    if (inherited == PathStart::Complete && (n.ip == kFenceMain || n.ip == kFenceThread)) return inherited;
+    return specialStart(n.ip, inherited);
+  }
+  // The same for a placeholder of code `ip` at the root level, whose values are none.
+  static std::optional<PathStart> specialStart(std::uint64_t ip, PathStart inherited) {
+    if (ip == kRootPrimary) return PathStart::Complete;
+    if (ip == kRootPartial) return PathStart::Partial;
+    if (inherited == PathStart::Complete && (ip == kFenceMain || ip == kFenceThread)) return inherited;
     return std::nullopt;
   }
 
   // A placeholder other than the roots and fences stands for no code: a module of its own, named
   // by its code ("[placeholder NoActvty]"), which attribution makes the procedure "NoActvty" of
   // the module "[placeholder]" (attribution.hpp), so that views show what hpcrun recorded.
-  std::uint32_t placeholderModule(const Node& n) {
-    const std::string path = kPlaceholderModulePrefix + codeText(n.ip) + "]";
+  std::uint32_t placeholderModule(std::uint64_t code) {
+    const std::string path = kPlaceholderModulePrefix + codeText(code) + "]";
     const auto [it, added] = placeholderModules_.emplace(path, out_.modules.size());
     if (added) out_.modules.push_back(moduleAt(path));
     return it->second;
@@ -786,7 +992,8 @@ class HpcrunProfileSource final : public ProfileSource {
   ThreadProfile read(const fs::path& entry) const override {
     const std::string name = entry.string();
     Scratch& s = scratch();
-    Reader(name, fileBytes(entry, s.bytes)).read(s.file);
+    const MappedBytes file(entry);
+    Reader(name, file.bytes()).read(s.file);
     HpcrunFile& in = s.file;
     ThreadProfile p;
     p.frameKind = FrameKind::Address;
