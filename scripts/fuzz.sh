@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS [BUILD_DIR]]: builds the libFuzzer targets with clang (ASan + UBSan, and
-# libFuzzer's coverage hooks in every library they link) and runs each for SECONDS: the profile
-# reader (seeded with valid profiles from csp-gen), then the metrics decoders and expression
-# parsers. Exits non-zero if a fuzzer finds a crash (keeping the reproducer) or if the profile
-# reader target never gets past its early checks (it prints how far its inputs got).
-# BUILD_DIR: the clang build tree (default build-fuzz).
-# scripts/fuzz.sh --build-only [BUILD_DIR]: only the build (scripts/test.sh runs it beside the tests).
+# libFuzzer's coverage hooks in every library they link; the sanitizer tree of scripts/sanitize.sh)
+# and runs each for SECONDS, side by side: the profile reader (seeded with valid profiles from
+# csp-gen) and the metrics decoders and expression parsers. Exits non-zero if a fuzzer finds a
+# crash (keeping the reproducer) or if a target never gets past its early checks (it prints how
+# far its inputs got).
+# BUILD_DIR: the clang build tree (default build-sanitize).
+# scripts/fuzz.sh --build-only [BUILD_DIR]: only the build.
 # scripts/fuzz.sh --no-build SECONDS [BUILD_DIR]: only the run, of targets built before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,14 +16,15 @@ case "${1:-}" in
   --no-build) build=0; shift ;;
 esac
 seconds=${1:-60}
-bdir=${2:-build-fuzz}
+bdir=${2:-build-sanitize}
 if [[ $build == 1 ]]; then
-  bash scripts/build.sh "$bdir" Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DCSP_SANITIZE=ON -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -- profile_reader_fuzz metrics_fuzz csp-gen
+  bash scripts/sanitize.sh --build-only "$bdir"
 fi
 [[ $run == 0 ]] && exit 0
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+declare -A fuzzers
+# A fuzzer still running when the script stops (the other one failed) is stopped with it.
+trap 'kill "${fuzzers[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/seeds"
 "$bdir"/launcher/csp-gen -q --ranks 2 --threads 2 --nodes 60 --regions -o "$work/seeds/synthetic"
 "$bdir"/launcher/csp-gen -q --from-json tests/data/fig75.json -o "$work/seeds/fig75"
@@ -37,17 +39,23 @@ done
 some=("$work"/seeds/synthetic/*.cspprof)
 cat "${some[@]:0:3}" >"$work/corpus/bundle-of-3"
 printf '\021' >>"$work/corpus/bundle-of-3"
-fuzz() {  # fuzz NAME BINARY CORPUS...
+fuzz() {  # fuzz NAME BINARY CORPUS...: runs in the background; `verdict NAME` checks it
   local name=$1 binary=$2
   shift 2
-  local tag=${name// /-} status=0
+  local tag=${name// /-}
   "$binary" -max_total_time="$seconds" -max_len=65536 -artifact_prefix="$work/$tag-" "$@" \
-    >"$work/$tag.log" 2>&1 || status=$?
+    >"$work/$tag.log" 2>&1 &
+  fuzzers[$tag]=$!
+}
+verdict() {  # verdict NAME
+  local name=$1 tag=${1// /-} status=0
+  wait "${fuzzers[$tag]}" || status=$?
+  unset "fuzzers[$tag]"
   grep -E '^Done|ERROR|SUMMARY' "$work/$tag.log" || true
   if [[ $status -ne 0 ]]; then
     tail -n 40 "$work/$tag.log" >&2
     echo "fuzz: $name crashed; reproducer and log in $work (kept)" >&2
-    trap - EXIT
+    trap 'kill "${fuzzers[@]}" 2>/dev/null || true' EXIT
     exit 1
   fi
   echo "fuzz: $name ${seconds} s, no crash"
@@ -93,6 +101,8 @@ for line in sys.stdin:
 ' "$work/metrics-corpus"
 fi
 fuzz "profile reader" "$bdir"/tests/fuzz/profile_reader_fuzz "$work/corpus"
+fuzz "metrics decoders and expressions" "$bdir"/tests/metrics/metrics_fuzz "$work/metrics-corpus"
+verdict "profile reader"
 # The reader target must get past its early checks: some inputs parse, some fail the structural
 # checks behind the decoder (a run stuck at the checksum or the header would show zeros here).
 stats=$(grep -E '^profile_reader_fuzz: ' "$work/profile-reader.log" | tail -n 1 || true)
@@ -102,7 +112,7 @@ if [[ -z "$stats" || "${parsed:-0}" -eq 0 || "${structural:-0}" -eq 0 ]]; then
   echo "fuzz: the profile reader target never got past its early checks" >&2
   exit 1
 fi
-fuzz "metrics decoders and expressions" "$bdir"/tests/metrics/metrics_fuzz "$work/metrics-corpus"
+verdict "metrics decoders and expressions"
 stats=$(grep -E '^metrics_fuzz: accepted' "$work/metrics-decoders-and-expressions.log" | tail -n 1 || true)
 echo "${stats:-metrics_fuzz: no statistics printed}"
 if [[ -z "$stats" ]] || grep -qE ' 0( |$)' <<<"$stats"; then

@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# scripts/sanitize.sh [BUILD_DIR]: builds the AddressSanitizer + UndefinedBehaviorSanitizer subset
-# (gcc, Debug, default build-asan: the profile reader, generator, database, metrics and
-# loop-recovery tests) and runs the tests labelled `sanitize` in it. The loop-recovery tests check
-# the loops of the test programs as gcc compiles them, so this tree uses the Release compiler;
-# the fuzz targets need clang and have their own tree (scripts/fuzz.sh).
+# scripts/sanitize.sh [--build-only] [BUILD_DIR]: the sanitizer tree and its tests.
+#   Builds, with clang in BUILD_DIR (default build-sanitize, Debug), AddressSanitizer +
+#   UndefinedBehaviorSanitizer + libFuzzer's coverage hooks in every library: the tests labelled
+#   `sanitize` (profile reader, generator, database, metrics, loop recovery) and the fuzz targets
+#   (scripts/fuzz.sh runs them), then runs those tests. One tree for both: the libraries under
+#   test are compiled once, and clang compiles them instrumented in about half of gcc's time.
+#   The loop-recovery tests check the loops of the test programs as gcc compiles them: they read
+#   the Release tree's programs (build/tests/apps), which this script builds first when missing.
 #   CSP_TEST_JOBS=N   tests run side by side (default: 2 per core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bdir=${1:-build-asan}
-bash scripts/build.sh "$bdir" Debug -DCSP_SANITIZE=ON -DCSP_BUILD_BENCH=OFF -- \
-  csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests
+tests=1
+if [[ "${1:-}" == "--build-only" ]]; then
+  tests=0
+  shift
+fi
+bdir=${1:-build-sanitize}
+apps=build/tests/apps
+for app in csp-app-loops-O2 csp-app-loops-O3 csp-app-loops-nounwind csp-app-loops-clang; do
+  if [[ ! -x $apps/$app ]]; then
+    bash scripts/build.sh build Release -- csp-app-loops-O2 csp-app-loops-O3 csp-app-loops-nounwind csp_app_loops_clang
+    break
+  fi
+done
+bash scripts/build.sh "$bdir" Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCSP_SANITIZE=ON \
+  -DCSP_FUZZ=ON -DCSP_BUILD_BENCH=OFF -DCSP_LOOP_APPS_DIR="$PWD/$apps" -- \
+  csp_profile_tests csp_synth_tests csp_db_tests csp_db_test_writer csp_metrics_tests csp_structure_tests \
+  profile_reader_fuzz metrics_fuzz csp-gen
+[[ $tests == 1 ]] || exit 0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$bdir" --output-on-failure -j "${CSP_TEST_JOBS:-$(($(nproc) * 2))}" -L sanitize

@@ -69,26 +69,16 @@ finish() {  # finish NAME TITLE: waits for the job, shows its output, stops the 
   unset "pids[$1]"
 }
 background tidy bash scripts/lint.sh HEAD~1
-background asan bash scripts/sanitize.sh build-asan
-if [[ "$fuzz_seconds" -gt 0 ]]; then
-  background fuzz-build bash scripts/fuzz.sh --build-only
-fi
+background sanitize bash scripts/sanitize.sh
 
-stage "unit and integration tests (Release; clang-tidy, the sanitizer build and suite and the fuzz build run beside them)"
+stage "unit and integration tests (Release; clang-tidy and the sanitizer tree's build and tests run beside them)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 finish tidy "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
+finish sanitize "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang; scripts/sanitize.sh)"
 if [[ "$fuzz_seconds" -gt 0 ]]; then
-  # The fuzz run starts when the Release tests are done: it runs for a wall-clock time, which the
-  # tests' load would shorten in effect. The sanitizer suite may still be running beside it.
-  finish fuzz-build "libFuzzer build (clang)"
-  stage "fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s each (beside the sanitizer suite)"
-  background fuzz bash scripts/fuzz.sh --no-build "$fuzz_seconds"
-fi
-# The sanitizer tree is built with the Release compiler (gcc): the loop-recovery tests check the
-# loops of the test programs as gcc compiles them; the fuzz targets need clang (scripts/fuzz.sh).
-finish asan "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/sanitize.sh)"
-if [[ "$fuzz_seconds" -gt 0 ]]; then
-  finish fuzz "libFuzzer run"
+  # After the tests: the fuzzers run for a wall-clock time, which the tests' load would shorten.
+  stage "fuzzing the profile reader and the metrics decoders/expressions, ${fuzz_seconds} s side by side"
+  bash scripts/fuzz.sh --no-build "$fuzz_seconds"
 fi
 stage "done"

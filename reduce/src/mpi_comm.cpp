@@ -47,16 +47,43 @@ std::chrono::milliseconds graceFromEnvironment() {
 
 }  // namespace
 
-MpiSession::MpiSession(int& argc, char**& argv) {
+bool launchedByMpiLauncher() {
+  // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (MPICH's and Intel MPI's hydra,
+  // srun --mpi=pmi2), MVAPICH, Cray's aprun, and any srun task.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "MV2_COMM_WORLD_RANK",
+                           "ALPS_APP_PE", "SLURM_STEP_ID"})
+    if (const char* v = std::getenv(name); v && *v) return true;
+  return false;
+}
+
+namespace {
+
+// CSP_MPI: "always" starts MPI even without a launcher (a singleton), "never" never starts it;
+// unset or "auto": started when a launcher started this process.
+bool startMpi() {
+  const char* v = std::getenv("CSP_MPI");
+  const std::string mode = v ? v : "";
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  return launchedByMpiLauncher();
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int& argc, char**& argv) : started_(startMpi()) {
+  if (!started_) return;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+MpiSession::~MpiSession() {
+  if (started_) MPI_Finalize();
+}
 
 Comm::Comm(MPI_Comm comm) : comm_(comm), grace_(graceFromEnvironment()) {
+  if (comm == MPI_COMM_NULL) return;  // one process, no MPI: rank 0 of 1, no collective calls MPI
   mpiCheck(MPI_Comm_rank(comm, &rank_), "Comm_rank");
   mpiCheck(MPI_Comm_size(comm, &size_), "Comm_size");
 }

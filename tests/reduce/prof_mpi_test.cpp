@@ -144,6 +144,31 @@ INSTANTIATE_TEST_SUITE_P(Profiles, ProfMatrix,
                                            MatrixCase{64, kEveryCount}, MatrixCase{1000, {1, 3, 8}}),
                          [](const auto& info) { return std::to_string(info.param.profiles) + "profiles"; });
 
+// Without a launcher csp-prof-mpi does not start MPI (an Open MPI singleton spawns a runtime
+// daemon, and outside a job some MPIs cannot start at all): an MPI that cannot initialize (a
+// transport that does not exist) does not stop it, while CSP_MPI=always does start MPI and fails
+// on it. The database is the one of mpirun -np 1.
+TEST(ProfLauncher, WithoutALauncherNoMpiIsStartedAndTheDatabaseIsTheSame) {
+  TempDir dir("prof-no-launcher");
+  const auto meas = unevenInput(dir, 7);
+  const std::string noLauncher =
+      "env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_RANK -u PMI_SIZE -u PMI_FD -u MV2_COMM_WORLD_RANK "
+      "-u ALPS_APP_PE -u SLURM_STEP_ID OMPI_MCA_pml=csp-no-such-transport ";
+  const auto solo = dir / "solo";
+  auto r =
+      run(noLauncher + "timeout -k 5 60 " + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + solo.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(noLauncher + "CSP_MPI=always timeout -k 5 60 " + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " +
+          (dir / "singleton").string());
+  EXPECT_NE(r.status, 0) << "MPI was not started with CSP_MPI=always: " << r.output;
+  EXPECT_NE(r.status, 124) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "singleton"));
+  const auto launched = dir / "launched";
+  r = run(limited(60, 1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + launched.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(csp::test::dumpDatabase(solo), csp::test::dumpDatabase(launched));
+}
+
 // Bundles (csp-run appends the profiles of threads that end while their process runs to one
 // file per process): the same profiles, as bundles beside single files, give the same views,
 // and the same database for any process count; a bundle given twice is refused.

@@ -648,7 +648,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> symbolRanges(const std::str
 
 class LoopAttribution : public ::testing::TestWithParam<std::string> {
  protected:
-  std::string binary() const { return std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-loops-" + GetParam(); }
+  std::string binary() const { return std::string(CSP_LOOP_APPS_DIR) + "/csp-app-loops-" + GetParam(); }
 
   // The loops (lines, outermost first) and the inlined procedures of every address's chain in
   // the functions named `prefix`.
@@ -798,7 +798,7 @@ INSTANTIATE_TEST_SUITE_P(OptimizationLevels, LoopAttribution, ::testing::Values(
 // A stripped program without unwind tables: no symbol and no FDE covers its functions, but
 // main calls them directly, so each is one procedure named after its start, not one per address.
 TEST(FunctionBounds, DirectCallTargetsGroupStrippedCodePerFunction) {
-  const std::string binary = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-loops-nounwind";
+  const std::string binary = std::string(CSP_LOOP_APPS_DIR) + "/csp-app-loops-nounwind";
   const auto ranges = symbolRanges(binary + ".full", "(anonymous namespace)::findFirst");
   ASSERT_EQ(ranges.size(), 1u);
   const auto [begin, end] = ranges[0];
@@ -824,7 +824,7 @@ TEST(FunctionBounds, DirectCallTargetsGroupStrippedCodePerFunction) {
 TEST(LoopAttributionOff, NoLoopsWhenTurnedOff) {
   StringTable strings;
   Attributor attributor(strings, {{}, false, "", {}});
-  const std::string binary = std::string(CSP_BINARY_DIR) + "/tests/apps/csp-app-loops-O2";
+  const std::string binary = std::string(CSP_LOOP_APPS_DIR) + "/csp-app-loops-O2";
   const LoadModule module{binary, {}, 0, 0, 0};
   for (const auto& [begin, end] : symbolRanges(binary, "(anonymous namespace)::triple"))
     for (std::uint64_t a = begin; a < end; ++a)

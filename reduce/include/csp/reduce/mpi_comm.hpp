@@ -10,8 +10,9 @@
 //    its message, runs the abort hooks (removing temporary files) and calls MPI_Abort.
 //  * Callbacks that run between the MPI calls of one collective (the merge of reduceTree) are
 //    caught inside it, so a collective is never left half done.
-// No other code calls MPI, so a new phase cannot desynchronize the ranks. Works with a single
-// process and no launcher (MPI singleton).
+// No other code calls MPI, so a new phase cannot desynchronize the ranks. Without a launcher
+// (no MPI or PMI rank in the environment) MPI is not started at all: one process, no collective
+// calls MPI, and no MPI runtime daemon is spawned for a singleton (docs/postprocessing.md).
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -33,7 +34,9 @@ namespace csp::reduce {
 
 // MPI for the lifetime of this object (csp-prof-mpi's main()): MPI_Init_thread (funneled: only
 // the thread that made it calls MPI) on construction, MPI_Finalize on destruction, so that every
-// way out of main ends MPI once.
+// way out of main ends MPI once. Started by a launcher (launchedByMpiLauncher()) or when
+// CSP_MPI=always; otherwise (or CSP_MPI=never) the process is rank 0 of 1 and world() is
+// MPI_COMM_NULL, which Comm takes as "one process, no MPI".
 class MpiSession {
  public:
   MpiSession(int& argc, char**& argv);
@@ -42,12 +45,17 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
-  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  MPI_Comm world() const { return started_ ? MPI_COMM_WORLD : MPI_COMM_NULL; }
 
  private:
   int rank_ = 0;
   int size_ = 1;
+  bool started_ = false;
 };
+
+// Whether this process was started by an MPI launcher (mpirun/mpiexec of Open MPI, MPICH, Intel
+// MPI, MVAPICH; srun; aprun): a rank or PMI variable one of them sets is in the environment.
+bool launchedByMpiLauncher();
 
 // Thrown by a collective on the healthy ranks when another rank has failed.
 class PeerFailure : public std::runtime_error {
@@ -63,6 +71,7 @@ class Comm {
  public:
   // `grace`: how long fail() waits for the other ranks before aborting the job
   // (CSP_FAILURE_GRACE_SECONDS overrides the default of 10 s).
+  // MPI_COMM_NULL: one process without MPI (MpiSession without a launcher).
   explicit Comm(MPI_Comm comm);
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
