@@ -7,7 +7,7 @@
 #                              measured programs, batch jobs or benchmarks (labels integration,
 #                              batch, slurm, bench left out)
 #   CSP_FUZZ_SECONDS=N         length of each fuzz run (default 10; 0 skips them)
-#   CSP_TEST_JOBS=N            tests run side by side (default: 2 per core; most tests wait for
+#   CSP_TEST_JOBS=N            tests run side by side (default: 3 per core; most tests wait for
 #                              the processes they start more than they compute)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ for arg in "$@"; do
     *) echo "test.sh: unknown argument '$arg' (--quick, --help)" >&2; exit 2 ;;
   esac
 done
-jobs=${CSP_TEST_JOBS:-$(($(nproc) * 2))}
+jobs=${CSP_TEST_JOBS:-$(($(nproc) * 3))}
 started=$SECONDS
 stage() { echo "== [$((SECONDS - started)) s] $*"; }
 

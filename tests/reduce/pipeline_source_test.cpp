@@ -16,20 +16,20 @@ namespace {
 
 using namespace csp;
 
-// MPI for the whole test program: runProf needs a communicator.
+// MPI for the whole test program, as csp-prof-mpi has it (not started without a launcher):
+// runProf needs a communicator, world().
+std::unique_ptr<reduce::MpiSession> session;
 class MpiEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     static int argc = 0;
     static char** argv = nullptr;
-    session_ = std::make_unique<reduce::MpiSession>(argc, argv);
+    session = std::make_unique<reduce::MpiSession>(argc, argv);
   }
-  void TearDown() override { session_.reset(); }
-
- private:
-  std::unique_ptr<reduce::MpiSession> session_;
+  void TearDown() override { session.reset(); }
 };
 const auto* const kMpi = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+MPI_Comm world() { return session->world(); }
 
 constexpr double kGpuSeconds = 0.25;  // of profile k: (k + 1) x this, exact in binary
 
@@ -129,7 +129,7 @@ class PipelineSource : public ::testing::Test {
   // The message of a run that fails (a sink is used once: each run gets a fresh one).
   std::string failure(reduce::ProfOptions o) const {
     o.sinks = {databaseAt(dir_ / "db")};
-    reduce::Comm comm(MPI_COMM_WORLD);
+    reduce::Comm comm(world());
     try {
       reduce::runProf(comm, o);
     } catch (const reduce::PipelineError& e) {
@@ -150,7 +150,7 @@ const storage::CctNode* findProcedure(const std::vector<storage::CctNode>& cct, 
 }
 
 TEST_F(PipelineSource, FakeFormatWithRealMetricsGpuIdsAndPathStartsReachesTheDatabase) {
-  reduce::Comm comm(MPI_COMM_WORLD);
+  reduce::Comm comm(world());
   const auto summary = reduce::runProf(comm, options(std::make_shared<FakeSource>()));
   EXPECT_EQ(summary.profiles, 3u);
   ASSERT_TRUE(std::any_of(summary.measurementWarnings.begin(), summary.measurementWarnings.end(), [](const auto& w) {
@@ -203,7 +203,7 @@ TEST_F(PipelineSource, FakeFormatWithRealMetricsGpuIdsAndPathStartsReachesTheDat
 // instead of reading, validating and projecting it a second time (docs/postprocessing.md).
 TEST_F(PipelineSource, ProfilesWithoutRegionsAreReadOnce) {
   auto source = std::make_shared<FakeSource>();
-  reduce::Comm comm(MPI_COMM_WORLD);
+  reduce::Comm comm(world());
   const auto summary = reduce::runProf(comm, options(source));
   EXPECT_EQ(summary.profiles, 3u);
   EXPECT_EQ(source->reads.load(), 3u);
@@ -230,7 +230,7 @@ TEST_F(PipelineSource, EveryProfileIsValidatedAfterItsSourceReadsIt) {
   EXPECT_NE(message.find("t1.fake: values are not sorted by (node, metric)"), std::string::npos) << message;
 
   o.pipeline.skipInvalid = true;
-  reduce::Comm comm(MPI_COMM_WORLD);
+  reduce::Comm comm(world());
   const auto summary = reduce::runProf(comm, o);
   EXPECT_EQ(summary.profiles, 2u);
   ASSERT_EQ(summary.skipped.size(), 1u);
