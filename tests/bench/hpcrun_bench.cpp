@@ -21,7 +21,6 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,27 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace hr = csp::test::hpcrun;
-
-// The nodes in hpcrun's file order: a preorder walk from the roots (hpcrun writes its CCT and
-// its values in one walk, each node before its children), siblings in the order they were made.
-std::vector<hr::CctNode> inPreorder(const std::vector<hr::CctNode>& made) {
-  std::map<std::uint32_t, std::vector<std::size_t>> children;
-  for (std::size_t i = 0; i < made.size(); ++i) children[made[i].parent].push_back(i);
-  std::vector<hr::CctNode> out;
-  std::vector<std::size_t> stack;
-  const auto pushChildren = [&](std::uint32_t id) {
-    const auto it = children.find(id);
-    if (it != children.end()) stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
-  };
-  pushChildren(0);
-  while (!stack.empty()) {
-    const std::size_t i = stack.back();
-    stack.pop_back();
-    out.push_back(made[i]);
-    pushChildren(made[i].id);
-  }
-  return out;
-}
 
 // Profile `seed`: one of two trees (threads of one program share their call paths, as in the
 // postproc scenario), its values its own. Node ids are in the order the nodes were made (each
@@ -76,7 +54,7 @@ hr::Profile shape(std::size_t nodes, std::uint64_t seed, bool madeOrder) {
       if (values() % 2 == 0) p.values.push_back({2 * (i + 1), 1, 1000000 * (1 + values() % 100)});
     }
   }
-  if (!madeOrder) p.nodes = inPreorder(p.nodes);
+  if (!madeOrder) p.nodes = hr::inPreorder(p.nodes);
   return p;
 }
 

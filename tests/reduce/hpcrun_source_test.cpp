@@ -119,27 +119,6 @@ fs::path measurement(const fs::path& dir) {
   return meas;
 }
 
-// The nodes as hpcrun writes them: a preorder walk from the roots (each node before its
-// children), siblings in the order given.
-std::vector<hr::CctNode> inPreorder(const std::vector<hr::CctNode>& nodes) {
-  std::map<std::uint32_t, std::vector<std::size_t>> children;
-  for (std::size_t i = 0; i < nodes.size(); ++i) children[nodes[i].parent].push_back(i);
-  std::vector<hr::CctNode> out;
-  std::vector<std::size_t> stack;
-  const auto below = [&](std::uint32_t id) {
-    if (const auto it = children.find(id); it != children.end())
-      stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
-  };
-  below(0);
-  while (!stack.empty()) {
-    const std::size_t i = stack.back();
-    stack.pop_back();
-    out.push_back(nodes[i]);
-    below(nodes[i].id);
-  }
-  return out;
-}
-
 ThreadProfile readOne(const hr::Profile& p, const fs::path& file) {
   hr::write(p, file);
   return reduce::hpcrunProfileSource()->read(file);
@@ -236,7 +215,7 @@ TEST(HpcrunSource, AnyOrderOfTheNodesGivesTheSameProfile) {
   // hpcrun's own layout, a preorder (read in one pass), with the node index in its order, by id
   // or split, gives the same profile.
   auto preorder = parentsFirst;
-  preorder.nodes = inPreorder(parentsFirst.nodes);
+  preorder.nodes = hr::inPreorder(parentsFirst.nodes);
   ASSERT_NE(preorder.nodes, parentsFirst.nodes);
   for (const auto index : {hr::Profile::Index::CctOrder, hr::Profile::Index::ById, hr::Profile::Index::AsListed}) {
     preorder.index = index;
@@ -249,7 +228,7 @@ TEST(HpcrunSource, AnyOrderOfTheNodesGivesTheSameProfile) {
 TEST(HpcrunSource, DamagedPreorderFilesGetTheSameErrors) {
   TempDir dir("hpcrun-bad-preorder");
   auto p = threadProfile(0, 0, 0x400);
-  p.nodes = inPreorder(p.nodes);
+  p.nodes = hr::inPreorder(p.nodes);
   const auto file = dir / "bad.hpcrun";
   auto expectError = [&](const hr::Profile& bad, const std::string& defect) {
     const auto message = readError(hr::encode(bad), file);

@@ -195,4 +195,25 @@ inline void writeBytes(const std::string& bytes, const std::filesystem::path& fi
   std::ofstream(file, std::ios::binary) << bytes;
 }
 
+// The nodes as hpcrun writes them: a preorder walk from the roots (each node before its
+// children), siblings in the order given.
+inline std::vector<CctNode> inPreorder(const std::vector<CctNode>& nodes) {
+  std::map<std::uint32_t, std::vector<std::size_t>> children;
+  for (std::size_t i = 0; i < nodes.size(); ++i) children[nodes[i].parent].push_back(i);
+  std::vector<CctNode> out;
+  std::vector<std::size_t> stack;
+  const auto below = [&](std::uint32_t id) {
+    if (const auto it = children.find(id); it != children.end())
+      stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
+  };
+  below(0);
+  while (!stack.empty()) {
+    const std::size_t i = stack.back();
+    stack.pop_back();
+    out.push_back(nodes[i]);
+    below(nodes[i].id);
+  }
+  return out;
+}
+
 }  // namespace csp::test::hpcrun
