@@ -45,6 +45,21 @@ std::chrono::milliseconds graceFromEnvironment() {
   return std::chrono::milliseconds(10'000);
 }
 
+// CSP_MPI: "always" starts MPI even without a launcher (a singleton), "never" never starts it;
+// unset, empty or "auto": started when a launcher started this process. Anything else is refused
+// before MPI starts (exit 2, as for a bad option), on every process alike.
+bool startMpi() {
+  const char* v = std::getenv("CSP_MPI");
+  const std::string mode = v ? v : "";
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  if (!mode.empty() && mode != "auto") {
+    std::fprintf(stderr, "error: CSP_MPI='%s': expected auto, always or never\n", mode.c_str());
+    std::exit(2);
+  }
+  return launchedByMpiLauncher();
+}
+
 }  // namespace
 
 bool launchedByMpiLauncher() {
@@ -55,20 +70,6 @@ bool launchedByMpiLauncher() {
     if (const char* v = std::getenv(name); v && *v) return true;
   return false;
 }
-
-namespace {
-
-// CSP_MPI: "always" starts MPI even without a launcher (a singleton), "never" never starts it;
-// unset or "auto": started when a launcher started this process.
-bool startMpi() {
-  const char* v = std::getenv("CSP_MPI");
-  const std::string mode = v ? v : "";
-  if (mode == "always") return true;
-  if (mode == "never") return false;
-  return launchedByMpiLauncher();
-}
-
-}  // namespace
 
 MpiSession::MpiSession(int& argc, char**& argv) : started_(startMpi()) {
   if (!started_) return;

@@ -163,6 +163,11 @@ TEST(ProfLauncher, WithoutALauncherNoMpiIsStartedAndTheDatabaseIsTheSame) {
   EXPECT_NE(r.status, 0) << "MPI was not started with CSP_MPI=always: " << r.output;
   EXPECT_NE(r.status, 124) << r.output;
   EXPECT_FALSE(fs::exists(dir / "singleton"));
+  r = run("CSP_MPI=sometimes timeout -k 5 60 " + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " +
+          (dir / "bad").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("CSP_MPI='sometimes'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
   const auto launched = dir / "launched";
   r = run(limited(60, 1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + launched.string());
   ASSERT_EQ(r.status, 0) << r.output;
