@@ -38,7 +38,8 @@ constexpr std::uint64_t kFooterMagic = 0x48504352554E736DULL;  // "HPCRUNsm"
 constexpr std::size_t kFooterBytes = 14 * 8;
 constexpr std::size_t kHeaderBytes = 24;  // magic, version, endianness
 constexpr std::size_t kCctNodeBytes = 19;
-constexpr std::uint32_t kLastNodeEnd = 0x656E6421;  // "end!": the sentinel of the node index
+constexpr std::size_t kMetricBytes = 4 + 4 + 16 + 8 + 4 + 4 + 20;  // the fixed part of a metric descriptor
+constexpr std::uint32_t kLastNodeEnd = 0x656E6421;                 // "end!": the sentinel of the node index
 constexpr std::uint64_t kStampMask = 0xffffffff00000000ULL;
 constexpr std::uint64_t kNegativeZero = 0x8000000000000000ULL;  // a real -0.0: no value
 
@@ -216,8 +217,9 @@ class Reader {
 
   static void header(Cursor c, std::vector<Setting>& out) {
     c.raw(kHeaderBytes);
-    out.resize(c.uint(4));
-    if (out.size() > c.left() / 8) c.fail("more name-value pairs than bytes");
+    const std::uint64_t n = c.uint(4);
+    if (n > c.left() / 8) c.fail("more name-value pairs than bytes");
+    out.resize(n);
     for (auto& s : out) {
       s.key = c.str();
       s.value = c.str();
@@ -226,8 +228,9 @@ class Reader {
   }
 
   static void loadmap(Cursor c, std::vector<std::pair<std::uint16_t, std::string>>& out) {
-    out.resize(c.uint(4));
-    if (out.size() > c.left() / 14) c.fail("more entries than bytes");
+    const std::uint64_t n = c.uint(4);
+    if (n > c.left() / 14) c.fail("more entries than bytes");
+    out.resize(n);
     for (auto& [id, path] : out) {
       id = static_cast<std::uint16_t>(c.uint(2));
       path = c.str();
@@ -248,7 +251,9 @@ class Reader {
   }
 
   static void metrics(Cursor c, std::vector<MetricDescriptor>& out) {
-    out.resize(c.uint(4));
+    const std::uint64_t n = c.uint(4);
+    if (n > c.left() / kMetricBytes) c.fail("more metrics than bytes");
+    out.resize(n);
     for (auto& m : out) m = metric(c);
     c.expectEnd();
   }
