@@ -96,9 +96,9 @@ class HistogramBuilder {
   LogLinearHistogram histogram() const;
 
  private:
-  void widen(std::uint32_t bin);  // takes `bin` into the range, counting one value there
-  std::uint32_t first_ = 0;       // bin of counts_[0]
-  std::vector<std::uint64_t> counts_;
+  void widen(std::uint32_t bin);       // takes `bin` into the range, counting one value there
+  std::uint32_t first_ = 0;            // bin of counts_[0]
+  std::vector<std::uint32_t> counts_;  // one value per profile: fewer than 2^32 (ProfileId)
 };
 
 void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uint64_t population, double unit);

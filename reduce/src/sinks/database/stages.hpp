@@ -86,7 +86,8 @@ class SummaryTable {
   void accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
   // Reduce-scatter by node range: rank r owns nodes [r·N/P, (r+1)·N/P), receives the partial
   // accumulators of its range from every rank in rank order (= batch order) and writes the
-  // combined ones into `shard`.
+  // combined ones into `shard`, a node at a time. Releases the partial accumulators once they
+  // are packed: the table is spent afterwards.
   void exchangeAndWrite(const Comm& comm, storage::ShardWriter& shard);
 
   struct Piece {

@@ -197,59 +197,81 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
       packNode(p, n);
     outgoing[static_cast<std::size_t>(r)] = p.take();
   }
+  // Packed: the partial accumulators (the histogram builders are most of a run's memory) are
+  // not needed any more; the exchange and the merge below hold only the packed parts.
+  std::vector<metrics::IntAccumulator>().swap(countAcc_);
+  std::vector<metrics::HistogramBuilder>().swap(countHist_);
+  std::vector<std::vector<Piece>>().swap(realStacks_);
   faultPoint(comm, "exchange");
   const auto incoming = comm.alltoall(outgoing);
-  outgoing.clear();
+  std::vector<std::vector<std::byte>>().swap(outgoing);
 
-  // Parts arrive in rank order, which is batch order: folding real-valued pieces in that order
-  // repeats exactly what one process would have done.
+  // Each part holds its nodes in ascending order: the parts are read side by side, one node at
+  // a time, and each node's summaries are combined and written before the next node's are
+  // decoded. Parts arrive in rank order, which is batch order: folding real-valued pieces in
+  // that order repeats exactly what one process would have done.
   const std::uint32_t myFirst = ownerStart(nodes_, comm.rank(), comm.size());
   const std::uint32_t myEnd = ownerStart(nodes_, comm.rank() + 1, comm.size());
+  std::vector<Unpacker> parts;
+  std::vector<SummaryKey> next(incoming.size());  // each part's next key (node myEnd: none left)
+  auto advance = [&](std::size_t r) {
+    next[r] = parts[r].done() ? SummaryKey{myEnd} : unpackKey(parts[r]);
+    if (next[r].node < myFirst || next[r].node > myEnd || (next[r].node == myEnd && !parts[r].done()))
+      throw std::logic_error("summary for a node outside this rank's range");
+  };
+  for (std::size_t r = 0; r < incoming.size(); ++r) {
+    parts.emplace_back(incoming[r]);
+    advance(r);
+  }
   struct Owned {
     metrics::IntAccumulator acc;
     metrics::LogLinearHistogram histogram;
   };
   std::map<SummaryKey, Owned> owned;
   std::map<SummaryKey, std::vector<Piece>> ownedReal;
-  for (const auto& part : incoming) {
-    Unpacker u(part);
-    while (!u.done()) {
-      const auto key = unpackKey(u);
-      const auto pieces = u.u64();
-      if (key.node < myFirst || key.node >= myEnd)
-        throw std::logic_error("summary for a node outside this rank's range");
-      if (key.metric >= isReal_.size()) throw std::runtime_error("summary of an unknown metric");
-      if (!isReal_[key.metric]) {
-        auto acc = metrics::decodeIntAccumulator(u.text());
-        auto histogram = metrics::decodeHistogram(u.text());
-        auto [it, fresh] = owned.try_emplace(key, Owned{acc, histogram});
-        if (!fresh) {
-          it->second.acc.combine(acc);
-          it->second.histogram.merge(histogram);
-        }
-        continue;
-      }
-      auto& stack = ownedReal[key];
-      for (std::uint64_t i = 0; i < pieces; ++i) {
-        Piece piece;
-        piece.level = static_cast<std::uint32_t>(u.u64());
-        piece.index = u.u64();
-        piece.acc = metrics::decodeRealAccumulator(u.text());
-        pushPiece(stack, piece);
-      }
-    }
-  }
-  // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
   std::map<SummaryKey, std::pair<std::string, std::string>> encoded;  // accumulator, histogram
-  for (const auto& [key, o] : owned) encoded[key] = {metrics::encode(o.acc), metrics::encode(o.histogram)};
-  for (const auto& [key, stack] : ownedReal) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
-  for (const auto& [key, bytes] : encoded) {
-    const auto scope = static_cast<storage::MetricScope>(key.scope);
-    if (key.population == storage::kAllThreads) {
-      shard.putSummary(key.node, key.metric, scope, bytes.first);
-      if (!bytes.second.empty()) shard.putDistribution(key.node, key.metric, scope, key.population, {}, bytes.second);
-    } else {
-      shard.putDistribution(key.node, key.metric, scope, key.population, bytes.first, bytes.second);
+  for (std::uint32_t node = myFirst; node < myEnd; ++node) {
+    owned.clear();
+    ownedReal.clear();
+    encoded.clear();
+    for (std::size_t r = 0; r < parts.size(); ++r) {
+      for (; next[r].node == node; advance(r)) {
+        Unpacker& u = parts[r];
+        const SummaryKey key = next[r];
+        const auto pieces = u.u64();
+        if (key.metric >= isReal_.size()) throw std::runtime_error("summary of an unknown metric");
+        if (!isReal_[key.metric]) {
+          auto acc = metrics::decodeIntAccumulator(u.text());
+          auto histogram = metrics::decodeHistogram(u.text());
+          auto [it, fresh] = owned.try_emplace(key, Owned{acc, histogram});
+          if (!fresh) {
+            it->second.acc.combine(acc);
+            it->second.histogram.merge(histogram);
+          }
+          continue;
+        }
+        auto& stack = ownedReal[key];
+        for (std::uint64_t i = 0; i < pieces; ++i) {
+          Piece piece;
+          piece.level = static_cast<std::uint32_t>(u.u64());
+          piece.index = u.u64();
+          piece.acc = metrics::decodeRealAccumulator(u.text());
+          pushPiece(stack, piece);
+        }
+      }
+      if (next[r].node < node) throw std::logic_error("summaries of a part out of node order");
+    }
+    // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
+    for (const auto& [key, o] : owned) encoded[key] = {metrics::encode(o.acc), metrics::encode(o.histogram)};
+    for (const auto& [key, stack] : ownedReal) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
+    for (const auto& [key, bytes] : encoded) {
+      const auto scope = static_cast<storage::MetricScope>(key.scope);
+      if (key.population == storage::kAllThreads) {
+        shard.putSummary(key.node, key.metric, scope, bytes.first);
+        if (!bytes.second.empty()) shard.putDistribution(key.node, key.metric, scope, key.population, {}, bytes.second);
+      } else {
+        shard.putDistribution(key.node, key.metric, scope, key.population, bytes.first, bytes.second);
+      }
     }
   }
 }
