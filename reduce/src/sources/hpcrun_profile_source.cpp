@@ -378,15 +378,15 @@ struct Scratch {
   std::vector<std::uint32_t> valueAt;
   std::vector<std::uint8_t> realMetric;  // by metric: real-valued
   // convertPreorder's tables.
-  std::vector<std::uint64_t> recordById;  // by hpcrun id: stamp << 32 | record
-  std::uint64_t stamp = 0;                // of the profile read last
-  struct Visited {
-    std::uint32_t id, depth;
+  std::vector<std::uint64_t> depthById;  // by hpcrun id: stamp << 32 | depth of the record
+  std::uint64_t stamp = 0;               // of the profile read last
+  struct Step {                          // a record on the path to the record read last
+    std::uint32_t id;
     std::uint32_t node;  // CSP's; 0 for a special root (and above the roots)
     PathStart start;     // of the paths below a special root (Unknown elsewhere)
   };
-  std::vector<Visited> visited;
-  std::vector<std::uint32_t> path, entryNode;
+  std::vector<Step> path;  // by depth
+  std::vector<std::uint32_t> entryNode;
 };
 
 Scratch& scratch() {
@@ -462,22 +462,21 @@ class CctBuilder {
     if (n >= kNoIndex || in_.indexCount > n || be64(in_.index + 4) != 0) return false;
     Preorder w = startPreorder(n);
     const unsigned char* record = in_.cctRecords;
-    for (std::uint32_t at = 1; at <= n; ++at, record += kCctNodeBytes)
-      if (!preorderNode(at, record, w)) return false;
+    for (std::uint64_t at = 0; at < n; ++at, record += kCctNodeBytes)
+      if (!preorderNode(record, w)) return false;
     if (w.indexUsed != in_.indexCount || be32(in_.index + 12 * w.indexUsed) != kLastNodeEnd || !preorderValues(w))
       return false;
     endPreorder(w);
     return true;
   }
 
-  // convertPreorder's state. Records are numbered from 1 in file order ("at"); 0 stands above the
-  // roots, as the parent of id 0 (hpcrun's parent id of a root).
+  // convertPreorder's state. Depth 0 stands above the roots, as id 0 (hpcrun's parent id of a
+  // root).
   struct Preorder {
-    std::uint64_t* byId;          // the record of an id, valid if stamped with this profile's stamp
+    std::uint64_t* byId;          // the depth of an id's record, valid if stamped with this profile's stamp
     std::uint64_t stamp;          // this profile's, in the high half
     std::uint32_t idLimit;        // ids below it fit byId
-    Scratch::Visited* visited;    // by record
-    std::uint32_t* path;          // path[d]: the record at depth d above the record read last
+    Scratch::Step* path;          // path[d]: the record at depth d above the record read last, or it
     std::uint32_t depth = 0;      // of the record read last
     std::uint32_t* entryNode;     // by node index entry: its CSP node
     std::uint64_t indexUsed = 0;  // node index entries matched to records
@@ -489,25 +488,25 @@ class CctBuilder {
     SparseValues* values;
   };
 
-  // One record: its parent must be on the path to the record before it (else no preorder).
-  bool preorderNode(std::uint32_t at, const unsigned char* record, Preorder& w) {
+  // One record: its parent must be on the path to the record before it (else no preorder), so
+  // the parent's id leads to its depth and the path holds what its children need.
+  bool preorderNode(const unsigned char* record, Preorder& w) {
     const std::uint32_t id = be32(record), parentId = be32(record + 4);
     if (id == 0 || id >= w.idLimit || parentId >= w.idLimit) return false;
     if ((w.byId[id] & kStampMask) == w.stamp) return false;  // id twice
     const std::uint64_t upEntry = w.byId[parentId];
     if ((upEntry & kStampMask) != w.stamp) return false;  // no such parent before it
-    const auto up = static_cast<std::uint32_t>(upEntry);
-    const Scratch::Visited parent = w.visited[up];
-    if (parent.depth > w.depth || w.path[parent.depth] != up) return false;
-    w.byId[id] = w.stamp | at;
-    w.depth = parent.depth + 1;
-    w.path[w.depth] = at;
+    const auto up = static_cast<std::uint32_t>(upEntry);  // the parent's depth
+    if (up > w.depth || w.path[up].id != parentId) return false;
+    const Scratch::Step parent = w.path[up];
+    w.depth = up + 1;
+    w.byId[id] = w.stamp | w.depth;
     const bool valued = be32(in_.index + 12 * w.indexUsed) == id;  // the sentinel's id is beyond idLimit
     const std::uint16_t module = be16(record + 8);
     const std::uint64_t ip = be64(record + 10);
     if (module == 0 && parent.node == 0 && !valued)
       if (const auto start = specialStart(ip, parent.start)) {
-        w.visited[at] = {id, w.depth, 0, *start};
+        w.path[w.depth] = {id, 0, *start};
         return true;
       }
     const std::uint32_t node = w.next++;
@@ -520,7 +519,7 @@ class CctBuilder {
       w.frames->push_back({s_.moduleIndex[module], ip});
     else
       return false;
-    w.visited[at] = {id, w.depth, node, PathStart::Unknown};
+    w.path[w.depth] = {id, node, PathStart::Unknown};
     w.entryNode[w.indexUsed] = node;
     w.indexUsed += valued ? 1 : 0;
     return true;
@@ -568,16 +567,14 @@ class CctBuilder {
   // The tables at the largest size the file can need; the output likewise, cut to size at the end.
   Preorder startPreorder(std::uint64_t n) {
     const std::size_t ids = std::min<std::size_t>(4 * n + 64, kLastNodeEnd);
-    if (s_.recordById.size() < ids) s_.recordById.resize(ids);
+    if (s_.depthById.size() < ids) s_.depthById.resize(ids);
     if (++s_.stamp == std::uint64_t{1} << 32) {  // wrapped: an old stamp could come back
-      std::fill(s_.recordById.begin(), s_.recordById.end(), 0);
+      std::fill(s_.depthById.begin(), s_.depthById.end(), 0);
       s_.stamp = 1;
     }
-    s_.recordById[0] = s_.stamp << 32;  // record 0 stands above the roots
-    s_.visited.resize(n + 1);
-    s_.visited[0] = {0, 0, 0, PathStart::Unknown};
+    s_.depthById[0] = s_.stamp << 32;  // id 0 stands above the roots, at depth 0
     s_.path.resize(n + 1);
-    s_.path[0] = 0;
+    s_.path[0] = {0, 0, PathStart::Unknown};
     s_.entryNode.resize(in_.indexCount + 1);
     out_.cct.parent.resize(n + 1);
     out_.cct.parent[0] = kNoIndex;
@@ -587,10 +584,9 @@ class CctBuilder {
     s_.realMetric.resize(out_.metrics.size());
     for (std::size_t m = 0; m < out_.metrics.size(); ++m)
       s_.realMetric[m] = out_.metrics[m].valueType == ValueType::Real;
-    return {.byId = s_.recordById.data(),
+    return {.byId = s_.depthById.data(),
             .stamp = s_.stamp << 32,
             .idLimit = static_cast<std::uint32_t>(ids),
-            .visited = s_.visited.data(),
             .path = s_.path.data(),
             .entryNode = s_.entryNode.data(),
             .parent = out_.cct.parent.data(),
