@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "csp/reduce/attribution.hpp"
@@ -113,26 +114,50 @@ bool EntryTracker::isThreadStart(std::uint32_t name, std::uint32_t module) {
   return it->second;
 }
 
+namespace {
+
+// Free tables of this thread: a tracker takes one and gives it back (a pool, not one table, in
+// case a thread runs a second profile inside the first's work).
+std::vector<std::unique_ptr<EntryTracker::Table>>& freeTables() {
+  thread_local std::vector<std::unique_ptr<EntryTracker::Table>> tables;
+  return tables;
+}
+
+}  // namespace
+
+EntryTracker::EntryTracker(const StringTable& strings) : strings_(strings) {
+  auto& pool = freeTables();
+  if (pool.empty()) pool.push_back(std::make_unique<Table>());
+  table_ = pool.back().release();
+  pool.pop_back();
+}
+
+EntryTracker::~EntryTracker() {
+  for (const auto node : table_->touched) table_->entry[node] = kUnset;
+  table_->touched.clear();
+  freeTables().emplace_back(table_);
+}
+
 void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
-  if (entry_.count(child)) return;  // the same context reached again
+  auto& entry = table_->entry;
+  if (child >= entry.size()) entry.resize(std::max<std::size_t>(std::size_t{child} + 1, 2 * entry.size()), kUnset);
+  if (entry[child] != kUnset) return;  // the same context reached again
   std::uint32_t inherited = kNoIndex;
-  if (parent != 0) {
-    const auto it = entry_.find(parent);
-    if (it != entry_.end()) inherited = it->second;
-  }
+  if (parent != 0 && parent < entry.size() && entry[parent] != kUnset) inherited = entry[parent];
   if (inherited == kNoIndex && key.kind == ScopeKind::ProcFrame) {
     if (parent == 0 && strings_.text(key.name) == kTruncatedPathsName)
       inherited = kTruncated;
     else if (!isThreadStart(key.name, key.module))
       inherited = child;
   }
-  entry_.emplace(child, inherited);
+  entry[child] = inherited;
+  table_->touched.push_back(child);
 }
 
 std::uint32_t EntryTracker::entryOf(std::uint32_t node) const {
-  const auto it = entry_.find(node);
-  if (it == entry_.end() || it->second == kTruncated) return kNoIndex;
-  return it->second;
+  if (node >= table_->entry.size()) return kNoIndex;
+  const std::uint32_t e = table_->entry[node];
+  return e == kUnset || e == kTruncated ? kNoIndex : e;
 }
 
 }  // namespace csp::reduce

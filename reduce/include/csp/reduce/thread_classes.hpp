@@ -61,19 +61,32 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
 // ...: kThreadEntries), not in a module of trampolines (the C and C++ runtimes, the loader) and
 // no placeholder (kPlaceholderModuleName), and marks nodes below the truncated-paths frame as
 // having none.
+// Nodes are numbered densely by the CCT they come from: the tracker keeps a table by node, taken
+// from a per-thread pool and handed back with only the entries it set cleared, so that a
+// profile costs what it touches (a node table per profile, or a hash map, cost a tenth of
+// csp-prof-mpi's reading in allocations).
 class EntryTracker {
  public:
-  explicit EntryTracker(const StringTable& strings) : strings_(strings) {}
+  explicit EntryTracker(const StringTable& strings);
+  ~EntryTracker();
+  EntryTracker(const EntryTracker&) = delete;
+  EntryTracker& operator=(const EntryTracker&) = delete;
   void edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child);
   // The entry procedure frame of a node, or kNoIndex.
   std::uint32_t entryOf(std::uint32_t node) const;
 
+  struct Table {
+    std::vector<std::uint32_t> entry;    // node -> entry node (kNoIndex: none yet; kUnset: not reached)
+    std::vector<std::uint32_t> touched;  // nodes whose entry is set
+  };
+
  private:
   bool isThreadStart(std::uint32_t name, std::uint32_t module);
   const StringTable& strings_;
-  std::unordered_map<std::uint32_t, std::uint32_t> entry_;  // node -> entry node (kNoIndex: none yet)
-  std::unordered_map<std::uint64_t, bool> startNames_;      // (name, module) -> a thread-start frame
+  Table* table_;
+  std::unordered_map<std::uint64_t, bool> startNames_;  // (name, module) -> a thread-start frame
   static constexpr std::uint32_t kTruncated = kNoIndex - 1;
+  static constexpr std::uint32_t kUnset = kNoIndex - 2;
 };
 
 }  // namespace csp::reduce
