@@ -482,9 +482,15 @@ std::uint32_t tableIndex(std::string_view key, std::string_view prefix, std::siz
   return id;
 }
 
+// Dense tables are written 0, 1, 2, ... and read in key order: an entry beyond the next one is a
+// gap (a damaged database), refused before a table is sized by its id.
 template <typename T>
-void placeAt(std::vector<T>& table, std::uint32_t id, T value) {
-  if (table.size() <= id) table.resize(std::size_t{id} + 1);
+void placeAt(std::vector<T>& table, std::string_view key, std::string_view prefix, std::size_t width, T value) {
+  const std::uint32_t id = tableIndex(key, prefix, width);
+  if (id > table.size())
+    throw FormatError(fmt::format("metadata {} table: entry {} follows {} entries (a gap)",
+                                  prefix.substr(0, prefix.size() - 1), id, table.size()));
+  if (table.size() == id) table.resize(std::size_t{id} + 1);
   table[id] = std::move(value);
 }
 
@@ -560,7 +566,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     r.expectDone();
     sawExperiment_ = true;
   } else if (key.starts_with(kMetricPrefix)) {
-    placeAt(m_.metrics, tableIndex(key, kMetricPrefix, 2), readMetric(value));
+    placeAt(m_.metrics, key, kMetricPrefix, 2, readMetric(value));
     ++seen_.metrics;
   } else if (key.starts_with(kProfilePrefix)) {
     Reader r(value, "profile id tuple");
@@ -572,10 +578,10 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
       e.value = r.u64();
     }
     r.expectDone();
-    placeAt(m_.profiles, tableIndex(key, kProfilePrefix, 4), std::move(t));
+    placeAt(m_.profiles, key, kProfilePrefix, 4, std::move(t));
     ++seen_.profiles;
   } else if (key.starts_with(kStringPrefix)) {
-    placeAt(m_.strings, tableIndex(key, kStringPrefix, 4), std::string(value));
+    placeAt(m_.strings, key, kStringPrefix, 4, std::string(value));
     ++seen_.strings;
   } else if (key.starts_with(kSkippedPrefix)) {
     Reader r(value, "skipped input");
@@ -583,10 +589,10 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     s.path = r.text();
     s.reason = r.text();
     r.expectDone();
-    placeAt(m_.skipped, tableIndex(key, kSkippedPrefix, 4), std::move(s));
+    placeAt(m_.skipped, key, kSkippedPrefix, 4, std::move(s));
     ++seen_.skipped;
   } else if (key.starts_with(kRegionMetricPrefix)) {
-    placeAt(m_.regionMetrics, tableIndex(key, kRegionMetricPrefix, 2), readRegionMetric(value));
+    placeAt(m_.regionMetrics, key, kRegionMetricPrefix, 2, readRegionMetric(value));
   } else if (key == kQualityKey) {
     Reader r(value, "sampling quality total");
     expected_.quality = r.u64();
@@ -597,10 +603,10 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     Reader r(value, "sampling quality");
     auto q = readQuality(r);
     r.expectDone();
-    placeAt(m_.quality, tableIndex(key, kQualityPrefix, 4), q);
+    placeAt(m_.quality, key, kQualityPrefix, 4, q);
     ++seen_.quality;
   } else if (key.starts_with(kThreadClassPrefix)) {
-    placeAt(m_.threadClasses, tableIndex(key, kThreadClassPrefix, 4), readThreadClass(value));
+    placeAt(m_.threadClasses, key, kThreadClassPrefix, 4, readThreadClass(value));
     ++seen_.threadClasses;
   } else if (key == kUnwindKey) {
     Reader r(value, "unwind recovery");
@@ -623,7 +629,7 @@ void MetadataDecoder::add(std::string_view key, std::string_view value) {
     l.note = r.text();
     r.expectDone();
     if (l.byAddress > l.loops) r.fail("more loops known by address than loops");
-    placeAt(m_.moduleLoops, tableIndex(key, kModuleLoopsPrefix, 4), std::move(l));
+    placeAt(m_.moduleLoops, key, kModuleLoopsPrefix, 4, std::move(l));
     ++seen_.moduleLoops;
   } else if (key.starts_with(kPropertyPrefix)) {
     m_.properties.push_back({std::string(key.substr(kPropertyPrefix.size())), std::string(value)});

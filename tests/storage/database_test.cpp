@@ -541,9 +541,24 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
   const fs::path missing = tmp.path() / "missing";
   test::buildInProcess(missing, s, "A");
   edit(missing, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
-    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\3", 12)).ok());
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\5", 12)).ok());
   });
   expectOpenFails(missing, "damaged database: metadata sampling-quality table has 5 of 6 entries");
+  // An entry in the middle missing, or one far beyond the table (a damaged id: a table of 4 G
+  // entries if it were sized by it), is a gap.
+  const fs::path middle = tmp.path() / "middle";
+  test::buildInProcess(middle, s, "A");
+  edit(middle, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("quality/\0\0\0\3", 12)).ok());
+  });
+  expectOpenFails(
+      middle, "damaged database: column family metadata: metadata quality table: entry 4 follows 3 entries (a gap)");
+  const fs::path beyond = tmp.path() / "beyond";
+  test::buildInProcess(beyond, s, "A");
+  edit(beyond, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h, std::string("string/\xff\xff\xff\xf0", 11), "x").ok());
+  });
+  expectOpenFails(beyond, "metadata string table: entry 4294967280 follows");
   const fs::path wrongTotal = tmp.path() / "wrong-total";
   test::buildInProcess(wrongTotal, s, "A");
   edit(wrongTotal, [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
@@ -608,7 +623,9 @@ TEST(DatabaseOpen, UnwindRecoveryAndModuleLoops) {
     }
     delete raw;
   }
-  expectOpenFails(missing, "damaged database: metadata module-loops table has 2 of 3 entries");
+  expectOpenFails(missing,
+                  "damaged database: column family metadata: metadata module-loops table: entry 2 follows 1 "
+                  "entries (a gap)");
 }
 
 // Format 1.4: per-node distributions (histograms, thread classes' accumulators) and the thread
@@ -675,7 +692,9 @@ TEST(DatabaseOpen, DistributionsAndThreadClasses) {
   edit(missing, "metadata", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("thread-class/\0\0\0\2", 17)).ok());
   });
-  expectOpenFails(missing, "damaged database: metadata has the thread classes of 5 of 6 profiles");
+  expectOpenFails(missing,
+                  "damaged database: column family metadata: metadata thread-class table: entry 3 follows 2 "
+                  "entries (a gap)");
   const fs::path badKey = tmp.path() / "bad-key";
   test::buildInProcess(badKey, s, "A");
   edit(badKey, "distributions", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
