@@ -49,6 +49,26 @@ void expectOpenFails(const fs::path& dir, const std::string& needle) {
   expectOpenFailsWith(dir, Database::Mode::ReadOnly, needle);
 }
 
+// Opens a built database with RocksDB itself and lets `change` edit one column family: damage
+// that CSP's writer never makes, for the open tests.
+void editFamily(const fs::path& dir, const std::string& family,
+                const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+  std::vector<std::string> families;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
+  for (std::size_t i = 0; i < families.size(); ++i)
+    if (families[i] == family) change(raw, handles[i]);
+  for (auto* h : handles) {
+    raw->Flush(rocksdb::FlushOptions(), h);
+    raw->DestroyColumnFamilyHandle(h);
+  }
+  delete raw;
+}
+
 }  // namespace
 
 TEST(DatabaseRoundTrip, EveryColumnFamilySurvives) {
@@ -498,15 +518,9 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
   // Without quality: what a 1.0 writer left.
   const fs::path without = tmp.path() / "without";
   {
-    DatabaseBuilder b(without, {});
     auto meta = s.metadata("A");
     meta.quality.clear();
-    b.writeMetadata(meta);
-    ShardWriter w(b.stagingDir(), 0);
-    s.writeShard(w, 0, 1);
-    w.finish();
-    b.ingestShards(1);
-    b.publish();
+    test::buildInProcess(without, s, meta);
   }
   writeText(without / kDatabaseManifestName, "CSP experiment database\nformat 1.0\n");
   {
@@ -522,21 +536,8 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
     EXPECT_THROW(b.writeMetadata(meta), std::exception);
   }
   // Damage: one per-profile entry removed, or a total that does not match.
-  auto edit = [&](const fs::path& dir, const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
-    std::vector<std::string> families;
-    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
-    for (std::size_t i = 0; i < families.size(); ++i)
-      if (families[i] == "metadata") change(raw, handles[i]);
-    for (auto* h : handles) {
-      raw->Flush(rocksdb::FlushOptions(), h);
-      raw->DestroyColumnFamilyHandle(h);
-    }
-    delete raw;
+  auto edit = [](const fs::path& dir, const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+    editFamily(dir, "metadata", change);
   };
   const fs::path missing = tmp.path() / "missing";
   test::buildInProcess(missing, s, "A");
@@ -587,16 +588,10 @@ TEST(DatabaseOpen, UnwindRecoveryAndModuleLoops) {
   }
   const fs::path without = tmp.path() / "without";
   {
-    DatabaseBuilder b(without, {});
     auto meta = s.metadata("A");
     meta.unwindRecovery.reset();
     meta.moduleLoops.clear();
-    b.writeMetadata(meta);
-    ShardWriter w(b.stagingDir(), 0);
-    s.writeShard(w, 0, 1);
-    w.finish();
-    b.ingestShards(1);
-    b.publish();
+    test::buildInProcess(without, s, meta);
   }
   {
     auto db = Database::open(without);
@@ -605,24 +600,9 @@ TEST(DatabaseOpen, UnwindRecoveryAndModuleLoops) {
   }
   const fs::path missing = tmp.path() / "missing";
   test::buildInProcess(missing, s, "A");
-  {
-    std::vector<std::string> families;
-    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), missing.string(), &families).ok());
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), missing.string(), descriptors, &handles, &raw).ok());
-    for (std::size_t i = 0; i < families.size(); ++i)
-      if (families[i] == "metadata") {
-        ASSERT_TRUE(raw->Delete(rocksdb::WriteOptions(), handles[i], std::string("module-loops/\0\0\0\1", 17)).ok());
-      }
-    for (auto* h : handles) {
-      raw->Flush(rocksdb::FlushOptions(), h);
-      raw->DestroyColumnFamilyHandle(h);
-    }
-    delete raw;
-  }
+  editFamily(missing, "metadata", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("module-loops/\0\0\0\1", 17)).ok());
+  });
   expectOpenFails(missing,
                   "damaged database: column family metadata: metadata module-loops table: entry 2 follows 1 "
                   "entries (a gap)");
@@ -670,26 +650,9 @@ TEST(DatabaseOpen, DistributionsAndThreadClasses) {
     DatabaseBuilder b(tmp.path() / "partial", {});
     EXPECT_THROW(b.writeMetadata(meta), std::exception);
   }
-  auto edit = [&](const fs::path& dir, const std::string& family,
-                  const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
-    std::vector<std::string> families;
-    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
-    for (std::size_t i = 0; i < families.size(); ++i)
-      if (families[i] == family) change(raw, handles[i]);
-    for (auto* h : handles) {
-      raw->Flush(rocksdb::FlushOptions(), h);
-      raw->DestroyColumnFamilyHandle(h);
-    }
-    delete raw;
-  };
   const fs::path missing = tmp.path() / "missing";
   test::buildInProcess(missing, s, "A");
-  edit(missing, "metadata", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+  editFamily(missing, "metadata", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h, std::string("thread-class/\0\0\0\2", 17)).ok());
   });
   expectOpenFails(missing,
@@ -697,7 +660,7 @@ TEST(DatabaseOpen, DistributionsAndThreadClasses) {
                   "entries (a gap)");
   const fs::path badKey = tmp.path() / "bad-key";
   test::buildInProcess(badKey, s, "A");
-  edit(badKey, "distributions", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
+  editFamily(badKey, "distributions", [](rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h, std::string("\0\0\0\3\0\0\1\x09", 8), std::string("\0\0", 2)).ok());
   });
   try {

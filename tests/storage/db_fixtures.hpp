@@ -249,7 +249,8 @@ struct Synthetic {
 };
 
 // Builds a whole database in this process with `shards` shard writers run one after the other.
-inline void buildInProcess(const std::filesystem::path& target, const Synthetic& s, const std::string& title,
+// With metadata of the caller's (e.g. `s.metadata(title)` without a table that older formats lacked).
+inline void buildInProcess(const std::filesystem::path& target, const Synthetic& s, const DatabaseMetadata& metadata,
                            std::uint32_t shards = 1, bool force = false) {
   DatabaseBuilder b(target, BuildOptions{.force = force, .onStep = {}});
   for (std::uint32_t k = 0; k < shards; ++k) {
@@ -257,9 +258,14 @@ inline void buildInProcess(const std::filesystem::path& target, const Synthetic&
     s.writeShard(w, k, shards);
     w.finish();
   }
-  b.writeMetadata(s.metadata(title));
+  b.writeMetadata(metadata);
   b.ingestShards(shards);
   b.publish();
+}
+
+inline void buildInProcess(const std::filesystem::path& target, const Synthetic& s, const std::string& title,
+                           std::uint32_t shards = 1, bool force = false) {
+  buildInProcess(target, s, s.metadata(title), shards, force);
 }
 
 // Writer processes, forked before this process creates the database and so before RocksDB starts
