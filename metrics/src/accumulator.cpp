@@ -77,21 +77,6 @@ void setUndefined(Statistics& s) {
   s.argmin = s.argmax = kNoIndex;
 }
 
-// Min and max with the profile holding them. Ties go to the smaller profile id so that the
-// result does not depend on the grouping.
-template <typename T>
-void mergeExtremes(T& min, std::uint32_t& argmin, T& max, std::uint32_t& argmax, T otherMin, std::uint32_t otherArgmin,
-                   T otherMax, std::uint32_t otherArgmax) {
-  if (otherMin < min || (otherMin == min && otherArgmin < argmin)) {
-    min = otherMin;
-    argmin = otherArgmin;
-  }
-  if (otherMax > max || (otherMax == max && otherArgmax < argmax)) {
-    max = otherMax;
-    argmax = otherArgmax;
-  }
-}
-
 void requireSameInstances(std::uint64_t a, std::uint64_t b) {
   if (a != b)
     throw std::invalid_argument("combine: partial accumulators of different instance counts; use combineInstance");
@@ -164,7 +149,7 @@ void IntAccumulator::merge(const IntAccumulator& other) {
   sum_ += other.sum_;
   sumSqLow_ += other.sumSqLow_;
   sumSqHigh_ += other.sumSqHigh_ + (sumSqLow_ < other.sumSqLow_ ? 1 : 0);
-  mergeExtremes(min_, argmin_, max_, argmax_, other.min_, other.argmin_, other.max_, other.argmax_);
+  detail::mergeExtremes(min_, argmin_, max_, argmax_, other.min_, other.argmin_, other.max_, other.argmax_);
 }
 
 void IntAccumulator::combine(const IntAccumulator& other) {
@@ -260,7 +245,7 @@ void RealAccumulator::merge(const RealAccumulator& other) {
       count_ += other.count_;
     }
   }
-  mergeExtremes(min_, argmin_, max_, argmax_, other.min_, other.argmin_, other.max_, other.argmax_);
+  detail::mergeExtremes(min_, argmin_, max_, argmax_, other.min_, other.argmin_, other.max_, other.argmax_);
 }
 
 void RealAccumulator::combine(const RealAccumulator& other) {

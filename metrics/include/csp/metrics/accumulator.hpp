@@ -110,6 +110,23 @@ std::optional<Uint128> exactValueOf(const Statistics& statistics, Statistic stat
 //
 // "Present" means a non-zero value: per-thread values are stored sparsely without zeros, so a
 // zero cannot be told from absence downstream; accumulate() ignores it.
+namespace detail {
+// Min and max with the profile holding them. Ties go to the smaller profile id so that the
+// result does not depend on the grouping (one value is a partial of min = max = value).
+template <typename T>
+void mergeExtremes(T& min, std::uint32_t& argmin, T& max, std::uint32_t& argmax, T otherMin, std::uint32_t otherArgmin,
+                   T otherMax, std::uint32_t otherArgmax) {
+  if (otherMin < min || (otherMin == min && otherArgmin < argmin)) {
+    min = otherMin;
+    argmin = otherArgmin;
+  }
+  if (otherMax > max || (otherMax == max && otherArgmax < argmax)) {
+    max = otherMax;
+    argmax = otherArgmax;
+  }
+}
+}  // namespace detail
+
 class IntAccumulator {
  public:
   // A fresh accumulator stands for one CCT node (one instance).
@@ -127,14 +144,7 @@ class IntAccumulator {
     const Uint128 square = static_cast<Uint128>(value) * value;
     sumSqLow_ += square;
     if (sumSqLow_ < square) ++sumSqHigh_;
-    if (value < min_ || (value == min_ && profile < argmin_)) {
-      min_ = value;
-      argmin_ = profile;
-    }
-    if (value > max_ || (value == max_ && profile < argmax_)) {
-      max_ = value;
-      argmax_ = profile;
-    }
+    detail::mergeExtremes(min_, argmin_, max_, argmax_, value, profile, value, profile);
   }
 
   // Merges a partial over other profiles of the same CCT instances. Throws std::invalid_argument
