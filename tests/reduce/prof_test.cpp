@@ -236,7 +236,8 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
 // The summary's time line breaks the run down by kind of work (issue 28): reading + validating,
 // attributing + merging, encoding and storing each order, accumulating. Busy seconds are
 // measured inside their phase, so on w workers they cannot exceed w times its wall seconds,
-// however loaded the machine.
+// however loaded the machine. (Nothing asserts that one is above zero: printed to 0.01 s, this
+// small run's reading rounds to 0.00 on a fast machine.)
 TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
   const auto meas = dir / "meas";
   ASSERT_EQ(
@@ -271,7 +272,6 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
   EXPECT_LE(phase["busy reading + validating"] + phase["busy attributing + merging"],
             kWorkers * phase["read + attribute"] + kRounding)
       << text;
-  EXPECT_GT(phase["busy reading + validating"] + phase["busy attributing + merging"], 0.0) << text;
   // Each writer runs one batch at a time, inside the batches' writing.
   const double writing = phase["of which: write + accumulate"] + kRounding;
   EXPECT_LE(phase["busy encoding values by profile"] + phase["busy storing values by profile"], writing) << text;
