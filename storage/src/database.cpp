@@ -127,11 +127,14 @@ FormatVersion readManifest(const fs::path& dir) {
   if (!version)
     throw DatabaseError(dir, fmt::format("not a CSP database ({} is not a CSP manifest)", kDatabaseManifestName));
   if (version->major > kDatabaseFormatMajor)
-    throw DatabaseError(dir, fmt::format("database format {}.{} is newer than this CSP reads ({}.x); use a newer CSP",
-                                         version->major, version->minor, kDatabaseFormatMajor));
-  if (version->major < kDatabaseFormatMajor)
-    throw DatabaseError(dir, fmt::format("database format {}.{} is older than this CSP reads ({}.x); rebuild it",
-                                         version->major, version->minor, kDatabaseFormatMajor));
+    throw DatabaseError(dir,
+                        fmt::format("database format {}.{} is newer than this CSP reads ({}.x to {}.x); use a "
+                                    "newer CSP",
+                                    version->major, version->minor, kOldestReadableFormatMajor, kDatabaseFormatMajor));
+  if (version->major < kOldestReadableFormatMajor)
+    throw DatabaseError(dir,
+                        fmt::format("database format {}.{} is older than this CSP reads ({}.x to {}.x); rebuild it",
+                                    version->major, version->minor, kOldestReadableFormatMajor, kDatabaseFormatMajor));
   return *version;
 }
 
@@ -447,7 +450,8 @@ std::vector<CommEventRecord> Database::commEvents(ProfileId process) const {
   std::vector<CommEventRecord> out;
   if (!hasCommFamily()) return out;
   impl_->scan(format::kCommEvents, format::nodeKey(process), [&](std::string_view key, std::string_view value) {
-    if (key.size() == 8) format::decodeCommEvents(key, value, out, impl_->version.minor >= 8);
+    if (key.size() == 8)
+      format::decodeCommEvents(key, value, out, impl_->version.major > 1 || impl_->version.minor >= 8);
   });
   return out;
 }

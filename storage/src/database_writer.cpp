@@ -113,6 +113,7 @@ struct ShardWriter::Impl {
   std::optional<NodeId> lastValueNode;
   std::vector<ProfileValue> profileScratch;  // putProfileValues, reused
   NodeValueBlocks nodeScratch;               // putNodeValues from a list, reused
+  std::vector<ValueScale> scales;            // by metric (ShardOptions::valueScales)
   double storeSeconds = 0;                   // in RocksDB's table writer
 
   const char* lastName = nullptr;  // family() of the previous put: most puts go to the same family
@@ -158,11 +159,13 @@ struct ShardWriter::Impl {
   }
 };
 
-ShardWriter::ShardWriter(const fs::path& stagingDir, std::uint32_t shardIndex, ShardOptions options)
+ShardWriter::ShardWriter(const fs::path& stagingDir, std::uint32_t shardIndex, const ShardOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->dir = shardDir(stagingDir, shardIndex);
   impl_->shard = shardIndex;
   impl_->provisional = options.provisional;
+  impl_->nodeScratch = NodeValueBlocks(options.valueScales);
+  for (const auto scale : options.valueScales) impl_->scales.emplace_back(scale);
   for (const auto& name : format::shardFamilies()) impl_->families.push_back({name, nullptr, {}, 0});
   std::error_code ec;
   if (!fs::is_directory(stagingDir, ec))
@@ -231,8 +234,9 @@ void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileVal
     if (v.value != 0) nonZero.push_back(v);
   }
   impl_->values += nonZero.size();
-  format::encodeProfileBlocks(
-      profile, nonZero, [&](const std::string& k, std::string_view v) { impl_->put(format::kValuesByProfile, k, v); });
+  format::encodeProfileBlocks(profile, nonZero, impl_->scales, [&](const std::string& k, std::string_view v) {
+    impl_->put(format::kValuesByProfile, k, v);
+  });
 }
 
 void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns& values) {
@@ -247,10 +251,11 @@ void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns
     if (std::tie(values.node[k - 1], values.metric[k - 1]) >= std::tie(values.node[k], values.metric[k]))
       throw std::logic_error(
           fmt::format("ShardWriter: values of profile {} not strictly sorted by (node, metric)", profile));
-  impl_->values += format::encodeProfileBlocks(profile, values, [&](const std::string& k, std::string_view v) {
-    const StoreTimer timer(impl_->storeSeconds);
-    impl_->put(format::kValuesByProfile, k, v);
-  });
+  impl_->values +=
+      format::encodeProfileBlocks(profile, values, impl_->scales, [&](const std::string& k, std::string_view v) {
+        const StoreTimer timer(impl_->storeSeconds);
+        impl_->put(format::kValuesByProfile, k, v);
+      });
 }
 
 void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) {
@@ -291,14 +296,20 @@ void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
   }
 }
 
-NodeValueBlocks::NodeValueBlocks() : blockValues_(static_cast<std::uint32_t>(format::kNodeBlockValues)) {}
+NodeValueBlocks::NodeValueBlocks(std::vector<std::uint64_t> valueScales)
+    : blockValues_(static_cast<std::uint32_t>(format::kNodeBlockValues)), scales_(std::move(valueScales)) {}
 
 bool NodeValueBlocks::empty() const {
   return std::all_of(columns_.begin(), columns_.end(),
                      [](const Column& c) { return c.count == 0 && c.sealedCount == 0; });
 }
 
-void NodeValueBlocks::widen(std::size_t column) { columns_.resize(column + 1); }
+void NodeValueBlocks::widen(std::size_t column) {
+  const std::size_t from = columns_.size();
+  columns_.resize(column + 1);
+  for (std::size_t c = from; c < columns_.size(); ++c)
+    if ((c >> 1) < scales_.size()) columns_[c].scale = ValueScale(scales_[c >> 1]);
+}
 
 void NodeValueBlocks::grow(Column& column) { column.bytes.resize(std::max<std::size_t>(256, 2 * column.bytes.size())); }
 

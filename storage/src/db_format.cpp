@@ -169,12 +169,28 @@ namespace {
 // brings it to kProfileBlockValues) and the node deltas, shared by both forms of input.
 class ProfileBlockWriter {
  public:
-  ProfileBlockWriter(ProfileId profile, const EmitBlock& emit) : profile_(profile), emit_(emit), bytes_(4096) {}
+  ProfileBlockWriter(ProfileId profile, std::span<const ValueScale> scales, const EmitBlock& emit)
+      : profile_(profile), scales_(scales), emit_(emit), bytes_(4096) {
+    // The header of every block: how many metrics are scaled, then each one's id and scale.
+    std::size_t n = 0;
+    for (const auto& scale : scales) n += scale.scale() != 1 ? 1 : 0;
+    if (n == 0) return;
+    header_.resize(10 + 20 * n);
+    char* out = ValueScale::varintAt(header_.data(), n);
+    for (std::size_t m = 0; m < scales.size(); ++m)
+      if (scales[m].scale() != 1) out = ValueScale::varintAt(ValueScale::varintAt(out, m), scales[m].scale());
+    header_.resize(static_cast<std::size_t>(out - header_.data()));
+  }
   // A group of `n` >= 1 values at `node`; then n times value(). The group's varints (at most 10
-  // bytes each) are written in place: the bulk of csp-prof-mpi's output.
+  // bytes each; a scaled value 20) are written in place: the bulk of csp-prof-mpi's output.
   void group(NodeId node, std::size_t n) {
-    if (bytes_.size() - used_ < 20 * (n + 1)) bytes_.resize(2 * bytes_.size() + 20 * (n + 1));
-    if (inBlock_ == 0) first_ = previous_ = node;
+    if (bytes_.size() - used_ < header_.size() + 30 * (n + 1))
+      bytes_.resize(2 * bytes_.size() + header_.size() + 30 * (n + 1));
+    if (inBlock_ == 0) {
+      first_ = previous_ = node;
+      std::copy(header_.begin(), header_.end(), bytes_.data() + used_);
+      used_ += header_.size();
+    }
     put(node - previous_);
     put(n);
     previous_ = node;
@@ -183,7 +199,11 @@ class ProfileBlockWriter {
   }
   void value(std::uint32_t column, std::uint64_t value) {
     put(lastColumn_ == kNone ? column : column - lastColumn_ - 1);
-    put(value);
+    const std::size_t metric = column >> 1;
+    if (metric < scales_.size())
+      used_ = static_cast<std::size_t>(scales_[metric].put(bytes_.data() + used_, value) - bytes_.data());
+    else
+      put(value);
     lastColumn_ = column;
   }
   // After a group: closes the block when it is full or the profile ends.
@@ -203,6 +223,8 @@ class ProfileBlockWriter {
   }
   static constexpr std::uint32_t kNone = UINT32_MAX;
   ProfileId profile_;
+  std::span<const ValueScale> scales_;
+  std::vector<char> header_;
   const EmitBlock& emit_;
   std::vector<char> bytes_;  // the block: bytes_[0, used_)
   std::size_t used_ = 0;
@@ -213,8 +235,9 @@ class ProfileBlockWriter {
 
 }  // namespace
 
-void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const EmitBlock& emit) {
-  ProfileBlockWriter w(profile, emit);
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, std::span<const ValueScale> scales,
+                         const EmitBlock& emit) {
+  ProfileBlockWriter w(profile, scales, emit);
   std::size_t i = 0;
   while (i < values.size()) {
     const NodeId node = values[i].node;
@@ -227,8 +250,9 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
   }
 }
 
-std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values, const EmitBlock& emit) {
-  ProfileBlockWriter w(profile, emit);
+std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
+                                  std::span<const ValueScale> scales, const EmitBlock& emit) {
+  ProfileBlockWriter w(profile, scales, emit);
   const std::size_t size = values.node.size();
   std::uint64_t written = 0;
   // The node groups with a non-zero value, found ahead so that the last one closes the block.
@@ -265,6 +289,19 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
   std::uint64_t node = k.be32();
   k.expectDone();
   Reader r(value, "values_by_profile block");
+  // Format 2.0: a block of scaled metrics names them first (a format 1 block starts with the
+  // first node's delta, 0).
+  std::vector<ValueScale> scales;
+  if (!r.done() && static_cast<unsigned char>(value[0]) != 0) {
+    const std::uint64_t n = r.u64();
+    if (n > value.size()) r.fail("more scaled metrics than bytes");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::uint64_t metric = r.u64(), scale = r.u64();
+      if (metric > UINT16_MAX || metric < scales.size() || scale < 2) r.fail("bad scale of a metric");
+      scales.resize(metric + 1);
+      scales[metric] = ValueScale(scale);
+    }
+  }
   bool firstGroup = true;
   while (!r.done()) {
     const std::uint64_t delta = r.u64();
@@ -279,7 +316,7 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
       const std::uint64_t step = r.u64();
       c = j == 0 ? step : c + step + 1;
       if (c > (std::uint64_t{UINT16_MAX} << 1 | 1)) r.fail("metric id out of range");
-      const std::uint64_t v = r.u64();
+      const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
       if (v == 0) r.fail("stored zero value");
       out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
     }
@@ -292,6 +329,14 @@ void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<N
   std::uint64_t profile = k.be32();
   k.expectDone();
   Reader r(value, "values_by_node block");
+  // Format 2.0: a block of a scaled metric starts with its scale (format 1: with the first
+  // profile's delta, 0).
+  ValueScale scale;
+  if (!r.done() && static_cast<unsigned char>(value[0]) != 0) {
+    const std::uint64_t s = r.u64();
+    if (s < 2) r.fail("bad scale");
+    scale = ValueScale(s);
+  }
   bool firstEntry = true;
   while (!r.done()) {
     const std::uint64_t delta = r.u64();
@@ -299,7 +344,7 @@ void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<N
     firstEntry = false;
     profile += delta;
     if (profile > UINT32_MAX) r.fail("profile id out of range");
-    const std::uint64_t v = r.u64();
+    const std::uint64_t v = scale.read(r);
     if (v == 0) r.fail("stored zero value");
     out.push_back({head.metric, head.scope, static_cast<ProfileId>(profile), v});
   }

@@ -96,10 +96,14 @@ RegionNode decodeRegionNode(std::string_view value);
 using Emit = std::function<void(const std::string& key, const std::string& value)>;
 // Value blocks are handed over as views of the encoder's buffer.
 using EmitBlock = std::function<void(const std::string& key, std::string_view value)>;
-void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, const EmitBlock& emit);
+// `scales`: by metric, the unit each metric's values are stored in (ShardOptions::valueScales);
+// a block whose metrics have one names them first.
+void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, std::span<const ValueScale> scales,
+                         const EmitBlock& emit);
 // The same blocks from columns (unsorted or repeated entries are the caller's check); returns
 // the number of non-zero values written.
-std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values, const EmitBlock& emit);
+std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
+                                  std::span<const ValueScale> scales, const EmitBlock& emit);
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out);
 // Node blocks are built by NodeValueBlocks (database_writer.hpp).
 void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);

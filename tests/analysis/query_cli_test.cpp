@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/storage/profile_io.hpp"
 
@@ -277,7 +278,7 @@ TEST(QueryCliNoLogs, DatabaseWithoutLogsSaysHowToGetThem) {
       }
     for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
     delete raw;
-    std::ofstream(tmp / "db" / "CSP-DATABASE", std::ios::trunc) << "CSP experiment database\nformat 1.0\n";
+    csp::test::pretendFormat(tmp / "db", 1, 0);
   }
   r = run(tool("csp-query") + " " + (tmp / "db").string() + " 'Duration((0, solve))'");
   EXPECT_EQ(r.status, 1);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/db_dump.hpp"
 #include "csp/storage/bytes.hpp"
 #include "storage/db_expect.hpp"
 
@@ -93,41 +94,88 @@ TEST(DatabaseRoundTrip, EveryColumnFamilySurvives) {
   EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
 }
 
+// Format 2.0 stores a metric's values in units of a scale (its period): a value need not be a
+// multiple of it, and every value, up to UINT64_MAX, reads back exactly in both orders, with and
+// without scales (format 1's layout), and in blocks that mix scaled and unscaled metrics.
 TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
-  TempDir tmp;
-  const fs::path target = tmp.path() / "db";
   // One profile with 3,000 nodes (several blocks), huge and real values, zeros to be dropped;
   // one node across 5,000 sparse profile ids (several blocks).
   std::vector<ProfileValue> profile;
   for (NodeId n = 0; n < 3000; ++n) {
     profile.push_back({n * 3 + 1, 0, MetricScope::Exclusive, n % 5 == 0 ? 0 : UINT64_MAX - n});
     profile.push_back({n * 3 + 1, 0, MetricScope::Inclusive, 1});
+    profile.push_back({n * 3 + 1, 2, MetricScope::Exclusive, std::uint64_t{n} * 1000000 + (n % 7 == 0 ? 999999 : 0)});
     profile.push_back({n * 3 + 1, 700, MetricScope::Inclusive, std::bit_cast<std::uint64_t>(0.25 * n)});
   }
   std::vector<NodeValue> node;
-  for (ProfileId p = 0; p < 5000; ++p)
+  for (ProfileId p = 0; p < 5000; ++p) {
+    node.push_back({0, MetricScope::Exclusive, p * 7 + 100, UINT64_MAX - p});
     node.push_back({3, MetricScope::Inclusive, p * 7 + 100, p % 3 == 0 ? 0 : std::uint64_t{p} << 40});
-  {
-    DatabaseBuilder b(target);
-    ShardWriter w(b.stagingDir(), 0);
-    w.putProfileValues(UINT32_MAX - 1, profile);
-    w.putNodeValues(UINT32_MAX, node);
-    w.finish();
-    DatabaseMetadata m;
-    m.strings = {""};
-    b.writeMetadata(m);
-    b.ingestShards(1);
-    b.publish();
   }
+  std::sort(node.begin(), node.end(), [](const NodeValue& a, const NodeValue& b) {
+    return std::tie(a.metric, a.scope, a.profile) < std::tie(b.metric, b.scope, b.profile);
+  });
   auto keepNonZero = [](auto values) {
     std::erase_if(values, [](const auto& v) { return v.value == 0; });
     return values;
   };
-  auto db = Database::open(target);
-  EXPECT_EQ(db->profileValues(UINT32_MAX - 1), keepNonZero(profile));
-  EXPECT_EQ(db->nodeValues(UINT32_MAX), keepNonZero(node));
-  EXPECT_TRUE(db->profileValues(0).empty());
-  EXPECT_TRUE(db->nodeValues(0).empty());
+  const std::vector<std::vector<std::uint64_t>> scaleSets = {{}, {3, 1, 1000000, 1u << 20}, {2, 1, 7}};
+  std::uintmax_t unscaledBytes = 0;
+  for (const auto& scales : scaleSets) {
+    TempDir tmp;
+    const fs::path target = tmp.path() / "db";
+    {
+      DatabaseBuilder b(target);
+      ShardWriter w(b.stagingDir(), 0, {.provisional = false, .valueScales = scales});
+      w.putProfileValues(UINT32_MAX - 1, profile);
+      w.putNodeValues(UINT32_MAX, node);
+      w.finish();
+      DatabaseMetadata m;
+      m.strings = {""};
+      b.writeMetadata(m);
+      b.ingestShards(1);
+      b.publish();
+    }
+    auto db = Database::open(target);
+    EXPECT_EQ(db->profileValues(UINT32_MAX - 1), keepNonZero(profile)) << scales.size();
+    EXPECT_EQ(db->nodeValues(UINT32_MAX), keepNonZero(node)) << scales.size();
+    EXPECT_TRUE(db->profileValues(0).empty());
+    EXPECT_TRUE(db->nodeValues(0).empty());
+    std::uintmax_t bytes = 0;
+    db->forEachEntry("values_by_profile", [&](auto, std::string_view v) { bytes += v.size(); });
+    if (scales.empty()) unscaledBytes = bytes;
+    if (scales.size() == 4) {
+      EXPECT_LT(bytes, unscaledBytes);  // metric 2 in its units: smaller varints
+    }
+  }
+}
+
+// The value codec of format 2.0 alone: exact for multiples, remainders and extremes; damaged
+// encodings (a remainder of 0 or beyond the scale, a quotient that overflows) are refused.
+TEST(ValueScaleCodec, ExactForEveryValueAndRefusesDamage) {
+  for (const std::uint64_t scale : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{1000000},
+                                    std::uint64_t{1} << 40, UINT64_MAX}) {
+    const ValueScale codec(scale);
+    for (const std::uint64_t v : {std::uint64_t{1}, std::uint64_t{2}, scale, scale + 1, 2 * scale, 5 * scale - 1,
+                                  std::uint64_t{1} << 52, (std::uint64_t{1} << 52) + 1, UINT64_MAX - 1, UINT64_MAX}) {
+      if (v == 0) continue;
+      char bytes[20];
+      const char* end = codec.put(bytes, v);
+      ByteReader<> r(std::string_view(bytes, static_cast<std::size_t>(end - bytes)), "value");
+      EXPECT_EQ(codec.read(r), v) << v << " in units of " << scale;
+      EXPECT_TRUE(r.done());
+    }
+  }
+  const ValueScale codec(10);
+  auto read = [&](std::initializer_list<unsigned char> bytes) {
+    const std::string text(bytes.begin(), bytes.end());
+    ByteReader<> r(text, "value");
+    return codec.read(r);
+  };
+  EXPECT_EQ(read({2 << 1 | 1, 7}), 27u);
+  EXPECT_THROW(read({2 << 1 | 1, 0}), BytesError);   // a remainder of 0 is flagged
+  EXPECT_THROW(read({2 << 1 | 1, 10}), BytesError);  // a remainder as large as the scale
+  EXPECT_THROW(read({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}), BytesError);  // overflows
 }
 
 // csp-prof-mpi writes values from columns (by profile) and dealt out value by value (by node);
@@ -244,7 +292,7 @@ TEST(ShardWriterContract, MergedShardsHoldEverythingInOrder) {
     DatabaseBuilder b(target);
     std::vector<std::uint32_t> batches{100, 101, 102};
     for (std::uint32_t k = 0; k < 3; ++k) {
-      ShardWriter w(b.stagingDir(), batches[k], {.provisional = true});
+      ShardWriter w(b.stagingDir(), batches[k], {.provisional = true, .valueScales = {}});
       for (NodeId n = 0; n < 50; ++n) {
         std::vector<NodeValue> v;
         for (ProfileId p = k * 10; p < k * 10 + 10; ++p) v.push_back({0, MetricScope::Inclusive, p, 1 + n * 100 + p});
@@ -490,10 +538,12 @@ TEST(DatabaseOpen, NewerFormat) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";
   test::buildInProcess(target, Synthetic{}, "A");
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 2.1\n");
-  expectOpenFails(target, "database format 2.1 is newer than this CSP reads (1.x)");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 3.1\n");
+  expectOpenFails(target, "database format 3.1 is newer than this CSP reads (1.x to 2.x)");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 0.9\n");
+  expectOpenFails(target, "database format 0.9 is older than this CSP reads (1.x to 2.x)");
   // A newer minor version is readable.
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 1.7\n");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 2.7\n");
   EXPECT_EQ(Database::open(target)->formatVersion().minor, 7u);
 }
 
@@ -502,7 +552,7 @@ TEST(DatabaseOpen, NewerFormat) {
 TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
   TempDir tmp;
   const Synthetic s{.profiles = 6, .nodes = 50};
-  EXPECT_GE(kDatabaseFormatMinor, 3u);
+  EXPECT_GE(kDatabaseFormatMajor * 100 + kDatabaseFormatMinor, 103u);  // format 1.3 or later
   const fs::path with = tmp.path() / "with";
   test::buildInProcess(with, s, "A");
   {
@@ -522,7 +572,7 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
     meta.quality.clear();
     test::buildInProcess(without, s, meta);
   }
-  writeText(without / kDatabaseManifestName, "CSP experiment database\nformat 1.0\n");
+  test::pretendFormat(without, 1, 0);
   {
     auto db = Database::open(without);
     EXPECT_FALSE(db->metadata().hasQuality());
@@ -578,7 +628,7 @@ TEST(DatabaseOpen, SamplingQualityOptionalButConsistent) {
 TEST(DatabaseOpen, UnwindRecoveryAndModuleLoops) {
   TempDir tmp;
   const Synthetic s{.profiles = 4, .nodes = 20};
-  EXPECT_GE(kDatabaseFormatMinor, 5u);
+  EXPECT_GE(kDatabaseFormatMajor * 100 + kDatabaseFormatMinor, 105u);  // format 1.5 or later
   const fs::path with = tmp.path() / "with";
   test::buildInProcess(with, s, "A");
   {
@@ -614,7 +664,7 @@ TEST(DatabaseOpen, UnwindRecoveryAndModuleLoops) {
 TEST(DatabaseOpen, DistributionsAndThreadClasses) {
   TempDir tmp;
   const Synthetic s{.profiles = 6, .nodes = 50};
-  EXPECT_GE(kDatabaseFormatMinor, 4u);
+  EXPECT_GE(kDatabaseFormatMajor * 100 + kDatabaseFormatMinor, 104u);  // format 1.4 or later
   const fs::path with = tmp.path() / "with";
   test::buildInProcess(with, s, "A");
   {

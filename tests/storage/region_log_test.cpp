@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "common/db_dump.hpp"
 #include "storage/db_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -157,7 +158,7 @@ TEST(RegionLogs, DatabaseWithoutTheFamilyOpens) {
       }
     for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
     delete raw;
-    std::ofstream(target / kDatabaseManifestName, std::ios::trunc) << "CSP experiment database\nformat 1.0\n";
+    test::pretendFormat(target, 1, 0);
   }
   auto db = Database::open(target);
   EXPECT_EQ(db->formatVersion().minor, 0u);

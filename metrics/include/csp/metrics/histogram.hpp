@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "csp/metrics/accumulator.hpp"
+#include "csp/storage/bytes.hpp"
 
 namespace csp::metrics {
 
@@ -55,29 +56,8 @@ class LogLinearHistogram {
   std::uint64_t total_ = 0;
 };
 
-// Fills s.p5 .. s.p95 and s.imbalanceMedian (s.max / s.p50) from the histogram of a node's
-// per-thread values divided by `unit` (the metric's period: values are count x period, so the
-// histogram holds sample counts, which are exact below 16). `population` as for percentile():
-// s.inputs. Leaves NaN for an empty population.
-// value / period, exact (the floor), for the sample counts a histogram holds, without a 64-bit
-// division per value: a multiplication by the inverse, corrected by a step where it rounded.
-class PeriodDivisor {
- public:
-  explicit PeriodDivisor(std::uint64_t period = 1)
-      : d_(period == 0 ? 1 : period), inverse_(1.0 / static_cast<double>(d_)) {}
-  std::uint64_t divide(std::uint64_t v) const {
-    if (d_ == 1) return v;
-    if (v >= std::uint64_t{1} << 52) return v / d_;  // beyond the double's exact integers
-    auto q = static_cast<std::uint64_t>(static_cast<double>(v) * inverse_);
-    while (q * d_ > v) --q;
-    while (v - q * d_ >= d_) ++q;
-    return q;
-  }
-
- private:
-  std::uint64_t d_;
-  double inverse_;
-};
+// value / period, exact (the floor), for the sample counts a histogram holds.
+using PeriodDivisor = storage::ExactDivisor;
 
 // A histogram being filled one value at a time (summaries of many profiles): the counts of the
 // contiguous range of bins seen so far, dense, so that adding is an index and an increment where
@@ -101,6 +81,10 @@ class HistogramBuilder {
   std::vector<std::uint32_t> counts_;  // one value per profile: fewer than 2^32 (ProfileId)
 };
 
+// Fills s.p5 .. s.p95 and s.imbalanceMedian (s.max / s.p50) from the histogram of a node's
+// per-thread values divided by `unit` (the metric's period: values are count x period, so the
+// histogram holds sample counts, which are exact below 16). `population` as for percentile():
+// s.inputs. Leaves NaN for an empty population.
 void addPercentiles(Statistics& s, const LogLinearHistogram& histogram, std::uint64_t population, double unit);
 
 }  // namespace csp::metrics

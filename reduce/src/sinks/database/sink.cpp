@@ -48,12 +48,22 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// The unit each metric's per-thread values are stored in (docs/database-format.md, format 2.0):
+// a count metric's period, so that the stored values are sample counts (exact for any value).
+std::vector<std::uint64_t> valueScales(const std::vector<MetricDescriptor>& metrics) {
+  std::vector<std::uint64_t> scales;
+  scales.reserve(metrics.size());
+  for (const auto& m : metrics)
+    scales.push_back(m.valueType == ValueType::Count ? std::max<std::uint64_t>(m.period, 1) : 1);
+  return scales;
+}
+
 // The writers of one rank, from the structure on.
 struct Writers {
   Writers(const Comm& comm, const fs::path& staging, Pipeline& pipeline)
       : plan(comm),
-        mainShard(staging, plan.main),
-        byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size())),
+        mainShard(staging, plan.main, {.provisional = false, .valueScales = valueScales(pipeline.metrics())}),
+        byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size()), valueScales(pipeline.metrics())),
         summaries(static_cast<std::uint32_t>(pipeline.cct().size()), pipeline.metrics(), pipeline.threadClassOf()),
         regions(pipeline.regions().size()) {}
   const ShardPlan plan;

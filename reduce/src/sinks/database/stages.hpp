@@ -48,7 +48,9 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // into the rank's by-node shard at the end (the transpose from profile order to node order).
 class NodeValueSink {
  public:
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount);
+  // `valueScales`: as storage::ShardOptions::valueScales.
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                std::vector<std::uint64_t> valueScales);
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
   void merge(const Comm& comm);                          // after the last batch
   double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB

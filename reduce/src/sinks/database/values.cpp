@@ -22,12 +22,13 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
   }
 }
 
-NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount)
-    : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount) {}
+NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                             std::vector<std::uint64_t> valueScales)
+    : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount), blocks_(std::move(valueScales)) {}
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values) {
   shards_.push_back(plan_.provisionalBase + static_cast<std::uint32_t>(shards_.size()));
-  storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true});
+  storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true, .valueScales = {}});
   std::size_t entries = 0;
   for (const auto& v : values) entries += v.size();
   // Walking every node with one cursor per profile reads each profile's values in order (they

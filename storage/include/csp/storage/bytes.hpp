@@ -218,4 +218,64 @@ class ByteReader {
   std::size_t pos_ = 0;
 };
 
+// v / d, exact (the floor), without a 64-bit division per value: a multiplication by the inverse,
+// corrected by a step where it rounded.
+class ExactDivisor {
+ public:
+  explicit ExactDivisor(std::uint64_t d = 1) : d_(d == 0 ? 1 : d), inverse_(1.0 / static_cast<double>(d_)) {}
+  std::uint64_t divisor() const { return d_; }
+  std::uint64_t divide(std::uint64_t v) const {
+    if (d_ == 1) return v;
+    if (v >= std::uint64_t{1} << 52) return v / d_;  // beyond the double's exact integers
+    auto q = static_cast<std::uint64_t>(static_cast<double>(v) * inverse_);
+    while (q * d_ > v) --q;
+    while (v - q * d_ >= d_) ++q;
+    return q;
+  }
+
+ private:
+  std::uint64_t d_;
+  double inverse_;
+};
+
+// A per-thread value of a metric stored in units of its scale (database format 2.0: the period of
+// a sampled count metric, so that a value is its sample count): v = q * scale + r is written as
+// varint(q << 1 | (r != 0)) and, if r != 0, varint(r). Scale 1 writes varint(v), as format 1 did.
+// Exact for every value; at most 20 bytes.
+class ValueScale {
+ public:
+  explicit ValueScale(std::uint64_t scale = 1) : divisor_(scale) {}
+  std::uint64_t scale() const { return divisor_.divisor(); }
+  static char* varintAt(char* out, std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
+    *out++ = static_cast<char>(v);
+    return out;
+  }
+  char* put(char* out, std::uint64_t v) const {
+    const std::uint64_t s = scale();
+    if (s == 1) return varintAt(out, v);
+    const std::uint64_t q = divisor_.divide(v), r = v - q * s;
+    out = varintAt(out, q << 1 | (r != 0 ? 1 : 0));
+    return r != 0 ? varintAt(out, r) : out;
+  }
+  template <class Error>
+  std::uint64_t read(ByteReader<Error>& r) const {
+    const std::uint64_t x = r.u64(), s = scale();
+    if (s == 1) return x;
+    const std::uint64_t q = x >> 1;
+    if (q > UINT64_MAX / s) r.fail("scaled value out of range");
+    std::uint64_t v = q * s;
+    if (x & 1) {
+      const std::uint64_t rest = r.u64();
+      if (rest == 0 || rest >= s) r.fail("remainder of a scaled value out of range");
+      if (v > UINT64_MAX - rest) r.fail("scaled value out of range");
+      v += rest;
+    }
+    return v;
+  }
+
+ private:
+  ExactDivisor divisor_;
+};
+
 }  // namespace csp::storage

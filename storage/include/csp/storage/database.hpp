@@ -22,11 +22,15 @@
 
 namespace csp::storage {
 
-inline constexpr std::uint32_t kDatabaseFormatMajor = 1;
 // 1.1: region metric descriptors; 1.2: the region_events column family (region event logs);
 // 1.3: the sampling quality per profile (quality/ metadata keys); 1.4: distributions, thread
-// classes; 1.5: unwind recovery, module loops; 1.6: GPU id kinds, real-valued raw metrics.
-inline constexpr std::uint32_t kDatabaseFormatMinor = 8;
+// classes; 1.5: unwind recovery, module loops; 1.6: GPU id kinds, real-valued raw metrics;
+// 1.7: process clocks and communication events; 1.8: where a non-blocking operation's wait starts.
+// 2.0: per-thread values of count metrics stored in units of their period (sample counts), each
+// value block naming its scale; a format 1 reader cannot read them, this one reads format 1.
+inline constexpr std::uint32_t kDatabaseFormatMajor = 2;
+inline constexpr std::uint32_t kDatabaseFormatMinor = 0;
+inline constexpr std::uint32_t kOldestReadableFormatMajor = 1;
 // The plain-text file that makes a directory a CSP database.
 inline constexpr const char* kDatabaseManifestName = "CSP-DATABASE";
 

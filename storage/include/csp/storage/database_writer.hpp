@@ -33,6 +33,11 @@ struct ShardOptions {
   // The shard will be merged into another one (mergeShards) or compacted at ingestion: write it
   // with a fast compression instead of the family's final one.
   bool provisional = false;
+  // By metric id: the unit its per-thread values are stored in (format 2.0; ValueScale in
+  // bytes.hpp): a sampled count metric's period, so that what is stored is its sample counts.
+  // Missing or 1: the values as they are. Each block names the scales it uses, so shards written
+  // with and without scales read back alike.
+  std::vector<std::uint64_t> valueScales;
 };
 
 // One node's values across profiles, encoded as they are dealt out (profile after profile, each
@@ -42,22 +47,26 @@ struct ShardOptions {
 // writer empties it.
 class NodeValueBlocks {
  public:
-  NodeValueBlocks();
+  // `valueScales` as ShardOptions::valueScales.
+  explicit NodeValueBlocks(std::vector<std::uint64_t> valueScales = {});
   // A value of `profile`; within one (metric, scope) profiles must ascend. Zeros are dropped.
   void add(MetricId metric, MetricScope scope, ProfileId profile, std::uint64_t value) {
     if (value == 0) return;
     const std::size_t c = std::size_t{metric} << 1 | static_cast<std::size_t>(scope);
     if (c >= columns_.size()) widen(c);
     Column& col = columns_[c];
-    if (col.count == 0)
-      col.first = col.previous = profile;
-    else if (profile <= col.previous)
-      refuse(profile, col.previous);
-    // Two varints of at most 10 bytes each, written in place (the bulk of csp-prof-mpi's output).
-    if (col.bytes.size() - col.used < 20) grow(col);
+    // Three varints of at most 10 bytes each (and a block's scale), written in place: the bulk
+    // of csp-prof-mpi's output.
+    if (col.bytes.size() - col.used < 40) grow(col);
     char* out = col.bytes.data() + col.used;
-    out = varintAt(out, profile - col.previous);
-    out = varintAt(out, value);
+    if (col.count == 0) {
+      col.first = col.previous = profile;
+      if (col.scale.scale() != 1) out = ValueScale::varintAt(out, col.scale.scale());  // a block's first varint
+    } else if (profile <= col.previous) {
+      refuse(profile, col.previous);
+    }
+    out = ValueScale::varintAt(out, profile - col.previous);
+    out = col.scale.put(out, value);
     col.used = static_cast<std::size_t>(out - col.bytes.data());
     col.previous = profile;
     if (++col.count == blockValues_) seal(col);
@@ -73,23 +82,20 @@ class NodeValueBlocks {
     std::uint32_t count = 0;
     std::vector<std::pair<ProfileId, std::string>> sealed;  // full blocks before it
     std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
+    ValueScale scale;                                       // of the column's metric
   };
-  static char* varintAt(char* out, std::uint64_t v) {
-    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
-    *out++ = static_cast<char>(v);
-    return out;
-  }
   void widen(std::size_t column);
   static void grow(Column& column);
   void seal(Column& column);
   [[noreturn]] static void refuse(ProfileId profile, ProfileId previous);
   std::uint32_t blockValues_;
+  std::vector<std::uint64_t> scales_;  // by metric
   std::vector<Column> columns_;
 };
 
 class ShardWriter {
  public:
-  ShardWriter(const std::filesystem::path& stagingDir, std::uint32_t shardIndex, ShardOptions options = {});
+  ShardWriter(const std::filesystem::path& stagingDir, std::uint32_t shardIndex, const ShardOptions& options = {});
   ~ShardWriter();  // an unfinished shard leaves no files that ingestShards() would accept
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
