@@ -130,11 +130,7 @@ TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
       w.putProfileValues(UINT32_MAX - 1, profile);
       w.putNodeValues(UINT32_MAX, node);
       w.finish();
-      DatabaseMetadata m;
-      m.strings = {""};
-      b.writeMetadata(m);
-      b.ingestShards(1);
-      b.publish();
+      test::publishBare(b, 1);
     }
     auto db = Database::open(target);
     EXPECT_EQ(db->profileValues(UINT32_MAX - 1), keepNonZero(profile)) << scales.size();
@@ -203,16 +199,18 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
   for (MetricId m : {MetricId{1}, MetricId{2}})
     for (auto scope : {MetricScope::Exclusive, MetricScope::Inclusive})
       for (ProfileId p = 0; p < 2500; ++p) node.push_back({m, scope, p * 3, (p + m) % 5 == 0 ? 0 : p + 1});
-  auto build = [&](const fs::path& target, bool lists) {
+  // Also with scales (format 2.0): metric 0 and 2 scaled, 1 and 3 not.
+  const std::vector<std::uint64_t> scales = {1000, 1, 7};
+  auto build = [&](const fs::path& target, bool lists, const std::vector<std::uint64_t>& valueScales) {
     DatabaseBuilder b(target);
     {
-      ShardWriter w(b.stagingDir(), 0);
+      ShardWriter w(b.stagingDir(), 0, {.provisional = false, .valueScales = valueScales});
       if (lists) {
         w.putProfileValues(7, profile);
         w.putNodeValues(4, node);
       } else {
         w.putProfileColumns(7, ProfileValueColumns{columns.node, columns.metric, columns.exclusive, columns.inclusive});
-        NodeValueBlocks blocks;
+        NodeValueBlocks blocks(valueScales);
         for (std::size_t p = 0; p < 2500; ++p)  // dealt out profile by profile, as csp-prof-mpi does
           for (std::size_t column = 0; column < 4; ++column) {
             const auto& v = node[column * 2500 + p];
@@ -223,14 +221,12 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
       }
       w.finish();
     }
-    DatabaseMetadata m;
-    m.strings = {""};
-    b.writeMetadata(m);
-    b.ingestShards(1);
-    b.publish();
+    test::publishBare(b, 1);
   };
-  build(tmp.path() / "lists", true);
-  build(tmp.path() / "columns", false);
+  build(tmp.path() / "lists", true, {});
+  build(tmp.path() / "columns", false, {});
+  build(tmp.path() / "scaled-lists", true, scales);
+  build(tmp.path() / "scaled-columns", false, scales);
   auto entries = [](const fs::path& target, const std::string& family) {
     std::vector<std::pair<std::string, std::string>> out;
     Database::open(target)->forEachEntry(family,
@@ -241,7 +237,13 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
     const auto lists = entries(tmp.path() / "lists", family);
     EXPECT_GT(lists.size(), 4u) << family;
     EXPECT_EQ(entries(tmp.path() / "columns", family), lists) << family;
+    const auto scaled = entries(tmp.path() / "scaled-lists", family);
+    EXPECT_EQ(entries(tmp.path() / "scaled-columns", family), scaled) << family;
+    EXPECT_NE(scaled, lists) << family;
   }
+  const auto plain = Database::open(tmp.path() / "lists"), scaled = Database::open(tmp.path() / "scaled-columns");
+  EXPECT_EQ(scaled->profileValues(7), plain->profileValues(7));
+  EXPECT_EQ(scaled->nodeValues(4), plain->nodeValues(4));
 }
 
 TEST(ShardWriterContract, RejectsUnsortedInput) {
@@ -307,11 +309,7 @@ TEST(ShardWriterContract, MergedShardsHoldEverythingInOrder) {
     ShardWriter main(b.stagingDir(), 0);
     main.putNode(0, CctNode{});
     main.finish();
-    DatabaseMetadata m;
-    m.strings = {""};
-    b.writeMetadata(m);
-    b.ingestShards(2);
-    b.publish();
+    test::publishBare(b, 2);
   }
   auto db = Database::open(target);
   for (NodeId n = 0; n < 50; ++n) EXPECT_EQ(db->nodeValues(n), expected[n]) << n;

@@ -249,6 +249,16 @@ struct Synthetic {
 };
 
 // Builds a whole database in this process with `shards` shard writers run one after the other.
+// Publishes a builder's shards with metadata that holds nothing but the empty string: for the
+// tests of the value and log families, which need no profiles or metrics.
+inline void publishBare(DatabaseBuilder& b, std::uint32_t shards) {
+  DatabaseMetadata m;
+  m.strings = {""};
+  b.writeMetadata(m);
+  b.ingestShards(shards);
+  b.publish();
+}
+
 // With metadata of the caller's (e.g. `s.metadata(title)` without a table that older formats lacked).
 inline void buildInProcess(const std::filesystem::path& target, const Synthetic& s, const DatabaseMetadata& metadata,
                            std::uint32_t shards = 1, bool force = false) {

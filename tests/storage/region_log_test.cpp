@@ -52,11 +52,7 @@ void buildWithLogs(const fs::path& target, const std::vector<RegionLogProcess>& 
     }
     w.finish();
   }
-  DatabaseMetadata m;
-  m.strings = {""};
-  b.writeMetadata(m);
-  b.ingestShards(1);
-  b.publish();
+  test::publishBare(b, 1);
 }
 
 }  // namespace
