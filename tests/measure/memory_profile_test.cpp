@@ -82,14 +82,17 @@ TEST_F(MemoryProfile, FittedExponentsOfKnownCostFunctions) {
   // constant per activation beside the work (the tool's call and return, the noise of the clock's
   // system calls: about 1 us, which the smallest quadratic inputs, ~10 us, feel by ~10 %) and the
   // caches and frequency that other processes share, so its exponents are biased low and noisy:
-  // 1.81 to 1.91 in five runs on the loaded machine. The quadratic routine's is asserted within
-  // 0.25 of 2, and well apart from the linear routine's.
+  // 1.81 to 1.91 in five runs on the loaded machine, 1.68 once in a cold suite run beside a
+  // compiler (load 9 on 2 cores). So nothing nominal is asserted of it: the quadratic routine's
+  // exponent is well apart from the linear routine's and not above 2 by more than noise; the
+  // exact exponents are the instruction counts' above.
   const auto quadraticTime = views(dir / "db", "--cost quadratic_pairs --cost-metric time");
   const auto linearTime = views(dir / "db", "--cost linear_sum --cost-metric time");
   EXPECT_EQ(quadraticTime["cost_metric"], "time");
   EXPECT_EQ(quadraticTime["cost_unit"], "ns");
-  EXPECT_NEAR(quadraticTime["fit_power"]["b"].get<double>(), 2.0, 0.25) << quadraticTime.dump(1);
-  EXPECT_GT(quadraticTime["fit_power"]["b"].get<double>(), linearTime["fit_power"]["b"].get<double>() + 0.6);
+  EXPECT_LT(quadraticTime["fit_power"]["b"].get<double>(), 2.25) << quadraticTime.dump(1);
+  EXPECT_GT(quadraticTime["fit_power"]["b"].get<double>(), linearTime["fit_power"]["b"].get<double>() + 0.6)
+      << quadraticTime.dump(1) << linearTime.dump(1);
   EXPECT_EQ(quadraticTime["points"].size(), quadratic["points"].size());
   EXPECT_GT(quadraticTime["cost"].get<std::uint64_t>(), 0u);
   const auto rankingTime = views(dir / "db", "--growth --cost-metric time");
