@@ -128,14 +128,14 @@ std::vector<std::unique_ptr<EntryTracker::Table>>& freeTables() {
 EntryTracker::EntryTracker(const StringTable& strings) : strings_(strings) {
   auto& pool = freeTables();
   if (pool.empty()) pool.push_back(std::make_unique<Table>());
-  table_ = pool.back().release();
+  table_ = std::move(pool.back());
   pool.pop_back();
 }
 
 EntryTracker::~EntryTracker() {
   for (const auto node : table_->touched) table_->entry[node] = kUnset;
   table_->touched.clear();
-  freeTables().emplace_back(table_);
+  freeTables().push_back(std::move(table_));
 }
 
 void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {

@@ -176,9 +176,9 @@ class ProfileBlockWriter {
     for (const auto& scale : scales) n += scale.scale() != 1 ? 1 : 0;
     if (n == 0) return;
     header_.resize(10 + 20 * n);
-    char* out = ValueScale::varintAt(header_.data(), n);
+    char* out = varintAt(header_.data(), n);
     for (std::size_t m = 0; m < scales.size(); ++m)
-      if (scales[m].scale() != 1) out = ValueScale::varintAt(ValueScale::varintAt(out, m), scales[m].scale());
+      if (scales[m].scale() != 1) out = varintAt(varintAt(out, m), scales[m].scale());
     header_.resize(static_cast<std::size_t>(out - header_.data()));
   }
   // A group of `n` >= 1 values at `node`; then n times value(). The group's varints (at most 10
@@ -215,12 +215,7 @@ class ProfileBlockWriter {
   }
 
  private:
-  void put(std::uint64_t v) {
-    char* out = bytes_.data() + used_;
-    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
-    *out++ = static_cast<char>(v);
-    used_ = static_cast<std::size_t>(out - bytes_.data());
-  }
+  void put(std::uint64_t v) { used_ = static_cast<std::size_t>(varintAt(bytes_.data() + used_, v) - bytes_.data()); }
   static constexpr std::uint32_t kNone = UINT32_MAX;
   ProfileId profile_;
   std::span<const ValueScale> scales_;

@@ -43,13 +43,15 @@ inline void pretendFormat(const std::filesystem::path& dir, std::uint32_t major,
   std::string version;
   storage::putVarint(version, major);
   storage::putVarint(version, minor);
+  bool written = false;
   for (std::size_t i = 0; i < families.size(); ++i)
-    if (families[i] == "metadata") raw->Put(rocksdb::WriteOptions(), handles[i], "version", version);
+    if (families[i] == "metadata") written = raw->Put(rocksdb::WriteOptions(), handles[i], "version", version).ok();
   for (auto* h : handles) {
     raw->Flush(rocksdb::FlushOptions(), h);
     raw->DestroyColumnFamilyHandle(h);
   }
   delete raw;
+  if (!written) throw std::runtime_error("pretendFormat: cannot write the metadata version of " + dir.string());
   std::ofstream(dir / storage::kDatabaseManifestName, std::ios::trunc)
       << "CSP experiment database\nformat " << major << "." << minor << "\n";
 }

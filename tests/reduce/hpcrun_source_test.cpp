@@ -38,12 +38,14 @@ namespace hr = csp::test::hpcrun;
 class AddressSpaceCap {
  public:
   explicit AddressSpaceCap(std::size_t extra) {
-    getrlimit(RLIMIT_AS, &saved_);
     std::size_t pages = 0;
     std::ifstream("/proc/self/statm") >> pages;
+    if (getrlimit(RLIMIT_AS, &saved_) != 0 || pages == 0)
+      throw std::runtime_error("AddressSpaceCap: cannot read the address-space limit or size");
     struct rlimit cap = saved_;
     cap.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + extra;
-    setrlimit(RLIMIT_AS, &cap);
+    if (cap.rlim_max != RLIM_INFINITY && cap.rlim_cur > cap.rlim_max) cap.rlim_cur = cap.rlim_max;
+    if (setrlimit(RLIMIT_AS, &cap) != 0) throw std::runtime_error("AddressSpaceCap: cannot set the limit");
   }
   ~AddressSpaceCap() { setrlimit(RLIMIT_AS, &saved_); }
   AddressSpaceCap(const AddressSpaceCap&) = delete;

@@ -38,8 +38,12 @@ constexpr std::uint64_t kFooterMagic = 0x48504352554E736DULL;  // "HPCRUNsm"
 constexpr std::size_t kFooterBytes = 14 * 8;
 constexpr std::size_t kHeaderBytes = 24;  // magic, version, endianness
 constexpr std::size_t kCctNodeBytes = 19;
-constexpr std::size_t kMetricBytes = 4 + 4 + 16 + 8 + 4 + 4 + 20;  // the fixed part of a metric descriptor
-constexpr std::uint32_t kLastNodeEnd = 0x656E6421;                 // "end!": the sentinel of the node index
+// The fixed parts of a header setting (two string lengths), a load-map entry (id, path length,
+// flags) and a metric descriptor: a count of them cannot exceed the section's bytes over these.
+constexpr std::size_t kSettingBytes = 4 + 4;
+constexpr std::size_t kLoadModuleBytes = 2 + 4 + 8;
+constexpr std::size_t kMetricBytes = 4 + 4 + 16 + 8 + 4 + 4 + 20;
+constexpr std::uint32_t kLastNodeEnd = 0x656E6421;  // "end!": the sentinel of the node index
 constexpr std::uint64_t kStampMask = 0xffffffff00000000ULL;
 constexpr std::uint64_t kNegativeZero = 0x8000000000000000ULL;  // a real -0.0: no value
 
@@ -218,7 +222,7 @@ class Reader {
   static void header(Cursor c, std::vector<Setting>& out) {
     c.raw(kHeaderBytes);
     const std::uint64_t n = c.uint(4);
-    if (n > c.left() / 8) c.fail("more name-value pairs than bytes");
+    if (n > c.left() / kSettingBytes) c.fail("more name-value pairs than bytes");
     out.resize(n);
     for (auto& s : out) {
       s.key = c.str();
@@ -229,7 +233,7 @@ class Reader {
 
   static void loadmap(Cursor c, std::vector<std::pair<std::uint16_t, std::string>>& out) {
     const std::uint64_t n = c.uint(4);
-    if (n > c.left() / 14) c.fail("more entries than bytes");
+    if (n > c.left() / kLoadModuleBytes) c.fail("more entries than bytes");
     out.resize(n);
     for (auto& [id, path] : out) {
       id = static_cast<std::uint16_t>(c.uint(2));
@@ -462,7 +466,7 @@ class CctBuilder {
     if (n >= kNoIndex || in_.indexCount > n || be64(in_.index + 4) != 0) return false;
     Preorder w = startPreorder(n);
     const unsigned char* record = in_.cctRecords;
-    for (std::uint64_t at = 0; at < n; ++at, record += kCctNodeBytes)
+    for (std::uint64_t i = 0; i < n; ++i, record += kCctNodeBytes)
       if (!preorderNode(record, w)) return false;
     if (w.indexUsed != in_.indexCount || be32(in_.index + 12 * w.indexUsed) != kLastNodeEnd || !preorderValues(w))
       return false;
@@ -476,7 +480,7 @@ class CctBuilder {
     std::uint64_t* byId;          // the depth of an id's record, valid if stamped with this profile's stamp
     std::uint64_t stamp;          // this profile's, in the high half
     std::uint32_t idLimit;        // ids below it fit byId
-    Scratch::Step* path;          // path[d]: the record at depth d above the record read last, or it
+    Scratch::Step* path;          // path[d]: the record at depth d on the path to the record read last
     std::uint32_t depth = 0;      // of the record read last
     std::uint32_t* entryNode;     // by node index entry: its CSP node
     std::uint64_t indexUsed = 0;  // node index entries matched to records

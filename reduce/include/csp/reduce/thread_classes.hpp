@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -83,7 +84,7 @@ class EntryTracker {
  private:
   bool isThreadStart(std::uint32_t name, std::uint32_t module);
   const StringTable& strings_;
-  Table* table_;
+  std::unique_ptr<Table> table_;                        // from the pool, back to it when the tracker ends
   std::unordered_map<std::uint64_t, bool> startNames_;  // (name, module) -> a thread-start frame
   static constexpr std::uint32_t kTruncated = kNoIndex - 1;
   static constexpr std::uint32_t kUnset = kNoIndex - 2;

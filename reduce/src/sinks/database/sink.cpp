@@ -62,11 +62,13 @@ std::vector<std::uint64_t> valueScales(const std::vector<MetricDescriptor>& metr
 struct Writers {
   Writers(const Comm& comm, const fs::path& staging, Pipeline& pipeline)
       : plan(comm),
-        mainShard(staging, plan.main, {.provisional = false, .valueScales = valueScales(pipeline.metrics())}),
-        byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size()), valueScales(pipeline.metrics())),
+        scales(valueScales(pipeline.metrics())),
+        mainShard(staging, plan.main, {.provisional = false, .valueScales = scales}),
+        byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size()), scales),
         summaries(static_cast<std::uint32_t>(pipeline.cct().size()), pipeline.metrics(), pipeline.threadClassOf()),
         regions(pipeline.regions().size()) {}
   const ShardPlan plan;
+  const std::vector<std::uint64_t> scales;  // by metric: the unit its values are stored in
   storage::ShardWriter mainShard;
   NodeValueSink byNode;
   SummaryTable summaries;

@@ -86,16 +86,18 @@ inline void putBe16(std::string& out, std::uint16_t v) {
 inline void putBe32(std::string& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
 }
+// The varint of v written at `out` (at most 10 bytes, the caller's room); returns the end.
+inline char* varintAt(char* out, std::uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
+  *out++ = static_cast<char>(v);
+  return out;
+}
 // Unsigned values of up to 64 bits (ids, counts, per-thread values: the bulk of a database)
 // take this form: the bytes are made in a register-sized buffer and appended at once.
 template <std::unsigned_integral T>
 requires(sizeof(T) <= 8) inline void putVarint(std::string& out, T value) {
   char bytes[10];
-  std::size_t n = 0;
-  std::uint64_t v = value;
-  for (; v >= 0x80; v >>= 7) bytes[n++] = static_cast<char>((v & 0x7f) | 0x80);
-  bytes[n++] = static_cast<char>(v);
-  out.append(bytes, n);
+  out.append(bytes, static_cast<std::size_t>(varintAt(bytes, value) - bytes));
 }
 inline void putVarint(std::string& out, Uint128 v) {
   while (v >= 0x80) {
@@ -246,11 +248,6 @@ class ValueScale {
  public:
   explicit ValueScale(std::uint64_t scale = 1) : divisor_(scale) {}
   std::uint64_t scale() const { return divisor_.divisor(); }
-  static char* varintAt(char* out, std::uint64_t v) {
-    for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((v & 0x7f) | 0x80);
-    *out++ = static_cast<char>(v);
-    return out;
-  }
   char* put(char* out, std::uint64_t v) const {
     const std::uint64_t s = scale();
     if (s == 1) return varintAt(out, v);

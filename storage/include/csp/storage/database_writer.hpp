@@ -61,11 +61,11 @@ class NodeValueBlocks {
     char* out = col.bytes.data() + col.used;
     if (col.count == 0) {
       col.first = col.previous = profile;
-      if (col.scale.scale() != 1) out = ValueScale::varintAt(out, col.scale.scale());  // a block's first varint
+      if (col.scale.scale() != 1) out = varintAt(out, col.scale.scale());  // a block's first varint
     } else if (profile <= col.previous) {
       refuse(profile, col.previous);
     }
-    out = ValueScale::varintAt(out, profile - col.previous);
+    out = varintAt(out, profile - col.previous);
     out = col.scale.put(out, value);
     col.used = static_cast<std::size_t>(out - col.bytes.data());
     col.previous = profile;
