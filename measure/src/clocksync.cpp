@@ -116,8 +116,15 @@ bool readDrop() {
 bool g_dropClock = false;
 
 // ---- the exchanges --------------------------------------------------------------------------
-constexpr int kRounds = 8;
+// Each exchange takes at least kMinRounds ping-pong rounds and keeps the one with the shortest
+// round trip. When that is still longer than kGoodRoundTripNs (a loaded or oversubscribed node,
+// where a round trip measures the scheduler), it goes on, up to kMaxRounds, for at most as long
+// again as its first kMinRounds took: a lucky round narrows the bounds of every event of the run.
+constexpr int kMinRounds = 8;
+constexpr int kMaxRounds = 64;
+constexpr std::uint64_t kGoodRoundTripNs = 50'000;
 constexpr int kTag = 7;
+constexpr char kPing = 1, kDone = 0;  // rank 0's one-byte messages: a round, or the end
 
 struct SyncState {
   H comm = nullptr;  // our duplicate of MPI_COMM_WORLD
@@ -159,15 +166,20 @@ void recvYielding(void* buf, int bytes, int from) {
 }
 
 // Rank 0's side of one exchange with `peer`: the tightest [lo, hi] around the peer's reading.
-void exchangeAsReference(int peer) {
+// Returns the number of rounds.
+int exchangeAsReference(int peer) {
   const MpiApi& m = mpi();
   std::uint64_t best[3] = {0, 0, ~std::uint64_t{0}};  // lo, hi, round
   std::uint64_t bestWidth = ~std::uint64_t{0};
-  for (int k = 0; k < kRounds; ++k) {
-    char ping = static_cast<char>(k);
+  const std::uint64_t start = monotonicNs();
+  std::uint64_t budgetEnd = 0;
+  int k = 0;
+  for (; k < kMaxRounds; ++k) {
+    if (k == kMinRounds) budgetEnd = monotonicNs() * 2 - start;
+    if (k >= kMinRounds && (bestWidth <= kGoodRoundTripNs || monotonicNs() >= budgetEnd)) break;
     std::uint64_t local = 0;
     const std::uint64_t lo = monotonicNs();
-    m.send(&ping, 1, m.byteType, peer, kTag, g_sync.comm);
+    m.send(&kPing, 1, m.byteType, peer, kTag, g_sync.comm);
     recvYielding(&local, 8, peer);
     const std::uint64_t hi = monotonicNs();
     if (hi - lo < bestWidth) {
@@ -175,24 +187,30 @@ void exchangeAsReference(int peer) {
       best[0] = lo, best[1] = hi, best[2] = static_cast<std::uint64_t>(k);
     }
   }
+  m.send(&kDone, 1, m.byteType, peer, kTag, g_sync.comm);
   m.send(best, 24, m.byteType, peer, kTag, g_sync.comm);
+  return k;
 }
 
-// A remote rank's side: its readings, and the bounds rank 0 found for the best one.
-void exchangeAsRemote(std::uint64_t& local, std::uint64_t& lo, std::uint64_t& hi) {
+// A remote rank's side: its readings, and the bounds rank 0 found for the best one. Returns the
+// number of rounds.
+int exchangeAsRemote(std::uint64_t& local, std::uint64_t& lo, std::uint64_t& hi) {
   const MpiApi& m = mpi();
-  std::uint64_t readings[kRounds];
-  for (int k = 0; k < kRounds; ++k) {
-    char ping = 0;
+  std::uint64_t readings[kMaxRounds];
+  int k = 0;
+  for (;; ++k) {
+    char ping = kDone;
     recvYielding(&ping, 1, 0);
+    if (ping == kDone || k == kMaxRounds) break;
     readings[k] = monotonicNs();
     m.send(&readings[k], 8, m.byteType, 0, kTag, g_sync.comm);
   }
   std::uint64_t best[3] = {};
   recvYielding(best, 24, 0);
-  local = readings[best[2] < kRounds ? best[2] : 0];
+  local = readings[best[2] < static_cast<std::uint64_t>(k) ? best[2] : 0];
   lo = best[0];
   hi = best[1];
+  return k;
 }
 
 // Every rank: which ranks read another clock than rank 0's (one allgather of clock identities).
@@ -208,19 +226,19 @@ std::vector<char> remoteRanks(int size) {
 }
 
 // One exchange of every remote rank with rank 0, one after the other.
+// The record keeps the most rounds any of the rank's exchanges took.
 void exchange(const std::vector<char>& remote, bool atInit) {
+  ClockRecord& c = g_sync.record;
   if (g_sync.rank == 0) {
     for (std::size_t r = 1; r < remote.size(); ++r)
-      if (remote[r]) exchangeAsReference(static_cast<int>(r));
+      if (remote[r])
+        c.rounds = std::max(c.rounds, static_cast<std::uint32_t>(exchangeAsReference(static_cast<int>(r))));
     return;
   }
   if (!g_sync.remote) return;
-  ClockRecord& c = g_sync.record;
-  if (atInit) {
-    exchangeAsRemote(c.initLocalNs, c.initRefLoNs, c.initRefHiNs);
-  } else {
-    exchangeAsRemote(c.finalLocalNs, c.finalRefLoNs, c.finalRefHiNs);
-  }
+  const int rounds = atInit ? exchangeAsRemote(c.initLocalNs, c.initRefLoNs, c.initRefHiNs)
+                            : exchangeAsRemote(c.finalLocalNs, c.finalRefLoNs, c.finalRefHiNs);
+  c.rounds = std::max(c.rounds, static_cast<std::uint32_t>(rounds));
 }
 
 std::vector<char> g_remote;
@@ -255,7 +273,6 @@ void clockSyncAtInit() {
   g_sync.remote = g_remote[static_cast<std::size_t>(g_sync.rank)] != 0;
   exchange(g_remote, true);
   ClockRecord& c = g_sync.record;
-  c.rounds = kRounds;
   c.state = g_sync.rank == 0 ? kClockReference : g_sync.remote ? kClockInitOnly : kClockSameClock;
   c.costNs = cpuNs() - start;
   commLogStart(m.world != nullptr);

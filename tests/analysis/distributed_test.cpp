@@ -175,14 +175,29 @@ TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
   EXPECT_GT(truth, qTotal / 2);  // the program's structure: R covers most of each Q
   EXPECT_LE(std::abs(global - static_cast<double>(truth)), static_cast<double>(slack));
 
-  // Threads are numbered across processes: rank r's thread t is r * 1000 + t.
+  // Threads are numbered across processes: rank r's thread t is r * 1000 + t. Every event takes
+  // place at the start of its aggregate, so a visit of R keeps a duration exactly when its exit's
+  // bounds lie above its entry's (nothing of rank 1 happens inside R to chain the two): the
+  // bounds are a few ms wide on this machine, but a round trip of the clock exchange on a loaded,
+  // oversubscribed node once took 308 ms, and then R's visits (30 ms) vanish from the frames.
+  bool separated = false;
+  const auto& log = r1.regions;
+  for (std::size_t i = 0; i + 1 < log.eventTimeNs.size(); ++i)
+    if (log.names[log.staticId[log.eventNode[i]]] == "R" && log.eventIsEnter[i] && !log.eventIsEnter[i + 1])
+      separated = separated || storage::toReference(r1.clock, log.eventTimeNs[i + 1])->lo >
+                                   storage::toReference(r1.clock, log.eventTimeNs[i])->hi;
   const auto perThread = query(tmp / "db", "--global 'Duration((t, R))'");
-  EXPECT_GT(row(perThread, "t=1000"), 0);
   EXPECT_EQ(row(perThread, "t=0"), 0);
-  // Canned analyses run across processes too: rank 1's R is the straggler while rank 0 waits in recv.
   const auto straggler = query(tmp / "db", "--global --canned straggler R recv");
-  EXPECT_EQ(row(straggler, "straggler-thread"), 1000);
-  EXPECT_GT(row(straggler, "straggler-degree"), 0);
+  if (separated) {
+    EXPECT_GT(row(perThread, "t=1000"), 0);
+    // Canned analyses run across processes too: rank 1's R is the straggler while rank 0 waits in recv.
+    EXPECT_EQ(row(straggler, "straggler-thread"), 1000);
+    EXPECT_GT(row(straggler, "straggler-degree"), 0);
+  } else {
+    std::printf("rank 1's bounds are wider than R's visits: R has no duration in the frames\n");
+    EXPECT_EQ(row(perThread, "t=1000"), 0);
+  }
 }
 
 namespace {

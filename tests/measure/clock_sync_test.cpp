@@ -102,12 +102,12 @@ TEST(ClockSync, SkewedRankIsBoundedAroundItsTrueTime) {
               f.lo, f.hi);
 }
 
-// The exchanges are a fixed number of ping-pong rounds at MPI_Init and MPI_Finalize, whatever the
-// run's length: their cost does not grow with the program. What they cost in CPU time is a
-// benchmark figure, not a test's (tests/bench/comm_overhead.sh; 0.02-0.5 % of these runs on an
-// idle machine): Open MPI polls while rank 0 waits for a rank the scheduler has not run yet, and
-// four oversubscribed ranks on a loaded two-core machine made rank 0's share 3.4 % once.
-TEST(ClockSync, ExchangesAreAFixedNumberOfRoundsWhateverTheRunLength) {
+// The exchanges are at most 64 ping-pong rounds at MPI_Init and MPI_Finalize (8 when the round
+// trips are short), whatever the run's length: their cost does not grow with the program. What they cost in CPU time is
+// a benchmark figure, not a test's (tests/bench/comm_overhead.sh; 0.02-0.5 % of these runs on an idle machine): Open
+// MPI polls while rank 0 waits for a rank the scheduler has not run yet, and four oversubscribed ranks on a loaded
+// two-core machine made rank 0's share 3.4 % once.
+TEST(ClockSync, ExchangesTakeABoundedNumberOfRoundsWhateverTheRunLength) {
   for (const std::string args : {"2 5 1", "6 40 10"}) {
     const fs::path dir = scratch("cost-" + std::to_string(args.size()));
     auto ranks = measure(dir, 4, kSkew, args);
@@ -119,7 +119,12 @@ TEST(ClockSync, ExchangesAreAFixedNumberOfRoundsWhateverTheRunLength) {
                   static_cast<unsigned long long>(rank), static_cast<unsigned long long>(p.clock.costNs),
                   static_cast<unsigned long long>(runNs),
                   100.0 * static_cast<double>(p.clock.costNs) / static_cast<double>(runNs));
-      EXPECT_EQ(p.clock.rounds, 8u) << "rank " << rank;
+      if (rank <= 1) {  // rank 0 exchanged with rank 1, the one rank of another clock
+        EXPECT_GE(p.clock.rounds, 8u) << "rank " << rank;
+        EXPECT_LE(p.clock.rounds, 64u) << "rank " << rank;
+      } else {
+        EXPECT_EQ(p.clock.rounds, 0u) << "rank " << rank;  // rank 0's clock: no exchange
+      }
       EXPECT_GT(p.clock.costNs, 0u) << "rank " << rank;  // the exchanges ran and were timed
       EXPECT_LT(p.clock.costNs, runNs) << "rank " << rank;
       const auto expected = rank == 0   ? ClockState::Reference
