@@ -261,10 +261,11 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
     phase[name] = std::stod(item.substr(space + 1));
     at = end + 1;
   }
-  for (const char* name : {"read + attribute", "busy reading + validating", "busy attributing + merging", "metrics",
-                           "of which: write + accumulate", "busy encoding values by profile",
-                           "busy storing values by profile", "busy encoding values by node",
-                           "busy storing values by node", "busy accumulating summaries", "merge values by node"}) {
+  for (const char* name :
+       {"read + attribute", "busy reading + validating", "busy attributing + merging", "metrics",
+        "of which: write + accumulate", "busy encoding values by profile", "busy storing values by profile",
+        "busy encoding values by node + accumulating summaries", "busy storing values by node",
+        "busy accumulating region summaries", "merge values by node"}) {
     ASSERT_TRUE(phase.count(name)) << name << " missing in: " << text;
     EXPECT_GE(phase[name], 0.0) << name;
   }
@@ -275,8 +276,10 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
   // Each writer runs one batch at a time, inside the batches' writing.
   const double writing = phase["of which: write + accumulate"] + kRounding;
   EXPECT_LE(phase["busy encoding values by profile"] + phase["busy storing values by profile"], writing) << text;
-  EXPECT_LE(phase["busy encoding values by node"] + phase["busy storing values by node"], writing) << text;
-  EXPECT_LE(phase["busy accumulating summaries"], writing) << text;
+  EXPECT_LE(phase["busy encoding values by node + accumulating summaries"] + phase["busy storing values by node"],
+            writing)
+      << text;
+  EXPECT_LE(phase["busy accumulating region summaries"], writing) << text;
 }
 
 TEST_F(Prof, PerThreadDerivedMetric) {

@@ -86,20 +86,21 @@ class DatabaseSink final : public OutputSink {
     writers_.emplace(comm, staging_, pipeline);
   }
 
-  // Each batch goes to the three writers side by side.
+  // Each batch goes to the writers side by side: values by profile; values by node with the
+  // summaries (one walk over the values, node by node); the regions.
   void write(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
              const std::vector<RegionValues>& regionValues) override {
     const auto start = std::chrono::steady_clock::now();
     auto& w = *writers_;
     pipeline_->arena().execute([&] {
       tbb::parallel_invoke([&] { timed(byProfileSeconds_, [&] { writeValuesByProfile(w.mainShard, batch, values); }); },
-                           [&] { timed(byNodeSeconds_, [&] { w.byNode.write(batch, values); }); },
                            [&] {
-                             timed(accumulateSeconds_, [&] {
-                               w.summaries.accumulate(batchIndex, batch, values);
-                               w.regions.accumulate(batch, regionValues);
+                             timed(byNodeSeconds_, [&] {
+                               w.summaries.beginBatch(batchIndex, batch);
+                               w.byNode.write(batch, values, w.summaries);
                              });
-                           });
+                           },
+                           [&] { timed(regionSeconds_, [&] { w.regions.accumulate(batch, regionValues); }); });
     });
     writeSeconds_ += secondsSince(start);
   }
@@ -134,7 +135,7 @@ class DatabaseSink final : public OutputSink {
   std::optional<Writers> writers_;
   Pipeline* pipeline_ = nullptr;
   // The batches' writing, and each writer's share (they run side by side: the shares overlap).
-  double writeSeconds_ = 0, byProfileSeconds_ = 0, byNodeSeconds_ = 0, accumulateSeconds_ = 0;
+  double writeSeconds_ = 0, byProfileSeconds_ = 0, byNodeSeconds_ = 0, regionSeconds_ = 0;
   PhaseClock clock_;
 };
 
@@ -181,9 +182,9 @@ void DatabaseSink::finish(const Comm& comm, Pipeline& pipeline, ProfSummary& sum
   const double profileStore = w.mainShard.storeSeconds(), nodeStore = w.byNode.storeSeconds();
   clock_.phases.push_back({"  busy encoding values by profile", byProfileSeconds_ - profileStore});
   clock_.phases.push_back({"  busy storing values by profile", profileStore});
-  clock_.phases.push_back({"  busy encoding values by node", byNodeSeconds_ - nodeStore});
+  clock_.phases.push_back({"  busy encoding values by node + accumulating summaries", byNodeSeconds_ - nodeStore});
   clock_.phases.push_back({"  busy storing values by node", nodeStore});
-  clock_.phases.push_back({"  busy accumulating summaries", accumulateSeconds_});
+  clock_.phases.push_back({"  busy accumulating region summaries", regionSeconds_});
   clock_.restart();
   w.byNode.merge(comm);
   clock_.mark("merge values by node");

@@ -44,35 +44,6 @@ struct ShardPlan {
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values);
 
-// Values by node: one provisional shard per batch (the batch dealt out node by node), merged
-// into the rank's by-node shard at the end (the transpose from profile order to node order).
-class NodeValueSink {
- public:
-  // `valueScales`: as storage::ShardOptions::valueScales.
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
-                std::vector<std::uint64_t> valueScales);
-  void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
-  void merge(const Comm& comm);                          // after the last batch
-  double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB
-
- private:
-  void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                     storage::ShardWriter& shard);
-  void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                          std::size_t entries, storage::ShardWriter& shard);
-  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k);
-  void putNode(std::uint32_t node, storage::ShardWriter& shard);
-  std::filesystem::path staging_;
-  ShardPlan plan_;
-  std::uint32_t nodes_;
-  double storeSeconds_ = 0;
-  std::vector<std::uint32_t> shards_;
-  // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
-  std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
-  storage::NodeValueBlocks blocks_;  // the node being dealt out
-};
-
 // Summary accumulators of this rank, dense over (population, node, metric, scope): exact integer
 // accumulators and log-linear histograms (of value / period: sample counts) for count metrics;
 // for real-valued metrics (derived ones, real-valued measured ones) the dyadic blocks of a fixed
@@ -80,12 +51,34 @@ class NodeValueSink {
 // on how batches are spread over processes. Population 0 is all threads; when the run has
 // threads of two or more classes, each class present gets a population of its own (the
 // `distributions` family).
+//
+// A batch is fed node by node, as the by-node writer deals it out (NodeValueSink::write): the
+// accumulators of a node stay in cache while every profile of the batch adds its values there,
+// and the values are walked once for both.
 class SummaryTable {
  public:
   SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDescriptor>& metrics,
                const std::vector<std::uint8_t>& threadClassOf);
-  // One batch (parallel over node ranges: each task owns its nodes, so no copies and no locks).
-  void accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values);
+  // The batch whose values add() takes next.
+  void beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch);
+  // Profile `i` of the batch: its values of `metric` at `node`. A node's values come in profile
+  // order, and all of them before endNode(node).
+  void add(std::uint32_t i, std::uint32_t node, std::uint16_t metric, std::uint64_t exclusive,
+           std::uint64_t inclusive) {
+    const std::size_t slot = slotOf_[metric];
+    if (isReal_[metric]) {
+      addReal(i, slot, exclusive, inclusive);
+      return;
+    }
+    const std::uint32_t id = batchIds_[i];
+    const std::size_t extra = batchSlices_[i];
+    if (exclusive != 0) addCount(id, extra, countIndex(0, node, slot, 0), slot, exclusive);
+    if (inclusive != 0) addCount(id, extra, countIndex(0, node, slot, 1), slot, inclusive);
+  }
+  // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
+  void endNode(std::uint32_t node) {
+    if (!reals_.empty()) pushRealLeaves(node);
+  }
   // Reduce-scatter by node range: rank r owns nodes [r·N/P, (r+1)·N/P), receives the partial
   // accumulators of its range from every rank in rank order (= batch order) and writes the
   // combined ones into `shard`, a node at a time. Releases the partial accumulators once they
@@ -107,6 +100,19 @@ class SummaryTable {
   std::size_t realIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
     return ((slice * nodes_ + node) * reals_.size() + slot) * 2 + scope;
   }
+  // One value into all threads' slice at `at` and, when classes are kept apart, into its class's
+  // slice `extra` (0: none); the sample count (value / period) is computed once for both.
+  void addCount(std::uint32_t id, std::size_t extra, std::size_t at, std::size_t slot, std::uint64_t value) {
+    const std::uint64_t samples = periods_[slot].divide(value);
+    countAcc_[at].accumulate(id, value);
+    countHist_[at].add(samples);
+    if (extra == 0) return;
+    at += extra * sliceStride_;
+    countAcc_[at].accumulate(id, value);
+    countHist_[at].add(samples);
+  }
+  void addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive);
+  void pushRealLeaves(std::uint32_t node);
 
   std::uint32_t nodes_;
   std::vector<std::uint16_t> counts_, reals_;    // metric ids of the count and real-valued metrics, ascending
@@ -116,9 +122,51 @@ class SummaryTable {
   const std::vector<std::uint8_t>& classOf_;     // profile id -> storage::ThreadClass
   std::vector<std::uint8_t> population_;         // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
+  std::size_t sliceStride_ = 0;                                // countIndex(s + 1, ...) - countIndex(s, ...)
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::HistogramBuilder> countHist_;
   std::vector<std::vector<Piece>> realStacks_;
+  // The batch being fed: its index, its profiles' ids and class slices (0: none), and the current
+  // node's leaf accumulators of the real-valued metrics by (slice, slot, scope), in profile order.
+  std::size_t batchIndex_ = 0;
+  std::vector<std::uint32_t> batchIds_;
+  std::vector<std::uint8_t> batchSlices_;
+  std::vector<metrics::RealAccumulator> leaf_;
+  std::vector<std::uint8_t> leafUsed_;
+};
+
+// Values by node: one provisional shard per batch (the batch dealt out node by node), merged
+// into the rank's by-node shard at the end (the transpose from profile order to node order).
+class NodeValueSink {
+ public:
+  // `valueScales`: as storage::ShardOptions::valueScales.
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+                std::vector<std::uint64_t> valueScales);
+  // Also feeds every value to `summaries` (beginBatch is the caller's), node by node.
+  void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values, SummaryTable& summaries);
+  void merge(const Comm& comm);                          // after the last batch
+  double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB
+
+ private:
+  void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                     storage::ShardWriter& shard, SummaryTable& summaries);
+  void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                          std::size_t entries, storage::ShardWriter& shard, SummaryTable& summaries);
+  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
+    const std::uint16_t m = v.metric[k];
+    blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
+    blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
+  }
+  void putNode(std::uint32_t node, storage::ShardWriter& shard);
+  std::filesystem::path staging_;
+  ShardPlan plan_;
+  std::uint32_t nodes_;
+  double storeSeconds_ = 0;
+  std::vector<std::uint32_t> shards_;
+  // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
+  std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
+  storage::NodeValueBlocks blocks_;  // the node being dealt out
 };
 
 // Region accumulators of this rank: visits and times from each thread's region tree, and from

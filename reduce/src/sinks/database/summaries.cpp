@@ -1,6 +1,4 @@
 // Summary accumulators per (node, metric, scope) and their reduce-scatter by node range.
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -96,64 +94,45 @@ SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDesc
     }
   }
   const std::size_t slices = population_.size();
-  countAcc_.resize(slices * nodes_ * counts_.size() * kScopes);
+  sliceStride_ = std::size_t{nodes_} * counts_.size() * kScopes;
+  countAcc_.resize(slices * sliceStride_);
   countHist_.resize(countAcc_.size());
   realStacks_.resize(slices * nodes_ * reals_.size() * kScopes);
+  leaf_.resize(slices * reals_.size() * kScopes);
+  leafUsed_.resize(leaf_.size(), 0);
 }
 
-void SummaryTable::accumulate(std::size_t batchIndex, std::span<const ProfileInfo> batch,
-                              const std::vector<ThreadValues>& values) {
-  constexpr std::uint32_t kChunk = 256;
-  const std::size_t slices = population_.size();
-  std::vector<std::size_t> sliceOf(batch.size(), 0);  // the profile's class slice (0: none)
-  for (std::size_t i = 0; i < batch.size(); ++i) sliceOf[i] = sliceOf_[classOf_.at(batch[i].id)];
-  tbb::parallel_for(std::uint32_t{0}, (nodes_ + kChunk - 1) / kChunk, [&](std::uint32_t c) {
-    const std::uint32_t lo = c * kChunk, hi = std::min(nodes_, lo + kChunk);
-    // One value into all threads' slice and, when classes are kept apart, its class's slice;
-    // the sample count (value / period) is computed once for both.
-    auto add = [&](std::size_t i, std::uint32_t node, std::size_t slot, std::size_t scope, std::uint64_t value) {
-      const std::uint64_t samples = periods_[slot].divide(value);
-      for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
-        const std::size_t at = countIndex(slice, node, slot, scope);
-        countAcc_[at].accumulate(batch[i].id, value);
-        countHist_[at].add(samples);
-        if (sliceOf[i] == 0) break;
-      }
-    };
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const ThreadValues& v = values[i];
-      auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
-      for (; k < v.size() && v.node[k] < hi; ++k) {
-        if (isReal_[v.metric[k]]) continue;
-        const std::size_t slot = slotOf_[v.metric[k]];
-        if (v.exclusive[k]) add(i, v.node[k], slot, 0, v.exclusive[k]);
-        if (v.inclusive[k]) add(i, v.node[k], slot, 1, v.inclusive[k]);
-      }
+void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch) {
+  batchIndex_ = batchIndex;
+  batchIds_.resize(batch.size());
+  batchSlices_.resize(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    batchIds_[i] = batch[i].id;
+    batchSlices_[i] = sliceOf_[classOf_.at(batch[i].id)];
+  }
+}
+
+void SummaryTable::addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive) {
+  const std::size_t extra = batchSlices_[i];
+  for (std::size_t slice : {std::size_t{0}, extra}) {
+    const std::size_t at = (slice * reals_.size() + slot) * kScopes;
+    if (exclusive != 0) leaf_[at].accumulate(batchIds_[i], fromBits(exclusive)), leafUsed_[at] = 1;
+    if (inclusive != 0) leaf_[at + 1].accumulate(batchIds_[i], fromBits(inclusive)), leafUsed_[at + 1] = 1;
+    if (extra == 0) break;
+  }
+}
+
+// The batch's leaf of every (slice, real metric, scope) the node has values of, onto its stack.
+void SummaryTable::pushRealLeaves(std::uint32_t node) {
+  const std::size_t perSlice = reals_.size() * kScopes;
+  for (std::size_t slice = 0; slice < population_.size(); ++slice)
+    for (std::size_t k = 0; k < perSlice; ++k) {
+      const std::size_t at = slice * perSlice + k;
+      if (!leafUsed_[at]) continue;
+      pushPiece(realStacks_[(slice * nodes_ + node) * perSlice + k], {0, batchIndex_, leaf_[at]});
+      leaf_[at] = {};
+      leafUsed_[at] = 0;
     }
-    if (reals_.empty()) return;
-    // This batch's leaf per (slice, node, real metric, scope), accumulated in profile order.
-    const std::size_t perSlice = std::size_t{hi - lo} * reals_.size() * kScopes;
-    std::vector<metrics::RealAccumulator> leaf(slices * perSlice);
-    std::vector<std::uint8_t> used(leaf.size(), 0);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const ThreadValues& v = values[i];
-      auto k = static_cast<std::size_t>(std::lower_bound(v.node.begin(), v.node.end(), lo) - v.node.begin());
-      for (; k < v.size() && v.node[k] < hi; ++k) {
-        if (!isReal_[v.metric[k]]) continue;
-        for (std::size_t slice : {std::size_t{0}, sliceOf[i]}) {
-          const std::size_t at = slice * perSlice + ((v.node[k] - lo) * reals_.size() + slotOf_[v.metric[k]]) * kScopes;
-          if (v.exclusive[k]) leaf[at].accumulate(batch[i].id, fromBits(v.exclusive[k])), used[at] = 1;
-          if (v.inclusive[k]) leaf[at + 1].accumulate(batch[i].id, fromBits(v.inclusive[k])), used[at + 1] = 1;
-          if (sliceOf[i] == 0) break;
-        }
-      }
-    }
-    for (std::size_t slice = 0; slice < slices; ++slice)
-      for (std::size_t at = 0; at < perSlice; ++at)
-        if (used[slice * perSlice + at])
-          pushPiece(realStacks_[(slice * nodes_ + lo) * reals_.size() * kScopes + at],
-                    {0, batchIndex, leaf[slice * perSlice + at]});
-  });
 }
 
 // One node's partial accumulators, as exchange entries: key, number of pieces, then the encoded

@@ -26,7 +26,8 @@ NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::ui
                              std::vector<std::uint64_t> valueScales)
     : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount), blocks_(std::move(valueScales)) {}
 
-void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values) {
+void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
+                          SummaryTable& summaries) {
   shards_.push_back(plan_.provisionalBase + static_cast<std::uint32_t>(shards_.size()));
   storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true, .valueScales = {}});
   std::size_t entries = 0;
@@ -35,25 +36,19 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   // are sorted by node) and needs no index; it costs nodes x profiles steps, so a batch whose
   // profiles are sparse on a big tree is sorted by node instead.
   if (std::size_t{nodes_} * batch.size() <= 4 * entries)
-    dealByCursors(batch, values, shard);
+    dealByCursors(batch, values, shard, summaries);
   else
-    dealByCountingSort(batch, values, entries, shard);
+    dealByCountingSort(batch, values, entries, shard, summaries);
   shard.finish();
   storeSeconds_ += shard.storeSeconds();
 }
 
-// A node's entries, in profile order, encoded into one block per (metric, scope) as they come:
-// every block's profiles ascend, and the blocks are written in (metric, scope) order.
-void NodeValueSink::deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
-  const std::uint16_t m = v.metric[k];
-  blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
-  blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
-}
-
+// A node's entries, in profile order, are encoded into one block per (metric, scope) as they
+// come (deal): every block's profiles ascend, and the blocks are written in (metric, scope) order.
 void NodeValueSink::putNode(std::uint32_t node, storage::ShardWriter& shard) { shard.putNodeBlocks(node, blocks_); }
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                                  storage::ShardWriter& shard) {
+                                  storage::ShardWriter& shard, SummaryTable& summaries) {
   auto& at = start_;  // per profile: its first entry not dealt out yet
   at.assign(batch.size(), 0);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
@@ -62,7 +57,10 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
       const ThreadValues& v = values[i];
       std::uint32_t k = at[i];
       if (k == v.size() || v.node[k] != node) continue;
-      for (; k < v.size() && v.node[k] == node; ++k) deal(batch[i].id, v, k);
+      for (; k < v.size() && v.node[k] == node; ++k) {
+        deal(batch[i].id, v, k);
+        summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
+      }
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
       // cursor's next lines while the other profiles are dealt out.
       const std::size_t ahead = std::min<std::size_t>(k + 8, v.size() - 1);
@@ -73,12 +71,15 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
       any = true;
       at[i] = k;
     }
-    if (any) putNode(node, shard);
+    if (any) {
+      putNode(node, shard);
+      summaries.endNode(node);
+    }
   }
 }
 
 void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                                       std::size_t entries, storage::ShardWriter& shard) {
+                                       std::size_t entries, storage::ShardWriter& shard, SummaryTable& summaries) {
   // Scattering profiles in id order keeps each node's entries sorted by profile.
   auto& start = start_;
   start.assign(std::size_t{nodes_} + 1, 0);
@@ -96,9 +97,12 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
     if (start[node] == start[node + 1]) continue;
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
       const auto [i, k] = items[at];
-      deal(batch[i].id, values[i], k);
+      const ThreadValues& v = values[i];
+      deal(batch[i].id, v, k);
+      summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
     }
     putNode(node, shard);
+    summaries.endNode(node);
   }
 }
 
