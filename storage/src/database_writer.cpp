@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
-#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <signal.h>
@@ -105,7 +104,6 @@ struct ShardWriter::Impl {
 
   fs::path dir;
   std::uint32_t shard = 0;
-  bool provisional = false;
   std::vector<Family> families;
   bool finished = false;
   std::uint64_t values = 0;
@@ -137,15 +135,7 @@ struct ShardWriter::Impl {
       throw std::logic_error(fmt::format("ShardWriter: keys of column family {} must ascend ({} after {})", f.name,
                                          hex(key), hex(f.lastKey)));
     if (!f.writer) {
-      rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
-      if (provisional) {
-        // Merged or compacted later, where the family's real compression is applied: until
-        // then the data only needs to be cheap to write and to read back. Uncompressed it is
-        // cheapest (LZ4 cost 2-3 % of csp-prof-mpi's CPU, compressing and decompressing, for
-        // files that live seconds in the page cache).
-        options.compression = rocksdb::kNoCompression;
-        options.bottommost_compression = rocksdb::kDisableCompressionOption;
-      }
+      const rocksdb::Options options(format::instanceOptions(), format::familyOptions(f.name));
       f.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options);
       const fs::path file = dir / (f.name + ".sst");
       const auto s = f.writer->Open(file.string());
@@ -163,7 +153,6 @@ ShardWriter::ShardWriter(const fs::path& stagingDir, std::uint32_t shardIndex, c
     : impl_(std::make_unique<Impl>()) {
   impl_->dir = shardDir(stagingDir, shardIndex);
   impl_->shard = shardIndex;
-  impl_->provisional = options.provisional;
   impl_->nodeScratch = NodeValueBlocks(options.valueScales);
   for (const auto scale : options.valueScales) impl_->scales.emplace_back(scale);
   for (const auto& name : format::shardFamilies()) impl_->families.push_back({name, nullptr, {}, 0});
@@ -271,29 +260,34 @@ void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) 
   putNodeBlocks(node, blocks);
 }
 
-// Columns in ascending (metric, scope), each its sealed blocks then the open one: key order.
 void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
   if (impl_->lastValueNode && node <= *impl_->lastValueNode)
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
   const StoreTimer timer(impl_->storeSeconds);
-  for (std::size_t c = 0; c < blocks.columns_.size(); ++c) {
-    auto& col = blocks.columns_[c];
+  impl_->values += blocks.drain(
+      node, [&](const std::string& key, std::string_view block) { impl_->put(format::kValuesByNode, key, block); });
+}
+
+std::uint64_t NodeValueBlocks::drain(NodeId node,
+                                     const std::function<void(const std::string& key, std::string_view block)>& emit) {
+  std::uint64_t values = 0;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    auto& col = columns_[c];
     if (col.count == 0 && col.sealedCount == 0) continue;
     const auto metric = static_cast<MetricId>(c >> 1);
     const auto scope = static_cast<MetricScope>(c & 1);
     for (std::size_t b = 0; b < col.sealedCount; ++b)
-      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.sealed[b].first),
-                 col.sealed[b].second);
+      emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
     if (col.count > 0)
-      impl_->put(format::kValuesByNode, format::nodeBlockKey(node, metric, scope, col.first),
-                 std::string_view(col.bytes.data(), col.used));
-    impl_->values += col.count + col.sealedCount * std::uint64_t{blocks.blockValues_};
+      emit(format::nodeBlockKey(node, metric, scope, col.first), std::string_view(col.bytes.data(), col.used));
+    values += col.count + col.sealedCount * std::uint64_t{blockValues_};
     col.used = 0;
     col.count = 0;
     col.sealedCount = 0;
   }
+  return values;
 }
 
 NodeValueBlocks::NodeValueBlocks(std::vector<std::uint64_t> valueScales)
@@ -423,56 +417,176 @@ std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k
 
 }  // namespace
 
-void mergeShards(const fs::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output) {
-  struct Source {
-    std::unique_ptr<rocksdb::SstFileReader> reader;
-    std::unique_ptr<rocksdb::Iterator> it;
-  };
-  std::map<std::string, std::vector<fs::path>> filesByFamily;
-  for (auto k : inputs) {
-    const fs::path dir = shardDir(stagingDir, k);
-    for (const auto& e : readShardIndex(dir, k, dir)) filesByFamily[e.family].push_back(e.file);
+// --- provisional runs of values by node ------------------------------------------------------
+//
+// A run: the magic, then records [u8 key length > 0][key][u32 LE block length][block], then the
+// trailer [u8 0][u64 LE number of records].
+
+namespace {
+
+constexpr std::string_view kRunMagic = "CSPRUN1\n";
+constexpr std::size_t kRunBuffer = std::size_t{1} << 20;
+
+void putLe(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+std::uint64_t getLe(const char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return v;
+}
+
+// Reads a run record by record through a buffer that grows to the largest record.
+class RunReader {
+ public:
+  explicit RunReader(fs::path file) : file_(std::move(file)), buffer_(kRunBuffer / 4) {
+    fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw DatabaseError(file_, fmt::format("cannot open run: {}", std::strerror(errno)));
+    if (!ensure(kRunMagic.size()) || std::string_view(at(), kRunMagic.size()) != kRunMagic)
+      throw DatabaseError(file_, "not a run of values by node (bad magic)");
+    begin_ += kRunMagic.size();
   }
+  ~RunReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunReader(const RunReader&) = delete;
+  RunReader& operator=(const RunReader&) = delete;
+
+  // The next record into key() and block() (valid until the next call); false after the trailer.
+  bool next() {
+    begin_ += pending_;
+    pending_ = 0;
+    if (!ensure(1)) damaged("cut short before its trailer");
+    const auto keyLength = static_cast<std::size_t>(static_cast<unsigned char>(*at()));
+    if (keyLength == 0) {
+      if (!ensure(9)) damaged("cut short in its trailer");
+      if (getLe(at() + 1, 8) != records_)
+        damaged(fmt::format("trailer counts {} records, the run holds {}", getLe(at() + 1, 8), records_));
+      return false;
+    }
+    if (!ensure(1 + keyLength + 4)) damaged("cut short in a record");
+    const auto blockLength = static_cast<std::size_t>(getLe(at() + 1 + keyLength, 4));
+    const std::size_t length = 1 + keyLength + 4 + blockLength;
+    if (!ensure(length)) damaged("cut short in a record");
+    key_ = std::string_view(at() + 1, keyLength);
+    block_ = std::string_view(at() + 1 + keyLength + 4, blockLength);
+    pending_ = length;
+    ++records_;
+    return true;
+  }
+  std::string_view key() const { return key_; }
+  std::string_view block() const { return block_; }
+
+ private:
+  const char* at() const { return buffer_.data() + begin_; }
+  [[noreturn]] void damaged(const std::string& what) const {
+    throw DatabaseError(file_, "damaged run of values by node: " + what);
+  }
+  // At least n bytes from begin_ in the buffer, unless the file ends first.
+  bool ensure(std::size_t n) {
+    if (end_ - begin_ >= n) return true;
+    std::memmove(buffer_.data(), at(), end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    if (buffer_.size() < n) buffer_.resize(std::max(n, 2 * buffer_.size()));
+    while (end_ < n) {
+      const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw DatabaseError(file_, fmt::format("cannot read run: {}", std::strerror(errno)));
+      if (got == 0) return false;
+      end_ += static_cast<std::size_t>(got);
+    }
+    return true;
+  }
+
+  fs::path file_;
+  int fd_ = -1;
+  std::vector<char> buffer_;
+  std::size_t begin_ = 0, end_ = 0, pending_ = 0;
+  std::uint64_t records_ = 0;
+  std::string_view key_, block_;
+};
+
+}  // namespace
+
+NodeRunWriter::NodeRunWriter(fs::path file) : file_(std::move(file)) {
+  fd_ = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw DatabaseError(file_, fmt::format("cannot create run: {}", std::strerror(errno)));
+  buffer_.reserve(kRunBuffer + 64);
+  buffer_ += kRunMagic;
+}
+
+NodeRunWriter::~NodeRunWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
+  if (node < nextNode_)
+    throw std::logic_error(fmt::format("NodeRunWriter: node {} after node {}; nodes must ascend", node, nextNode_ - 1));
+  nextNode_ = node + 1;
+  blocks.drain(node, [&](const std::string& key, std::string_view block) {
+    buffer_.push_back(static_cast<char>(key.size()));
+    buffer_ += key;
+    putLe(buffer_, block.size(), 4);
+    buffer_ += block;
+    ++records_;
+  });
+  if (buffer_.size() >= kRunBuffer) flush();
+}
+
+void NodeRunWriter::flush() {
+  const StoreTimer timer(storeSeconds_);
+  std::size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw DatabaseError(file_, fmt::format("cannot write run: {}", std::strerror(errno)));
+    done += static_cast<std::size_t>(n);
+  }
+  buffer_.clear();
+}
+
+void NodeRunWriter::finish() {
+  if (fd_ < 0) throw std::logic_error("NodeRunWriter: finish() called twice");
+  buffer_.push_back('\0');
+  putLe(buffer_, records_, 8);
+  flush();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw DatabaseError(file_, fmt::format("cannot write run: {}", std::strerror(errno)));
+}
+
+void mergeNodeRuns(const fs::path& stagingDir, std::span<const fs::path> runs, std::uint32_t output) {
+  std::vector<std::unique_ptr<RunReader>> readers;
+  std::vector<std::size_t> heap;
+  for (const auto& run : runs) {
+    readers.push_back(std::make_unique<RunReader>(run));
+    if (readers.back()->next()) heap.push_back(readers.size() - 1);
+  }
+  // Keys compare bytewise, as RocksDB's default comparator does; equal keys (which callers must
+  // not produce) would come in run order.
+  auto greater = [&](std::size_t a, std::size_t b) {
+    const int c = readers[a]->key().compare(readers[b]->key());
+    return c != 0 ? c > 0 : a > b;
+  };
+  std::make_heap(heap.begin(), heap.end(), greater);
   ShardWriter out(stagingDir, output);
-  for (const auto& family : format::shardFamilies()) {
-    auto found = filesByFamily.find(family);
-    if (found == filesByFamily.end()) continue;
-    const rocksdb::Options options(format::instanceOptions(), format::familyOptions(family));
-    std::vector<Source> sources;
-    for (const auto& file : found->second) {
-      Source src;
-      src.reader = std::make_unique<rocksdb::SstFileReader>(options);
-      const auto st = src.reader->Open(file.string());
-      if (!st.ok()) throw DatabaseError(file, "cannot read shard file: " + st.ToString());
-      rocksdb::ReadOptions ro;
-      ro.verify_checksums = false;  // written moments ago by this program
-      ro.fill_cache = false;
-      src.it.reset(src.reader->NewIterator(ro));
-      src.it->SeekToFirst();
-      sources.push_back(std::move(src));
-    }
-    // Keys compare bytewise (the families use RocksDB's default comparator).
-    auto greater = [&](std::size_t a, std::size_t b) { return sources[a].it->key().compare(sources[b].it->key()) > 0; };
-    std::vector<std::size_t> heap;
-    for (std::size_t i = 0; i < sources.size(); ++i)
-      if (sources[i].it->Valid()) heap.push_back(i);
-    std::make_heap(heap.begin(), heap.end(), greater);
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), greater);
-      auto& it = sources[heap.back()].it;
-      out.impl_->put(family.c_str(), it->key().ToString(), std::string_view(it->value().data(), it->value().size()));
-      it->Next();
-      if (it->Valid()) {
-        std::push_heap(heap.begin(), heap.end(), greater);
-      } else {
-        if (!it->status().ok()) throw DatabaseError(stagingDir, "reading shard files: " + it->status().ToString());
-        heap.pop_back();
-      }
-    }
+  std::string key;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), greater);
+    RunReader& r = *readers[heap.back()];
+    key.assign(r.key());
+    out.impl_->put(format::kValuesByNode, key, r.block());
+    if (r.next())
+      std::push_heap(heap.begin(), heap.end(), greater);
+    else
+      heap.pop_back();
   }
   out.finish();
+  readers.clear();
   std::error_code ec;
-  for (auto k : inputs) fs::remove_all(shardDir(stagingDir, k), ec);
+  for (const auto& run : runs) fs::remove(run, ec);
 }
 
 // --- DatabaseBuilder -------------------------------------------------------------------------

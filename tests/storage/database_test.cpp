@@ -126,7 +126,7 @@ TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
     const fs::path target = tmp.path() / "db";
     {
       DatabaseBuilder b(target);
-      ShardWriter w(b.stagingDir(), 0, {.provisional = false, .valueScales = scales});
+      ShardWriter w(b.stagingDir(), 0, {.valueScales = scales});
       w.putProfileValues(UINT32_MAX - 1, profile);
       w.putNodeValues(UINT32_MAX, node);
       w.finish();
@@ -204,7 +204,7 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
   auto build = [&](const fs::path& target, bool lists, const std::vector<std::uint64_t>& valueScales) {
     DatabaseBuilder b(target);
     {
-      ShardWriter w(b.stagingDir(), 0, {.provisional = false, .valueScales = valueScales});
+      ShardWriter w(b.stagingDir(), 0, {.valueScales = valueScales});
       if (lists) {
         w.putProfileValues(7, profile);
         w.putNodeValues(4, node);
@@ -284,40 +284,121 @@ TEST(ShardWriterContract, OverlappingShardsAreRejected) {
   }
 }
 
-TEST(ShardWriterContract, MergedShardsHoldEverythingInOrder) {
-  // Three provisional shards over the same nodes (as csp-prof-mpi writes values by node, batch
-  // by batch), merged into one; plus an ordinary shard. Everything reads back, nothing is left.
+// Three runs of a node's values (as csp-prof-mpi writes values by node, batch by batch),
+// `nodes` nodes each, ten profiles per run, written with NodeRunWriter into `dir`.
+std::vector<fs::path> writeRuns(const fs::path& dir, NodeId nodes, std::map<NodeId, std::vector<NodeValue>>* expected) {
+  std::vector<fs::path> runs;
+  NodeValueBlocks blocks;
+  for (std::uint32_t k = 0; k < 3; ++k) {
+    runs.push_back(dir / fmt::format("run-{}", k));
+    NodeRunWriter w(runs.back());
+    for (NodeId n = 0; n < nodes; ++n) {
+      if (n % 7 == k) continue;  // a node a run has no values of
+      for (ProfileId p = k * 10; p < k * 10 + 10; ++p) {
+        const NodeValue v{static_cast<MetricId>(p % 2), MetricScope::Inclusive, p, 1 + n * 100 + p};
+        blocks.add(v.metric, v.scope, v.profile, v.value);
+        if (expected) (*expected)[n].push_back(v);
+      }
+      w.putNodeBlocks(n, blocks);
+    }
+    w.finish();
+  }
+  return runs;
+}
+
+TEST(ShardWriterContract, MergedRunsHoldEverythingInOrder) {
+  // Three runs over the same nodes, merged into one shard; plus an ordinary shard. Everything
+  // reads back as written, the runs are gone.
   TempDir tmp;
   const fs::path target = tmp.path() / "db";
   std::map<NodeId, std::vector<NodeValue>> expected;
   {
     DatabaseBuilder b(target);
-    std::vector<std::uint32_t> batches{100, 101, 102};
-    for (std::uint32_t k = 0; k < 3; ++k) {
-      ShardWriter w(b.stagingDir(), batches[k], {.provisional = true, .valueScales = {}});
-      for (NodeId n = 0; n < 50; ++n) {
-        std::vector<NodeValue> v;
-        for (ProfileId p = k * 10; p < k * 10 + 10; ++p) v.push_back({0, MetricScope::Inclusive, p, 1 + n * 100 + p});
-        w.putNodeValues(n, v);
-        expected[n].insert(expected[n].end(), v.begin(), v.end());
-      }
-      w.putNode(k + 1, CctNode{});  // another family, also interleaved across the inputs
-      w.finish();
-    }
-    mergeShards(b.stagingDir(), batches, 1);
-    for (auto k : batches) EXPECT_FALSE(fs::exists(b.stagingDir() / fmt::format("shard-{:06}", k)));
+    const auto runs = writeRuns(b.stagingDir(), 50, &expected);
+    mergeNodeRuns(b.stagingDir(), runs, 1);
+    for (const auto& r : runs) EXPECT_FALSE(fs::exists(r)) << r;
     ShardWriter main(b.stagingDir(), 0);
     main.putNode(0, CctNode{});
     main.finish();
     test::publishBare(b, 2);
   }
   auto db = Database::open(target);
-  for (NodeId n = 0; n < 50; ++n) EXPECT_EQ(db->nodeValues(n), expected[n]) << n;
-  for (NodeId n = 0; n < 4; ++n) EXPECT_TRUE(db->node(n).has_value()) << n;
-  // Unfinished inputs are refused.
-  DatabaseBuilder b(tmp.path() / "db2");
-  { ShardWriter abandoned(b.stagingDir(), 7); }
-  EXPECT_THROW(mergeShards(b.stagingDir(), std::vector<std::uint32_t>{7}, 0), DatabaseError);
+  for (NodeId n = 0; n < 50; ++n) {
+    auto& want = expected[n];  // by (metric, scope, profile), as nodeValues() gives them
+    std::sort(want.begin(), want.end(), [](const NodeValue& a, const NodeValue& b) {
+      return std::tie(a.metric, a.profile) < std::tie(b.metric, b.profile);
+    });
+    EXPECT_EQ(db->nodeValues(n), want) << n;
+  }
+  // Nodes must ascend within a run.
+  NodeRunWriter w(tmp.path() / "descending");
+  NodeValueBlocks blocks;
+  blocks.add(0, MetricScope::Exclusive, 0, 1);
+  w.putNodeBlocks(5, blocks);
+  blocks.add(0, MetricScope::Exclusive, 0, 1);
+  EXPECT_THROW(w.putNodeBlocks(5, blocks), std::logic_error);
+}
+
+TEST(ShardWriterContract, DamagedOrMissingRunsAreNamed) {
+  TempDir tmp;
+  DatabaseBuilder b(tmp.path() / "db");
+  auto mergeFails = [&](const std::vector<fs::path>& runs, const fs::path& named, const std::string& what) {
+    try {
+      mergeNodeRuns(b.stagingDir(), runs, 1);
+      ADD_FAILURE() << what << ": merged";
+    } catch (const DatabaseError& e) {
+      EXPECT_NE(std::string(e.what()).find(named.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto runs = writeRuns(tmp.path(), 20, nullptr);
+  const auto full = fs::file_size(runs[1]);
+  // Cut anywhere (between records too: the trailer counts them), or not a run at all.
+  for (const std::uintmax_t size : {full - 1, full - 9, full / 2, std::uintmax_t{12}, std::uintmax_t{3}}) {
+    runs = writeRuns(tmp.path(), 20, nullptr);
+    fs::resize_file(runs[1], size);
+    mergeFails(runs, runs[1], size < 8 ? "bad magic" : "damaged run of values by node");
+  }
+  runs = writeRuns(tmp.path(), 20, nullptr);
+  fs::remove(runs[2]);
+  mergeFails(runs, runs[2], "cannot open run");
+  // A record cut out of the middle: the trailer's count no longer matches.
+  runs = writeRuns(tmp.path(), 20, nullptr);
+  {
+    NodeRunWriter w(runs[0]);
+    NodeValueBlocks blocks;
+    for (NodeId n = 0; n < 3; ++n) {
+      blocks.add(0, MetricScope::Exclusive, 0, 1 + n);
+      w.putNodeBlocks(n, blocks);
+    }
+    w.finish();
+  }
+  std::string bytes;
+  {
+    std::ifstream in(runs[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t record = (bytes.size() - 8 - 9) / 3;  // magic, three equal records, trailer
+  bytes.erase(8 + record, record);
+  std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << bytes;
+  mergeFails(runs, runs[0], "trailer counts 3 records, the run holds 2");
+}
+
+TEST(ShardWriterContract, AFullDiskIsNamedWhenARunIsWritten) {
+  ASSERT_TRUE(fs::exists("/dev/full"));  // Linux: writes fail with ENOSPC
+  NodeRunWriter w("/dev/full");
+  NodeValueBlocks blocks;
+  try {
+    for (NodeId n = 0; n < 4096; ++n) {  // past the writer's buffer
+      for (ProfileId p = 0; p < 64; ++p) blocks.add(0, MetricScope::Exclusive, p, 1'000'000 + p);
+      w.putNodeBlocks(n, blocks);
+    }
+    w.finish();
+    FAIL() << "writing to /dev/full succeeded";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShardWriterContract, UnfinishedShardIsRejected) {

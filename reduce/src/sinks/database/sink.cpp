@@ -63,7 +63,7 @@ struct Writers {
   Writers(const Comm& comm, const fs::path& staging, Pipeline& pipeline)
       : plan(comm),
         scales(valueScales(pipeline.metrics())),
-        mainShard(staging, plan.main, {.provisional = false, .valueScales = scales}),
+        mainShard(staging, plan.main, {.valueScales = scales}),
         byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size()), scales),
         summaries(static_cast<std::uint32_t>(pipeline.cct().size()), pipeline.metrics(), pipeline.threadClassOf()),
         regions(pipeline.regions().size()) {}

@@ -4,7 +4,7 @@
 //
 //   ShardPlan          which shard numbers a rank writes
 //   writeValuesByProfile  values by profile, batch by batch, into the rank's main shard
-//   NodeValueSink      values by node: a provisional shard per batch, merged into one sorted run
+//   NodeValueSink      values by node: a provisional run per batch, merged into one sorted shard
 //   SummaryTable       summary accumulators per (node, metric, scope); the reduce-scatter that
 //                      brings every node's partial accumulators to the rank owning its range
 //   RegionSummaries    region accumulators: visits and times per thread, concurrency per process
@@ -31,13 +31,13 @@ namespace csp::reduce::dbsink {
 
 // Rank r owns shard 2r (its profiles' values by profile, its node range's summaries, and on the
 // root the CCT and regions) and shard 2r+1 (its values by node, merged from provisional
-// per-batch shards numbered past every final shard).
+// per-batch runs named by the rank and the batch).
 struct ShardPlan {
   explicit ShardPlan(const Comm& comm);
   std::uint32_t main = 0;
   std::uint32_t byNode = 0;
-  std::uint32_t total = 0;            // final shards of all ranks
-  std::uint32_t provisionalBase = 0;  // this rank's per-batch shards
+  std::uint32_t total = 0;  // final shards of all ranks
+  std::uint32_t rank = 0;
 };
 
 // Values by profile: a batch's profiles into the main shard.
@@ -135,8 +135,9 @@ class SummaryTable {
   std::vector<std::uint8_t> leafUsed_;
 };
 
-// Values by node: one provisional shard per batch (the batch dealt out node by node), merged
-// into the rank's by-node shard at the end (the transpose from profile order to node order).
+// Values by node: one provisional run per batch (the batch dealt out node by node; plain
+// records, storage::NodeRunWriter), merged into the rank's by-node shard at the end (the
+// transpose from profile order to node order).
 class NodeValueSink {
  public:
   // `valueScales`: as storage::ShardOptions::valueScales.
@@ -145,24 +146,24 @@ class NodeValueSink {
   // Also feeds every value to `summaries` (beginBatch is the caller's), node by node.
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values, SummaryTable& summaries);
   void merge(const Comm& comm);                          // after the last batch
-  double storeSeconds() const { return storeSeconds_; }  // of the batches' shards, in RocksDB
+  double storeSeconds() const { return storeSeconds_; }  // writing the batches' runs
 
  private:
   void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                     storage::ShardWriter& shard, SummaryTable& summaries);
+                     storage::NodeRunWriter& run, SummaryTable& summaries);
   void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                          std::size_t entries, storage::ShardWriter& shard, SummaryTable& summaries);
+                          std::size_t entries, storage::NodeRunWriter& run, SummaryTable& summaries);
   void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
     const std::uint16_t m = v.metric[k];
     blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
     blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
   }
-  void putNode(std::uint32_t node, storage::ShardWriter& shard);
+  void putNode(std::uint32_t node, storage::NodeRunWriter& run);
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
   double storeSeconds_ = 0;
-  std::vector<std::uint32_t> shards_;
+  std::vector<std::filesystem::path> runs_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
   std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;

@@ -1,5 +1,7 @@
 // Per-thread values into the database in both orders: by profile (main shard) and by node
-// (provisional per-batch shards merged into one sorted run per rank).
+// (a provisional run per batch, merged into the rank's by-node shard).
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "stages.hpp"
@@ -12,7 +14,7 @@ ShardPlan::ShardPlan(const Comm& comm)
     : main(2 * static_cast<std::uint32_t>(comm.rank())),
       byNode(main + 1),
       total(2 * static_cast<std::uint32_t>(comm.size())),
-      provisionalBase(total + static_cast<std::uint32_t>(comm.rank()) * 1'000'000u) {}
+      rank(static_cast<std::uint32_t>(comm.rank())) {}
 
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values) {
@@ -28,27 +30,27 @@ NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::ui
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                           SummaryTable& summaries) {
-  shards_.push_back(plan_.provisionalBase + static_cast<std::uint32_t>(shards_.size()));
-  storage::ShardWriter shard(staging_, shards_.back(), {.provisional = true, .valueScales = {}});
+  runs_.push_back(staging_ / fmt::format("values-by-node-run-{}-{}", plan_.rank, runs_.size()));
+  storage::NodeRunWriter run(runs_.back());
   std::size_t entries = 0;
   for (const auto& v : values) entries += v.size();
   // Walking every node with one cursor per profile reads each profile's values in order (they
   // are sorted by node) and needs no index; it costs nodes x profiles steps, so a batch whose
   // profiles are sparse on a big tree is sorted by node instead.
   if (std::size_t{nodes_} * batch.size() <= 4 * entries)
-    dealByCursors(batch, values, shard, summaries);
+    dealByCursors(batch, values, run, summaries);
   else
-    dealByCountingSort(batch, values, entries, shard, summaries);
-  shard.finish();
-  storeSeconds_ += shard.storeSeconds();
+    dealByCountingSort(batch, values, entries, run, summaries);
+  run.finish();
+  storeSeconds_ += run.storeSeconds();
 }
 
 // A node's entries, in profile order, are encoded into one block per (metric, scope) as they
 // come (deal): every block's profiles ascend, and the blocks are written in (metric, scope) order.
-void NodeValueSink::putNode(std::uint32_t node, storage::ShardWriter& shard) { shard.putNodeBlocks(node, blocks_); }
+void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) { run.putNodeBlocks(node, blocks_); }
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                                  storage::ShardWriter& shard, SummaryTable& summaries) {
+                                  storage::NodeRunWriter& run, SummaryTable& summaries) {
   auto& at = start_;  // per profile: its first entry not dealt out yet
   at.assign(batch.size(), 0);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
@@ -72,14 +74,14 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
       at[i] = k;
     }
     if (any) {
-      putNode(node, shard);
+      putNode(node, run);
       summaries.endNode(node);
     }
   }
 }
 
 void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
-                                       std::size_t entries, storage::ShardWriter& shard, SummaryTable& summaries) {
+                                       std::size_t entries, storage::NodeRunWriter& run, SummaryTable& summaries) {
   // Scattering profiles in id order keeps each node's entries sorted by profile.
   auto& start = start_;
   start.assign(std::size_t{nodes_} + 1, 0);
@@ -101,14 +103,14 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
       deal(batch[i].id, v, k);
       summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
     }
-    putNode(node, shard);
+    putNode(node, run);
     summaries.endNode(node);
   }
 }
 
 void NodeValueSink::merge(const Comm& comm) {
   faultPoint(comm, "merge");
-  storage::mergeShards(staging_, shards_, plan_.byNode);
+  storage::mergeNodeRuns(staging_, runs_, plan_.byNode);
 }
 
 }  // namespace csp::reduce::dbsink

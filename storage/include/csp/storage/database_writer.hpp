@@ -30,9 +30,6 @@ namespace csp::storage {
 // process that sees the staging directory. Programming errors (wrong order, writing after
 // finish) throw std::logic_error; I/O failures throw DatabaseError.
 struct ShardOptions {
-  // The shard will be merged into another one (mergeShards) or compacted at ingestion: write it
-  // with a fast compression instead of the family's final one.
-  bool provisional = false;
   // By metric id: the unit its per-thread values are stored in (format 2.0; ValueScale in
   // bytes.hpp): a sampled count metric's period, so that what is stored is its sample counts.
   // Missing or 1: the values as they are. Each block names the scales it uses, so shards written
@@ -84,6 +81,11 @@ class NodeValueBlocks {
     std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
     ValueScale scale;                                       // of the column's metric
   };
+  friend class NodeRunWriter;
+  // Hands every block of `node` to emit(key, block) in key order (columns in ascending (metric,
+  // scope), each its sealed blocks then the open one), empties the blocks and returns the number
+  // of values they held.
+  std::uint64_t drain(NodeId node, const std::function<void(const std::string& key, std::string_view block)>& emit);
   void widen(std::size_t column);
   static void grow(Column& column);
   void seal(Column& column);
@@ -141,16 +143,41 @@ class ShardWriter {
   struct Impl;
 
  private:
-  friend void mergeShards(const std::filesystem::path&, std::span<const std::uint32_t>, std::uint32_t);
+  friend void mergeNodeRuns(const std::filesystem::path&, std::span<const std::filesystem::path>, std::uint32_t);
   std::unique_ptr<Impl> impl_;
 };
 
-// Merges finished shards into the new shard `output`: each column family's files are k-way
-// merged into one sorted file; keys must not repeat across the inputs. The inputs are removed.
-// A writer process that produced many partial shards over overlapping key ranges (csp-prof-mpi
-// writes values by node batch by batch) merges them itself, in parallel with the other
-// processes, instead of leaving the whole merge to the compaction of the ingesting process.
-void mergeShards(const std::filesystem::path& stagingDir, std::span<const std::uint32_t> inputs, std::uint32_t output);
+// One batch's values by node as a provisional run: the blocks of NodeValueBlocks, node after
+// node, as plain (key, block) records in key order in one file, for mergeNodeRuns. Cheaper to
+// write and to read back than a table file, which only pays for itself when read by key. A run
+// ends with a trailer that counts its records, so that a file cut short is told from a short
+// run. Throws DatabaseError naming the file when it cannot be written (a full disk).
+class NodeRunWriter {
+ public:
+  explicit NodeRunWriter(std::filesystem::path file);  // creates or truncates it
+  ~NodeRunWriter();
+  NodeRunWriter(const NodeRunWriter&) = delete;
+  NodeRunWriter& operator=(const NodeRunWriter&) = delete;
+  // As ShardWriter::putNodeBlocks: nodes ascend; empties `blocks`.
+  void putNodeBlocks(NodeId node, NodeValueBlocks& blocks);
+  void finish();                                         // writes the rest and the trailer, closes the file
+  double storeSeconds() const { return storeSeconds_; }  // writing the file (system calls)
+
+ private:
+  void flush();
+  std::filesystem::path file_;
+  int fd_ = -1;
+  std::string buffer_;
+  std::uint64_t records_ = 0;
+  NodeId nextNode_ = 0;  // the smallest node putNodeBlocks accepts
+  double storeSeconds_ = 0;
+};
+
+// Merges finished runs (NodeRunWriter) into the values-by-node family of the new shard
+// `output`, in key order; keys must not repeat across runs. The runs are removed. Throws
+// DatabaseError naming the run that is missing, unfinished or damaged.
+void mergeNodeRuns(const std::filesystem::path& stagingDir, std::span<const std::filesystem::path> runs,
+                   std::uint32_t output);
 
 struct BuildOptions {
   bool force = false;  // replace an existing database at the target
