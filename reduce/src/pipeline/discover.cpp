@@ -45,10 +45,9 @@ void checkListedOnce(const std::vector<InputProfile>& inputs, std::vector<std::s
     const auto [file, offset] = f.source->place(f.path);  // a bundle holds several profiles
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
-    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path.string());
+    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path);
     if (!fresh)
-      errors.push_back(
-          fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path.string()));
+      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path));
   }
 }
 
@@ -85,7 +84,7 @@ std::vector<InputProfile> shareInputs(const Comm& comm, const ProfileSources& so
   if (comm.rank() == 0) {
     packed.u64(listing.inputs.size());
     for (const auto& f : listing.inputs) {
-      packed.text(f.path.string());
+      packed.text(f.path);
       packed.u64(f.bytes);
       const auto at = std::find_if(sources.begin(), sources.end(), [&](const auto& s) { return s.get() == f.source; });
       packed.u64(static_cast<std::uint64_t>(at - sources.begin()));

@@ -79,8 +79,7 @@ std::vector<MetricDescriptor> measuredMetrics(const Comm& comm, const Discovery&
   std::vector<MetricOrigin> mine;
   for (std::size_t i = 0; i < read.profiles.size(); ++i) {
     if (!read.profiles[i]) continue;
-    for (const auto& m : read.profiles[i]->metrics)
-      mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path.string()});
+    for (const auto& m : read.profiles[i]->metrics) mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path});
     read.profiles[i]->metrics = {};  // each profile's own list is not needed any more
   }
   const auto parts = comm.gather(packMetrics(mine));

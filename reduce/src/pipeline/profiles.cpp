@@ -52,6 +52,9 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
   table.count = static_cast<std::uint32_t>(all);
   if (table.count == 0) throw PipelineError("no readable profiles in the input");
   std::uint32_t next = table.firstId;
+  table.inputOf.reserve(valid);  // kept for every profile: no spare capacity
+  table.spillOf.reserve(valid);
+  table.local.reserve(valid);
   for (auto& r : read.profiles) {
     if (!r) continue;
     r->info.id = next++;
@@ -93,11 +96,10 @@ void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const
   std::vector<std::string> errors;
   for (std::size_t i = 1; i < all.size(); ++i)
     if (all[i].first == all[i - 1].first)
-      errors.push_back(
-          fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
-                      "copied; post-process one run at a time",
-                      discovery.inputs[all[i - 1].second].path.string(), discovery.inputs[all[i].second].path.string(),
-                      formatIdTuple(all[i].first)));
+      errors.push_back(fmt::format(
+          "{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+          "copied; post-process one run at a time",
+          discovery.inputs[all[i - 1].second].path, discovery.inputs[all[i].second].path, formatIdTuple(all[i].first)));
   throwIfAny(errors);
 }
 

@@ -40,7 +40,7 @@ void checkDeclared(const ThreadProfile& p, const SourceProvides& provides, const
 
 ThreadProfile readInput(const InputProfile& input) {
   ThreadProfile p = input.source->read(input.path);
-  const std::string name = input.path.string();
+  const std::string name = input.path;
   storage::validateProfile(p, name);
   checkDeclared(p, input.source->provides(), name);
   return p;
@@ -143,7 +143,7 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
         errors.push_back(e.what());
     } catch (const std::exception& e) {
       std::lock_guard lock(errorsMutex);
-      errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
+      errors.push_back(fmt::format("{}: {}", input.path, e.what()));
     }
   });
   workers.end("read + attribute", watch);

@@ -114,7 +114,7 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
             profileValues.compute(input, profiles.spillOf[first + i], values[i], regionValues[i]);
           } catch (const std::exception& e) {
             std::lock_guard lock(errorsMutex);
-            errors.push_back(fmt::format("{}: {}", input.path.string(), e.what()));
+            errors.push_back(fmt::format("{}: {}", input.path, e.what()));
           }
         }
       });

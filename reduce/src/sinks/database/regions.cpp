@@ -199,8 +199,8 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
       throw PipelineError(fmt::format(
           "{}: region '{}{}': the area of process {} pid {} ({} threads) exceeds 2^64 - 1 thread-ns, which region "
           "values cannot hold: its event times cannot be right",
-          in.path.string(), region.name, region.dynamicId ? fmt::format("#{}", region.dynamicId) : std::string(),
-          process.first, process.second, threads.size()));
+          in.path, region.name, region.dynamicId ? fmt::format("#{}", region.dynamicId) : std::string(), process.first,
+          process.second, threads.size()));
     }
     std::vector<std::uint32_t> memberIds;
     for (const auto& m : members) memberIds.push_back(m.first);
