@@ -278,7 +278,11 @@ TEST(Idleness, ShortLockWaitsAreLockWaitWithoutBlame) {
   const double blame = inclusive(*r.db, "heavyWorker", "lock-blame");
   std::printf("heavy: lock-wait %.2f ms, lock-blame %.2f ms\n", waited / kMs, blame / kMs);
   EXPECT_GT(waited, 0);
-  EXPECT_LE(blame, waited);
+  // lock-blame + short-lock-wait-ns = lock-wait holds up to one µs per wait and the credits left
+  // at thread ends (docs/measurement.md, "Lock blame"): with ~10^5 waits beside two CPU hogs the
+  // blame once came out 4.13 ms against 4.00 ms of waiting. Blame beyond the waiting by more
+  // than that slack would be charged twice.
+  EXPECT_LE(blame, waited * 1.05 + kMs);
 }
 
 // The lock wrappers keep every mutex kind's semantics under contention (the short wait is a

@@ -100,16 +100,14 @@ class SummaryTable {
   std::size_t realIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
     return ((slice * nodes_ + node) * reals_.size() + slot) * 2 + scope;
   }
-  // One value into all threads' slice at `at` and, when classes are kept apart, into its class's
-  // slice `extra` (0: none); the sample count (value / period) is computed once for both.
+  // One value into its class's slice `extra` when classes are kept apart, else into all threads'
+  // slice at `at`: all threads' accumulator and histogram are the sum of the slices, taken once
+  // per node when they are packed (exact: integer sums, extremes by (value, profile), counts per
+  // bin), instead of adding every value twice.
   void addCount(std::uint32_t id, std::size_t extra, std::size_t at, std::size_t slot, std::uint64_t value) {
-    const std::uint64_t samples = periods_[slot].divide(value);
-    countAcc_[at].accumulate(id, value);
-    countHist_[at].add(samples);
-    if (extra == 0) return;
     at += extra * sliceStride_;
     countAcc_[at].accumulate(id, value);
-    countHist_[at].add(samples);
+    countHist_[at].add(periods_[slot].divide(value));
   }
   void addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive);
   void pushRealLeaves(std::uint32_t node);

@@ -141,13 +141,21 @@ void SummaryTable::pushRealLeaves(std::uint32_t node) {
 void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
   for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
     for (std::size_t scope = 0; scope < kScopes; ++scope) {
+      // All threads: the values of profiles without a class slice, and every class's (addCount).
+      metrics::IntAccumulator all = countAcc_[countIndex(0, n, slot, scope)];
+      metrics::LogLinearHistogram allHistogram = countHist_[countIndex(0, n, slot, scope)].histogram();
+      for (std::size_t slice = 1; slice < population_.size(); ++slice) {
+        all.combine(countAcc_[countIndex(slice, n, slot, scope)]);
+        allHistogram.merge(countHist_[countIndex(slice, n, slot, scope)].histogram());
+      }
       for (std::size_t slice = 0; slice < population_.size(); ++slice) {
         const std::size_t at = countIndex(slice, n, slot, scope);
-        if (countAcc_[at].count() == 0) continue;
+        const metrics::IntAccumulator& acc = slice == 0 ? all : countAcc_[at];
+        if (acc.count() == 0) continue;
         packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
         p.u64(1);
-        p.text(metrics::encode(countAcc_[at]));
-        p.text(metrics::encode(countHist_[at].histogram()));
+        p.text(metrics::encode(acc));
+        p.text(metrics::encode(slice == 0 ? allHistogram : countHist_[at].histogram()));
       }
     }
   }
