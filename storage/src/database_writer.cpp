@@ -425,7 +425,11 @@ std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k
 namespace {
 
 constexpr std::string_view kRunMagic = "CSPRUN1\n";
-constexpr std::size_t kRunBuffer = std::size_t{1} << 20;
+constexpr std::size_t kRunBuffer = std::size_t{1} << 20;  // a writer's
+// The readers of one merge share this much buffer (a run per batch: 512 runs at 65,536 profiles),
+// each at least 4 KiB; a reader's buffer grows to its largest record.
+constexpr std::size_t kMergeBuffers = std::size_t{16} << 20;
+constexpr std::size_t kMinReadBuffer = 4096;
 
 void putLe(std::string& out, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
@@ -440,7 +444,7 @@ std::uint64_t getLe(const char* p, int bytes) {
 // Reads a run record by record through a buffer that grows to the largest record.
 class RunReader {
  public:
-  explicit RunReader(fs::path file) : file_(std::move(file)), buffer_(kRunBuffer / 4) {
+  RunReader(fs::path file, std::size_t buffer) : file_(std::move(file)), buffer_(buffer) {
     fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) throw DatabaseError(file_, fmt::format("cannot open run: {}", std::strerror(errno)));
     if (!ensure(kRunMagic.size()) || std::string_view(at(), kRunMagic.size()) != kRunMagic)
@@ -560,8 +564,9 @@ void NodeRunWriter::finish() {
 void mergeNodeRuns(const fs::path& stagingDir, std::span<const fs::path> runs, std::uint32_t output) {
   std::vector<std::unique_ptr<RunReader>> readers;
   std::vector<std::size_t> heap;
+  const std::size_t buffer = std::max(kMinReadBuffer, kMergeBuffers / std::max<std::size_t>(runs.size(), 1));
   for (const auto& run : runs) {
-    readers.push_back(std::make_unique<RunReader>(run));
+    readers.push_back(std::make_unique<RunReader>(run, std::min(buffer, kRunBuffer)));
     if (readers.back()->next()) heap.push_back(readers.size() - 1);
   }
   // Keys compare bytewise, as RocksDB's default comparator does; equal keys (which callers must

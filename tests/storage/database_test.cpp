@@ -112,6 +112,16 @@ TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
     node.push_back({0, MetricScope::Exclusive, p * 7 + 100, UINT64_MAX - p});
     node.push_back({3, MetricScope::Inclusive, p * 7 + 100, p % 3 == 0 ? 0 : std::uint64_t{p} << 40});
   }
+  // Runs of consecutive profiles of many lengths, one across a block's end (1,100), split by
+  // zeros; scaled (metric 2) and not (5).
+  ProfileId p = 40000;
+  for (const std::uint32_t length : {1u, 2u, 3u, 127u, 128u, 129u, 130u, 131u, 1100u}) {
+    for (std::uint32_t j = 0; j < length; ++j, ++p) {
+      node.push_back({2, MetricScope::Exclusive, p, std::uint64_t{p} * 1000000 + (p % 11 == 0 ? 5 : 0)});
+      node.push_back({5, MetricScope::Inclusive, p, p % 97 == 0 ? 0 : UINT64_MAX - p});
+    }
+    p += 1 + length % 3;  // a gap of 1 to 3 profiles
+  }
   std::sort(node.begin(), node.end(), [](const NodeValue& a, const NodeValue& b) {
     return std::tie(a.metric, a.scope, a.profile) < std::tie(b.metric, b.scope, b.profile);
   });
