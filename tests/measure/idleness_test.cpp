@@ -277,7 +277,9 @@ TEST(Idleness, ShortLockWaitsAreLockWaitWithoutBlame) {
   const double waited = inclusive(*r.db, "heavyWorker", "lock-wait");
   const double blame = inclusive(*r.db, "heavyWorker", "lock-blame");
   std::printf("heavy: lock-wait %.2f ms, lock-blame %.2f ms\n", waited / kMs, blame / kMs);
-  EXPECT_GT(waited, 0);
+  // That the threads waited at all is not asserted: with a build on both cores the scheduler
+  // once ran them without overlap and lock-wait was 0 (recording waits is what
+  // LockHolderIsBlamedForThreeWaiters and MutexBlameEqualsLockWaitForShortHolds check).
   // lock-blame + short-lock-wait-ns = lock-wait holds up to one µs per wait and the credits left
   // at thread ends (docs/measurement.md, "Lock blame"): with ~10^5 waits beside two CPU hogs the
   // blame once came out 4.13 ms against 4.00 ms of waiting. Blame beyond the waiting by more
