@@ -172,7 +172,10 @@ TEST(Distributed, GlobalFramesSeeTheOverlapOfTwoProcesses) {
   std::printf("overlap: true %lld ns, from the bounds %.0f ns, allowed error %llu ns (Q total %lld ns)\n",
               static_cast<long long>(truth), global, static_cast<unsigned long long>(slack),
               static_cast<long long>(qTotal));
-  EXPECT_GT(truth, qTotal / 2);  // the program's structure: R covers most of each Q
+  // The program's structure: R (30 ms) overlaps Q (10 ms) after each barrier. Not by how much:
+  // in a loaded suite run the ranks left the barriers so far apart that R covered 18 of the 54 ms
+  // of Q. Some overlap keeps the comparison below from being between two zeros.
+  EXPECT_GT(truth, 0);
   EXPECT_LE(std::abs(global - static_cast<double>(truth)), static_cast<double>(slack));
 
   // Threads are numbered across processes: rank r's thread t is r * 1000 + t. Every event takes
