@@ -419,8 +419,8 @@ std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k
 
 // --- provisional runs of values by node ------------------------------------------------------
 //
-// A run: the magic, then records [u8 key length > 0][key][u32 LE block length][block], then the
-// trailer [u8 0][u64 LE number of records].
+// A run: the magic, then records [u8 key length > 0][key][be32 block length][block], then the
+// trailer [u8 0][be32 high][be32 low half of the number of records].
 
 namespace {
 
@@ -431,14 +431,10 @@ constexpr std::size_t kRunBuffer = std::size_t{1} << 20;  // a writer's
 constexpr std::size_t kMergeBuffers = std::size_t{16} << 20;
 constexpr std::size_t kMinReadBuffer = 4096;
 
-void putLe(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
-std::uint64_t getLe(const char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  return v;
+// `bytes` (4 or 8) big-endian bytes at p, which the caller has in its buffer.
+std::uint64_t beAt(const char* p, std::size_t bytes) {
+  ByteReader<> r(std::string_view(p, bytes), "run");
+  return bytes == 4 ? r.be32() : std::uint64_t{r.be32()} << 32 | r.be32();
 }
 
 // Reads a run record by record through a buffer that grows to the largest record.
@@ -446,7 +442,10 @@ class RunReader {
  public:
   RunReader(fs::path file, std::size_t buffer) : file_(std::move(file)), buffer_(buffer) {
     fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw DatabaseError(file_, fmt::format("cannot open run: {}", std::strerror(errno)));
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0)
+      throw DatabaseError(file_, fmt::format("cannot open run: {}", std::strerror(errno)));
+    unread_ = static_cast<std::uint64_t>(st.st_size);
     if (!ensure(kRunMagic.size()) || std::string_view(at(), kRunMagic.size()) != kRunMagic)
       throw DatabaseError(file_, "not a run of values by node (bad magic)");
     begin_ += kRunMagic.size();
@@ -465,12 +464,12 @@ class RunReader {
     const auto keyLength = static_cast<std::size_t>(static_cast<unsigned char>(*at()));
     if (keyLength == 0) {
       if (!ensure(9)) damaged("cut short in its trailer");
-      if (getLe(at() + 1, 8) != records_)
-        damaged(fmt::format("trailer counts {} records, the run holds {}", getLe(at() + 1, 8), records_));
+      if (beAt(at() + 1, 8) != records_)
+        damaged(fmt::format("trailer counts {} records, the run holds {}", beAt(at() + 1, 8), records_));
       return false;
     }
     if (!ensure(1 + keyLength + 4)) damaged("cut short in a record");
-    const auto blockLength = static_cast<std::size_t>(getLe(at() + 1 + keyLength, 4));
+    const auto blockLength = static_cast<std::size_t>(beAt(at() + 1 + keyLength, 4));
     const std::size_t length = 1 + keyLength + 4 + blockLength;
     if (!ensure(length)) damaged("cut short in a record");
     key_ = std::string_view(at() + 1, keyLength);
@@ -487,9 +486,11 @@ class RunReader {
   [[noreturn]] void damaged(const std::string& what) const {
     throw DatabaseError(file_, "damaged run of values by node: " + what);
   }
-  // At least n bytes from begin_ in the buffer, unless the file ends first.
+  // At least n bytes from begin_ in the buffer, unless the file ends first (then the buffer is
+  // not grown: a damaged length cannot make it huge).
   bool ensure(std::size_t n) {
     if (end_ - begin_ >= n) return true;
+    if (n - (end_ - begin_) > unread_) return false;
     std::memmove(buffer_.data(), at(), end_ - begin_);
     end_ -= begin_;
     begin_ = 0;
@@ -500,6 +501,7 @@ class RunReader {
       if (got < 0) throw DatabaseError(file_, fmt::format("cannot read run: {}", std::strerror(errno)));
       if (got == 0) return false;
       end_ += static_cast<std::size_t>(got);
+      unread_ -= std::min<std::uint64_t>(unread_, static_cast<std::uint64_t>(got));
     }
     return true;
   }
@@ -508,6 +510,7 @@ class RunReader {
   int fd_ = -1;
   std::vector<char> buffer_;
   std::size_t begin_ = 0, end_ = 0, pending_ = 0;
+  std::uint64_t unread_ = 0;  // bytes of the file not read into the buffer yet
   std::uint64_t records_ = 0;
   std::string_view key_, block_;
 };
@@ -532,7 +535,7 @@ void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
   blocks.drain(node, [&](const std::string& key, std::string_view block) {
     buffer_.push_back(static_cast<char>(key.size()));
     buffer_ += key;
-    putLe(buffer_, block.size(), 4);
+    putBe32(buffer_, static_cast<std::uint32_t>(block.size()));
     buffer_ += block;
     ++records_;
   });
@@ -554,7 +557,8 @@ void NodeRunWriter::flush() {
 void NodeRunWriter::finish() {
   if (fd_ < 0) throw std::logic_error("NodeRunWriter: finish() called twice");
   buffer_.push_back('\0');
-  putLe(buffer_, records_, 8);
+  putBe32(buffer_, static_cast<std::uint32_t>(records_ >> 32));
+  putBe32(buffer_, static_cast<std::uint32_t>(records_));
   flush();
   const int fd = fd_;
   fd_ = -1;

@@ -4,7 +4,6 @@
 // through the real csp-prof-mpi (1 to 4 processes) into databases whose values, statistics and
 // diffs are checked exactly.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/address_space_cap.hpp"
 #include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/reduce/attribution.hpp"
@@ -27,33 +27,12 @@
 namespace {
 
 using namespace csp;
+using csp::test::AddressSpaceCap;
 using csp::test::run;
 using csp::test::TempDir;
 using csp::test::tool;
 namespace fs = std::filesystem;
 namespace hr = csp::test::hpcrun;
-
-// While it lives, the process may map at most `extra` bytes more than it has mapped now: an
-// allocation sized by a damaged count fails instead of succeeding on a machine with memory to spare.
-class AddressSpaceCap {
- public:
-  explicit AddressSpaceCap(std::size_t extra) {
-    std::size_t pages = 0;
-    std::ifstream("/proc/self/statm") >> pages;
-    if (getrlimit(RLIMIT_AS, &saved_) != 0 || pages == 0)
-      throw std::runtime_error("AddressSpaceCap: cannot read the address-space limit or size");
-    struct rlimit cap = saved_;
-    cap.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + extra;
-    if (cap.rlim_max != RLIM_INFINITY && cap.rlim_cur > cap.rlim_max) cap.rlim_cur = cap.rlim_max;
-    if (setrlimit(RLIMIT_AS, &cap) != 0) throw std::runtime_error("AddressSpaceCap: cannot set the limit");
-  }
-  ~AddressSpaceCap() { setrlimit(RLIMIT_AS, &saved_); }
-  AddressSpaceCap(const AddressSpaceCap&) = delete;
-  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
-
- private:
-  struct rlimit saved_ {};
-};
 
 constexpr const char* kGoneApp = "/nonexistent/hpcrun-test/app";
 constexpr const char* kGoneLib = "/nonexistent/hpcrun-test/libgone.so";

@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/address_space_cap.hpp"
 #include "common/db_dump.hpp"
 #include "csp/storage/bytes.hpp"
 #include "storage/db_expect.hpp"
@@ -389,9 +390,16 @@ TEST(ShardWriterContract, DamagedOrMissingRunsAreNamed) {
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
   const std::size_t record = (bytes.size() - 8 - 9) / 3;  // magic, three equal records, trailer
-  bytes.erase(8 + record, record);
-  std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << bytes;
+  std::string cut = bytes;
+  cut.erase(8 + record, record);
+  std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << cut;
   mergeFails(runs, runs[0], "trailer counts 3 records, the run holds 2");
+  // A damaged block length (4 G) is refused as the record it cannot be, not read into a buffer.
+  const std::size_t lengthAt = 8 + 1 + static_cast<unsigned char>(bytes[8]);
+  bytes.replace(lengthAt, 4, "\xff\xff\xff\xf0", 4);
+  std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << bytes;
+  const test::AddressSpaceCap cap(std::size_t{1} << 30);
+  mergeFails(runs, runs[0], "damaged run of values by node: cut short in a record");
 }
 
 TEST(ShardWriterContract, AFullDiskIsNamedWhenARunIsWritten) {

@@ -112,6 +112,8 @@ void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInf
   }
 }
 
+// Real-valued metrics go into all threads' slice and the class's: a sum of the classes' would
+// add the doubles in another order than the all-threads accumulator's.
 void SummaryTable::addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive) {
   const std::size_t extra = batchSlices_[i];
   for (std::size_t slice : {std::size_t{0}, extra}) {
@@ -139,23 +141,25 @@ void SummaryTable::pushRealLeaves(std::uint32_t node) {
 // accumulator and histogram (count metrics: one) or the pieces (level, index, encoded
 // accumulator) of a real-valued metric.
 void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
+  std::vector<metrics::IntAccumulator> acc(population_.size());
+  std::vector<metrics::LogLinearHistogram> histogram(population_.size());
   for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
     for (std::size_t scope = 0; scope < kScopes; ++scope) {
-      // All threads: the values of profiles without a class slice, and every class's (addCount).
-      metrics::IntAccumulator all = countAcc_[countIndex(0, n, slot, scope)];
-      metrics::LogLinearHistogram allHistogram = countHist_[countIndex(0, n, slot, scope)].histogram();
-      for (std::size_t slice = 1; slice < population_.size(); ++slice) {
-        all.combine(countAcc_[countIndex(slice, n, slot, scope)]);
-        allHistogram.merge(countHist_[countIndex(slice, n, slot, scope)].histogram());
+      // Slice 0 (all threads) holds the values of profiles without a class slice; it becomes the
+      // sum of every slice (addCount), each builder's histogram made once.
+      for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+        acc[slice] = countAcc_[countIndex(slice, n, slot, scope)];
+        histogram[slice] = countHist_[countIndex(slice, n, slot, scope)].histogram();
+        if (slice == 0) continue;
+        acc[0].combine(acc[slice]);
+        histogram[0].merge(histogram[slice]);
       }
       for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-        const std::size_t at = countIndex(slice, n, slot, scope);
-        const metrics::IntAccumulator& acc = slice == 0 ? all : countAcc_[at];
-        if (acc.count() == 0) continue;
+        if (acc[slice].count() == 0) continue;
         packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
         p.u64(1);
-        p.text(metrics::encode(acc));
-        p.text(metrics::encode(slice == 0 ? allHistogram : countHist_[at].histogram()));
+        p.text(metrics::encode(acc[slice]));
+        p.text(metrics::encode(histogram[slice]));
       }
     }
   }
