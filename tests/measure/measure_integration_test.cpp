@@ -318,10 +318,12 @@ TEST(MeasureIntegration, RegionsWithStraggler) {
       EXPECT_EQ(got[name].count, want.at(name).count) << name << " thread " << thread;
       // The program's own clock reads bracket the region calls, so they can only be longer; by
       // little, unless the thread is preempted between a clock read and a region call (the
-      // test runs 8 threads on 2 shared cores), hence the slack.
+      // test runs 8 threads on 2 shared cores), hence the slack: at the start of a cold suite run,
+      // beside the sanitizer tree's build, the regions of one thread were 8 % shorter (1.092 s of
+      // 1.188 s).
       const double w = static_cast<double>(want.at(name).ns), g = static_cast<double>(got[name].ns);
       EXPECT_LE(g, w + 1e3) << name << " thread " << thread;
-      EXPECT_NEAR(g, w, 0.05 * w + 5e6) << name << " thread " << thread;
+      EXPECT_NEAR(g, w, 0.2 * w + 5e6) << name << " thread " << thread;
     }
     // The log: an enter and an exit per visit, in time order, nothing lost.
     EXPECT_EQ(r.eventTimeNs.size(), 40u);
