@@ -170,7 +170,23 @@ TEST(PeriodDivisor, IsTheExactFloorOfTheQuotient) {
       ASSERT_EQ(divisor.divide(v), v / d) << v << " / " << d;
     }
     for (const std::uint64_t v :
-         {std::uint64_t{0}, d - 1, d, d + 1, (std::uint64_t{1} << 52) - 1, std::uint64_t{1} << 52, UINT64_MAX})
+         {std::uint64_t{0}, d - 1, d, d + 1, (std::uint64_t{1} << 52) - 1, std::uint64_t{1} << 52,
+          (std::uint64_t{1} << 63) - 1, std::uint64_t{1} << 63, UINT64_MAX})
       ASSERT_EQ(divisor.divide(v), v / d) << v << " / " << d;
+  }
+  // Divisors of every width, and just beside powers of two, where the reciprocal's rounding is
+  // tightest; values near multiples of them and near the top of the multiplied range.
+  for (int i = 0; i < 4000; ++i) {
+    const int bits = 1 + i % 64;
+    std::uint64_t d = next() >> (64 - bits);
+    if (i % 3 == 0) d = (std::uint64_t{1} << (bits - 1)) + (i % 2 == 0 ? 1 : 0) - (bits > 1 && i % 2 ? 1 : 0);
+    if (d == 0) d = 1;
+    const PeriodDivisor divisor(d);
+    for (int j = 0; j < 50; ++j) {
+      const std::uint64_t r = next() >> 1;
+      const std::uint64_t q = r / d;
+      for (const std::uint64_t v : {r, q * d, q * d - 1, q * d + d - 1, (std::uint64_t{1} << 63) - 1 - j})
+        ASSERT_EQ(divisor.divide(v), v / d) << v << " / " << d;
+    }
   }
 }

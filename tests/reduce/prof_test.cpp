@@ -1,5 +1,6 @@
 // csp-prof-mpi end to end: csp-gen inputs, real mpirun, real RocksDB; results checked against
 // hand-computed values.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,6 +13,7 @@
 #include "csp/metrics/accumulator.hpp"
 #include "csp/metrics/encoding.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/profile_builder.hpp"
 #include "csp/storage/profile_io.hpp"
 
 using namespace csp;
@@ -280,6 +282,54 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
             writing)
       << text;
   EXPECT_LE(phase["busy accumulating region summaries"], writing) << text;
+}
+
+// Identities are kept per profile as the thread's own parts plus an index into the parts the
+// run's threads share (executable, command line, settings): the metadata must come out as if each
+// profile had kept its own, for any process count. Two executables interleaved by rank, their
+// own command lines, and a dropped-sample count that differs by thread (so that some shared
+// parts are shared and some are not).
+TEST_F(Prof, MetadataOfInterleavedExecutablesForAnyProcessCount) {
+  const auto meas = dir / "exes";
+  std::filesystem::create_directories(meas);
+  for (std::uint32_t rank = 0; rank < 4; ++rank) {
+    for (std::uint32_t thread = 0; thread < 2; ++thread) {
+      const bool helper = rank == 1;
+      storage::ProfileBuilder b(FrameKind::Symbolic);
+      auto& p = b.profile();
+      p.identity.idTuple = {{IdKind::Rank, rank}, {IdKind::Thread, thread}};
+      p.identity.pid = 100 + rank;
+      p.identity.hostname = rank < 2 ? "nid001" : "nid002";
+      p.identity.executable = helper ? "/usr/bin/helper" : "/opt/app/bin/solver";
+      p.identity.commandLine =
+          helper ? std::vector<std::string>{"helper", "--quiet"} : std::vector<std::string>{"solver", "-n", "64"};
+      p.identity.settings = {{"mpi-ranks", "4"}, {"events", "cpu-time@200"}};
+      if (thread == 1) p.identity.settings.push_back({"dropped-signal-busy", std::to_string(rank + 1)});
+      b.addMetric({"cpu-time", "ns", MetricKind::Sampled, 1'000'000, "thread CPU time"});
+      const auto main = b.frame(SymbolicFrame{ScopeKind::ProcFrame, b.intern("main"), b.intern("main.c"), 1,
+                                              b.intern(helper ? "helper" : "solver")});
+      const auto stmt = b.frame(SymbolicFrame{ScopeKind::Stmt, 0, b.intern("main.c"), 2, 0});
+      std::uint32_t path[] = {main, stmt};
+      b.addCount(b.path(path), 0, 1 + rank);
+      storage::writeProfile(b.finish(), meas / fmt::format("r{:03}-t{}.cspprof", rank, thread));
+    }
+  }
+  auto db = prof(meas, "np1", 1, "-j 2");
+  ASSERT_TRUE(db);
+  const auto& m = db->metadata();
+  EXPECT_EQ(m.executable, "/opt/app/bin/solver");  // the one most threads ran
+  EXPECT_EQ(m.commandLine, (std::vector<std::string>{"solver", "-n", "64"}));
+  EXPECT_EQ(m.hostnames, (std::vector<std::string>{"nid001", "nid002"}));
+  EXPECT_EQ(m.processCount, 4u);
+  std::map<std::string, std::string> property;
+  for (const auto& st : m.properties) property[st.key] = st.value;
+  EXPECT_EQ(property["executables"], "/opt/app/bin/solver (6 threads), /usr/bin/helper (2 threads)");
+  EXPECT_EQ(property["dropped-samples-by-cause"], "signal-busy 10 (100.0 %)");  // 1 + 2 + 3 + 4
+  const auto reference = dumpDatabase(dir / "np1");
+  for (const auto& [ranks, name] : {std::pair{2, "np2"}, std::pair{3, "np3"}}) {
+    prof(meas, name, ranks, "-j 1");
+    EXPECT_EQ(dumpDatabase(dir / name), reference) << name;
+  }
 }
 
 TEST_F(Prof, PerThreadDerivedMetric) {

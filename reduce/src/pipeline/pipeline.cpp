@@ -64,7 +64,7 @@ void Pipeline::buildStructure() {
   ReadResult read = readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion);
   Stopwatch unify;
   s.profiles = tabulateProfiles(s.comm, s.discovery, read);
-  s.threadClasses = stages::classifyThreads(s.comm, s.profiles.local, s.options.threadClasses);
+  s.threadClasses = stages::classifyThreads(s.comm, s.profiles, s.options.threadClasses);
   if (s.threadClasses.classOf.size() != s.profiles.count)
     throw std::logic_error("thread classes: one per profile expected");
   s.metrics = planMetrics(s.comm, s.discovery, read, s.options, s.overheadRules);
@@ -94,6 +94,7 @@ std::uint32_t Pipeline::firstProfileId() const { return impl_->profiles.firstId;
 const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_->threadClasses.classOf; }
 const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses.infos; }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->profiles.local; }
+const std::vector<Identity>& Pipeline::commonIdentities() const { return impl_->profiles.common; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->profiles.skipped; }
 bool Pipeline::physicalPaths() const { return impl_->options.physical; }
 const std::vector<std::string>& Pipeline::leftoverTemporaries() const { return impl_->discovery.leftoverTemporaries; }

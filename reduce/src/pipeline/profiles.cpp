@@ -55,13 +55,16 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
   table.inputOf.reserve(valid);  // kept for every profile: no spare capacity
   table.spillOf.reserve(valid);
   table.local.reserve(valid);
+  table.features.reserve(valid);
   for (auto& r : read.profiles) {
     if (!r) continue;
     r->info.id = next++;
     table.inputOf.push_back(r->info.input);
     table.spillOf.push_back(r->spill);
     table.local.push_back(std::move(r->info));
+    table.features.push_back(std::move(r->features));
   }
+  table.common = std::move(read.common);
 }
 
 // Every profile is one thread of one run: two with the same id tuple mean mixed runs or copies,

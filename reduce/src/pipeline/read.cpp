@@ -55,25 +55,15 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 
 namespace {
 
-// Kept for every profile until the database is written, so only what the metadata needs: the
-// executable, the command csp-run ran, the OpenMP settings, the job's rank count and the causes
-// of dropped samples (settings), and a command line only for the first profile of each
-// executable in a row.
+// Kept until the database is written, so only what the metadata needs: the executable, the
+// command line, the command csp-run ran, the OpenMP settings, the job's rank count and the
+// causes of dropped samples (settings). The threads of a run mostly share them
+// (CommonIdentities).
 void keepMetadataSettings(Identity& identity) {
   std::erase_if(identity.settings, [](const Setting& st) {
     return st.key != "command" && st.key != "idleness" && st.key != "openmp-tool" && st.key != "openmp-runtime" &&
            st.key != "logical-contexts" && st.key != "mpi-ranks" && !st.key.starts_with("dropped-");
   });
-}
-
-void keepFirstCommandLines(std::vector<std::optional<ReadProfile>>& profiles) {
-  const std::string* lastExecutable = nullptr;
-  for (auto& r : profiles) {
-    if (!r) continue;
-    auto& identity = r->info.identity;
-    if (lastExecutable && *lastExecutable == identity.executable) identity.commandLine.clear();
-    lastExecutable = &identity.executable;
-  }
 }
 
 // Wall nanoseconds the workers spent reading + validating and attributing (the --verbose breakdown).
@@ -86,7 +76,7 @@ struct BusyTimes {
 
 // One profile: its contexts into the local CCT, its regions into the union, and what is kept.
 ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a, LocalCct& localCct,
-                    RegionUnion& regions, BusyTimes& busy) {
+                    RegionUnion& regions, CommonIdentities& common, BusyTimes& busy) {
   const auto start = std::chrono::steady_clock::now();
   ThreadProfile p = readInput(input);
   const auto read = std::chrono::steady_clock::now();
@@ -102,10 +92,13 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
                      },
                      {jitSymbolsOf(a.attributor, input, p), &truncated, &scanned, &recovered, a.physical});
   ReadProfile out;
-  out.info.features = threadFeatures(p, input.source->workMetric(), stmt, entries, localCct, a.strings);
+  out.features = threadFeatures(p, input.source->workMetric(), stmt, entries, localCct, a.strings);
   regions.add(p.regions);
   keepMetadataSettings(p.identity);
-  out.info.identity = std::move(p.identity);
+  out.info.identity.idTuple = std::move(p.identity.idTuple);
+  out.info.identity.hostname = std::move(p.identity.hostname);
+  out.info.identity.pid = p.identity.pid;
+  out.info.identity.common = common.add(p.identity);
   out.info.stats = p.stats;
   out.info.input = index;
   out.info.hasRegionEvents = !p.regions.eventTimeNs.empty();
@@ -121,6 +114,35 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
 
 }  // namespace
 
+std::uint32_t CommonIdentities::add(Identity& identity) {
+  Packer key;
+  key.text(identity.executable);
+  key.u64(identity.commandLine.size());
+  for (const auto& a : identity.commandLine) key.text(a);
+  key.u64(identity.settings.size());
+  for (const auto& st : identity.settings) {
+    key.text(st.key);
+    key.text(st.value);
+  }
+  const auto bytes = key.take();
+  std::string k(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::lock_guard lock(mutex_);
+  const auto [it, added] = index_.try_emplace(std::move(k), static_cast<std::uint32_t>(entries_.size()));
+  if (added) {
+    Identity& entry = entries_.emplace_back();
+    entry.executable = std::move(identity.executable);
+    entry.commandLine = std::move(identity.commandLine);
+    entry.settings = std::move(identity.settings);
+  }
+  return it->second;
+}
+
+std::vector<Identity> CommonIdentities::take() {
+  std::lock_guard lock(mutex_);
+  index_.clear();
+  return std::move(entries_);
+}
+
 ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
                             Attribution attribution, LocalCct& localCct, RegionUnion& regions) {
   Stopwatch watch;
@@ -130,11 +152,12 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   std::mutex errorsMutex;
   std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
   BusyTimes busy;
+  CommonIdentities common;
   workers.begin("read + attribute", count);
   workers.forEach(count, [&](std::size_t i) {
     const auto& input = discovery.inputs[discovery.begin + i];
     try {
-      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, busy);
+      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, common, busy);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
       if (options.skipInvalid)
@@ -152,7 +175,7 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
   std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
-  keepFirstCommandLines(out.profiles);
+  out.common = common.take();
   return out;
 }
 

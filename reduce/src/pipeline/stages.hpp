@@ -168,11 +168,30 @@ struct ReadProfile {
   ProfileInfo info;                       // id still 0
   std::vector<MetricDescriptor> metrics;  // until the metric list is unified
   SpillRef spill;
+  ThreadFeatures features;  // what the thread classification looks at
+};
+
+// The parts of identities that the threads and processes of a run share (executable, command
+// line, the settings the metadata names), each kept once: ProfileIdentity::common indexes them.
+// Which index an entry gets depends on the order in which the workers add; only the entries
+// are used, never the order. MT: add() from any thread.
+class CommonIdentities {
+ public:
+  // Moves `identity`'s executable, command line and settings into the table; returns the index
+  // of the entry equal to them.
+  std::uint32_t add(Identity& identity);
+  std::vector<Identity> take();  // after the last add()
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::uint32_t> index_;  // MT: under mutex_; the three fields packed
+  std::vector<Identity> entries_;               // MT: under mutex_
 };
 
 struct ReadResult {
   std::vector<std::optional<ReadProfile>> profiles;  // per input of this rank; nullopt: skipped
   std::vector<SkippedInput> skipped;                 // this rank's, sorted by path
+  std::vector<Identity> common;                      // ProfileIdentity::common
 };
 
 // Everything of one rank that the read and values passes share with their worker threads.
@@ -194,16 +213,19 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 // --- profiles (profiles.cpp) -------------------------------------------------------------------
 
 struct ProfileTable {
-  std::vector<ProfileInfo> local;     // this rank's valid profiles, ascending id
-  std::vector<std::size_t> inputOf;   // local[i]'s input index
-  std::vector<SpillRef> spillOf;      // local[i]'s projected values
-  std::uint32_t firstId = 0;          // of this rank's profiles
-  std::uint32_t count = 0;            // valid profiles of all ranks
-  std::vector<SkippedInput> skipped;  // of all ranks, in input order
+  std::vector<ProfileInfo> local;        // this rank's valid profiles, ascending id
+  std::vector<std::size_t> inputOf;      // local[i]'s input index
+  std::vector<SpillRef> spillOf;         // local[i]'s projected values
+  std::uint32_t firstId = 0;             // of this rank's profiles
+  std::uint32_t count = 0;               // valid profiles of all ranks
+  std::vector<SkippedInput> skipped;     // of all ranks, in input order
+  std::vector<Identity> common;          // ProfileIdentity::common of local
+  std::vector<ThreadFeatures> features;  // local[i]'s, until the threads are classified
 };
 
 // Shares the skipped inputs, numbers the valid profiles densely in input order and checks that
-// no thread is there twice. Moves the profiles' infos out of `read`.
+// no thread is there twice. Moves the profiles' infos, features and common identities out of
+// `read`.
 ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read);
 
 // --- threads (threads.cpp) ---------------------------------------------------------------------
@@ -220,9 +242,8 @@ struct ThreadClassification {
 };
 
 // The features of every profile go to rank 0, which classifies them with the whole process in
-// view (a process's threads may lie on several ranks). Clears the local profiles' features.
-ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
-                                     const ThreadClassOptions& options);
+// view (a process's threads may lie on several ranks). Releases table.features.
+ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options);
 
 // --- metrics (metric_plan.cpp) -----------------------------------------------------------------
 

@@ -79,12 +79,10 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   return f;
 }
 
-ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>& local,
-                                     const ThreadClassOptions& options) {
+ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options) {
   Packer p;
-  p.u64(local.size());
-  for (const auto& info : local) {
-    const auto& f = info.features;
+  p.u64(table.features.size());
+  for (const auto& f : table.features) {
     p.text(f.process);
     p.u64(f.initialThread ? 1 : 0);
     p.u64(f.work);
@@ -116,7 +114,7 @@ ThreadClassification classifyThreads(const Comm& comm, std::vector<ProfileInfo>&
   comm.broadcast(classes);
   out.classOf.resize(classes.size());
   for (std::size_t i = 0; i < classes.size(); ++i) out.classOf[i] = static_cast<std::uint8_t>(classes[i]);
-  for (auto& info : local) info.features = {};  // not needed any more
+  std::vector<ThreadFeatures>().swap(table.features);  // not needed any more
   return out;
 }
 

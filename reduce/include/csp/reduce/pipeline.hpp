@@ -84,17 +84,28 @@ struct SkippedInput {
   std::string reason;
 };
 
+// A profile's identity as csp-prof-mpi keeps it until the metadata is written: the thread's own
+// id tuple, host and pid, and the parts the threads and processes of a run share (executable,
+// command line, the settings the metadata names) as an index into Pipeline::commonIdentities().
+// One is kept for every profile of the run, and an Identity of its own costs about 600 bytes
+// more, most of them copies of the same executable, command and settings.
+struct ProfileIdentity {
+  IdTuple idTuple;
+  std::string hostname;
+  std::uint32_t pid = 0;
+  std::uint32_t common = 0;  // commonIdentities()[common]: executable, commandLine, settings
+};
+
 // One profile as the database sees it: dense id among the valid profiles, and its identity.
 struct ProfileInfo {
   std::uint32_t id = 0;
-  Identity identity;
+  ProfileIdentity identity;
   MeasurementStats stats;
   std::size_t input = 0;               // index into inputs()
   bool hasRegionEvents = false;        // the profile carries a region event log
   std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
   std::uint64_t scannedSamples = 0;    // samples whose path went through stack scans (projectProfile)
   std::uint64_t recoveredSamples = 0;  // of them, those the unwind recipes completed
-  ThreadFeatures features;             // what the thread classification looks at (structure pass)
 };
 
 // The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
@@ -154,7 +165,10 @@ class Pipeline {
   // Class, entry and reason of every profile: on rank 0 only (for the metadata).
   const std::vector<storage::ThreadClassInfo>& threadClasses() const;
   const std::vector<ProfileInfo>& localProfiles() const;  // this rank's valid profiles
-  const std::vector<SkippedInput>& skipped() const;       // all skipped inputs (all ranks)
+  // The executables, command lines and settings of this rank's profiles, each once
+  // (ProfileIdentity::common; only executable, commandLine and settings are set).
+  const std::vector<Identity>& commonIdentities() const;
+  const std::vector<SkippedInput>& skipped() const;  // all skipped inputs (all ranks)
   // Profile temporaries found in the input directories (rank 0, after discover): each is a
   // profile that a measurement killed while writing it did not finish.
   const std::vector<std::string>& leftoverTemporaries() const;

@@ -49,7 +49,10 @@ std::string openmpCallPaths(const std::set<std::string>& states, bool physical) 
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline) {
   Packer p;
   p.u64(pipeline.localProfiles().size());
+  const auto& commons = pipeline.commonIdentities();
+  const Identity* previous = nullptr;
   for (const auto& info : pipeline.localProfiles()) {
+    const Identity& common = commons.at(info.identity.common);
     p.u64(info.id);
     p.u64(info.identity.idTuple.size());
     for (const auto& e : info.identity.idTuple) {
@@ -58,19 +61,24 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     }
     p.text(info.identity.hostname);
     p.u64(info.identity.pid);
-    p.text(info.identity.executable);
-    p.u64(info.identity.commandLine.size());
-    for (const auto& a : info.identity.commandLine) p.text(a);
+    p.text(common.executable);
+    // A command line only for the first profile of each executable in a row: the threads and
+    // processes of a run share one.
+    const bool again = previous != nullptr && previous->executable == common.executable;
+    previous = &common;
+    p.u64(again ? 0 : common.commandLine.size());
+    if (!again)
+      for (const auto& a : common.commandLine) p.text(a);
     std::string command, ranks;
     std::vector<const Setting*> dropped;
-    for (const auto& st : info.identity.settings) {
+    for (const auto& st : common.settings) {
       if (st.key == "command") command = st.value;
       if (st.key == "mpi-ranks") ranks = st.value;
       if (st.key.starts_with("dropped-")) dropped.push_back(&st);
     }
     p.text(command);
-    p.text(openmpWithoutTool(info.identity));
-    p.text(logicalContexts(info.identity));
+    p.text(openmpWithoutTool(common));
+    p.text(logicalContexts(common));
     p.text(ranks);
     p.u64(dropped.size());
     for (const Setting* st : dropped) {
@@ -185,79 +193,79 @@ std::vector<storage::CctNode> cctNodes(Pipeline& pipeline, storage::StringIds& s
   return nodes;
 }
 
-storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& pipeline,
-                                           const std::vector<std::vector<std::byte>>& identities,
-                                           std::vector<std::string>& warnings) {
-  storage::DatabaseMetadata meta;
+namespace {
+
+// What the gathered identities say about the run as a whole, besides the per-profile tables.
+struct RunIdentity {
   std::map<std::uint64_t, std::uint64_t> profilesOfRank;
   std::uint64_t rankCount = 0;                     // the measured job's, as the measurement recorded it (0: unknown)
   std::map<std::string, std::uint64_t> droppedBy;  // dropped samples by the measurement's cause
-  meta.title = title;
-  meta.profiles.resize(pipeline.profileCount());
-  meta.quality.resize(pipeline.profileCount());
   std::set<std::string> hosts;
   std::set<std::pair<std::string, std::uint64_t>> processes;
-  // The measured program: the command csp-run ran (recorded by every process it started), the
-  // most frequent if several; without one (profiles not written by csp-run), the executable
-  // that most threads ran. Other executables (mpirun's helpers, a script's children) are listed.
   std::map<std::string, std::uint64_t> commands, threadsOf;
   std::map<std::string, std::vector<std::string>> commandLineOf;
   std::set<std::string> openmpUnmeasured;  // OpenMP runtimes that found no tool
   std::set<std::string> logicalStates;     // the profiles' logical-contexts settings
   std::set<storage::ModuleLoops> moduleLoops;
   storage::UnwindRecovery unwind;
-  for (const auto& part : identities) {
-    Unpacker u(part);
-    for (auto n = u.u64(); n > 0; --n) {
-      const auto id = u.u64();
-      IdTuple tuple(u.u64());
-      for (auto& e : tuple) {
-        e.kind = static_cast<IdKind>(u.u64());
-        e.value = u.u64();
-      }
-      const std::string host = u.text();
-      const auto pid = u.u64();
-      const std::string exe = u.text();
-      std::vector<std::string> cmd(u.u64());
-      for (auto& a : cmd) a = u.text();
-      const std::string command = u.text();
-      if (auto runtime = u.text(); !runtime.empty()) openmpUnmeasured.insert(std::move(runtime));
-      if (auto state = u.text(); !state.empty()) logicalStates.insert(std::move(state));
-      const std::string ranks = u.text();
-      for (auto n = u.u64(); n > 0; --n) {
-        const std::string cause = u.text();
-        droppedBy[cause] += u.u64();
-      }
-      for (const auto& e : tuple)
-        if (e.kind == IdKind::Rank) ++profilesOfRank[e.value];
-      rankCount = std::max<std::uint64_t>(rankCount, std::strtoull(ranks.c_str(), nullptr, 10));
-      storage::SamplingQuality q;
-      q.samples = u.u64();
-      q.unwindFailures = u.u64();
-      q.droppedSamples = u.u64();
-      q.truncatedSamples = u.u64();
-      q.depthLimited = u.u64();
-      unwind.scannedSamples += u.u64();
-      unwind.recoveredSamples += u.u64();
-      meta.quality.at(id) = q;
-      meta.profiles.at(id) = std::move(tuple);
-      hosts.insert(host);
-      processes.insert({host, pid});
-      if (!command.empty()) ++commands[command];
-      if (!exe.empty()) ++threadsOf[exe];
-      if (!exe.empty() && !cmd.empty() && !commandLineOf.count(exe)) commandLineOf[exe] = cmd;
+};
+
+// One rank's part of gatherIdentities: its profiles' id tuples and sampling quality into `meta`,
+// the rest into `run`.
+void readIdentities(Unpacker& u, storage::DatabaseMetadata& meta, RunIdentity& run) {
+  for (auto n = u.u64(); n > 0; --n) {
+    const auto id = u.u64();
+    IdTuple tuple(u.u64());
+    for (auto& e : tuple) {
+      e.kind = static_cast<IdKind>(u.u64());
+      e.value = u.u64();
     }
+    const std::string host = u.text();
+    const auto pid = u.u64();
+    const std::string exe = u.text();
+    std::vector<std::string> cmd(u.u64());
+    for (auto& a : cmd) a = u.text();
+    const std::string command = u.text();
+    if (auto runtime = u.text(); !runtime.empty()) run.openmpUnmeasured.insert(std::move(runtime));
+    if (auto state = u.text(); !state.empty()) run.logicalStates.insert(std::move(state));
+    const std::string ranks = u.text();
     for (auto n = u.u64(); n > 0; --n) {
-      storage::ModuleLoops m;
-      m.module = u.text();
-      m.loops = u.u64();
-      m.byAddress = u.u64();
-      m.note = u.text();
-      moduleLoops.insert(std::move(m));
+      const std::string cause = u.text();
+      run.droppedBy[cause] += u.u64();
     }
+    for (const auto& e : tuple)
+      if (e.kind == IdKind::Rank) ++run.profilesOfRank[e.value];
+    run.rankCount = std::max<std::uint64_t>(run.rankCount, std::strtoull(ranks.c_str(), nullptr, 10));
+    storage::SamplingQuality q;
+    q.samples = u.u64();
+    q.unwindFailures = u.u64();
+    q.droppedSamples = u.u64();
+    q.truncatedSamples = u.u64();
+    q.depthLimited = u.u64();
+    run.unwind.scannedSamples += u.u64();
+    run.unwind.recoveredSamples += u.u64();
+    meta.quality.at(id) = q;
+    meta.profiles.at(id) = std::move(tuple);
+    run.hosts.insert(host);
+    run.processes.insert({host, pid});
+    if (!command.empty()) ++run.commands[command];
+    if (!exe.empty()) ++run.threadsOf[exe];
+    if (!exe.empty() && !cmd.empty() && !run.commandLineOf.count(exe)) run.commandLineOf[exe] = cmd;
   }
-  meta.moduleLoops.assign(moduleLoops.begin(), moduleLoops.end());
-  meta.unwindRecovery = unwind;
+  for (auto n = u.u64(); n > 0; --n) {
+    storage::ModuleLoops m;
+    m.module = u.text();
+    m.loops = u.u64();
+    m.byAddress = u.u64();
+    m.note = u.text();
+    run.moduleLoops.insert(std::move(m));
+  }
+}
+
+// The measured program: the command csp-run ran (recorded by every process it started), the
+// most frequent if several; without one (profiles not written by csp-run), the executable that
+// most threads ran. Other executables (mpirun's helpers, a script's children) are listed.
+void chooseProgram(RunIdentity& run, storage::DatabaseMetadata& meta) {
   auto mostFrequent = [](const std::map<std::string, std::uint64_t>& counts) {
     std::string best;
     std::uint64_t n = 0;
@@ -265,7 +273,7 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
       if (c > n) best = text, n = c;  // ties: the first by name, so the choice is deterministic
     return best;
   };
-  if (const auto command = mostFrequent(commands); !command.empty()) {
+  if (const auto command = mostFrequent(run.commands); !command.empty()) {
     meta.commandLine.clear();
     for (std::size_t at = 0;;) {
       const auto sep = command.find('\x1f', at);
@@ -275,26 +283,17 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
     }
     // The executable of the program: the one whose name the command starts with, if any ran.
     const std::string program = std::filesystem::path(meta.commandLine.front()).filename().string();
-    for (const auto& [exe, n] : threadsOf)
+    for (const auto& [exe, n] : run.threadsOf)
       if (std::filesystem::path(exe).filename() == program) meta.executable = exe;
     if (meta.executable.empty()) meta.executable = meta.commandLine.front();
-  } else if (const auto exe = mostFrequent(threadsOf); !exe.empty()) {
+  } else if (const auto exe = mostFrequent(run.threadsOf); !exe.empty()) {
     meta.executable = exe;
-    meta.commandLine = commandLineOf[exe];
+    meta.commandLine = run.commandLineOf[exe];
   }
-  meta.hostnames.assign(hosts.begin(), hosts.end());
-  meta.processCount = processes.size();
-  meta.threadCount = pipeline.profileCount();
-  meta.threadClasses = pipeline.threadClasses();
-  meta.nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
-  meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
-  for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, m.valueType});
-  meta.regionMetrics = storage::standardRegionMetrics();
-  for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
-  meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputs().size())}};
-  if (threadsOf.size() > 1) {
+  if (run.threadsOf.size() > 1) {
     std::vector<std::pair<std::uint64_t, std::string>> byThreads;
-    for (const auto& [exe, n] : threadsOf) byThreads.emplace_back(n, exe);
+    byThreads.reserve(run.threadsOf.size());
+    for (const auto& [exe, n] : run.threadsOf) byThreads.emplace_back(n, exe);
     std::sort(byThreads.begin(), byThreads.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
@@ -303,17 +302,11 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
       list += fmt::format("{}{} ({} thread{})", list.empty() ? "" : ", ", exe, n, n == 1 ? "" : "s");
     meta.properties.push_back({"executables", list});
   }
-  if (!openmpUnmeasured.empty()) {
-    std::string list;
-    for (const auto& r : openmpUnmeasured) list += (list.empty() ? "" : ", ") + r;
-    meta.properties.push_back({std::string(storage::kOpenmpIdlenessProperty),
-                               "not measured: " + list + " ran without an OpenMP tool (OMPT)"});
-  }
-  if (const auto paths = openmpCallPaths(logicalStates, pipeline.physicalPaths()); !paths.empty())
-    meta.properties.push_back({std::string(storage::kOpenmpCallPathsProperty), paths});
-  if (const auto causes = droppedByCause(droppedBy); !causes.empty())
-    meta.properties.push_back({"dropped-samples-by-cause", causes});
-  warnings = missingRanksAndThreads(profilesOfRank, rankCount);
+}
+
+// What the profiles say is missing from the measurement (see assembleMetadata).
+std::vector<std::string> measurementWarnings(const RunIdentity& run, const Pipeline& pipeline) {
+  auto warnings = missingRanksAndThreads(run.profilesOfRank, run.rankCount);
   const auto& temporaries = pipeline.leftoverTemporaries();
   if (!temporaries.empty()) {
     std::string names;
@@ -326,6 +319,47 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
                     "profiles are missing; remove them): {}",
                     temporaries.size(), temporaries.size() == 1 ? "y" : "ies", names));
   }
+  return warnings;
+}
+
+}  // namespace
+
+storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& pipeline,
+                                           const std::vector<std::vector<std::byte>>& identities,
+                                           std::vector<std::string>& warnings) {
+  storage::DatabaseMetadata meta;
+  meta.title = title;
+  meta.profiles.resize(pipeline.profileCount());
+  meta.quality.resize(pipeline.profileCount());
+  meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputs().size())}};
+  RunIdentity run;
+  for (const auto& part : identities) {
+    Unpacker u(part);
+    readIdentities(u, meta, run);
+  }
+  meta.moduleLoops.assign(run.moduleLoops.begin(), run.moduleLoops.end());
+  meta.unwindRecovery = run.unwind;
+  chooseProgram(run, meta);
+  meta.hostnames.assign(run.hosts.begin(), run.hosts.end());
+  meta.processCount = run.processes.size();
+  meta.threadCount = pipeline.profileCount();
+  meta.threadClasses = pipeline.threadClasses();
+  meta.nodeCount = static_cast<std::uint32_t>(pipeline.cct().size());
+  meta.regionCount = static_cast<std::uint32_t>(pipeline.regions().size());
+  for (const auto& m : pipeline.metrics()) meta.metrics.push_back({m, m.valueType});
+  meta.regionMetrics = storage::standardRegionMetrics();
+  for (const auto& k : pipeline.skipped()) meta.skipped.push_back({k.path, k.reason});
+  if (!run.openmpUnmeasured.empty()) {
+    std::string list;
+    for (const auto& r : run.openmpUnmeasured) list += (list.empty() ? "" : ", ") + r;
+    meta.properties.push_back({std::string(storage::kOpenmpIdlenessProperty),
+                               "not measured: " + list + " ran without an OpenMP tool (OMPT)"});
+  }
+  if (const auto paths = openmpCallPaths(run.logicalStates, pipeline.physicalPaths()); !paths.empty())
+    meta.properties.push_back({std::string(storage::kOpenmpCallPathsProperty), paths});
+  if (const auto causes = droppedByCause(run.droppedBy); !causes.empty())
+    meta.properties.push_back({"dropped-samples-by-cause", causes});
+  warnings = measurementWarnings(run, pipeline);
   if (!warnings.empty()) {
     std::string joined;
     for (const auto& w : warnings) joined += (joined.empty() ? "" : "; ") + w;

@@ -220,24 +220,32 @@ class ByteReader {
   std::size_t pos_ = 0;
 };
 
-// v / d, exact (the floor), without a 64-bit division per value: a multiplication by the inverse,
-// corrected by a step where it rounded.
+// v / d, exact (the floor), without a 64-bit division per value: a multiplication by a rounded-up
+// reciprocal and a shift (Granlund and Montgomery, "Division by invariant integers using
+// multiplication", 1994, Thm. 4.2). With l = ceil(log2 d) and m = ceil(2^(63+l) / d) (< 2^64),
+// floor(v / d) = floor(v * m / 2^(63+l)) for every v < 2^63, because 0 <= m*d - 2^(63+l) < d <= 2^l.
+// Values from 2^63 up take the hardware division.
 class ExactDivisor {
  public:
-  explicit ExactDivisor(std::uint64_t d = 1) : d_(d == 0 ? 1 : d), inverse_(1.0 / static_cast<double>(d_)) {}
+  explicit ExactDivisor(std::uint64_t d = 1) : d_(d == 0 ? 1 : d) {
+    if (d_ == 1) return;
+    const auto l = static_cast<unsigned>(64 - __builtin_clzll(d_ - 1));  // ceil(log2 d), 1..64
+    shift_ = 63 + l;
+    // ceil(2^(63+l) / d) in 128 bits; below 2^64 (see above).
+    const Uint128 numerator = Uint128{1} << shift_;
+    magic_ = static_cast<std::uint64_t>((numerator + d_ - 1) / d_);
+  }
   std::uint64_t divisor() const { return d_; }
   std::uint64_t divide(std::uint64_t v) const {
     if (d_ == 1) return v;
-    if (v >= std::uint64_t{1} << 52) return v / d_;  // beyond the double's exact integers
-    auto q = static_cast<std::uint64_t>(static_cast<double>(v) * inverse_);
-    while (q * d_ > v) --q;
-    while (v - q * d_ >= d_) ++q;
-    return q;
+    if (v >> 63 != 0) return v / d_;
+    return static_cast<std::uint64_t>((static_cast<Uint128>(v) * magic_) >> shift_);
   }
 
  private:
   std::uint64_t d_;
-  double inverse_;
+  std::uint64_t magic_ = 0;
+  unsigned shift_ = 0;
 };
 
 // A per-thread value of a metric stored in units of its scale (database format 2.0: the period of
