@@ -350,15 +350,16 @@ class Suite:
         stamp = os.path.join(self.tmp, f"rank-time-{label}")
         for old in self.glob_prefix(stamp):
             os.remove(old)
-        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
+        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S %R" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
                 gnu_time, stamp]
         cmd = self.mpirun(np) + wrap + [prof, "-j", str(self.workers), meas, "-o", db, "--force", *extra]
         r = timed(cmd, f"csp-prof-mpi -np {np} on {os.path.basename(meas)}", env=self.env, capture=True)
-        rss, busy, cpu = [], [], 0.0
+        rss, busy, faults, cpu = [], [], [], 0.0
         for f in self.glob_prefix(stamp):
             with open(f) as fh:
-                rank_wall, rank_rss, user, system = fh.read().strip().splitlines()[-1].split()
+                rank_wall, rank_rss, user, system, minor = fh.read().strip().splitlines()[-1].split()
             rss.append(int(rank_rss))
+            faults.append(int(minor))
             cpu += float(user) + float(system)
             # The share of its time a rank spends on a CPU (its threads together; with -j 1 and
             # binding, at most about 1): low values mean waiting for other ranks or for I/O.
@@ -369,6 +370,9 @@ class Suite:
         out = r.stdout
         res = {"wall": r.wall, "peak_rss_mib": max(rss) / 1024.0, "rss_per_rank_mib": [x / 1024.0 for x in rss],
                "cpu_busy_mean": sum(busy) / len(busy), "cpu_s": cpu,
+               # Minor page faults of the ranks: the most, and the most over the fewest (ranks
+               # that fault in fresh pages for every profile fall behind the others).
+               "page_faults_max": max(faults), "page_fault_spread": max(faults) / max(min(faults), 1),
                "db_bytes": self.dir_bytes(db)}
         m = re.search(r"canonical CCT (\d+) nodes", out)
         res["canonical_nodes"] = int(m.group(1)) if m else None
@@ -430,6 +434,8 @@ class Suite:
                                                  "nodes/s"),
                 "peak_rss_per_process_mib": stat([x["peak_rss_mib"] for x in rs], "MiB"),
                 "cpu_busy_per_process": stat([x["cpu_busy_mean"] for x in rs], "CPU s / wall s"),
+                "page_faults_per_process": stat([x["page_faults_max"] for x in rs], "minor faults"),
+                "page_fault_spread": stat([x["page_fault_spread"] for x in rs], "most / fewest"),
                 "database_mib": dbb / 1048576.0,
                 "canonical_cct_nodes": rs[-1]["canonical_nodes"],
                 "nonzero_values": distinct,
@@ -772,7 +778,7 @@ class Suite:
         """csp-export DB --hpctoolkit OUT under mpirun, each rank under GNU time (peak RSS)."""
         export = self.tool("launcher/csp-export", "ninja -C build csp-export")
         stamp = os.path.join(self.tmp, f"rank-time-{label}")
-        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
+        wrap = ['sh', '-c', 'f="$1"; shift; exec "$0" -f "%e %M %U %S %R" -o "$f.${OMPI_COMM_WORLD_RANK:-0}" "$@"',
                 GNU_TIME, stamp]
         r = timed(self.mpirun(np) + wrap + [export, db, "--hpctoolkit", out, "--force"], f"csp-export -np {np}",
                   env=self.env, capture=True)
@@ -1123,12 +1129,14 @@ def markdown(rep):
                              fmt(f["profiles_per_s_per_core"]["median"]),
                              fmt(f["cct_nodes_per_s_per_core"]["median"]),
                              mmm(f["peak_rss_per_process_mib"]), fmt(f["cpu_busy_per_process"]["median"]),
+                             fmt(f.get("page_faults_per_process", {}).get("median")),
+                             fmt(f.get("page_fault_spread", {}).get("median")),
                              fmt(f["database_mib"]),
                              fmt(f["bytes_per_nonzero_value"])])
         out.append(table(["profiles", "input MiB", "-np", "wall s", "floor s", "time / floor", "CPU s (all processes)",
                           "CPU / floor", "CPU ns per non-zero value", "speed-up vs np 1",
                           "profiles/s/core", "CCT nodes/s/core", "peak MiB per process", "CPU busy per process",
-                          "database MiB",
+                          "page faults per process (most)", "page faults: most / fewest process", "database MiB",
                           "bytes per non-zero value"], rows))
         phases = []
         for size in s["sizes"]:
