@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "csp/storage/bytes.hpp"
 #include "stages.hpp"
@@ -20,6 +22,10 @@ std::uint64_t zigzag(std::int64_t v) {
   return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
 }
 std::int64_t unzigzag(std::uint64_t v) { return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1); }
+
+// The bytes of put() and get(): kept by each thread from record to record (the structure pass
+// spills every value it projects, the values pass reads every one back).
+thread_local std::vector<char> spillBuffer;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
 // CSP_SPILL_DIR, else $TMPDIR (a TMPDIR that is no directory falls back to /tmp, as
 // temp_directory_path has it). CSP_SPILL_DIR is taken as given: a wrong one is an error naming it.
@@ -50,21 +56,29 @@ ProjectionSpill::~ProjectionSpill() {
 }
 
 SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, const std::vector<StmtValue>& stmt) {
-  storage::ByteWriter<std::vector<std::byte>> w;
-  w.u64(metrics.size());
-  for (const auto& m : metrics) w.text(m.name);
-  w.u64(stmt.size());
+  // Written in place, in the varints of storage::ByteWriter (a name is its length, then its
+  // bytes); room for the worst case, three varints of at most 10 bytes per value.
+  std::size_t most = 20 + 30 * stmt.size();
+  for (const auto& m : metrics) most += 10 + m.name.size();
+  auto& bytes = spillBuffer;
+  if (bytes.size() < most) bytes.resize(most);
+  char* out = storage::varintAt(bytes.data(), metrics.size());
+  for (const auto& m : metrics) {
+    out = storage::varintAt(out, m.name.size());
+    out = std::copy(m.name.begin(), m.name.end(), out);
+  }
+  out = storage::varintAt(out, stmt.size());
   std::int64_t previous = 0;
   for (const auto& v : stmt) {
-    w.u64(zigzag(static_cast<std::int64_t>(v.node) - previous));
+    out = storage::varintAt(out, zigzag(static_cast<std::int64_t>(v.node) - previous));
     previous = v.node;
-    w.u64(v.metric);
-    w.u64(v.value);
+    out = storage::varintAt(out, v.metric);
+    out = storage::varintAt(out, v.value);
   }
-  const auto bytes = w.take();
-  const std::uint64_t offset = next_.fetch_add(bytes.size());
-  for (std::size_t done = 0; done < bytes.size();) {
-    const auto n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+  const auto size = static_cast<std::size_t>(out - bytes.data());
+  const std::uint64_t offset = next_.fetch_add(size);
+  for (std::size_t done = 0; done < size;) {
+    const auto n = ::pwrite(fd_, bytes.data() + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
       throw std::runtime_error(
@@ -72,32 +86,62 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
                       n < 0 ? std::strerror(errno) : "no space"));
     done += static_cast<std::size_t>(n);
   }
-  return {offset, bytes.size(), false};
+  return {offset, size, false};
 }
 
+namespace {
+
+// One varint of a spilled value at p (before end); nullptr if it runs past end or beyond 64 bits.
+const unsigned char* spilledVarint(const unsigned char* p, const unsigned char* end, std::uint64_t& v) {
+  if (p < end && *p < 0x80) {  // most are one byte
+    v = *p;
+    return p + 1;
+  }
+  v = 0;
+  for (unsigned shift = 0; p < end && shift < 64; shift += 7) {
+    const unsigned byte = *p++;
+    if (shift == 63 && byte > 1) return nullptr;
+    v |= std::uint64_t{byte & 0x7fu} << shift;
+    if (byte < 0x80) return p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
-  std::vector<std::byte> bytes(ref.size);
-  for (std::size_t done = 0; done < bytes.size();) {
-    const auto n = ::pread(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(ref.offset + done));
+  auto& bytes = spillBuffer;
+  if (bytes.size() < ref.size) bytes.resize(ref.size);
+  for (std::size_t done = 0; done < ref.size;) {
+    const auto n = ::pread(fd_, bytes.data() + done, ref.size - done, static_cast<off_t>(ref.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
       throw std::runtime_error(
           fmt::format("projection spill file: cannot read: {}", n < 0 ? std::strerror(errno) : "truncated"));
     done += static_cast<std::size_t>(n);
   }
-  storage::ByteReader<std::runtime_error> r(bytes, "projection spill file");
+  const std::span<const std::byte> record(reinterpret_cast<const std::byte*>(bytes.data()), ref.size);
+  storage::ByteReader<std::runtime_error> r(record, "projection spill file");
   Projected out;
   out.metrics.resize(r.u64());
   for (auto& name : out.metrics) name = r.text();
-  out.stmt.resize(r.u64());
+  const std::uint64_t count = r.u64();
+  if (count > r.remaining() / 3) r.fail("more values than bytes");
+  out.stmt.resize(count);
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data()) + (ref.size - r.remaining());
+  const auto* end = reinterpret_cast<const unsigned char*>(bytes.data()) + ref.size;
   std::int64_t previous = 0;
   for (auto& v : out.stmt) {
-    previous += unzigzag(r.u64());
+    std::uint64_t delta = 0, metric = 0, value = 0;
+    if ((p = spilledVarint(p, end, delta)) == nullptr || (p = spilledVarint(p, end, metric)) == nullptr ||
+        (p = spilledVarint(p, end, value)) == nullptr)
+      r.fail("damaged value");
+    previous += unzigzag(delta);
     v.node = static_cast<std::uint32_t>(previous);
-    v.metric = static_cast<std::uint16_t>(r.u64());
-    v.value = r.u64();
+    v.metric = static_cast<std::uint16_t>(metric);
+    v.value = value;
   }
-  r.expectDone();
+  if (p != end) r.fail("trailing bytes");
   return out;
 }
 
