@@ -274,15 +274,17 @@ void ValueScratch::learnStaticScopes(const FinalCct& cct) {
   const std::size_t n = cct.size();
   loopParent_.assign(n, kNoIndex);
   proc_.assign(n, kNoIndex);
+  parent_.assign(n, kNoIndex);
   for (std::uint32_t id = 1; id < n; ++id) {
     const std::uint32_t parent = cct.node(id).parent;
+    parent_[id] = parent;
     const ScopeKind pk = cct.node(parent).key.kind;
     if (pk == ScopeKind::Loop || pk == ScopeKind::Alien) loopParent_[id] = parent;
     proc_[id] = pk == ScopeKind::ProcFrame ? parent : proc_[parent];
   }
 }
 
-void ValueScratch::addStatement(const FinalCct& cct, const StmtValue& v) {
+void ValueScratch::addStatement(const StmtValue& v) {
   const std::size_t m = v.metric;
   add(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
   add(inclusive_[v.node * metrics_ + m], m, v.value);
@@ -292,7 +294,7 @@ void ValueScratch::addStatement(const FinalCct& cct, const StmtValue& v) {
   if (loopParent_[v.node] != kNoIndex) add(exclusive_[loopParent_[v.node] * metrics_ + m], m, v.value);
   if (proc_[v.node] != kNoIndex) add(exclusive_[proc_[v.node] * metrics_ + m], m, v.value);
   // Mark the path to the root; stop at the first node already on a marked path.
-  for (std::uint32_t a = v.node; a != kNoIndex; a = cct.node(a).parent) {
+  for (std::uint32_t a = v.node; a != kNoIndex; a = parent_[a]) {
     std::uint64_t& word = touched_[a / 64];
     const std::uint64_t bit = std::uint64_t{1} << (a % 64);
     if (word & bit) break;
@@ -303,11 +305,11 @@ void ValueScratch::addStatement(const FinalCct& cct, const StmtValue& v) {
 
 // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
 // propagate in one pass over the touched nodes in decreasing id order.
-void ValueScratch::propagateInclusive(const FinalCct& cct) {
+void ValueScratch::propagateInclusive() {
   for (std::size_t w = touched_.size(); w-- > 0;) {
     for (std::uint64_t bits = touched_[w]; bits != 0; bits &= ~(std::uint64_t{1} << (63 - __builtin_clzll(bits)))) {
       const auto node = static_cast<std::uint32_t>(w * 64 + 63 - static_cast<std::size_t>(__builtin_clzll(bits)));
-      const std::uint32_t parent = cct.node(node).parent;
+      const std::uint32_t parent = parent_[node];
       if (parent == kNoIndex) continue;
       for (std::size_t m = 0; m < metrics_; ++m)
         add(inclusive_[parent * metrics_ + m], m, inclusive_[node * metrics_ + m]);
@@ -317,22 +319,30 @@ void ValueScratch::propagateInclusive(const FinalCct& cct) {
 
 // The touched nodes in ascending order, the scratch space cleared behind them.
 ThreadValues ValueScratch::collect() {
+  // Counted first, so that the columns are allocated once at their size and written in place.
+  std::size_t count = 0;
+  for (std::size_t w = 0; w < touched_.size(); ++w)
+    for (std::uint64_t bits = touched_[w]; bits != 0; bits &= bits - 1) {
+      const std::size_t at = (w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))) * metrics_;
+      for (std::size_t m = 0; m < metrics_; ++m) count += (exclusive_[at + m] | inclusive_[at + m]) != 0 ? 1 : 0;
+    }
   ThreadValues out;
-  const std::size_t most = touchedCount_ * metrics_;
-  out.node.reserve(most);
-  out.metric.reserve(most);
-  out.exclusive.reserve(most);
-  out.inclusive.reserve(most);
+  out.node.resize(count);
+  out.metric.resize(count);
+  out.exclusive.resize(count);
+  out.inclusive.resize(count);
+  std::size_t k = 0;
   for (std::size_t w = 0; w < touched_.size(); ++w) {
     for (std::uint64_t bits = touched_[w]; bits != 0; bits &= bits - 1) {
       const auto node = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
       for (std::size_t m = 0; m < metrics_; ++m) {
         const std::size_t at = node * metrics_ + m;
-        if (exclusive_[at] || inclusive_[at]) {
-          out.node.push_back(node);
-          out.metric.push_back(static_cast<std::uint16_t>(m));
-          out.exclusive.push_back(exclusive_[at]);
-          out.inclusive.push_back(inclusive_[at]);
+        if ((exclusive_[at] | inclusive_[at]) != 0) {
+          out.node[k] = node;
+          out.metric[k] = static_cast<std::uint16_t>(m);
+          out.exclusive[k] = exclusive_[at];
+          out.inclusive[k] = inclusive_[at];
+          ++k;
         }
         exclusive_[at] = inclusive_[at] = 0;
       }
@@ -345,8 +355,8 @@ ThreadValues ValueScratch::collect() {
 
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
   if (loopParent_.size() != cct.size()) learnStaticScopes(cct);
-  for (const StmtValue& v : values) addStatement(cct, v);
-  propagateInclusive(cct);
+  for (const StmtValue& v : values) addStatement(v);
+  propagateInclusive();
   return collect();
 }
 

@@ -81,8 +81,8 @@ class ValueScratch {
     into = anyReal_ && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
   }
   void learnStaticScopes(const FinalCct& cct);
-  void addStatement(const FinalCct& cct, const StmtValue& v);
-  void propagateInclusive(const FinalCct& cct);
+  void addStatement(const StmtValue& v);
+  void propagateInclusive();
   ThreadValues collect();
   std::size_t metrics_;
   std::vector<std::uint8_t> real_;
@@ -94,6 +94,9 @@ class ValueScratch {
   // Per node, the static scopes that count its statement values as exclusive: its parent when
   // that is a Loop or Alien, and its nearest ProcFrame above it (kNoIndex: none).
   std::vector<std::uint32_t> loopParent_, proc_;
+  // Per node, its parent: a copy narrower than the CCT's nodes, so that the walks towards the
+  // root of addStatement and propagateInclusive stay in cache.
+  std::vector<std::uint32_t> parent_;
 };
 
 }  // namespace csp::reduce
