@@ -52,14 +52,12 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
   table.count = static_cast<std::uint32_t>(all);
   if (table.count == 0) throw PipelineError("no readable profiles in the input");
   std::uint32_t next = table.firstId;
-  table.inputOf.reserve(valid);  // kept for every profile: no spare capacity
-  table.spillOf.reserve(valid);
+  table.spillOf.reserve(valid);  // kept for every profile: no spare capacity
   table.local.reserve(valid);
   table.features.reserve(valid);
   for (auto& r : read.profiles) {
     if (!r) continue;
     r->info.id = next++;
-    table.inputOf.push_back(r->info.input);
     table.spillOf.push_back(r->spill);
     table.local.push_back(std::move(r->info));
     table.features.push_back(std::move(r->features));
@@ -73,7 +71,7 @@ void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const
   Packer p;
   p.u64(table.local.size());
   for (std::size_t k = 0; k < table.local.size(); ++k) {
-    p.u64(table.inputOf[k]);
+    p.u64(table.local[k].input);
     p.u64(table.local[k].identity.idTuple.size());
     for (const auto& e : table.local[k].identity.idTuple) {
       p.u64(static_cast<std::uint64_t>(e.kind));

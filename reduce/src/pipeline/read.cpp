@@ -115,7 +115,7 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
 }  // namespace
 
 std::uint32_t CommonIdentities::add(Identity& identity) {
-  Packer key;
+  storage::ByteWriter<std::string> key;
   key.text(identity.executable);
   key.u64(identity.commandLine.size());
   for (const auto& a : identity.commandLine) key.text(a);
@@ -124,10 +124,8 @@ std::uint32_t CommonIdentities::add(Identity& identity) {
     key.text(st.key);
     key.text(st.value);
   }
-  const auto bytes = key.take();
-  std::string k(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   std::lock_guard lock(mutex_);
-  const auto [it, added] = index_.try_emplace(std::move(k), static_cast<std::uint32_t>(entries_.size()));
+  const auto [it, added] = index_.try_emplace(key.take(), static_cast<std::uint32_t>(entries_.size()));
   if (added) {
     Identity& entry = entries_.emplace_back();
     entry.executable = std::move(identity.executable);

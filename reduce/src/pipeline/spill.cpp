@@ -89,26 +89,6 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
   return {offset, size, false};
 }
 
-namespace {
-
-// One varint of a spilled value at p (before end); nullptr if it runs past end or beyond 64 bits.
-const unsigned char* spilledVarint(const unsigned char* p, const unsigned char* end, std::uint64_t& v) {
-  if (p < end && *p < 0x80) {  // most are one byte
-    v = *p;
-    return p + 1;
-  }
-  v = 0;
-  for (unsigned shift = 0; p < end && shift < 64; shift += 7) {
-    const unsigned byte = *p++;
-    if (shift == 63 && byte > 1) return nullptr;
-    v |= std::uint64_t{byte & 0x7fu} << shift;
-    if (byte < 0x80) return p;
-  }
-  return nullptr;
-}
-
-}  // namespace
-
 ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   auto& bytes = spillBuffer;
   if (bytes.size() < ref.size) bytes.resize(ref.size);
@@ -123,25 +103,21 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   const std::span<const std::byte> record(reinterpret_cast<const std::byte*>(bytes.data()), ref.size);
   storage::ByteReader<std::runtime_error> r(record, "projection spill file");
   Projected out;
-  out.metrics.resize(r.u64());
+  const std::uint64_t names = r.u64();
+  if (names > r.remaining()) r.fail("more metric names than bytes");
+  out.metrics.resize(names);
   for (auto& name : out.metrics) name = r.text();
   const std::uint64_t count = r.u64();
   if (count > r.remaining() / 3) r.fail("more values than bytes");
   out.stmt.resize(count);
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data()) + (ref.size - r.remaining());
-  const auto* end = reinterpret_cast<const unsigned char*>(bytes.data()) + ref.size;
   std::int64_t previous = 0;
   for (auto& v : out.stmt) {
-    std::uint64_t delta = 0, metric = 0, value = 0;
-    if ((p = spilledVarint(p, end, delta)) == nullptr || (p = spilledVarint(p, end, metric)) == nullptr ||
-        (p = spilledVarint(p, end, value)) == nullptr)
-      r.fail("damaged value");
-    previous += unzigzag(delta);
+    previous += unzigzag(r.u64());
     v.node = static_cast<std::uint32_t>(previous);
-    v.metric = static_cast<std::uint16_t>(metric);
-    v.value = value;
+    v.metric = static_cast<std::uint16_t>(r.u64());
+    v.value = r.u64();
   }
-  if (p != end) r.fail("trailing bytes");
+  r.expectDone();
   return out;
 }
 

@@ -214,7 +214,6 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 
 struct ProfileTable {
   std::vector<ProfileInfo> local;        // this rank's valid profiles, ascending id
-  std::vector<std::size_t> inputOf;      // local[i]'s input index
   std::vector<SpillRef> spillOf;         // local[i]'s projected values
   std::uint32_t firstId = 0;             // of this rank's profiles
   std::uint32_t count = 0;               // valid profiles of all ranks

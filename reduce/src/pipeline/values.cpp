@@ -101,15 +101,15 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
   std::future<void> pending;
   for (std::size_t first = 0; first < total;) {
     // The batch is the input batch of this profile: profiles whose inputs share index / batch.
-    const std::size_t batchIndex = profiles.inputOf[first] / batch;
+    const std::size_t batchIndex = profiles.local[first].input / batch;
     std::size_t n = 1;
-    while (first + n < total && profiles.inputOf[first + n] / batch == batchIndex) ++n;
+    while (first + n < total && profiles.local[first + n].input / batch == batchIndex) ++n;
     std::vector<ThreadValues> values(n);
     std::vector<RegionValues> regionValues(n);
     workers.arena().execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const auto& input = discovery.inputs[profiles.inputOf[first + i]];
+          const auto& input = discovery.inputs[profiles.local[first + i].input];
           try {
             profileValues.compute(input, profiles.spillOf[first + i], values[i], regionValues[i]);
           } catch (const std::exception& e) {

@@ -174,6 +174,8 @@ class ByteReader {
   // varint(64) without 128-bit arithmetic: the per-thread values of a database are millions of
   // these, and this loop is what reading them costs.
   std::uint64_t u64() {
+    if (pos_ < data_.size() && static_cast<unsigned char>(data_[pos_]) < 0x80)  // most are one byte
+      return static_cast<unsigned char>(data_[pos_++]);
     std::uint64_t v = 0;
     for (unsigned shift = 0;; shift += 7) {
       if (pos_ >= data_.size()) fail("truncated varint");
