@@ -260,17 +260,18 @@ void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) 
   putNodeBlocks(node, blocks);
 }
 
-void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
+void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inclusiveIsExclusive) {
   if (impl_->lastValueNode && node <= *impl_->lastValueNode)
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
   const StoreTimer timer(impl_->storeSeconds);
-  impl_->values += blocks.drain(
-      node, [&](const std::string& key, std::string_view block) { impl_->put(format::kValuesByNode, key, block); });
+  impl_->values += blocks.drain(node, inclusiveIsExclusive, [&](const std::string& key, std::string_view block) {
+    impl_->put(format::kValuesByNode, key, block);
+  });
 }
 
-std::uint64_t NodeValueBlocks::drain(NodeId node,
+std::uint64_t NodeValueBlocks::drain(NodeId node, bool inclusiveIsExclusive,
                                      const std::function<void(const std::string& key, std::string_view block)>& emit) {
   std::uint64_t values = 0;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
@@ -278,11 +279,20 @@ std::uint64_t NodeValueBlocks::drain(NodeId node,
     if (col.count == 0 && col.sealedCount == 0) continue;
     const auto metric = static_cast<MetricId>(c >> 1);
     const auto scope = static_cast<MetricScope>(c & 1);
-    for (std::size_t b = 0; b < col.sealedCount; ++b)
-      emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
-    if (col.count > 0)
-      emit(format::nodeBlockKey(node, metric, scope, col.first), std::string_view(col.bytes.data(), col.used));
-    values += col.count + col.sealedCount * std::uint64_t{blockValues_};
+    if (inclusiveIsExclusive && scope == MetricScope::Inclusive)
+      throw std::logic_error(fmt::format("NodeValueBlocks: inclusive values of node {}, whose inclusive values "
+                                         "are to be its exclusive ones",
+                                         node));
+    // Exclusive blocks, then (mirrored) the same blocks as the inclusive ones: keys ascend.
+    const std::size_t copies = inclusiveIsExclusive ? 2 : 1;
+    for (std::size_t copy = 0; copy < copies; ++copy) {
+      const MetricScope as = copy == 0 ? scope : MetricScope::Inclusive;
+      for (std::size_t b = 0; b < col.sealedCount; ++b)
+        emit(format::nodeBlockKey(node, metric, as, col.sealed[b].first), col.sealed[b].second);
+      if (col.count > 0)
+        emit(format::nodeBlockKey(node, metric, as, col.first), std::string_view(col.bytes.data(), col.used));
+    }
+    values += copies * (col.count + col.sealedCount * std::uint64_t{blockValues_});
     col.used = 0;
     col.count = 0;
     col.sealedCount = 0;
@@ -528,11 +538,11 @@ NodeRunWriter::~NodeRunWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
+void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inclusiveIsExclusive) {
   if (node < nextNode_)
     throw std::logic_error(fmt::format("NodeRunWriter: node {} after node {}; nodes must ascend", node, nextNode_ - 1));
   nextNode_ = node + 1;
-  blocks.drain(node, [&](const std::string& key, std::string_view block) {
+  blocks.drain(node, inclusiveIsExclusive, [&](const std::string& key, std::string_view block) {
     buffer_.push_back(static_cast<char>(key.size()));
     buffer_ += key;
     putBe32(buffer_, static_cast<std::uint32_t>(block.size()));

@@ -64,8 +64,8 @@ struct Writers {
       : plan(comm),
         scales(valueScales(pipeline.metrics())),
         mainShard(staging, plan.main, {.valueScales = scales}),
-        byNode(staging, plan, static_cast<std::uint32_t>(pipeline.cct().size()), scales),
-        summaries(static_cast<std::uint32_t>(pipeline.cct().size()), pipeline.metrics(), pipeline.threadClassOf()),
+        byNode(staging, plan, leavesOf(pipeline.cct()), scales),
+        summaries(leavesOf(pipeline.cct()), pipeline.metrics(), pipeline.threadClassOf()),
         regions(pipeline.regions().size()) {}
   const ShardPlan plan;
   const std::vector<std::uint64_t> scales;  // by metric: the unit its values are stored in

@@ -40,6 +40,9 @@ struct ShardPlan {
   std::uint32_t rank = 0;
 };
 
+// Per node of `cct`: whether it has no children.
+std::vector<std::uint8_t> leavesOf(const FinalCct& cct);
+
 // Values by profile: a batch's profiles into the main shard.
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values);
@@ -57,7 +60,10 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // and the values are walked once for both.
 class SummaryTable {
  public:
-  SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDescriptor>& metrics,
+  // `leaf`: per node of the canonical CCT, whether it has no children. Such a node has the same
+  // inclusive and exclusive value in every profile (SummaryTable checks it), so its inclusive
+  // summaries are its exclusive ones, accumulated once.
+  SummaryTable(std::vector<std::uint8_t> leaf, const std::vector<MetricDescriptor>& metrics,
                const std::vector<std::uint8_t>& threadClassOf);
   // The batch whose values add() takes next.
   void beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch);
@@ -66,14 +72,16 @@ class SummaryTable {
   void add(std::uint32_t i, std::uint32_t node, std::uint16_t metric, std::uint64_t exclusive,
            std::uint64_t inclusive) {
     const std::size_t slot = slotOf_[metric];
+    const bool leaf = leaf_[node] != 0;
+    if (leaf && inclusive != exclusive) leafMismatch(node);
     if (isReal_[metric]) {
-      addReal(i, slot, exclusive, inclusive);
+      addReal(i, slot, exclusive, leaf ? 0 : inclusive);
       return;
     }
     const std::uint32_t id = batchIds_[i];
     const std::size_t extra = batchSlices_[i];
     if (exclusive != 0) addCount(id, extra, countIndex(0, node, slot, 0), slot, exclusive);
-    if (inclusive != 0) addCount(id, extra, countIndex(0, node, slot, 1), slot, inclusive);
+    if (inclusive != 0 && !leaf) addCount(id, extra, countIndex(0, node, slot, 1), slot, inclusive);
   }
   // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
   void endNode(std::uint32_t node) {
@@ -111,8 +119,12 @@ class SummaryTable {
   }
   void addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive);
   void pushRealLeaves(std::uint32_t node);
+  [[noreturn]] static void leafMismatch(std::uint32_t node);
+  // The scope whose accumulators hold `scope`'s values at `node` (a leaf's inclusive: exclusive).
+  std::size_t heldIn(std::uint32_t node, std::size_t scope) const { return leaf_[node] ? 0 : scope; }
 
   std::uint32_t nodes_;
+  std::vector<std::uint8_t> leaf_;               // node -> has no children
   std::vector<std::uint16_t> counts_, reals_;    // metric ids of the count and real-valued metrics, ascending
   std::vector<std::uint32_t> slotOf_;            // metric id -> its slot among counts_ or reals_
   std::vector<std::uint8_t> isReal_;             // metric id -> real-valued
@@ -129,8 +141,8 @@ class SummaryTable {
   std::size_t batchIndex_ = 0;
   std::vector<std::uint32_t> batchIds_;
   std::vector<std::uint8_t> batchSlices_;
-  std::vector<metrics::RealAccumulator> leaf_;
-  std::vector<std::uint8_t> leafUsed_;
+  std::vector<metrics::RealAccumulator> batchLeaf_;
+  std::vector<std::uint8_t> batchLeafUsed_;
 };
 
 // Values by node: one provisional run per batch (the batch dealt out node by node; plain
@@ -139,7 +151,9 @@ class SummaryTable {
 class NodeValueSink {
  public:
   // `valueScales`: as storage::ShardOptions::valueScales.
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+  // `leaf`: per node of the canonical CCT, whether it has no children (its inclusive values are
+  // its exclusive ones: they are encoded once, and their blocks written for both scopes).
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::vector<std::uint8_t> leaf,
                 std::vector<std::uint64_t> valueScales);
   // Also feeds every value to `summaries` (beginBatch is the caller's), node by node.
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values, SummaryTable& summaries);
@@ -151,15 +165,16 @@ class NodeValueSink {
                      storage::NodeRunWriter& run, SummaryTable& summaries);
   void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                           std::size_t entries, storage::NodeRunWriter& run, SummaryTable& summaries);
-  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k) {
+  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k, bool leaf) {
     const std::uint16_t m = v.metric[k];
     blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
-    blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
+    if (!leaf) blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
   }
   void putNode(std::uint32_t node, storage::NodeRunWriter& run);
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
+  std::vector<std::uint8_t> leaf_;
   double storeSeconds_ = 0;
   std::vector<std::filesystem::path> runs_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).

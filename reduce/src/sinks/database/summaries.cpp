@@ -2,7 +2,10 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "csp/metrics/encoding.hpp"
 #include "stages.hpp"
@@ -70,9 +73,9 @@ SummaryKey unpackKey(Unpacker& u) {
 
 }  // namespace
 
-SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDescriptor>& metrics,
+SummaryTable::SummaryTable(std::vector<std::uint8_t> leaf, const std::vector<MetricDescriptor>& metrics,
                            const std::vector<std::uint8_t>& threadClassOf)
-    : nodes_(nodeCount), classOf_(threadClassOf) {
+    : nodes_(static_cast<std::uint32_t>(leaf.size())), leaf_(std::move(leaf)), classOf_(threadClassOf) {
   for (std::size_t m = 0; m < metrics.size(); ++m) {
     const bool real = metrics[m].valueType == ValueType::Real;
     auto& group = real ? reals_ : counts_;
@@ -98,8 +101,8 @@ SummaryTable::SummaryTable(std::uint32_t nodeCount, const std::vector<MetricDesc
   countAcc_.resize(slices * sliceStride_);
   countHist_.resize(countAcc_.size());
   realStacks_.resize(slices * nodes_ * reals_.size() * kScopes);
-  leaf_.resize(slices * reals_.size() * kScopes);
-  leafUsed_.resize(leaf_.size(), 0);
+  batchLeaf_.resize(slices * reals_.size() * kScopes);
+  batchLeafUsed_.resize(batchLeaf_.size(), 0);
 }
 
 void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch) {
@@ -118,10 +121,14 @@ void SummaryTable::addReal(std::uint32_t i, std::size_t slot, std::uint64_t excl
   const std::size_t extra = batchSlices_[i];
   for (std::size_t slice : {std::size_t{0}, extra}) {
     const std::size_t at = (slice * reals_.size() + slot) * kScopes;
-    if (exclusive != 0) leaf_[at].accumulate(batchIds_[i], fromBits(exclusive)), leafUsed_[at] = 1;
-    if (inclusive != 0) leaf_[at + 1].accumulate(batchIds_[i], fromBits(inclusive)), leafUsed_[at + 1] = 1;
+    if (exclusive != 0) batchLeaf_[at].accumulate(batchIds_[i], fromBits(exclusive)), batchLeafUsed_[at] = 1;
+    if (inclusive != 0) batchLeaf_[at + 1].accumulate(batchIds_[i], fromBits(inclusive)), batchLeafUsed_[at + 1] = 1;
     if (extra == 0) break;
   }
+}
+
+void SummaryTable::leafMismatch(std::uint32_t node) {
+  throw std::logic_error(fmt::format("node {} has no children but an inclusive value unlike its exclusive one", node));
 }
 
 // The batch's leaf of every (slice, real metric, scope) the node has values of, onto its stack.
@@ -130,10 +137,10 @@ void SummaryTable::pushRealLeaves(std::uint32_t node) {
   for (std::size_t slice = 0; slice < population_.size(); ++slice)
     for (std::size_t k = 0; k < perSlice; ++k) {
       const std::size_t at = slice * perSlice + k;
-      if (!leafUsed_[at]) continue;
-      pushPiece(realStacks_[(slice * nodes_ + node) * perSlice + k], {0, batchIndex_, leaf_[at]});
-      leaf_[at] = {};
-      leafUsed_[at] = 0;
+      if (!batchLeafUsed_[at]) continue;
+      pushPiece(realStacks_[(slice * nodes_ + node) * perSlice + k], {0, batchIndex_, batchLeaf_[at]});
+      batchLeaf_[at] = {};
+      batchLeafUsed_[at] = 0;
     }
 }
 
@@ -148,8 +155,8 @@ void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
       // Slice 0 (all threads) holds the values of profiles without a class slice; it becomes the
       // sum of every slice (addCount), each builder's histogram made once.
       for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-        acc[slice] = countAcc_[countIndex(slice, n, slot, scope)];
-        histogram[slice] = countHist_[countIndex(slice, n, slot, scope)].histogram();
+        acc[slice] = countAcc_[countIndex(slice, n, slot, heldIn(n, scope))];
+        histogram[slice] = countHist_[countIndex(slice, n, slot, heldIn(n, scope))].histogram();
         if (slice == 0) continue;
         acc[0].combine(acc[slice]);
         histogram[0].merge(histogram[slice]);
@@ -166,7 +173,7 @@ void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
   for (std::size_t slot = 0; slot < reals_.size(); ++slot) {
     for (std::size_t scope = 0; scope < kScopes; ++scope) {
       for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-        const auto& stack = realStacks_[realIndex(slice, n, slot, scope)];
+        const auto& stack = realStacks_[realIndex(slice, n, slot, heldIn(n, scope))];
         if (stack.empty()) continue;
         packKey(p, {n, reals_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
         p.u64(stack.size());

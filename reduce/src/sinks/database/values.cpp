@@ -24,9 +24,19 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
   }
 }
 
-NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::uint32_t nodeCount,
+std::vector<std::uint8_t> leavesOf(const FinalCct& cct) {
+  std::vector<std::uint8_t> leaf(cct.size(), 1);
+  for (std::uint32_t n = 1; n < cct.size(); ++n) leaf[cct.node(n).parent] = 0;  // parents precede children
+  return leaf;
+}
+
+NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::vector<std::uint8_t> leaf,
                              std::vector<std::uint64_t> valueScales)
-    : staging_(std::move(stagingDir)), plan_(plan), nodes_(nodeCount), blocks_(std::move(valueScales)) {}
+    : staging_(std::move(stagingDir)),
+      plan_(plan),
+      nodes_(static_cast<std::uint32_t>(leaf.size())),
+      leaf_(std::move(leaf)),
+      blocks_(std::move(valueScales)) {}
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                           SummaryTable& summaries) {
@@ -47,7 +57,9 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
 
 // A node's entries, in profile order, are encoded into one block per (metric, scope) as they
 // come (deal): every block's profiles ascend, and the blocks are written in (metric, scope) order.
-void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) { run.putNodeBlocks(node, blocks_); }
+void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) {
+  run.putNodeBlocks(node, blocks_, leaf_[node] != 0);
+}
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                                   storage::NodeRunWriter& run, SummaryTable& summaries) {
@@ -55,12 +67,13 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
   at.assign(batch.size(), 0);
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     bool any = false;
+    const bool leaf = leaf_[node] != 0;
     for (std::uint32_t i = 0; i < batch.size(); ++i) {
       const ThreadValues& v = values[i];
       std::uint32_t k = at[i];
       if (k == v.size() || v.node[k] != node) continue;
       for (; k < v.size() && v.node[k] == node; ++k) {
-        deal(batch[i].id, v, k);
+        deal(batch[i].id, v, k, leaf);
         summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
       }
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
@@ -97,10 +110,11 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
   }
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
+    const bool leaf = leaf_[node] != 0;
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
       const auto [i, k] = items[at];
       const ThreadValues& v = values[i];
-      deal(batch[i].id, v, k);
+      deal(batch[i].id, v, k, leaf);
       summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
     }
     putNode(node, run);
