@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string_view>
 #include <thread>
 
 namespace csp::reduce {
@@ -60,7 +63,68 @@ bool startMpi() {
   return launchedByMpiLauncher();
 }
 
+// `pml` of an Open MPI parameter file (`name = value` lines, # comments), "" when it has none.
+std::string pmlOfParamFile(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line, value;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto trim = [](const std::string& t) {
+      const auto b = t.find_first_not_of(" \t\r");
+      const auto e = t.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
+    if (trim(line.substr(0, eq)) == "pml") value = trim(line.substr(eq + 1));  // the last one counts
+  }
+  return value;
+}
+
 }  // namespace
+
+std::string pmlLeavingOutCm(const TransportFacts& f) {
+  if (f.keep || f.pmlInEnvironment || f.paramFilesChosen || f.networkDevice) return "";
+  if (f.pmlInFiles.empty()) return "^cm";
+  if (f.pmlInFiles.front() != '^') return "";  // the site selects PMLs: its choice
+  std::string_view list(f.pmlInFiles);
+  list.remove_prefix(1);
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item == "cm") return "";
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  }
+  return f.pmlInFiles + ",cm";
+}
+
+TransportFacts transportFacts() {
+  TransportFacts f;
+  const char* keep = std::getenv("CSP_MPI_TRANSPORT");
+  f.keep = keep && std::string_view(keep) == "keep";
+  f.pmlInEnvironment = std::getenv("OMPI_MCA_pml") != nullptr;
+  f.paramFilesChosen = std::getenv("OMPI_MCA_mca_base_param_files") != nullptr;
+  if (f.keep || f.pmlInEnvironment || f.paramFilesChosen) return f;
+  f.networkDevice = networkDevicePresent();
+  // The user's file overrides the system's (Debian's Open MPI: sysconfdir /etc/openmpi).
+  if (const char* home = std::getenv("HOME"); home && *home)
+    f.pmlInFiles = pmlOfParamFile(std::filesystem::path(home) / ".openmpi" / "mca-params.conf");
+  if (f.pmlInFiles.empty()) f.pmlInFiles = pmlOfParamFile("/etc/openmpi/openmpi-mca-params.conf");
+  return f;
+}
+
+bool networkDevicePresent() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::directory_iterator it("/sys/class/infiniband", ec); !ec && it != fs::directory_iterator()) return true;
+  for (fs::directory_iterator it("/dev", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("hfi1_") || name.starts_with("ipath") || name.starts_with("cxi")) return true;
+  }
+  return false;
+}
 
 bool launchedByMpiLauncher() {
   // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (MPICH's and Intel MPI's hydra,
@@ -73,6 +137,8 @@ bool launchedByMpiLauncher() {
 
 MpiSession::MpiSession(int& argc, char**& argv) : started_(startMpi()) {
   if (!started_) return;
+  if (const std::string pml = pmlLeavingOutCm(transportFacts()); !pml.empty())
+    ::setenv("OMPI_MCA_pml", pml.c_str(), 0);  // read by MPI_Init (mca_base_var): before it
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

@@ -17,6 +17,7 @@
 
 #include "common/db_dump.hpp"
 #include "common/test_support.hpp"
+#include "csp/reduce/mpi_comm.hpp"
 #include "csp/storage/profile_io.hpp"
 
 using namespace csp;
@@ -172,6 +173,32 @@ TEST(ProfLauncher, WithoutALauncherNoMpiIsStartedAndTheDatabaseIsTheSame) {
   r = run(limited(60, 1) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + launched.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(csp::test::dumpDatabase(solo), csp::test::dumpDatabase(launched));
+}
+
+// csp-prof-mpi leaves Open MPI's cm PML out where it cannot be selected (no device of a network
+// it drives, no PML chosen by the user or the site): MPI_Init then does not load the PSM and PSM2
+// libraries, whose constructors sleep about 100 ms each. CSP_MPI_TRANSPORT=keep leaves Open MPI's
+// own choice alone. The databases are the same.
+TEST(ProfLauncher, CmIsLeftOutOnlyWhereItCannotBeSelected) {
+  TempDir dir("prof-transport");
+  const auto meas = unevenInput(dir, 5);
+  const bool leftOut = !reduce::pmlLeavingOutCm(reduce::transportFacts()).empty();
+  auto cmLoaded = [&](const std::string& env, const fs::path& db) {
+    const auto r = run(env + " OMPI_MCA_pml_base_verbose=10 " + limited(60, 2) + tool("csp-prof-mpi") + " -q -j 1 " +
+                       meas.string() + " -o " + db.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("opening pml components"), std::string::npos) << "no PML verbosity: " << r.output;
+    return r.output.find("found loaded component cm") != std::string::npos;
+  };
+  const bool byDefault = cmLoaded("", dir / "default");
+  const bool kept = cmLoaded("CSP_MPI_TRANSPORT=keep", dir / "keep");
+  if (leftOut) {
+    EXPECT_FALSE(byDefault);
+    EXPECT_TRUE(kept) << "Open MPI's default selection does not load cm here: the test shows nothing";
+  } else {
+    EXPECT_EQ(byDefault, kept);
+  }
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "default"), csp::test::dumpDatabase(dir / "keep"));
 }
 
 // Bundles (csp-run appends the profiles of threads that end while their process runs to one

@@ -53,6 +53,32 @@ class MpiSession {
   bool started_ = false;
 };
 
+// What decides whether Open MPI's cm PML is left out before MPI starts (pmlLeavingOutCm).
+struct TransportFacts {
+  bool keep = false;                 // CSP_MPI_TRANSPORT=keep
+  bool pmlInEnvironment = false;     // OMPI_MCA_pml is set (by the user, mpirun -mca or the site)
+  bool paramFilesChosen = false;     // OMPI_MCA_mca_base_param_files is set
+  bool networkDevice = false;        // a device that cm's transports drive (see networkDevicePresent)
+  std::string pmlInFiles;            // `pml` of the user's, else the system's mca-params.conf ("": none)
+};
+
+// The value OMPI_MCA_pml gets so that Open MPI does not try its cm PML, or "" to leave Open MPI's
+// own choice alone. cm drives its transports (MTLs: PSM for True Scale, PSM2 for Omni-Path,
+// libfabric for Slingshot, EFA, ...) through libraries that Open MPI loads while it decides, and
+// the PSM and PSM2 libraries calibrate a clock in their constructors with about 100 ms of sleep
+// each, even on a node without their hardware. There cm cannot be selected (libfabric's providers
+// for plain networks are excluded by default): left out, MPI_Init takes 0.03 s instead of 0.23 s
+// and the same PML (ob1) carries the messages. Left alone: when CSP_MPI_TRANSPORT=keep, when the
+// environment or a parameter-file list names PML choices, when a parameter file selects PMLs
+// (no leading ^) or already excludes cm, and when such a network device is present.
+std::string pmlLeavingOutCm(const TransportFacts& facts);
+// The facts of this process and node (environment, parameter files, devices).
+TransportFacts transportFacts();
+
+// Whether this node has a device of a network that Open MPI's cm PML drives: an entry of
+// /sys/class/infiniband (InfiniBand, RoCE, Omni-Path, EFA), /dev/hfi1_*, /dev/ipath* or /dev/cxi*.
+bool networkDevicePresent();
+
 // Whether this process was started by an MPI launcher (mpirun/mpiexec of Open MPI, MPICH, Intel
 // MPI, MVAPICH; srun; aprun): a rank or PMI variable one of them sets is in the environment.
 bool launchedByMpiLauncher();
