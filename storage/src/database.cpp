@@ -365,7 +365,9 @@ std::optional<ThreadClass> parseThreadClass(std::string_view text) {
 std::vector<ProfileValue> Database::profileValues(ProfileId profile) const {
   std::vector<ProfileValue> out;
   impl_->scan(format::kValuesByProfile, format::nodeKey(profile),
-              [&](std::string_view k, std::string_view v) { format::decodeProfileBlock(k, v, out); });
+              [&, mirrored = impl_->version.major >= 3](std::string_view k, std::string_view v) {
+                format::decodeProfileBlock(k, v, out, mirrored);
+              });
   return out;
 }
 

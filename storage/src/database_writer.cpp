@@ -280,9 +280,10 @@ std::uint64_t NodeValueBlocks::drain(NodeId node, bool inclusiveIsExclusive,
     const auto metric = static_cast<MetricId>(c >> 1);
     const auto scope = static_cast<MetricScope>(c & 1);
     if (inclusiveIsExclusive && scope == MetricScope::Inclusive)
-      throw std::logic_error(fmt::format("NodeValueBlocks: inclusive values of node {}, whose inclusive values "
-                                         "are to be its exclusive ones",
-                                         node));
+      throw std::logic_error(
+          fmt::format("NodeValueBlocks: inclusive values of node {}, whose inclusive values "
+                      "are to be its exclusive ones",
+                      node));
     // Exclusive blocks, then (mirrored) the same blocks as the inclusive ones: keys ascend.
     const std::size_t copies = inclusiveIsExclusive ? 2 : 1;
     for (std::size_t copy = 0; copy < copies; ++copy) {

@@ -183,7 +183,9 @@ class ProfileBlockWriter {
   }
   // A group of `n` >= 1 values at `node`; then n times value(). The group's varints (at most 10
   // bytes each; a scaled value 20) are written in place: the bulk of csp-prof-mpi's output.
-  void group(NodeId node, std::size_t n) {
+  // `mirrored`: the n values are exclusive ones, each also the node's inclusive value of its
+  // metric (2n values in all).
+  void group(NodeId node, std::size_t n, bool mirrored) {
     if (bytes_.size() - used_ < header_.size() + 30 * (n + 1))
       bytes_.resize(2 * bytes_.size() + header_.size() + 30 * (n + 1));
     if (inBlock_ == 0) {
@@ -192,9 +194,9 @@ class ProfileBlockWriter {
       used_ += header_.size();
     }
     put(node - previous_);
-    put(n);
+    put(std::uint64_t{n} << 1 | (mirrored ? 1 : 0));
     previous_ = node;
-    inBlock_ += n;
+    inBlock_ += mirrored ? 2 * n : n;
     lastColumn_ = kNone;
   }
   void value(std::uint32_t column, std::uint64_t value) {
@@ -238,8 +240,14 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
     const NodeId node = values[i].node;
     std::size_t end = i;
     while (end < values.size() && values[end].node == node) ++end;
-    w.group(node, end - i);
-    for (std::size_t j = i; j < end; ++j) w.value(column(values[j].metric, values[j].scope), values[j].value);
+    // Sorted by (metric, scope): mirrored when every metric has both scopes, of equal value.
+    bool mirrored = (end - i) % 2 == 0;
+    for (std::size_t j = i; mirrored && j < end; j += 2)
+      mirrored = values[j].metric == values[j + 1].metric && values[j].scope == MetricScope::Exclusive &&
+                 values[j + 1].scope == MetricScope::Inclusive && values[j].value == values[j + 1].value;
+    w.group(node, mirrored ? (end - i) / 2 : end - i, mirrored);
+    for (std::size_t j = i; j < end; j += mirrored ? 2 : 1)
+      w.value(column(values[j].metric, values[j].scope), values[j].value);
     i = end;
     w.endGroup(i == values.size());
   }
@@ -258,15 +266,20 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   while (i < size) {
     const NodeId node = values.node[i];
     std::size_t end = i, n = 0;
-    for (; end < size && values.node[end] == node; ++end) n += nonZeroAt(end);
+    bool mirrored = true;  // every metric's inclusive value is its exclusive one (a CCT leaf)
+    for (; end < size && values.node[end] == node; ++end) {
+      n += nonZeroAt(end);
+      mirrored = mirrored && values.exclusive[end] == values.inclusive[end];
+    }
     if (n == 0) {
       i = end;
       continue;
     }
-    w.group(node, n);
+    w.group(node, mirrored ? n / 2 : n, mirrored);
     for (std::size_t k = i; k < end; ++k) {
       if (values.exclusive[k]) w.value(column(values.metric[k], MetricScope::Exclusive), values.exclusive[k]);
-      if (values.inclusive[k]) w.value(column(values.metric[k], MetricScope::Inclusive), values.inclusive[k]);
+      if (values.inclusive[k] && !mirrored)
+        w.value(column(values.metric[k], MetricScope::Inclusive), values.inclusive[k]);
     }
     written += n;
     i = end;
@@ -278,7 +291,8 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   return written;
 }
 
-void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out) {
+void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out,
+                        bool mirroredGroups) {
   Reader k(key, "values_by_profile key");
   k.be32();
   std::uint64_t node = k.be32();
@@ -304,16 +318,21 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
     node += delta;
     if (node > UINT32_MAX) r.fail("node id out of range");
     firstGroup = false;
-    const std::uint64_t count = r.u64();
+    const std::uint64_t head = r.u64();
+    const bool mirrored = mirroredGroups && (head & 1) != 0;
+    const std::uint64_t count = mirroredGroups ? head >> 1 : head;
     if (count == 0) r.fail("node without values");
     std::uint64_t c = 0;
     for (std::uint64_t j = 0; j < count; ++j) {
       const std::uint64_t step = r.u64();
       c = j == 0 ? step : c + step + 1;
       if (c > (std::uint64_t{UINT16_MAX} << 1 | 1)) r.fail("metric id out of range");
+      if (mirrored && (c & 1) != 0) r.fail("inclusive value in a group of exclusive values that are also inclusive");
       const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
       if (v == 0) r.fail("stored zero value");
       out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
+      if (mirrored)
+        out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), MetricScope::Inclusive, v});
     }
   }
 }

@@ -104,7 +104,9 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
 // the number of non-zero values written.
 std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                   std::span<const ValueScale> scales, const EmitBlock& emit);
-void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out);
+// `mirroredGroups`: format 3.0 and later, whose group counts carry the mirrored flag.
+void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out,
+                        bool mirroredGroups);
 // Node blocks are built by NodeValueBlocks (database_writer.hpp).
 void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);
 

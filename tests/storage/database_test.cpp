@@ -17,6 +17,7 @@
 #include "common/address_space_cap.hpp"
 #include "common/db_dump.hpp"
 #include "csp/storage/bytes.hpp"
+#include "db_format.hpp"
 #include "storage/db_expect.hpp"
 
 namespace fs = std::filesystem;
@@ -157,6 +158,30 @@ TEST(DatabaseRoundTrip, ExtremeValuesBlocksAndZeros) {
   }
 }
 
+// Format 3.0's mirrored groups: a node group whose values are exclusive ones that are also the
+// node's inclusive ones lists each once, flagged in its count. Read as such only from 3.0 on; a
+// flagged group listing an inclusive value is damage.
+TEST(ProfileBlockCodec, MirroredGroupsReadBackBothScopes) {
+  const std::string key = format::nodeKey(9) + std::string("\0\0\0\5", 4);  // profile 9, first node 5
+  // node 5: mirrored, metrics 0 and 2 (columns 0, 4: steps 0, 3), values 7 and 300; node 6: not
+  // mirrored, metric 1 exclusive 1 and inclusive 2 (columns 2, 3: steps 2, 0).
+  const std::string block = {0, 2 << 1 | 1, 0, 7, 3, char(0xac), 2, 1, 2 << 1, 2, 1, 0, 2};
+  std::vector<ProfileValue> out;
+  format::decodeProfileBlock(key, block, out, true);
+  const std::vector<ProfileValue> expected = {{5, 0, MetricScope::Exclusive, 7},   {5, 0, MetricScope::Inclusive, 7},
+                                              {5, 2, MetricScope::Exclusive, 300}, {5, 2, MetricScope::Inclusive, 300},
+                                              {6, 1, MetricScope::Exclusive, 1},   {6, 1, MetricScope::Inclusive, 2}};
+  EXPECT_EQ(out, expected);
+  // Before 3.0 the count is the count: the same bytes are another block.
+  out.clear();
+  format::decodeProfileBlock(key, block, out, false);
+  EXPECT_NE(out, expected);
+  // A flagged group listing an inclusive value (column 1).
+  const std::string damaged = {0, 1 << 1 | 1, 1, 7};
+  out.clear();
+  EXPECT_ANY_THROW(format::decodeProfileBlock(key, damaged, out, true));
+}
+
 // The value codec of format 2.0 alone: exact for multiples, remainders and extremes; damaged
 // encodings (a remainder of 0 or beyond the scale, a quotient that overflows) are refused.
 TEST(ValueScaleCodec, ExactForEveryValueAndRefusesDamage) {
@@ -198,7 +223,10 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
   std::vector<ProfileValue> profile;
   for (NodeId n = 0; n < 900; ++n)
     for (MetricId m : {MetricId{0}, MetricId{3}}) {
-      const std::uint64_t ex = (n + m) % 4 == 0 ? 0 : n * 1000 + m, in = n % 7 == 0 ? 0 : UINT64_MAX - n;
+      const std::uint64_t ex = (n + m) % 4 == 0 ? 0 : n * 1000 + m;
+      // Nodes whose inclusive values are their exclusive ones (CCT leaves: mirrored groups, format
+      // 3.0), also with one metric at zero; nodes where only one metric's are.
+      const std::uint64_t in = n % 5 == 0 || (n % 5 == 1 && m == 0) ? ex : n % 7 == 0 ? 0 : UINT64_MAX - n;
       columns.node.push_back(n * 2 + 1);
       columns.metric.push_back(m);
       columns.exclusive.push_back(n >= 890 ? 0 : ex);  // the last nodes hold only zeros
@@ -253,6 +281,9 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
     EXPECT_NE(scaled, lists) << family;
   }
   const auto plain = Database::open(tmp.path() / "lists"), scaled = Database::open(tmp.path() / "scaled-columns");
+  auto nonZero = profile;
+  std::erase_if(nonZero, [](const ProfileValue& v) { return v.value == 0; });
+  EXPECT_EQ(plain->profileValues(7), nonZero);
   EXPECT_EQ(scaled->profileValues(7), plain->profileValues(7));
   EXPECT_EQ(scaled->nodeValues(4), plain->nodeValues(4));
 }
@@ -635,12 +666,12 @@ TEST(DatabaseOpen, NewerFormat) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";
   test::buildInProcess(target, Synthetic{}, "A");
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 3.1\n");
-  expectOpenFails(target, "database format 3.1 is newer than this CSP reads (1.x to 2.x)");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 4.1\n");
+  expectOpenFails(target, "database format 4.1 is newer than this CSP reads (1.x to 3.x)");
   writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 0.9\n");
-  expectOpenFails(target, "database format 0.9 is older than this CSP reads (1.x to 2.x)");
+  expectOpenFails(target, "database format 0.9 is older than this CSP reads (1.x to 3.x)");
   // A newer minor version is readable.
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 2.7\n");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 3.7\n");
   EXPECT_EQ(Database::open(target)->formatVersion().minor, 7u);
 }
 

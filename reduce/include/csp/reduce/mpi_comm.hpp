@@ -55,11 +55,11 @@ class MpiSession {
 
 // What decides whether Open MPI's cm PML is left out before MPI starts (pmlLeavingOutCm).
 struct TransportFacts {
-  bool keep = false;                 // CSP_MPI_TRANSPORT=keep
-  bool pmlInEnvironment = false;     // OMPI_MCA_pml is set (by the user, mpirun -mca or the site)
-  bool paramFilesChosen = false;     // OMPI_MCA_mca_base_param_files is set
-  bool networkDevice = false;        // a device that cm's transports drive (see networkDevicePresent)
-  std::string pmlInFiles;            // `pml` of the user's, else the system's mca-params.conf ("": none)
+  bool keep = false;              // CSP_MPI_TRANSPORT=keep
+  bool pmlInEnvironment = false;  // OMPI_MCA_pml is set (by the user, mpirun -mca or the site)
+  bool paramFilesChosen = false;  // OMPI_MCA_mca_base_param_files is set
+  bool networkDevice = false;     // a device that cm's transports drive (see networkDevicePresent)
+  std::string pmlInFiles;         // `pml` of the user's, else the system's mca-params.conf ("": none)
 };
 
 // The value OMPI_MCA_pml gets so that Open MPI does not try its cm PML, or "" to leave Open MPI's

@@ -28,7 +28,10 @@ namespace csp::storage {
 // 1.7: process clocks and communication events; 1.8: where a non-blocking operation's wait starts.
 // 2.0: per-thread values of count metrics stored in units of their period (sample counts), each
 // value block naming its scale; a format 1 reader cannot read them, this one reads format 1.
-inline constexpr std::uint32_t kDatabaseFormatMajor = 2;
+// 3.0: a node group of a profile block whose values are exclusive ones that are also the node's
+// inclusive ones (CCT leaves) lists them once, flagged in its count; a format 2 reader would
+// misread such blocks, this one reads formats 1 and 2.
+inline constexpr std::uint32_t kDatabaseFormatMajor = 3;
 inline constexpr std::uint32_t kDatabaseFormatMinor = 0;
 inline constexpr std::uint32_t kOldestReadableFormatMajor = 1;
 // The plain-text file that makes a directory a CSP database.
