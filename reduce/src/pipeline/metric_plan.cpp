@@ -79,9 +79,10 @@ std::vector<MetricDescriptor> measuredMetrics(const Comm& comm, const Discovery&
   std::vector<MetricOrigin> mine;
   for (std::size_t i = 0; i < read.profiles.size(); ++i) {
     if (!read.profiles[i]) continue;
-    for (const auto& m : read.profiles[i]->metrics) mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path});
-    read.profiles[i]->metrics = {};  // each profile's own list is not needed any more
+    for (const auto& m : read.metricLists.at(read.profiles[i]->metrics))
+      mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path});
   }
+  std::vector<std::vector<MetricDescriptor>>().swap(read.metricLists);  // not needed any more
   const auto parts = comm.gather(packMetrics(mine));
   std::vector<std::byte> merged;
   if (comm.rank() == 0) {

@@ -76,7 +76,7 @@ struct BusyTimes {
 
 // One profile: its contexts into the local CCT, its regions into the union, and what is kept.
 ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a, LocalCct& localCct,
-                    RegionUnion& regions, CommonIdentities& common, BusyTimes& busy) {
+                    RegionUnion& regions, CommonIdentities& common, MetricLists& metricLists, BusyTimes& busy) {
   const auto start = std::chrono::steady_clock::now();
   ThreadProfile p = readInput(input);
   const auto read = std::chrono::steady_clock::now();
@@ -107,7 +107,7 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   out.info.recoveredSamples = recovered;
   // A region-less profile's region values are empty: the spill holds all the values pass needs.
   if (a.spill && p.regions.size() <= 1) out.spill = a.spill->put(p.metrics, stmt);
-  out.metrics = std::move(p.metrics);
+  out.metrics = metricLists.add(std::move(p.metrics));
   busy.attributeNs += BusyTimes::since(read);
   return out;
 }
@@ -135,6 +135,20 @@ std::uint32_t CommonIdentities::add(Identity& identity) {
   return it->second;
 }
 
+std::uint32_t MetricLists::add(std::vector<MetricDescriptor>&& metrics) {
+  std::lock_guard lock(mutex_);
+  // Few distinct lists (one per kind of thread of a run, at most): a search is enough.
+  for (std::size_t i = 0; i < lists_.size(); ++i)
+    if (lists_[i] == metrics) return static_cast<std::uint32_t>(i);
+  lists_.push_back(std::move(metrics));
+  return static_cast<std::uint32_t>(lists_.size() - 1);
+}
+
+std::vector<std::vector<MetricDescriptor>> MetricLists::take() {
+  std::lock_guard lock(mutex_);
+  return std::move(lists_);
+}
+
 std::vector<Identity> CommonIdentities::take() {
   std::lock_guard lock(mutex_);
   index_.clear();
@@ -151,11 +165,12 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
   BusyTimes busy;
   CommonIdentities common;
+  MetricLists metricLists;
   workers.begin("read + attribute", count);
   workers.forEach(count, [&](std::size_t i) {
     const auto& input = discovery.inputs[discovery.begin + i];
     try {
-      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, common, busy);
+      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, common, metricLists, busy);
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
       if (options.skipInvalid)
@@ -174,6 +189,7 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   throwIfAny(errors);
   std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   out.common = common.take();
+  out.metricLists = metricLists.take();
   return out;
 }
 

@@ -165,8 +165,8 @@ std::vector<std::uint32_t> finalIdsOf(const LocalCct& local, const FinalCct& cct
 
 // What the structure pass keeps of one profile until the database is written.
 struct ReadProfile {
-  ProfileInfo info;                       // id still 0
-  std::vector<MetricDescriptor> metrics;  // until the metric list is unified
+  ProfileInfo info;           // id still 0
+  std::uint32_t metrics = 0;  // ReadResult::metricLists[metrics]: its metrics, until the list is unified
   SpillRef spill;
   ThreadFeatures features;  // what the thread classification looks at
 };
@@ -188,10 +188,23 @@ class CommonIdentities {
   std::vector<Identity> entries_;               // MT: under mutex_
 };
 
+// The metric lists of a rank's profiles, each distinct list kept once (the threads of a run
+// mostly share one): ReadProfile::metrics indexes them. MT: add() from any thread.
+class MetricLists {
+ public:
+  std::uint32_t add(std::vector<MetricDescriptor>&& metrics);
+  std::vector<std::vector<MetricDescriptor>> take();  // after the last add()
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::vector<MetricDescriptor>> lists_;
+};
+
 struct ReadResult {
-  std::vector<std::optional<ReadProfile>> profiles;  // per input of this rank; nullopt: skipped
-  std::vector<SkippedInput> skipped;                 // this rank's, sorted by path
-  std::vector<Identity> common;                      // ProfileIdentity::common
+  std::vector<std::optional<ReadProfile>> profiles;        // per input of this rank; nullopt: skipped
+  std::vector<SkippedInput> skipped;                       // this rank's, sorted by path
+  std::vector<Identity> common;                            // ProfileIdentity::common
+  std::vector<std::vector<MetricDescriptor>> metricLists;  // ReadProfile::metrics; released once unified
 };
 
 // Everything of one rank that the read and values passes share with their worker threads.
