@@ -172,10 +172,16 @@ TEST(ProfileBlockCodec, MirroredGroupsReadBackBothScopes) {
                                               {5, 2, MetricScope::Exclusive, 300}, {5, 2, MetricScope::Inclusive, 300},
                                               {6, 1, MetricScope::Exclusive, 1},   {6, 1, MetricScope::Inclusive, 2}};
   EXPECT_EQ(out, expected);
-  // Before 3.0 the count is the count: the same bytes are another block.
+  // Before 3.0 the count is the count: the same bytes are another block, and a block of format 2
+  // (node 5: metric 0 exclusive 7 and inclusive 9) reads as written.
   out.clear();
   format::decodeProfileBlock(key, block, out, false);
   EXPECT_NE(out, expected);
+  const std::string format2 = {0, 2, 0, 7, 0, 9};
+  out.clear();
+  format::decodeProfileBlock(key, format2, out, false);
+  const std::vector<ProfileValue> expected2 = {{5, 0, MetricScope::Exclusive, 7}, {5, 0, MetricScope::Inclusive, 9}};
+  EXPECT_EQ(out, expected2);
   // A flagged group listing an inclusive value (column 1).
   const std::string damaged = {0, 1 << 1 | 1, 1, 7};
   out.clear();
