@@ -63,25 +63,25 @@ bool startMpi() {
   return launchedByMpiLauncher();
 }
 
-// `pml` of an Open MPI parameter file (`name = value` lines, # comments), "" when it has none.
+std::string_view trimmed(std::string_view t) {
+  const auto b = t.find_first_not_of(" \t\r");
+  const auto e = t.find_last_not_of(" \t\r");
+  return b == std::string_view::npos ? std::string_view() : t.substr(b, e - b + 1);
+}
+
+}  // namespace
+
 std::string pmlOfParamFile(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string line, value;
   while (std::getline(in, line)) {
-    line = line.substr(0, line.find('#'));
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    auto trim = [](const std::string& t) {
-      const auto b = t.find_first_not_of(" \t\r");
-      const auto e = t.find_last_not_of(" \t\r");
-      return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
-    };
-    if (trim(line.substr(0, eq)) == "pml") value = trim(line.substr(eq + 1));  // the last one counts
+    const std::string_view text = std::string_view(line).substr(0, line.find('#'));
+    const auto eq = text.find('=');
+    if (eq == std::string_view::npos) continue;
+    if (trimmed(text.substr(0, eq)) == "pml") value = trimmed(text.substr(eq + 1));  // the last one counts
   }
   return value;
 }
-
-}  // namespace
 
 std::string pmlLeavingOutCm(const TransportFacts& f) {
   if (f.keep || f.pmlInEnvironment || f.paramFilesChosen || f.networkDevice) return "";
@@ -91,10 +91,7 @@ std::string pmlLeavingOutCm(const TransportFacts& f) {
   list.remove_prefix(1);
   while (!list.empty()) {
     const auto comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item == "cm") return "";
+    if (trimmed(list.substr(0, comma)) == "cm") return "";
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
   }
   return f.pmlInFiles + ",cm";

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -435,7 +436,11 @@ std::vector<ShardIndexEntry> readShardIndex(const fs::path& dir, std::uint32_t k
 
 namespace {
 
-constexpr std::string_view kRunMagic = "CSPRUN1\n";
+// Version 2: a record's block length has the top bit set when the record (an exclusive block)
+// also stands for the inclusive block with the same key but the scope (a CCT leaf's).
+constexpr std::string_view kRunMagic = "CSPRUN2\n";
+constexpr std::uint32_t kMirroredRecord = std::uint32_t{1} << 31;
+constexpr std::size_t kKeyScope = 6;  // nodeBlockKey: be32 node, be16 metric, u8 scope, be32 first profile
 constexpr std::size_t kRunBuffer = std::size_t{1} << 20;  // a writer's
 // The readers of one merge share this much buffer (a run per batch: 512 runs at 65,536 profiles),
 // each at least 4 KiB; a reader's buffer grows to its largest record.
@@ -480,17 +485,21 @@ class RunReader {
       return false;
     }
     if (!ensure(1 + keyLength + 4)) damaged("cut short in a record");
-    const auto blockLength = static_cast<std::size_t>(beAt(at() + 1 + keyLength, 4));
+    const auto lengthField = static_cast<std::uint32_t>(beAt(at() + 1 + keyLength, 4));
+    mirrored_ = (lengthField & kMirroredRecord) != 0;
+    const std::size_t blockLength = lengthField & ~kMirroredRecord;
     const std::size_t length = 1 + keyLength + 4 + blockLength;
     if (!ensure(length)) damaged("cut short in a record");
     key_ = std::string_view(at() + 1, keyLength);
     block_ = std::string_view(at() + 1 + keyLength + 4, blockLength);
+    if (mirrored_ && (keyLength <= kKeyScope || key_[kKeyScope] != 0)) damaged("mirrored record of no exclusive block");
     pending_ = length;
     ++records_;
     return true;
   }
   std::string_view key() const { return key_; }
   std::string_view block() const { return block_; }
+  bool mirrored() const { return mirrored_; }  // also the inclusive block (kMirroredRecord)
 
  private:
   const char* at() const { return buffer_.data() + begin_; }
@@ -524,6 +533,49 @@ class RunReader {
   std::uint64_t unread_ = 0;  // bytes of the file not read into the buffer yet
   std::uint64_t records_ = 0;
   std::string_view key_, block_;
+  bool mirrored_ = false;
+};
+
+// A run's blocks in key order, a mirrored record's inclusive copy included where its key sorts:
+// after the run's exclusive blocks of that node and metric, before its next metric or node.
+class RunStream {
+ public:
+  RunStream(fs::path file, std::size_t buffer) : reader_(std::move(file), buffer) {}
+  // The next block into key() and block() (valid until the next call); false at the end.
+  bool next() {
+    if (from_ == From::Reader) {
+      if (reader_.mirrored()) {
+        if (used_ == copies_.size()) copies_.emplace_back();
+        auto& [key, block] = copies_[used_++];  // reused: their strings keep their capacity
+        key.assign(reader_.key());
+        key[kKeyScope] = static_cast<char>(MetricScope::Inclusive);
+        block.assign(reader_.block());
+      }
+      readerHas_ = reader_.next();
+    } else if (from_ == From::Copy) {
+      if (++head_ == used_) head_ = used_ = 0;
+    } else {
+      readerHas_ = reader_.next();
+    }
+    if (head_ < used_ && (!readerHas_ || std::string_view(copies_[head_].first) < reader_.key())) {
+      from_ = From::Copy;
+      return true;
+    }
+    from_ = readerHas_ ? From::Reader : From::None;
+    return readerHas_;
+  }
+  std::string_view key() const { return from_ == From::Copy ? std::string_view(copies_[head_].first) : reader_.key(); }
+  std::string_view block() const {
+    return from_ == From::Copy ? std::string_view(copies_[head_].second) : reader_.block();
+  }
+
+ private:
+  enum class From { None, Reader, Copy };
+  RunReader reader_;
+  bool readerHas_ = false;
+  From from_ = From::None;
+  std::vector<std::pair<std::string, std::string>> copies_;  // [head_, used_): inclusive copies not given out yet
+  std::size_t head_ = 0, used_ = 0;
 };
 
 }  // namespace
@@ -543,10 +595,18 @@ void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inc
   if (node < nextNode_)
     throw std::logic_error(fmt::format("NodeRunWriter: node {} after node {}; nodes must ascend", node, nextNode_ - 1));
   nextNode_ = node + 1;
-  blocks.drain(node, inclusiveIsExclusive, [&](const std::string& key, std::string_view block) {
+  // A leaf's exclusive blocks are written once, flagged: the merge writes each again as the
+  // inclusive block (RunStream).
+  blocks.drain(node, false, [&](const std::string& key, std::string_view block) {
+    if (inclusiveIsExclusive && key[kKeyScope] != static_cast<char>(MetricScope::Exclusive))
+      throw std::logic_error(
+          fmt::format("NodeRunWriter: inclusive values of node {}, whose inclusive values are "
+                      "to be its exclusive ones",
+                      node));
+    if (block.size() >= kMirroredRecord) throw std::logic_error("NodeRunWriter: a block of 2 GiB or more");
     buffer_.push_back(static_cast<char>(key.size()));
     buffer_ += key;
-    putBe32(buffer_, static_cast<std::uint32_t>(block.size()));
+    putBe32(buffer_, static_cast<std::uint32_t>(block.size()) | (inclusiveIsExclusive ? kMirroredRecord : 0));
     buffer_ += block;
     ++records_;
   });
@@ -577,11 +637,11 @@ void NodeRunWriter::finish() {
 }
 
 void mergeNodeRuns(const fs::path& stagingDir, std::span<const fs::path> runs, std::uint32_t output) {
-  std::vector<std::unique_ptr<RunReader>> readers;
+  std::vector<std::unique_ptr<RunStream>> readers;
   std::vector<std::size_t> heap;
   const std::size_t buffer = std::max(kMinReadBuffer, kMergeBuffers / std::max<std::size_t>(runs.size(), 1));
   for (const auto& run : runs) {
-    readers.push_back(std::make_unique<RunReader>(run, std::min(buffer, kRunBuffer)));
+    readers.push_back(std::make_unique<RunStream>(run, std::min(buffer, kRunBuffer)));
     if (readers.back()->next()) heap.push_back(readers.size() - 1);
   }
   // Keys compare bytewise, as RocksDB's default comparator does; equal keys (which callers must
@@ -595,7 +655,7 @@ void mergeNodeRuns(const fs::path& stagingDir, std::span<const fs::path> runs, s
   std::string key;
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), greater);
-    RunReader& r = *readers[heap.back()];
+    RunStream& r = *readers[heap.back()];
     key.assign(r.key());
     out.impl_->put(format::kValuesByNode, key, r.block());
     if (r.next())

@@ -2,6 +2,10 @@
 // chose PMLs (reduce/src/mpi_comm.cpp, pmlLeavingOutCm).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "common/test_support.hpp"
+
 #include "csp/reduce/mpi_comm.hpp"
 
 namespace {
@@ -44,6 +48,18 @@ TEST(MpiTransport, AnExclusionListOfTheParameterFilesIsKeptAndExtended) {
   // A selection (no ^) is the site's choice, cm in it or not.
   EXPECT_EQ(pmlLeavingOutCm(files("ob1")), "");
   EXPECT_EQ(pmlLeavingOutCm(files("cm")), "");
+}
+
+// Open MPI's parameter file syntax: `name = value`, comments, blanks; the last setting counts.
+TEST(MpiTransport, ThePmlOfAParameterFileIsItsLastSetting) {
+  csp::test::TempDir dir("mca-params");
+  const auto file = dir.path() / "mca-params.conf";
+  std::ofstream(file) << "# pml = ob1\nbtl_base_warn_component_unused=0\n  pml   =  ^ucx  # Debian\n"
+                         "pml_ucx_priority = 5\nmtl = ^ofi\n";
+  EXPECT_EQ(csp::reduce::pmlOfParamFile(file), "^ucx");
+  std::ofstream(file, std::ios::app) << "pml=ob1,cm\n";
+  EXPECT_EQ(csp::reduce::pmlOfParamFile(file), "ob1,cm");
+  EXPECT_EQ(csp::reduce::pmlOfParamFile(dir.path() / "none.conf"), "");
 }
 
 }  // namespace

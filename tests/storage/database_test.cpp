@@ -334,6 +334,9 @@ TEST(ShardWriterContract, OverlappingShardsAreRejected) {
 
 // Three runs of a node's values (as csp-prof-mpi writes values by node, batch by batch),
 // `nodes` nodes each, ten profiles per run, written with NodeRunWriter into `dir`.
+// Every third node is a CCT leaf: only its exclusive values are dealt out, and the run stands
+// them for the inclusive ones too (written once, copied by the merge); node 9, a leaf, has
+// 2,500 profiles in each run (several blocks per metric and scope).
 std::vector<fs::path> writeRuns(const fs::path& dir, NodeId nodes, std::map<NodeId, std::vector<NodeValue>>* expected) {
   std::vector<fs::path> runs;
   NodeValueBlocks blocks;
@@ -342,12 +345,17 @@ std::vector<fs::path> writeRuns(const fs::path& dir, NodeId nodes, std::map<Node
     NodeRunWriter w(runs.back());
     for (NodeId n = 0; n < nodes; ++n) {
       if (n % 7 == k) continue;  // a node a run has no values of
-      for (ProfileId p = k * 10; p < k * 10 + 10; ++p) {
-        const NodeValue v{static_cast<MetricId>(p % 2), MetricScope::Inclusive, p, 1 + n * 100 + p};
+      const bool leaf = n % 3 == 0;
+      const ProfileId count = n == 9 ? 2500 : 10;
+      for (ProfileId p = k * 5000; p < k * 5000 + count; ++p) {
+        const NodeValue v{static_cast<MetricId>(p % 2), leaf ? MetricScope::Exclusive : MetricScope::Inclusive, p,
+                          1 + n * 100 + p};
         blocks.add(v.metric, v.scope, v.profile, v.value);
-        if (expected) (*expected)[n].push_back(v);
+        if (!expected) continue;
+        (*expected)[n].push_back(v);
+        if (leaf) (*expected)[n].push_back({v.metric, MetricScope::Inclusive, v.profile, v.value});
       }
-      w.putNodeBlocks(n, blocks);
+      w.putNodeBlocks(n, blocks, leaf);
     }
     w.finish();
   }
@@ -374,10 +382,16 @@ TEST(ShardWriterContract, MergedRunsHoldEverythingInOrder) {
   for (NodeId n = 0; n < 50; ++n) {
     auto& want = expected[n];  // by (metric, scope, profile), as nodeValues() gives them
     std::sort(want.begin(), want.end(), [](const NodeValue& a, const NodeValue& b) {
-      return std::tie(a.metric, a.profile) < std::tie(b.metric, b.profile);
+      return std::tie(a.metric, a.scope, a.profile) < std::tie(b.metric, b.scope, b.profile);
     });
     EXPECT_EQ(db->nodeValues(n), want) << n;
   }
+  EXPECT_EQ(db->nodeValues(9).size(), 2u * 2500 * 2);  // runs 0 and 1 (run 2 has none of node 9), both scopes
+  // A leaf's run refuses inclusive values.
+  NodeRunWriter leafRun(tmp.path() / "leaf");
+  NodeValueBlocks leafBlocks;
+  leafBlocks.add(0, MetricScope::Inclusive, 0, 1);
+  EXPECT_THROW(leafRun.putNodeBlocks(3, leafBlocks, true), std::logic_error);
   // Nodes must ascend within a run.
   NodeRunWriter w(tmp.path() / "descending");
   NodeValueBlocks blocks;
@@ -431,6 +445,13 @@ TEST(ShardWriterContract, DamagedOrMissingRunsAreNamed) {
   cut.erase(8 + record, record);
   std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << cut;
   mergeFails(runs, runs[0], "trailer counts 3 records, the run holds 2");
+  // A record flagged as standing for an inclusive block too whose own block is not exclusive.
+  std::string flagged = bytes;
+  const std::size_t firstKey = 8 + 1;
+  flagged[firstKey + 6] = 1;                                           // the key's scope: inclusive
+  flagged[firstKey + static_cast<unsigned char>(bytes[8])] |= '\x80';  // the length's top bit
+  std::ofstream(runs[0], std::ios::binary | std::ios::trunc) << flagged;
+  mergeFails(runs, runs[0], "mirrored record of no exclusive block");
   // A damaged block length (4 G) is refused as the record it cannot be, not read into a buffer.
   const std::size_t lengthAt = 8 + 1 + static_cast<unsigned char>(bytes[8]);
   bytes.replace(lengthAt, 4, "\xff\xff\xff\xf0", 4);

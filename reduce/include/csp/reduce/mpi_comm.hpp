@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,9 @@ struct TransportFacts {
 std::string pmlLeavingOutCm(const TransportFacts& facts);
 // The facts of this process and node (environment, parameter files, devices).
 TransportFacts transportFacts();
+// `pml` of an Open MPI parameter file (`name = value` lines, # comments; the last one counts),
+// "" when it has none or cannot be read.
+std::string pmlOfParamFile(const std::filesystem::path& file);
 
 // Whether this node has a device of a network that Open MPI's cm PML drives: an entry of
 // /sys/class/infiniband (InfiniBand, RoCE, Omni-Path, EFA), /dev/hfi1_*, /dev/ipath* or /dev/cxi*.
