@@ -4,7 +4,10 @@
 // too many and leaves one open, which the profile must report rather than crash on.
 //   usage: regions EXPECTED.txt [iterations=10]
 // EXPECTED.txt gets one line per thread and region, as the program itself measured it:
-//   <thread index> <region> <count> <total wall ns>
+//   <thread index> <region> <count> <total wall ns outside> <total wall ns inside>
+// where "outside" reads the clock before the region begins and after it ends, and "inside"
+// after it begins and before it ends: the region's own duration lies between the two, however
+// the threads are preempted.
 #include <time.h>
 
 #include <cstdint>
@@ -25,7 +28,8 @@ std::uint64_t nowNs() {
 }
 
 struct Totals {
-  std::uint64_t iterationCount = 0, iterationNs = 0, computeCount = 0, computeNs = 0;
+  std::uint64_t iterationCount = 0, iterationNs = 0, iterationInsideNs = 0;
+  std::uint64_t computeCount = 0, computeNs = 0, computeInsideNs = 0;
 };
 
 }  // namespace
@@ -60,13 +64,17 @@ int main(int argc, char** argv) {
         const std::uint64_t i0 = nowNs();
         {
           csp::Region iteration("iteration", static_cast<std::uint64_t>(i));
+          const std::uint64_t i1 = nowNs();
           const std::uint64_t c0 = nowNs();
           {
             csp::Region compute("compute");
+            const std::uint64_t c1 = nowNs();
             x = region_work(x, units);
+            t.computeInsideNs += nowNs() - c1;
           }
           t.computeNs += nowNs() - c0;
           t.computeCount += 1;
+          t.iterationInsideNs += nowNs() - i1;
         }
         t.iterationNs += nowNs() - i0;
         t.iterationCount += 1;
@@ -81,10 +89,10 @@ int main(int argc, char** argv) {
   if (out == nullptr) return 1;
   for (int w = 0; w < kWorkers; ++w) {
     const Totals& t = totals[static_cast<std::size_t>(w)];
-    std::fprintf(out, "%d iteration %llu %llu\n", w + 1, static_cast<unsigned long long>(t.iterationCount),
-                 static_cast<unsigned long long>(t.iterationNs));
-    std::fprintf(out, "%d compute %llu %llu\n", w + 1, static_cast<unsigned long long>(t.computeCount),
-                 static_cast<unsigned long long>(t.computeNs));
+    std::fprintf(out, "%d iteration %llu %llu %llu\n", w + 1, static_cast<unsigned long long>(t.iterationCount),
+                 static_cast<unsigned long long>(t.iterationNs), static_cast<unsigned long long>(t.iterationInsideNs));
+    std::fprintf(out, "%d compute %llu %llu %llu\n", w + 1, static_cast<unsigned long long>(t.computeCount),
+                 static_cast<unsigned long long>(t.computeNs), static_cast<unsigned long long>(t.computeInsideNs));
   }
   std::fclose(out);
   csp_region_begin("left-open", 0);  // still open when the main thread's profile is written
