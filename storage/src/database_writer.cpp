@@ -260,18 +260,17 @@ void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) 
   putNodeBlocks(node, blocks);
 }
 
-void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inclusiveIsExclusive) {
+void ShardWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks) {
   if (impl_->lastValueNode && node <= *impl_->lastValueNode)
     throw std::logic_error(
         fmt::format("ShardWriter: node {} after node {}; nodes must ascend", node, *impl_->lastValueNode));
   impl_->lastValueNode = node;
   const StoreTimer timer(impl_->storeSeconds);
-  impl_->values += blocks.drain(node, inclusiveIsExclusive, [&](const std::string& key, std::string_view block) {
-    impl_->put(format::kValuesByNode, key, block);
-  });
+  impl_->values += blocks.drain(
+      node, [&](const std::string& key, std::string_view block) { impl_->put(format::kValuesByNode, key, block); });
 }
 
-std::uint64_t NodeValueBlocks::drain(NodeId node, bool inclusiveIsExclusive,
+std::uint64_t NodeValueBlocks::drain(NodeId node,
                                      const std::function<void(const std::string& key, std::string_view block)>& emit) {
   std::uint64_t values = 0;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
@@ -279,21 +278,11 @@ std::uint64_t NodeValueBlocks::drain(NodeId node, bool inclusiveIsExclusive,
     if (col.count == 0 && col.sealedCount == 0) continue;
     const auto metric = static_cast<MetricId>(c >> 1);
     const auto scope = static_cast<MetricScope>(c & 1);
-    if (inclusiveIsExclusive && scope == MetricScope::Inclusive)
-      throw std::logic_error(
-          fmt::format("NodeValueBlocks: inclusive values of node {}, whose inclusive values "
-                      "are to be its exclusive ones",
-                      node));
-    // Exclusive blocks, then (mirrored) the same blocks as the inclusive ones: keys ascend.
-    const std::size_t copies = inclusiveIsExclusive ? 2 : 1;
-    for (std::size_t copy = 0; copy < copies; ++copy) {
-      const MetricScope as = copy == 0 ? scope : MetricScope::Inclusive;
-      for (std::size_t b = 0; b < col.sealedCount; ++b)
-        emit(format::nodeBlockKey(node, metric, as, col.sealed[b].first), col.sealed[b].second);
-      if (col.count > 0)
-        emit(format::nodeBlockKey(node, metric, as, col.first), std::string_view(col.bytes.data(), col.used));
-    }
-    values += copies * (col.count + col.sealedCount * std::uint64_t{blockValues_});
+    for (std::size_t b = 0; b < col.sealedCount; ++b)
+      emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
+    if (col.count > 0)
+      emit(format::nodeBlockKey(node, metric, scope, col.first), std::string_view(col.bytes.data(), col.used));
+    values += col.count + col.sealedCount * std::uint64_t{blockValues_};
     col.used = 0;
     col.count = 0;
     col.sealedCount = 0;
@@ -596,7 +585,7 @@ void NodeRunWriter::putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inc
   nextNode_ = node + 1;
   // A leaf's exclusive blocks are written once, flagged: the merge writes each again as the
   // inclusive block (RunStream).
-  blocks.drain(node, false, [&](const std::string& key, std::string_view block) {
+  blocks.drain(node, [&](const std::string& key, std::string_view block) {
     if (inclusiveIsExclusive && key[kKeyScope] != static_cast<char>(MetricScope::Exclusive))
       throw std::logic_error(
           fmt::format("NodeRunWriter: inclusive values of node {}, whose inclusive values are "

@@ -63,12 +63,14 @@ struct Writers {
   Writers(const Comm& comm, const fs::path& staging, Pipeline& pipeline)
       : plan(comm),
         scales(valueScales(pipeline.metrics())),
+        leaves(leavesOf(pipeline.cct())),
         mainShard(staging, plan.main, {.valueScales = scales}),
-        byNode(staging, plan, leavesOf(pipeline.cct()), scales),
-        summaries(leavesOf(pipeline.cct()), pipeline.metrics(), pipeline.threadClassOf()),
+        byNode(staging, plan, leaves, scales),
+        summaries(leaves, pipeline.metrics(), pipeline.threadClassOf()),
         regions(pipeline.regions().size()) {}
   const ShardPlan plan;
   const std::vector<std::uint64_t> scales;  // by metric: the unit its values are stored in
+  const std::vector<std::uint8_t> leaves;   // by node of the canonical CCT: whether it has no children
   storage::ShardWriter mainShard;
   NodeValueSink byNode;
   SummaryTable summaries;

@@ -40,7 +40,7 @@ struct ShardPlan {
   std::uint32_t rank = 0;
 };
 
-// Per node of `cct`: whether it has no children.
+// Per node of `cct`: whether it has no children (SummaryTable and NodeValueSink keep a reference).
 std::vector<std::uint8_t> leavesOf(const FinalCct& cct);
 
 // Values by profile: a batch's profiles into the main shard.
@@ -63,7 +63,7 @@ class SummaryTable {
   // `leaf`: per node of the canonical CCT, whether it has no children. Such a node has the same
   // inclusive and exclusive value in every profile (SummaryTable checks it), so its inclusive
   // summaries are its exclusive ones, accumulated once.
-  SummaryTable(std::vector<std::uint8_t> leaf, const std::vector<MetricDescriptor>& metrics,
+  SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vector<MetricDescriptor>& metrics,
                const std::vector<std::uint8_t>& threadClassOf);
   // The batch whose values add() takes next.
   void beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch);
@@ -124,7 +124,7 @@ class SummaryTable {
   std::size_t heldIn(std::uint32_t node, std::size_t scope) const { return leaf_[node] ? 0 : scope; }
 
   std::uint32_t nodes_;
-  std::vector<std::uint8_t> leaf_;               // node -> has no children
+  const std::vector<std::uint8_t>& leaf_;        // node -> has no children
   std::vector<std::uint16_t> counts_, reals_;    // metric ids of the count and real-valued metrics, ascending
   std::vector<std::uint32_t> slotOf_;            // metric id -> its slot among counts_ or reals_
   std::vector<std::uint8_t> isReal_;             // metric id -> real-valued
@@ -153,7 +153,7 @@ class NodeValueSink {
   // `valueScales`: as storage::ShardOptions::valueScales.
   // `leaf`: per node of the canonical CCT, whether it has no children (its inclusive values are
   // its exclusive ones: they are encoded once, and their blocks written for both scopes).
-  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, std::vector<std::uint8_t> leaf,
+  NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, const std::vector<std::uint8_t>& leaf,
                 std::vector<std::uint64_t> valueScales);
   // Also feeds every value to `summaries` (beginBatch is the caller's), node by node.
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values, SummaryTable& summaries);
@@ -174,7 +174,7 @@ class NodeValueSink {
   std::filesystem::path staging_;
   ShardPlan plan_;
   std::uint32_t nodes_;
-  std::vector<std::uint8_t> leaf_;
+  const std::vector<std::uint8_t>& leaf_;
   double storeSeconds_ = 0;
   std::vector<std::filesystem::path> runs_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).

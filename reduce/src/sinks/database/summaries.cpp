@@ -73,9 +73,9 @@ SummaryKey unpackKey(Unpacker& u) {
 
 }  // namespace
 
-SummaryTable::SummaryTable(std::vector<std::uint8_t> leaf, const std::vector<MetricDescriptor>& metrics,
+SummaryTable::SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vector<MetricDescriptor>& metrics,
                            const std::vector<std::uint8_t>& threadClassOf)
-    : nodes_(static_cast<std::uint32_t>(leaf.size())), leaf_(std::move(leaf)), classOf_(threadClassOf) {
+    : nodes_(static_cast<std::uint32_t>(leaf.size())), leaf_(leaf), classOf_(threadClassOf) {
   for (std::size_t m = 0; m < metrics.size(); ++m) {
     const bool real = metrics[m].valueType == ValueType::Real;
     auto& group = real ? reals_ : counts_;

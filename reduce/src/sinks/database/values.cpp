@@ -25,17 +25,17 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 }
 
 std::vector<std::uint8_t> leavesOf(const FinalCct& cct) {
-  std::vector<std::uint8_t> leaf(cct.size(), 1);
-  for (std::uint32_t n = 1; n < cct.size(); ++n) leaf[cct.node(n).parent] = 0;  // parents precede children
+  std::vector<std::uint8_t> leaf(cct.size());
+  for (std::uint32_t n = 0; n < cct.size(); ++n) leaf[n] = cct.children(n).empty() ? 1 : 0;
   return leaf;
 }
 
-NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, std::vector<std::uint8_t> leaf,
+NodeValueSink::NodeValueSink(fs::path stagingDir, const ShardPlan& plan, const std::vector<std::uint8_t>& leaf,
                              std::vector<std::uint64_t> valueScales)
     : staging_(std::move(stagingDir)),
       plan_(plan),
       nodes_(static_cast<std::uint32_t>(leaf.size())),
-      leaf_(std::move(leaf)),
+      leaf_(leaf),
       blocks_(std::move(valueScales)) {}
 
 void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,

@@ -84,9 +84,8 @@ class NodeValueBlocks {
   friend class NodeRunWriter;
   // Hands every block of `node` to emit(key, block) in key order (columns in ascending (metric,
   // scope), each its sealed blocks then the open one), empties the blocks and returns the number
-  // of values they held (`inclusiveIsExclusive`: see ShardWriter::putNodeBlocks).
-  std::uint64_t drain(NodeId node, bool inclusiveIsExclusive,
-                      const std::function<void(const std::string& key, std::string_view block)>& emit);
+  // of values they held.
+  std::uint64_t drain(NodeId node, const std::function<void(const std::string& key, std::string_view block)>& emit);
   void widen(std::size_t column);
   static void grow(Column& column);
   void seal(Column& column);
@@ -119,10 +118,7 @@ class ShardWriter {
   void putNodeValues(NodeId node, std::span<const NodeValue> values);
   // The same from blocks filled value by value; empties `blocks`. Nothing is written for a node
   // without values.
-  // `inclusiveIsExclusive`: the node's inclusive values are its exclusive ones (a CCT leaf):
-  // only the exclusive columns were filled, and each of their blocks is also written as the
-  // inclusive one.
-  void putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inclusiveIsExclusive = false);
+  void putNodeBlocks(NodeId node, NodeValueBlocks& blocks);
 
   void putRegion(RegionId id, const RegionNode& region);
   void putRegionSummary(RegionId id, MetricId metric, MetricScope scope, std::string_view bytes);
@@ -162,7 +158,9 @@ class NodeRunWriter {
   ~NodeRunWriter();
   NodeRunWriter(const NodeRunWriter&) = delete;
   NodeRunWriter& operator=(const NodeRunWriter&) = delete;
-  // As ShardWriter::putNodeBlocks: nodes ascend; empties `blocks`.
+  // As ShardWriter::putNodeBlocks: nodes ascend; empties `blocks`. `inclusiveIsExclusive`: the
+  // node's inclusive values are its exclusive ones (a CCT leaf): only the exclusive columns were
+  // filled, and mergeNodeRuns writes each of their blocks also as the inclusive one.
   void putNodeBlocks(NodeId node, NodeValueBlocks& blocks, bool inclusiveIsExclusive = false);
   void finish();                                         // writes the rest and the trailer, closes the file
   double storeSeconds() const { return storeSeconds_; }  // writing the file (system calls)
