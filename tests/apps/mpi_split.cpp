@@ -2,6 +2,8 @@
 //   Every thread calls work_heavy and work_light with 2:1 cost, in small interleaved chunks so
 //   that both see the same machine conditions. Rank r does (1 + r/4) times the base work.
 //   usage: mpi_split [units=40] [workers=2]   (one unit is about 10 ms of CPU)
+//   With MPI_SPLIT_READY set, each rank writes "mpi_split: rank R working" to stderr once MPI has
+//   started and its threads work: tests that stop the job mid-run wait for it.
 #include <mpi.h>
 
 #include <cstdint>
@@ -44,6 +46,10 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w)
     threads.emplace_back([&, w] { results[static_cast<std::size_t>(w) + 1] = threadWork(units); });
+  if (std::getenv("MPI_SPLIT_READY") != nullptr) {
+    std::fprintf(stderr, "mpi_split: rank %d working\n", rank);
+    std::fflush(stderr);
+  }
   results[0] = threadWork(units);
   for (auto& t : threads) t.join();
 

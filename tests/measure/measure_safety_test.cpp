@@ -479,14 +479,24 @@ TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
     const fs::path dir = base / ("meas" + std::to_string(attempt));
     const fs::path log = base / ("log" + std::to_string(attempt) + ".txt");
     const int limiter =
-        std::atoi(output("timeout -k 30 -s TERM 300 env CSP_VERBOSE=1 " + kMpirun + " -np 4 " + kCspRun + " -o " +
-                         dir.string() + " -- " + app + " > " + log.string() + " 2>&1 & echo $!")
+        std::atoi(output("timeout -k 30 -s TERM 300 env CSP_VERBOSE=1 MPI_SPLIT_READY=1 " + kMpirun + " -np 4 " +
+                         kCspRun + " -o " + dir.string() + " -- " + app + " > " + log.string() + " 2>&1 & echo $!")
                       .c_str());
     ASSERT_GT(limiter, 0);
-    for (int i = 0; i < 1200 && processesMatching(app) < 4; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_EQ(processesMatching(app), 4) << "attempt " << attempt << ": the ranks did not start within 60 s";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past MPI_Init, into the work
+    // Every rank past MPI_Init, its threads in the work (the app says so), however long the
+    // loaded machine takes to get there: a fixed wait once stopped the job before MPI_Init
+    // ended, and no rank had a profile to write.
+    auto working = [&] {
+      const std::string text = slurp(log);
+      std::size_t n = 0;
+      for (auto at = text.find(" working\n"); at != std::string::npos; at = text.find(" working\n", at + 1)) ++n;
+      return n;
+    };
+    for (int i = 0; i < 2400 && working() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(working(), 4u) << "attempt " << attempt << ": the ranks were not all working within 120 s\n"
+                             << slurp(log);
+    ASSERT_EQ(processesMatching(app), 4) << "attempt " << attempt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // some samples into the work
     kill(limiter, SIGTERM);  // as at the time limit: timeout passes it to mpirun and its process group
     for (int i = 0; i < 1200 && (kill(limiter, 0) == 0 || processesMatching(app) > 0); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
