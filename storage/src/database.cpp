@@ -365,8 +365,8 @@ std::optional<ThreadClass> parseThreadClass(std::string_view text) {
 std::vector<ProfileValue> Database::profileValues(ProfileId profile) const {
   std::vector<ProfileValue> out;
   impl_->scan(format::kValuesByProfile, format::nodeKey(profile),
-              [&, mirrored = impl_->version.major >= 3](std::string_view k, std::string_view v) {
-                format::decodeProfileBlock(k, v, out, mirrored);
+              [&, major = impl_->version.major](std::string_view k, std::string_view v) {
+                format::decodeProfileBlock(k, v, out, major);
               });
   return out;
 }
@@ -374,14 +374,18 @@ std::vector<ProfileValue> Database::profileValues(ProfileId profile) const {
 std::vector<NodeValue> Database::nodeValues(NodeId node) const {
   std::vector<NodeValue> out;
   impl_->scan(format::kValuesByNode, format::nodeKey(node),
-              [&](std::string_view k, std::string_view v) { format::decodeNodeBlock(k, v, out); });
+              [&, major = impl_->version.major](std::string_view k, std::string_view v) {
+                format::decodeNodeBlock(k, v, out, major);
+              });
   return out;
 }
 
 std::vector<NodeValue> Database::nodeValues(NodeId node, MetricId metric, MetricScope scope) const {
   std::vector<NodeValue> out;
   impl_->scan(format::kValuesByNode, format::summaryKey(node, metric, scope),
-              [&](std::string_view k, std::string_view v) { format::decodeNodeBlock(k, v, out); });
+              [&, major = impl_->version.major](std::string_view k, std::string_view v) {
+                format::decodeNodeBlock(k, v, out, major);
+              });
   return out;
 }
 

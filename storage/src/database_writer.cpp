@@ -280,10 +280,12 @@ std::uint64_t NodeValueBlocks::drain(NodeId node,
     const auto scope = static_cast<MetricScope>(c & 1);
     for (std::size_t b = 0; b < col.sealedCount; ++b)
       emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
-    if (col.count > 0)
-      emit(format::nodeBlockKey(node, metric, scope, col.first), std::string_view(col.bytes.data(), col.used));
+    if (col.count > 0) {
+      emit(format::nodeBlockKey(node, metric, scope, col.profiles[0]),
+           format::encodeNodeBlock({col.profiles.data(), col.count}, {col.values.data(), col.count}, col.scale,
+                                   buffer_));
+    }
     values += col.count + col.sealedCount * std::uint64_t{blockValues_};
-    col.used = 0;
     col.count = 0;
     col.sealedCount = 0;
   }
@@ -301,18 +303,19 @@ bool NodeValueBlocks::empty() const {
 void NodeValueBlocks::widen(std::size_t column) {
   const std::size_t from = columns_.size();
   columns_.resize(column + 1);
-  for (std::size_t c = from; c < columns_.size(); ++c)
+  for (std::size_t c = from; c < columns_.size(); ++c) {
     if ((c >> 1) < scales_.size()) columns_[c].scale = ValueScale(scales_[c >> 1]);
+    columns_[c].profiles.resize(blockValues_);
+    columns_[c].values.resize(blockValues_);
+  }
 }
-
-void NodeValueBlocks::grow(Column& column) { column.bytes.resize(std::max<std::size_t>(256, 2 * column.bytes.size())); }
 
 void NodeValueBlocks::seal(Column& column) {
   if (column.sealedCount == column.sealed.size()) column.sealed.emplace_back();
   auto& slot = column.sealed[column.sealedCount++];
-  slot.first = column.first;
-  slot.second.assign(column.bytes.data(), column.used);
-  column.used = 0;
+  slot.first = column.profiles[0];
+  slot.second.assign(format::encodeNodeBlock({column.profiles.data(), column.count},
+                                             {column.values.data(), column.count}, column.scale, buffer_));
   column.count = 0;
 }
 

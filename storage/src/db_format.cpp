@@ -7,6 +7,8 @@
 #include <thread>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdarg>
 #include <cstdio>
 #include <optional>
@@ -166,47 +168,79 @@ std::uint32_t column(MetricId metric, MetricScope scope) {
 namespace {
 
 // A profile's blocks, node group by node group: the cut rule (a block closes after the group that
-// brings it to kProfileBlockValues) and the node deltas, shared by both forms of input.
+// brings it to kProfileBlockValues), the node deltas and the groups' column patterns (format 4.0),
+// shared by both forms of input.
 class ProfileBlockWriter {
  public:
   ProfileBlockWriter(ProfileId profile, std::span<const ValueScale> scales, const EmitBlock& emit)
       : profile_(profile), scales_(scales), emit_(emit), bytes_(4096) {
-    // The header of every block: how many metrics are scaled, then each one's id and scale.
+    // The header of every block: how many metrics are scaled (maybe none), then each one's id
+    // and scale.
     std::size_t n = 0;
     for (const auto& scale : scales) n += scale.scale() != 1 ? 1 : 0;
-    if (n == 0) return;
     header_.resize(10 + 20 * n);
     char* out = varintAt(header_.data(), n);
     for (std::size_t m = 0; m < scales.size(); ++m)
       if (scales[m].scale() != 1) out = varintAt(varintAt(out, m), scales[m].scale());
     header_.resize(static_cast<std::size_t>(out - header_.data()));
   }
-  // A group of `n` >= 1 values at `node`; then n times value(). The group's varints (at most 10
-  // bytes each; a scaled value 20) are written in place: the bulk of csp-prof-mpi's output.
-  // `mirrored`: the n values are exclusive ones, each also the node's inclusive value of its
-  // metric (2n values in all).
-  void group(NodeId node, std::size_t n, bool mirrored) {
-    if (bytes_.size() - used_ < header_.size() + 30 * (n + 1))
-      bytes_.resize(2 * bytes_.size() + header_.size() + 30 * (n + 1));
-    if (inBlock_ == 0) {
-      first_ = previous_ = node;
-      std::copy(header_.begin(), header_.end(), bytes_.data() + used_);
-      used_ += header_.size();
+  // A group at `node` of the values in `columns` (ascending; at least one); then value() for
+  // each. The group's varints (at most 10 bytes each; a scaled value 20) are written in place:
+  // the bulk of csp-prof-mpi's output. `mirrored`: the columns are exclusive ones, and each
+  // value is also the node's inclusive value of its metric (2n values in all).
+  void group(NodeId node, std::span<const std::uint32_t> columns, bool mirrored) {
+    std::uint64_t mask = 0;
+    for (const std::uint32_t c : columns) mask |= c < 64 ? std::uint64_t{1} << c : 0;
+    const bool small = columns.back() < 64;
+    open(node, columns.size());
+    std::size_t known = patterns_;
+    for (std::size_t i = 0; i < patterns_ && known == patterns_; ++i) {
+      const Pattern& p = pattern_[i];
+      if (p.mirrored == mirrored &&
+          (small ? p.mask == mask && p.columns.empty()
+                 : std::equal(p.columns.begin(), p.columns.end(), columns.begin(), columns.end())))
+        known = i;
     }
-    put(node - previous_);
-    put(std::uint64_t{n} << 1 | (mirrored ? 1 : 0));
-    previous_ = node;
-    inBlock_ += mirrored ? 2 * n : n;
-    lastColumn_ = kNone;
+    name(node, known, columns.size(), mirrored, [&](std::size_t j) { return columns[j]; });
+    if (known == patterns_ && patterns_ < kNewPattern) {
+      Pattern& p = pattern_[patterns_++];
+      p.mask = small ? mask : 0;
+      p.columns.assign(small ? columns.end() : columns.begin(), columns.end());
+      p.mirrored = mirrored;
+    }
+  }
+  // The same for columns below 64, given as a bit mask of `n` >= 1 bits: the common case, found
+  // without a list of columns.
+  void group(NodeId node, std::uint64_t mask, std::size_t n, bool mirrored) {
+    open(node, n);
+    std::size_t known = patterns_;
+    if (lastPattern_ < patterns_ && pattern_[lastPattern_].mask == mask &&
+        pattern_[lastPattern_].mirrored == mirrored && pattern_[lastPattern_].columns.empty())
+      known = lastPattern_;
+    for (std::size_t i = 0; i < patterns_ && known == patterns_; ++i)
+      if (pattern_[i].mask == mask && pattern_[i].mirrored == mirrored && pattern_[i].columns.empty()) known = i;
+    std::uint64_t rest = mask;
+    name(node, known, n, mirrored, [&](std::size_t) {
+      const auto c = static_cast<std::uint32_t>(std::countr_zero(rest));
+      rest &= rest - 1;
+      return c;
+    });
+    if (known < patterns_) {
+      lastPattern_ = known;
+    } else if (patterns_ < kNewPattern) {
+      Pattern& p = pattern_[patterns_];
+      p.mask = mask;
+      p.columns.clear();
+      p.mirrored = mirrored;
+      lastPattern_ = patterns_++;
+    }
   }
   void value(std::uint32_t column, std::uint64_t value) {
-    put(lastColumn_ == kNone ? column : column - lastColumn_ - 1);
     const std::size_t metric = column >> 1;
     if (metric < scales_.size())
       used_ = static_cast<std::size_t>(scales_[metric].put(bytes_.data() + used_, value) - bytes_.data());
     else
       put(value);
-    lastColumn_ = column;
   }
   // After a group: closes the block when it is full or the profile ends.
   void endGroup(bool last) {
@@ -217,8 +251,48 @@ class ProfileBlockWriter {
   }
 
  private:
+  static constexpr unsigned kPatternBits = 3;
+  static constexpr std::size_t kNewPattern = (1u << kPatternBits) - 1;  // also: patterns a block can name
+  // A block's pattern: its columns as a mask when all are below 64 (`columns` empty), else as a
+  // list.
+  struct Pattern {
+    std::uint64_t mask = 0;
+    std::vector<std::uint32_t> columns;
+    bool mirrored = false;
+  };
+  // Room for a group of n values, and the block's header when the group opens a block.
+  void open(NodeId node, std::size_t n) {
+    if (bytes_.size() - used_ < header_.size() + 40 * (n + 1))
+      bytes_.resize(2 * bytes_.size() + header_.size() + 40 * (n + 1));
+    if (inBlock_ == 0) {
+      first_ = previous_ = node;
+      std::copy(header_.begin(), header_.end(), bytes_.data() + used_);
+      used_ += header_.size();
+      patterns_ = 0;
+    }
+  }
+  // The group's first varint: the node delta and the block's pattern `known`, or (known ==
+  // patterns_: a pattern the block has not used yet, or one beyond those it can name) the
+  // columns spelled out, column(j) for j < n ascending.
+  template <typename Column>
+  void name(NodeId node, std::size_t known, std::size_t n, bool mirrored, Column column) {
+    const std::uint64_t delta = std::uint64_t{node - previous_} << kPatternBits;
+    if (known < patterns_) {
+      put(delta | known);
+    } else {
+      put(delta | kNewPattern);
+      put(std::uint64_t{n} << 1 | (mirrored ? 1 : 0));
+      std::uint32_t last = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::uint32_t c = column(j);
+        put(j == 0 ? c : c - last - 1);
+        last = c;
+      }
+    }
+    previous_ = node;
+    inBlock_ += mirrored ? 2 * n : n;
+  }
   void put(std::uint64_t v) { used_ = static_cast<std::size_t>(varintAt(bytes_.data() + used_, v) - bytes_.data()); }
-  static constexpr std::uint32_t kNone = UINT32_MAX;
   ProfileId profile_;
   std::span<const ValueScale> scales_;
   std::vector<char> header_;
@@ -227,7 +301,8 @@ class ProfileBlockWriter {
   std::size_t used_ = 0;
   NodeId first_ = 0, previous_ = 0;
   std::size_t inBlock_ = 0;
-  std::uint32_t lastColumn_ = kNone;
+  std::array<Pattern, kNewPattern> pattern_;  // the block's patterns [0, patterns_)
+  std::size_t patterns_ = 0, lastPattern_ = 0;
 };
 
 }  // namespace
@@ -235,6 +310,7 @@ class ProfileBlockWriter {
 void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& values, std::span<const ValueScale> scales,
                          const EmitBlock& emit) {
   ProfileBlockWriter w(profile, scales, emit);
+  std::vector<std::uint32_t> columns;
   std::size_t i = 0;
   while (i < values.size()) {
     const NodeId node = values[i].node;
@@ -245,7 +321,10 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
     for (std::size_t j = i; mirrored && j < end; j += 2)
       mirrored = values[j].metric == values[j + 1].metric && values[j].scope == MetricScope::Exclusive &&
                  values[j + 1].scope == MetricScope::Inclusive && values[j].value == values[j + 1].value;
-    w.group(node, mirrored ? (end - i) / 2 : end - i, mirrored);
+    columns.clear();
+    for (std::size_t j = i; j < end; j += mirrored ? 2 : 1)
+      columns.push_back(column(values[j].metric, values[j].scope));
+    w.group(node, columns, mirrored);
     for (std::size_t j = i; j < end; j += mirrored ? 2 : 1)
       w.value(column(values[j].metric, values[j].scope), values[j].value);
     i = end;
@@ -258,6 +337,7 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   ProfileBlockWriter w(profile, scales, emit);
   const std::size_t size = values.node.size();
   std::uint64_t written = 0;
+  std::vector<std::uint32_t> columns;
   // The node groups with a non-zero value, found ahead so that the last one closes the block.
   auto nonZeroAt = [&](std::size_t k) {
     return std::size_t{values.exclusive[k] != 0} + std::size_t{values.inclusive[k] != 0};
@@ -267,15 +347,29 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
     const NodeId node = values.node[i];
     std::size_t end = i, n = 0;
     bool mirrored = true;  // every metric's inclusive value is its exclusive one (a CCT leaf)
+    // The columns as masks while they are below 64 (metrics ascend at a node).
+    std::uint64_t exclusiveMask = 0, inclusiveMask = 0;
     for (; end < size && values.node[end] == node; ++end) {
       n += nonZeroAt(end);
       mirrored = mirrored && values.exclusive[end] == values.inclusive[end];
+      const std::uint32_t c = column(values.metric[end], MetricScope::Exclusive) & 63;
+      exclusiveMask |= std::uint64_t{values.exclusive[end] != 0} << c;
+      inclusiveMask |= std::uint64_t{values.inclusive[end] != 0} << (c + 1);
     }
     if (n == 0) {
       i = end;
       continue;
     }
-    w.group(node, mirrored ? n / 2 : n, mirrored);
+    if (values.metric[end - 1] < 32) {
+      w.group(node, mirrored ? exclusiveMask : exclusiveMask | inclusiveMask, mirrored ? n / 2 : n, mirrored);
+    } else {
+      columns.clear();
+      for (std::size_t k = i; k < end; ++k) {
+        if (values.exclusive[k]) columns.push_back(column(values.metric[k], MetricScope::Exclusive));
+        if (values.inclusive[k] && !mirrored) columns.push_back(column(values.metric[k], MetricScope::Inclusive));
+      }
+      w.group(node, columns, mirrored);
+    }
     for (std::size_t k = i; k < end; ++k) {
       if (values.exclusive[k]) w.value(column(values.metric[k], MetricScope::Exclusive), values.exclusive[k]);
       if (values.inclusive[k] && !mirrored)
@@ -291,26 +385,97 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   return written;
 }
 
+namespace {
+
+// The scale header of a block of format 2.0 or later: how many metrics are scaled, then each
+// one's id and scale.
+std::vector<ValueScale> readScales(Reader& r, std::size_t blockBytes) {
+  std::vector<ValueScale> scales;
+  const std::uint64_t n = r.u64();
+  if (n > blockBytes) r.fail("more scaled metrics than bytes");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t metric = r.u64(), scale = r.u64();
+    if (metric > UINT16_MAX || metric < scales.size() || scale < 2) r.fail("bad scale of a metric");
+    scales.resize(metric + 1);
+    scales[metric] = ValueScale(scale);
+  }
+  return scales;
+}
+
+constexpr std::uint64_t kMaxColumn = std::uint64_t{UINT16_MAX} << 1 | 1;
+
+// Format 4.0: groups name their columns by pattern.
+void decodePatternGroups(Reader& r, std::uint64_t node, const std::vector<ValueScale>& scales,
+                         std::vector<ProfileValue>& out) {
+  struct Pattern {
+    std::vector<std::uint32_t> columns;
+    bool mirrored = false;
+  };
+  std::array<Pattern, 7> patterns;
+  std::size_t known = 0;
+  std::vector<std::uint32_t> spelled;
+  bool firstGroup = true;
+  while (!r.done()) {
+    const std::uint64_t head = r.u64();
+    const std::uint64_t delta = head >> 3, code = head & 7;
+    if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
+    firstGroup = false;
+    node += delta;
+    if (node > UINT32_MAX) r.fail("node id out of range");
+    const Pattern* p = nullptr;
+    Pattern local;
+    if (code == 7) {
+      const std::uint64_t count = r.u64();
+      const std::uint64_t n = count >> 1;
+      if (n == 0) r.fail("node without values");
+      if (n > r.remaining()) r.fail("more values than bytes");
+      Pattern& made = known < patterns.size() ? patterns[known++] : local;
+      made.mirrored = (count & 1) != 0;
+      made.columns.clear();
+      std::uint64_t c = 0;
+      for (std::uint64_t j = 0; j < n; ++j) {
+        const std::uint64_t step = r.u64();
+        c = j == 0 ? step : c + step + 1;
+        if (c > kMaxColumn) r.fail("metric id out of range");
+        if (made.mirrored && (c & 1) != 0)
+          r.fail("inclusive value in a group of exclusive values that are also inclusive");
+        made.columns.push_back(static_cast<std::uint32_t>(c));
+      }
+      p = &made;
+    } else {
+      if (code >= known) r.fail("group names a column pattern the block has not defined");
+      p = &patterns[code];
+    }
+    for (const std::uint32_t c : p->columns) {
+      const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
+      if (v == 0) r.fail("stored zero value");
+      out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
+      if (p->mirrored)
+        out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), MetricScope::Inclusive, v});
+    }
+  }
+}
+
+}  // namespace
+
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out,
-                        bool mirroredGroups) {
+                        std::uint32_t formatMajor) {
   Reader k(key, "values_by_profile key");
   k.be32();
   std::uint64_t node = k.be32();
   k.expectDone();
   Reader r(value, "values_by_profile block");
+  if (formatMajor >= 4) {
+    const auto scales = readScales(r, value.size());
+    if (r.done()) r.fail("block without values");
+    decodePatternGroups(r, node, scales, out);
+    return;
+  }
   // Format 2.0: a block of scaled metrics names them first (a format 1 block starts with the
   // first node's delta, 0).
   std::vector<ValueScale> scales;
-  if (!r.done() && static_cast<unsigned char>(value[0]) != 0) {
-    const std::uint64_t n = r.u64();
-    if (n > value.size()) r.fail("more scaled metrics than bytes");
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const std::uint64_t metric = r.u64(), scale = r.u64();
-      if (metric > UINT16_MAX || metric < scales.size() || scale < 2) r.fail("bad scale of a metric");
-      scales.resize(metric + 1);
-      scales[metric] = ValueScale(scale);
-    }
-  }
+  if (!r.done() && static_cast<unsigned char>(value[0]) != 0) scales = readScales(r, value.size());
+  const bool mirroredGroups = formatMajor >= 3;
   bool firstGroup = true;
   while (!r.done()) {
     const std::uint64_t delta = r.u64();
@@ -326,7 +491,7 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
     for (std::uint64_t j = 0; j < count; ++j) {
       const std::uint64_t step = r.u64();
       c = j == 0 ? step : c + step + 1;
-      if (c > (std::uint64_t{UINT16_MAX} << 1 | 1)) r.fail("metric id out of range");
+      if (c > kMaxColumn) r.fail("metric id out of range");
       if (mirrored && (c & 1) != 0) r.fail("inclusive value in a group of exclusive values that are also inclusive");
       const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
       if (v == 0) r.fail("stored zero value");
@@ -337,16 +502,44 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
   }
 }
 
-void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out) {
+void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out,
+                     std::uint32_t formatMajor) {
   Reader k(key, "values_by_node key");
   const auto head = readAccumulatorKeyHead(k);  // node, metric, scope: the same head
   std::uint64_t profile = k.be32();
   k.expectDone();
   Reader r(value, "values_by_node block");
-  // Format 2.0: a block of a scaled metric starts with its scale (format 1: with the first
-  // profile's delta, 0).
   ValueScale scale;
-  if (!r.done() && static_cast<unsigned char>(value[0]) != 0) {
+  if (formatMajor >= 4) {
+    const std::uint64_t s = r.u64();
+    if (s == 0) r.fail("bad scale");
+    scale = ValueScale(s);
+    const std::uint64_t layout = r.u64();
+    if (layout & 1) {
+      // The block's profiles as a bitmap from its first profile, then their values in order.
+      const std::uint64_t span = layout >> 1;
+      if (span == 0 || span > r.remaining() * 8) r.fail("profile bitmap longer than the block");
+      const std::string_view bits = r.take((span + 7) / 8);
+      const auto byteAt = [&](std::uint64_t i) { return static_cast<unsigned char>(bits[i]); };
+      if ((byteAt(0) & 1) == 0 || ((byteAt((span - 1) / 8) >> ((span - 1) % 8)) & 1) == 0 ||
+          (span % 8 != 0 && (byteAt(span / 8) >> (span % 8)) != 0))
+        r.fail("profile bitmap does not span its first to its last profile");
+      for (std::uint64_t i = 0; i < bits.size(); ++i)
+        for (unsigned b = byteAt(i); b != 0; b &= b - 1) {
+          const std::uint64_t at = profile + i * 8 + static_cast<unsigned>(std::countr_zero(b));
+          if (at > UINT32_MAX) r.fail("profile id out of range");
+          const std::uint64_t v = scale.read(r);
+          if (v == 0) r.fail("stored zero value");
+          out.push_back({head.metric, head.scope, static_cast<ProfileId>(at), v});
+        }
+      r.expectDone();
+      return;
+    }
+    if (layout != 0) r.fail("unknown block layout");
+    if (r.done()) r.fail("block without values");
+  } else if (!r.done() && static_cast<unsigned char>(value[0]) != 0) {
+    // Format 2.0: a block of a scaled metric starts with its scale (format 1: with the first
+    // profile's delta, 0).
     const std::uint64_t s = r.u64();
     if (s < 2) r.fail("bad scale");
     scale = ValueScale(s);
@@ -362,6 +555,37 @@ void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<N
     if (v == 0) r.fail("stored zero value");
     out.push_back({head.metric, head.scope, static_cast<ProfileId>(profile), v});
   }
+}
+
+std::string_view encodeNodeBlock(std::span<const ProfileId> profiles, std::span<const std::uint64_t> values,
+                                 const ValueScale& scale, std::vector<char>& buffer) {
+  const std::size_t n = profiles.size();
+  // A bitmap over the block's span when it takes at most a byte per value (the list takes at
+  // least that for the profile deltas); its values read without a varint each.
+  const std::uint64_t span = std::uint64_t{profiles[n - 1]} - profiles[0] + 1;
+  const std::uint64_t bitmapBytes = (span + 7) / 8;
+  const bool bitmap = bitmapBytes <= n;
+  const std::size_t room = 20 + (bitmap ? bitmapBytes : 10 * n) + 20 * n;
+  if (buffer.size() < room) buffer.resize(std::max(room, 2 * buffer.size()));
+  char* const begin = buffer.data();
+  char* at = varintAt(begin, scale.scale());
+  if (bitmap) {
+    at = varintAt(at, span << 1 | 1);
+    std::fill(at, at + bitmapBytes, 0);
+    for (const ProfileId p : profiles) {
+      const std::uint64_t i = p - profiles[0];
+      at[i / 8] = static_cast<char>(static_cast<unsigned char>(at[i / 8]) | 1u << (i % 8));
+    }
+    at += bitmapBytes;
+    for (std::size_t i = 0; i < n; ++i) at = scale.put(at, values[i]);
+  } else {
+    at = varintAt(at, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      at = varintAt(at, i == 0 ? 0 : profiles[i] - profiles[i - 1]);
+      at = scale.put(at, values[i]);
+    }
+  }
+  return {begin, static_cast<std::size_t>(at - begin)};
 }
 
 // --- metadata --------------------------------------------------------------------------------

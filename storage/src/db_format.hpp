@@ -104,11 +104,17 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
 // the number of non-zero values written.
 std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                   std::span<const ValueScale> scales, const EmitBlock& emit);
-// `mirroredGroups`: format 3.0 and later, whose group counts carry the mirrored flag.
+// `formatMajor`: the database's format major version, which fixes the block layout (3.0: mirrored
+// groups; 4.0: column patterns).
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out,
-                        bool mirroredGroups);
-// Node blocks are built by NodeValueBlocks (database_writer.hpp).
-void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out);
+                        std::uint32_t formatMajor);
+// Node blocks are built by NodeValueBlocks (database_writer.hpp) with encodeNodeBlock: the block
+// (format 4.0) of one (node, metric, scope) for `profiles` (ascending, at least one) with their
+// `values` (non-zero), written into `buffer` (grown as needed) and returned as a view of it.
+std::string_view encodeNodeBlock(std::span<const ProfileId> profiles, std::span<const std::uint64_t> values,
+                                 const ValueScale& scale, std::vector<char>& buffer);
+void decodeNodeBlock(std::string_view key, std::string_view value, std::vector<NodeValue>& out,
+                     std::uint32_t formatMajor);
 
 // Region event logs: keys be32 process | be32 process be32 thread | ... be32 block.
 std::string regionLogThreadKey(ProfileId process, ProfileId thread);

@@ -167,7 +167,7 @@ TEST(ProfileBlockCodec, MirroredGroupsReadBackBothScopes) {
   // mirrored, metric 1 exclusive 1 and inclusive 2 (columns 2, 3: steps 2, 0).
   const std::string block = {0, 2 << 1 | 1, 0, 7, 3, char(0xac), 2, 1, 2 << 1, 2, 1, 0, 2};
   std::vector<ProfileValue> out;
-  format::decodeProfileBlock(key, block, out, true);
+  format::decodeProfileBlock(key, block, out, 3);
   const std::vector<ProfileValue> expected = {{5, 0, MetricScope::Exclusive, 7},   {5, 0, MetricScope::Inclusive, 7},
                                               {5, 2, MetricScope::Exclusive, 300}, {5, 2, MetricScope::Inclusive, 300},
                                               {6, 1, MetricScope::Exclusive, 1},   {6, 1, MetricScope::Inclusive, 2}};
@@ -175,17 +175,108 @@ TEST(ProfileBlockCodec, MirroredGroupsReadBackBothScopes) {
   // Before 3.0 the count is the count: the same bytes are another block, and a block of format 2
   // (node 5: metric 0 exclusive 7 and inclusive 9) reads as written.
   out.clear();
-  format::decodeProfileBlock(key, block, out, false);
+  format::decodeProfileBlock(key, block, out, 2);
   EXPECT_NE(out, expected);
   const std::string format2 = {0, 2, 0, 7, 0, 9};
   out.clear();
-  format::decodeProfileBlock(key, format2, out, false);
+  format::decodeProfileBlock(key, format2, out, 2);
   const std::vector<ProfileValue> expected2 = {{5, 0, MetricScope::Exclusive, 7}, {5, 0, MetricScope::Inclusive, 9}};
   EXPECT_EQ(out, expected2);
   // A flagged group listing an inclusive value (column 1).
   const std::string damaged = {0, 1 << 1 | 1, 1, 7};
   out.clear();
-  EXPECT_ANY_THROW(format::decodeProfileBlock(key, damaged, out, true));
+  EXPECT_ANY_THROW(format::decodeProfileBlock(key, damaged, out, 3));
+}
+
+// Format 4.0's profile blocks: a scale header (maybe empty), then groups whose first varint is
+// node delta << 3 | pattern; pattern 7 spells the group's columns out (count << 1 | mirrored,
+// column steps) and makes them the block's next pattern (up to 7), which later groups name.
+TEST(ProfileBlockCodec, Format4PatternsNameRepeatedColumns) {
+  const std::string key = format::nodeKey(9) + std::string("\0\0\0\5", 4);  // profile 9, first node 5
+  // node 5: new pattern 0 (mirrored, columns 0, 4), values 7 and 300; node 6: new pattern 1
+  // (columns 2, 3), values 1 and 2; node 8: pattern 0 again, values 3 and 4.
+  const std::string block = {0,      0 << 3 | 7, 2 << 1 | 1, 0, 3, 7,          char(0xac), 2, 1 << 3 | 7,
+                             2 << 1, 2,          0,          1, 2, 2 << 3 | 0, 3,          4};
+  std::vector<ProfileValue> out;
+  format::decodeProfileBlock(key, block, out, 4);
+  const std::vector<ProfileValue> expected = {{5, 0, MetricScope::Exclusive, 7},   {5, 0, MetricScope::Inclusive, 7},
+                                              {5, 2, MetricScope::Exclusive, 300}, {5, 2, MetricScope::Inclusive, 300},
+                                              {6, 1, MetricScope::Exclusive, 1},   {6, 1, MetricScope::Inclusive, 2},
+                                              {8, 0, MetricScope::Exclusive, 3},   {8, 0, MetricScope::Inclusive, 3},
+                                              {8, 2, MetricScope::Exclusive, 4},   {8, 2, MetricScope::Inclusive, 4}};
+  EXPECT_EQ(out, expected);
+  // Damage: a pattern the block has not defined; a mirrored pattern with an inclusive column; a
+  // later group at the same node; a group cut short; no groups at all.
+  for (const std::string& damaged : {std::string{0, 0 << 3 | 1, 5}, std::string{0, 0 << 3 | 7, 1 << 1 | 1, 1, 5},
+                                     std::string{0, 0 << 3 | 7, 1 << 1, 0, 5, 0 << 3 | 0, 6},
+                                     std::string{0, 0 << 3 | 7, 2 << 1, 0, 0, 5}, std::string{0}}) {
+    out.clear();
+    EXPECT_ANY_THROW(format::decodeProfileBlock(key, damaged, out, 4)) << damaged.size();
+  }
+  // Encoded: a block with more column sets than it can name (the eighth on are spelled out each
+  // time) reads back as written.
+  std::vector<ProfileValue> values;
+  for (NodeId n = 0; n < 60; ++n)
+    for (MetricId m = 0; m < 4; ++m)
+      if ((n % 12) & (1u << m) || n % 12 == 0) {
+        values.push_back({n, m, MetricScope::Exclusive, 1 + n});
+        values.push_back({n, m, MetricScope::Inclusive, n % 5 == 0 ? 1 + n : 1000 + n});
+      }
+  std::vector<std::string> blocks;
+  format::encodeProfileBlocks(3, values, {}, [&](const std::string& k, std::string_view v) {
+    out.clear();
+    format::decodeProfileBlock(k, v, out, 4);
+    blocks.emplace_back(v);
+  });
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(out, values);
+}
+
+// Format 4.0's node blocks: the scale (1: unscaled), then layout 0 and (profile delta, value)
+// pairs, or layout span << 1 | 1 and a bitmap of the profiles from the block's first one (bit 0
+// of byte 0 first), then their values. The writer takes the bitmap when it has at most a byte
+// per value.
+TEST(NodeBlockCodec, Format4ListsOrBitmaps) {
+  const std::string key = format::nodeBlockKey(4, 1, MetricScope::Inclusive, 20);
+  auto decode = [&](const std::string& block) {
+    std::vector<NodeValue> out;
+    format::decodeNodeBlock(key, block, out, 4);
+    return out;
+  };
+  // Profiles 20, 22, 29 with values 5, 6, 7: as a bitmap of 10 bits, and as a list.
+  const std::vector<NodeValue> expected = {
+      {1, MetricScope::Inclusive, 20, 5}, {1, MetricScope::Inclusive, 22, 6}, {1, MetricScope::Inclusive, 29, 7}};
+  EXPECT_EQ(decode({1, 10 << 1 | 1, 0b101, 0b10, 5, 6, 7}), expected);
+  EXPECT_EQ(decode({1, 0, 0, 5, 2, 6, 7, 7}), expected);
+  // Scaled by 3: 5 = 1 * 3 + 2, 6 = 2 * 3, 7 = 2 * 3 + 1.
+  EXPECT_EQ(decode({3, 10 << 1 | 1, 0b101, 0b10, 1 << 1 | 1, 2, 2 << 1, 2 << 1 | 1, 1}), expected);
+  // Damage: scale 0; an unknown layout; the first bit clear; a bit past the span; the last bit
+  // clear; a value missing; a value too many; a bitmap longer than the block.
+  for (const std::string& damaged :
+       {std::string{0, 0, 0, 5}, std::string{1, 2, 0, 5}, std::string{1, 10 << 1 | 1, 0b100, 0b10, 6, 7},
+        std::string{1, 10 << 1 | 1, 0b101, 0b110, 5, 6, 7, 8}, std::string{1, 10 << 1 | 1, 0b101, 0b00, 5, 6},
+        std::string{1, 10 << 1 | 1, 0b101, 0b10, 5, 6}, std::string{1, 10 << 1 | 1, 0b101, 0b10, 5, 6, 7, 8},
+        std::string{1, 50 << 1 | 1, 1, 5}, std::string{1, 0}})
+    EXPECT_ANY_THROW(decode(damaged)) << damaged.size();
+  // Encoded: dense profiles as a bitmap, sparse ones as a list; both read back.
+  for (const ProfileId step : {1u, 2u, 9u, 300u}) {
+    std::vector<ProfileId> profiles;
+    std::vector<std::uint64_t> values;
+    for (ProfileId i = 0; i < 50; ++i) {
+      profiles.push_back(20 + i * step);
+      values.push_back(3 * i + 1);
+    }
+    std::vector<char> buffer;
+    const std::string block(format::encodeNodeBlock(profiles, values, ValueScale(3), buffer));
+    const bool bitmap = (static_cast<unsigned char>(block[1]) & 1) != 0;
+    EXPECT_EQ(bitmap, step <= 2) << step;
+    const auto out = decode(block);
+    ASSERT_EQ(out.size(), profiles.size()) << step;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(out[i].profile, profiles[i]);
+      EXPECT_EQ(out[i].value, values[i]);
+    }
+  }
 }
 
 // The value codec of format 2.0 alone: exact for multiples, remainders and extremes; damaged
@@ -693,12 +784,12 @@ TEST(DatabaseOpen, NewerFormat) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";
   test::buildInProcess(target, Synthetic{}, "A");
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 4.1\n");
-  expectOpenFails(target, "database format 4.1 is newer than this CSP reads (1.x to 3.x)");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 5.1\n");
+  expectOpenFails(target, "database format 5.1 is newer than this CSP reads (1.x to 4.x)");
   writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 0.9\n");
-  expectOpenFails(target, "database format 0.9 is older than this CSP reads (1.x to 3.x)");
+  expectOpenFails(target, "database format 0.9 is older than this CSP reads (1.x to 4.x)");
   // A newer minor version is readable.
-  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 3.7\n");
+  writeText(target / kDatabaseManifestName, "CSP experiment database\nformat 4.7\n");
   EXPECT_EQ(Database::open(target)->formatVersion().minor, 7u);
 }
 

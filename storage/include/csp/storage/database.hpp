@@ -31,7 +31,10 @@ namespace csp::storage {
 // 3.0: a node group of a profile block whose values are exclusive ones that are also the node's
 // inclusive ones (CCT leaves) lists them once, flagged in its count; a format 2 reader would
 // misread such blocks, this one reads formats 1 and 2.
-inline constexpr std::uint32_t kDatabaseFormatMajor = 3;
+// 4.0: a profile block's node groups name their columns by a per-block pattern, and a node
+// block lists its profiles as a bitmap where that takes at most a byte per value; a format 3
+// reader would misread both, this one reads formats 1 to 3.
+inline constexpr std::uint32_t kDatabaseFormatMajor = 4;
 inline constexpr std::uint32_t kDatabaseFormatMinor = 0;
 inline constexpr std::uint32_t kOldestReadableFormatMajor = 1;
 // The plain-text file that makes a directory a CSP database.

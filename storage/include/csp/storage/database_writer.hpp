@@ -52,20 +52,9 @@ class NodeValueBlocks {
     const std::size_t c = std::size_t{metric} << 1 | static_cast<std::size_t>(scope);
     if (c >= columns_.size()) widen(c);
     Column& col = columns_[c];
-    // Three varints of at most 10 bytes each (and a block's scale), written in place: the bulk
-    // of csp-prof-mpi's output.
-    if (col.bytes.size() - col.used < 40) grow(col);
-    char* out = col.bytes.data() + col.used;
-    if (col.count == 0) {
-      col.first = col.previous = profile;
-      if (col.scale.scale() != 1) out = varintAt(out, col.scale.scale());  // a block's first varint
-    } else if (profile <= col.previous) {
-      refuse(profile, col.previous);
-    }
-    out = varintAt(out, profile - col.previous);
-    out = col.scale.put(out, value);
-    col.used = static_cast<std::size_t>(out - col.bytes.data());
-    col.previous = profile;
+    if (col.count != 0 && profile <= col.profiles[col.count - 1]) refuse(profile, col.profiles[col.count - 1]);
+    col.profiles[col.count] = profile;
+    col.values[col.count] = value;
     if (++col.count == blockValues_) seal(col);
   }
   bool empty() const;
@@ -73,9 +62,10 @@ class NodeValueBlocks {
  private:
   friend class ShardWriter;
   struct Column {
-    std::vector<char> bytes;  // the block being filled: bytes[0, used) (docs/database-format.md)
-    std::size_t used = 0;
-    ProfileId first = 0, previous = 0;
+    // The block being filled: its first `count` profiles and values (room for a whole block),
+    // encoded when it is sealed or drained (format::encodeNodeBlock).
+    std::vector<ProfileId> profiles;
+    std::vector<std::uint64_t> values;
     std::uint32_t count = 0;
     std::vector<std::pair<ProfileId, std::string>> sealed;  // full blocks before it
     std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
@@ -87,12 +77,12 @@ class NodeValueBlocks {
   // of values they held.
   std::uint64_t drain(NodeId node, const std::function<void(const std::string& key, std::string_view block)>& emit);
   void widen(std::size_t column);
-  static void grow(Column& column);
   void seal(Column& column);
   [[noreturn]] static void refuse(ProfileId profile, ProfileId previous);
   std::uint32_t blockValues_;
   std::vector<std::uint64_t> scales_;  // by metric
   std::vector<Column> columns_;
+  std::vector<char> buffer_;  // a block being encoded
 };
 
 class ShardWriter {
