@@ -170,10 +170,15 @@ LocalCct::LocalCct(StringTable& strings) : strings_(strings), impl_(std::make_un
 
 LocalCct::~LocalCct() = default;
 
-std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) {
+std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) { return lookup().child(parent, key); }
+
+LocalCct::Lookup LocalCct::lookup() { return Lookup(*this, impl_->caches.local()); }
+
+std::uint32_t LocalCct::Lookup::child(std::uint32_t parent, const ScopeKey& key) {
+  auto& impl_ = cct_.impl_;
+  EdgeCache& cache = cache_;
   const Edge edge{parent, key};
   const std::size_t hash = EdgeHashCompare::hash(edge);
-  EdgeCache& cache = impl_->caches.local();
   if (const auto id = cache.find(edge, hash, impl_->nodes); id != kNoIndex) return id;
   std::uint32_t id = kNoIndex;
   {

@@ -83,10 +83,11 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   busy.readNs += BusyTimes::since(start);
   std::uint64_t truncated = 0, scanned = 0, recovered = 0;
   EntryTracker entries(a.strings);
+  auto lookup = localCct.lookup();
   const auto stmt =
       projectProfile(p, a.strings, a.attributor,
                      [&](std::uint32_t parent, const ScopeKey& key) {
-                       const auto child = localCct.child(parent, key);
+                       const auto child = lookup.child(parent, key);
                        entries.edge(parent, key, child);
                        return child;
                      },

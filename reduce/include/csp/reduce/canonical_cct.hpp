@@ -25,6 +25,8 @@ struct CctNode {
   ScopeKey key;
 };
 
+class EdgeCache;  // canonical_cct.cpp
+
 class LocalCct {
  public:
   explicit LocalCct(StringTable& strings);
@@ -34,6 +36,19 @@ class LocalCct {
 
   // Thread-safe insert-or-find of `parent`'s child with this key. The root is node 0.
   std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
+  // The same through the calling thread's index of edges, looked up once: for the many lookups
+  // of one profile. Used on the thread that made it only.
+  class Lookup {
+   public:
+    std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
+
+   private:
+    friend class LocalCct;
+    Lookup(LocalCct& cct, EdgeCache& cache) : cct_(cct), cache_(cache) {}
+    LocalCct& cct_;
+    EdgeCache& cache_;
+  };
+  Lookup lookup();
   std::size_t size() const;
   CctNode node(std::uint32_t id) const;
 
