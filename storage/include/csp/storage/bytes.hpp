@@ -241,22 +241,24 @@ class ExactDivisor {
   explicit ExactDivisor(std::uint64_t d = 1) : d_(d == 0 ? 1 : d) {
     if (d_ == 1) return;
     const auto l = static_cast<unsigned>(64 - __builtin_clzll(d_ - 1));  // ceil(log2 d), 1..64
-    shift_ = 63 + l;
     // ceil(2^(63+l) / d) in 128 bits; below 2^64 (see above).
-    const Uint128 numerator = Uint128{1} << shift_;
+    const Uint128 numerator = Uint128{1} << (63 + l);
     magic_ = static_cast<std::uint64_t>((numerator + d_ - 1) / d_);
+    highShift_ = l - 1;
   }
   std::uint64_t divisor() const { return d_; }
+  // The product's high word shifted by 63 + l - 64: one multiply and one shift of 64 bits (a
+  // 128-bit shift by a variable count costs three more dependent instructions per value).
   std::uint64_t divide(std::uint64_t v) const {
     if (d_ == 1) return v;
     if (v >> 63 != 0) return v / d_;
-    return static_cast<std::uint64_t>((static_cast<Uint128>(v) * magic_) >> shift_);
+    return static_cast<std::uint64_t>((static_cast<Uint128>(v) * magic_) >> 64) >> highShift_;
   }
 
  private:
   std::uint64_t d_;
   std::uint64_t magic_ = 0;
-  unsigned shift_ = 0;
+  unsigned highShift_ = 0;  // ceil(log2 d) - 1
 };
 
 // A per-thread value of a metric stored in units of its scale (database format 2.0: the period of
