@@ -175,21 +175,20 @@ std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) { retur
 LocalCct::Lookup LocalCct::lookup() { return Lookup(*this, impl_->caches.local()); }
 
 std::uint32_t LocalCct::Lookup::child(std::uint32_t parent, const ScopeKey& key) {
-  auto& impl_ = cct_.impl_;
-  EdgeCache& cache = cache_;
+  LocalCct::Impl& impl = *cct_.impl_;
   const Edge edge{parent, key};
   const std::size_t hash = EdgeHashCompare::hash(edge);
-  if (const auto id = cache.find(edge, hash, impl_->nodes); id != kNoIndex) return id;
+  if (const auto id = cache_.find(edge, hash, impl.nodes); id != kNoIndex) return id;
   std::uint32_t id = kNoIndex;
   {
-    decltype(impl_->edges)::accessor acc;
-    if (impl_->edges.insert(acc, edge)) {
-      auto it = impl_->nodes.push_back(CctNode{parent, key});
-      acc->second = static_cast<std::uint32_t>(it - impl_->nodes.begin());
+    decltype(impl.edges)::accessor acc;
+    if (impl.edges.insert(acc, edge)) {
+      auto it = impl.nodes.push_back(CctNode{parent, key});
+      acc->second = static_cast<std::uint32_t>(it - impl.nodes.begin());
     }
     id = acc->second;
   }
-  cache.insert(hash, id);
+  cache_.insert(hash, id);
   return id;
 }
 

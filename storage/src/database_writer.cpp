@@ -280,11 +280,7 @@ std::uint64_t NodeValueBlocks::drain(NodeId node,
     const auto scope = static_cast<MetricScope>(c & 1);
     for (std::size_t b = 0; b < col.sealedCount; ++b)
       emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
-    if (col.count > 0) {
-      emit(format::nodeBlockKey(node, metric, scope, col.profiles[0]),
-           format::encodeNodeBlock({col.profiles.data(), col.count}, {col.values.data(), col.count}, col.scale,
-                                   buffer_));
-    }
+    if (col.count > 0) emit(format::nodeBlockKey(node, metric, scope, col.profiles[0]), encodeOpen(col));
     values += col.count + col.sealedCount * std::uint64_t{blockValues_};
     col.count = 0;
     col.sealedCount = 0;
@@ -314,9 +310,13 @@ void NodeValueBlocks::seal(Column& column) {
   if (column.sealedCount == column.sealed.size()) column.sealed.emplace_back();
   auto& slot = column.sealed[column.sealedCount++];
   slot.first = column.profiles[0];
-  slot.second.assign(format::encodeNodeBlock({column.profiles.data(), column.count},
-                                             {column.values.data(), column.count}, column.scale, buffer_));
+  slot.second.assign(encodeOpen(column));
   column.count = 0;
+}
+
+std::string_view NodeValueBlocks::encodeOpen(const Column& column) {
+  return format::encodeNodeBlock({column.profiles.data(), column.count}, {column.values.data(), column.count},
+                                 column.scale, buffer_);
 }
 
 void NodeValueBlocks::refuse(ProfileId profile, ProfileId previous) {

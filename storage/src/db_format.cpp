@@ -167,6 +167,12 @@ std::uint32_t column(MetricId metric, MetricScope scope) {
 
 namespace {
 
+// Format 4.0: a profile block's group starts with varint node delta << kPatternBits | pattern;
+// pattern kNewPattern spells the group's columns out, and the others (also the number of patterns
+// a block can name) refer to the block's earlier spelled-out ones.
+constexpr unsigned kPatternBits = 3;
+constexpr std::size_t kNewPattern = (std::size_t{1} << kPatternBits) - 1;
+
 // A profile's blocks, node group by node group: the cut rule (a block closes after the group that
 // brings it to kProfileBlockValues), the node deltas and the groups' column patterns (format 4.0),
 // shared by both forms of input.
@@ -189,23 +195,23 @@ class ProfileBlockWriter {
   // the bulk of csp-prof-mpi's output. `mirrored`: the columns are exclusive ones, and each
   // value is also the node's inclusive value of its metric (2n values in all).
   void group(NodeId node, std::span<const std::uint32_t> columns, bool mirrored) {
-    std::uint64_t mask = 0;
-    for (const std::uint32_t c : columns) mask |= c < 64 ? std::uint64_t{1} << c : 0;
-    const bool small = columns.back() < 64;
+    if (columns.back() < 64) {
+      std::uint64_t mask = 0;
+      for (const std::uint32_t c : columns) mask |= std::uint64_t{1} << c;
+      group(node, mask, columns.size(), mirrored);
+      return;
+    }
     open(node, columns.size());
     std::size_t known = patterns_;
-    for (std::size_t i = 0; i < patterns_ && known == patterns_; ++i) {
-      const Pattern& p = pattern_[i];
-      if (p.mirrored == mirrored &&
-          (small ? p.mask == mask && p.columns.empty()
-                 : std::equal(p.columns.begin(), p.columns.end(), columns.begin(), columns.end())))
+    for (std::size_t i = 0; i < patterns_ && known == patterns_; ++i)
+      if (pattern_[i].mirrored == mirrored &&
+          std::equal(pattern_[i].columns.begin(), pattern_[i].columns.end(), columns.begin(), columns.end()))
         known = i;
-    }
     name(node, known, columns.size(), mirrored, [&](std::size_t j) { return columns[j]; });
     if (known == patterns_ && patterns_ < kNewPattern) {
       Pattern& p = pattern_[patterns_++];
-      p.mask = small ? mask : 0;
-      p.columns.assign(small ? columns.end() : columns.begin(), columns.end());
+      p.mask = 0;
+      p.columns.assign(columns.begin(), columns.end());
       p.mirrored = mirrored;
     }
   }
@@ -251,8 +257,6 @@ class ProfileBlockWriter {
   }
 
  private:
-  static constexpr unsigned kPatternBits = 3;
-  static constexpr std::size_t kNewPattern = (1u << kPatternBits) - 1;  // also: patterns a block can name
   // A block's pattern: its columns as a mask when all are below 64 (`columns` empty), else as a
   // list.
   struct Pattern {
@@ -404,6 +408,30 @@ std::vector<ValueScale> readScales(Reader& r, std::size_t blockBytes) {
 
 constexpr std::uint64_t kMaxColumn = std::uint64_t{UINT16_MAX} << 1 | 1;
 
+// The pieces every profile block layout shares: the next group's node, its j-th column from the
+// previous one `c` (the first is the column itself, later ones column - previous - 1), and a
+// value of it (both scopes' for a mirrored group).
+void advanceNode(Reader& r, std::uint64_t& node, std::uint64_t delta, bool& firstGroup) {
+  if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
+  firstGroup = false;
+  node += delta;
+  if (node > UINT32_MAX) r.fail("node id out of range");
+}
+std::uint64_t nextColumn(Reader& r, std::uint64_t j, std::uint64_t c, bool mirrored) {
+  const std::uint64_t step = r.u64();
+  c = j == 0 ? step : c + step + 1;
+  if (c > kMaxColumn) r.fail("metric id out of range");
+  if (mirrored && (c & 1) != 0) r.fail("inclusive value in a group of exclusive values that are also inclusive");
+  return c;
+}
+void readValue(Reader& r, const std::vector<ValueScale>& scales, std::uint64_t node, std::uint64_t c, bool mirrored,
+               std::vector<ProfileValue>& out) {
+  const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
+  if (v == 0) r.fail("stored zero value");
+  out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
+  if (mirrored) out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), MetricScope::Inclusive, v});
+}
+
 // Format 4.0: groups name their columns by pattern.
 void decodePatternGroups(Reader& r, std::uint64_t node, const std::vector<ValueScale>& scales,
                          std::vector<ProfileValue>& out) {
@@ -411,20 +439,16 @@ void decodePatternGroups(Reader& r, std::uint64_t node, const std::vector<ValueS
     std::vector<std::uint32_t> columns;
     bool mirrored = false;
   };
-  std::array<Pattern, 7> patterns;
+  std::array<Pattern, kNewPattern> patterns;
   std::size_t known = 0;
-  std::vector<std::uint32_t> spelled;
   bool firstGroup = true;
   while (!r.done()) {
     const std::uint64_t head = r.u64();
-    const std::uint64_t delta = head >> 3, code = head & 7;
-    if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
-    firstGroup = false;
-    node += delta;
-    if (node > UINT32_MAX) r.fail("node id out of range");
+    const std::uint64_t code = head & kNewPattern;
+    advanceNode(r, node, head >> kPatternBits, firstGroup);
     const Pattern* p = nullptr;
     Pattern local;
-    if (code == 7) {
+    if (code == kNewPattern) {
       const std::uint64_t count = r.u64();
       const std::uint64_t n = count >> 1;
       if (n == 0) r.fail("node without values");
@@ -434,11 +458,7 @@ void decodePatternGroups(Reader& r, std::uint64_t node, const std::vector<ValueS
       made.columns.clear();
       std::uint64_t c = 0;
       for (std::uint64_t j = 0; j < n; ++j) {
-        const std::uint64_t step = r.u64();
-        c = j == 0 ? step : c + step + 1;
-        if (c > kMaxColumn) r.fail("metric id out of range");
-        if (made.mirrored && (c & 1) != 0)
-          r.fail("inclusive value in a group of exclusive values that are also inclusive");
+        c = nextColumn(r, j, c, made.mirrored);
         made.columns.push_back(static_cast<std::uint32_t>(c));
       }
       p = &made;
@@ -446,13 +466,7 @@ void decodePatternGroups(Reader& r, std::uint64_t node, const std::vector<ValueS
       if (code >= known) r.fail("group names a column pattern the block has not defined");
       p = &patterns[code];
     }
-    for (const std::uint32_t c : p->columns) {
-      const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
-      if (v == 0) r.fail("stored zero value");
-      out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
-      if (p->mirrored)
-        out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), MetricScope::Inclusive, v});
-    }
+    for (const std::uint32_t c : p->columns) readValue(r, scales, node, c, p->mirrored, out);
   }
 }
 
@@ -478,26 +492,15 @@ void decodeProfileBlock(std::string_view key, std::string_view value, std::vecto
   const bool mirroredGroups = formatMajor >= 3;
   bool firstGroup = true;
   while (!r.done()) {
-    const std::uint64_t delta = r.u64();
-    if (firstGroup ? delta != 0 : delta == 0) r.fail("node ids not strictly ascending");
-    node += delta;
-    if (node > UINT32_MAX) r.fail("node id out of range");
-    firstGroup = false;
+    advanceNode(r, node, r.u64(), firstGroup);
     const std::uint64_t head = r.u64();
     const bool mirrored = mirroredGroups && (head & 1) != 0;
     const std::uint64_t count = mirroredGroups ? head >> 1 : head;
     if (count == 0) r.fail("node without values");
     std::uint64_t c = 0;
     for (std::uint64_t j = 0; j < count; ++j) {
-      const std::uint64_t step = r.u64();
-      c = j == 0 ? step : c + step + 1;
-      if (c > kMaxColumn) r.fail("metric id out of range");
-      if (mirrored && (c & 1) != 0) r.fail("inclusive value in a group of exclusive values that are also inclusive");
-      const std::uint64_t v = (c >> 1) < scales.size() ? scales[c >> 1].read(r) : r.u64();
-      if (v == 0) r.fail("stored zero value");
-      out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), v});
-      if (mirrored)
-        out.push_back({static_cast<NodeId>(node), static_cast<MetricId>(c >> 1), MetricScope::Inclusive, v});
+      c = nextColumn(r, j, c, mirrored);
+      readValue(r, scales, node, c, mirrored, out);
     }
   }
 }

@@ -55,8 +55,9 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   storeSeconds_ += run.storeSeconds();
 }
 
-// A node's entries, in profile order, are encoded into one block per (metric, scope) as they
-// come (deal): every block's profiles ascend, and the blocks are written in (metric, scope) order.
+// A node's entries, in profile order, are collected into one block per (metric, scope) as they
+// come (deal): every block's profiles ascend, and the blocks are encoded and written in (metric,
+// scope) order.
 void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) {
   run.putNodeBlocks(node, blocks_, leaf_[node] != 0);
 }

@@ -92,8 +92,6 @@ inline char* varintAt(char* out, std::uint64_t v) {
   *out++ = static_cast<char>(v);
   return out;
 }
-// The number of bytes varintAt writes for v.
-inline std::size_t varintSize(std::uint64_t v) { return static_cast<std::size_t>(std::bit_width(v | 1) + 6) / 7; }
 // Unsigned values of up to 64 bits (ids, counts, per-thread values: the bulk of a database)
 // take this form: the bytes are made in a register-sized buffer and appended at once.
 template <std::unsigned_integral T>
@@ -203,21 +201,15 @@ class ByteReader {
     return v;
   }
 
-  // The next `n` bytes, as a view into the input.
-  std::string_view take(std::size_t n) {
-    if (n > remaining()) fail("truncated");
+  // The next `n` bytes, as a view into the input; `problem` names their absence.
+  std::string_view take(std::size_t n, const char* problem = "truncated") {
+    if (n > remaining()) fail(problem);
     const std::string_view s = data_.substr(pos_, n);
     pos_ += n;
     return s;
   }
   // A length-prefixed byte string, as a view into the input.
-  std::string_view textView() {
-    const std::uint64_t n = u64();
-    if (n > remaining()) fail("truncated string");
-    const std::string_view s = data_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
+  std::string_view textView() { return take(u64(), "truncated string"); }
   std::string text() { return std::string(textView()); }
   std::vector<std::byte> bytes() {
     const std::string_view s = textView();

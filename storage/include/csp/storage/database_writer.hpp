@@ -37,8 +37,9 @@ struct ShardOptions {
   std::vector<std::uint64_t> valueScales;
 };
 
-// One node's values across profiles, encoded as they are dealt out (profile after profile, each
-// with its values at the node) into one open block per (metric, scope), and written with
+// One node's values across profiles, collected as they are dealt out (profile after profile, each
+// with its values at the node) into one open block per (metric, scope), encoded when the block is
+// full or the node is written (format::encodeNodeBlock), and written with
 // ShardWriter::putNodeBlocks(node, blocks): the same blocks as putNodeValues with the values
 // sorted by (metric, scope, profile), without sorting or copying them first. Reusable: the
 // writer empties it.
@@ -78,6 +79,7 @@ class NodeValueBlocks {
   std::uint64_t drain(NodeId node, const std::function<void(const std::string& key, std::string_view block)>& emit);
   void widen(std::size_t column);
   void seal(Column& column);
+  std::string_view encodeOpen(const Column& column);  // its open block, in buffer_
   [[noreturn]] static void refuse(ProfileId profile, ProfileId previous);
   std::uint32_t blockValues_;
   std::vector<std::uint64_t> scales_;  // by metric
