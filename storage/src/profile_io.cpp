@@ -615,26 +615,30 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   return parseProfile(bytes.subspan(where.offset, bundleRecordLength(bytes, where.offset)), path.string(), options);
 }
 
-std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir) {
+std::vector<std::string> listProfiles(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw ProfileError(dir.string(), std::filesystem::exists(dir) ? "not a directory" : "no such directory");
-  std::vector<std::filesystem::path> files;
+  // Names in one directory: sorting the whole paths as strings sorts them by name.
+  std::vector<std::string> files;
   // Every entry named like a profile, whatever it is: one that is no regular file (a FIFO, a
   // directory, a dangling link, a link loop, a device) is reported when read, naming it, or
   // skipped and recorded with --skip-invalid; never silently left out.
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const auto ext = it->path().extension();
-    if (ext == kProfileExtension || ext == kBundleExtension) files.push_back(it->path());
+    if (ext == kProfileExtension || ext == kBundleExtension) files.push_back(it->path().string());
   }
   if (ec) throw ProfileError(dir.string(), "cannot list: " + ec.message());
   std::sort(files.begin(), files.end());
-  std::vector<std::filesystem::path> out;
-  for (const auto& f : files) {
-    if (!isBundle(f)) {
-      out.push_back(f);
+  auto inBundle = [](const std::string& f) { return f.ends_with(kBundleExtension); };
+  if (std::none_of(files.begin(), files.end(), inBundle)) return files;
+  std::vector<std::string> out;
+  for (auto& name : files) {
+    if (!inBundle(name)) {
+      out.push_back(std::move(name));
       continue;
     }
+    const std::filesystem::path f = name;
     std::optional<MappedFile> bundle;
     try {
       bundle.emplace(f);
@@ -643,10 +647,10 @@ std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir
       continue;
     }
     for (const std::uint64_t offset : bundleRecordOffsets(bundle->bytes()))
-      out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), offset));
+      out.push_back((f.parent_path() / fmt::format("{}@{}", f.filename().string(), offset)).string());
     // A cut bundle's end is an entry too: reading it reports the missing profiles.
     if (!bundleIncompleteness(bundle->bytes()).empty())
-      out.push_back(f.parent_path() / fmt::format("{}@{}", f.filename().string(), bundle->bytes().size()));
+      out.push_back((f.parent_path() / fmt::format("{}@{}", f.filename().string(), bundle->bytes().size())).string());
   }
   return out;
 }

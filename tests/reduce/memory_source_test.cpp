@@ -55,7 +55,7 @@ TEST(MemorySource, ReadsAValidFile) {
   const auto source = csp::reduce::memoryProfileSource();
   const auto file = write(dir, kValid);
   ASSERT_TRUE(source->isProfile(file));
-  EXPECT_EQ(source->list(dir.path()), std::vector<fs::path>{file});
+  EXPECT_EQ(source->list(dir.path()), std::vector<std::string>{file.string()});
   const auto p = source->read(file);
   EXPECT_NO_THROW(csp::storage::validateProfile(p, file.string()));
   EXPECT_EQ(csp::formatIdTuple(p.identity.idTuple),

@@ -73,10 +73,10 @@ class FakeSource : public reduce::ProfileSource {
   reduce::SourceProvides provides() const override { return provides_; }
   std::string pattern() const override { return "*.fake"; }
   bool isProfile(const std::filesystem::path& file) const override { return file.extension() == ".fake"; }
-  std::vector<std::filesystem::path> list(const std::filesystem::path& dir) const override {
-    std::vector<std::filesystem::path> out;
+  std::vector<std::string> list(const std::filesystem::path& dir) const override {
+    std::vector<std::string> out;
     for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (isProfile(e.path())) out.push_back(e.path());
+      if (isProfile(e.path())) out.push_back(e.path().string());
     std::sort(out.begin(), out.end());
     return out;
   }

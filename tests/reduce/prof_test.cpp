@@ -423,7 +423,7 @@ TEST_F(Prof, RegionAreaBeyond64BitsIsRefusedNotWrapped) {
         std::string(t ? "," : "") + R"({"id": {"rank": 0, "thread": )" + std::to_string(t) +
         R"(}, "pid": 7, "hostname": "n1", "events": [{"t": 0, "enter": "r"}, {"t": 9000000000000000000, "exit": "r"}]})";
   const auto meas = fromJson("area", R"({"metrics": [{"name": "t"}], "threads": [)" + threads + "]}");
-  const auto first = storage::listProfiles(meas).front();
+  const std::filesystem::path first = storage::listProfiles(meas).front();
   for (int ranks : {1, 2}) {
     const auto db = dir / ("area-db" + std::to_string(ranks));
     const auto r = run(csp::test::mpirun(ranks) + tool("csp-prof-mpi") + " -q " + meas.string() + " -o " + db.string());
@@ -441,7 +441,7 @@ TEST_F(Prof, MixedInputsAreRefusedNamingBothFiles) {
   const auto b = dir / "b";
   ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 2 --nodes 50 --seed 1 -o " + a.string()).status, 0);
   ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 2 --nodes 50 --seed 2 -o " + b.string()).status, 0);
-  const auto first = storage::listProfiles(a).front(), firstOfB = storage::listProfiles(b).front();
+  const std::filesystem::path first = storage::listProfiles(a).front(), firstOfB = storage::listProfiles(b).front();
   auto prof = [&](const std::string& inputs) {
     return run(csp::test::mpirun(2) + tool("csp-prof-mpi") + " -q " + inputs + " -o " + (dir / "mixed").string());
   };
@@ -468,10 +468,10 @@ TEST_F(Prof, MixedInputsAreRefusedNamingBothFiles) {
     "threads": [{"id": {"rank": 1}, "samples": [{"path": [{"proc": "main"}, {"stmt": "m.c:1"}], "counts": {"cpu-time": 5}}]}]})");
   r = prof(sampled.string() + " " + counted.string());
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("metric 'cpu-time' means different things in " +
-                          storage::listProfiles(sampled).front().string() + " (sampled, unit ns) and " +
-                          storage::listProfiles(counted).front().string() + " (counted, unit cycles)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("metric 'cpu-time' means different things in " + storage::listProfiles(sampled).front() +
+                    " (sampled, unit ns) and " + storage::listProfiles(counted).front() + " (counted, unit cycles)"),
+      std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "mixed"));
 }

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <map>
 #include <tuple>
 
 #include "stages.hpp"
@@ -18,7 +17,7 @@ namespace {
 __extension__ using Uint128 = unsigned __int128;
 
 struct Listing {
-  std::vector<InputProfile> inputs;
+  InputList inputs;
   std::vector<std::string> leftoverTemporaries;
 };
 
@@ -27,7 +26,10 @@ void listDirectory(const fs::path& dir, const ProfileSources& sources, Listing& 
   try {
     const std::size_t before = out.inputs.size();
     for (const auto& source : sources)
-      for (const auto& f : source->list(dir)) out.inputs.push_back({f, source->bytes(f), source.get()});
+      for (auto& f : source->list(dir)) {
+        const auto bytes = source->bytes(f);
+        out.inputs.add({std::move(f), bytes, source.get()});
+      }
     if (out.inputs.size() == before)
       errors.push_back(fmt::format("{}: no profiles ({}) in this directory", dir.string(), profilePatterns(sources)));
     for (const auto& source : sources)
@@ -39,16 +41,30 @@ void listDirectory(const fs::path& dir, const ProfileSources& sources, Listing& 
 
 // A file listed twice (a directory given twice, a profile given beside its directory, links)
 // would count every value twice.
-void checkListedOnce(const std::vector<InputProfile>& inputs, std::vector<std::string>& errors) {
-  std::map<std::tuple<dev_t, ino_t, std::uint64_t>, std::string> seen;
-  for (const auto& f : inputs) {
+void checkListedOnce(const InputList& inputs, std::vector<std::string>& errors) {
+  std::vector<std::tuple<dev_t, ino_t, std::uint64_t, std::size_t>> places;  // the last: the input
+  places.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto f = inputs[i];
     const auto [file, offset] = f.source->place(f.path);  // a bundle holds several profiles
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
-    auto [it, fresh] = seen.try_emplace({st.st_dev, st.st_ino, offset}, f.path);
-    if (!fresh)
-      errors.push_back(fmt::format("{} and {} are the same profile: an input is given twice", it->second, f.path));
+    places.emplace_back(st.st_dev, st.st_ino, offset, i);
   }
+  std::sort(places.begin(), places.end());
+  std::vector<std::pair<std::size_t, std::size_t>> twice;  // (input, the first input at its place)
+  for (std::size_t k = 1, first = 0; k < places.size(); ++k) {
+    const auto& [dev, ino, offset, input] = places[k];
+    const auto& [firstDev, firstIno, firstOffset, firstInput] = places[first];
+    if (dev == firstDev && ino == firstIno && offset == firstOffset)
+      twice.emplace_back(input, firstInput);
+    else
+      first = k;
+  }
+  std::sort(twice.begin(), twice.end());  // in input order
+  for (const auto& [input, first] : twice)
+    errors.push_back(
+        fmt::format("{} and {} are the same profile: an input is given twice", inputs[first].path, inputs[input].path));
 }
 
 // Rank 0: the measurement directories' profiles and the profile files given, in order.
@@ -63,7 +79,7 @@ Listing listInputs(const PipelineOptions& options) {
       listDirectory(input, sources, out, errors);
     } else if (const auto* source = sourceFor(sources, input);
                source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
-      out.inputs.push_back({input, source->bytes(input), source});
+      out.inputs.add({input.string(), source->bytes(input), source});
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
     } else {
@@ -79,11 +95,12 @@ Listing listInputs(const PipelineOptions& options) {
 }
 
 // Rank 0's list to everyone: paths, sizes and each file's source (its index in the options).
-std::vector<InputProfile> shareInputs(const Comm& comm, const ProfileSources& sources, const Listing& listing) {
+InputList shareInputs(const Comm& comm, const ProfileSources& sources, Listing& listing) {
   Packer packed;
   if (comm.rank() == 0) {
     packed.u64(listing.inputs.size());
-    for (const auto& f : listing.inputs) {
+    for (std::size_t i = 0; i < listing.inputs.size(); ++i) {
+      const auto f = listing.inputs[i];
       packed.text(f.path);
       packed.u64(f.bytes);
       const auto at = std::find_if(sources.begin(), sources.end(), [&](const auto& s) { return s.get() == f.source; });
@@ -92,13 +109,20 @@ std::vector<InputProfile> shareInputs(const Comm& comm, const ProfileSources& so
   }
   auto bytes = packed.take();
   comm.broadcast(bytes);
+  if (comm.rank() == 0) {
+    listing.inputs.shrinkToFit();
+    return std::move(listing.inputs);
+  }
   Unpacker u(bytes);
-  std::vector<InputProfile> inputs(u.u64());
-  for (auto& f : inputs) {
+  InputList inputs;
+  for (auto n = u.u64(); n > 0; --n) {
+    InputProfile f;
     f.path = u.text();
     f.bytes = u.u64();
     f.source = sources.at(u.u64()).get();
+    inputs.add(f);
   }
+  inputs.shrinkToFit();
   return inputs;
 }
 
@@ -106,20 +130,64 @@ std::vector<InputProfile> shareInputs(const Comm& comm, const ProfileSources& so
 // preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
 // database's per-node blocks follow them, so the same inputs give the same keys for any process
 // count. Contiguity keeps ids and key ranges per rank sorted.
-std::size_t shareStart(const std::vector<InputProfile>& inputs, std::size_t batch, int rank, int ranks) {
+std::size_t shareStart(const InputList& inputs, std::size_t batch, int rank, int ranks) {
   if (rank >= ranks) return inputs.size();
   std::uint64_t total = 0;
-  for (const auto& f : inputs) total += f.bytes;
+  for (std::size_t i = 0; i < inputs.size(); ++i) total += inputs.bytes(i);
   const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(rank) / static_cast<unsigned>(ranks);
   std::uint64_t before = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (i % batch == 0 && before >= target) return i;
-    before += inputs[i].bytes;
+    before += inputs.bytes(i);
   }
   return inputs.size();
 }
 
 }  // namespace
+
+}  // namespace csp::reduce::stages
+
+namespace csp::reduce {
+
+void InputList::add(const InputProfile& input) {
+  const std::string_view path = input.path;
+  const auto slash = path.rfind('/');
+  const std::string_view directory = slash == std::string_view::npos ? std::string_view() : path.substr(0, slash + 1);
+  Entry e;
+  if (!entries_.empty() && directories_[entries_.back().directory] == directory) {
+    e.directory = entries_.back().directory;  // the common case: the next file of the same directory
+  } else {
+    auto [it, fresh] = directoryIndex_.try_emplace(std::string(directory), directories_.size());
+    if (fresh) directories_.emplace_back(directory);
+    e.directory = it->second;
+  }
+  names_.append(path.substr(directory.size()));
+  e.bytes = input.bytes;
+  e.nameEnd = names_.size();
+  e.source = input.source;
+  entries_.push_back(e);
+}
+
+InputProfile InputList::operator[](std::size_t i) const {
+  const Entry& e = entries_.at(i);
+  const std::size_t begin = i == 0 ? 0 : entries_[i - 1].nameEnd;
+  InputProfile out;
+  out.path.reserve(directories_[e.directory].size() + (e.nameEnd - begin));
+  out.path.append(directories_[e.directory]).append(names_, begin, e.nameEnd - begin);
+  out.bytes = e.bytes;
+  out.source = e.source;
+  return out;
+}
+
+void InputList::shrinkToFit() {
+  directoryIndex_.clear();
+  names_.shrink_to_fit();
+  entries_.shrink_to_fit();
+}
+
+}  // namespace csp::reduce
+
+namespace csp::reduce::stages {
 
 Discovery discover(const Comm& comm, const PipelineOptions& options) {
   Listing listing;

@@ -83,7 +83,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   s.spill.reset();
 }
 
-const std::vector<InputProfile>& Pipeline::inputs() const { return impl_->discovery.inputs; }
+const InputList& Pipeline::inputs() const { return impl_->discovery.inputs; }
 const FinalCct& Pipeline::cct() const { return impl_->cct; }
 const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions.nodes(); }
 std::vector<std::uint32_t> Pipeline::regionIds(const RegionProfile& r) const { return impl_->regions.idsOf(r); }
@@ -92,8 +92,9 @@ const std::vector<MetricDescriptor>& Pipeline::metrics() const { return impl_->m
 std::uint32_t Pipeline::profileCount() const { return impl_->profiles.count; }
 std::uint32_t Pipeline::firstProfileId() const { return impl_->profiles.firstId; }
 const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_->threadClasses.classOf; }
-const std::vector<storage::ThreadClassInfo>& Pipeline::threadClasses() const { return impl_->threadClasses.infos; }
+std::vector<storage::ThreadClassInfo> Pipeline::threadClasses() const { return impl_->threadClasses.infos(); }
 const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->profiles.local; }
+const ProfileRecords& Pipeline::localRecords() const { return impl_->profiles.records; }
 const std::vector<Identity>& Pipeline::commonIdentities() const { return impl_->profiles.common; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->profiles.skipped; }
 bool Pipeline::physicalPaths() const { return impl_->options.physical; }

@@ -59,9 +59,12 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
     if (!r) continue;
     r->info.id = next++;
     table.spillOf.push_back(r->spill);
-    table.local.push_back(std::move(r->info));
+    table.local.push_back(r->info);
+    table.records.add(r->record);
     table.features.push_back(std::move(r->features));
+    r->record = {};  // packed (the rest of the ReadProfile goes on to the metric plan)
   }
+  table.records.shrinkToFit();
   table.common = std::move(read.common);
 }
 
@@ -70,10 +73,12 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
 void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const ProfileTable& table) {
   Packer p;
   p.u64(table.local.size());
+  auto records = table.records.read();
   for (std::size_t k = 0; k < table.local.size(); ++k) {
+    const ProfileRecord record = records.next();
     p.u64(table.local[k].input);
-    p.u64(table.local[k].identity.idTuple.size());
-    for (const auto& e : table.local[k].identity.idTuple) {
+    p.u64(record.identity.idTuple.size());
+    for (const auto& e : record.identity.idTuple) {
       p.u64(static_cast<std::uint64_t>(e.kind));
       p.u64(e.value);
     }
@@ -117,6 +122,63 @@ void throwIfAny(const std::vector<std::string>& errors) {
   if (errors.size() > shown) message += fmt::format("\n(and {} more errors on this process)", errors.size() - shown);
   throw PipelineError(message);
 }
+
+}  // namespace csp::reduce::stages
+
+namespace csp::reduce {
+
+void ProfileRecords::add(const ProfileRecord& r) {
+  // The host: most often the previous profile's (profiles come in input order, by host).
+  std::size_t host = hosts_.size();
+  for (std::size_t k = hosts_.size(); k-- > 0;)
+    if (hosts_[k] == r.identity.hostname) {
+      host = k;
+      break;
+    }
+  if (host == hosts_.size()) hosts_.push_back(r.identity.hostname);
+  storage::ByteWriter<std::string> out(std::move(bytes_));
+  out.u64(r.identity.idTuple.size());
+  for (const auto& e : r.identity.idTuple) {
+    out.u64(static_cast<std::uint64_t>(e.kind));
+    out.u64(e.value);
+  }
+  out.u64(host);
+  out.u64(r.identity.pid);
+  out.u64(r.identity.common);
+  out.u64(r.stats.samples);
+  out.u64(r.stats.unwindFailures);
+  out.u64(r.stats.droppedSamples);
+  out.u64(r.stats.truncatedPaths);
+  out.u64(r.truncatedSamples);
+  out.u64(r.scannedSamples);
+  out.u64(r.recoveredSamples);
+  bytes_ = out.take();
+  ++count_;
+}
+
+ProfileRecord ProfileRecords::Reader::next() {
+  ProfileRecord r;
+  r.identity.idTuple.resize(in_.u64());
+  for (auto& e : r.identity.idTuple) {
+    e.kind = static_cast<IdKind>(in_.u64());
+    e.value = in_.u64();
+  }
+  r.identity.hostname = records_.hosts_.at(in_.u64());
+  r.identity.pid = static_cast<std::uint32_t>(in_.u64());
+  r.identity.common = static_cast<std::uint32_t>(in_.u64());
+  r.stats.samples = in_.u64();
+  r.stats.unwindFailures = in_.u64();
+  r.stats.droppedSamples = in_.u64();
+  r.stats.truncatedPaths = in_.u64();
+  r.truncatedSamples = in_.u64();
+  r.scannedSamples = in_.u64();
+  r.recoveredSamples = in_.u64();
+  return r;
+}
+
+}  // namespace csp::reduce
+
+namespace csp::reduce::stages {
 
 ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read) {
   ProfileTable table;

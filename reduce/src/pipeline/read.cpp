@@ -96,16 +96,16 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   out.features = threadFeatures(p, input.source->workMetric(), stmt, entries, localCct, a.strings);
   regions.add(p.regions);
   keepMetadataSettings(p.identity);
-  out.info.identity.idTuple = std::move(p.identity.idTuple);
-  out.info.identity.hostname = std::move(p.identity.hostname);
-  out.info.identity.pid = p.identity.pid;
-  out.info.identity.common = common.add(p.identity);
-  out.info.stats = p.stats;
+  out.record.identity.idTuple = std::move(p.identity.idTuple);
+  out.record.identity.hostname = std::move(p.identity.hostname);
+  out.record.identity.pid = p.identity.pid;
+  out.record.identity.common = common.add(p.identity);
+  out.record.stats = p.stats;
+  out.record.truncatedSamples = truncated;
+  out.record.scannedSamples = scanned;
+  out.record.recoveredSamples = recovered;
   out.info.input = index;
   out.info.hasRegionEvents = !p.regions.eventTimeNs.empty();
-  out.info.truncatedSamples = truncated;
-  out.info.scannedSamples = scanned;
-  out.info.recoveredSamples = recovered;
   // A region-less profile's region values are empty: the spill holds all the values pass needs.
   if (a.spill && p.regions.size() <= 1) out.spill = a.spill->put(p.metrics, stmt);
   out.metrics = metricLists.add(std::move(p.metrics));

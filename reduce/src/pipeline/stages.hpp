@@ -97,7 +97,7 @@ void throwIfAny(const std::vector<std::string>& errors);
 // --- discover (discover.cpp) -------------------------------------------------------------------
 
 struct Discovery {
-  std::vector<InputProfile> inputs;              // all ranks: the same list, in id order
+  InputList inputs;                              // all ranks: the same list, in id order
   std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
   std::size_t begin = 0, end = 0;                // this rank's inputs
 };
@@ -165,7 +165,8 @@ std::vector<std::uint32_t> finalIdsOf(const LocalCct& local, const FinalCct& cct
 
 // What the structure pass keeps of one profile until the database is written.
 struct ReadProfile {
-  ProfileInfo info;           // id still 0
+  ProfileInfo info;  // id still 0
+  ProfileRecord record;
   std::uint32_t metrics = 0;  // ReadResult::metricLists[metrics]: its metrics, until the list is unified
   SpillRef spill;
   ThreadFeatures features;  // what the thread classification looks at
@@ -227,6 +228,7 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 
 struct ProfileTable {
   std::vector<ProfileInfo> local;        // this rank's valid profiles, ascending id
+  ProfileRecords records;                // local[i]'s record is the i-th
   std::vector<SpillRef> spillOf;         // local[i]'s projected values
   std::uint32_t firstId = 0;             // of this rank's profiles
   std::uint32_t count = 0;               // valid profiles of all ranks
@@ -249,8 +251,11 @@ ThreadFeatures threadFeatures(const ThreadProfile& profile, const std::string& w
                               const StringTable& strings);
 
 struct ThreadClassification {
-  std::vector<std::uint8_t> classOf;            // storage::ThreadClass of every profile, all ranks
-  std::vector<storage::ThreadClassInfo> infos;  // rank 0: class, entry and reason per profile
+  std::vector<std::uint8_t> classOf;  // storage::ThreadClass of every profile, all ranks
+  // Rank 0: the entry and reason of every profile, packed one after the other (texts), until the
+  // metadata is written: as ThreadClassInfos they would take about 150 bytes a profile.
+  std::string entriesAndReasons;
+  std::vector<storage::ThreadClassInfo> infos() const;  // class, entry and reason per profile
 };
 
 // The features of every profile go to rank 0, which classifies them with the whole process in

@@ -108,13 +108,35 @@ ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, cons
         all.push_back(std::move(f));
       }
     }
-    out.infos = reduce::classifyThreads(all, options);
-    for (const auto& c : out.infos) classes.push_back(static_cast<std::byte>(c.threadClass));
+    const auto infos = reduce::classifyThreads(all, options);
+    std::vector<ThreadFeatures>().swap(all);
+    storage::ByteWriter<std::string> packed;
+    for (const auto& c : infos) {
+      classes.push_back(static_cast<std::byte>(c.threadClass));
+      packed.text(c.entry);
+      packed.text(c.reason);
+    }
+    out.entriesAndReasons = packed.take();
+    out.entriesAndReasons.shrink_to_fit();
   }
   comm.broadcast(classes);
   out.classOf.resize(classes.size());
   for (std::size_t i = 0; i < classes.size(); ++i) out.classOf[i] = static_cast<std::uint8_t>(classes[i]);
   std::vector<ThreadFeatures>().swap(table.features);  // not needed any more
+  return out;
+}
+
+std::vector<storage::ThreadClassInfo> ThreadClassification::infos() const {
+  std::vector<storage::ThreadClassInfo> out;
+  if (entriesAndReasons.empty()) return out;  // not rank 0
+  out.resize(classOf.size());
+  storage::ByteReader<std::logic_error> in(entriesAndReasons, "thread classes");
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].threadClass = static_cast<storage::ThreadClass>(classOf[i]);
+    out[i].entry = in.text();
+    out[i].reason = in.text();
+  }
+  in.expectDone();
   return out;
 }
 

@@ -28,7 +28,7 @@ class CspProfileSource final : public ProfileSource {
     return {where.file, where.offset};
   }
   std::uint64_t bytes(const fs::path& entry) const override { return storage::profileBytes(entry); }
-  std::vector<fs::path> list(const fs::path& directory) const override { return storage::listProfiles(directory); }
+  std::vector<std::string> list(const fs::path& directory) const override { return storage::listProfiles(directory); }
   // The pipeline validates.
   ThreadProfile read(const fs::path& entry) const override { return storage::readProfile(entry, {.validate = false}); }
 

@@ -985,11 +985,11 @@ class HpcrunProfileSource final : public ProfileSource {
   }
   std::string pattern() const override { return "*.hpcrun"; }
   bool isProfile(const fs::path& file) const override { return file.extension() == ".hpcrun"; }
-  std::vector<fs::path> list(const fs::path& directory) const override {
-    std::vector<fs::path> out;
+  std::vector<std::string> list(const fs::path& directory) const override {
+    std::vector<std::string> out;
     std::error_code ec;
     for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-      if (isProfile(it->path()) && it->is_regular_file()) out.push_back(it->path());
+      if (isProfile(it->path()) && it->is_regular_file()) out.push_back(it->path().string());
     if (ec) throw storage::ProfileError(directory.string(), "cannot be listed: " + ec.message());
     std::sort(out.begin(), out.end());
     return out;

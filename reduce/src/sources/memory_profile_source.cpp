@@ -386,11 +386,11 @@ class MemoryProfileSource final : public ProfileSource {
     const auto n = fs::file_size(entry, ec);
     return ec ? 0 : n;
   }
-  std::vector<fs::path> list(const fs::path& directory) const override {
-    std::vector<fs::path> files;
+  std::vector<std::string> list(const fs::path& directory) const override {
+    std::vector<std::string> files;
     std::error_code ec;
     for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-      if (isProfile(it->path())) files.push_back(it->path());
+      if (isProfile(it->path())) files.push_back(it->path().string());
     if (ec) throw storage::ProfileError(directory.string(), "cannot list: " + ec.message());
     std::sort(files.begin(), files.end());
     return files;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 
@@ -30,6 +31,7 @@
 #include "csp/reduce/profile_source.hpp"
 #include "csp/reduce/projection.hpp"
 #include "csp/reduce/thread_classes.hpp"
+#include "csp/storage/bytes.hpp"
 #include "csp/storage/profile.hpp"
 
 namespace csp::reduce {
@@ -67,11 +69,34 @@ class ProgressSink {
 };
 
 struct InputProfile {
-  // A string, not a std::filesystem::path: one is kept for every profile of the run, and a path
-  // also keeps each of its components (hundreds of bytes more per profile at 65,536 profiles).
   std::string path;
   std::uint64_t bytes = 0;
   const ProfileSource* source = nullptr;  // the format that reads it
+};
+
+// The inputs of a run in id order, as every rank keeps them through the run: each directory
+// once, the file names one after the other, and a fixed-size entry per input (about 70 bytes an
+// input instead of 160 as InputProfiles at 65,536 profiles).
+class InputList {
+ public:
+  void add(const InputProfile& input);
+  InputProfile operator[](std::size_t i) const;  // rebuilt: the path exactly as added
+  std::uint64_t bytes(std::size_t i) const { return entries_[i].bytes; }
+  std::size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  void shrinkToFit();  // after the last add
+
+ private:
+  struct Entry {
+    std::uint64_t bytes = 0;
+    std::uint64_t nameEnd = 0;  // in names_; the name starts where the previous entry's ends
+    const ProfileSource* source = nullptr;
+    std::uint32_t directory = 0;  // directories_[directory]: the path up to its last '/', included
+  };
+  std::vector<std::string> directories_;
+  std::map<std::string, std::uint32_t, std::less<>> directoryIndex_;  // until shrinkToFit
+  std::string names_;
+  std::vector<Entry> entries_;
 };
 
 // Reads an input as every stage does: through its source, then validated
@@ -96,16 +121,47 @@ struct ProfileIdentity {
   std::uint32_t common = 0;  // commonIdentities()[common]: executable, commandLine, settings
 };
 
-// One profile as the database sees it: dense id among the valid profiles, and its identity.
-struct ProfileInfo {
-  std::uint32_t id = 0;
+// What the database's metadata records of one profile: its identity and how well it was sampled.
+struct ProfileRecord {
   ProfileIdentity identity;
   MeasurementStats stats;
-  std::size_t input = 0;               // index into inputs()
-  bool hasRegionEvents = false;        // the profile carries a region event log
   std::uint64_t truncatedSamples = 0;  // samples on incomplete call paths (projectProfile)
   std::uint64_t scannedSamples = 0;    // samples whose path went through stack scans (projectProfile)
   std::uint64_t recoveredSamples = 0;  // of them, those the unwind recipes completed
+};
+
+// The records of a rank's profiles in local order, packed as varints with each host name kept
+// once: about 30 bytes a profile where a ProfileRecord takes 250, so that what csp-prof-mpi keeps
+// of every profile through the values pass stays small. Read back in order.
+class ProfileRecords {
+ public:
+  void add(const ProfileRecord& record);
+  std::size_t size() const { return count_; }
+  void shrinkToFit() { bytes_.shrink_to_fit(); }  // after the last add
+
+  class Reader {
+   public:
+    explicit Reader(const ProfileRecords& records) : records_(records), in_(records.bytes_, "profile records") {}
+    ProfileRecord next();  // the next record; the first one first
+
+   private:
+    const ProfileRecords& records_;
+    storage::ByteReader<std::logic_error> in_;
+  };
+  Reader read() const { return Reader(*this); }
+
+ private:
+  std::string bytes_;
+  std::vector<std::string> hosts_;
+  std::size_t count_ = 0;
+};
+
+// One profile as the values pass and the database see it: dense id among the valid profiles and
+// its input; its record is Pipeline::localRecords()'s at the same index.
+struct ProfileInfo {
+  std::uint32_t id = 0;
+  bool hasRegionEvents = false;  // the profile carries a region event log
+  std::size_t input = 0;         // index into inputs()
 };
 
 // The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
@@ -149,7 +205,7 @@ class Pipeline {
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.
-  const std::vector<InputProfile>& inputs() const;     // all ranks, after discover
+  const InputList& inputs() const;                     // all ranks, after discover
   const FinalCct& cct() const;                         // after buildStructure
   const std::vector<RegionTreeNode>& regions() const;  // after buildStructure
   // Final region id of every node of a profile's region tree (0 for its root).
@@ -163,8 +219,9 @@ class Pipeline {
   // Thread class (storage::ThreadClass) of every profile, all ranks, after buildStructure.
   const std::vector<std::uint8_t>& threadClassOf() const;
   // Class, entry and reason of every profile: on rank 0 only (for the metadata).
-  const std::vector<storage::ThreadClassInfo>& threadClasses() const;
+  std::vector<storage::ThreadClassInfo> threadClasses() const;
   const std::vector<ProfileInfo>& localProfiles() const;  // this rank's valid profiles
+  const ProfileRecords& localRecords() const;             // their records, in the same order
   // The executables, command lines and settings of this rank's profiles, each once
   // (ProfileIdentity::common; only executable, commandLine and settings are set).
   const std::vector<Identity>& commonIdentities() const;

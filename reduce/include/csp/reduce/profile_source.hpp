@@ -43,8 +43,10 @@ class ProfileSource {
   // Whether `file` names one of this format's profiles (by name only; nothing is opened).
   virtual bool isProfile(const std::filesystem::path& file) const = 0;
   // This format's profiles in a measurement directory, in the order that fixes profile ids
-  // (sorted by name). Throws storage::ProfileError for an entry that cannot be listed.
-  virtual std::vector<std::filesystem::path> list(const std::filesystem::path& directory) const = 0;
+  // (sorted by name). Throws storage::ProfileError for an entry that cannot be listed. Strings,
+  // not paths: a std::filesystem::path also keeps each of its components, which at 65,536
+  // profiles is tens of megabytes while the list is built.
+  virtual std::vector<std::string> list(const std::filesystem::path& directory) const = 0;
   // The file an entry of list() is in and where in it (a bundle file holds several profiles):
   // two entries at the same place of the same file are one profile given twice.
   virtual std::pair<std::filesystem::path, std::uint64_t> place(const std::filesystem::path& entry) const {

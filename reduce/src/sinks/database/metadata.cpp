@@ -51,16 +51,18 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
   p.u64(pipeline.localProfiles().size());
   const auto& commons = pipeline.commonIdentities();
   const Identity* previous = nullptr;
+  auto records = pipeline.localRecords().read();
   for (const auto& info : pipeline.localProfiles()) {
-    const Identity& common = commons.at(info.identity.common);
+    const ProfileRecord record = records.next();
+    const Identity& common = commons.at(record.identity.common);
     p.u64(info.id);
-    p.u64(info.identity.idTuple.size());
-    for (const auto& e : info.identity.idTuple) {
+    p.u64(record.identity.idTuple.size());
+    for (const auto& e : record.identity.idTuple) {
       p.u64(static_cast<std::uint64_t>(e.kind));
       p.u64(e.value);
     }
-    p.text(info.identity.hostname);
-    p.u64(info.identity.pid);
+    p.text(record.identity.hostname);
+    p.u64(record.identity.pid);
     p.text(common.executable);
     // A command line only for the first profile of each executable in a row: the threads and
     // processes of a run share one.
@@ -86,13 +88,13 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
       p.u64(std::strtoull(st->value.c_str(), nullptr, 10));
     }
     // Sampling quality (docs/postprocessing.md, "Path quality").
-    p.u64(info.stats.samples);
-    p.u64(info.stats.unwindFailures);
-    p.u64(info.stats.droppedSamples);
-    p.u64(info.truncatedSamples);
-    p.u64(info.stats.truncatedPaths);
-    p.u64(info.scannedSamples);
-    p.u64(info.recoveredSamples);
+    p.u64(record.stats.samples);
+    p.u64(record.stats.unwindFailures);
+    p.u64(record.stats.droppedSamples);
+    p.u64(record.truncatedSamples);
+    p.u64(record.stats.truncatedPaths);
+    p.u64(record.scannedSamples);
+    p.u64(record.recoveredSamples);
   }
   // The loops of the modules this rank's attribution needed (the root takes their union).
   const auto modules = pipeline.attributionStats().modules;

@@ -142,11 +142,13 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
   // Processes are (host, pid). A process's threads may straddle ranks: the rank holding its
   // first profile reads the event logs of all of them.
   Packer mine;
+  auto records = pipeline.localRecords().read();
   for (const auto& info : pipeline.localProfiles()) {
+    const ProfileRecord record = records.next();
     mine.u64(info.id);
     mine.u64(info.input);
-    mine.text(info.identity.hostname);
-    mine.u64(info.identity.pid);
+    mine.text(record.identity.hostname);
+    mine.u64(record.identity.pid);
     mine.u64(info.hasRegionEvents);
   }
   std::map<std::pair<std::string, std::uint64_t>, std::vector<std::pair<std::uint32_t, std::size_t>>> processes;

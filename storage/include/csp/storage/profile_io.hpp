@@ -72,7 +72,7 @@ void checkStorable(const ThreadProfile& profile, const std::string& name);
 // file (as the entry "BUNDLE@OFFSET"), files sorted by name, records in the order they were
 // written. Throws ProfileError if `dir` is missing or not a directory. A damaged bundle lists
 // the record where the damage starts; reading that entry reports it.
-std::vector<std::filesystem::path> listProfiles(const std::filesystem::path& dir);
+std::vector<std::string> listProfiles(const std::filesystem::path& dir);
 
 // The records of a bundle's bytes: their offsets, in order. A record whose header is damaged or
 // that runs past the end ends the list (it is listed itself, so that reading it reports the
