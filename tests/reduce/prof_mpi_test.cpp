@@ -292,6 +292,33 @@ TEST(ProfWarnings, MissingRanksThreadsAndTemporariesAreNamed) {
   }
 }
 
+// A rank that reaches a collective before a slow peer waits without polling a core (which the
+// peer's threads could use): rank 1 sleeps 3 s at the start of the read phase, rank 0 reads its
+// share and waits for it at the next collective. Each rank's shell writes the CPU time of its
+// csp-prof-mpi (bash's `times`); rank 0's stays far below the 3 s it waited. With MPI_Wait
+// (which polls) it was 3.05 s.
+TEST(ProfWaits, ARankWaitingForASlowPeerDoesNotTakeACore) {
+  TempDir dir("prof-wait");
+  const auto meas = unevenInput(dir, 16);
+  const auto times = dir / "times";
+  const std::string each = R"sh(bash -c '"$@"; status=$?; times > )sh" + times.string() +
+                           R"sh(.$OMPI_COMM_WORLD_RANK; exit $status' each )sh";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run("CSP_FAULT_INJECT=1:read:sleep3000 " + limited(60, 2) + each + tool("csp-prof-mpi") +
+                     " -q -j 1 " + meas.string() + " -o " + (dir / "db").string());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_GE(wall, 3.0) << "the injected sleep did not happen";
+  // The second line: the user and system time of the shell's children ("0m0.120s 0m0.030s").
+  std::ifstream in(times.string() + ".0");
+  std::string shell, children;
+  ASSERT_TRUE(std::getline(in, shell) && std::getline(in, children)) << "no times from rank 0";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(children, m, std::regex(R"((\d+)m([0-9.]+)s (\d+)m([0-9.]+)s)"))) << children;
+  const double cpu = 60 * std::stod(m[1]) + std::stod(m[2]) + 60 * std::stod(m[3]) + std::stod(m[4]);
+  EXPECT_LT(cpu, 1.0) << "rank 0 used " << cpu << " s of CPU while it waited 3 s for rank 1";
+}
+
 class ProfFailure : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
