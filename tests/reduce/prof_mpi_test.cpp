@@ -304,8 +304,8 @@ TEST(ProfWaits, ARankWaitingForASlowPeerDoesNotTakeACore) {
   const std::string each = R"sh(bash -c '"$@"; status=$?; times > )sh" + times.string() +
                            R"sh(.$OMPI_COMM_WORLD_RANK; exit $status' each )sh";
   const auto start = std::chrono::steady_clock::now();
-  const auto r = run("CSP_FAULT_INJECT=1:read:sleep3000 " + limited(60, 2) + each + tool("csp-prof-mpi") +
-                     " -q -j 1 " + meas.string() + " -o " + (dir / "db").string());
+  const auto r = run("CSP_FAULT_INJECT=1:read:sleep3000 " + limited(60, 2) + each + tool("csp-prof-mpi") + " -q -j 1 " +
+                     meas.string() + " -o " + (dir / "db").string());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_GE(wall, 3.0) << "the injected sleep did not happen";
