@@ -128,14 +128,13 @@ void throwIfAny(const std::vector<std::string>& errors) {
 namespace csp::reduce {
 
 void ProfileRecords::add(const ProfileRecord& r) {
-  // The host: most often the previous profile's (profiles come in input order, by host).
-  std::size_t host = hosts_.size();
-  for (std::size_t k = hosts_.size(); k-- > 0;)
-    if (hosts_[k] == r.identity.hostname) {
-      host = k;
-      break;
-    }
-  if (host == hosts_.size()) hosts_.push_back(r.identity.hostname);
+  // The host: most often the previous profile's (profiles come in input order, often by host).
+  std::size_t host = lastHost_;
+  if (host >= hosts_.size() || hosts_[host] != r.identity.hostname) {
+    const auto [it, fresh] = hostIndex_.try_emplace(r.identity.hostname, hosts_.size());
+    if (fresh) hosts_.push_back(r.identity.hostname);
+    host = lastHost_ = it->second;
+  }
   storage::ByteWriter<std::string> out(std::move(bytes_));
   out.u64(r.identity.idTuple.size());
   for (const auto& e : r.identity.idTuple) {
