@@ -158,7 +158,7 @@ class ProfileRecords {
   std::string bytes_;
   std::vector<std::string> hosts_;
   std::unordered_map<std::string, std::size_t> hostIndex_;  // hosts_ by name, until shrinkToFit
-  std::size_t lastHost_ = 0;                                 // the previous record's
+  std::size_t lastHost_ = 0;                                // the previous record's
   std::size_t count_ = 0;
 };
 
