@@ -30,7 +30,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   for (const auto& sink : options.sinks) sink->finish(comm, pipeline, summary);
   for (const auto& sink : options.sinks) sink->publish(comm, summary);
 
-  summary.inputs = pipeline.inputs().size();
+  summary.inputs = pipeline.inputCount();
   summary.profiles = pipeline.profileCount();
   summary.skipped = pipeline.skipped();
   summary.cctNodes = static_cast<std::uint32_t>(pipeline.cct().size());

@@ -1,5 +1,5 @@
-// The inputs: listed by rank 0 through the sources, the same list on every rank, and each rank's
-// contiguous share of it.
+// The inputs: listed by rank 0 through the sources, each rank's contiguous share of them sent to
+// that rank alone.
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -94,38 +94,6 @@ Listing listInputs(const PipelineOptions& options) {
   return out;
 }
 
-// Rank 0's list to everyone: paths, sizes and each file's source (its index in the options).
-InputList shareInputs(const Comm& comm, const ProfileSources& sources, Listing& listing) {
-  Packer packed;
-  if (comm.rank() == 0) {
-    packed.u64(listing.inputs.size());
-    for (std::size_t i = 0; i < listing.inputs.size(); ++i) {
-      const auto f = listing.inputs[i];
-      packed.text(f.path);
-      packed.u64(f.bytes);
-      const auto at = std::find_if(sources.begin(), sources.end(), [&](const auto& s) { return s.get() == f.source; });
-      packed.u64(static_cast<std::uint64_t>(at - sources.begin()));
-    }
-  }
-  auto bytes = packed.take();
-  comm.broadcast(bytes);
-  if (comm.rank() == 0) {
-    listing.inputs.shrinkToFit();
-    return std::move(listing.inputs);
-  }
-  Unpacker u(bytes);
-  InputList inputs;
-  for (auto n = u.u64(); n > 0; --n) {
-    InputProfile f;
-    f.path = u.text();
-    f.bytes = u.u64();
-    f.source = sources.at(u.u64()).get();
-    inputs.add(f);
-  }
-  inputs.shrinkToFit();
-  return inputs;
-}
-
 // Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch whose
 // preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
 // database's per-node blocks follow them, so the same inputs give the same keys for any process
@@ -189,15 +157,55 @@ void InputList::shrinkToFit() {
 
 namespace csp::reduce::stages {
 
+std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* source) {
+  const auto at = std::find_if(sources.begin(), sources.end(), [&](const auto& s) { return s.get() == source; });
+  if (at == sources.end()) throw std::logic_error("an input of no source");
+  return static_cast<std::size_t>(at - sources.begin());
+}
+
 Discovery discover(const Comm& comm, const PipelineOptions& options) {
   Listing listing;
   if (comm.rank() == 0) listing = listInputs(options);
+  // Rank 0 to each rank: the count of all inputs, where its share begins and ends, and the share's
+  // paths, sizes and sources (each source as its index in the options).
+  std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
+  if (comm.rank() == 0) {
+    const auto& sources = options.sources;
+    const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+    for (int r = 0; r < comm.size(); ++r) {
+      const std::size_t begin = shareStart(listing.inputs, batch, r, comm.size());
+      const std::size_t end = shareStart(listing.inputs, batch, r + 1, comm.size());
+      Packer p;
+      p.u64(listing.inputs.size());
+      p.u64(begin);
+      p.u64(end);
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto f = listing.inputs[i];
+        p.text(f.path);
+        p.u64(f.bytes);
+        p.u64(sourceIndex(sources, f.source));
+      }
+      outgoing[static_cast<std::size_t>(r)] = p.take();
+    }
+    listing.inputs = {};
+  }
+  const auto incoming = comm.alltoall(outgoing);
+  std::vector<std::vector<std::byte>>().swap(outgoing);
   Discovery d;
-  d.inputs = shareInputs(comm, options.sources, listing);
+  Unpacker u(incoming.at(0));
+  d.total = u.u64();
+  d.begin = u.u64();
+  d.end = u.u64();
+  for (std::size_t i = d.begin; i < d.end; ++i) {
+    InputProfile f;
+    f.path = u.text();
+    f.bytes = u.u64();
+    f.source = options.sources.at(u.u64()).get();
+    d.inputs.add(f);
+  }
+  u.expectDone();
+  d.inputs.shrinkToFit();
   d.leftoverTemporaries = std::move(listing.leftoverTemporaries);
-  const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
-  d.begin = shareStart(d.inputs, batch, comm.rank(), comm.size());
-  d.end = shareStart(d.inputs, batch, comm.rank() + 1, comm.size());
   return d;
 }
 

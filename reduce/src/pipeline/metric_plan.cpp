@@ -80,7 +80,7 @@ std::vector<MetricDescriptor> measuredMetrics(const Comm& comm, const Discovery&
   for (std::size_t i = 0; i < read.profiles.size(); ++i) {
     if (!read.profiles[i]) continue;
     for (const auto& m : read.metricLists.at(read.profiles[i]->metrics))
-      mergeMetric(mine, {m, discovery.inputs[discovery.begin + i].path});
+      mergeMetric(mine, {m, discovery.inputs[i].path});
   }
   std::vector<std::vector<MetricDescriptor>>().swap(read.metricLists);  // not needed any more
   const auto parts = comm.gather(packMetrics(mine));

@@ -83,7 +83,12 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   s.spill.reset();
 }
 
-const InputList& Pipeline::inputs() const { return impl_->discovery.inputs; }
+std::size_t Pipeline::inputCount() const { return impl_->discovery.total; }
+InputProfile Pipeline::input(std::size_t index) const { return impl_->discovery.input(index); }
+const ProfileSource* Pipeline::source(std::size_t index) const { return impl_->options.sources.at(index).get(); }
+std::size_t Pipeline::sourceIndex(const ProfileSource* source) const {
+  return stages::sourceIndex(impl_->options.sources, source);
+}
 const FinalCct& Pipeline::cct() const { return impl_->cct; }
 const std::vector<RegionTreeNode>& Pipeline::regions() const { return impl_->regions.nodes(); }
 std::vector<std::uint32_t> Pipeline::regionIds(const RegionProfile& r) const { return impl_->regions.idsOf(r); }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "stages.hpp"
 
@@ -84,28 +86,56 @@ void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const
     }
   }
   const auto parts = comm.gather(p.take());
-  if (comm.rank() != 0) return;
-  std::vector<std::pair<IdTuple, std::size_t>> all;
-  for (const auto& part : parts) {
-    Unpacker u(part);
-    for (auto n = u.u64(); n > 0; --n) {
-      const auto input = static_cast<std::size_t>(u.u64());
-      IdTuple tuple(u.u64());
-      for (auto& e : tuple) {
-        e.kind = static_cast<IdKind>(u.u64());
-        e.value = u.u64();
+  // Rank 0: the pairs of inputs that are the same thread (usually none).
+  std::vector<std::tuple<std::size_t, std::size_t, IdTuple>> twice;
+  if (comm.rank() == 0) {
+    std::vector<std::pair<IdTuple, std::size_t>> all;
+    for (const auto& part : parts) {
+      Unpacker u(part);
+      for (auto n = u.u64(); n > 0; --n) {
+        const auto input = static_cast<std::size_t>(u.u64());
+        IdTuple tuple(u.u64());
+        for (auto& e : tuple) {
+          e.kind = static_cast<IdKind>(u.u64());
+          e.value = u.u64();
+        }
+        all.emplace_back(std::move(tuple), input);
       }
-      all.emplace_back(std::move(tuple), input);
     }
+    std::sort(all.begin(), all.end());
+    for (std::size_t i = 1; i < all.size(); ++i)
+      if (all[i].first == all[i - 1].first) twice.emplace_back(all[i - 1].second, all[i].second, all[i].first);
   }
-  std::sort(all.begin(), all.end());
+  // Their paths, from the ranks whose shares hold them (no rank keeps the whole input list).
+  Packer wanted;
+  for (const auto& [a, b, tuple] : twice) {
+    wanted.u64(a);
+    wanted.u64(b);
+  }
+  auto indices = wanted.take();
+  comm.broadcast(indices);
+  Packer mine;
+  for (Unpacker u(indices); !u.done();) {
+    const auto input = static_cast<std::size_t>(u.u64());
+    if (input < discovery.begin || input >= discovery.end) continue;
+    mine.u64(input);
+    mine.text(discovery.input(input).path);
+  }
+  const auto paths = comm.gather(mine.take());
+  if (comm.rank() != 0) return;
+  std::map<std::size_t, std::string> pathOf;
+  for (const auto& part : paths)
+    for (Unpacker u(part); !u.done();) {
+      const auto input = static_cast<std::size_t>(u.u64());
+      pathOf[input] = u.text();
+    }
   std::vector<std::string> errors;
-  for (std::size_t i = 1; i < all.size(); ++i)
-    if (all[i].first == all[i - 1].first)
-      errors.push_back(fmt::format(
-          "{} and {} are the same thread ({}): profiles of different runs are mixed, or "
-          "copied; post-process one run at a time",
-          discovery.inputs[all[i - 1].second].path, discovery.inputs[all[i].second].path, formatIdTuple(all[i].first)));
+  errors.reserve(twice.size());
+  for (const auto& [a, b, tuple] : twice)
+    errors.push_back(
+        fmt::format("{} and {} are the same thread ({}): profiles of different runs are mixed, or "
+                    "copied; post-process one run at a time",
+                    pathOf[a], pathOf[b], formatIdTuple(tuple)));
   throwIfAny(errors);
 }
 

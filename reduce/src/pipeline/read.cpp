@@ -169,7 +169,7 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   MetricLists metricLists;
   workers.begin("read + attribute", count);
   workers.forEach(count, [&](std::size_t i) {
-    const auto& input = discovery.inputs[discovery.begin + i];
+    const auto input = discovery.inputs[i];
     try {
       out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, common, metricLists, busy);
     } catch (const storage::ProfileError& e) {

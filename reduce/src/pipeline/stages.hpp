@@ -97,13 +97,19 @@ void throwIfAny(const std::vector<std::string>& errors);
 // --- discover (discover.cpp) -------------------------------------------------------------------
 
 struct Discovery {
-  InputList inputs;                              // all ranks: the same list, in id order
+  InputList inputs;                              // this rank's share: inputs[i] is input begin + i
+  std::size_t begin = 0, end = 0;                // this rank's inputs, of all ranks' in id order
+  std::size_t total = 0;                         // the inputs of all ranks
   std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
-  std::size_t begin = 0, end = 0;                // this rank's inputs
+  // Input `index` (of all ranks' inputs), which must be in this rank's share.
+  InputProfile input(std::size_t index) const { return inputs[index - begin]; }
 };
 
-// Rank 0 lists the inputs through the sources, every rank receives the list and takes its
-// contiguous share (whole batches, balanced by bytes).
+// Where `source` is in `sources` (an input's source named to another rank).
+std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* source);
+
+// Rank 0 lists the inputs through the sources and sends each rank only its contiguous share
+// (whole batches, balanced by bytes): no rank keeps the whole list.
 Discovery discover(const Comm& comm, const PipelineOptions& options);
 
 // --- read (read.cpp) ---------------------------------------------------------------------------

@@ -109,7 +109,7 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
     workers.arena().execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const auto& input = discovery.inputs[profiles.local[first + i].input];
+          const auto input = discovery.input(profiles.local[first + i].input);
           try {
             profileValues.compute(input, profiles.spillOf[first + i], values[i], regionValues[i]);
           } catch (const std::exception& e) {

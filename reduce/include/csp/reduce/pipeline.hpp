@@ -75,7 +75,7 @@ struct InputProfile {
   const ProfileSource* source = nullptr;  // the format that reads it
 };
 
-// The inputs of a run in id order, as every rank keeps them through the run: each directory
+// Inputs in id order, as each rank keeps its share of them through the run: each directory
 // once, the file names one after the other, and a fixed-size entry per input (about 70 bytes an
 // input instead of 160 as InputProfiles at 65,536 profiles).
 class InputList {
@@ -211,7 +211,14 @@ class Pipeline {
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.
-  const InputList& inputs() const;                     // all ranks, after discover
+  // After discover: the count of all inputs, and one input of this rank's share (by its index
+  // among all ranks' inputs; ProfileInfo::input). No rank keeps the whole list.
+  std::size_t inputCount() const;
+  InputProfile input(std::size_t index) const;
+  // The input formats (PipelineOptions::sources): an input's source by its index and back, to
+  // name an input to another rank.
+  const ProfileSource* source(std::size_t index) const;
+  std::size_t sourceIndex(const ProfileSource* source) const;
   const FinalCct& cct() const;                         // after buildStructure
   const std::vector<RegionTreeNode>& regions() const;  // after buildStructure
   // Final region id of every node of a profile's region tree (0 for its root).

@@ -333,7 +333,7 @@ storage::DatabaseMetadata assembleMetadata(const std::string& title, Pipeline& p
   meta.title = title;
   meta.profiles.resize(pipeline.profileCount());
   meta.quality.resize(pipeline.profileCount());
-  meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputs().size())}};
+  meta.properties = {{"generator", "csp-prof-mpi"}, {"inputs", std::to_string(pipeline.inputCount())}};
   RunIdentity run;
   for (const auto& part : identities) {
     Unpacker u(part);

@@ -145,21 +145,27 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
   auto records = pipeline.localRecords().read();
   for (const auto& info : pipeline.localProfiles()) {
     const ProfileRecord record = records.next();
+    if (!info.hasRegionEvents) continue;
+    // The input itself: each rank keeps only its own share of the input list.
+    const InputProfile input = pipeline.input(info.input);
     mine.u64(info.id);
-    mine.u64(info.input);
+    mine.text(input.path);
+    mine.u64(pipeline.sourceIndex(input.source));
     mine.text(record.identity.hostname);
     mine.u64(record.identity.pid);
-    mine.u64(info.hasRegionEvents);
   }
-  std::map<std::pair<std::string, std::uint64_t>, std::vector<std::pair<std::uint32_t, std::size_t>>> processes;
+  // Per process, each of its threads that logged region events: (profile id, input).
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<std::pair<std::uint32_t, InputProfile>>> processes;
   for (const auto& part : comm.allgather(mine.take())) {
     Unpacker u(part);
     while (!u.done()) {
       const auto id = static_cast<std::uint32_t>(u.u64());
-      const auto input = static_cast<std::size_t>(u.u64());
+      InputProfile input;
+      input.path = u.text();
+      input.source = pipeline.source(u.u64());
       auto host = u.text();
       const auto pid = u.u64();
-      if (u.u64()) processes[{std::move(host), pid}].emplace_back(id, input);
+      processes[{std::move(host), pid}].emplace_back(id, std::move(input));
     }
   }
   const std::uint32_t myFirst = pipeline.firstProfileId();
@@ -174,7 +180,8 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
   std::map<std::uint32_t, decltype(processes)::value_type*> byFirst;
   const analysis::RegionTree tree = frameTree(pipeline.regions());
   for (auto& entry : processes) {
-    std::sort(entry.second.begin(), entry.second.end());
+    std::sort(entry.second.begin(), entry.second.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });  // ids are distinct
     byFirst[entry.second.front().first] = &entry;
   }
   CommEventsCollector commEvents;
@@ -184,10 +191,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     std::vector<ThreadProfile> threads;
     std::vector<const RegionProfile*> logs;
     std::vector<std::vector<std::uint32_t>> ids;
-    for (const auto& [id, input] : members) {
-      const auto& in = pipeline.inputs()[input];
-      threads.push_back(readInput(in));
-    }
+    for (const auto& [id, input] : members) threads.push_back(readInput(input));
     for (const auto& t : threads) {
       logs.push_back(&t.regions);
       ids.push_back(pipeline.regionIds(t.regions));
@@ -197,7 +201,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
       c = regionConcurrency(tree, ids, logs);
     } catch (const AreaOverflow& e) {
       const auto& region = pipeline.regions()[e.region];
-      const auto& in = pipeline.inputs()[members.front().second];
+      const auto& in = members.front().second;
       throw PipelineError(fmt::format(
           "{}: region '{}{}': the area of process {} pid {} ({} threads) exceeds 2^64 - 1 thread-ns, which region "
           "values cannot hold: its event times cannot be right",
