@@ -84,7 +84,6 @@ class InputList {
   InputProfile operator[](std::size_t i) const;  // rebuilt: the path exactly as added
   std::uint64_t bytes(std::size_t i) const { return entries_[i].bytes; }
   std::size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
   void shrinkToFit();  // after the last add
 
  private:
