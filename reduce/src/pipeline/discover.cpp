@@ -98,17 +98,20 @@ Listing listInputs(const PipelineOptions& options) {
 // preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
 // database's per-node blocks follow them, so the same inputs give the same keys for any process
 // count. Contiguity keeps ids and key ranges per rank sorted.
-std::size_t shareStart(const InputList& inputs, std::size_t batch, int rank, int ranks) {
-  if (rank >= ranks) return inputs.size();
+// starts[r] for r in [0, ranks]: rank r's inputs are [starts[r], starts[r + 1]). One pass: the
+// targets grow with r, so each rank's search goes on from the previous rank's start.
+std::vector<std::size_t> shareStarts(const InputList& inputs, std::size_t batch, int ranks) {
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) total += inputs.bytes(i);
-  const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(rank) / static_cast<unsigned>(ranks);
+  std::vector<std::size_t> starts(static_cast<std::size_t>(ranks) + 1, inputs.size());
+  std::size_t i = 0;
   std::uint64_t before = 0;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (i % batch == 0 && before >= target) return i;
-    before += inputs.bytes(i);
+  for (int r = 0; r < ranks; ++r) {
+    const Uint128 target = static_cast<Uint128>(total) * static_cast<unsigned>(r) / static_cast<unsigned>(ranks);
+    for (; i < inputs.size() && !(i % batch == 0 && before >= target); ++i) before += inputs.bytes(i);
+    starts[static_cast<std::size_t>(r)] = i;
   }
-  return inputs.size();
+  return starts;
 }
 
 }  // namespace
@@ -172,9 +175,10 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   if (comm.rank() == 0) {
     const auto& sources = options.sources;
     const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+    const auto starts = shareStarts(listing.inputs, batch, comm.size());
     for (int r = 0; r < comm.size(); ++r) {
-      const std::size_t begin = shareStart(listing.inputs, batch, r, comm.size());
-      const std::size_t end = shareStart(listing.inputs, batch, r + 1, comm.size());
+      const std::size_t begin = starts[static_cast<std::size_t>(r)];
+      const std::size_t end = starts[static_cast<std::size_t>(r) + 1];
       Packer p;
       p.u64(listing.inputs.size());
       p.u64(begin);
