@@ -569,6 +569,27 @@ void leaveCharging(ThreadState& t) {
   t.phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
 }
 
+// No samples of `event` until its clock reads `until`: the timer is re-armed to expire then
+// (`quietNs` from now), so that no signal at all arrives in between -- at a period of a few
+// microseconds, delivering signals only to drop them would still take all of the thread's time.
+// The periods skipped count as samples dropped by the throttle. Async-signal-safe
+// (timer_settime); a timer already deleted (the thread is ending) refuses, which is harmless.
+void beQuiet(ThreadState& t, int event, std::uint64_t until, std::uint64_t quietNs, std::uint64_t periodNs) {
+  t.quietUntilNs[event] = until;
+  if (quietNs < periodNs || t.timersStopped) return;
+  struct itimerspec spec;
+  spec.it_interval.tv_sec = static_cast<time_t>(periodNs / 1'000'000'000u);
+  spec.it_interval.tv_nsec = static_cast<long>(periodNs % 1'000'000'000u);
+  spec.it_value.tv_sec = static_cast<time_t>(quietNs / 1'000'000'000u);
+  spec.it_value.tv_nsec = static_cast<long>(quietNs % 1'000'000'000u);
+  if (timer_settime(t.timers[event], 0, &spec, nullptr) != 0) return;
+  // The timer starts over: the periods of the quiet time bring no signal (and no overrun).
+  const std::uint64_t skipped = quietNs / periodNs;
+  t.samples += skipped;
+  dropSample(t, kDropThrottled, skipped);
+  t.throttledSamples += skipped;
+}
+
 void onSample(int, siginfo_t* info, void* ucontext) {
   const int savedErrno = errno;
   ThreadState* t = tlsThread;
@@ -621,14 +642,17 @@ void onSample(int, siginfo_t* info, void* ucontext) {
     const std::uint32_t node = recordSample(*t, event, weight, ucontext);
     // Work and idleness ride on the first event (idleness.cpp).
     if (event == 0 && node != kFull && t->cct.state != nullptr) accountSample(*t, node, weight);
-    // A slow unwind (a deep stack, or libunwind validating every read after a frame without
-    // unwind information) must not eat the program: after a sample that cost d of CPU time,
-    // the next 4d of the event's clock (the thread's CPU time, or elapsed time) are not sampled,
-    // so the handler never takes more than about a fifth of that time, whatever the rate.
-    // Ordinary samples (about 15 us) are far below the threshold.
-    const std::uint64_t cost = threadCpuNs() - start;
-    if (cost > kThrottleThresholdNs) t->quietUntilNs[event] = eventNow + 5 * cost;
   }
+  // A slow unwind (a deep stack, or libunwind validating every read after a frame without
+  // unwind information) must not eat the program, nor may a period shorter than what a signal
+  // costs on this machine: after a signal that cost d of CPU time in the handler, with d above
+  // 100 us or above a fifth of the period, the next 4d of the event's clock (the thread's CPU
+  // time, or elapsed time) are not sampled, so the handler never takes more than about a fifth
+  // of that time, whatever the rate. Ordinary samples (about 15 us) are far below the threshold
+  // at ordinary rates.
+  const std::uint64_t cost = threadCpuNs() - start;
+  const std::uint64_t period = config().events[static_cast<std::size_t>(event)].periodNs;
+  if (cost > kThrottleThresholdNs || 5 * cost > period) beQuiet(*t, event, eventNow + 5 * cost, 4 * cost, period);
   g_inHandler.fetch_sub(1, std::memory_order_release);
   t->phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
   errno = savedErrno;

@@ -561,6 +561,32 @@ TEST(MeasureIntegration, RealTimeSamplesOfASleepingThreadAreKept) {
   EXPECT_EQ(p.stats.samples, sampleCount(p) + p.stats.droppedSamples);
 }
 
+// A period shorter than what a sample costs cannot stall the program. At 10 us (the shortest
+// csp-run accepts) a signal and its unwind take longer than the period; on a VM whose timer
+// interrupts are slow, the signals then came back to back and even `true` never got past its
+// start-up (killed after 60 s). Now the timer is re-armed past the quiet time that follows a
+// sample, so the handler's share stays about a fifth and the skipped periods count as throttled.
+TEST(MeasureIntegration, PeriodsShorterThanASampleDoNotStallTheProgram) {
+  const fs::path base = scratch("short-periods");
+  for (const std::string event : {"real-time@10us", "cpu-time@10us"}) {
+    const fs::path dir = base / event.substr(0, event.find('@'));
+    ASSERT_EQ(run("timeout -k 5 120 " + kCspRun + " -e " + event + " -o " + dir.string() + " -- " + kApps +
+                  "csp-app-compute 2 > /dev/null"),
+              0)
+        << event;
+    const auto profiles = readAll(dir);
+    ASSERT_EQ(profiles.size(), 1u);
+    const auto& p = profiles[0];
+    const std::string throttled = setting(p, "throttled-samples");
+    std::printf("%s: %llu samples, %llu dropped (%s throttled)\n", event.c_str(),
+                static_cast<unsigned long long>(p.stats.samples),
+                static_cast<unsigned long long>(p.stats.droppedSamples), throttled.c_str());
+    EXPECT_GT(sampleCount(p), 0u) << event;
+    EXPECT_EQ(p.stats.samples, sampleCount(p) + p.stats.droppedSamples) << event;
+    EXPECT_LE(throttled.empty() ? 0 : std::stoull(throttled), p.stats.droppedSamples) << event;
+  }
+}
+
 // The per-thread limits hold and are reported: deeper samples keep their innermost frames and
 // count as truncated; samples that need more CCT nodes than allowed are counted as dropped.
 TEST(MeasureIntegration, DepthAndNodeLimits) {
