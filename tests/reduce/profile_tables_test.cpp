@@ -1,6 +1,7 @@
-// What csp-prof-mpi keeps of every profile through the run, in compact form: the input list
-// (directories once, names packed), the profiles' records (varints, host names once) and the
-// thread classes' entries and reasons. Each must give back exactly what was put in.
+// What csp-prof-mpi keeps of every profile through the run, in compact form or on disk: the
+// input list (directories once, names packed), the profiles (info, spill reference, input and
+// record, in a spill file a batch at a time) and the thread classes' entries and reasons (in
+// the spill file). Each must give back exactly what was put in.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,7 +15,6 @@ using namespace csp;
 using csp::reduce::InputList;
 using csp::reduce::InputProfile;
 using csp::reduce::ProfileRecord;
-using csp::reduce::ProfileRecords;
 
 namespace {
 
@@ -46,9 +46,11 @@ TEST(InputList, GivesBackEveryPathSizeAndSourceAsAdded) {
   EXPECT_THROW((void)list[paths.size()], std::out_of_range);
 }
 
-TEST(ProfileRecords, ReadBackInOrderExactly) {
+namespace {
+
+std::vector<ProfileRecord> someRecords(std::uint32_t count) {
   std::vector<ProfileRecord> records;
-  for (std::uint32_t k = 0; k < 300; ++k) {
+  for (std::uint32_t k = 0; k < count; ++k) {
     ProfileRecord r;
     r.identity.idTuple = {{IdKind::Node, k / 64}, {IdKind::Rank, k / 4}, {IdKind::Thread, k % 4}};
     if (k % 7 == 0) r.identity.idTuple.push_back({IdKind::GpuStream, std::numeric_limits<std::uint64_t>::max()});
@@ -66,27 +68,118 @@ TEST(ProfileRecords, ReadBackInOrderExactly) {
     r.recoveredSamples = std::numeric_limits<std::uint64_t>::max() - k;
     records.push_back(r);
   }
-  ProfileRecords packed;
-  for (const auto& r : records) packed.add(r);
-  packed.shrinkToFit();
-  ASSERT_EQ(packed.size(), records.size());
-  auto in = packed.read();
-  for (std::size_t k = 0; k < records.size(); ++k) {
-    const ProfileRecord r = in.next();
-    EXPECT_EQ(r.identity.idTuple, records[k].identity.idTuple) << k;
-    EXPECT_EQ(r.identity.hostname, records[k].identity.hostname) << k;
-    EXPECT_EQ(r.identity.pid, records[k].identity.pid) << k;
-    EXPECT_EQ(r.identity.common, records[k].identity.common) << k;
-    EXPECT_EQ(r.stats, records[k].stats) << k;
-    EXPECT_EQ(r.truncatedSamples, records[k].truncatedSamples) << k;
-    EXPECT_EQ(r.scannedSamples, records[k].scannedSamples) << k;
-    EXPECT_EQ(r.recoveredSamples, records[k].recoveredSamples) << k;
+  return records;
+}
+
+}  // namespace
+
+TEST(LocalProfiles, GiveBackEveryProfileBatchByBatchExactly) {
+  // Two sources (an input's source is kept as its index); batches of uneven sizes, one of a
+  // single profile, and gaps in the batch numbers (the other ranks' batches).
+  const reduce::ProfileSources sources = {reduce::cspProfileSource(), reduce::hpcrunProfileSource()};
+  reduce::stages::SpillFile file("profile spool");
+  reduce::stages::LocalProfiles local(file, sources);
+  const auto records = someRecords(300);
+  std::vector<std::size_t> batchOf;
+  std::vector<reduce::ProfileInfo> infos;
+  std::vector<reduce::stages::SpillRef> spills;
+  std::vector<InputProfile> inputs;
+  for (std::uint32_t k = 0; k < records.size(); ++k) {
+    const std::size_t input = 1000 + 3 * std::size_t{k} + (k > 150 ? 5000 : 0);
+    batchOf.push_back(k == 0 ? 7 : k < 100 ? 8 : k < 101 ? 9 : 11 + k / 64);
+    infos.push_back({17 + k, k % 5 == 0, input});
+    spills.push_back({std::uint64_t{k} << 33, k * 13U, k % 3 == 0});
+    inputs.push_back(
+        {"/m/r" + std::to_string(k) + (k % 2 ? ".cspprof" : ".hpcrun"), std::uint64_t{k} * 4096, sources[k % 2].get()});
+    local.add(batchOf.back(), infos.back(), spills.back(), inputs.back(), records[k]);
   }
-  EXPECT_THROW(in.next(), std::logic_error);  // past the last record
+  local.finish();
+  ASSERT_EQ(local.size(), records.size());
+  std::uint32_t k = 0;
+  for (const auto& batch : local.batches()) {
+    EXPECT_EQ(batch.first, k);
+    const auto loaded = local.load(batch);
+    ASSERT_EQ(loaded.infos.size(), batch.count);
+    for (std::uint32_t i = 0; i < batch.count; ++i, ++k) {
+      EXPECT_EQ(batch.index, batchOf[k]) << k;
+      EXPECT_EQ(loaded.infos[i].id, infos[k].id) << k;
+      EXPECT_EQ(loaded.infos[i].hasRegionEvents, infos[k].hasRegionEvents) << k;
+      EXPECT_EQ(loaded.infos[i].input, infos[k].input) << k;
+      EXPECT_EQ(loaded.spill[i].offset, spills[k].offset) << k;
+      EXPECT_EQ(loaded.spill[i].size, spills[k].size) << k;
+      EXPECT_EQ(loaded.spill[i].reread, spills[k].reread) << k;
+      EXPECT_EQ(loaded.inputs[i].path, inputs[k].path) << k;
+      EXPECT_EQ(loaded.inputs[i].bytes, inputs[k].bytes) << k;
+      EXPECT_EQ(loaded.inputs[i].source, inputs[k].source) << k;
+      const ProfileRecord& r = loaded.records[i];
+      EXPECT_EQ(r.identity.idTuple, records[k].identity.idTuple) << k;
+      EXPECT_EQ(r.identity.hostname, records[k].identity.hostname) << k;
+      EXPECT_EQ(r.identity.pid, records[k].identity.pid) << k;
+      EXPECT_EQ(r.identity.common, records[k].identity.common) << k;
+      EXPECT_EQ(r.stats, records[k].stats) << k;
+      EXPECT_EQ(r.truncatedSamples, records[k].truncatedSamples) << k;
+      EXPECT_EQ(r.scannedSamples, records[k].scannedSamples) << k;
+      EXPECT_EQ(r.recoveredSamples, records[k].recoveredSamples) << k;
+    }
+  }
+  EXPECT_EQ(k, records.size());
+  EXPECT_EQ(local.batches().size(), 3U + (299 / 64 - 101 / 64 + 1));
+  // A batch out of order is a bug of the caller: refused, not silently split.
+  EXPECT_THROW(local.add(3, infos[0], spills[0], inputs[0], records[0]), std::logic_error);
+  // A batch whose bytes in the file are not what was written is an error, not garbage.
+  auto broken = local.batches().front();
+  broken.where.size -= 1;
+  EXPECT_THROW((void)local.load(broken), std::runtime_error);
+}
+
+TEST(ReadProfile, ComesBackFromTheSpoolExactly) {
+  // What the structure pass keeps of each profile until they are numbered: encoded, written to
+  // the profile spool, decoded when the table is built.
+  const auto records = someRecords(40);
+  for (std::uint32_t k = 0; k < records.size(); ++k) {
+    reduce::stages::ReadProfile r;
+    r.info.hasRegionEvents = k % 2 == 1;
+    r.info.input = std::size_t{k} << 30;
+    r.record = records[k];
+    r.metrics = k * 7;
+    r.spill = {std::numeric_limits<std::uint64_t>::max() - k, k, k % 3 == 0};
+    r.features.process = k % 5 ? "nid00001:" + std::to_string(k) : "";
+    r.features.initialThread = k % 4 == 0;
+    r.features.work = std::uint64_t{k} << 40;
+    r.features.waited = k;
+    r.features.entry = k % 3 ? "worker_main" : "";
+    r.features.entryModule = "/lib/libgomp.so.1";
+    const std::string bytes = reduce::stages::encodeReadProfile(r);
+    const auto back = reduce::stages::decodeReadProfile(bytes);
+    EXPECT_EQ(back.info.hasRegionEvents, r.info.hasRegionEvents) << k;
+    EXPECT_EQ(back.info.input, r.info.input) << k;
+    EXPECT_EQ(back.metrics, r.metrics) << k;
+    EXPECT_EQ(back.spill.offset, r.spill.offset) << k;
+    EXPECT_EQ(back.spill.size, r.spill.size) << k;
+    EXPECT_EQ(back.spill.reread, r.spill.reread) << k;
+    EXPECT_EQ(back.record.identity.idTuple, r.record.identity.idTuple) << k;
+    EXPECT_EQ(back.record.identity.hostname, r.record.identity.hostname) << k;
+    EXPECT_EQ(back.record.identity.pid, r.record.identity.pid) << k;
+    EXPECT_EQ(back.record.identity.common, r.record.identity.common) << k;
+    EXPECT_EQ(back.record.stats, r.record.stats) << k;
+    EXPECT_EQ(back.record.recoveredSamples, r.record.recoveredSamples) << k;
+    EXPECT_EQ(back.features.process, r.features.process) << k;
+    EXPECT_EQ(back.features.initialThread, r.features.initialThread) << k;
+    EXPECT_EQ(back.features.work, r.features.work) << k;
+    EXPECT_EQ(back.features.waited, r.features.waited) << k;
+    EXPECT_EQ(back.features.entry, r.features.entry) << k;
+    EXPECT_EQ(back.features.entryModule, r.features.entryModule) << k;
+    // Short or long by a byte: an error, never a profile made up of the neighbours' bytes.
+    EXPECT_THROW((void)reduce::stages::decodeReadProfile(std::string_view(bytes).substr(0, bytes.size() - 1)),
+                 std::runtime_error);
+    EXPECT_THROW((void)reduce::stages::decodeReadProfile(bytes + "x"), std::runtime_error);
+  }
 }
 
 TEST(ThreadClassification, EntriesAndReasonsComeBackPerProfile) {
-  // What stages::classifyThreads keeps at rank 0, packed; infos() unpacks it with the classes.
+  // What stages::classifyThreads keeps at rank 0, packed in the spill file; infos() reads it
+  // back with the classes.
+  reduce::stages::SpillFile file("profile spool");
   reduce::stages::ThreadClassification c;
   storage::ByteWriter<std::string> packed;
   std::vector<storage::ThreadClassInfo> expected;
@@ -100,10 +193,13 @@ TEST(ThreadClassification, EntriesAndReasonsComeBackPerProfile) {
     packed.text(info.reason);
     expected.push_back(info);
   }
-  c.entriesAndReasons = packed.take();
+  (void)file.write("garbage before", 14);  // the texts need not come first in the file
+  const std::string texts = packed.take();
+  c.kept = &file;
+  c.entriesAndReasons = file.write(texts.data(), texts.size());
   EXPECT_EQ(c.infos(), expected);
   c.classOf.push_back(0);  // one profile more than the texts: refused, not read past the end
-  EXPECT_THROW(c.infos(), std::logic_error);
+  EXPECT_THROW(c.infos(), std::runtime_error);
   reduce::stages::ThreadClassification other;  // a rank other than 0 keeps no texts
   other.classOf = {0, 1};
   EXPECT_TRUE(other.infos().empty());

@@ -78,8 +78,8 @@ void mergeMetric(std::vector<MetricOrigin>& into, const MetricOrigin& m) {
 std::vector<MetricDescriptor> measuredMetrics(const Comm& comm, const Discovery& discovery, ReadResult& read) {
   std::vector<MetricOrigin> mine;
   for (std::size_t i = 0; i < read.profiles.size(); ++i) {
-    if (!read.profiles[i]) continue;
-    for (const auto& m : read.metricLists.at(read.profiles[i]->metrics))
+    if (!read.profiles[i].valid()) continue;
+    for (const auto& m : read.metricLists.at(read.profiles[i].metrics))
       mergeMetric(mine, {m, discovery.inputs[i].path});
   }
   std::vector<std::vector<MetricDescriptor>>().swap(read.metricLists);  // not needed any more

@@ -24,6 +24,7 @@ struct Pipeline::Impl {
   std::vector<std::uint8_t> overheadNode;  // buildStructure: per final node, when `overhead` is computed
   RegionTree regions;                      // buildStructure
   std::unique_ptr<ProjectionSpill> spill;  // buildStructure to computeMetrics
+  std::unique_ptr<SpillFile> kept;         // from buildStructure: the profiles (LocalProfiles), thread classes
   std::vector<std::uint32_t> finalIdOf;    // buildStructure: per local CCT node
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
@@ -61,13 +62,20 @@ void Pipeline::buildStructure() {
   LocalCct localCct(s.strings);
   RegionUnion regionUnion;
   s.spill = std::make_unique<ProjectionSpill>();
-  ReadResult read = readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion);
+  s.kept = std::make_unique<SpillFile>("profile spool");
+  ReadResult read =
+      readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion, *s.kept);
   Stopwatch unify;
-  s.profiles = tabulateProfiles(s.comm, s.discovery, read);
-  s.threadClasses = stages::classifyThreads(s.comm, s.profiles, s.options.threadClasses);
+  s.profiles = tabulateProfiles(s.comm, s.discovery, read, s.options, *s.kept);
+  s.threadClasses = stages::classifyThreads(s.comm, s.profiles, s.options.threadClasses, *s.kept);
   if (s.threadClasses.classOf.size() != s.profiles.count)
     throw std::logic_error("thread classes: one per profile expected");
   s.metrics = planMetrics(s.comm, s.discovery, read, s.options, s.overheadRules);
+  {  // each profile's input is kept with it (LocalProfiles); swapped out: a move-assignment
+     // would keep the names' buffer
+    InputList released;
+    std::swap(s.discovery.inputs, released);
+  }
   s.cct = unifyCct(s.comm, localCct, s.strings);
   s.finalIdOf = finalIdsOf(localCct, s.cct);
   if (s.metrics.state.overhead != kNoMetric) s.overheadNode = s.overheadRules.classify(s.cct, s.strings);
@@ -78,13 +86,12 @@ void Pipeline::buildStructure() {
 void Pipeline::computeMetrics(const BatchConsumer& consume) {
   Impl& s = *impl_;
   faultPoint(s.comm, "metrics");
-  computeValues(s.profiles, s.discovery, s.options, s.workers, s.attribution(),
+  computeValues(s.profiles, s.options, s.workers, s.attribution(),
                 {s.cct, s.finalIdOf, s.metrics, s.overheadNode, s.regions}, consume);
   s.spill.reset();
 }
 
 std::size_t Pipeline::inputCount() const { return impl_->discovery.total; }
-InputProfile Pipeline::input(std::size_t index) const { return impl_->discovery.input(index); }
 const ProfileSource* Pipeline::source(std::size_t index) const { return impl_->options.sources.at(index).get(); }
 std::size_t Pipeline::sourceIndex(const ProfileSource* source) const {
   return stages::sourceIndex(impl_->options.sources, source);
@@ -98,8 +105,14 @@ std::uint32_t Pipeline::profileCount() const { return impl_->profiles.count; }
 std::uint32_t Pipeline::firstProfileId() const { return impl_->profiles.firstId; }
 const std::vector<std::uint8_t>& Pipeline::threadClassOf() const { return impl_->threadClasses.classOf; }
 std::vector<storage::ThreadClassInfo> Pipeline::threadClasses() const { return impl_->threadClasses.infos(); }
-const std::vector<ProfileInfo>& Pipeline::localProfiles() const { return impl_->profiles.local; }
-const ProfileRecords& Pipeline::localRecords() const { return impl_->profiles.records; }
+std::uint32_t Pipeline::localProfileCount() const { return impl_->profiles.local.size(); }
+void Pipeline::forEachLocalProfile(const LocalProfileVisitor& visit) const {
+  const LocalProfiles& local = impl_->profiles.local;
+  for (const auto& batch : local.batches()) {
+    const auto loaded = local.load(batch);
+    for (std::uint32_t i = 0; i < batch.count; ++i) visit(loaded.infos[i], loaded.records[i], loaded.inputs[i]);
+  }
+}
 const std::vector<Identity>& Pipeline::commonIdentities() const { return impl_->profiles.common; }
 const std::vector<SkippedInput>& Pipeline::skipped() const { return impl_->profiles.skipped; }
 bool Pipeline::physicalPaths() const { return impl_->options.physical; }

@@ -35,10 +35,12 @@ std::vector<SkippedInput> shareSkipped(const Comm& comm, const std::vector<Skipp
   return all;
 }
 
-// Dense profile ids among valid profiles, in input order.
-void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
+// Dense profile ids among valid profiles, in input order, kept in table.local. Returns what the
+// check for threads given twice needs of them: per profile its input and id tuple, packed.
+std::vector<std::byte> numberProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read,
+                                      const SpillFile& spool, std::size_t batchProfiles, ProfileTable& table) {
   std::uint32_t valid = 0;
-  for (const auto& r : read.profiles) valid += r.has_value();
+  for (const auto& r : read.profiles) valid += r.valid();
   Packer p;
   p.u64(valid);
   const auto counts = comm.allgather(p.take());
@@ -54,38 +56,35 @@ void numberProfiles(const Comm& comm, ReadResult& read, ProfileTable& table) {
   table.count = static_cast<std::uint32_t>(all);
   if (table.count == 0) throw PipelineError("no readable profiles in the input");
   std::uint32_t next = table.firstId;
-  table.spillOf.reserve(valid);  // kept for every profile: no spare capacity
-  table.local.reserve(valid);
-  table.features.reserve(valid);
-  for (auto& r : read.profiles) {
-    if (!r) continue;
-    r->info.id = next++;
-    table.spillOf.push_back(r->spill);
-    table.local.push_back(r->info);
-    table.records.add(r->record);
-    table.features.push_back(std::move(r->features));
-    r->record = {};  // packed (the rest of the ReadProfile goes on to the metric plan)
+  Packer identities, features;
+  identities.u64(valid);
+  features.u64(valid);
+  std::vector<char> bytes;
+  for (const auto& kept : read.profiles) {
+    if (!kept.valid()) continue;
+    spool.read(kept.where(), bytes);
+    ReadProfile r = decodeReadProfile(std::string_view(bytes.data(), kept.size));
+    r.info.id = next++;
+    table.local.add(r.info.input / batchProfiles, r.info, r.spill, discovery.input(r.info.input), r.record);
+    putFeatures(features, r.features);
+    identities.u64(r.info.input);
+    identities.u64(r.record.identity.idTuple.size());
+    for (const auto& e : r.record.identity.idTuple) {
+      identities.u64(static_cast<std::uint64_t>(e.kind));
+      identities.u64(e.value);
+    }
   }
-  table.records.shrinkToFit();
+  table.features = features.take();
+  table.local.finish();
   table.common = std::move(read.common);
+  return identities.take();
 }
 
 // Every profile is one thread of one run: two with the same id tuple mean mixed runs or copies,
-// whose values would be added up as if they were different threads.
-void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const ProfileTable& table) {
-  Packer p;
-  p.u64(table.local.size());
-  auto records = table.records.read();
-  for (std::size_t k = 0; k < table.local.size(); ++k) {
-    const ProfileRecord record = records.next();
-    p.u64(table.local[k].input);
-    p.u64(record.identity.idTuple.size());
-    for (const auto& e : record.identity.idTuple) {
-      p.u64(static_cast<std::uint64_t>(e.kind));
-      p.u64(e.value);
-    }
-  }
-  const auto parts = comm.gather(p.take());
+// whose values would be added up as if they were different threads. `identities`: this rank's
+// (numberProfiles).
+void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const std::vector<std::byte>& identities) {
+  const auto parts = comm.gather(identities);
   // Rank 0: the pairs of inputs that are the same thread (usually none).
   std::vector<std::tuple<std::size_t, std::size_t, IdTuple>> twice;
   if (comm.rank() == 0) {
@@ -155,23 +154,19 @@ void throwIfAny(const std::vector<std::string>& errors) {
 
 }  // namespace csp::reduce::stages
 
-namespace csp::reduce {
+namespace csp::reduce {}  // namespace csp::reduce
 
-void ProfileRecords::add(const ProfileRecord& r) {
-  // The host: most often the previous profile's (profiles come in input order, often by host).
-  std::size_t host = lastHost_;
-  if (host >= hosts_.size() || hosts_[host] != r.identity.hostname) {
-    const auto [it, fresh] = hostIndex_.try_emplace(r.identity.hostname, hosts_.size());
-    if (fresh) hosts_.push_back(r.identity.hostname);
-    host = lastHost_ = it->second;
-  }
-  storage::ByteWriter<std::string> out(std::move(bytes_));
+namespace csp::reduce::stages {
+
+namespace {
+
+void putRecord(storage::ByteWriter<std::string>& out, const ProfileRecord& r) {
   out.u64(r.identity.idTuple.size());
   for (const auto& e : r.identity.idTuple) {
     out.u64(static_cast<std::uint64_t>(e.kind));
     out.u64(e.value);
   }
-  out.u64(host);
+  out.text(r.identity.hostname);
   out.u64(r.identity.pid);
   out.u64(r.identity.common);
   out.u64(r.stats.samples);
@@ -181,39 +176,133 @@ void ProfileRecords::add(const ProfileRecord& r) {
   out.u64(r.truncatedSamples);
   out.u64(r.scannedSamples);
   out.u64(r.recoveredSamples);
-  bytes_ = out.take();
-  ++count_;
 }
 
-ProfileRecord ProfileRecords::Reader::next() {
+ProfileRecord getRecord(storage::ByteReader<std::runtime_error>& in) {
   ProfileRecord r;
-  r.identity.idTuple.resize(in_.u64());
+  const auto tuple = in.u64();
+  if (tuple > in.remaining() / 2) in.fail("a longer id tuple than bytes");
+  r.identity.idTuple.resize(tuple);
   for (auto& e : r.identity.idTuple) {
-    e.kind = static_cast<IdKind>(in_.u64());
-    e.value = in_.u64();
+    e.kind = static_cast<IdKind>(in.u64());
+    e.value = in.u64();
   }
-  r.identity.hostname = records_.hosts_.at(in_.u64());
-  r.identity.pid = static_cast<std::uint32_t>(in_.u64());
-  r.identity.common = static_cast<std::uint32_t>(in_.u64());
-  r.stats.samples = in_.u64();
-  r.stats.unwindFailures = in_.u64();
-  r.stats.droppedSamples = in_.u64();
-  r.stats.truncatedPaths = in_.u64();
-  r.truncatedSamples = in_.u64();
-  r.scannedSamples = in_.u64();
-  r.recoveredSamples = in_.u64();
+  r.identity.hostname = in.text();
+  r.identity.pid = static_cast<std::uint32_t>(in.u64());
+  r.identity.common = static_cast<std::uint32_t>(in.u64());
+  r.stats.samples = in.u64();
+  r.stats.unwindFailures = in.u64();
+  r.stats.droppedSamples = in.u64();
+  r.stats.truncatedPaths = in.u64();
+  r.truncatedSamples = in.u64();
+  r.scannedSamples = in.u64();
+  r.recoveredSamples = in.u64();
   return r;
 }
 
-}  // namespace csp::reduce
+}  // namespace
 
-namespace csp::reduce::stages {
+std::string encodeReadProfile(const ReadProfile& r) {
+  storage::ByteWriter<std::string> out;
+  out.u64(r.info.hasRegionEvents ? 1 : 0);
+  out.u64(r.info.input);
+  out.u64(r.metrics);
+  out.u64(r.spill.offset);
+  out.u64(r.spill.size);
+  out.u64(r.spill.reread ? 1 : 0);
+  putRecord(out, r.record);
+  putFeatures(out, r.features);
+  return out.take();
+}
 
-ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read) {
+ReadProfile decodeReadProfile(std::string_view bytes) {
+  storage::ByteReader<std::runtime_error> in(bytes, "profile spool");
+  ReadProfile r;
+  r.info.hasRegionEvents = in.u64() != 0;
+  r.info.input = in.u64();
+  r.metrics = static_cast<std::uint32_t>(in.u64());
+  r.spill.offset = in.u64();
+  r.spill.size = in.u64();
+  r.spill.reread = in.u64() != 0;
+  r.record = getRecord(in);
+  r.features = getFeatures(in);
+  in.expectDone();
+  return r;
+}
+
+void LocalProfiles::add(std::size_t batch, const ProfileInfo& info, const SpillRef& spill, const InputProfile& input,
+                        const ProfileRecord& record) {
+  if (file_ == nullptr) throw std::logic_error("LocalProfiles: no spill file");
+  if (!batches_.empty() && batch < batches_.back().index) throw std::logic_error("LocalProfiles: batches out of order");
+  if (batches_.empty() || batches_.back().index != batch) {
+    flush();
+    batches_.push_back({batch, count_, 0, {}});
+  }
+  storage::ByteWriter<std::string> out(std::move(pending_));
+  out.u64(info.id);
+  out.u64(info.hasRegionEvents ? 1 : 0);
+  out.u64(info.input);
+  out.u64(spill.offset);
+  out.u64(spill.size);
+  out.u64(spill.reread ? 1 : 0);
+  out.text(input.path);
+  out.u64(input.bytes);
+  out.u64(sourceIndex(*sources_, input.source));
+  putRecord(out, record);
+  pending_ = out.take();
+  ++batches_.back().count;
+  ++count_;
+}
+
+void LocalProfiles::flush() {
+  if (batches_.empty() || pending_.empty()) return;
+  batches_.back().where = file_->write(pending_.data(), pending_.size());
+  pending_.clear();
+}
+
+void LocalProfiles::finish() {
+  flush();
+  std::string().swap(pending_);
+  batches_.shrink_to_fit();
+}
+
+LocalProfiles::Loaded LocalProfiles::load(const Batch& batch) const {
+  std::vector<char> bytes;
+  file_->read(batch.where, bytes);
+  storage::ByteReader<std::runtime_error> in(std::string_view(bytes.data(), batch.where.size), "profile spool");
+  Loaded out;
+  out.infos.resize(batch.count);
+  out.spill.resize(batch.count);
+  out.inputs.resize(batch.count);
+  out.records.reserve(batch.count);
+  for (std::uint32_t i = 0; i < batch.count; ++i) {
+    auto& info = out.infos[i];
+    info.id = static_cast<std::uint32_t>(in.u64());
+    info.hasRegionEvents = in.u64() != 0;
+    info.input = in.u64();
+    auto& spill = out.spill[i];
+    spill.offset = in.u64();
+    spill.size = in.u64();
+    spill.reread = in.u64() != 0;
+    auto& input = out.inputs[i];
+    input.path = in.text();
+    input.bytes = in.u64();
+    const auto source = in.u64();
+    if (source >= sources_->size()) in.fail("no such input format");
+    input.source = (*sources_)[source].get();
+    out.records.push_back(getRecord(in));
+  }
+  in.expectDone();
+  return out;
+}
+
+ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read,
+                              const PipelineOptions& options, SpillFile& kept) {
   ProfileTable table;
+  table.local = LocalProfiles(kept, options.sources);
   table.skipped = shareSkipped(comm, read.skipped);
-  numberProfiles(comm, read, table);
-  checkDistinctIdentities(comm, discovery, table);
+  auto identities = numberProfiles(comm, discovery, read, kept, std::max<std::size_t>(options.batchProfiles, 1), table);
+  checkDistinctIdentities(comm, discovery, identities);
   return table;
 }
 

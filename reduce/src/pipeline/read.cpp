@@ -157,11 +157,11 @@ std::vector<Identity> CommonIdentities::take() {
 }
 
 ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
-                            Attribution attribution, LocalCct& localCct, RegionUnion& regions) {
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept) {
   Stopwatch watch;
   const std::size_t count = discovery.end - discovery.begin;
   ReadResult out;
-  out.profiles.assign(count, std::nullopt);  // MT: one element per worker iteration
+  out.profiles.assign(count, KeptProfile{});  // MT: one element per worker iteration
   std::mutex errorsMutex;
   std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
   BusyTimes busy;
@@ -171,7 +171,11 @@ ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& o
   workers.forEach(count, [&](std::size_t i) {
     const auto input = discovery.inputs[i];
     try {
-      out.profiles[i] = readOne(input, discovery.begin + i, attribution, localCct, regions, common, metricLists, busy);
+      const ReadProfile profile =
+          readOne(input, discovery.begin + i, attribution, localCct, regions, common, metricLists, busy);
+      const std::string bytes = encodeReadProfile(profile);
+      const SpillRef where = kept.write(bytes.data(), bytes.size());
+      out.profiles[i] = {where.offset, static_cast<std::uint32_t>(where.size), profile.metrics};
     } catch (const storage::ProfileError& e) {
       std::lock_guard lock(errorsMutex);
       if (options.skipInvalid)

@@ -1,5 +1,6 @@
-// The projection spill (stages.hpp): what the values pass needs of each profile, written by the
-// structure pass to an unlinked temporary file.
+// Spill files (stages.hpp): unlinked temporary files for what csp-prof-mpi needs again later;
+// the projection spill, what the values pass needs of each profile's values, written by the
+// structure pass.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -38,21 +39,46 @@ std::filesystem::path spillDirectory() {
 
 }  // namespace
 
-ProjectionSpill::ProjectionSpill() {
+SpillFile::SpillFile(std::string what) : what_(std::move(what)) {
   const auto dir = spillDirectory();
   std::string path = (dir / "csp-prof-spill-XXXXXX").string();
   fd_ = ::mkstemp(path.data());
   if (fd_ < 0)
     throw PipelineError(
-        fmt::format("{}: cannot create the projection spill file: {} (set CSP_SPILL_DIR or TMPDIR to a writable "
+        fmt::format("{}: cannot create the {} file: {} (set CSP_SPILL_DIR or TMPDIR to a writable "
                     "directory)",
-                    path, std::strerror(errno)));
+                    path, what_, std::strerror(errno)));
   ::unlink(path.c_str());  // gone with the process, whatever way it ends
   dir_ = dir.string();
 }
 
-ProjectionSpill::~ProjectionSpill() {
+SpillFile::~SpillFile() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+SpillRef SpillFile::write(const char* data, std::size_t size) {
+  const std::uint64_t offset = next_.fetch_add(size);
+  for (std::size_t done = 0; done < size;) {
+    const auto n = ::pwrite(fd_, data + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw std::runtime_error(fmt::format("{} file in {}: cannot write: {} (disk full? set CSP_SPILL_DIR or TMPDIR)",
+                                           what_, dir_, n < 0 ? std::strerror(errno) : "no space"));
+    done += static_cast<std::size_t>(n);
+  }
+  return {offset, size, false};
+}
+
+void SpillFile::read(const SpillRef& ref, std::vector<char>& out) const {
+  if (out.size() < ref.size) out.resize(ref.size);
+  for (std::size_t done = 0; done < ref.size;) {
+    const auto n = ::pread(fd_, out.data() + done, ref.size - done, static_cast<off_t>(ref.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw std::runtime_error(
+          fmt::format("{} file: cannot read: {}", what_, n < 0 ? std::strerror(errno) : "truncated"));
+    done += static_cast<std::size_t>(n);
+  }
 }
 
 SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, const std::vector<StmtValue>& stmt) {
@@ -75,31 +101,12 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
     out = storage::varintAt(out, v.metric);
     out = storage::varintAt(out, v.value);
   }
-  const auto size = static_cast<std::size_t>(out - bytes.data());
-  const std::uint64_t offset = next_.fetch_add(size);
-  for (std::size_t done = 0; done < size;) {
-    const auto n = ::pwrite(fd_, bytes.data() + done, size - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw std::runtime_error(
-          fmt::format("projection spill file in {}: cannot write: {} (disk full? set CSP_SPILL_DIR or TMPDIR)", dir_,
-                      n < 0 ? std::strerror(errno) : "no space"));
-    done += static_cast<std::size_t>(n);
-  }
-  return {offset, size, false};
+  return file_.write(bytes.data(), static_cast<std::size_t>(out - bytes.data()));
 }
 
 ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   auto& bytes = spillBuffer;
-  if (bytes.size() < ref.size) bytes.resize(ref.size);
-  for (std::size_t done = 0; done < ref.size;) {
-    const auto n = ::pread(fd_, bytes.data() + done, ref.size - done, static_cast<off_t>(ref.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw std::runtime_error(
-          fmt::format("projection spill file: cannot read: {}", n < 0 ? std::strerror(errno) : "truncated"));
-    done += static_cast<std::size_t>(n);
-  }
+  file_.read(ref, bytes);
   const std::span<const std::byte> record(reinterpret_cast<const std::byte*>(bytes.data()), ref.size);
   storage::ByteReader<std::runtime_error> r(record, "projection spill file");
   Projected out;

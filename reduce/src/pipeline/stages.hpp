@@ -37,6 +37,7 @@
 #include "csp/metrics/expression.hpp"
 #include "csp/reduce/overhead.hpp"
 #include "csp/reduce/pipeline.hpp"
+#include "csp/storage/bytes.hpp"
 
 namespace csp::reduce::stages {
 
@@ -97,7 +98,8 @@ void throwIfAny(const std::vector<std::string>& errors);
 // --- discover (discover.cpp) -------------------------------------------------------------------
 
 struct Discovery {
-  InputList inputs;                              // this rank's share: inputs[i] is input begin + i
+  InputList inputs;                              // this rank's share: inputs[i] is input begin + i;
+                                                 // released once the structure is built
   std::size_t begin = 0, end = 0;                // this rank's inputs, of all ranks' in id order
   std::size_t total = 0;                         // the inputs of all ranks
   std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
@@ -140,17 +142,35 @@ struct SpillRef {
   bool reread = true;
 };
 
+// An unlinked temporary file (in CSP_SPILL_DIR, else $TMPDIR) that keeps records csp-prof-mpi
+// needs again later, so that its memory stays flat in the number of profiles: gone with the
+// process, whatever way it ends. `what` names it in messages ("projection spill").
+class SpillFile {
+ public:
+  explicit SpillFile(std::string what);
+  ~SpillFile();
+  SpillFile(const SpillFile&) = delete;
+  SpillFile& operator=(const SpillFile&) = delete;
+
+  // MT: any thread. Throws std::runtime_error (disk full: naming the directory).
+  SpillRef write(const char* data, std::size_t size);
+  // The record's bytes into `out` (resized to fit, at least). MT: any thread.
+  void read(const SpillRef& ref, std::vector<char>& out) const;
+
+ private:
+  std::string what_;
+  int fd_ = -1;
+  std::string dir_;                     // where the (unlinked) file lives, for messages
+  std::atomic<std::uint64_t> next_{0};  // MT: where the next record goes
+};
+
 // Reading, validating and projecting a profile is most of the structure pass; the values pass
 // needs only its values at their canonical statements and its metric names. They are kept from
-// the structure pass, at local CCT ids (finalIdsOf maps them), in an unlinked temporary file
-// (in $TMPDIR; varints, a sixth of the input's size for CSP's profiles), so that memory stays
-// flat in the number of profiles.
+// the structure pass, at local CCT ids (finalIdsOf maps them), in a SpillFile (varints, a sixth
+// of the input's size for CSP's profiles).
 class ProjectionSpill {
  public:
-  ProjectionSpill();
-  ~ProjectionSpill();
-  ProjectionSpill(const ProjectionSpill&) = delete;
-  ProjectionSpill& operator=(const ProjectionSpill&) = delete;
+  ProjectionSpill() : file_("projection spill") {}
 
   struct Projected {
     std::vector<std::string> metrics;  // the profile's metric names; StmtValue::metric indexes them
@@ -161,9 +181,7 @@ class ProjectionSpill {
   Projected get(const SpillRef& ref) const;
 
  private:
-  int fd_ = -1;
-  std::string dir_;                     // where the (unlinked) file lives, for messages
-  std::atomic<std::uint64_t> next_{0};  // MT: where the next record goes
+  SpillFile file_;
 };
 
 // The final id of every node of a local CCT (which holds at least this rank's contexts).
@@ -176,6 +194,42 @@ struct ReadProfile {
   std::uint32_t metrics = 0;  // ReadResult::metricLists[metrics]: its metrics, until the list is unified
   SpillRef spill;
   ThreadFeatures features;  // what the thread classification looks at
+};
+
+// A profile's thread features in varints (storage::ByteWriter / ByteReader and their kin): in the
+// profile spool, and on their way to rank 0 for the classification.
+template <typename Writer>
+void putFeatures(Writer& out, const ThreadFeatures& f) {
+  out.text(f.process);
+  out.u64(f.initialThread ? 1 : 0);
+  out.u64(f.work);
+  out.u64(f.waited);
+  out.text(f.entry);
+  out.text(f.entryModule);
+}
+template <typename Reader>
+ThreadFeatures getFeatures(Reader& in) {
+  ThreadFeatures f;
+  f.process = in.text();
+  f.initialThread = in.u64() != 0;
+  f.work = in.u64();
+  f.waited = in.u64();
+  f.entry = in.text();
+  f.entryModule = in.text();
+  return f;
+}
+
+// A ReadProfile as the structure pass keeps it, in the profile spool (SpillFile), until the
+// profiles are numbered: in memory, 16 bytes per input instead of about 300.
+std::string encodeReadProfile(const ReadProfile& profile);
+ReadProfile decodeReadProfile(std::string_view bytes);  // throws std::runtime_error if malformed
+
+struct KeptProfile {
+  std::uint64_t offset = 0;   // of its encodeReadProfile bytes in the profile spool
+  std::uint32_t size = 0;     // 0: the input was skipped
+  std::uint32_t metrics = 0;  // ReadProfile::metrics
+  bool valid() const { return size != 0; }
+  SpillRef where() const { return {offset, size, false}; }
 };
 
 // The parts of identities that the threads and processes of a run share (executable, command
@@ -208,7 +262,7 @@ class MetricLists {
 };
 
 struct ReadResult {
-  std::vector<std::optional<ReadProfile>> profiles;        // per input of this rank; nullopt: skipped
+  std::vector<KeptProfile> profiles;                       // per input of this rank, in the profile spool
   std::vector<SkippedInput> skipped;                       // this rank's, sorted by path
   std::vector<Identity> common;                            // ProfileIdentity::common
   std::vector<std::vector<MetricDescriptor>> metricLists;  // ReadProfile::metrics; released once unified
@@ -223,30 +277,69 @@ struct Attribution {
 };
 
 // Reads this rank's inputs in parallel, attributes them and unions their contexts into
-// `localCct` and their region trees into `regions`.
+// `localCct` and their region trees into `regions`; what is kept of each profile goes to `kept`.
 ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
-                            Attribution attribution, LocalCct& localCct, RegionUnion& regions);
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept);
 
 // The JIT symbols of a profile's process, if its source keeps them.
 const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, const ThreadProfile& profile);
 
 // --- profiles (profiles.cpp) -------------------------------------------------------------------
 
-struct ProfileTable {
-  std::vector<ProfileInfo> local;        // this rank's valid profiles, ascending id
-  ProfileRecords records;                // local[i]'s record is the i-th
-  std::vector<SpillRef> spillOf;         // local[i]'s projected values
-  std::uint32_t firstId = 0;             // of this rank's profiles
-  std::uint32_t count = 0;               // valid profiles of all ranks
-  std::vector<SkippedInput> skipped;     // of all ranks, in input order
-  std::vector<Identity> common;          // ProfileIdentity::common of local
-  std::vector<ThreadFeatures> features;  // local[i]'s, until the threads are classified
+// This rank's valid profiles in id order, with what the values pass and the metadata need of
+// each: its info, where its projected values lie, its input and its record. They are kept in a
+// SpillFile one batch of the values pass at a time and read back a batch at a time, so that
+// memory stays flat in the number of profiles (in memory: a few words per batch).
+class LocalProfiles {
+ public:
+  struct Batch {
+    std::size_t index = 0;    // the values pass's batch: input index / batchProfiles
+    std::uint32_t first = 0;  // its first profile, among this rank's
+    std::uint32_t count = 0;
+    SpillRef where;
+  };
+  struct Loaded {  // one batch, as added
+    std::vector<ProfileInfo> infos;
+    std::vector<SpillRef> spill;
+    std::vector<InputProfile> inputs;
+    std::vector<ProfileRecord> records;
+  };
+  LocalProfiles() = default;
+  // `sources`: an input's source is kept as its index among them.
+  LocalProfiles(SpillFile& file, const ProfileSources& sources) : file_(&file), sources_(&sources) {}
+  // Profiles in id order, `batch` ascending.
+  void add(std::size_t batch, const ProfileInfo& info, const SpillRef& spill, const InputProfile& input,
+           const ProfileRecord& record);
+  void finish();  // after the last add
+  std::uint32_t size() const { return count_; }
+  const std::vector<Batch>& batches() const { return batches_; }
+  Loaded load(const Batch& batch) const;
+
+ private:
+  void flush();
+  SpillFile* file_ = nullptr;
+  const ProfileSources* sources_ = nullptr;
+  std::vector<Batch> batches_;
+  std::string pending_;  // the profiles of the batch being added, encoded
+  std::uint32_t count_ = 0;
 };
 
-// Shares the skipped inputs, numbers the valid profiles densely in input order and checks that
-// no thread is there twice. Moves the profiles' infos, features and common identities out of
-// `read`.
-ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read);
+struct ProfileTable {
+  LocalProfiles local;                // this rank's valid profiles, ascending id
+  std::uint32_t firstId = 0;          // of this rank's profiles
+  std::uint32_t count = 0;            // valid profiles of all ranks
+  std::vector<SkippedInput> skipped;  // of all ranks, in input order
+  std::vector<Identity> common;       // ProfileIdentity::common of local
+  // local's thread features, packed in order for the classification, until the threads are
+  // classified.
+  std::vector<std::byte> features;
+};
+
+// Shares the skipped inputs, numbers the valid profiles densely in input order, keeps them in
+// `kept` (LocalProfiles; read back from there: readAndAttribute's ReadProfiles) and checks that
+// no thread is there twice. Moves the common identities out of `read`.
+ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, ReadResult& read,
+                              const PipelineOptions& options, SpillFile& kept);
 
 // --- threads (threads.cpp) ---------------------------------------------------------------------
 
@@ -258,15 +351,17 @@ ThreadFeatures threadFeatures(const ThreadProfile& profile, const std::string& w
 
 struct ThreadClassification {
   std::vector<std::uint8_t> classOf;  // storage::ThreadClass of every profile, all ranks
-  // Rank 0: the entry and reason of every profile, packed one after the other (texts), until the
-  // metadata is written: as ThreadClassInfos they would take about 150 bytes a profile.
-  std::string entriesAndReasons;
+  // Rank 0: the entry and reason of every profile, packed one after the other, kept in a
+  // SpillFile until the metadata is written (in memory they would take 35 bytes a profile).
+  const SpillFile* kept = nullptr;
+  SpillRef entriesAndReasons;
   std::vector<storage::ThreadClassInfo> infos() const;  // class, entry and reason per profile
 };
 
 // The features of every profile go to rank 0, which classifies them with the whole process in
 // view (a process's threads may lie on several ranks). Releases table.features.
-ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options);
+ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options,
+                                     SpillFile& kept);
 
 // --- metrics (metric_plan.cpp) -----------------------------------------------------------------
 
@@ -339,8 +434,7 @@ struct ValueInputs {
 // batch (profiles whose input index / batchProfiles is the same), computes their values in
 // parallel and hands each batch to `consume` on a thread of its own while the next one is
 // computed (at most two batches alive).
-void computeValues(const ProfileTable& profiles, const Discovery& discovery, const PipelineOptions& options,
-                   Workers& workers, Attribution attribution, const ValueInputs& inputs,
-                   const Pipeline::BatchConsumer& consume);
+void computeValues(const ProfileTable& profiles, const PipelineOptions& options, Workers& workers,
+                   Attribution attribution, const ValueInputs& inputs, const Pipeline::BatchConsumer& consume);
 
 }  // namespace csp::reduce::stages

@@ -79,35 +79,19 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   return f;
 }
 
-ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options) {
-  Packer p;
-  p.u64(table.features.size());
-  for (const auto& f : table.features) {
-    p.text(f.process);
-    p.u64(f.initialThread ? 1 : 0);
-    p.u64(f.work);
-    p.u64(f.waited);
-    p.text(f.entry);
-    p.text(f.entryModule);
-  }
-  const auto parts = comm.gather(p.take());
+ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, const ThreadClassOptions& options,
+                                     SpillFile& kept) {
+  auto parts = comm.gather(table.features);
+  std::vector<std::byte>().swap(table.features);  // not needed any more
   ThreadClassification out;
   std::vector<std::byte> classes;
   if (comm.rank() == 0) {
     std::vector<ThreadFeatures> all;
     for (const auto& part : parts) {
       Unpacker u(part);
-      for (auto n = u.u64(); n > 0; --n) {
-        ThreadFeatures f;
-        f.process = u.text();
-        f.initialThread = u.u64() != 0;
-        f.work = u.u64();
-        f.waited = u.u64();
-        f.entry = u.text();
-        f.entryModule = u.text();
-        all.push_back(std::move(f));
-      }
+      for (auto n = u.u64(); n > 0; --n) all.push_back(getFeatures(u));
     }
+    std::vector<std::vector<std::byte>>().swap(parts);  // unpacked
     const auto infos = reduce::classifyThreads(all, options);
     std::vector<ThreadFeatures>().swap(all);
     storage::ByteWriter<std::string> packed;
@@ -116,21 +100,23 @@ ThreadClassification classifyThreads(const Comm& comm, ProfileTable& table, cons
       packed.text(c.entry);
       packed.text(c.reason);
     }
-    out.entriesAndReasons = packed.take();
-    out.entriesAndReasons.shrink_to_fit();
+    const std::string texts = packed.take();
+    out.kept = &kept;
+    out.entriesAndReasons = kept.write(texts.data(), texts.size());
   }
   comm.broadcast(classes);
   out.classOf.resize(classes.size());
   for (std::size_t i = 0; i < classes.size(); ++i) out.classOf[i] = static_cast<std::uint8_t>(classes[i]);
-  std::vector<ThreadFeatures>().swap(table.features);  // not needed any more
   return out;
 }
 
 std::vector<storage::ThreadClassInfo> ThreadClassification::infos() const {
   std::vector<storage::ThreadClassInfo> out;
-  if (entriesAndReasons.empty()) return out;  // not rank 0
+  if (kept == nullptr) return out;  // not rank 0
   out.resize(classOf.size());
-  storage::ByteReader<std::logic_error> in(entriesAndReasons, "thread classes");
+  std::vector<char> texts;
+  kept->read(entriesAndReasons, texts);
+  storage::ByteReader<std::runtime_error> in(std::string_view(texts.data(), entriesAndReasons.size), "thread classes");
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i].threadClass = static_cast<storage::ThreadClass>(classOf[i]);
     out[i].entry = in.text();

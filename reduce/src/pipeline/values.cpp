@@ -88,33 +88,30 @@ class ProfileValues {
 
 }  // namespace
 
-void computeValues(const ProfileTable& profiles, const Discovery& discovery, const PipelineOptions& options,
-                   Workers& workers, Attribution attribution, const ValueInputs& inputs,
-                   const Pipeline::BatchConsumer& consume) {
+void computeValues(const ProfileTable& profiles, const PipelineOptions& options, Workers& workers,
+                   Attribution attribution, const ValueInputs& inputs, const Pipeline::BatchConsumer& consume) {
   Stopwatch watch;
   ProfileValues profileValues(inputs, attribution);
   const std::size_t total = profiles.local.size();
-  const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
   std::vector<std::string> errors;  // MT: under errorsMutex
   std::mutex errorsMutex;
   workers.begin("metrics", total);
   std::future<void> pending;
-  for (std::size_t first = 0; first < total;) {
-    // The batch is the input batch of this profile: profiles whose inputs share index / batch.
-    const std::size_t batchIndex = profiles.local[first].input / batch;
-    std::size_t n = 1;
-    while (first + n < total && profiles.local[first + n].input / batch == batchIndex) ++n;
+  std::size_t done = 0;
+  // A batch is the input batch of its profiles: profiles whose inputs share index / batchProfiles.
+  for (const auto& batch : profiles.local.batches()) {
+    auto loaded = std::make_shared<LocalProfiles::Loaded>(profiles.local.load(batch));
+    const std::size_t n = batch.count;
     std::vector<ThreadValues> values(n);
     std::vector<RegionValues> regionValues(n);
     workers.arena().execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const auto input = discovery.input(profiles.local[first + i].input);
           try {
-            profileValues.compute(input, profiles.spillOf[first + i], values[i], regionValues[i]);
+            profileValues.compute(loaded->inputs[i], loaded->spill[i], values[i], regionValues[i]);
           } catch (const std::exception& e) {
             std::lock_guard lock(errorsMutex);
-            errors.push_back(fmt::format("{}: {}", input.path, e.what()));
+            errors.push_back(fmt::format("{}: {}", loaded->inputs[i].path, e.what()));
           }
         }
       });
@@ -124,13 +121,12 @@ void computeValues(const ProfileTable& profiles, const Discovery& discovery, con
     // at most two batches are alive at a time.
     if (pending.valid()) pending.get();
     pending =
-        std::async(std::launch::async, [&consume, batchIndex,
-                                        batchProfiles = std::span<const ProfileInfo>(profiles.local).subspan(first, n),
+        std::async(std::launch::async, [&consume, batchIndex = batch.index, loaded = std::move(loaded),
                                         values = std::move(values), regionValues = std::move(regionValues)]() mutable {
-          consume(batchIndex, batchProfiles, values, regionValues);
+          consume(batchIndex, std::span<const ProfileInfo>(loaded->infos), values, regionValues);
         });
-    first += n;
-    if (workers.progress()) workers.progress()->update(first);
+    done += n;
+    if (workers.progress()) workers.progress()->update(done);
   }
   if (pending.valid()) pending.get();
   workers.end("metrics", watch);

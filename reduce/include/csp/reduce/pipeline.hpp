@@ -23,7 +23,6 @@
 #include <tbb/task_arena.h>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "csp/reduce/attribution.hpp"
@@ -32,7 +31,6 @@
 #include "csp/reduce/profile_source.hpp"
 #include "csp/reduce/projection.hpp"
 #include "csp/reduce/thread_classes.hpp"
-#include "csp/storage/bytes.hpp"
 #include "csp/storage/profile.hpp"
 
 namespace csp::reduce {
@@ -130,43 +128,12 @@ struct ProfileRecord {
   std::uint64_t recoveredSamples = 0;  // of them, those the unwind recipes completed
 };
 
-// The records of a rank's profiles in local order, packed as varints with each host name kept
-// once: about 25 bytes a profile where a ProfileRecord takes 250, so that what csp-prof-mpi keeps
-// of every profile through the values pass stays small. Read back in order.
-class ProfileRecords {
- public:
-  void add(const ProfileRecord& record);
-  std::size_t size() const { return count_; }
-  void shrinkToFit() {  // after the last add
-    bytes_.shrink_to_fit();
-    hostIndex_.clear();
-  }
-
-  class Reader {
-   public:
-    explicit Reader(const ProfileRecords& records) : records_(records), in_(records.bytes_, "profile records") {}
-    ProfileRecord next();  // the next record; the first one first
-
-   private:
-    const ProfileRecords& records_;
-    storage::ByteReader<std::logic_error> in_;
-  };
-  Reader read() const { return Reader(*this); }
-
- private:
-  std::string bytes_;
-  std::vector<std::string> hosts_;
-  std::unordered_map<std::string, std::size_t> hostIndex_;  // hosts_ by name, until shrinkToFit
-  std::size_t lastHost_ = 0;                                // the previous record's
-  std::size_t count_ = 0;
-};
-
 // One profile as the values pass and the database see it: dense id among the valid profiles and
-// its input; its record is Pipeline::localRecords()'s at the same index.
+// its input (Pipeline::forEachLocalProfile gives its record and input with it).
 struct ProfileInfo {
   std::uint32_t id = 0;
   bool hasRegionEvents = false;  // the profile carries a region event log
-  std::size_t input = 0;         // index into inputs()
+  std::size_t input = 0;         // its index among all ranks' inputs, in input order
 };
 
 // The reduced region tree (docs/views.md, "Regions"): node 0 is the root; a region is identified by its
@@ -210,10 +177,9 @@ class Pipeline {
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.
-  // After discover: the count of all inputs, and one input of this rank's share (by its index
-  // among all ranks' inputs; ProfileInfo::input). No rank keeps the whole list.
+  // After discover: the count of all inputs. No rank keeps the whole list, and a rank keeps its
+  // share only until buildStructure is done (forEachLocalProfile gives each profile's input).
   std::size_t inputCount() const;
-  InputProfile input(std::size_t index) const;
   // The input formats (PipelineOptions::sources): an input's source by its index and back, to
   // name an input to another rank.
   const ProfileSource* source(std::size_t index) const;
@@ -232,8 +198,12 @@ class Pipeline {
   const std::vector<std::uint8_t>& threadClassOf() const;
   // Class, entry and reason of every profile: on rank 0 only (for the metadata).
   std::vector<storage::ThreadClassInfo> threadClasses() const;
-  const std::vector<ProfileInfo>& localProfiles() const;  // this rank's valid profiles
-  const ProfileRecords& localRecords() const;             // their records, in the same order
+  // This rank's valid profiles, after buildStructure: how many, and each with its record and
+  // input, in id order. They are kept in a temporary file, not in memory (memory flat in the
+  // number of profiles), and read back a batch at a time for each call.
+  std::uint32_t localProfileCount() const;
+  using LocalProfileVisitor = std::function<void(const ProfileInfo&, const ProfileRecord&, const InputProfile&)>;
+  void forEachLocalProfile(const LocalProfileVisitor& visit) const;
   // The executables, command lines and settings of this rank's profiles, each once
   // (ProfileIdentity::common; only executable, commandLine and settings are set).
   const std::vector<Identity>& commonIdentities() const;

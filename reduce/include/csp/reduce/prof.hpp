@@ -51,7 +51,7 @@ class OutputSink {
   virtual ~OutputSink() = default;
   // Before the pipeline's heavy work: claim the output, failing fast on a bad target.
   virtual void open(const Comm& comm) = 0;
-  // The structure is known (pipeline.cct(), metrics(), regions(), localProfiles()).
+  // The structure is known (pipeline.cct(), metrics(), regions(), localProfileCount()).
   virtual void begin(const Comm& comm, Pipeline& pipeline) = 0;
   // One batch of this rank's per-thread values (Pipeline::BatchConsumer): called from one thread
   // at a time, in batch order, while the pipeline computes the next batch; may run tasks in

@@ -48,12 +48,10 @@ std::string openmpCallPaths(const std::set<std::string>& states, bool physical) 
 
 std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pipeline& pipeline) {
   Packer p;
-  p.u64(pipeline.localProfiles().size());
+  p.u64(pipeline.localProfileCount());
   const auto& commons = pipeline.commonIdentities();
   const Identity* previous = nullptr;
-  auto records = pipeline.localRecords().read();
-  for (const auto& info : pipeline.localProfiles()) {
-    const ProfileRecord record = records.next();
+  pipeline.forEachLocalProfile([&](const ProfileInfo& info, const ProfileRecord& record, const InputProfile&) {
     const Identity& common = commons.at(record.identity.common);
     p.u64(info.id);
     p.u64(record.identity.idTuple.size());
@@ -95,7 +93,7 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
     p.u64(record.stats.truncatedPaths);
     p.u64(record.scannedSamples);
     p.u64(record.recoveredSamples);
-  }
+  });
   // The loops of the modules this rank's attribution needed (the root takes their union).
   const auto modules = pipeline.attributionStats().modules;
   p.u64(modules.size());

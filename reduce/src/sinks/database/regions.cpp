@@ -142,18 +142,14 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
   // Processes are (host, pid). A process's threads may straddle ranks: the rank holding its
   // first profile reads the event logs of all of them.
   Packer mine;
-  auto records = pipeline.localRecords().read();
-  for (const auto& info : pipeline.localProfiles()) {
-    const ProfileRecord record = records.next();
-    if (!info.hasRegionEvents) continue;
-    // The input itself: each rank keeps only its own share of the input list.
-    const InputProfile input = pipeline.input(info.input);
+  pipeline.forEachLocalProfile([&](const ProfileInfo& info, const ProfileRecord& record, const InputProfile& input) {
+    if (!info.hasRegionEvents) return;
     mine.u64(info.id);
     mine.text(input.path);
     mine.u64(pipeline.sourceIndex(input.source));
     mine.text(record.identity.hostname);
     mine.u64(record.identity.pid);
-  }
+  });
   // Per process, each of its threads that logged region events: (profile id, input).
   std::map<std::pair<std::string, std::uint64_t>, std::vector<std::pair<std::uint32_t, InputProfile>>> processes;
   for (const auto& part : comm.allgather(mine.take())) {
@@ -169,7 +165,7 @@ void RegionSummaries::addConcurrency(const Comm& comm, const Pipeline& pipeline,
     }
   }
   const std::uint32_t myFirst = pipeline.firstProfileId();
-  const std::uint32_t myEnd = myFirst + static_cast<std::uint32_t>(pipeline.localProfiles().size());
+  const std::uint32_t myEnd = myFirst + pipeline.localProfileCount();
   const std::size_t width = slots().size();
   using storage::RegionMetricId;
   constexpr auto E = storage::MetricScope::Exclusive;
