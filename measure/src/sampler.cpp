@@ -569,6 +569,13 @@ void leaveCharging(ThreadState& t) {
   t.phase.store(static_cast<int>(Phase::Active), std::memory_order_release);
 }
 
+timespec toTimespec(std::uint64_t ns) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000u);
+  ts.tv_nsec = static_cast<long>(ns % 1'000'000'000u);
+  return ts;
+}
+
 // No samples of `event` until its clock reads `until`: the timer is re-armed to expire then
 // (`quietNs` from now), so that no signal at all arrives in between -- at a period of a few
 // microseconds, delivering signals only to drop them would still take all of the thread's time.
@@ -577,11 +584,7 @@ void leaveCharging(ThreadState& t) {
 void beQuiet(ThreadState& t, int event, std::uint64_t until, std::uint64_t quietNs, std::uint64_t periodNs) {
   t.quietUntilNs[event] = until;
   if (quietNs < periodNs || t.timersStopped) return;
-  struct itimerspec spec;
-  spec.it_interval.tv_sec = static_cast<time_t>(periodNs / 1'000'000'000u);
-  spec.it_interval.tv_nsec = static_cast<long>(periodNs % 1'000'000'000u);
-  spec.it_value.tv_sec = static_cast<time_t>(quietNs / 1'000'000'000u);
-  spec.it_value.tv_nsec = static_cast<long>(quietNs % 1'000'000'000u);
+  const struct itimerspec spec = {toTimespec(periodNs), toTimespec(quietNs)};
   if (timer_settime(t.timers[event], 0, &spec, nullptr) != 0) return;
   // The timer starts over: the periods of the quiet time bring no signal (and no overrun).
   const std::uint64_t skipped = quietNs / periodNs;
@@ -926,11 +929,8 @@ bool startTimers(ThreadState& t) {
   }
   // Arm only after every timer exists, so that sival_int always indexes a live timer.
   for (int e = 0; e < t.timerCount; ++e) {
-    const std::uint64_t p = events[static_cast<std::size_t>(e)].periodNs;
-    struct itimerspec spec;
-    spec.it_interval.tv_sec = static_cast<time_t>(p / 1'000'000'000u);
-    spec.it_interval.tv_nsec = static_cast<long>(p % 1'000'000'000u);
-    spec.it_value = spec.it_interval;
+    const timespec period = toTimespec(events[static_cast<std::size_t>(e)].periodNs);
+    const struct itimerspec spec = {period, period};
     timer_settime(t.timers[e], 0, &spec, nullptr);
   }
   return t.timerCount > 0;

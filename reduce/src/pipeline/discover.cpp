@@ -183,12 +183,7 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
       p.u64(listing.inputs.size());
       p.u64(begin);
       p.u64(end);
-      for (std::size_t i = begin; i < end; ++i) {
-        const auto f = listing.inputs[i];
-        p.text(f.path);
-        p.u64(f.bytes);
-        p.u64(sourceIndex(sources, f.source));
-      }
+      for (std::size_t i = begin; i < end; ++i) putInput(p, listing.inputs[i], sources);
       outgoing[static_cast<std::size_t>(r)] = p.take();
     }
     listing.inputs = {};
@@ -200,13 +195,7 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   d.total = u.u64();
   d.begin = u.u64();
   d.end = u.u64();
-  for (std::size_t i = d.begin; i < d.end; ++i) {
-    InputProfile f;
-    f.path = u.text();
-    f.bytes = u.u64();
-    f.source = options.sources.at(u.u64()).get();
-    d.inputs.add(f);
-  }
+  for (std::size_t i = d.begin; i < d.end; ++i) d.inputs.add(getInput(u, options.sources));
   u.expectDone();
   d.inputs.shrinkToFit();
   d.leftoverTemporaries = std::move(listing.leftoverTemporaries);

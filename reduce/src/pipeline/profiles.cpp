@@ -68,11 +68,7 @@ std::vector<std::byte> numberProfiles(const Comm& comm, const Discovery& discove
     table.local.add(r.info.input / batchProfiles, r.info, r.spill, discovery.input(r.info.input), r.record);
     putFeatures(features, r.features);
     identities.u64(r.info.input);
-    identities.u64(r.record.identity.idTuple.size());
-    for (const auto& e : r.record.identity.idTuple) {
-      identities.u64(static_cast<std::uint64_t>(e.kind));
-      identities.u64(e.value);
-    }
+    putIdTuple(identities, r.record.identity.idTuple);
   }
   table.features = features.take();
   table.local.finish();
@@ -93,12 +89,7 @@ void checkDistinctIdentities(const Comm& comm, const Discovery& discovery, const
       Unpacker u(part);
       for (auto n = u.u64(); n > 0; --n) {
         const auto input = static_cast<std::size_t>(u.u64());
-        IdTuple tuple(u.u64());
-        for (auto& e : tuple) {
-          e.kind = static_cast<IdKind>(u.u64());
-          e.value = u.u64();
-        }
-        all.emplace_back(std::move(tuple), input);
+        all.emplace_back(getIdTuple(u), input);
       }
     }
     std::sort(all.begin(), all.end());
@@ -152,20 +143,11 @@ void throwIfAny(const std::vector<std::string>& errors) {
   throw PipelineError(message);
 }
 
-}  // namespace csp::reduce::stages
-
-namespace csp::reduce {}  // namespace csp::reduce
-
-namespace csp::reduce::stages {
-
 namespace {
 
+// What the profile spool keeps, piece by piece.
 void putRecord(storage::ByteWriter<std::string>& out, const ProfileRecord& r) {
-  out.u64(r.identity.idTuple.size());
-  for (const auto& e : r.identity.idTuple) {
-    out.u64(static_cast<std::uint64_t>(e.kind));
-    out.u64(e.value);
-  }
+  putIdTuple(out, r.identity.idTuple);
   out.text(r.identity.hostname);
   out.u64(r.identity.pid);
   out.u64(r.identity.common);
@@ -180,13 +162,7 @@ void putRecord(storage::ByteWriter<std::string>& out, const ProfileRecord& r) {
 
 ProfileRecord getRecord(storage::ByteReader<std::runtime_error>& in) {
   ProfileRecord r;
-  const auto tuple = in.u64();
-  if (tuple > in.remaining() / 2) in.fail("a longer id tuple than bytes");
-  r.identity.idTuple.resize(tuple);
-  for (auto& e : r.identity.idTuple) {
-    e.kind = static_cast<IdKind>(in.u64());
-    e.value = in.u64();
-  }
+  r.identity.idTuple = getIdTuple(in);
   r.identity.hostname = in.text();
   r.identity.pid = static_cast<std::uint32_t>(in.u64());
   r.identity.common = static_cast<std::uint32_t>(in.u64());
@@ -200,6 +176,20 @@ ProfileRecord getRecord(storage::ByteReader<std::runtime_error>& in) {
   return r;
 }
 
+void putSpillRef(storage::ByteWriter<std::string>& out, const SpillRef& ref) {
+  out.u64(ref.offset);
+  out.u64(ref.size);
+  out.u64(ref.reread ? 1 : 0);
+}
+
+SpillRef getSpillRef(storage::ByteReader<std::runtime_error>& in) {
+  SpillRef ref;
+  ref.offset = in.u64();
+  ref.size = in.u64();
+  ref.reread = in.u64() != 0;
+  return ref;
+}
+
 }  // namespace
 
 std::string encodeReadProfile(const ReadProfile& r) {
@@ -207,9 +197,7 @@ std::string encodeReadProfile(const ReadProfile& r) {
   out.u64(r.info.hasRegionEvents ? 1 : 0);
   out.u64(r.info.input);
   out.u64(r.metrics);
-  out.u64(r.spill.offset);
-  out.u64(r.spill.size);
-  out.u64(r.spill.reread ? 1 : 0);
+  putSpillRef(out, r.spill);
   putRecord(out, r.record);
   putFeatures(out, r.features);
   return out.take();
@@ -221,9 +209,7 @@ ReadProfile decodeReadProfile(std::string_view bytes) {
   r.info.hasRegionEvents = in.u64() != 0;
   r.info.input = in.u64();
   r.metrics = static_cast<std::uint32_t>(in.u64());
-  r.spill.offset = in.u64();
-  r.spill.size = in.u64();
-  r.spill.reread = in.u64() != 0;
+  r.spill = getSpillRef(in);
   r.record = getRecord(in);
   r.features = getFeatures(in);
   in.expectDone();
@@ -236,18 +222,14 @@ void LocalProfiles::add(std::size_t batch, const ProfileInfo& info, const SpillR
   if (!batches_.empty() && batch < batches_.back().index) throw std::logic_error("LocalProfiles: batches out of order");
   if (batches_.empty() || batches_.back().index != batch) {
     flush();
-    batches_.push_back({batch, count_, 0, {}});
+    batches_.push_back({batch, 0, {}});
   }
   storage::ByteWriter<std::string> out(std::move(pending_));
   out.u64(info.id);
   out.u64(info.hasRegionEvents ? 1 : 0);
   out.u64(info.input);
-  out.u64(spill.offset);
-  out.u64(spill.size);
-  out.u64(spill.reread ? 1 : 0);
-  out.text(input.path);
-  out.u64(input.bytes);
-  out.u64(sourceIndex(*sources_, input.source));
+  putSpillRef(out, spill);
+  putInput(out, input, *sources_);
   putRecord(out, record);
   pending_ = out.take();
   ++batches_.back().count;
@@ -280,16 +262,8 @@ LocalProfiles::Loaded LocalProfiles::load(const Batch& batch) const {
     info.id = static_cast<std::uint32_t>(in.u64());
     info.hasRegionEvents = in.u64() != 0;
     info.input = in.u64();
-    auto& spill = out.spill[i];
-    spill.offset = in.u64();
-    spill.size = in.u64();
-    spill.reread = in.u64() != 0;
-    auto& input = out.inputs[i];
-    input.path = in.text();
-    input.bytes = in.u64();
-    const auto source = in.u64();
-    if (source >= sources_->size()) in.fail("no such input format");
-    input.source = (*sources_)[source].get();
+    out.spill[i] = getSpillRef(in);
+    out.inputs[i] = getInput(in, *sources_);
     out.records.push_back(getRecord(in));
   }
   in.expectDone();

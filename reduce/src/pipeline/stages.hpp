@@ -110,6 +110,25 @@ struct Discovery {
 // Where `source` is in `sources` (an input's source named to another rank).
 std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* source);
 
+// An input in varints: its path, size and source (as its index in `sources`). The reader
+// refuses an index with no source.
+template <typename Writer>
+void putInput(Writer& out, const InputProfile& input, const ProfileSources& sources) {
+  out.text(input.path);
+  out.u64(input.bytes);
+  out.u64(sourceIndex(sources, input.source));
+}
+template <typename Reader>
+InputProfile getInput(Reader& in, const ProfileSources& sources) {
+  InputProfile input;
+  input.path = in.text();
+  input.bytes = in.u64();
+  const auto source = in.u64();
+  if (source >= sources.size()) in.fail("no such input format");
+  input.source = sources[source].get();
+  return input;
+}
+
 // Rank 0 lists the inputs through the sources and sends each rank only its contiguous share
 // (whole batches, balanced by bytes): no rank keeps the whole list.
 Discovery discover(const Comm& comm, const PipelineOptions& options);
@@ -293,8 +312,7 @@ const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, c
 class LocalProfiles {
  public:
   struct Batch {
-    std::size_t index = 0;    // the values pass's batch: input index / batchProfiles
-    std::uint32_t first = 0;  // its first profile, among this rank's
+    std::size_t index = 0;  // the values pass's batch: input index / batchProfiles
     std::uint32_t count = 0;
     SpillRef where;
   };

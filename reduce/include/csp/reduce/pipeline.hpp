@@ -119,6 +119,28 @@ struct ProfileIdentity {
   std::uint32_t common = 0;  // commonIdentities()[common]: executable, commandLine, settings
 };
 
+// An id tuple in varints (storage::ByteWriter / ByteReader, Packer / Unpacker): its length, then
+// kind and value of each element. The reader refuses a length the bytes cannot hold.
+template <typename Writer>
+void putIdTuple(Writer& out, const IdTuple& tuple) {
+  out.u64(tuple.size());
+  for (const auto& e : tuple) {
+    out.u64(static_cast<std::uint64_t>(e.kind));
+    out.u64(e.value);
+  }
+}
+template <typename Reader>
+IdTuple getIdTuple(Reader& in) {
+  const auto length = in.u64();
+  if (length > in.remaining() / 2) in.fail("a longer id tuple than bytes");
+  IdTuple tuple(length);
+  for (auto& e : tuple) {
+    e.kind = static_cast<IdKind>(in.u64());
+    e.value = in.u64();
+  }
+  return tuple;
+}
+
 // What the database's metadata records of one profile: its identity and how well it was sampled.
 struct ProfileRecord {
   ProfileIdentity identity;

@@ -54,11 +54,7 @@ std::vector<std::vector<std::byte>> gatherIdentities(const Comm& comm, const Pip
   pipeline.forEachLocalProfile([&](const ProfileInfo& info, const ProfileRecord& record, const InputProfile&) {
     const Identity& common = commons.at(record.identity.common);
     p.u64(info.id);
-    p.u64(record.identity.idTuple.size());
-    for (const auto& e : record.identity.idTuple) {
-      p.u64(static_cast<std::uint64_t>(e.kind));
-      p.u64(e.value);
-    }
+    putIdTuple(p, record.identity.idTuple);
     p.text(record.identity.hostname);
     p.u64(record.identity.pid);
     p.text(common.executable);
@@ -215,11 +211,7 @@ struct RunIdentity {
 void readIdentities(Unpacker& u, storage::DatabaseMetadata& meta, RunIdentity& run) {
   for (auto n = u.u64(); n > 0; --n) {
     const auto id = u.u64();
-    IdTuple tuple(u.u64());
-    for (auto& e : tuple) {
-      e.kind = static_cast<IdKind>(u.u64());
-      e.value = u.u64();
-    }
+    IdTuple tuple = getIdTuple(u);
     const std::string host = u.text();
     const auto pid = u.u64();
     const std::string exe = u.text();
