@@ -76,8 +76,10 @@ void defineOptions(CLI::App& app, CommandLine& c) {
   app.add_option("--structure-cache", c.o.pipeline.attribution.structureCache,
                  "DIR: where the modules' recovered structure (loops, function bounds) is cached per build-id, or "
                  "'off'; default $CSP_STRUCTURE_CACHE, else $XDG_CACHE_HOME/csp/structure or ~/.cache/csp/structure");
-  app.add_option("--batch", c.o.pipeline.batchProfiles, "profiles per metrics batch (memory per process grows with it)")
-      ->check(CLI::Range(1u, 65536u))
+  app.add_option("--batch", c.o.pipeline.batchProfiles,
+                 "profiles per metrics batch (memory per process grows with it); 0: automatic, at most 128 and fewer "
+                 "for large profiles, so that a batch holds about 64 MiB of input")
+      ->check(CLI::Range(0u, 65536u))
       ->capture_default_str();
   app.add_option("--title", c.database.title, "description stored in the database");
   app.add_option("--derive", c.o.pipeline.derive,
@@ -134,8 +136,8 @@ std::string checkOptions(CommandLine& c) {
 void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
                   const std::optional<csp::reduce::HpctoolkitExportSummary>& h, int size, double secs) {
   fmt::print("csp-prof-mpi: wrote {}\n", c.output);
-  fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}\n", size, s.profiles, s.inputs,
-             s.skipped.size());
+  fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}, batches of {} profiles\n", size,
+             s.profiles, s.inputs, s.skipped.size(), s.batchProfiles);
   for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
   fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics,
              s.regions > 0 ? s.regions - 1 : 0);

@@ -32,6 +32,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
 
   summary.inputs = pipeline.inputCount();
   summary.profiles = pipeline.profileCount();
+  summary.batchProfiles = pipeline.batchProfiles();
   summary.skipped = pipeline.skipped();
   summary.cctNodes = static_cast<std::uint32_t>(pipeline.cct().size());
   summary.metrics = pipeline.metrics().size();

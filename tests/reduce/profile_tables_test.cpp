@@ -15,6 +15,8 @@ using namespace csp;
 using csp::reduce::InputList;
 using csp::reduce::InputProfile;
 using csp::reduce::ProfileRecord;
+using csp::reduce::stages::batchProfilesFor;
+using csp::reduce::stages::kDefaultBatchProfiles;
 
 namespace {
 
@@ -44,6 +46,30 @@ TEST(InputList, GivesBackEveryPathSizeAndSourceAsAdded) {
     EXPECT_EQ(f.source, sourceAt(8 * (i % 3 + 1))) << i;
   }
   EXPECT_THROW((void)list[paths.size()], std::out_of_range);
+}
+
+// The automatic batch: 128 profiles unless they are large, then as many as hold about 64 MiB of
+// input together (by their mean size), never fewer than one; --batch N is taken as given.
+TEST(InputList, AutomaticBatchesHoldAboutSixtyFourMebibytesOfInput) {
+  auto listOf = [](std::vector<std::uint64_t> sizes) {
+    InputList list;
+    for (std::size_t i = 0; i < sizes.size(); ++i) list.add({"/m/p" + std::to_string(i), sizes[i], sourceAt(8)});
+    return list;
+  };
+  const std::uint64_t MiB = 1 << 20;
+  EXPECT_EQ(batchProfilesFor(listOf({}), 0), kDefaultBatchProfiles);
+  EXPECT_EQ(batchProfilesFor(listOf({0, 0}), 0), kDefaultBatchProfiles);
+  EXPECT_EQ(batchProfilesFor(listOf({200'000, 190'000, 210'000}), 0), 128u);  // the benchmark's profiles
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 2}), 0), 128u);
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 2 + 8}), 0), 127u);
+  EXPECT_EQ(batchProfilesFor(listOf({2 * MiB, 2 * MiB}), 0), 32u);
+  EXPECT_EQ(batchProfilesFor(listOf({MiB, 3 * MiB}), 0), 32u);  // by the mean
+  EXPECT_EQ(batchProfilesFor(listOf({64 * MiB}), 0), 1u);
+  EXPECT_EQ(batchProfilesFor(listOf({1024 * MiB, 5}), 0), 1u);
+  const std::uint64_t huge = std::numeric_limits<std::uint64_t>::max() - 5;
+  EXPECT_EQ(batchProfilesFor(listOf({huge, huge, huge}), 0), 1u);  // the sum does not wrap
+  EXPECT_EQ(batchProfilesFor(listOf({2 * MiB}), 7), 7u);
+  EXPECT_EQ(batchProfilesFor(listOf({100}), 1000), 1000u);
 }
 
 namespace {

@@ -94,6 +94,19 @@ Listing listInputs(const PipelineOptions& options) {
   return out;
 }
 
+}  // namespace
+
+std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested) {
+  if (requested != 0) return requested;
+  Uint128 total = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) total += inputs.bytes(i);
+  const auto mean = static_cast<std::uint64_t>(inputs.size() == 0 ? 0 : total / inputs.size());
+  if (mean == 0) return kDefaultBatchProfiles;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kBatchInputBytes / mean, 1, kDefaultBatchProfiles));
+}
+
+namespace {
+
 // Contiguous ranges of whole batches, balanced by bytes: rank r starts at the first batch whose
 // preceding bytes reach r/P of the total. Batches are fixed in input order whatever P is, and the
 // database's per-node blocks follow them, so the same inputs give the same keys for any process
@@ -174,13 +187,14 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
   if (comm.rank() == 0) {
     const auto& sources = options.sources;
-    const std::size_t batch = std::max<std::size_t>(options.batchProfiles, 1);
+    const std::size_t batch = batchProfilesFor(listing.inputs, options.batchProfiles);
     const auto starts = shareStarts(listing.inputs, batch, comm.size());
     for (int r = 0; r < comm.size(); ++r) {
       const std::size_t begin = starts[static_cast<std::size_t>(r)];
       const std::size_t end = starts[static_cast<std::size_t>(r) + 1];
       Packer p;
       p.u64(listing.inputs.size());
+      p.u64(batch);
       p.u64(begin);
       p.u64(end);
       for (std::size_t i = begin; i < end; ++i) putInput(p, listing.inputs[i], sources);
@@ -193,6 +207,8 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   Discovery d;
   Unpacker u(incoming.at(0));
   d.total = u.u64();
+  d.batchProfiles = u.u64();
+  if (d.batchProfiles == 0) throw std::logic_error("a batch of no profiles");
   d.begin = u.u64();
   d.end = u.u64();
   for (std::size_t i = d.begin; i < d.end; ++i) d.inputs.add(getInput(u, options.sources));

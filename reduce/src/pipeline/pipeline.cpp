@@ -92,6 +92,7 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
 }
 
 std::size_t Pipeline::inputCount() const { return impl_->discovery.total; }
+std::size_t Pipeline::batchProfiles() const { return impl_->discovery.batchProfiles; }
 const ProfileSource* Pipeline::source(std::size_t index) const { return impl_->options.sources.at(index).get(); }
 std::size_t Pipeline::sourceIndex(const ProfileSource* source) const {
   return stages::sourceIndex(impl_->options.sources, source);

@@ -275,7 +275,7 @@ ProfileTable tabulateProfiles(const Comm& comm, const Discovery& discovery, Read
   ProfileTable table;
   table.local = LocalProfiles(kept, options.sources);
   table.skipped = shareSkipped(comm, read.skipped);
-  auto identities = numberProfiles(comm, discovery, read, kept, std::max<std::size_t>(options.batchProfiles, 1), table);
+  auto identities = numberProfiles(comm, discovery, read, kept, discovery.batchProfiles, table);
   checkDistinctIdentities(comm, discovery, identities);
   return table;
 }

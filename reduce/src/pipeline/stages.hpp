@@ -102,10 +102,21 @@ struct Discovery {
                                                  // released once the structure is built
   std::size_t begin = 0, end = 0;                // this rank's inputs, of all ranks' in id order
   std::size_t total = 0;                         // the inputs of all ranks
+  std::size_t batchProfiles = 1;                 // profiles per batch (batchProfilesFor), all ranks alike
   std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
   // Input `index` (of all ranks' inputs), which must be in this rank's share.
   InputProfile input(std::size_t index) const { return inputs[index - begin]; }
 };
+
+// The values pass's batch size for these inputs (all of the run's, in id order): `requested`
+// when it is not 0 (--batch N); else as many profiles as hold about kBatchInputBytes of input
+// together (their mean size), at least 1 and at most kDefaultBatchProfiles. Per-thread values
+// take about as much memory as their input, and two batches are in flight at a time: profiles of
+// large CCTs get smaller batches, so a process's memory stays bounded whatever their size. A
+// function of the inputs only, so every process count gets the same batches.
+inline constexpr std::size_t kDefaultBatchProfiles = 128;
+inline constexpr std::uint64_t kBatchInputBytes = std::uint64_t{64} << 20;
+std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested);
 
 // Where `source` is in `sources` (an input's source named to another rank).
 std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* source);

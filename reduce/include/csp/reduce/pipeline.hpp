@@ -49,7 +49,9 @@ struct PipelineOptions {
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
   bool physical = false;                      // OpenMP: native call paths, not logical ones (--physical)
   AttributionOptions attribution;
-  std::uint32_t batchProfiles = 128;  // profiles per metrics batch
+  // Profiles per metrics batch; 0: automatic (at most 128, fewer for large profiles:
+  // stages::batchProfilesFor).
+  std::uint32_t batchProfiles = 0;
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
   std::vector<std::string> derive;
   ThreadClassOptions threadClasses;
@@ -202,6 +204,7 @@ class Pipeline {
   // After discover: the count of all inputs. No rank keeps the whole list, and a rank keeps its
   // share only until buildStructure is done (forEachLocalProfile gives each profile's input).
   std::size_t inputCount() const;
+  std::size_t batchProfiles() const;  // profiles per metrics batch (PipelineOptions::batchProfiles, or as chosen)
   // The input formats (PipelineOptions::sources): an input's source by its index and back, to
   // name an input to another rank.
   const ProfileSource* source(std::size_t index) const;

@@ -23,6 +23,7 @@ namespace csp::reduce {
 struct ProfSummary {
   std::uint64_t inputs = 0;
   std::uint32_t profiles = 0;
+  std::size_t batchProfiles = 0;  // profiles per metrics batch
   std::vector<SkippedInput> skipped;
   std::uint32_t cctNodes = 0;
   std::size_t metrics = 0;
