@@ -77,7 +77,7 @@ void defineOptions(CLI::App& app, CommandLine& c) {
                  "DIR: where the modules' recovered structure (loops, function bounds) is cached per build-id, or "
                  "'off'; default $CSP_STRUCTURE_CACHE, else $XDG_CACHE_HOME/csp/structure or ~/.cache/csp/structure");
   app.add_option("--batch", c.o.pipeline.batchProfiles,
-                 "profiles per metrics batch (memory per process grows with it); 0: automatic, at most 128 and fewer "
+                 "profiles per metrics batch (memory per process grows with it); 0: automatic, at most 256 and fewer "
                  "for large profiles, so that a batch holds about 64 MiB of input")
       ->check(CLI::Range(0u, 65536u))
       ->capture_default_str();

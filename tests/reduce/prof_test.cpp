@@ -258,7 +258,7 @@ TEST_F(Prof, LargeProfilesGetSmallerBatchesOnEveryProcess) {
   prof(meas, "explicit", 1, fmt::format("-j 2 --batch {}", expected));
   const auto reference = dumpDatabase(dir / "explicit");
   EXPECT_EQ(dumpDatabase(dir / "auto"), reference);
-  // The default batch (128) makes other node blocks: the same values, in fewer keys.
+  // One batch of all 72 makes other node blocks: the same values, in fewer keys.
   prof(meas, "whole", 1, "-j 2 --batch 128");
   EXPECT_LT(dumpDatabase(dir / "whole").size(), reference.size());
 }

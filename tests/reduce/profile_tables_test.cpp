@@ -16,7 +16,7 @@ using csp::reduce::InputList;
 using csp::reduce::InputProfile;
 using csp::reduce::ProfileRecord;
 using csp::reduce::stages::batchProfilesFor;
-using csp::reduce::stages::kDefaultBatchProfiles;
+using csp::reduce::stages::kMaxBatchProfiles;
 
 namespace {
 
@@ -48,7 +48,7 @@ TEST(InputList, GivesBackEveryPathSizeAndSourceAsAdded) {
   EXPECT_THROW((void)list[paths.size()], std::out_of_range);
 }
 
-// The automatic batch: 128 profiles unless they are large, then as many as hold about 64 MiB of
+// The automatic batch: 256 profiles unless they are large, then as many as hold about 64 MiB of
 // input together (by their mean size), never fewer than one; --batch N is taken as given.
 TEST(InputList, AutomaticBatchesHoldAboutSixtyFourMebibytesOfInput) {
   auto listOf = [](std::vector<std::uint64_t> sizes) {
@@ -57,11 +57,12 @@ TEST(InputList, AutomaticBatchesHoldAboutSixtyFourMebibytesOfInput) {
     return list;
   };
   const std::uint64_t MiB = 1 << 20;
-  EXPECT_EQ(batchProfilesFor(listOf({}), 0), kDefaultBatchProfiles);
-  EXPECT_EQ(batchProfilesFor(listOf({0, 0}), 0), kDefaultBatchProfiles);
-  EXPECT_EQ(batchProfilesFor(listOf({200'000, 190'000, 210'000}), 0), 128u);  // the benchmark's profiles
+  EXPECT_EQ(batchProfilesFor(listOf({}), 0), kMaxBatchProfiles);
+  EXPECT_EQ(batchProfilesFor(listOf({0, 0}), 0), kMaxBatchProfiles);
+  EXPECT_EQ(batchProfilesFor(listOf({200'000, 190'000, 210'000}), 0), 256u);  // the benchmark's profiles
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 4}), 0), 256u);
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 4 + 8}), 0), 255u);
   EXPECT_EQ(batchProfilesFor(listOf({MiB / 2}), 0), 128u);
-  EXPECT_EQ(batchProfilesFor(listOf({MiB / 2 + 8}), 0), 127u);
   EXPECT_EQ(batchProfilesFor(listOf({2 * MiB, 2 * MiB}), 0), 32u);
   EXPECT_EQ(batchProfilesFor(listOf({MiB, 3 * MiB}), 0), 32u);  // by the mean
   EXPECT_EQ(batchProfilesFor(listOf({64 * MiB}), 0), 1u);

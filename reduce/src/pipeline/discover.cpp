@@ -101,8 +101,8 @@ std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested) {
   Uint128 total = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) total += inputs.bytes(i);
   const auto mean = static_cast<std::uint64_t>(inputs.size() == 0 ? 0 : total / inputs.size());
-  if (mean == 0) return kDefaultBatchProfiles;
-  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kBatchInputBytes / mean, 1, kDefaultBatchProfiles));
+  if (mean == 0) return kMaxBatchProfiles;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kBatchInputBytes / mean, 1, kMaxBatchProfiles));
 }
 
 namespace {

@@ -49,7 +49,7 @@ struct PipelineOptions {
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
   bool physical = false;                      // OpenMP: native call paths, not logical ones (--physical)
   AttributionOptions attribution;
-  // Profiles per metrics batch; 0: automatic (at most 128, fewer for large profiles:
+  // Profiles per metrics batch; 0: automatic (at most 256, fewer for large profiles:
   // stages::batchProfilesFor).
   std::uint32_t batchProfiles = 0;
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
