@@ -79,9 +79,9 @@ class SummaryTable {
       return;
     }
     const std::uint32_t id = batchIds_[i];
-    const std::size_t extra = batchSlices_[i];
-    if (exclusive != 0) addCount(id, extra, countIndex(0, node, slot, 0), slot, exclusive);
-    if (inclusive != 0 && !leaf) addCount(id, extra, countIndex(0, node, slot, 1), slot, inclusive);
+    const std::size_t at = countSliceStart_[batchSlices_[i]] + nodeCells_[node] + (leaf ? slot : 2 * slot);
+    if (exclusive != 0) addCount(id, at, slot, exclusive);
+    if (inclusive != 0 && !leaf) addCount(id, at + 1, slot, inclusive);
   }
   // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
   void endNode(std::uint32_t node) {
@@ -102,18 +102,20 @@ class SummaryTable {
  private:
   void packNode(Packer& p, std::uint32_t node) const;
   // `slot`: the metric's position among the count metrics (slotOf_), resp. the real ones.
+  // A count metric's cells of a slice: per node, a leaf's one scope (its inclusive values are its
+  // exclusive ones) or both scopes of every slot. `slice` must have cells (hasCountCells).
   std::size_t countIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
-    return ((slice * nodes_ + node) * counts_.size() + slot) * 2 + scope;
+    return countSliceStart_[slice] + nodeCells_[node] + (leaf_[node] ? slot : 2 * slot + scope);
   }
+  bool hasCountCells(std::size_t slice) const { return countSliceStart_[slice] != kNoCells; }
   std::size_t realIndex(std::size_t slice, std::uint32_t node, std::size_t slot, std::size_t scope) const {
     return ((slice * nodes_ + node) * reals_.size() + slot) * 2 + scope;
   }
-  // One value into its class's slice `extra` when classes are kept apart, else into all threads'
-  // slice at `at`: all threads' accumulator and histogram are the sum of the slices, taken once
-  // per node when they are packed (exact: integer sums, extremes by (value, profile), counts per
-  // bin), instead of adding every value twice.
-  void addCount(std::uint32_t id, std::size_t extra, std::size_t at, std::size_t slot, std::uint64_t value) {
-    at += extra * sliceStride_;
+  // One value into its cell: its class's slice when classes are kept apart, else all threads'.
+  // All threads' accumulator and histogram are then the sum of the slices, taken once per node
+  // when they are packed (exact: integer sums, extremes by (value, profile), counts per bin),
+  // instead of adding every value twice.
+  void addCount(std::uint32_t id, std::size_t at, std::size_t slot, std::uint64_t value) {
     countAcc_[at].accumulate(id, value);
     countHist_[at].add(periods_[slot].divide(value));
   }
@@ -132,7 +134,12 @@ class SummaryTable {
   const std::vector<std::uint8_t>& classOf_;     // profile id -> storage::ThreadClass
   std::vector<std::uint8_t> population_;         // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
-  std::size_t sliceStride_ = 0;                                // countIndex(s + 1, ...) - countIndex(s, ...)
+  // The count metrics' cells: per slice where its cells start (kNoCells: all threads' slice when
+  // classes are kept apart and every profile has one, so that nothing is added there), per node
+  // where its cells start within a slice (nodes_ + 1 entries).
+  static constexpr std::size_t kNoCells = SIZE_MAX;
+  std::size_t countSliceStart_[storage::kThreadClassCount + 1] = {};
+  std::vector<std::size_t> nodeCells_;
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::HistogramBuilder> countHist_;
   std::vector<std::vector<Piece>> realStacks_;

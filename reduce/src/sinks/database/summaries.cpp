@@ -97,9 +97,24 @@ SummaryTable::SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vec
     }
   }
   const std::size_t slices = population_.size();
-  sliceStride_ = std::size_t{nodes_} * counts_.size() * kScopes;
-  countAcc_.resize(slices * sliceStride_);
-  countHist_.resize(countAcc_.size());
+  // Count cells: a leaf's inclusive summaries are its exclusive ones (one scope), and all
+  // threads' slice is only fed by profiles without a class slice of their own.
+  nodeCells_.resize(std::size_t{nodes_} + 1);
+  for (std::uint32_t n = 0; n < nodes_; ++n)
+    nodeCells_[n + 1] = nodeCells_[n] + counts_.size() * (leaf_[n] ? 1 : kScopes);
+  bool allThreadsFed = slices == 1;
+  for (auto c : classOf_) allThreadsFed = allThreadsFed || c > storage::kThreadClassCount || sliceOf_[c] == 0;
+  std::size_t cells = 0;
+  for (std::size_t slice = 0; slice < slices; ++slice) {
+    if (slice == 0 && !allThreadsFed) {
+      countSliceStart_[slice] = kNoCells;
+      continue;
+    }
+    countSliceStart_[slice] = cells;
+    cells += nodeCells_[nodes_];
+  }
+  countAcc_.resize(cells);
+  countHist_.resize(cells);
   realStacks_.resize(slices * nodes_ * reals_.size() * kScopes);
   batchLeaf_.resize(slices * reals_.size() * kScopes);
   batchLeafUsed_.resize(batchLeaf_.size(), 0);
@@ -155,6 +170,11 @@ void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
       // Slice 0 (all threads) holds the values of profiles without a class slice; it becomes the
       // sum of every slice (addCount), each builder's histogram made once.
       for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+        if (!hasCountCells(slice)) {
+          acc[slice] = {};
+          histogram[slice] = {};
+          continue;
+        }
         acc[slice] = countAcc_[countIndex(slice, n, slot, heldIn(n, scope))];
         histogram[slice] = countHist_[countIndex(slice, n, slot, heldIn(n, scope))].histogram();
         if (slice == 0) continue;
