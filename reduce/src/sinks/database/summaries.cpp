@@ -1,7 +1,6 @@
 // Summary accumulators per (node, metric, scope) and their reduce-scatter by node range.
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 #include <tuple>
 
@@ -70,6 +69,101 @@ SummaryKey unpackKey(Unpacker& u) {
   k.population = static_cast<std::uint8_t>(u.u64());
   return k;
 }
+
+// One node's exchange entries from all parts, combined, then written in key order (reused from
+// node to node). A node has a few (metrics x scopes x populations): a linear search finds them.
+// An entry that only one part has (every entry with one process) is written as that part packed
+// it; decoding and encoding it again gave the same bytes, and with large trees cost a sixth of
+// the run.
+class NodeEntries {
+ public:
+  explicit NodeEntries(const std::vector<std::uint8_t>& isReal) : isReal_(isReal) {}
+  void clear() { used_ = 0; }
+  // The entry `key` whose pieces count follows in `u` (the bytes stay alive until write()).
+  void add(const SummaryKey& key, Unpacker& u) {
+    const auto pieces = u.u64();
+    if (key.metric >= isReal_.size()) throw std::runtime_error("summary of an unknown metric");
+    Entry& e = find(key);
+    ++e.parts;
+    if (!isReal_[key.metric]) {
+      const std::string_view accumulator = u.textView(), histogram = u.textView();
+      if (e.parts == 1) {
+        e.packedAccumulator = accumulator;
+        e.packedHistogram = histogram;
+        return;
+      }
+      if (e.parts == 2) {
+        e.acc = metrics::decodeIntAccumulator(e.packedAccumulator);
+        e.histogram = metrics::decodeHistogram(e.packedHistogram);
+      }
+      e.acc.combine(metrics::decodeIntAccumulator(accumulator));
+      e.histogram.merge(metrics::decodeHistogram(histogram));
+      return;
+    }
+    for (std::uint64_t i = 0; i < pieces; ++i) {
+      SummaryTable::Piece piece;
+      piece.level = static_cast<std::uint32_t>(u.u64());
+      piece.index = u.u64();
+      piece.acc = metrics::decodeRealAccumulator(u.textView());
+      pushPiece(e.stack, piece);
+    }
+  }
+  // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
+  void write(storage::ShardWriter& shard) {
+    order_.resize(used_);
+    for (std::size_t i = 0; i < used_; ++i) order_[i] = i;
+    std::sort(order_.begin(), order_.end(),
+              [&](std::size_t a, std::size_t b) { return entries_[a].key < entries_[b].key; });
+    for (const std::size_t i : order_) {
+      const Entry& e = entries_[i];
+      std::string_view accumulator, histogram;
+      if (isReal_[e.key.metric]) {
+        accumulatorBytes_ = metrics::encode(foldPieces(e.stack));
+        accumulator = accumulatorBytes_;
+      } else if (e.parts == 1) {
+        accumulator = e.packedAccumulator;
+        histogram = e.packedHistogram;
+      } else {
+        accumulatorBytes_ = metrics::encode(e.acc);
+        histogramBytes_ = metrics::encode(e.histogram);
+        accumulator = accumulatorBytes_;
+        histogram = histogramBytes_;
+      }
+      const auto scope = static_cast<storage::MetricScope>(e.key.scope);
+      if (e.key.population == storage::kAllThreads) {
+        shard.putSummary(e.key.node, e.key.metric, scope, accumulator);
+        if (!histogram.empty()) shard.putDistribution(e.key.node, e.key.metric, scope, e.key.population, {}, histogram);
+      } else {
+        shard.putDistribution(e.key.node, e.key.metric, scope, e.key.population, accumulator, histogram);
+      }
+    }
+  }
+
+ private:
+  struct Entry {
+    SummaryKey key;
+    std::size_t parts = 0;                                // parts that had it
+    std::string_view packedAccumulator, packedHistogram;  // the first part's (count metrics)
+    metrics::IntAccumulator acc;                          // count metrics, once two parts had it
+    metrics::LogLinearHistogram histogram;
+    std::vector<SummaryTable::Piece> stack;  // real-valued metrics
+  };
+  Entry& find(const SummaryKey& key) {
+    for (std::size_t at = 0; at < used_; ++at)
+      if (entries_[at].key == key) return entries_[at];
+    if (used_ == entries_.size()) entries_.emplace_back();
+    Entry& e = entries_[used_++];
+    e.key = key;
+    e.parts = 0;
+    e.stack.clear();
+    return e;
+  }
+  const std::vector<std::uint8_t>& isReal_;
+  std::vector<Entry> entries_;
+  std::size_t used_ = 0;
+  std::vector<std::size_t> order_;
+  std::string accumulatorBytes_, histogramBytes_;
+};
 
 }  // namespace
 
@@ -241,56 +335,14 @@ void SummaryTable::exchangeAndWrite(const Comm& comm, storage::ShardWriter& shar
     parts.emplace_back(incoming[r]);
     advance(r);
   }
-  struct Owned {
-    metrics::IntAccumulator acc;
-    metrics::LogLinearHistogram histogram;
-  };
-  std::map<SummaryKey, Owned> owned;
-  std::map<SummaryKey, std::vector<Piece>> ownedReal;
-  std::map<SummaryKey, std::pair<std::string, std::string>> encoded;  // accumulator, histogram
+  NodeEntries entries(isReal_);
   for (std::uint32_t node = myFirst; node < myEnd; ++node) {
-    owned.clear();
-    ownedReal.clear();
-    encoded.clear();
+    entries.clear();
     for (std::size_t r = 0; r < parts.size(); ++r) {
-      for (; next[r].node == node; advance(r)) {
-        Unpacker& u = parts[r];
-        const SummaryKey key = next[r];
-        const auto pieces = u.u64();
-        if (key.metric >= isReal_.size()) throw std::runtime_error("summary of an unknown metric");
-        if (!isReal_[key.metric]) {
-          auto acc = metrics::decodeIntAccumulator(u.text());
-          auto histogram = metrics::decodeHistogram(u.text());
-          auto [it, fresh] = owned.try_emplace(key, Owned{acc, histogram});
-          if (!fresh) {
-            it->second.acc.combine(acc);
-            it->second.histogram.merge(histogram);
-          }
-          continue;
-        }
-        auto& stack = ownedReal[key];
-        for (std::uint64_t i = 0; i < pieces; ++i) {
-          Piece piece;
-          piece.level = static_cast<std::uint32_t>(u.u64());
-          piece.index = u.u64();
-          piece.acc = metrics::decodeRealAccumulator(u.text());
-          pushPiece(stack, piece);
-        }
-      }
+      for (; next[r].node == node; advance(r)) entries.add(next[r], parts[r]);
       if (next[r].node < node) throw std::logic_error("summaries of a part out of node order");
     }
-    // Summaries (all threads) and distributions (histograms; classes' accumulators) in key order.
-    for (const auto& [key, o] : owned) encoded[key] = {metrics::encode(o.acc), metrics::encode(o.histogram)};
-    for (const auto& [key, stack] : ownedReal) encoded[key] = {metrics::encode(foldPieces(stack)), std::string()};
-    for (const auto& [key, bytes] : encoded) {
-      const auto scope = static_cast<storage::MetricScope>(key.scope);
-      if (key.population == storage::kAllThreads) {
-        shard.putSummary(key.node, key.metric, scope, bytes.first);
-        if (!bytes.second.empty()) shard.putDistribution(key.node, key.metric, scope, key.population, {}, bytes.second);
-      } else {
-        shard.putDistribution(key.node, key.metric, scope, key.population, bytes.first, bytes.second);
-      }
-    }
+    entries.write(shard);
   }
 }
 
