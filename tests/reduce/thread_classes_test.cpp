@@ -1,9 +1,12 @@
 // Thread classes (reduce/include/csp/reduce/thread_classes.hpp): the rules in their order, and
 // the entry procedure found while paths are projected.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "csp/reduce/attribution.hpp"
+#include "csp/reduce/canonical_cct.hpp"
 #include "csp/reduce/thread_classes.hpp"
+#include "stages.hpp"
 
 using namespace csp;
 using namespace csp::reduce;
@@ -109,6 +112,45 @@ TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
   t.edge(20, site, 21);
   t.edge(21, proc("f", "/opt/app"), 22);
   EXPECT_EQ(t.entryOf(22), kNoIndex);
+}
+
+// A thread's work and entry procedure from its statements' values, with a few entries and with
+// many (more than a list is searched for): work in samples of the work metric (value / period),
+// the entry with most samples, ties to the smaller name.
+TEST(ThreadClasses, FeaturesFindTheEntryWithMostWorkAmongFewOrMany) {
+  for (const std::uint32_t procedures : {3u, 40u}) {
+    StringTable strings;
+    LocalCct cct(strings);
+    EntryTracker entries(strings);
+    auto lookup = cct.lookup();
+    ThreadProfile p;
+    p.identity.hostname = "h";
+    p.metrics = {{"cpu-time", "ns", MetricKind::Sampled, 1000, ""}, {"real-time", "ns", MetricKind::Sampled, 7, ""}};
+    std::vector<StmtValue> stmt;
+    std::uint64_t expected = 0;
+    for (std::uint32_t k = 0; k < procedures; ++k) {
+      // p00, p01, ... under the root, each with one statement: p05 and p07 have the most work
+      // (ties: p05 wins by name), and the real-time values do not count.
+      const ScopeKey proc{ScopeKind::ProcFrame, strings.intern(fmt::format("p{:02}", k)), 0, 0,
+                          strings.intern("/opt/app")};
+      const std::uint32_t frame = lookup.child(0, proc);
+      entries.edge(0, proc, frame);
+      const ScopeKey line{ScopeKind::Stmt, 0, strings.intern("a.c"), k + 1, 0};
+      const std::uint32_t leaf = lookup.child(frame, line);
+      entries.edge(frame, line, leaf);
+      const std::uint64_t samples = k == 5 || k == 7 ? 50 : k % 4 + 1;
+      stmt.push_back({leaf, 0, samples * 1000});
+      stmt.push_back({leaf, 1, 999 * 7});
+      expected += samples;
+    }
+    // Statements of one entry apart: the last entry seen is not the only one looked up.
+    stmt.push_back({stmt[2].node, 0, 3000});
+    expected += 3;
+    const ThreadFeatures f = stages::threadFeatures(p, "cpu-time", stmt, entries, cct, strings);
+    EXPECT_EQ(f.work, expected) << procedures;
+    EXPECT_EQ(f.entry, procedures > 7 ? "p05" : "p01") << procedures;  // 3 procedures: p01 has 2 + 3
+    EXPECT_EQ(f.entryModule, "/opt/app");
+  }
 }
 
 }  // namespace

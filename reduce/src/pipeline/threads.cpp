@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
+#include <utility>
 
 #include "stages.hpp"
 
 namespace csp::reduce::stages {
 
 namespace {
+
+constexpr std::size_t kFewEntries = 16;  // entry procedures a profile's are searched among in a list
 
 // The process of a thread (its process and rank elements, host and pid), and whether it is the
 // process's initial thread: thread index 0, or none; a GPU stream or context is no initial thread.
@@ -30,8 +33,8 @@ void identify(const Identity& identity, ThreadFeatures& f) {
 
 // The entry procedure: the one under which most work was recorded; ties by name, so that the
 // choice does not depend on node ids.
-void chooseEntry(const std::map<std::uint32_t, std::uint64_t>& byEntry, const LocalCct& cct, const StringTable& strings,
-                 ThreadFeatures& f) {
+void chooseEntry(const std::vector<std::pair<std::uint32_t, std::uint64_t>>& byEntry, const LocalCct& cct,
+                 const StringTable& strings, ThreadFeatures& f) {
   std::uint32_t best = kNoIndex;
   std::uint64_t most = 0;
   for (const auto& [node, samples] : byEntry) {
@@ -57,21 +60,45 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   identify(p.identity, f);
   std::optional<std::uint16_t> work;
   std::vector<char> wait(p.metrics.size(), 0);  // the program's own waits, measured with --idleness
+  std::vector<char> count(p.metrics.size(), 0);
+  std::vector<storage::ExactDivisor> period;
   for (std::size_t m = 0; m < p.metrics.size(); ++m) {
     if (!workMetric.empty() && p.metrics[m].name == workMetric) work = static_cast<std::uint16_t>(m);
     wait[m] = isProgramWaitMetric(p.metrics[m].name);
+    count[m] = p.metrics[m].valueType == ValueType::Count;
+    period.emplace_back(std::max<std::uint64_t>(p.metrics[m].period, 1));
   }
   std::uint64_t waitedNs = 0;
-  std::map<std::uint32_t, std::uint64_t> byEntry;
+  // Samples per entry procedure: a profile has a few, and its statements come by node, so most
+  // values go to the same entry as the one before.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> byEntry;
+  std::unordered_map<std::uint32_t, std::size_t> entryIndex;  // only when there are many
+  auto slotOf = [&](std::uint32_t entry) {
+    if (byEntry.size() <= kFewEntries) {
+      for (std::size_t i = 0; i < byEntry.size(); ++i)
+        if (byEntry[i].first == entry) return i;
+    } else {
+      if (entryIndex.empty())
+        for (std::size_t i = 0; i < byEntry.size(); ++i) entryIndex.emplace(byEntry[i].first, i);
+      if (const auto it = entryIndex.find(entry); it != entryIndex.end()) return it->second;
+      entryIndex.emplace(entry, byEntry.size());
+    }
+    byEntry.emplace_back(entry, 0);
+    return byEntry.size() - 1;
+  };
+  std::size_t last = 0;
   for (const auto& v : stmt) {
-    if (p.metrics[v.metric].valueType != ValueType::Count) continue;
+    if (!count[v.metric]) continue;
     if (wait[v.metric]) waitedNs += v.value;
     if (work && v.metric != *work) continue;
-    const std::uint64_t period = std::max<std::uint64_t>(p.metrics[v.metric].period, 1);
-    const std::uint64_t samples = v.value / period;
+    const std::uint64_t samples = period[v.metric].divide(v.value);
     f.work += samples;
-    if (const auto entry = entries.entryOf(v.node); entry != kNoIndex) byEntry[entry] += samples;
+    const auto entry = entries.entryOf(v.node);
+    if (entry == kNoIndex) continue;
+    if (last >= byEntry.size() || byEntry[last].first != entry) last = slotOf(entry);
+    byEntry[last].second += samples;
   }
+  std::sort(byEntry.begin(), byEntry.end());
   // A thread that waits in the program's locks, barriers or MPI calls takes part in the work
   // (it is a lock's waiter, not a runtime's idle helper): its waits count as work, in samples.
   if (work) f.waited = waitedNs / std::max<std::uint64_t>(p.metrics[*work].period, 1);
