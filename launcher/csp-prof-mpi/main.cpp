@@ -81,6 +81,11 @@ void defineOptions(CLI::App& app, CommandLine& c) {
                  "for large profiles, so that a batch holds about 64 MiB of input")
       ->check(CLI::Range(0u, 65536u))
       ->capture_default_str();
+  app.add_option_function<std::uint64_t>(
+         "--batch-budget", [&c](std::uint64_t mib) { c.o.pipeline.batchBudget = mib << 20; },
+         "MiB of input an automatic batch holds at most (at least one profile; default 64): per-thread values take "
+         "one to three times their input, and two batches are in flight")
+      ->check(CLI::Range(1u, 1048576u));
   app.add_option("--title", c.database.title, "description stored in the database");
   app.add_option("--derive", c.o.pipeline.derive,
                  "'NAME = EXPR': a metric computed per thread, per node and scope from raw metrics before "

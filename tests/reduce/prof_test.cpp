@@ -236,31 +236,40 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
 }
 
 // Large profiles get smaller batches by default (two batches of per-thread values are in memory
-// at a time, and these take about as much as their input): as many as hold 64 MiB of input by
-// their mean size. Every process must use the batches rank 0 chose: with two processes, each
-// holding whole batches, the database is the one a single process makes with that --batch.
+// at a time, and these take one to three times their input): as many as hold --batch-budget MiB
+// of input (64 by default; 1 here, so that a small input makes several batches) by their mean
+// size. Every process must use the batches rank 0 chose: with two processes, each holding whole
+// batches, the database is the one a single process makes with that --batch.
 TEST_F(Prof, LargeProfilesGetSmallerBatchesOnEveryProcess) {
   const auto meas = dir / "meas";
-  ASSERT_EQ(run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 72 --nodes 30000 --metrics 1 --seed 2 -o " +
+  ASSERT_EQ(run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 24 --nodes 8000 --metrics 1 --seed 2 -o " +
                 meas.string())
                 .status,
             0);
   std::uint64_t bytes = 0, files = 0;
   for (const auto& e : std::filesystem::directory_iterator(meas)) bytes += e.file_size(), ++files;
-  ASSERT_EQ(files, 72u);
-  const std::uint64_t expected = (std::uint64_t{64} << 20) / (bytes / files);
-  ASSERT_LT(expected, 72u) << "profiles of " << bytes / files << " bytes: one batch only";
-  ASSERT_GT(expected, 1u);
-  const auto r = run("timeout -k 5 120 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -j 1 " + meas.string() +
-                     " -o " + (dir / "auto").string());
+  ASSERT_EQ(files, 24u);
+  const std::uint64_t expected = (std::uint64_t{1} << 20) / (bytes / files);
+  ASSERT_GT(expected, 1u) << "profiles of " << bytes / files << " bytes";
+  ASSERT_LT(expected, 12u) << "profiles of " << bytes / files << " bytes: fewer than three batches";
+  const auto r = run("timeout -k 5 120 " + csp::test::mpirun(2) + tool("csp-prof-mpi") + " -j 1 --batch-budget 1 " +
+                     meas.string() + " -o " + (dir / "auto").string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(fmt::format("batches of {} profiles", expected)), std::string::npos) << r.output;
   prof(meas, "explicit", 1, fmt::format("-j 2 --batch {}", expected));
   const auto reference = dumpDatabase(dir / "explicit");
   EXPECT_EQ(dumpDatabase(dir / "auto"), reference);
-  // One batch of all 72 makes other node blocks: the same values, in fewer keys.
-  prof(meas, "whole", 1, "-j 2 --batch 128");
+  // One batch of all 24 makes other node blocks: the same values, in fewer keys.
+  prof(meas, "whole", 1, "-j 2 --batch 24");
   EXPECT_LT(dumpDatabase(dir / "whole").size(), reference.size());
+  // The default budget holds all of them in one batch.
+  const auto d = run(tool("csp-prof-mpi") + " -j 1 " + meas.string() + " -o " + (dir / "default").string());
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("batches of 256 profiles"), std::string::npos) << d.output;
+  EXPECT_EQ(dumpDatabase(dir / "default"), dumpDatabase(dir / "whole"));
+  // A budget of no MiB is refused.
+  EXPECT_EQ(run(tool("csp-prof-mpi") + " --batch-budget 0 " + meas.string() + " -o " + (dir / "none").string()).status,
+            2);
 }
 
 // The summary's time line breaks the run down by kind of work (issue 28): reading + validating,

@@ -49,7 +49,8 @@ TEST(InputList, GivesBackEveryPathSizeAndSourceAsAdded) {
 }
 
 // The automatic batch: 256 profiles unless they are large, then as many as hold about 64 MiB of
-// input together (by their mean size), never fewer than one; --batch N is taken as given.
+// input together (by their mean size; another budget if given), never fewer than one; --batch N
+// is taken as given.
 TEST(InputList, AutomaticBatchesHoldAboutSixtyFourMebibytesOfInput) {
   auto listOf = [](std::vector<std::uint64_t> sizes) {
     InputList list;
@@ -69,6 +70,8 @@ TEST(InputList, AutomaticBatchesHoldAboutSixtyFourMebibytesOfInput) {
   EXPECT_EQ(batchProfilesFor(listOf({1024 * MiB, 5}), 0), 1u);
   const std::uint64_t huge = std::numeric_limits<std::uint64_t>::max() - 5;
   EXPECT_EQ(batchProfilesFor(listOf({huge, huge, huge}), 0), 1u);  // the sum does not wrap
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 4}), 0, MiB), 4u);      // --batch-budget 1
+  EXPECT_EQ(batchProfilesFor(listOf({MiB / 4}), 0, 1024 * MiB), 256u);
   EXPECT_EQ(batchProfilesFor(listOf({2 * MiB}), 7), 7u);
   EXPECT_EQ(batchProfilesFor(listOf({100}), 1000), 1000u);
 }

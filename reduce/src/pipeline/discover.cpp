@@ -96,13 +96,13 @@ Listing listInputs(const PipelineOptions& options) {
 
 }  // namespace
 
-std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested) {
+std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested, std::uint64_t budget) {
   if (requested != 0) return requested;
   Uint128 total = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) total += inputs.bytes(i);
   const auto mean = static_cast<std::uint64_t>(inputs.size() == 0 ? 0 : total / inputs.size());
   if (mean == 0) return kMaxBatchProfiles;
-  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kBatchInputBytes / mean, 1, kMaxBatchProfiles));
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(budget / mean, 1, kMaxBatchProfiles));
 }
 
 namespace {
@@ -187,7 +187,7 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
   if (comm.rank() == 0) {
     const auto& sources = options.sources;
-    const std::size_t batch = batchProfilesFor(listing.inputs, options.batchProfiles);
+    const std::size_t batch = batchProfilesFor(listing.inputs, options.batchProfiles, options.batchBudget);
     const auto starts = shareStarts(listing.inputs, batch, comm.size());
     for (int r = 0; r < comm.size(); ++r) {
       const std::size_t begin = starts[static_cast<std::size_t>(r)];

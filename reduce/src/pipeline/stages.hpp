@@ -109,8 +109,9 @@ struct Discovery {
 };
 
 // The values pass's batch size for these inputs (all of the run's, in id order): `requested`
-// when it is not 0 (--batch N); else as many profiles as hold about kBatchInputBytes of input
-// together (by their mean size), at least 1 and at most kMaxBatchProfiles. Per-thread values
+// when it is not 0 (--batch N); else as many profiles as hold about `budget` bytes of input
+// together (by their mean size; --batch-budget, default kDefaultBatchBudget), at least 1 and at
+// most kMaxBatchProfiles. Per-thread values
 // take about as much memory as their input, and two batches are in flight at a time: profiles of
 // large CCTs get smaller batches, so a process's memory stays bounded whatever their size. Small
 // profiles get large batches: the values by node cost per key, i.e. per node, metric, scope and
@@ -118,8 +119,8 @@ struct Discovery {
 // MiB more memory; 512, no less than 256). A function of the inputs only, so every process
 // count gets the same batches.
 inline constexpr std::size_t kMaxBatchProfiles = 256;
-inline constexpr std::uint64_t kBatchInputBytes = std::uint64_t{64} << 20;
-std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested);
+std::size_t batchProfilesFor(const InputList& inputs, std::size_t requested,
+                             std::uint64_t budget = kDefaultBatchBudget);
 
 // Where `source` is in `sources` (an input's source named to another rank).
 std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* source);

@@ -40,6 +40,9 @@ class PipelineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The input an automatic batch holds at most (csp-prof-mpi --batch-budget).
+inline constexpr std::uint64_t kDefaultBatchBudget = std::uint64_t{64} << 20;
+
 struct PipelineOptions {
   // The input formats, in the order in which they list a directory's profiles (main builds the
   // list: cspProfileSource() for csp-prof-mpi). A source's index identifies it between ranks.
@@ -52,6 +55,7 @@ struct PipelineOptions {
   // Profiles per metrics batch; 0: automatic (at most 256, fewer for large profiles:
   // stages::batchProfilesFor).
   std::uint32_t batchProfiles = 0;
+  std::uint64_t batchBudget = kDefaultBatchBudget;  // automatic batches: bytes of input each holds at most
   // Per-thread derived metrics, `name = expression` over raw metric names (docs/metrics.md).
   std::vector<std::string> derive;
   ThreadClassOptions threadClasses;
