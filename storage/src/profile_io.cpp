@@ -2,6 +2,7 @@
 #include "csp/storage/atomic_file.hpp"
 #include "csp/storage/checksum.hpp"
 
+#include <capnp/any.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
@@ -12,10 +13,12 @@
 #include <fmt/format.h>
 #include <kj/exception.h>
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "profile.capnp.h"
 
@@ -58,6 +61,23 @@ std::string errnoText() { return std::strerror(errno); }
 template <typename T, typename L>
 std::vector<T> toVector(L list) {
   std::vector<T> out;
+  // A list of T as Cap'n Proto lays it out (little-endian, packed: this host's layout) is copied
+  // whole; one of other elements (a newer schema's struct list; bits, which reading refuses) goes
+  // element by element, as Cap'n Proto reads it.
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
+                std::is_same_v<L, typename capnp::List<T>::Reader> && std::endian::native == std::endian::little) {
+    const capnp::AnyList::Reader any(list);
+    constexpr capnp::ElementSize packed = sizeof(T) == 1   ? capnp::ElementSize::BYTE
+                                          : sizeof(T) == 2 ? capnp::ElementSize::TWO_BYTES
+                                          : sizeof(T) == 4 ? capnp::ElementSize::FOUR_BYTES
+                                                           : capnp::ElementSize::EIGHT_BYTES;
+    const auto raw = any.getRawBytes();
+    if (any.getElementSize() == packed && raw.size() == std::size_t{list.size()} * sizeof(T)) {
+      out.resize(list.size());
+      if (!out.empty()) std::memcpy(out.data(), raw.begin(), raw.size());
+      return out;
+    }
+  }
   out.reserve(list.size());
   for (auto v : list) out.push_back(static_cast<T>(v));
   return out;
