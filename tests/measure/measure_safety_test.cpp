@@ -241,9 +241,11 @@ double cpuSeconds(const std::string& command, const fs::path& scratchDir) {
 // The dlclose interposer records modules new to the load map; it used to rebuild the whole map
 // (a few allocations per module and a comparison of every module with every other, ~40 us per
 // dlclose with 100 modules loaded, ~200 us with 300). Now a module that comes back where it was
-// costs a lookup: with 300 resident libraries, 4,000 dlopen/dlclose pairs without sampling cost
-// less than 50 us of CPU each over the uninstrumented program (least disturbed of 3 runs each),
-// and the plugin, reloaded at its address, is one module of the load map, not one per load.
+// costs a lookup: with 300 resident libraries, 2,000 dlopen/dlclose pairs without sampling cost
+// less than 100 us of CPU each over the uninstrumented program (least disturbed of 3 runs each;
+// 2-11 us on an idle machine, 60 us once in a CI run beside the sanitizer build, +150 us with the
+// rebuild), and the plugin, reloaded at its address, is one module of the load map, not one per
+// load.
 TEST(MeasureSafety, DlcloseCostsALookupNotARebuild) {
   const fs::path base = scratch("dlclose-cost");
   std::string resident;
@@ -256,7 +258,7 @@ TEST(MeasureSafety, DlcloseCostsALookupNotARebuild) {
   const int pairs = 2000;
   const std::string program = kHostile + " dlopen-pairs " + kPlugin + " " + std::to_string(pairs) + " 0" + resident;
   double plain = 1e9, none = 1e9;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     plain = std::min(plain, cpuSeconds("timeout -k 5 120 " + program, base));
     none = std::min(
         none,
@@ -267,7 +269,7 @@ TEST(MeasureSafety, DlcloseCostsALookupNotARebuild) {
       "%d pairs with 300 resident modules: %.3f s CPU uninstrumented, %.3f s under csp-run -e none: %+.1f us "
       "per pair\n",
       pairs, plain, none, perPairUs);
-  EXPECT_LT(perPairUs, 50.0);
+  EXPECT_LT(perPairUs, 100.0);
   // Sampled, so that the profile lists its modules.
   const fs::path dir = base / "sampled";
   ASSERT_EQ(
