@@ -1,3 +1,6 @@
+#include <capnp/any.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -5,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -51,6 +55,53 @@ TEST(ProfileRoundTrip, EverySymbolicFieldSurvives) {
   EXPECT_EQ(back, original);
   // Samples = sampled counts (10 + 100 + 7 + 1) + 3 dropped; the counted metric is not a sample.
   EXPECT_EQ(back.stats.samples, 121u);
+}
+
+// The reader copies a list of packed values of its own type whole; a list written otherwise --
+// here the sample counts as a struct list whose structs hold the count in their first data word
+// and another field in the second,
+// as a later schema that upgraded List(UInt64) to List(Struct) would write them -- must still be
+// read as Cap'n Proto reads it, element by element.
+TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
+  const ThreadProfile p = test::fullSymbolicProfile();
+  ASSERT_GT(p.values.size(), 1u);
+  const auto image = storage::serializeProfile(p);
+  const std::size_t header = storage::kProfileHeaderBytes;
+  auto words = kj::heapArray<capnp::word>((image.size() - header) / sizeof(capnp::word));
+  std::memcpy(words.begin(), image.data() + header, image.size() - header);
+  capnp::FlatArrayMessageReader reader(words);
+  capnp::MallocMessageBuilder builder;
+  builder.setRoot(reader.getRoot<capnp::AnyStruct>());
+  // The Values struct: three lists (node, metric, count) as long as the profile's values.
+  bool rewritten = false;
+  for (auto pointer : builder.getRoot<capnp::AnyStruct>().getPointerSection()) {
+    if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
+    auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
+    if (columns.size() != 3 || columns[2].getPointerType() != capnp::PointerType::LIST) continue;
+    auto counts = columns[2].getAs<capnp::List<std::uint64_t>>();
+    if (counts.size() != p.values.size()) continue;
+    std::vector<std::uint64_t> values;
+    for (unsigned i = 0; i < counts.size(); ++i) values.push_back(counts[i]);
+    ASSERT_EQ(values, p.values.count);
+    auto structs =
+        columns[2].initAsListOfAnyStruct(2, 0, static_cast<unsigned>(values.size()));  // a second word: a later field
+    for (unsigned i = 0; i < values.size(); ++i) {
+      auto data = structs[i].getDataSection();
+      for (unsigned b = 0; b < 8; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
+    }
+    rewritten = true;
+  }
+  ASSERT_TRUE(rewritten);
+  const auto flat = capnp::messageToFlatArray(builder);
+  std::vector<std::byte> changed(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(header));
+  const auto payload = flat.asBytes();
+  changed.insert(changed.end(), reinterpret_cast<const std::byte*>(payload.begin()),
+                 reinterpret_cast<const std::byte*>(payload.end()));
+  const std::uint64_t payloadBytes = payload.size();
+  std::memcpy(changed.data() + 16, &payloadBytes, sizeof payloadBytes);  // the header's payload size
+  const ThreadProfile back = storage::parseProfile(changed, "struct-list.cspprof", {.verifyChecksum = false});
+  EXPECT_EQ(back.values.count, p.values.count);
+  EXPECT_EQ(back.values.node, p.values.node);
 }
 
 TEST(ProfileRoundTrip, EveryAddressFieldSurvives) {
