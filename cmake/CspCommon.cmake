@@ -6,6 +6,12 @@ function(csp_target_defaults target)
   if(CSP_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  # In a unity build each source file is included by a generated one, so gcc takes the classes a
+  # .cpp defines for header classes and warns when their fields use the file's anonymous
+  # namespace: true of every pimpl. Not a problem of a real header.
+  if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+  endif()
 endfunction()
 
 option(CSP_WERROR "Treat warnings in CSP's own code as errors" OFF)

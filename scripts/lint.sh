@@ -41,9 +41,27 @@ if [[ ${#changed[@]} -eq 0 ]]; then
   exit 0
 fi
 echo "lint: clang-tidy on ${#changed[@]} file(s) changed since $base"
+# A unity build (CSP_UNITY, the default) lists its generated batch files in compile_commands.json,
+# not the sources: each source gets the command of the batch that includes it, in build/lint/.
+python3 - <<'EOF'
+import json, os, re
+entries = json.load(open("build/compile_commands.json"))
+listed = {e["file"] for e in entries}
+for e in list(entries):
+    if "/Unity/unity_" not in e["file"]:
+        continue
+    with open(e["file"]) as batch:
+        for source in re.findall(r'^#include "(.+)"$', batch.read(), re.M):
+            if source not in listed:
+                listed.add(source)
+                entries.append(dict(e, command=e["command"].replace(e["file"], source), file=source))
+os.makedirs("build/lint", exist_ok=True)
+with open("build/lint/compile_commands.json", "w") as out:
+    json.dump(entries, out)
+EOF
 # One clang-tidy per core; each prints its findings, and the run fails if any file had one.
 findings=$(printf '%s\n' "${changed[@]}" |
-  xargs -P "$(nproc)" -I{} sh -c 'clang-tidy -p build --quiet "$1" 2>/dev/null | grep -E "^/.*(warning|error):" || true' _ {})
+  xargs -P "$(nproc)" -I{} sh -c 'clang-tidy -p build/lint --quiet "$1" 2>/dev/null | grep -E "^/.*(warning|error):" || true' _ {})
 if [[ -n "$findings" ]]; then
   echo "$findings"
   exit 1

@@ -465,7 +465,7 @@ struct Scopes {
   VectorXd remainder;                                      // T minus the outermost scopes' inclusive costs
   std::unordered_map<storage::NodeId, std::size_t> index;  // node -> scope
 };
-constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+constexpr std::size_t kNoScope = static_cast<std::size_t>(-1);
 
 // The nearest ancestor of `node` that is an analysed static scope, below the section's roots.
 std::size_t enclosingScope(const Tree& tree, const Scopes& scopes, const std::vector<char>& isRoot,
@@ -474,7 +474,7 @@ std::size_t enclosingScope(const Tree& tree, const Scopes& scopes, const std::ve
     const auto it = scopes.index.find(p);
     if (it != scopes.index.end()) return it->second;
   }
-  return kNone;
+  return kNoScope;
 }
 
 Scopes ownCosts(const Tree& tree, const Section& section, const Contexts& c, const Threads& s) {
@@ -488,13 +488,13 @@ Scopes ownCosts(const Tree& tree, const Section& section, const Contexts& c, con
   std::vector<char> isRoot(tree.nodes.size(), 0);
   for (auto r : section.roots) isRoot[r] = 1;
   scopes.analysedChildren.assign(scopes.context.size(), 0);
-  scopes.parentScope.assign(scopes.context.size(), kNone);
+  scopes.parentScope.assign(scopes.context.size(), kNoScope);
   scopes.remainder = s.t;
   for (std::size_t k = 0; k < scopes.context.size(); ++k) {
     const auto& x = c.xs[scopes.context[k]];
     const auto parent = enclosingScope(tree, scopes, isRoot, c.nodes[scopes.context[k]]);
     scopes.parentScope[k] = parent;
-    if (parent == kNone) {
+    if (parent == kNoScope) {
       scopes.remainder -= x;
     } else {
       scopes.own[parent] -= x;

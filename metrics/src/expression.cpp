@@ -9,7 +9,7 @@ namespace csp::metrics {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kUndefined = std::numeric_limits<double>::quiet_NaN();
 // Bounds the parser's recursion (and so its stack use) on hostile input such as "((((...".
 constexpr std::size_t kMaxNesting = 100;
 constexpr std::size_t kMaxStack = 256;
@@ -329,7 +329,7 @@ double Expression::evaluate(std::span<const double> values) const {
   if (values.size() != names_.size())
     throw std::invalid_argument("expression: " + std::to_string(names_.size()) + " values expected, got " +
                                 std::to_string(values.size()));
-  if (code_.empty()) return kNaN;  // a default-constructed Expression
+  if (code_.empty()) return kUndefined;  // a default-constructed Expression
   std::array<double, kMaxStack> stack;
   std::size_t top = 0;  // number of entries
   for (const auto& ins : code_) {
@@ -345,12 +345,12 @@ double Expression::evaluate(std::span<const double> values) const {
         continue;
       case Op::Sqrt: {
         const double x = stack[top - 1];
-        stack[top - 1] = x < 0 ? kNaN : std::sqrt(x);
+        stack[top - 1] = x < 0 ? kUndefined : std::sqrt(x);
         continue;
       }
       case Op::Log: {
         const double x = stack[top - 1];
-        stack[top - 1] = x > 0 ? std::log(x) : kNaN;
+        stack[top - 1] = x > 0 ? std::log(x) : kUndefined;
         continue;
       }
       default:
@@ -369,14 +369,14 @@ double Expression::evaluate(std::span<const double> values) const {
         a = a * b;
         break;
       case Op::Divide:
-        a = b == 0 ? kNaN : a / b;
+        a = b == 0 ? kUndefined : a / b;
         break;
       // NaN-propagating, unlike std::min/std::fmin.
       case Op::Min:
-        a = std::isnan(a) || std::isnan(b) ? kNaN : (b < a ? b : a);
+        a = std::isnan(a) || std::isnan(b) ? kUndefined : (b < a ? b : a);
         break;
       case Op::Max:
-        a = std::isnan(a) || std::isnan(b) ? kNaN : (b > a ? b : a);
+        a = std::isnan(a) || std::isnan(b) ? kUndefined : (b > a ? b : a);
         break;
       default:
         break;

@@ -17,7 +17,7 @@ using csp::test::withoutStderr;
 
 namespace {
 
-std::string query(const fs::path& db, const std::string& q, const std::string& options = "") {
+std::string runQuery(const fs::path& db, const std::string& q, const std::string& options = "") {
   const auto r = run(withoutStderr("timeout 120 " + tool("csp-query") + " " + db.string() + " '" + q + "' " + options));
   EXPECT_EQ(r.status, 0) << q.substr(0, 200) << "\n" << r.output;
   return r.output;
@@ -36,26 +36,27 @@ TEST(QueryOutput, IntegersStayExactAndRealsRoundTrip) {
   LogSpec::span(t0, kHuge + 1'000'000'000'000'003, kHuge + 1'000'000'000'000'010, "seven");
   const auto db = spec.database(tmp.path());
 
-  const auto csv = query(db, "Duration((0, huge))", "--format csv");
+  const auto csv = runQuery(db, "Duration((0, huge))", "--format csv");
   EXPECT_EQ(csv, "result,unit,rank 0 n1 pid 100\nvalue,ns,36028797018963969\n") << csv;
-  EXPECT_NE(query(db, "Duration((0, huge))").find(" 36028797018963969\n"), std::string::npos);
-  const auto json = nlohmann::json::parse(query(db, "Duration((0, huge))", "--format json"));
+  EXPECT_NE(runQuery(db, "Duration((0, huge))").find(" 36028797018963969\n"), std::string::npos);
+  const auto json = nlohmann::json::parse(runQuery(db, "Duration((0, huge))", "--format json"));
   ASSERT_TRUE(json["rows"][0]["values"][0].is_number_integer()) << json.dump();
   EXPECT_EQ(json["rows"][0]["values"][0].get<std::uint64_t>(), kHuge);
-  const auto area = nlohmann::json::parse(query(db, "Area(exists t: (t, huge))", "--format json"));
+  const auto area = nlohmann::json::parse(runQuery(db, "Area(exists t: (t, huge))", "--format json"));
   EXPECT_EQ(area["rows"][0]["values"][0].get<std::uint64_t>(), kHuge) << area.dump();
   // Sums, differences and products of integers are integers.
-  EXPECT_EQ(query(db, "Duration((0, peta))", "--format csv"),
+  EXPECT_EQ(runQuery(db, "Duration((0, peta))", "--format csv"),
             "result,unit,rank 0 n1 pid 100\nvalue,ns,1000000000000000\n");
-  EXPECT_NE(query(db, "2 * Duration((0, huge)) - Duration((0, huge)) + 0", "--format csv").find(",36028797018963969\n"),
-            std::string::npos);
+  EXPECT_NE(
+      runQuery(db, "2 * Duration((0, huge)) - Duration((0, huge)) + 0", "--format csv").find(",36028797018963969\n"),
+      std::string::npos);
   // A ratio: the shortest text that reads back as the same double.
-  const auto ratio = query(db, "Duration((0, three)) / Duration((0, seven))", "--format csv");
+  const auto ratio = runQuery(db, "Duration((0, three)) / Duration((0, seven))", "--format csv");
   EXPECT_EQ(ratio, "result,unit,rank 0 n1 pid 100\nvalue,,0.42857142857142855\n") << ratio;
   const auto ratioJson =
-      nlohmann::json::parse(query(db, "Duration((0, three)) / Duration((0, seven))", "--format json"));
+      nlohmann::json::parse(runQuery(db, "Duration((0, three)) / Duration((0, seven))", "--format json"));
   EXPECT_EQ(ratioJson["rows"][0]["values"][0].get<double>(), 3.0 / 7.0);
-  EXPECT_NE(query(db, "Duration((0, three)) / Duration((0, seven))").find("0.42857142857142855"), std::string::npos);
+  EXPECT_NE(runQuery(db, "Duration((0, three)) / Duration((0, seven))").find("0.42857142857142855"), std::string::npos);
   // Canned analyses too.
   const auto canned =
       run(withoutStderr(tool("csp-query") + " " + db.string() + " --canned barrier huge --format json"));
@@ -74,18 +75,18 @@ TEST(QueryOutput, SetsAreArraysAndQuotedLists) {
   LogSpec::span(t1, 15, 25, "say \"hi\", (x)");
   const auto db = spec.database(tmp.path());
   const std::string q = "WhatRegions(exists t: exists r: (t, r))";
-  const auto json = nlohmann::json::parse(query(db, q, "--format json"));
+  const auto json = nlohmann::json::parse(runQuery(db, q, "--format json"));
   EXPECT_EQ(json["rows"][0]["values"][0], nlohmann::json({"a", "a b", "b", "say \"hi\", (x)"})) << json.dump();
   const auto threads =
-      nlohmann::json::parse(query(db, "WhichThreads(exists t: (t, b) or (t, \"a b\"))", "--format json"));
+      nlohmann::json::parse(runQuery(db, "WhichThreads(exists t: (t, b) or (t, \"a b\"))", "--format json"));
   EXPECT_EQ(threads["rows"][0]["values"][0], nlohmann::json({0, 1})) << threads.dump();
   const std::string list = R"x(a "a b" b "say \"hi\", (x)")x";
-  EXPECT_NE(query(db, q).find(list), std::string::npos) << query(db, q);
+  EXPECT_NE(runQuery(db, q).find(list), std::string::npos) << runQuery(db, q);
   // CSV quotes the whole list once more (RFC 4180: quotes doubled).
-  const auto csv = query(db, q, "--format csv");
+  const auto csv = runQuery(db, q, "--format csv");
   EXPECT_NE(csv.find(R"x(WhatRegions,regions,"a ""a b"" b ""say \""hi\"", (x)""")x"), std::string::npos) << csv;
   // Frame listings quote the same way.
-  const auto frames = query(db, "exists t: (t, \"a b\")");
+  const auto frames = runQuery(db, "exists t: (t, \"a b\")");
   EXPECT_NE(frames.find(R"([0, 5) ns  (0, "a b"))"), std::string::npos) << frames;
 }
 
@@ -109,11 +110,11 @@ TEST(QueryOutput, QuantifierChainsAnswerOrAreRefusedAtOnce) {
     for (int i = 0; i < k; ++i) out += (i ? " and " : "") + std::string("(t") + std::to_string(i) + ", compute)";
     return "Duration(" + out + ")";
   };
-  const auto any = query(db, "Duration(exists t: (t, compute))", "--format csv");
+  const auto any = runQuery(db, "Duration(exists t: (t, compute))", "--format csv");
   ASSERT_NE(any.find("value,ns,"), std::string::npos);
   for (int k : {11, 16}) {
-    EXPECT_EQ(query(db, chain("forall", k), "--format csv"), any) << k;
-    EXPECT_EQ(query(db, chain("exists", k), "--format csv"), any) << k;
+    EXPECT_EQ(runQuery(db, chain("forall", k), "--format csv"), any) << k;
+    EXPECT_EQ(runQuery(db, chain("exists", k), "--format csv"), any) << k;
   }
   const auto refused = run("timeout 120 " + tool("csp-query") + " " + db.string() + " '" + chain("exists1", 16) + "'");
   EXPECT_EQ(refused.status, 1) << refused.output;
@@ -130,7 +131,7 @@ TEST(QueryOutput, CannedWarningsAndLabelsWithoutProcessId) {
   const auto r = run(tool("csp-query") + " " + db.string() + " --canned imbalance slove --format csv");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("csp-query: warning: no region named 'slove'"), std::string::npos) << r.output;
-  const auto label = query(db, "Duration((0, solve))", "--format csv");
+  const auto label = runQuery(db, "Duration((0, solve))", "--format csv");
   EXPECT_EQ(label, "result,unit,localhost pid 4242\nvalue,ns,10\n") << label;
 }
 

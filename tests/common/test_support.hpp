@@ -14,8 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "common/temp_dir.hpp"
 
 namespace csp::test {
 
@@ -44,24 +47,6 @@ inline std::string mpirun(int ranks) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   return "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
 }
-
-// A fresh directory removed with everything in it when the test ends.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = std::filesystem::temp_directory_path() / ("csp-" + tag + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Inputs that several tests share: ctest runs every test case in a process of its own, so a
 // suite's SetUpTestSuite would build them once per case. sharedInput builds the directory

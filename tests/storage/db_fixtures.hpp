@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.hpp"
 #include "csp/storage/database.hpp"
 #include "csp/storage/database_writer.hpp"
 
@@ -348,25 +349,6 @@ class ForkedWriters {
  private:
   std::vector<pid_t> pids_;
   std::vector<int> pipes_;
-};
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "csp-db-test-XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
 };
 
 }  // namespace csp::test

@@ -18,8 +18,8 @@ using namespace csp::views;
 
 namespace {
 
-constexpr auto I = storage::MetricScope::Inclusive;
-constexpr auto E = storage::MetricScope::Exclusive;
+constexpr auto kIncl = storage::MetricScope::Inclusive;
+constexpr auto kExcl = storage::MetricScope::Exclusive;
 
 // root -> main -> call main.c:5 -> p -> p.c:2
 //              -> call main.c:6 -> p -> p.c:2
@@ -33,7 +33,7 @@ std::filesystem::path writeRealDatabase(const std::filesystem::path& target) {
       {3, ScopeKind::Stmt, 0, 5, 0, 2},        {1, ScopeKind::CallSite, 0, 2, 0, 6},
       {5, ScopeKind::ProcFrame, 4, 5, 3, 1},   {6, ScopeKind::Stmt, 0, 5, 0, 2},
   };
-  // Per node and profile: the value (NaN = absent), same for E and I except where noted.
+  // Per node and profile: the value (NaN = absent), same for kExcl and kIncl except where noted.
   const double nan = NAN;
   const std::vector<std::array<double, 2>> incl = {{2.0, 1.5}, {2.0, 1.5}, {0.5, 1.5}, {0.5, 1.5},
                                                    {0.5, 1.5}, {1.5, nan}, {1.5, nan}, {1.5, nan}};
@@ -44,8 +44,8 @@ std::filesystem::path writeRealDatabase(const std::filesystem::path& target) {
   std::vector<std::vector<storage::ProfileValue>> byProfile(2);
   for (storage::NodeId n = 0; n < nodes.size(); ++n) {
     std::vector<storage::NodeValue> byNode;
-    for (auto scope : {E, I}) {
-      const auto& table = scope == I ? incl : excl;
+    for (auto scope : {kExcl, kIncl}) {
+      const auto& table = scope == kIncl ? incl : excl;
       metrics::RealAccumulator acc;
       for (storage::ProfileId p = 0; p < 2; ++p) {
         const double v = table[n][p];
@@ -109,7 +109,7 @@ TEST(ViewsRealMetric, FlatCallersAndDrillDownDecodeDoubles) {
   EXPECT_DOUBLE_EQ(sites[0], 1.5);
   EXPECT_DOUBLE_EQ(sites[1], 2.0);
 
-  const auto d = drillDown(*db, 3, "ratio", I);
+  const auto d = drillDown(*db, 3, "ratio", kIncl);
   ASSERT_EQ(d.values.size(), 2u);
   EXPECT_DOUBLE_EQ(d.values[0].value, 1.5);
   EXPECT_EQ(d.values[0].who, "rank 1");
