@@ -104,20 +104,31 @@ std::string mainExecutable() {
 // looked up, and every earlier one must match the previous list in order (up to S objects of it
 // gone); one that does not (another dlmopen namespace after the base one) is looked up too.
 // Only the thread holding g_walking uses and replaces it; another thread refreshing at the same
-// time (or a dlclose within a dlclose) looks every object up instead.
-std::vector<const char*> g_previous;
+// time (or a dlclose within a dlclose) looks every object up instead. `next` is the list a walk
+// fills, swapped with `previous` after it: no allocation once it is large enough.
+// Never destroyed: walks run at exit (finalizeAll, and the dlclose of another library's
+// destructor), and those may come after this library's static destructors. As two static vectors
+// (one swapped into the other) they were destroyed before such a walk, which then swapped a freed
+// buffer into the other one: freed twice at exit, or written after it was freed.
+struct WalkNames {
+  std::vector<const char*> previous, next;
+};
+WalkNames& walkNames() {
+  static auto* names = new WalkNames;
+  return *names;
+}
 std::atomic_flag g_walking = ATOMIC_FLAG_INIT;
 
 struct Walk {
   bool first = true;
   bool unchanged = false;  // no load or unload since the last walk: stopped at the first module
   unsigned long long adds = 0, subs = 0;
-  bool incremental = false;                   // g_previous applies
-  std::vector<const char*>* names = nullptr;  // this walk's, when it will become g_previous
+  bool incremental = false;                   // the previous walk's list applies
+  std::vector<const char*>* names = nullptr;  // this walk's, when it will become the previous list
   std::size_t position = 0;
   std::size_t newFrom = 0;          // entries from here on were loaded since the last walk
-  std::size_t next = 0;             // the next entry of g_previous to match
-  unsigned long long goneLeft = 0;  // entries of g_previous that may be missing
+  std::size_t next = 0;             // the next entry of the previous list to match
+  unsigned long long goneLeft = 0;  // entries of the previous list that may be missing
   std::vector<ModuleRecord> fresh;  // modules not recorded yet (allocated only when there is one)
 };
 
@@ -131,18 +142,19 @@ void startWalk(Walk& walk) {
   }
   const unsigned long long added = walk.adds - g_seenAdds.load(std::memory_order_relaxed);
   const unsigned long long gone = walk.subs - g_seenSubs.load(std::memory_order_relaxed);
-  const unsigned long long expected =
-      g_previous.size() + added - std::min<unsigned long long>(gone, g_previous.size() + added);
+  const std::size_t previous = walkNames().previous.size();
+  const unsigned long long expected = previous + added - std::min<unsigned long long>(gone, previous + added);
   walk.newFrom = static_cast<std::size_t>(expected > added ? expected - added : 0);
   walk.goneLeft = gone;
 }
 
 // True if `name` continues the previous walk's order: the object was there before.
 bool survived(Walk& walk, const char* name) {
+  const std::vector<const char*>& previous = walkNames().previous;
   std::size_t j = walk.next;
   unsigned long long skip = walk.goneLeft;
-  while (j < g_previous.size() && g_previous[j] != name && skip > 0) ++j, --skip;
-  if (j >= g_previous.size() || g_previous[j] != name) return false;
+  while (j < previous.size() && previous[j] != name && skip > 0) ++j, --skip;
+  if (j >= previous.size() || previous[j] != name) return false;
   walk.next = j + 1;
   walk.goneLeft = skip;
   return true;
@@ -215,14 +227,12 @@ const ModuleRecord& LoadMapView::operator[](std::size_t i) const { return entryA
 
 void refreshLoadMap() {
   Walk walk;
-  // The names of this walk are kept in a buffer swapped with g_previous: no allocation once it
-  // is large enough.
-  static std::vector<const char*> names;
+  WalkNames& names = walkNames();
   const bool owner = !g_walking.test_and_set(std::memory_order_acquire);
   if (owner) {
-    names.clear();
-    names.reserve(g_previous.size() + 16);
-    walk.names = &names;
+    names.next.clear();
+    names.next.reserve(names.previous.size() + 16);
+    walk.names = &names.next;
     walk.incremental = true;
   }
   dl_iterate_phdr(visit, &walk);
@@ -231,8 +241,9 @@ void refreshLoadMap() {
     std::lock_guard lock(g_mapMutex);
     for (auto& m : walk.fresh) append(std::move(m));
     if (owner) {
-      // Only a walk that kept its names moves the counters on: they and g_previous go together.
-      g_previous.swap(names);
+      // Only a walk that kept its names moves the counters on: they and the previous list go
+      // together.
+      names.previous.swap(names.next);
       g_seenAdds.store(walk.adds, std::memory_order_relaxed);
       g_seenSubs.store(walk.subs, std::memory_order_relaxed);
       g_haveCounters.store(true, std::memory_order_release);

@@ -238,6 +238,20 @@ double cpuSeconds(const std::string& command, const fs::path& scratchDir) {
 
 }  // namespace
 
+// A library of the program loads and unloads another one in its constructor, which runs before
+// the preloaded library's own static constructors, and in its destructor, which runs after the
+// preloaded library's static destructors. Both reach the load map's module walk. The walk kept
+// its lists in two static vectors, one swapped into the other: at exit the second was destroyed
+// holding the buffer the first had already freed, and glibc aborted the program ("double free
+// detected") every time. The run now ends normally with its profile.
+TEST(MeasureSafety, LibraryUnloadingOutsideMainKeepsTheRun) {
+  const fs::path dir = scratch("unload-outside-main") / "meas";
+  const int rc = run("timeout -k 2 60 " + kCspRun + " -o " + dir.string() + " -- " + kBin +
+                     "/tests/apps/csp-app-unload 20000000 > /dev/null");
+  ASSERT_EQ(rc, 0) << (rc == 134 ? "aborted at exit" : "");
+  EXPECT_EQ(readAll(dir).size(), 1u);
+}
+
 // The dlclose interposer records modules new to the load map; it used to rebuild the whole map
 // (a few allocations per module and a comparison of every module with every other, ~40 us per
 // dlclose with 100 modules loaded, ~200 us with 300). Now a module that comes back where it was
