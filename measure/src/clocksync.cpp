@@ -241,7 +241,13 @@ void exchange(const std::vector<char>& remote, bool atInit) {
   c.rounds = std::max(c.rounds, static_cast<std::uint32_t>(rounds));
 }
 
-std::vector<char> g_remote;
+// Per rank of the communicator: whether its clock is another node's. Never destroyed, as the
+// other tables MPI calls use: MPI_Finalize may come from an exit handler or another library's
+// destructor, after this library's static destructors.
+std::vector<char>& remoteFlags() {
+  static auto* remote = new std::vector<char>;
+  return *remote;
+}
 
 }  // namespace
 
@@ -269,9 +275,9 @@ void clockSyncAtInit() {
     g_sync.comm = nullptr;
     return;
   }
-  g_remote = remoteRanks(size);
-  g_sync.remote = g_remote[static_cast<std::size_t>(g_sync.rank)] != 0;
-  exchange(g_remote, true);
+  remoteFlags() = remoteRanks(size);
+  g_sync.remote = remoteFlags()[static_cast<std::size_t>(g_sync.rank)] != 0;
+  exchange(remoteFlags(), true);
   ClockRecord& c = g_sync.record;
   c.state = g_sync.rank == 0 ? kClockReference : g_sync.remote ? kClockInitOnly : kClockSameClock;
   c.costNs = cpuNs() - start;
@@ -282,7 +288,7 @@ void clockSyncAtFinalize() {
   if (g_sync.comm == nullptr) return;
   commLogStop();
   const std::uint64_t start = cpuNs();
-  exchange(g_remote, false);
+  exchange(remoteFlags(), false);
   ClockRecord& c = g_sync.record;
   if (g_sync.remote) c.state = kClockMeasured;
   mpi().commFree(&g_sync.comm);
