@@ -14,6 +14,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/temp_dir.hpp"
 #include "csp/storage/atomic_file.hpp"
 #include "csp/storage/profile_io.hpp"
 #include "storage/profile_fixtures.hpp"
@@ -23,20 +24,7 @@ using namespace csp;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("csp-test-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using csp::test::TempDir;
 
 TEST(ProfileRoundTrip, EverySymbolicFieldSurvives) {
   TempDir dir;
@@ -59,9 +47,8 @@ TEST(ProfileRoundTrip, EverySymbolicFieldSurvives) {
 
 // The reader copies a list of packed values of its own type whole; a list written otherwise --
 // here the sample counts as a struct list whose structs hold the count in their first data word
-// and another field in the second,
-// as a later schema that upgraded List(UInt64) to List(Struct) would write them -- must still be
-// read as Cap'n Proto reads it, element by element.
+// and another field in the second, as a later schema that upgraded List(UInt64) to List(Struct)
+// would write them -- must still be read as Cap'n Proto reads it, element by element.
 TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
   const ThreadProfile p = test::fullSymbolicProfile();
   ASSERT_GT(p.values.size(), 1u);
