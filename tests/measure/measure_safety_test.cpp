@@ -66,6 +66,15 @@ std::vector<ThreadProfile> readAll(const fs::path& dir) {
   return profiles;
 }
 
+// A directory's entries with their sizes (a failed run's evidence, before scratch() removes it).
+std::string listing(const fs::path& dir) {
+  std::string out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    out += "\n  " + e.path().filename().string() + " " + std::to_string(e.is_regular_file() ? e.file_size() : 0);
+  return ec ? " " + ec.message() : out.empty() ? " empty" : out;
+}
+
 std::uint64_t idOf(const ThreadProfile& p, IdKind kind) {
   for (const auto& e : p.identity.idTuple)
     if (e.kind == kind) return e.value;
@@ -523,7 +532,7 @@ TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
     for (const auto& [rank, threads] : threadsByRank)
       ranks.append(" ").append(std::to_string(rank)).append(":").append(std::to_string(threads.size()));
     ASSERT_EQ(threadsByRank.size(), 4u) << "attempt " << attempt << ": ranks lost; rank:threads" << ranks << "\n"
-                                        << slurp(log);
+                                        << slurp(log) << "the measurement directory:" << listing(dir);
     for (const auto& [rank, threads] : threadsByRank) {
       EXPECT_GE(threads.size(), 3u) << "attempt " << attempt << ", rank " << rank << ": main + 2 workers at least";
       EXPECT_EQ(threads, threadsByRank.begin()->second) << "attempt " << attempt << ", rank " << rank;
