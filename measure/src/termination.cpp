@@ -29,6 +29,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "runtime.hpp"
 
@@ -57,9 +58,21 @@ long futex(std::atomic<int>* word, int op, int value, const timespec* timeout) {
 void* helperMain(void*) {
   for (;;) {
     while (g_request.load() == 0) futex(&g_request, FUTEX_WAIT_PRIVATE, 0, nullptr);
+    const std::uint64_t start = monotonicNs();
+    // CSP_VERBOSE: when a terminated process starts and ends writing, and how long it waited for
+    // its peers (a job that lost profiles at a time limit shows how far each rank got).
+    const bool verbose = config().verbose > 0;
+    const std::string who =
+        verbose ? "csp: pid " + std::to_string(::getpid()) + ", signal " + std::to_string(g_requester.load()) + ": "
+                : std::string();
+    if (verbose) say(who + "writing the profiles\n");
     announceTerminating();
     writeAllProfilesNow();
+    const std::uint64_t written = monotonicNs();
     waitForTerminatingPeers(g_deadlineNs.load());  // under mpirun: die together (peers.cpp)
+    if (verbose)
+      say(who + "profiles written in " + std::to_string((written - start) / 1'000'000u) + " ms, then " +
+          std::to_string((monotonicNs() - written) / 1'000'000u) + " ms waiting for peers; ending\n");
     g_done.store(1);
     futex(&g_done, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
     // One termination per process: the handler raises the signal again, and the process ends.
