@@ -312,6 +312,10 @@ void takeBackAltStack(ThreadState& t);  // by the owning thread, after its handl
 void installTerminationHandlers();  // once, after the sampler
 void restartTerminationHelper();    // in a fork child
 bool isTerminationSignal(int sig);
+// _exit and _Exit of the program: every thread's profile is written first (through the helper,
+// bounded by CSP_TERMINATION_WAIT), in the measured process only.
+void writeBeforeImmediateExit();
+[[noreturn]] void endProcess(int status);  // libc's _exit
 // The sigaction interposer's part for termination signals: returns the result of the call.
 int terminationSigaction(int sig, const struct sigaction* act, struct sigaction* old);
 // Holds off termination in the calling thread while it holds a lock that the writer of a

@@ -16,6 +16,12 @@
 // so the exit status is the signal's. Locks that the helper needs (the thread registry, the load
 // map, the bundle) are only ever held inside a TerminationGuard: a termination signal that lands
 // in a guarded thread is deferred to the end of the guard.
+//
+// `_exit` and `_Exit` end a process without its exit handlers, so csp's at-exit writer never runs.
+// Open MPI's ranks end that way when they lose mpirun (mpirun killed, or stopped by a second
+// SIGTERM or SIGINT: it then exits at once), and so does the rank that calls MPI_Abort. They are
+// interposed: the helper writes every thread's profile as for a signal (without waiting for
+// peers: no SIGKILL follows), and then the process ends with the status it asked for.
 #include <dlfcn.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -41,38 +47,55 @@ constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGXCPU};
 
 struct SignalState {
   std::atomic<bool> ours{false};  // our handler is installed in place of the default action
-  struct sigaction program;       // what the program last set (reported back to it)
+  struct sigaction program {};    // what the program last set (reported back to it)
 };
-SignalState g_state[_NSIG];
+// Constant-initialized: a dynamic initializer could run after the library's constructor has
+// installed the handlers (the order of the two is the link order) and forget them; it did, and
+// fork children then had no writer for a termination signal.
+constinit SignalState g_state[_NSIG];
 
 constinit std::atomic<int> g_request{0};               // set by a handler: write everything
 constinit std::atomic<int> g_done{0};                  // set by the helper when done
 constinit std::atomic<int> g_requester{0};             // the signal being handled
 constinit std::atomic<std::uint64_t> g_deadlineNs{0};  // CLOCK_MONOTONIC: the process dies then at the latest
 constinit bool g_helperRunning = false;
+constinit pid_t g_helperPid = 0;    // the process whose helper runs (a vfork child shares the memory, not the helper)
+constexpr int kImmediateExit = -1;  // g_requester: _exit or _Exit, no signal
+
+using ExitFunction = void (*)(int);
+constinit ExitFunction g_realExit = nullptr;  // libc's _exit, looked up at start-up (dlsym is not for _exit's callers)
+
+// The helper thread (initial-exec TLS: readable from a signal handler).
+thread_local bool tlsIsHelper __attribute__((tls_model("initial-exec"))) = false;
 
 long futex(std::atomic<int>* word, int op, int value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, timeout, nullptr, 0);
 }
 
 void* helperMain(void*) {
+  tlsIsHelper = true;
   for (;;) {
     while (g_request.load() == 0) futex(&g_request, FUTEX_WAIT_PRIVATE, 0, nullptr);
     const std::uint64_t start = monotonicNs();
+    const int requester = g_requester.load();
+    const bool signalled = requester != kImmediateExit;
     // CSP_VERBOSE: when a terminated process starts and ends writing, and how long it waited for
     // its peers (a job that lost profiles at a time limit shows how far each rank got).
     const bool verbose = config().verbose > 0;
     const std::string who =
-        verbose ? "csp: pid " + std::to_string(::getpid()) + ", signal " + std::to_string(g_requester.load()) + ": "
+        verbose ? "csp: pid " + std::to_string(::getpid()) +
+                      (signalled ? ", signal " + std::to_string(requester) : std::string(", _exit")) + ": "
                 : std::string();
     if (verbose) say(who + "writing the profiles\n");
-    announceTerminating();
+    if (signalled) announceTerminating();
     writeAllProfilesNow();
     const std::uint64_t written = monotonicNs();
-    waitForTerminatingPeers(g_deadlineNs.load());  // under mpirun: die together (peers.cpp)
+    if (signalled) waitForTerminatingPeers(g_deadlineNs.load());  // under mpirun: die together (peers.cpp)
     if (verbose)
-      say(who + "profiles written in " + std::to_string((written - start) / 1'000'000u) + " ms, then " +
-          std::to_string((monotonicNs() - written) / 1'000'000u) + " ms waiting for peers; ending\n");
+      say(who + "profiles written in " + std::to_string((written - start) / 1'000'000u) + " ms" +
+          (signalled ? ", then " + std::to_string((monotonicNs() - written) / 1'000'000u) + " ms waiting for peers"
+                     : std::string()) +
+          "; ending\n");
     g_done.store(1);
     futex(&g_done, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
     // One termination per process: the handler raises the signal again, and the process ends.
@@ -94,6 +117,7 @@ void startHelper() {
   static auto realCreate = reinterpret_cast<PthreadCreate>(dlsym(RTLD_NEXT, "pthread_create"));
   pthread_t helper;
   g_helperRunning = realCreate != nullptr && realCreate(&helper, &attr, helperMain, nullptr) == 0;
+  g_helperPid = ::getpid();
   if (g_helperRunning) pthread_setname_np(helper, "csp-writer");
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
@@ -113,29 +137,34 @@ std::uint64_t waitNs() {
 thread_local int tlsGuardDepth __attribute__((tls_model("initial-exec"))) = 0;
 thread_local int tlsDeferredSignal __attribute__((tls_model("initial-exec"))) = 0;
 
-// Writes every profile (through the helper), then dies of `sig`. Called by the handler, or by
-// the end of a guard for a signal that arrived inside it.
-void terminate(int sig) {
+// Has the helper write every profile, unless a write was requested before (by `requester`: a
+// signal number or kImmediateExit), and waits until it is done. Bounded: a helper stuck on a lock
+// must not keep the process alive until SIGKILL.
+void writeThroughHelper(int requester) {
   int none = 0;
-  if (g_requester.compare_exchange_strong(none, sig) && g_helperRunning) {
+  if (g_requester.compare_exchange_strong(none, requester) && g_helperRunning) {
     g_deadlineNs.store(monotonicNs() + waitNs());
     g_request.store(1);
     futex(&g_request, FUTEX_WAKE_PRIVATE, 1, nullptr);
   }
-  // Every thread that takes a termination signal waits for the one write (bounded: a helper
-  // stuck on a lock must not keep the process alive until SIGKILL).
-  if (g_helperRunning) {
-    // The first signal's deadline (not yet stored if that handler is only just starting).
-    const std::uint64_t first = g_deadlineNs.load();
-    const std::uint64_t deadline = first != 0 ? first : monotonicNs() + waitNs();
-    while (g_done.load() == 0) {
-      const std::uint64_t now = monotonicNs();
-      if (now >= deadline) break;
-      const std::uint64_t left = std::min<std::uint64_t>(deadline - now, 100'000'000u);
-      timespec ts{static_cast<time_t>(left / 1'000'000'000u), static_cast<long>(left % 1'000'000'000u)};
-      futex(&g_done, FUTEX_WAIT_PRIVATE, 0, &ts);
-    }
+  if (!g_helperRunning) return;
+  // Every thread that ends the process waits for the one write, until the first request's
+  // deadline (not yet stored if that request is only just being made).
+  const std::uint64_t first = g_deadlineNs.load();
+  const std::uint64_t deadline = first != 0 ? first : monotonicNs() + waitNs();
+  while (g_done.load() == 0) {
+    const std::uint64_t now = monotonicNs();
+    if (now >= deadline) break;
+    const std::uint64_t left = std::min<std::uint64_t>(deadline - now, 100'000'000u);
+    timespec ts{static_cast<time_t>(left / 1'000'000'000u), static_cast<long>(left % 1'000'000'000u)};
+    futex(&g_done, FUTEX_WAIT_PRIVATE, 0, &ts);
   }
+}
+
+// Writes every profile (through the helper), then dies of `sig`. Called by the handler, or by
+// the end of a guard for a signal that arrived inside it.
+void terminate(int sig) {
+  writeThroughHelper(sig);
   // Die of the signal: default action, raised again, then unblocked (it is blocked while this
   // handler runs).
   struct sigaction dfl;
@@ -180,6 +209,7 @@ bool isTerminationSignal(int sig) {
 }
 
 void installTerminationHandlers() {
+  g_realExit = reinterpret_cast<ExitFunction>(dlsym(RTLD_NEXT, "_exit"));
   if (realSigaction() == nullptr) return;
   startHelper();
   if (!g_helperRunning) {
@@ -256,4 +286,29 @@ TerminationGuard::~TerminationGuard() {
   }
 }
 
+void writeBeforeImmediateExit() {
+  // Not in the helper (the library's own code ending the process while writing), not while this
+  // thread holds a lock the helper needs (a handler of the program's that interrupted csp: the
+  // profiles are lost, as before, rather than the process held up), and not in a vfork child,
+  // which shares the parent's memory but not its helper.
+  if (!g_helperRunning || tlsIsHelper || tlsGuardDepth > 0 || ::getpid() != g_helperPid) return;
+  writeThroughHelper(kImmediateExit);
+}
+
+[[noreturn]] void endProcess(int status) {
+  if (g_realExit != nullptr) g_realExit(status);
+  for (;;) syscall(SYS_exit_group, status);
+}
+
 }  // namespace csp::measure
+
+// The program's _exit and _Exit (libc's own calls, as in exit(), are not interposed).
+extern "C" __attribute__((visibility("default"))) void _exit(int status) {
+  csp::measure::writeBeforeImmediateExit();
+  csp::measure::endProcess(status);
+}
+
+extern "C" __attribute__((visibility("default"))) void _Exit(int status) noexcept {
+  csp::measure::writeBeforeImmediateExit();
+  csp::measure::endProcess(status);
+}

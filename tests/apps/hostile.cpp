@@ -28,12 +28,21 @@
 //     chdir DIR                            one thread ends before chdir(DIR), one after; exit 0
 //     threads N ITERATIONS                 N short threads, one after the other, each spinning
 //                                         ITERATIONS times (the thread-churn benchmark); exit 0
+//     immediate-exit _exit|_Exit SECONDS   two threads compute while main vforks 100 children
+//                                         that _exit at once, forks one that computes for 0.1 s
+//                                         of its CPU time and calls _exit(0), then computes for
+//                                         SECONDS of its CPU time itself and ends the process
+//                                         with _exit(5), resp. _Exit(7): no exit handler runs
+//     fork-terminate                       forks a child that computes until it is killed, computes
+//                                         for 0.3 s of its CPU time, then sends the child SIGTERM;
+//                                         exit 0 if the child died of it
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -355,6 +364,57 @@ static int threadChurn(long n, long iterations) {
   return 0;
 }
 
+// ---- immediate-exit -----------------------------------------------------------------------
+
+extern "C" __attribute__((noinline)) double exit_worker(double x) { return csp_test::spin(100'000, x); }
+extern "C" __attribute__((noinline)) double exit_main(double x) { return csp_test::spin(100'000, x); }
+extern "C" __attribute__((noinline)) double exit_child_work(double x) { return csp_test::spin(100'000, x); }
+
+static int immediateExit(const std::string& how, double cpu) {
+  for (int i = 0; i < 2; ++i) {
+    std::thread([] {
+      double x = 1.0;
+      for (;;) x = exit_worker(x);
+    }).detach();
+  }
+  // vfork children share the parent's memory until they _exit: that _exit is not the parent's.
+  for (int i = 0; i < 100; ++i) {
+    const pid_t child = vfork();
+    if (child == 0) _exit(0);
+    if (child < 0 || waitpid(child, nullptr, 0) != child) return 1;
+  }
+  const pid_t child = fork();
+  if (child == 0) {
+    double x = 1.0;
+    while (cpuSeconds() < 0.1) x = exit_child_work(x);
+    _exit(x == 0 ? 1 : 0);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+  double x = 1.0;
+  while (cpuSeconds() < cpu) x = exit_main(x);
+  if (x == 0) std::printf("impossible\n");
+  if (how == "_Exit") _Exit(7);
+  _exit(5);
+}
+
+extern "C" __attribute__((noinline)) double forked_child_work(double x) { return csp_test::spin(100'000, x); }
+
+static int forkTerminate() {
+  const pid_t child = fork();
+  if (child == 0) {
+    double x = 1.0;
+    for (;;) x = forked_child_work(x);
+  }
+  if (child < 0) return 1;
+  double x = 1.0;
+  while (cpuSeconds() < 0.3) x = exit_main(x);
+  kill(child, SIGTERM);
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return 1;
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && x != 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "dlopen-storm" && argc == 5) return dlopenStorm(argv[2], std::atof(argv[3]), std::atoi(argv[4]));
@@ -375,6 +435,8 @@ int main(int argc, char** argv) {
   if (mode == "exec-chain" && argc == 3) return execChain(argv[0], std::atoi(argv[2]));
   if (mode == "chdir" && argc == 3) return chdirMode(argv[2]);
   if (mode == "threads" && argc == 4) return threadChurn(std::atol(argv[2]), std::atol(argv[3]));
+  if (mode == "immediate-exit" && argc == 4) return immediateExit(argv[2], std::atof(argv[3]));
+  if (mode == "fork-terminate" && argc == 2) return forkTerminate();
   std::fprintf(stderr, "usage: hostile MODE [args...] (see tests/apps/hostile.cpp)\n");
   return 2;
 }

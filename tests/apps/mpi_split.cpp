@@ -4,6 +4,7 @@
 //   usage: mpi_split [units=40] [workers=2]   (one unit is about 10 ms of CPU)
 //   With MPI_SPLIT_READY set, each rank writes "mpi_split: rank R working" to stderr once MPI has
 //   started and its threads work: tests that stop the job mid-run wait for it.
+//   With MPI_SPLIT_ABORT=R, rank R calls MPI_Abort(MPI_COMM_WORLD, 3) once its threads are done.
 #include <mpi.h>
 
 #include <cstdint>
@@ -52,6 +53,11 @@ int main(int argc, char** argv) {
   }
   results[0] = threadWork(units);
   for (auto& t : threads) t.join();
+  if (const char* abortRank = std::getenv("MPI_SPLIT_ABORT"); abortRank != nullptr && std::atoi(abortRank) == rank) {
+    std::fprintf(stderr, "mpi_split: rank %d aborts\n", rank);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
 
   double local = 0, total = 0;
   for (double r : results) local += r;

@@ -488,6 +488,63 @@ int processesMatching(const std::string& command) {
   return -1;
 }
 
+// csp-app-mpi-split (`app`: its path and arguments, unique to the test) under csp-run, 4 ranks,
+// started in the background after `prefix` (a launcher of mpirun, or nothing) with CSP_VERBOSE
+// and its output in `log`: the pid of the first process of the command.
+pid_t startMpiSplit(const std::string& prefix, const fs::path& dir, const fs::path& log, const std::string& app) {
+  return std::atoi(output(prefix + " env CSP_VERBOSE=1 MPI_SPLIT_READY=1 " + kMpirun + " -np 4 " + kCspRun + " -o " +
+                          dir.string() + " -- " + app + " > " + log.string() + " 2>&1 & echo $!")
+                       .c_str());
+}
+
+// Waits until `ranks` ranks say in `log` that they work, however long a loaded machine takes to
+// get there (a fixed wait once stopped a job before MPI_Init ended: no rank had a profile).
+bool waitRanksWorking(const fs::path& log, std::size_t ranks) {
+  auto working = [&] {
+    const std::string text = slurp(log);
+    std::size_t n = 0;
+    for (auto at = text.find(" working\n"); at != std::string::npos; at = text.find(" working\n", at + 1)) ++n;
+    return n;
+  };
+  for (int i = 0; i < 2400 && working() < ranks; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return working() == ranks;
+}
+
+// Waits until `launcher` and every process running `app` have ended (at most 60 s); whether they have.
+bool waitJobEnded(pid_t launcher, const std::string& app) {
+  for (int i = 0; i < 1200 && (kill(launcher, 0) == 0 || processesMatching(app) > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return processesMatching(app) == 0;
+}
+
+// The threads of each rank that has profiles in `dir`, and the same as text (" rank:threads").
+std::map<std::uint64_t, std::set<std::uint64_t>> threadsByRank(const fs::path& dir) {
+  std::map<std::uint64_t, std::set<std::uint64_t>> out;
+  for (const auto& p : readAll(dir)) out[idOf(p, IdKind::Rank)].insert(idOf(p, IdKind::Thread));
+  return out;
+}
+std::string describeRanks(const std::map<std::uint64_t, std::set<std::uint64_t>>& ranks) {
+  std::string text;
+  for (const auto& [rank, threads] : ranks)
+    text.append(" ").append(std::to_string(rank)).append(":").append(std::to_string(threads.size()));
+  return text;
+}
+
+// Every one of 4 ranks kept the profiles of its main thread and its 2 workers at least, and
+// nothing but profiles is left in `dir`.
+void expectEveryRank(const fs::path& dir, const fs::path& log, const std::string& what) {
+  const auto ranks = threadsByRank(dir);
+  ASSERT_EQ(ranks.size(), 4u) << what << ": ranks lost; rank:threads" << describeRanks(ranks) << "\n"
+                              << slurp(log) << "the measurement directory:" << listing(dir);
+  for (const auto& [rank, threads] : ranks) {
+    EXPECT_GE(threads.size(), 3u) << what << ", rank " << rank << ": main + 2 workers at least";
+    EXPECT_TRUE(threads.count(0)) << what << ", rank " << rank << ": the main thread";
+  }
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_TRUE(e.path().extension() == ".cspprof" || e.path().extension() == ".cspbundle")
+        << what << ": left behind: " << e.path();
+}
+
 }  // namespace
 
 // What a Slurm time limit does to an mpirun job, on a loaded machine: `timeout -s TERM` ends
@@ -505,50 +562,124 @@ TEST(MeasureSafety, TimeLimitedMpirunUnderLoadKeepsEveryRank) {
   const fs::path base = scratch("terminate-mpi-loaded");
   const std::string app = kBin + "/tests/apps/csp-app-mpi-split 2011 2";  // 2011: this test's ranks
   for (int attempt = 0; attempt < 4; ++attempt) {
+    const std::string what = "attempt " + std::to_string(attempt);
     const fs::path dir = base / ("meas" + std::to_string(attempt));
     const fs::path log = base / ("log" + std::to_string(attempt) + ".txt");
-    const int limiter = std::atoi(output("timeout --foreground -k 30 -s TERM 300 env CSP_VERBOSE=1 MPI_SPLIT_READY=1 " +
-                                         kMpirun + " -np 4 " + kCspRun + " -o " + dir.string() + " -- " + app + " > " +
-                                         log.string() + " 2>&1 & echo $!")
-                                      .c_str());
+    const pid_t limiter = startMpiSplit("timeout --foreground -k 30 -s TERM 300", dir, log, app);
     ASSERT_GT(limiter, 0);
-    // Every rank past MPI_Init, its threads in the work (the app says so), however long the
-    // loaded machine takes to get there: a fixed wait once stopped the job before MPI_Init
-    // ended, and no rank had a profile to write.
-    auto working = [&] {
-      const std::string text = slurp(log);
-      std::size_t n = 0;
-      for (auto at = text.find(" working\n"); at != std::string::npos; at = text.find(" working\n", at + 1)) ++n;
-      return n;
-    };
-    for (int i = 0; i < 2400 && working() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_EQ(working(), 4u) << "attempt " << attempt << ": the ranks were not all working within 120 s\n"
-                             << slurp(log);
-    ASSERT_EQ(processesMatching(app), 4) << "attempt " << attempt;
+    ASSERT_TRUE(waitRanksWorking(log, 4)) << what << ": the ranks were not all working within 120 s\n" << slurp(log);
+    ASSERT_EQ(processesMatching(app), 4) << what;
     // The machine is loaded from here until the ranks are gone: the termination is what must
     // hold up under load (hogs for the whole test took both cores from the tests beside it).
     std::optional<CpuHogs> hogs(std::in_place);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // some samples into the work
     // As at the time limit: timeout passes it to mpirun.
     kill(limiter, SIGTERM);
-    for (int i = 0; i < 1200 && (kill(limiter, 0) == 0 || processesMatching(app) > 0); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const bool ended = waitJobEnded(limiter, app);
     hogs.reset();
-    ASSERT_EQ(processesMatching(app), 0) << "attempt " << attempt << ": ranks still running 60 s after SIGTERM";
-    std::map<std::uint64_t, std::set<std::uint64_t>> threadsByRank;
-    for (const auto& p : readAll(dir)) threadsByRank[idOf(p, IdKind::Rank)].insert(idOf(p, IdKind::Thread));
-    std::string ranks;
-    for (const auto& [rank, threads] : threadsByRank)
-      ranks.append(" ").append(std::to_string(rank)).append(":").append(std::to_string(threads.size()));
-    ASSERT_EQ(threadsByRank.size(), 4u) << "attempt " << attempt << ": ranks lost; rank:threads" << ranks << "\n"
-                                        << slurp(log) << "the measurement directory:" << listing(dir);
-    for (const auto& [rank, threads] : threadsByRank) {
-      EXPECT_GE(threads.size(), 3u) << "attempt " << attempt << ", rank " << rank << ": main + 2 workers at least";
-      EXPECT_EQ(threads, threadsByRank.begin()->second) << "attempt " << attempt << ", rank " << rank;
-    }
-    for (const auto& e : fs::directory_iterator(dir))
-      EXPECT_EQ(e.path().extension(), ".cspprof") << "attempt " << attempt << ": left behind: " << e.path();
+    ASSERT_TRUE(ended) << what << ": ranks still running 60 s after SIGTERM";
+    expectEveryRank(dir, log, what);
+    const auto ranks = threadsByRank(dir);
+    for (const auto& [rank, threads] : ranks) EXPECT_EQ(threads, ranks.begin()->second) << what << ", rank " << rank;
   }
+}
+
+// mpirun killed outright (SIGKILL: the OOM killer, a batch system's last resort) or stopped by a
+// second SIGTERM or SIGINT (Ctrl-C twice), on which Open MPI 4.1's mpirun exits at once: no rank
+// gets a signal; they lose their server, and Open MPI ends each of them with _exit, which csp
+// interposes. Every rank keeps every thread's profile; before, no rank kept any.
+TEST(MeasureSafety, MpirunKilledOrStoppedTwiceKeepsEveryRank) {
+  const fs::path base = scratch("mpirun-killed");
+  const std::string app = kBin + "/tests/apps/csp-app-mpi-split 2012 2";  // 2012: this test's ranks
+  const std::vector<std::pair<std::string, std::vector<int>>> ways = {
+      {"SIGKILL", {SIGKILL}}, {"two SIGTERMs", {SIGTERM, SIGTERM}}, {"two SIGINTs", {SIGINT, SIGINT}}};
+  int n = 0;
+  for (const auto& [what, signals] : ways) {
+    const fs::path dir = base / ("meas" + std::to_string(n));
+    const fs::path log = base / ("log" + std::to_string(n++) + ".txt");
+    const pid_t mpirun = startMpiSplit("", dir, log, app);
+    ASSERT_GT(mpirun, 0);
+    ASSERT_TRUE(waitRanksWorking(log, 4)) << what << ": the ranks were not all working within 120 s\n" << slurp(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (std::size_t i = 0; i < signals.size(); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      kill(mpirun, signals[i]);
+    }
+    ASSERT_TRUE(waitJobEnded(mpirun, app)) << what << ": ranks still running 60 s later";
+    expectEveryRank(dir, log, what);
+  }
+}
+
+// MPI_Abort: the rank that calls it ends in Open MPI's _exit (its threads still running lost their
+// profiles), and mpirun ends the others with SIGTERM. Every rank keeps every thread's profile.
+TEST(MeasureSafety, MpiAbortKeepsEveryRank) {
+  const fs::path base = scratch("mpi-abort");
+  const std::string app = kBin + "/tests/apps/csp-app-mpi-split 21 2";  // rank 0 computes least
+  const fs::path dir = base / "meas";
+  const fs::path log = base / "log.txt";
+  const pid_t mpirun = startMpiSplit("env MPI_SPLIT_ABORT=0", dir, log, app);
+  ASSERT_GT(mpirun, 0);
+  ASSERT_TRUE(waitJobEnded(mpirun, app)) << "ranks still running 60 s later";
+  ASSERT_NE(slurp(log).find("rank 0 aborts"), std::string::npos) << slurp(log);
+  expectEveryRank(dir, log, "MPI_Abort");
+}
+
+// _exit and _Exit end a process without its exit handlers: every thread's profile is written all
+// the same, and the exit status is the program's. A fork child that calls _exit keeps its own
+// profile. 100 vfork children that call _exit, in the parent's memory, write nothing of the
+// parent's: its main thread computes after them and keeps those samples.
+TEST(MeasureSafety, ImmediateExitKeepsEveryThread) {
+  const fs::path base = scratch("immediate-exit");
+  for (const auto& [how, status] : {std::pair<std::string, int>{"_exit", 5}, {"_Exit", 7}}) {
+    const fs::path dir = base / how;
+    ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
+                  " immediate-exit " + how + " 0.3 > /dev/null"),
+              status)
+        << how;
+    test::LeafSymbolizer sym;
+    std::set<std::uint64_t> parentThreads;
+    int children = 0;
+    std::uint64_t mainWork = 0, workerWork = 0, childWork = 0;
+    for (const auto& p : readAll(dir)) {
+      const auto leaves = leafProcedures(p, sym);
+      auto samplesIn = [&](const char* f) { return leaves.count(f) ? leaves.at(f) : 0; };
+      if (p.identity.idTuple.size() == 3) {  // (process, pid, thread): the fork child
+        ++children;
+        childWork += samplesIn("exit_child_work");
+        continue;
+      }
+      parentThreads.insert(idOf(p, IdKind::Thread));
+      mainWork += samplesIn("exit_main");
+      workerWork += samplesIn("exit_worker");
+    }
+    EXPECT_EQ(parentThreads, (std::set<std::uint64_t>{0, 1, 2})) << how;
+    EXPECT_GT(mainWork, 100u) << how << ": 0.3 s of CPU time after the vfork children, at 1,000 samples/s";
+    EXPECT_GT(workerWork, 40u) << how;
+    EXPECT_EQ(children, 1) << how << ": the fork child, and no vfork child";
+    EXPECT_GT(childWork, 30u) << how << ": 0.1 s of the fork child's CPU time";
+  }
+}
+
+// A fork child ended by SIGTERM keeps its profile: the writer thread of a termination is started
+// again in every fork child. It was not: the table of which handlers are csp's was initialized
+// after the library's constructor had filled it, so a fork child found none and had no writer.
+TEST(MeasureSafety, TerminatedForkChildKeepsItsProfile) {
+  const fs::path dir = scratch("fork-terminate") / "meas";
+  ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
+                " fork-terminate > /dev/null"),
+            0)
+      << "the child dies of SIGTERM";
+  test::LeafSymbolizer sym;
+  std::uint64_t childWork = 0;
+  int children = 0;
+  for (const auto& p : readAll(dir)) {
+    if (p.identity.idTuple.size() != 3) continue;
+    ++children;
+    const auto leaves = leafProcedures(p, sym);
+    childWork += leaves.count("forked_child_work") ? leaves.at("forked_child_work") : 0;
+  }
+  EXPECT_EQ(children, 1);
+  EXPECT_GT(childWork, 50u) << "the child computed while the parent computed for 0.3 s of its CPU time";
 }
 
 // Item 4: a SIGALRM handler that siglongjmps out, 20,000 times a second. It used to interrupt the
