@@ -306,41 +306,62 @@ namespace {
 
 // dCOZ on mpi_causal MODE: R -25 % predicted from the slow run against the fast run's measured
 // speed-up, Q's ~0, R first in the ranking.
+//
+// The fast run differs from the slow one by 25 % of R and by what the machine did to each: R's
+// sleeps overshoot (R took fastR, not 0.75 slowR) and the rest of the run (barriers, messages,
+// start-up) took a different time. Both are measured in the two runs. A pair that a loaded
+// machine disturbed by more than 5 points is measured again (at most 3 pairs; the least disturbed
+// is checked): in a CI run beside the sanitizer build, the rest differed by 14 points, and Q,
+// delayed beyond its slack, was on the critical path long enough to predict 1.75 %.
 void checkWhatIf(const std::string& name, const std::string& mode) {
   TempDir tmp(name);
-  fs::create_directories(tmp / "slow");
-  fs::create_directories(tmp / "fast");
-  measureAndReduce(tmp / "slow", 3, "", mode + "6 60 10 0");
-  measureAndReduce(tmp / "fast", 3, "", mode + "6 60 10 25");
-  const auto onPath = query(tmp / "slow" / "db", "--what-if 'R=-25%'");
-  const auto offPath = query(tmp / "slow" / "db", "--what-if 'Q=-25%'");
-  const double slowRun = row(onPath, "run time"), slowR = row(onPath, "region compute time");
-  const auto fast = query(tmp / "fast" / "db", "--what-if 'R=-1%'");
-  const double fastRun = row(fast, "run time"), fastR = row(fast, "region compute time");
-  const double measured = 100 * (slowRun - fastRun) / slowRun;
+  struct Pair {
+    fs::path dir;
+    double slowRun = 0, slowR = 0, fastRun = 0, fastR = 0, overshoot = 0, rest = 0;
+    double disturbance() const { return overshoot + rest; }
+  };
+  Pair best;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Pair pair;
+    pair.dir = tmp / ("pair" + std::to_string(attempt));
+    fs::create_directories(pair.dir / "slow");
+    fs::create_directories(pair.dir / "fast");
+    measureAndReduce(pair.dir / "slow", 3, "", mode + "6 60 10 0");
+    measureAndReduce(pair.dir / "fast", 3, "", mode + "6 60 10 25");
+    if (::testing::Test::HasFatalFailure()) return;
+    const auto slow = query(pair.dir / "slow" / "db", "--what-if 'R=-25%'");
+    const auto fast = query(pair.dir / "fast" / "db", "--what-if 'R=-1%'");
+    pair.slowRun = row(slow, "run time");
+    pair.slowR = row(slow, "region compute time");
+    pair.fastRun = row(fast, "run time");
+    pair.fastR = row(fast, "region compute time");
+    pair.overshoot = 100 * std::abs(pair.fastR - 0.75 * pair.slowR) / pair.slowRun;
+    pair.rest = 100 * std::abs((pair.slowRun - pair.slowR) - (pair.fastRun - pair.fastR)) / pair.slowRun;
+    std::printf("%spair %d: disturbances: R's overshoot %.2f points, the rest %.2f points\n", mode.c_str(), attempt,
+                pair.overshoot, pair.rest);
+    if (attempt == 0 || pair.disturbance() < best.disturbance()) best = pair;
+    if (best.disturbance() <= 5) break;
+  }
+  const fs::path slowDb = best.dir / "slow" / "db";
+  const auto onPath = query(slowDb, "--what-if 'R=-25%'");
+  const auto offPath = query(slowDb, "--what-if 'Q=-25%'");
+  const double measured = 100 * (best.slowRun - best.fastRun) / best.slowRun;
   const double predicted = row(onPath, "predicted speed-up");
-  const double most = 100 * 0.25 * slowR / slowRun;
-  // The fast run differs from the slow one by 25 % of R and by what the machine did to each: R's
-  // sleeps overshoot (R took fastR, not 0.75 slowR) and the rest of the run (barriers, messages,
-  // start-up) took a different time. Both are measured in the two runs; the prediction must be
-  // right up to them and 5 % (a loaded run once had 15 % between prediction and measurement).
-  const double overshoot = 100 * std::abs(fastR - 0.75 * slowR) / slowRun;
-  const double rest = 100 * std::abs((slowRun - slowR) - (fastRun - fastR)) / slowRun;
-  std::printf(
-      "%sR -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; disturbances: R's overshoot "
-      "%.2f points, the rest %.2f points; Q -25%%: %.3f %%\n",
-      mode.c_str(), predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"), measured, most,
-      overshoot, rest, row(offPath, "predicted speed-up"));
+  const double most = 100 * 0.25 * best.slowR / best.slowRun;
+  std::printf("%sR -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; Q -25%%: %.3f %%\n",
+              mode.c_str(), predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"),
+              measured, most, row(offPath, "predicted speed-up"));
   EXPECT_GT(predicted, 0);
   EXPECT_LE(predicted, most + 1e-9);
   EXPECT_LE(row(onPath, "speed-up lower bound"), predicted);
   EXPECT_GE(row(onPath, "speed-up upper bound"), predicted);
-  // (5 % of the prediction, not of the measurement: a loaded fast run can come out slower than the
-  // slow one, measured -1.7 % once, with the rest of its run 24.8 points longer.)
-  EXPECT_NEAR(predicted, measured, 0.05 * predicted + overshoot + rest);
+  // Right up to the disturbances and 5 % of the prediction (not of the measurement: a loaded fast
+  // run can come out slower than the slow one, measured -1.7 % once, with the rest of its run
+  // 24.8 points longer).
+  EXPECT_NEAR(predicted, measured, 0.05 * predicted + best.overshoot + best.rest);
   EXPECT_NEAR(row(offPath, "predicted speed-up"), 0, 0.01);
   // The ranking puts R first.
-  const auto ranking = query(tmp / "slow" / "db", "--what-if-rank=-25%");
+  const auto ranking = query(slowDb, "--what-if-rank=-25%");
   ASSERT_FALSE(ranking["rows"].empty());
   EXPECT_EQ(ranking["rows"][0]["name"], "R");
 }
