@@ -56,12 +56,14 @@ static void* threadMain(void* arg) {
 }
 
 // Never returns: the exit handler must write its profile while it runs.
+static std::atomic<std::uint64_t> g_spins{0};  // spin regions completed
 static void* spinner(void*) {
   double x = 1.0;
   for (std::uint64_t i = 0;; ++i) {
     csp_region_begin("spin", i);
     x = churn_thread_work(x);
     csp_region_end();
+    g_spins.fetch_add(1);
   }
   return nullptr;
 }
@@ -118,7 +120,9 @@ int main(int argc, char** argv) {
   pthread_t spin;
   pthread_create(&spin, nullptr, spinner, nullptr);
   pthread_detach(spin);
-  usleep(100'000);
+  // Some spin regions done before main exits, however loaded the machine (a fixed 100 ms once
+  // saw none in a CI run).
+  for (int i = 0; i < 60'000 && g_spins.load() < 3; ++i) usleep(1000);
   std::printf("churn: %ld threads, 1 fork, plugin done, %d SIGUSR1 handled, %ld exceptions caught, %ld cleanups\n",
               threads, g_usr1.load(), g_caught.load(), g_cleanups.load());
   const bool ok =
