@@ -302,7 +302,7 @@ void writeBeforeImmediateExit() {
 
 }  // namespace csp::measure
 
-// The program's _exit and _Exit (libc's own calls, as in exit(), are not interposed).
+// The program's _exit, _Exit and quick_exit (libc's own calls, as in exit(), are not interposed).
 extern "C" __attribute__((visibility("default"))) void _exit(int status) {
   csp::measure::writeBeforeImmediateExit();
   csp::measure::endProcess(status);
@@ -310,5 +310,14 @@ extern "C" __attribute__((visibility("default"))) void _exit(int status) {
 
 extern "C" __attribute__((visibility("default"))) void _Exit(int status) noexcept {
   csp::measure::writeBeforeImmediateExit();
+  csp::measure::endProcess(status);
+}
+
+// quick_exit runs the at_quick_exit handlers and ends in libc's own _exit: the profiles first.
+extern "C" __attribute__((visibility("default"))) void quick_exit(int status) noexcept {
+  csp::measure::writeBeforeImmediateExit();
+  using QuickExit = void (*)(int);
+  static const auto real = reinterpret_cast<QuickExit>(dlsym(RTLD_NEXT, "quick_exit"));
+  if (real != nullptr) real(status);
   csp::measure::endProcess(status);
 }

@@ -28,11 +28,13 @@
 //     chdir DIR                            one thread ends before chdir(DIR), one after; exit 0
 //     threads N ITERATIONS                 N short threads, one after the other, each spinning
 //                                         ITERATIONS times (the thread-churn benchmark); exit 0
-//     immediate-exit _exit|_Exit SECONDS   two threads compute while main vforks 100 children
+//     immediate-exit _exit|_Exit|quick_exit SECONDS
+//                                         two threads compute while main vforks 100 children
 //                                         that _exit at once, forks one that computes for 0.1 s
 //                                         of its CPU time and calls _exit(0), then computes for
 //                                         SECONDS of its CPU time itself and ends the process
-//                                         with _exit(5), resp. _Exit(7): no exit handler runs
+//                                         with _exit(5), _Exit(7) or quick_exit(9): no atexit
+//                                         handler runs
 //     fork-terminate                       forks a child that computes until it is killed, computes
 //                                         for 0.3 s of its CPU time, then sends the child SIGTERM;
 //                                         exit 0 if the child died of it
@@ -395,6 +397,7 @@ static int immediateExit(const std::string& how, double cpu) {
   while (cpuSeconds() < cpu) x = exit_main(x);
   if (x == 0) std::printf("impossible\n");
   if (how == "_Exit") _Exit(7);
+  if (how == "quick_exit") quick_exit(9);
   _exit(5);
 }
 

@@ -624,13 +624,13 @@ TEST(MeasureSafety, MpiAbortKeepsEveryRank) {
   expectEveryRank(dir, log, "MPI_Abort");
 }
 
-// _exit and _Exit end a process without its exit handlers: every thread's profile is written all
-// the same, and the exit status is the program's. A fork child that calls _exit keeps its own
+// _exit, _Exit and quick_exit end a process without its atexit handlers: every thread's profile
+// is written all the same, and the exit status is the program's. A fork child that calls _exit keeps its own
 // profile. 100 vfork children that call _exit, in the parent's memory, write nothing of the
 // parent's: its main thread computes after them and keeps those samples.
 TEST(MeasureSafety, ImmediateExitKeepsEveryThread) {
   const fs::path base = scratch("immediate-exit");
-  for (const auto& [how, status] : {std::pair<std::string, int>{"_exit", 5}, {"_Exit", 7}}) {
+  for (const auto& [how, status] : {std::pair<std::string, int>{"_exit", 5}, {"_Exit", 7}, {"quick_exit", 9}}) {
     const fs::path dir = base / how;
     ASSERT_EQ(run("timeout -k 2 60 " + kCspRun + " -e cpu-time@1000 -o " + dir.string() + " -- " + kHostile +
                   " immediate-exit " + how + " 0.3 > /dev/null"),
