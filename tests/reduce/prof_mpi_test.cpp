@@ -10,8 +10,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
