@@ -312,8 +312,8 @@ void takeBackAltStack(ThreadState& t);  // by the owning thread, after its handl
 void installTerminationHandlers();  // once, after the sampler
 void restartTerminationHelper();    // in a fork child
 bool isTerminationSignal(int sig);
-// _exit and _Exit of the program: every thread's profile is written first (through the helper,
-// bounded by CSP_TERMINATION_WAIT), in the measured process only.
+// _exit, _Exit and quick_exit of the program: every thread's profile is written first (through
+// the helper, bounded by CSP_TERMINATION_WAIT), in the measured process only.
 void writeBeforeImmediateExit();
 [[noreturn]] void endProcess(int status);  // libc's _exit
 // The sigaction interposer's part for termination signals: returns the result of the call.

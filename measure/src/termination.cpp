@@ -17,7 +17,8 @@
 // map, the bundle) are only ever held inside a TerminationGuard: a termination signal that lands
 // in a guarded thread is deferred to the end of the guard.
 //
-// `_exit` and `_Exit` end a process without its exit handlers, so csp's at-exit writer never runs.
+// `_exit`, `_Exit` and `quick_exit` end a process without its atexit handlers, so csp's at-exit
+// writer never runs.
 // Open MPI's ranks end that way when they lose mpirun (mpirun killed, or stopped by a second
 // SIGTERM or SIGINT: it then exits at once), and so does the rank that calls MPI_Abort. They are
 // interposed: the helper writes every thread's profile as for a signal (without waiting for
@@ -60,7 +61,7 @@ constinit std::atomic<int> g_requester{0};             // the signal being handl
 constinit std::atomic<std::uint64_t> g_deadlineNs{0};  // CLOCK_MONOTONIC: the process dies then at the latest
 constinit bool g_helperRunning = false;
 constinit pid_t g_helperPid = 0;    // the process whose helper runs (a vfork child shares the memory, not the helper)
-constexpr int kImmediateExit = -1;  // g_requester: _exit or _Exit, no signal
+constexpr int kImmediateExit = -1;  // g_requester: _exit, _Exit or quick_exit, no signal
 
 using ExitFunction = void (*)(int);
 constinit ExitFunction g_realExit = nullptr;  // libc's _exit, looked up at start-up (dlsym is not for _exit's callers)
