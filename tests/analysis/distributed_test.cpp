@@ -317,6 +317,7 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
   TempDir tmp(name);
   struct Pair {
     fs::path dir;
+    nlohmann::json onPath;  // the slow run's --what-if 'R=-25%'
     double slowRun = 0, slowR = 0, fastRun = 0, fastR = 0, overshoot = 0, rest = 0;
     double disturbance() const { return overshoot + rest; }
   };
@@ -329,10 +330,10 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
     measureAndReduce(pair.dir / "slow", 3, "", mode + "6 60 10 0");
     measureAndReduce(pair.dir / "fast", 3, "", mode + "6 60 10 25");
     if (::testing::Test::HasFatalFailure()) return;
-    const auto slow = query(pair.dir / "slow" / "db", "--what-if 'R=-25%'");
+    pair.onPath = query(pair.dir / "slow" / "db", "--what-if 'R=-25%'");
     const auto fast = query(pair.dir / "fast" / "db", "--what-if 'R=-1%'");
-    pair.slowRun = row(slow, "run time");
-    pair.slowR = row(slow, "region compute time");
+    pair.slowRun = row(pair.onPath, "run time");
+    pair.slowR = row(pair.onPath, "region compute time");
     pair.fastRun = row(fast, "run time");
     pair.fastR = row(fast, "region compute time");
     pair.overshoot = 100 * std::abs(pair.fastR - 0.75 * pair.slowR) / pair.slowRun;
@@ -343,7 +344,7 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
     if (best.disturbance() <= 5) break;
   }
   const fs::path slowDb = best.dir / "slow" / "db";
-  const auto onPath = query(slowDb, "--what-if 'R=-25%'");
+  const nlohmann::json& onPath = best.onPath;
   const auto offPath = query(slowDb, "--what-if 'Q=-25%'");
   const double measured = 100 * (best.slowRun - best.fastRun) / best.slowRun;
   const double predicted = row(onPath, "predicted speed-up");

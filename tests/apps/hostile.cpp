@@ -35,8 +35,9 @@
 //                                         SECONDS of its CPU time itself and ends the process
 //                                         with _exit(5), _Exit(7) or quick_exit(9): no atexit
 //                                         handler runs
-//     fork-terminate                       forks a child that computes until it is killed, computes
-//                                         for 0.3 s of its CPU time, then sends the child SIGTERM;
+//     fork-terminate                       forks a child that computes until it is killed; once the
+//                                         child has computed for 50 ms of its CPU time, computes
+//                                         for 0.3 s of its own, then sends the child SIGTERM;
 //                                         exit 0 if the child died of it
 #include <dlfcn.h>
 #include <link.h>
@@ -404,12 +405,19 @@ static int immediateExit(const std::string& how, double cpu) {
 extern "C" __attribute__((noinline)) double forked_child_work(double x) { return csp_test::spin(100'000, x); }
 
 static int forkTerminate() {
+  int ready[2];
+  if (pipe(ready) != 0) return 1;
   const pid_t child = fork();
   if (child == 0) {
+    // Says so once it has computed for 50 ms of its CPU time, however loaded the machine.
     double x = 1.0;
+    while (cpuSeconds() < 0.05) x = forked_child_work(x);
+    if (write(ready[1], "r", 1) != 1) _exit(1);
     for (;;) x = forked_child_work(x);
   }
   if (child < 0) return 1;
+  char byte = 0;
+  if (read(ready[0], &byte, 1) != 1) return 1;
   double x = 1.0;
   while (cpuSeconds() < 0.3) x = exit_main(x);
   kill(child, SIGTERM);

@@ -16,12 +16,14 @@
 #include <sstream>
 #include <thread>
 
+#include "common/cpu_hogs.hpp"
 #include "common/db_dump.hpp"
 #include "common/test_support.hpp"
 #include "csp/reduce/mpi_comm.hpp"
 #include "csp/storage/profile_io.hpp"
 
 using namespace csp;
+using csp::test::CpuHogs;
 using csp::test::run;
 using csp::test::TempDir;
 using csp::test::tool;
@@ -452,32 +454,6 @@ TEST_F(ProfFailure, TerminatedOrKilledLauncherLeavesNothingBehind) {
     ::waitpid(launcher, nullptr, WNOHANG);
   }
 }
-
-// Two busy loops, one per core, while the object lives: termination must hold up under load.
-class CpuHogs {
- public:
-  CpuHogs() {
-    for (auto& pid : pids_) {
-      pid = ::fork();
-      if (pid == 0) {
-        ::execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
-        ::_exit(127);
-      }
-    }
-  }
-  ~CpuHogs() {
-    for (const pid_t pid : pids_) {
-      if (pid <= 0) continue;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  CpuHogs(const CpuHogs&) = delete;
-  CpuHogs& operator=(const CpuHogs&) = delete;
-
- private:
-  pid_t pids_[2] = {-1, -1};
-};
 
 // SIGTERM to mpirun while rank 0 creates the database (fault point "output": the temporary
 // directory and its RocksDB instance exist), on a loaded machine, at 4 processes, several times.
