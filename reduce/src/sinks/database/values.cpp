@@ -64,19 +64,35 @@ void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) {
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                                   storage::NodeRunWriter& run, SummaryTable& summaries) {
+  constexpr std::uint32_t kDone = UINT32_MAX;
   auto& at = start_;  // per profile: its first entry not dealt out yet
   at.assign(batch.size(), 0);
+  // Per profile: the node of its next entry (kDone: none left). Finding a node's profiles reads
+  // this one small array instead of every profile's columns, most of which have no value there.
+  auto& next = next_;
+  next.resize(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) next[i] = values[i].size() ? values[i].node[0] : kDone;
+  auto& here = here_;  // the profiles with values at the node, ascending
+  here.resize(batch.size());
+  const auto count = static_cast<std::uint32_t>(batch.size());
   for (std::uint32_t node = 0; node < nodes_; ++node) {
-    bool any = false;
+    std::uint32_t found = 0;
+    for (std::uint32_t i = 0; i < count; ++i) {  // branch-free: the matches are hard to predict
+      here[found] = i;
+      found += next[i] == node ? 1 : 0;
+    }
+    if (found == 0) continue;
     const bool leaf = leaf_[node] != 0;
-    for (std::uint32_t i = 0; i < batch.size(); ++i) {
+    for (std::uint32_t j = 0; j < found; ++j) {
+      const std::uint32_t i = here[j];
       const ThreadValues& v = values[i];
       std::uint32_t k = at[i];
-      if (k == v.size() || v.node[k] != node) continue;
       for (; k < v.size() && v.node[k] == node; ++k) {
         deal(batch[i].id, v, k, leaf);
         summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
       }
+      at[i] = k;
+      next[i] = k < v.size() ? v.node[k] : kDone;
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
       // cursor's next lines while the other profiles are dealt out.
       const std::size_t ahead = std::min<std::size_t>(k + 8, v.size() - 1);
@@ -84,13 +100,9 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
       __builtin_prefetch(v.metric.data() + ahead);
       __builtin_prefetch(v.exclusive.data() + ahead);
       __builtin_prefetch(v.inclusive.data() + ahead);
-      any = true;
-      at[i] = k;
     }
-    if (any) {
-      putNode(node, run);
-      summaries.endNode(node);
-    }
+    putNode(node, run);
+    summaries.endNode(node);
   }
 }
 
