@@ -81,7 +81,7 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
   const auto& parent = p.cct.parent;
   const std::size_t n = parent.size();
   std::vector<ScopeKind> scope(n, ScopeKind::Root);
-  std::vector<bool> underProc(n, false);
+  std::vector<std::uint8_t> underProc(n, 0);
   for (std::size_t i = 1; i < n; ++i) {
     const ScopeKind s = p.symbolicFrames[p.cct.frame[i]].scope;
     const ScopeKind ps = scope[parent[i]];
@@ -93,18 +93,18 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
           fail(name, fmt::format("CCT node {}: a procedure frame must be an outermost frame or follow a call site "
                                  "(its parent is a {})",
                                  i, toString(ps)));
-        underProc[i] = true;
+        underProc[i] = 1;
         break;
       case ScopeKind::CallSite:
       case ScopeKind::Stmt:
       case ScopeKind::Loop:
       case ScopeKind::Alien:
-        if (!underProc[parent[i]])
+        if (underProc[parent[i]] == 0)
           fail(name, fmt::format("CCT node {}: a {} must lie inside a procedure frame", i, toString(s)));
         if (ps == ScopeKind::CallSite)
           fail(name, fmt::format("CCT node {}: a call site may only be followed by a procedure frame, not a {}", i,
                                  toString(s)));
-        underProc[i] = true;
+        underProc[i] = 1;
         break;
       case ScopeKind::Root:
         fail(name, fmt::format("CCT node {} names a root frame", i));
@@ -261,9 +261,11 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     for (std::size_t f = 0; f < p.symbolicFrames.size(); ++f) {
       const auto& s = p.symbolicFrames[f];
       if (s.scope == ScopeKind::Root) fail(name, fmt::format("symbolic frame {} has scope 'root'", f));
-      checkString(s.name, p.strings.size(), "name", f, name);
-      checkString(s.file, p.strings.size(), "file", f, name);
-      checkString(s.module, p.strings.size(), "module", f, name);
+      if (s.name >= p.strings.size() || s.file >= p.strings.size() || s.module >= p.strings.size()) {
+        checkString(s.name, p.strings.size(), "name", f, name);  // one of them fails, naming it
+        checkString(s.file, p.strings.size(), "file", f, name);
+        checkString(s.module, p.strings.size(), "module", f, name);
+      }
       if ((s.scope == ScopeKind::ProcFrame || s.scope == ScopeKind::Alien) && p.strings[s.name].empty())
         fail(name, fmt::format("symbolic frame {} ({}) has no procedure name", f, toString(s.scope)));
     }
@@ -287,7 +289,10 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   const std::size_t v = p.values.node.size();
   if (p.values.metric.size() != v || p.values.count.size() != v)
     fail(name, "value columns (node, metric, count) have different lengths");
-  std::vector<Uint128> totals(p.metrics.size(), 0), valueTotals(p.metrics.size(), 0);
+  // Per metric: its counts and its values (count x period) so far. Neither can wrap unnoticed: a
+  // value or a total of values beyond 2^64 - 1 is refused below, and counts are at most values
+  // (period >= 1).
+  std::vector<std::uint64_t> totals(p.metrics.size(), 0), valueTotals(p.metrics.size(), 0);
   constexpr Uint128 kMaxValue = std::numeric_limits<std::uint64_t>::max();
   for (std::size_t i = 0; i < v; ++i) {
     const auto node = p.values.node[i];
@@ -314,9 +319,9 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
     // Every per-thread value (a statement's, a scope's exclusive, the root's inclusive) is a sum
     // of count x period over some of the thread's values, stored in 64 bits: the thread's total
     // must fit, so that nothing downstream can wrap.
-    const Uint128 value = static_cast<Uint128>(p.values.count[i]) * p.metrics[metric].period;
-    valueTotals[metric] += value;
-    if (value > kMaxValue || valueTotals[metric] > kMaxValue)
+    std::uint64_t value = 0;
+    if (__builtin_mul_overflow(p.values.count[i], p.metrics[metric].period, &value) ||
+        __builtin_add_overflow(valueTotals[metric], value, &valueTotals[metric]))
       fail(name, fmt::format("metric '{}' at CCT node {}: {} counts x period {} bring the thread's total beyond "
                              "2^64 - 1, which per-thread values cannot hold",
                              p.metrics[metric].name, node, p.values.count[i], p.metrics[metric].period));
