@@ -30,14 +30,24 @@ Record record(std::uint32_t seed) {
   for (std::uint32_t m = 0; m <= seed % 4; ++m) {
     MetricDescriptor d;
     d.name = "metric-" + std::to_string(seed) + "-" + std::to_string(m);
+    // Periods: 1 (values as they are), a small one, one of a timer's nanoseconds and a power of
+    // two: values are spilled in units of their period, with a remainder when not a multiple.
+    static constexpr std::uint64_t kPeriods[] = {1, 3, 1'000'000, std::uint64_t{1} << 40};
+    d.period = kPeriods[(seed + m) % 4];
     r.metrics.push_back(d);
   }
   const std::size_t n = seed % 7 == 0 ? 0 : random() % 3000;
   for (std::size_t i = 0; i < n; ++i) {
     const int bits = static_cast<int>(random() % 65);
-    const std::uint64_t value = bits == 0 ? 0 : random() >> (64 - bits);
+    std::uint64_t value = bits == 0 ? 0 : random() >> (64 - bits);
+    // Mostly whole multiples of the period, as statement values are (sample counts x period).
+    // Mostly a metric of the record; sometimes any id (kept as it is, unscaled).
+    const auto metric = static_cast<std::uint16_t>(random() % 8 == 0 ? random() % (UINT16_MAX + 1ull)
+                                                                       : random() % r.metrics.size());
+    if (metric < r.metrics.size() && random() % 4 != 0 && r.metrics[metric].period > 1)
+      value = (value / r.metrics[metric].period) * r.metrics[metric].period;
     r.stmt.push_back({static_cast<std::uint32_t>(i % 5 == 0 ? UINT32_MAX - random() % 3 : random() % 100'000),
-                      static_cast<std::uint16_t>(random() % (UINT16_MAX + 1ull)), value});
+                      metric, value});
   }
   return r;
 }

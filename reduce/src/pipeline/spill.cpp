@@ -83,15 +83,22 @@ void SpillFile::read(const SpillRef& ref, std::vector<char>& out) const {
 
 SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, const std::vector<StmtValue>& stmt) {
   // Written in place, in the varints of storage::ByteWriter (a name is its length, then its
-  // bytes); room for the worst case, three varints of at most 10 bytes per value.
-  std::size_t most = 20 + 30 * stmt.size();
-  for (const auto& m : metrics) most += 10 + m.name.size();
+  // bytes, then the metric's period); room for the worst case, two varints of at most 10 bytes
+  // and a scaled value of at most 20 per value. A value is written in units of its metric's
+  // period (storage::ValueScale): statement values are sample counts times the period, so most
+  // take one byte instead of three or four, and reading them back is mostly one-byte varints.
+  std::size_t most = 20 + 40 * stmt.size();
+  for (const auto& m : metrics) most += 20 + m.name.size();
   auto& bytes = spillBuffer;
   if (bytes.size() < most) bytes.resize(most);
   char* out = storage::varintAt(bytes.data(), metrics.size());
+  std::vector<storage::ValueScale> scales;
+  scales.reserve(metrics.size());
   for (const auto& m : metrics) {
     out = storage::varintAt(out, m.name.size());
     out = std::copy(m.name.begin(), m.name.end(), out);
+    out = storage::varintAt(out, m.period);
+    scales.emplace_back(m.period);
   }
   out = storage::varintAt(out, stmt.size());
   std::int64_t previous = 0;
@@ -99,7 +106,7 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
     out = storage::varintAt(out, zigzag(static_cast<std::int64_t>(v.node) - previous));
     previous = v.node;
     out = storage::varintAt(out, v.metric);
-    out = storage::varintAt(out, v.value);
+    out = v.metric < scales.size() ? scales[v.metric].put(out, v.value) : storage::varintAt(out, v.value);
   }
   return file_.write(bytes.data(), static_cast<std::size_t>(out - bytes.data()));
 }
@@ -113,7 +120,12 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   const std::uint64_t names = r.u64();
   if (names > r.remaining()) r.fail("more metric names than bytes");
   out.metrics.resize(names);
-  for (auto& name : out.metrics) name = r.text();
+  std::vector<storage::ValueScale> scales;
+  scales.reserve(names);
+  for (auto& name : out.metrics) {
+    name = r.text();
+    scales.emplace_back(r.u64());
+  }
   const std::uint64_t count = r.u64();
   if (count > r.remaining() / 3) r.fail("more values than bytes");
   out.stmt.resize(count);
@@ -121,8 +133,9 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   for (auto& v : out.stmt) {
     previous += unzigzag(r.u64());
     v.node = static_cast<std::uint32_t>(previous);
-    v.metric = static_cast<std::uint16_t>(r.u64());
-    v.value = r.u64();
+    const std::uint64_t metric = r.u64();
+    v.metric = static_cast<std::uint16_t>(metric);
+    v.value = metric < scales.size() ? scales[metric].read(r) : r.u64();
   }
   r.expectDone();
   return out;
