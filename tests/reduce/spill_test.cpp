@@ -42,12 +42,12 @@ Record record(std::uint32_t seed) {
     std::uint64_t value = bits == 0 ? 0 : random() >> (64 - bits);
     // Mostly whole multiples of the period, as statement values are (sample counts x period).
     // Mostly a metric of the record; sometimes any id (kept as it is, unscaled).
-    const auto metric = static_cast<std::uint16_t>(random() % 8 == 0 ? random() % (UINT16_MAX + 1ull)
-                                                                       : random() % r.metrics.size());
+    const auto metric =
+        static_cast<std::uint16_t>(random() % 8 == 0 ? random() % (UINT16_MAX + 1ull) : random() % r.metrics.size());
     if (metric < r.metrics.size() && random() % 4 != 0 && r.metrics[metric].period > 1)
       value = (value / r.metrics[metric].period) * r.metrics[metric].period;
-    r.stmt.push_back({static_cast<std::uint32_t>(i % 5 == 0 ? UINT32_MAX - random() % 3 : random() % 100'000),
-                      metric, value});
+    r.stmt.push_back(
+        {static_cast<std::uint32_t>(i % 5 == 0 ? UINT32_MAX - random() % 3 : random() % 100'000), metric, value});
   }
   return r;
 }

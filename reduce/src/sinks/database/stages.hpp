@@ -185,7 +185,7 @@ class NodeValueSink {
   double storeSeconds_ = 0;
   std::vector<std::filesystem::path> runs_;
   // Reused from batch to batch (megabytes each: allocated anew, they cost page faults).
-  std::vector<std::uint32_t> start_;  // per node (counting sort) or per profile (cursors)
+  std::vector<std::uint32_t> start_;        // per node (counting sort) or per profile (cursors)
   std::vector<std::uint32_t> next_, here_;  // cursors: per profile its next node; a node's profiles
   std::vector<std::pair<std::uint32_t, std::uint32_t>> items_;
   storage::NodeValueBlocks blocks_;  // the node being dealt out
