@@ -319,31 +319,41 @@ void ValueScratch::propagateInclusive() {
 
 // The touched nodes in ascending order, the scratch space cleared behind them.
 ThreadValues ValueScratch::collect() {
-  // Room for every touched node's values, allocated once; not zero-filled first (reserve, then
-  // appended), which was a pass over megabytes per batch.
+  // Room for every touched node's values, not zero-filled (ValueColumn), written in place and
+  // then cut to what was written.
   ThreadValues out;
   const std::size_t room = touchedCount_ * metrics_;
-  out.node.reserve(room);
-  out.metric.reserve(room);
-  out.exclusive.reserve(room);
-  out.inclusive.reserve(room);
+  out.node.resize(room);
+  out.metric.resize(room);
+  out.exclusive.resize(room);
+  out.inclusive.resize(room);
+  std::uint32_t* node = out.node.data();
+  std::uint16_t* metric = out.metric.data();
+  std::uint64_t* exclusive = out.exclusive.data();
+  std::uint64_t* inclusive = out.inclusive.data();
+  std::size_t used = 0;
   for (std::size_t w = 0; w < touched_.size(); ++w) {
     for (std::uint64_t bits = touched_[w]; bits != 0; bits &= bits - 1) {
-      const auto node = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
+      const auto n = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
       for (std::size_t m = 0; m < metrics_; ++m) {
-        const std::size_t at = node * metrics_ + m;
-        if ((exclusive_[at] | inclusive_[at]) != 0) {
-          out.node.push_back(node);
-          out.metric.push_back(static_cast<std::uint16_t>(m));
-          out.exclusive.push_back(exclusive_[at]);
-          out.inclusive.push_back(inclusive_[at]);
-        }
+        const std::size_t at = n * metrics_ + m;
+        const std::uint64_t e = exclusive_[at], i = inclusive_[at];
+        // Written whatever they hold; kept only when one is non-zero.
+        node[used] = n;
+        metric[used] = static_cast<std::uint16_t>(m);
+        exclusive[used] = e;
+        inclusive[used] = i;
+        used += (e | i) != 0 ? 1 : 0;
         exclusive_[at] = inclusive_[at] = 0;
       }
     }
     touched_[w] = 0;
   }
   touchedCount_ = 0;
+  out.node.resize(used);
+  out.metric.resize(used);
+  out.exclusive.resize(used);
+  out.inclusive.resize(used);
   return out;
 }
 
