@@ -342,10 +342,13 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   const std::size_t size = values.node.size();
   std::uint64_t written = 0;
   std::vector<std::uint32_t> columns;
-  // The node groups with a non-zero value, found ahead so that the last one closes the block.
   auto nonZeroAt = [&](std::size_t k) {
     return std::size_t{values.exclusive[k] != 0} + std::size_t{values.inclusive[k] != 0};
   };
+  // Where the values end: the entries from here on are all zero, so the group that reaches it is
+  // the profile's last and closes its block.
+  std::size_t valuesEnd = size;
+  while (valuesEnd > 0 && nonZeroAt(valuesEnd - 1) == 0) --valuesEnd;
   std::size_t i = 0;
   while (i < size) {
     const NodeId node = values.node[i];
@@ -380,11 +383,8 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
         w.value(column(values.metric[k], MetricScope::Inclusive), values.inclusive[k]);
     }
     written += n;
+    w.endGroup(end >= valuesEnd);
     i = end;
-    std::size_t next = end;  // the profile ends here unless a later group has a value
-    while (next < size && nonZeroAt(next) == 0) ++next;
-    w.endGroup(next == size);
-    i = next;
   }
   return written;
 }

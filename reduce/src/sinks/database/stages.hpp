@@ -71,17 +71,27 @@ class SummaryTable {
   // order, and all of them before endNode(node).
   void add(std::uint32_t i, std::uint32_t node, std::uint16_t metric, std::uint64_t exclusive,
            std::uint64_t inclusive) {
+    add(at(i, node), metric, exclusive, inclusive);
+  }
+  // The same in two steps, for the values of one profile at one node: where they go, then each.
+  struct Place {
+    std::uint32_t i, node, id;
+    bool leaf;
+    std::size_t cells;  // the node's first count cell in the profile's slice
+  };
+  Place at(std::uint32_t i, std::uint32_t node) const {
+    return {i, node, batchIds_[i], leaf_[node] != 0, countSliceStart_[batchSlices_[i]] + nodeCells_[node]};
+  }
+  void add(const Place& p, std::uint16_t metric, std::uint64_t exclusive, std::uint64_t inclusive) {
     const std::size_t slot = slotOf_[metric];
-    const bool leaf = leaf_[node] != 0;
-    if (leaf && inclusive != exclusive) leafMismatch(node);
+    if (p.leaf && inclusive != exclusive) leafMismatch(p.node);
     if (isReal_[metric]) {
-      addReal(i, slot, exclusive, leaf ? 0 : inclusive);
+      addReal(p.i, slot, exclusive, p.leaf ? 0 : inclusive);
       return;
     }
-    const std::uint32_t id = batchIds_[i];
-    const std::size_t at = countSliceStart_[batchSlices_[i]] + nodeCells_[node] + (leaf ? slot : 2 * slot);
-    if (exclusive != 0) addCount(id, at, slot, exclusive);
-    if (inclusive != 0 && !leaf) addCount(id, at + 1, slot, inclusive);
+    const std::size_t at = p.cells + (p.leaf ? slot : 2 * slot);
+    if (exclusive != 0) addCount(p.id, at, slot, exclusive);
+    if (inclusive != 0 && !p.leaf) addCount(p.id, at + 1, slot, inclusive);
   }
   // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
   void endNode(std::uint32_t node) {

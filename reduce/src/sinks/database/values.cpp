@@ -86,10 +86,11 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
     for (std::uint32_t j = 0; j < found; ++j) {
       const std::uint32_t i = here[j];
       const ThreadValues& v = values[i];
+      const auto place = summaries.at(i, node);
       std::uint32_t k = at[i];
       for (; k < v.size() && v.node[k] == node; ++k) {
         deal(batch[i].id, v, k, leaf);
-        summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
+        summaries.add(place, v.metric[k], v.exclusive[k], v.inclusive[k]);
       }
       at[i] = k;
       next[i] = k < v.size() ? v.node[k] : kDone;
