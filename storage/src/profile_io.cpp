@@ -310,6 +310,7 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
     p.modules.push_back({m.getPath(), std::vector<std::uint8_t>(b.begin(), b.end()), m.getLoadBegin(), m.getLoadEnd(),
                          m.getLoadBias()});
   }
+  p.strings.reserve(root.getStrings().size());
   for (auto s : root.getStrings()) p.strings.emplace_back(s);
 
   auto frames = root.getFrames();
