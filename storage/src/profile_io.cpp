@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <type_traits>
 
 #include "profile.capnp.h"
@@ -58,34 +59,33 @@ void addFlags(std::span<std::byte> record, std::uint32_t flags) {
 
 std::string errnoText() { return std::strerror(errno); }
 
+// A list of T as Cap'n Proto lays it out when that is this host's layout (little-endian, packed,
+// at a word boundary, so a T* is aligned): its elements in place, without Cap'n Proto's accessor
+// per element. Empty when the list is laid out otherwise (a newer schema's struct list; bits,
+// which reading refuses): the caller then reads it element by element, as Cap'n Proto does.
 template <typename T, typename L>
-std::vector<T> toVector(L list) {
-  std::vector<T> out;
-  // A list of T as Cap'n Proto lays it out (little-endian, packed: this host's layout) is copied
-  // whole; one of other elements (a newer schema's struct list; bits, which reading refuses) goes
-  // element by element, as Cap'n Proto reads it.
-  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
-                std::is_same_v<L, typename capnp::List<T>::Reader> && std::endian::native == std::endian::little) {
+std::optional<std::span<const T>> packedSpan(L list) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && std::endian::native == std::endian::little) {
     const capnp::AnyList::Reader any(list);
     constexpr capnp::ElementSize packed = sizeof(T) == 1   ? capnp::ElementSize::BYTE
                                           : sizeof(T) == 2 ? capnp::ElementSize::TWO_BYTES
                                           : sizeof(T) == 4 ? capnp::ElementSize::FOUR_BYTES
                                                            : capnp::ElementSize::EIGHT_BYTES;
     const auto raw = any.getRawBytes();
-    if (any.getElementSize() == packed && raw.size() == std::size_t{list.size()} * sizeof(T)) {
-      // Cap'n Proto lays lists out at word boundaries: a T* is aligned, and assigning the range
-      // copies it without first zero-filling the vector (as resize would: a pass over every
-      // node and value of every profile).
-      if (reinterpret_cast<std::uintptr_t>(raw.begin()) % alignof(T) == 0) {
-        const auto* first = reinterpret_cast<const T*>(raw.begin());
-        out.assign(first, first + list.size());
-      } else {
-        out.resize(list.size());
-        if (!out.empty()) std::memcpy(out.data(), raw.begin(), raw.size());
-      }
-      return out;
-    }
+    if (any.getElementSize() == packed && raw.size() == std::size_t{list.size()} * sizeof(T) &&
+        reinterpret_cast<std::uintptr_t>(raw.begin()) % alignof(T) == 0)
+      return std::span<const T>(reinterpret_cast<const T*>(raw.begin()), list.size());
   }
+  return std::nullopt;
+}
+
+template <typename T, typename L>
+std::vector<T> toVector(L list) {
+  // Assigned from the list in place: no zero-fill of the vector first (as resize would: a pass
+  // over every node and value of every profile).
+  if constexpr (std::is_same_v<L, typename capnp::List<T>::Reader>)
+    if (const auto in = packedSpan<T>(list)) return std::vector<T>(in->begin(), in->end());
+  std::vector<T> out;
   out.reserve(list.size());
   for (auto v : list) out.push_back(static_cast<T>(v));
   return out;
@@ -248,9 +248,13 @@ void buildMessage(const ThreadProfile& p, schema::ThreadProfile::Builder root) {
 
 // Enum values outside the range this reader knows come from a newer minor version or from
 // damage; either way the profile cannot be interpreted.
+[[noreturn, gnu::cold]] void unknownEnum(std::uint16_t raw, const char* what, const std::string& name) {
+  throw ProfileError(name, fmt::format("unknown {} value {}", what, raw));
+}
 template <typename E>
 E checkedEnum(std::uint16_t raw, std::uint16_t limit, const char* what, const std::string& name) {
-  if (raw > limit) throw ProfileError(name, fmt::format("unknown {} value {}", what, raw));
+  if (raw > limit) [[unlikely]]
+    unknownEnum(raw, what, name);
   return static_cast<E>(raw);
 }
 
@@ -333,9 +337,17 @@ ThreadProfile fromMessage(schema::ThreadProfile::Reader root, const std::string&
     if (fname.size() != n || file.size() != n || line.size() != n || module.size() != n)
       throw ProfileError(name, "symbolic frame table columns have different lengths");
     p.symbolicFrames.resize(n);
-    for (unsigned i = 0; i < n; ++i) {
-      p.symbolicFrames[i] = {checkedEnum<ScopeKind>(static_cast<std::uint16_t>(scope[i]), 5, "scope kind", name),
-                             fname[i], file[i], line[i], module[i]};
+    const auto scopes = packedSpan<std::uint16_t>(scope);  // an enum list: 16 bits an element
+    const auto names = packedSpan<std::uint32_t>(fname), files = packedSpan<std::uint32_t>(file),
+               lines = packedSpan<std::uint32_t>(line), modules = packedSpan<std::uint32_t>(module);
+    if (scopes && names && files && lines && modules) {  // the columns in place: most profiles
+      for (unsigned i = 0; i < n; ++i)
+        p.symbolicFrames[i] = {checkedEnum<ScopeKind>((*scopes)[i], 5, "scope kind", name), (*names)[i], (*files)[i],
+                               (*lines)[i], (*modules)[i]};
+    } else {
+      for (unsigned i = 0; i < n; ++i)
+        p.symbolicFrames[i] = {checkedEnum<ScopeKind>(static_cast<std::uint16_t>(scope[i]), 5, "scope kind", name),
+                               fname[i], file[i], line[i], module[i]};
     }
   }
 

@@ -91,6 +91,60 @@ TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
   EXPECT_EQ(back.values.node, p.values.node);
 }
 
+// The same for the symbolic frame table, which the reader takes in place when its columns are
+// packed: its 32-bit columns (name, file, line, module) written as struct lists are read element
+// by element, into the same frames.
+TEST(ProfileRoundTrip, SymbolicFrameColumnsWrittenAsStructListsReadBackAsCapnProtoReadsThem) {
+  const ThreadProfile p = test::fullSymbolicProfile();
+  const std::size_t frames = p.symbolicFrames.size();
+  ASSERT_GT(frames, 1u);
+  ASSERT_NE(frames, p.values.size());  // the frame table is the struct with a 16-bit list this long
+  const auto image = storage::serializeProfile(p);
+  const std::size_t header = storage::kProfileHeaderBytes;
+  auto words = kj::heapArray<capnp::word>((image.size() - header) / sizeof(capnp::word));
+  std::memcpy(words.begin(), image.data() + header, image.size() - header);
+  capnp::FlatArrayMessageReader reader(words);
+  capnp::MallocMessageBuilder builder;
+  builder.setRoot(reader.getRoot<capnp::AnyStruct>());
+  std::size_t rewritten = 0;
+  for (auto pointer : builder.getRoot<capnp::AnyStruct>().getPointerSection()) {
+    if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
+    auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
+    bool frameTable = false;
+    for (auto column : columns)
+      if (!column.isNull() && column.getPointerType() == capnp::PointerType::LIST &&
+          column.getAs<capnp::AnyList>().getElementSize() == capnp::ElementSize::TWO_BYTES &&
+          column.getAs<capnp::AnyList>().size() == frames)
+        frameTable = true;
+    if (!frameTable) continue;
+    for (auto column : columns) {
+      if (column.isNull() || column.getPointerType() != capnp::PointerType::LIST) continue;
+      if (column.getAs<capnp::AnyList>().getElementSize() != capnp::ElementSize::FOUR_BYTES) continue;
+      auto packed = column.getAs<capnp::List<std::uint32_t>>();
+      if (packed.size() != frames) continue;
+      std::vector<std::uint32_t> values;
+      for (unsigned i = 0; i < packed.size(); ++i) values.push_back(packed[i]);
+      auto structs = column.initAsListOfAnyStruct(1, 0, static_cast<unsigned>(frames));  // a word each
+      for (unsigned i = 0; i < frames; ++i) {
+        auto data = structs[i].getDataSection();
+        for (unsigned b = 0; b < 4; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
+        data[4] = capnp::byte{0x5A};  // a later field's bits beside the value
+      }
+      ++rewritten;
+    }
+  }
+  ASSERT_EQ(rewritten, 4u);  // name, file, line, module
+  const auto flat = capnp::messageToFlatArray(builder);
+  std::vector<std::byte> changed(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(header));
+  const auto payload = flat.asBytes();
+  changed.insert(changed.end(), reinterpret_cast<const std::byte*>(payload.begin()),
+                 reinterpret_cast<const std::byte*>(payload.end()));
+  const std::uint64_t payloadBytes = payload.size();
+  std::memcpy(changed.data() + 16, &payloadBytes, sizeof payloadBytes);  // the header's payload size
+  const ThreadProfile back = storage::parseProfile(changed, "struct-frames.cspprof", {.verifyChecksum = false});
+  EXPECT_EQ(back.symbolicFrames, p.symbolicFrames);
+}
+
 TEST(ProfileRoundTrip, EveryAddressFieldSurvives) {
   TempDir dir;
   const ThreadProfile original = test::fullAddressProfile();
