@@ -8,6 +8,7 @@
 #include "csp/storage/bytes.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
@@ -164,7 +165,12 @@ struct LocalCct::Impl {
   tbb::enumerable_thread_specific<EdgeCache> caches;
 };
 
-LocalCct::LocalCct(StringTable& strings) : strings_(strings), impl_(std::make_unique<Impl>()) {
+namespace {
+std::atomic<std::uint64_t> nextNumbering{1};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+}  // namespace
+
+LocalCct::LocalCct(StringTable& strings)
+    : strings_(strings), numbering_(nextNumbering.fetch_add(1)), impl_(std::make_unique<Impl>()) {
   impl_->nodes.push_back(CctNode{kNoIndex, ScopeKey{}});
 }
 

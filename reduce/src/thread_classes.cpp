@@ -125,11 +125,19 @@ std::vector<std::unique_ptr<EntryTracker::Table>>& freeTables() {
 
 }  // namespace
 
-EntryTracker::EntryTracker(const StringTable& strings) : strings_(strings) {
+EntryTracker::EntryTracker(const StringTable& strings, std::uint64_t numbering) : strings_(strings) {
   auto& pool = freeTables();
   if (pool.empty()) pool.push_back(std::make_unique<Table>());
-  table_ = std::move(pool.back());
-  pool.pop_back();
+  // The table that keeps this tree's entries, if the pool has it; else the last one.
+  auto it = std::find_if(pool.begin(), pool.end(),
+                         [&](const auto& t) { return numbering != 0 && t->numbering == numbering; });
+  if (it == pool.end()) it = pool.end() - 1;
+  table_ = std::move(*it);
+  pool.erase(it);
+  if (table_->numbering != numbering) {  // entries of another tree: none of them holds here
+    if (table_->numbering != 0) std::fill(table_->entry.begin(), table_->entry.end(), kUnset);
+    table_->numbering = numbering;
+  }
 }
 
 EntryTracker::~EntryTracker() {
@@ -138,10 +146,9 @@ EntryTracker::~EntryTracker() {
   freeTables().push_back(std::move(table_));
 }
 
-void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
+void EntryTracker::learn(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
   auto& entry = table_->entry;
   if (child >= entry.size()) entry.resize(std::max<std::size_t>(std::size_t{child} + 1, 2 * entry.size()), kUnset);
-  if (entry[child] != kUnset) return;  // the same context reached again
   std::uint32_t inherited = kNoIndex;
   if (parent != 0 && parent < entry.size() && entry[parent] != kUnset) inherited = entry[parent];
   if (inherited == kNoIndex && key.kind == ScopeKind::ProcFrame) {
@@ -151,13 +158,7 @@ void EntryTracker::edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t
       inherited = child;
   }
   entry[child] = inherited;
-  table_->touched.push_back(child);
-}
-
-std::uint32_t EntryTracker::entryOf(std::uint32_t node) const {
-  if (node >= table_->entry.size()) return kNoIndex;
-  const std::uint32_t e = table_->entry[node];
-  return e == kUnset || e == kTruncated ? kNoIndex : e;
+  if (table_->numbering == 0) table_->touched.push_back(child);
 }
 
 }  // namespace csp::reduce

@@ -114,6 +114,58 @@ TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
   EXPECT_EQ(t.entryOf(22), kNoIndex);
 }
 
+// Entries depend on a node's path only: a tracker of the same tree (numbering) finds those of the
+// profiles before it, answers the same for the nodes it reaches again and finds new ones; a
+// tracker of another tree (or of none) finds none of them.
+TEST(ThreadClasses, EntryTrackerKeepsEntriesForTheNextProfileOfTheSameTreeOnly) {
+  StringTable strings;
+  LocalCct cct(strings), other(strings);
+  ASSERT_NE(cct.numbering(), other.numbering());
+  auto proc = [&](const char* name, const char* module) {
+    return ScopeKey{ScopeKind::ProcFrame, strings.intern(name), 0, 0, strings.intern(module)};
+  };
+  const ScopeKey site{ScopeKind::CallSite, 0, strings.intern("x.c"), 3, 0};
+  const ScopeKey line{ScopeKind::Stmt, 0, strings.intern("x.c"), 4, 0};
+  {  // first profile: start_thread -> worker -> statement
+    EntryTracker t(strings, cct.numbering());
+    t.edge(0, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
+    t.edge(1, site, 2);
+    t.edge(2, proc("worker", "/opt/app"), 3);
+    t.edge(3, line, 4);
+    EXPECT_EQ(t.entryOf(4), 3u);
+  }
+  {  // second profile of the same tree: the known path again, and main's path, new
+    EntryTracker t(strings, cct.numbering());
+    EXPECT_EQ(t.entryOf(4), 3u);  // kept
+    t.edge(0, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
+    t.edge(1, site, 2);
+    t.edge(2, proc("worker", "/opt/app"), 3);
+    t.edge(3, line, 4);
+    t.edge(0, proc("main", "/opt/app"), 5);
+    t.edge(5, line, 6);
+    EXPECT_EQ(t.entryOf(1), kNoIndex);
+    EXPECT_EQ(t.entryOf(4), 3u);
+    EXPECT_EQ(t.entryOf(6), 5u);
+  }
+  {  // another tree numbers its nodes otherwise: nothing of the first is known
+    EntryTracker t(strings, other.numbering());
+    EXPECT_EQ(t.entryOf(4), kNoIndex);
+    EXPECT_EQ(t.entryOf(6), kNoIndex);
+    t.edge(0, proc("main", "/opt/app"), 4);
+    EXPECT_EQ(t.entryOf(4), 4u);
+  }
+  {  // no tree: nothing kept from the trackers before, and nothing kept after
+    EntryTracker t(strings);
+    EXPECT_EQ(t.entryOf(4), kNoIndex);
+    t.edge(0, proc("solver", "/opt/app"), 7);
+    EXPECT_EQ(t.entryOf(7), 7u);
+  }
+  EntryTracker t(strings, cct.numbering());  // the first tree again: its table was cleared for the other
+  EXPECT_EQ(t.entryOf(7), kNoIndex);
+  t.edge(0, proc("main", "/opt/app"), 5);
+  EXPECT_EQ(t.entryOf(5), 5u);
+}
+
 // A thread's work and entry procedure from its statements' values, with a few entries and with
 // many (more than a list is searched for): work in samples of the work metric (value / period),
 // the entry with most samples, ties to the smaller name.

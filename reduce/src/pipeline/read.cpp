@@ -82,7 +82,7 @@ ReadProfile readOne(const InputProfile& input, std::size_t index, Attribution a,
   const auto read = std::chrono::steady_clock::now();
   busy.readNs += BusyTimes::since(start);
   std::uint64_t truncated = 0, scanned = 0, recovered = 0;
-  EntryTracker entries(a.strings);
+  EntryTracker entries(a.strings, localCct.numbering());
   auto lookup = localCct.lookup();
   const auto stmt =
       projectProfile(p, a.strings, a.attributor,

@@ -50,6 +50,9 @@ class LocalCct {
   };
   Lookup lookup();
   std::size_t size() const;
+  // Unique in the process to this tree (never 0): what its node ids mean. Per-node facts that
+  // depend only on a node's path (EntryTracker) can be kept from profile to profile under it.
+  std::uint64_t numbering() const { return numbering_; }
   CctNode node(std::uint32_t id) const;
 
   // Structure only (no metric values), self-contained (strings as text), parent before child.
@@ -59,6 +62,7 @@ class LocalCct {
 
  private:
   StringTable& strings_;
+  std::uint64_t numbering_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -65,23 +65,35 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
 // Nodes are numbered densely by the CCT they come from: the tracker keeps a table by node, taken
 // from a per-thread pool and handed back with only the entries it set cleared, so that a
 // profile costs what it touches (a node table per profile, or a hash map, cost a tenth of
-// csp-prof-mpi's reading in allocations).
+// csp-prof-mpi's reading in allocations). A node's entry depends on its path only: given the
+// tree's `numbering` (LocalCct::numbering), the table keeps its entries for the next profile of
+// the same tree, which then finds most of its nodes known (0: ids of no such tree, cleared).
 class EntryTracker {
  public:
-  explicit EntryTracker(const StringTable& strings);
+  explicit EntryTracker(const StringTable& strings, std::uint64_t numbering = 0);
   ~EntryTracker();
   EntryTracker(const EntryTracker&) = delete;
   EntryTracker& operator=(const EntryTracker&) = delete;
-  void edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child);
+  void edge(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
+    const auto& entry = table_->entry;
+    if (child < entry.size() && entry[child] != kUnset) return;  // known: reached before
+    learn(parent, key, child);
+  }
   // The entry procedure frame of a node, or kNoIndex.
-  std::uint32_t entryOf(std::uint32_t node) const;
+  std::uint32_t entryOf(std::uint32_t node) const {
+    if (node >= table_->entry.size()) return kNoIndex;
+    const std::uint32_t e = table_->entry[node];
+    return e == kUnset || e == kTruncated ? kNoIndex : e;
+  }
 
   struct Table {
     std::vector<std::uint32_t> entry;    // node -> entry node (kNoIndex: none yet; kUnset: not reached)
-    std::vector<std::uint32_t> touched;  // nodes whose entry is set
+    std::vector<std::uint32_t> touched;  // nodes whose entry is set (numbering 0 only)
+    std::uint64_t numbering = 0;         // the tree whose entries `entry` keeps (0: none kept)
   };
 
  private:
+  void learn(std::uint32_t parent, const ScopeKey& key, std::uint32_t child);
   bool isThreadStart(std::uint32_t name, std::uint32_t module);
   const StringTable& strings_;
   std::unique_ptr<Table> table_;                        // from the pool, back to it when the tracker ends
