@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "csp/reduce/attribution.hpp"
 #include "csp/reduce/canonical_cct.hpp"
 #include "csp/reduce/thread_classes.hpp"
@@ -84,15 +87,19 @@ TEST(ThreadClasses, RuleSyntax) {
     EXPECT_THROW(parseThreadClassRule(bad), std::invalid_argument) << bad;
 }
 
+// Scopes of the entry tracker's tests: a procedure frame of `module`, and one call site.
+ScopeKey procFrame(StringTable& strings, const char* name, const char* module) {
+  return ScopeKey{ScopeKind::ProcFrame, strings.intern(name), 0, 0, strings.intern(module)};
+}
+ScopeKey callSite(StringTable& strings) { return ScopeKey{ScopeKind::CallSite, 0, strings.intern("x.c"), 3, 0}; }
+
 // The entry of a path: the outermost procedure frame below the thread-start frames and outside
 // the C and C++ runtimes; nothing below the truncated-paths frame.
 TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
   StringTable strings;
   EntryTracker t(strings);
-  auto proc = [&](const char* name, const char* module) {
-    return ScopeKey{ScopeKind::ProcFrame, strings.intern(name), 0, 0, strings.intern(module)};
-  };
-  const ScopeKey site{ScopeKind::CallSite, 0, strings.intern("x.c"), 3, 0};
+  auto proc = [&](const char* name, const char* module) { return procFrame(strings, name, module); };
+  const ScopeKey site = callSite(strings);
   // clone3 (libc) -> start_thread (libc) -> execute_native_thread_routine (libstdc++) -> worker (app) -> kernel (app)
   t.edge(0, proc("clone3", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
   t.edge(1, site, 2);
@@ -121,26 +128,23 @@ TEST(ThreadClasses, EntryTrackerKeepsEntriesForTheNextProfileOfTheSameTreeOnly) 
   StringTable strings;
   LocalCct cct(strings), other(strings);
   ASSERT_NE(cct.numbering(), other.numbering());
-  auto proc = [&](const char* name, const char* module) {
-    return ScopeKey{ScopeKind::ProcFrame, strings.intern(name), 0, 0, strings.intern(module)};
-  };
-  const ScopeKey site{ScopeKind::CallSite, 0, strings.intern("x.c"), 3, 0};
+  auto proc = [&](const char* name, const char* module) { return procFrame(strings, name, module); };
+  const ScopeKey site = callSite(strings);
   const ScopeKey line{ScopeKind::Stmt, 0, strings.intern("x.c"), 4, 0};
+  const std::vector<std::tuple<std::uint32_t, ScopeKey, std::uint32_t>> workerPath = {
+      {0, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 1},
+      {1, site, 2},
+      {2, proc("worker", "/opt/app"), 3},
+      {3, line, 4}};
   {  // first profile: start_thread -> worker -> statement
     EntryTracker t(strings, cct.numbering());
-    t.edge(0, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
-    t.edge(1, site, 2);
-    t.edge(2, proc("worker", "/opt/app"), 3);
-    t.edge(3, line, 4);
+    for (const auto& [parent, key, child] : workerPath) t.edge(parent, key, child);
     EXPECT_EQ(t.entryOf(4), 3u);
   }
   {  // second profile of the same tree: the known path again, and main's path, new
     EntryTracker t(strings, cct.numbering());
     EXPECT_EQ(t.entryOf(4), 3u);  // kept
-    t.edge(0, proc("start_thread", "/lib/x86_64-linux-gnu/libc.so.6"), 1);
-    t.edge(1, site, 2);
-    t.edge(2, proc("worker", "/opt/app"), 3);
-    t.edge(3, line, 4);
+    for (const auto& [parent, key, child] : workerPath) t.edge(parent, key, child);
     t.edge(0, proc("main", "/opt/app"), 5);
     t.edge(5, line, 6);
     EXPECT_EQ(t.entryOf(1), kNoIndex);

@@ -45,40 +45,18 @@ TEST(ProfileRoundTrip, EverySymbolicFieldSurvives) {
   EXPECT_EQ(back.stats.samples, 121u);
 }
 
-// The reader copies a list of packed values of its own type whole; a list written otherwise --
-// here the sample counts as a struct list whose structs hold the count in their first data word
-// and another field in the second, as a later schema that upgraded List(UInt64) to List(Struct)
-// would write them -- must still be read as Cap'n Proto reads it, element by element.
-TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
-  const ThreadProfile p = test::fullSymbolicProfile();
-  ASSERT_GT(p.values.size(), 1u);
-  const auto image = storage::serializeProfile(p);
+// A profile's image with its message changed by rewrite(root) (the root struct, as a builder),
+// written again behind the same header with the new payload size (its checksum is stale: read it
+// with verifyChecksum off).
+template <typename Rewrite>
+std::vector<std::byte> rewrittenImage(const std::vector<std::byte>& image, Rewrite rewrite) {
   const std::size_t header = storage::kProfileHeaderBytes;
   auto words = kj::heapArray<capnp::word>((image.size() - header) / sizeof(capnp::word));
   std::memcpy(words.begin(), image.data() + header, image.size() - header);
   capnp::FlatArrayMessageReader reader(words);
   capnp::MallocMessageBuilder builder;
   builder.setRoot(reader.getRoot<capnp::AnyStruct>());
-  // The Values struct: three lists (node, metric, count) as long as the profile's values.
-  bool rewritten = false;
-  for (auto pointer : builder.getRoot<capnp::AnyStruct>().getPointerSection()) {
-    if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
-    auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
-    if (columns.size() != 3 || columns[2].getPointerType() != capnp::PointerType::LIST) continue;
-    auto counts = columns[2].getAs<capnp::List<std::uint64_t>>();
-    if (counts.size() != p.values.size()) continue;
-    std::vector<std::uint64_t> values;
-    for (unsigned i = 0; i < counts.size(); ++i) values.push_back(counts[i]);
-    ASSERT_EQ(values, p.values.count);
-    auto structs =
-        columns[2].initAsListOfAnyStruct(2, 0, static_cast<unsigned>(values.size()));  // a second word: a later field
-    for (unsigned i = 0; i < values.size(); ++i) {
-      auto data = structs[i].getDataSection();
-      for (unsigned b = 0; b < 8; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
-    }
-    rewritten = true;
-  }
-  ASSERT_TRUE(rewritten);
+  rewrite(builder.getRoot<capnp::AnyStruct>());
   const auto flat = capnp::messageToFlatArray(builder);
   std::vector<std::byte> changed(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(header));
   const auto payload = flat.asBytes();
@@ -86,6 +64,38 @@ TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
                  reinterpret_cast<const std::byte*>(payload.end()));
   const std::uint64_t payloadBytes = payload.size();
   std::memcpy(changed.data() + 16, &payloadBytes, sizeof payloadBytes);  // the header's payload size
+  return changed;
+}
+
+// The reader copies a list of packed values of its own type whole; a list written otherwise --
+// here the sample counts as a struct list whose structs hold the count in their first data word
+// and another field in the second, as a later schema that upgraded List(UInt64) to List(Struct)
+// would write them -- must still be read as Cap'n Proto reads it, element by element.
+TEST(ProfileRoundTrip, CountsWrittenAsAStructListReadBackAsCapnProtoReadsThem) {
+  const ThreadProfile p = test::fullSymbolicProfile();
+  ASSERT_GT(p.values.size(), 1u);
+  bool rewritten = false;
+  const auto changed = rewrittenImage(storage::serializeProfile(p), [&](capnp::AnyStruct::Builder root) {
+    // The Values struct: three lists (node, metric, count) as long as the profile's values.
+    for (auto pointer : root.getPointerSection()) {
+      if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
+      auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
+      if (columns.size() != 3 || columns[2].getPointerType() != capnp::PointerType::LIST) continue;
+      auto counts = columns[2].getAs<capnp::List<std::uint64_t>>();
+      if (counts.size() != p.values.size()) continue;
+      std::vector<std::uint64_t> values;
+      for (unsigned i = 0; i < counts.size(); ++i) values.push_back(counts[i]);
+      ASSERT_EQ(values, p.values.count);
+      auto structs =
+          columns[2].initAsListOfAnyStruct(2, 0, static_cast<unsigned>(values.size()));  // a second word: a later field
+      for (unsigned i = 0; i < values.size(); ++i) {
+        auto data = structs[i].getDataSection();
+        for (unsigned b = 0; b < 8; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
+      }
+      rewritten = true;
+    }
+  });
+  ASSERT_TRUE(rewritten);
   const ThreadProfile back = storage::parseProfile(changed, "struct-list.cspprof", {.verifyChecksum = false});
   EXPECT_EQ(back.values.count, p.values.count);
   EXPECT_EQ(back.values.node, p.values.node);
@@ -99,48 +109,35 @@ TEST(ProfileRoundTrip, SymbolicFrameColumnsWrittenAsStructListsReadBackAsCapnPro
   const std::size_t frames = p.symbolicFrames.size();
   ASSERT_GT(frames, 1u);
   ASSERT_NE(frames, p.values.size());  // the frame table is the struct with a 16-bit list this long
-  const auto image = storage::serializeProfile(p);
-  const std::size_t header = storage::kProfileHeaderBytes;
-  auto words = kj::heapArray<capnp::word>((image.size() - header) / sizeof(capnp::word));
-  std::memcpy(words.begin(), image.data() + header, image.size() - header);
-  capnp::FlatArrayMessageReader reader(words);
-  capnp::MallocMessageBuilder builder;
-  builder.setRoot(reader.getRoot<capnp::AnyStruct>());
   std::size_t rewritten = 0;
-  for (auto pointer : builder.getRoot<capnp::AnyStruct>().getPointerSection()) {
-    if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
-    auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
-    bool frameTable = false;
-    for (auto column : columns)
-      if (!column.isNull() && column.getPointerType() == capnp::PointerType::LIST &&
-          column.getAs<capnp::AnyList>().getElementSize() == capnp::ElementSize::TWO_BYTES &&
-          column.getAs<capnp::AnyList>().size() == frames)
-        frameTable = true;
-    if (!frameTable) continue;
-    for (auto column : columns) {
-      if (column.isNull() || column.getPointerType() != capnp::PointerType::LIST) continue;
-      if (column.getAs<capnp::AnyList>().getElementSize() != capnp::ElementSize::FOUR_BYTES) continue;
-      auto packed = column.getAs<capnp::List<std::uint32_t>>();
-      if (packed.size() != frames) continue;
-      std::vector<std::uint32_t> values;
-      for (unsigned i = 0; i < packed.size(); ++i) values.push_back(packed[i]);
-      auto structs = column.initAsListOfAnyStruct(1, 0, static_cast<unsigned>(frames));  // a word each
-      for (unsigned i = 0; i < frames; ++i) {
-        auto data = structs[i].getDataSection();
-        for (unsigned b = 0; b < 4; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
-        data[4] = capnp::byte{0x5A};  // a later field's bits beside the value
+  const auto changed = rewrittenImage(storage::serializeProfile(p), [&](capnp::AnyStruct::Builder root) {
+    for (auto pointer : root.getPointerSection()) {
+      if (pointer.isNull() || pointer.getPointerType() != capnp::PointerType::STRUCT) continue;
+      auto columns = pointer.getAs<capnp::AnyStruct>().getPointerSection();
+      auto isList = [](auto column, capnp::ElementSize size, std::size_t length) {
+        return !column.isNull() && column.getPointerType() == capnp::PointerType::LIST &&
+               column.template getAs<capnp::AnyList>().getElementSize() == size &&
+               column.template getAs<capnp::AnyList>().size() == length;
+      };
+      bool frameTable = false;
+      for (auto column : columns) frameTable = frameTable || isList(column, capnp::ElementSize::TWO_BYTES, frames);
+      if (!frameTable) continue;
+      for (auto column : columns) {
+        if (!isList(column, capnp::ElementSize::FOUR_BYTES, frames)) continue;
+        auto packed = column.getAs<capnp::List<std::uint32_t>>();
+        std::vector<std::uint32_t> values;
+        for (unsigned i = 0; i < packed.size(); ++i) values.push_back(packed[i]);
+        auto structs = column.initAsListOfAnyStruct(1, 0, static_cast<unsigned>(frames));  // a word each
+        for (unsigned i = 0; i < frames; ++i) {
+          auto data = structs[i].getDataSection();
+          for (unsigned b = 0; b < 4; ++b) data[b] = static_cast<capnp::byte>(values[i] >> (8 * b));
+          data[4] = capnp::byte{0x5A};  // a later field's bits beside the value
+        }
+        ++rewritten;
       }
-      ++rewritten;
     }
-  }
+  });
   ASSERT_EQ(rewritten, 4u);  // name, file, line, module
-  const auto flat = capnp::messageToFlatArray(builder);
-  std::vector<std::byte> changed(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(header));
-  const auto payload = flat.asBytes();
-  changed.insert(changed.end(), reinterpret_cast<const std::byte*>(payload.begin()),
-                 reinterpret_cast<const std::byte*>(payload.end()));
-  const std::uint64_t payloadBytes = payload.size();
-  std::memcpy(changed.data() + 16, &payloadBytes, sizeof payloadBytes);  // the header's payload size
   const ThreadProfile back = storage::parseProfile(changed, "struct-frames.cspprof", {.verifyChecksum = false});
   EXPECT_EQ(back.symbolicFrames, p.symbolicFrames);
 }
