@@ -1229,8 +1229,10 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   const bool values = family == kValuesByProfile || family == kValuesByNode || family == kRegionEvents;
   t.block_size = values ? 64 * 1024 : 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  o.compression = bestCompression();
-  o.bottommost_compression = bestCompression();
+  const auto supported = rocksdb::GetSupportedCompressions();
+  const bool lz4 = std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
+  o.compression = family == kValuesByProfile && lz4 ? rocksdb::kLZ4Compression : bestCompression();
+  o.bottommost_compression = o.compression;
   // Ingested files land in the bottommost level, so its options are the ones that count. Level 1
   // (ZSTD's fastest positive level) measured as small as the default level 3 on packed value
   // blocks, at about two thirds of the writing time.
