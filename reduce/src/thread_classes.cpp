@@ -129,22 +129,17 @@ EntryTracker::EntryTracker(const StringTable& strings, std::uint64_t numbering) 
   auto& pool = freeTables();
   if (pool.empty()) pool.push_back(std::make_unique<Table>());
   // The table that keeps this tree's entries, if the pool has it; else the last one.
-  auto it = std::find_if(pool.begin(), pool.end(),
-                         [&](const auto& t) { return numbering != 0 && t->numbering == numbering; });
+  auto it = std::find_if(pool.begin(), pool.end(), [&](const auto& t) { return t->numbering == numbering; });
   if (it == pool.end()) it = pool.end() - 1;
   table_ = std::move(*it);
   pool.erase(it);
   if (table_->numbering != numbering) {  // entries of another tree: none of them holds here
-    if (table_->numbering != 0) std::fill(table_->entry.begin(), table_->entry.end(), kUnset);
+    std::fill(table_->entry.begin(), table_->entry.end(), kUnset);
     table_->numbering = numbering;
   }
 }
 
-EntryTracker::~EntryTracker() {
-  for (const auto node : table_->touched) table_->entry[node] = kUnset;
-  table_->touched.clear();
-  freeTables().push_back(std::move(table_));
-}
+EntryTracker::~EntryTracker() { freeTables().push_back(std::move(table_)); }
 
 void EntryTracker::learn(std::uint32_t parent, const ScopeKey& key, std::uint32_t child) {
   auto& entry = table_->entry;
@@ -158,7 +153,6 @@ void EntryTracker::learn(std::uint32_t parent, const ScopeKey& key, std::uint32_
       inherited = child;
   }
   entry[child] = inherited;
-  if (table_->numbering == 0) table_->touched.push_back(child);
 }
 
 }  // namespace csp::reduce

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdarg>
 #include <cstdio>
+#include <initializer_list>
 #include <optional>
 
 namespace csp::storage::format {
@@ -1209,14 +1210,12 @@ class NullLogger : public rocksdb::Logger {
   void Logv(const char*, va_list) override {}
 };
 
-rocksdb::CompressionType bestCompression() {
-  static const rocksdb::CompressionType best = [] {
-    const auto supported = rocksdb::GetSupportedCompressions();
-    for (auto c : {rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression})
-      if (std::find(supported.begin(), supported.end(), c) != supported.end()) return c;
-    return rocksdb::kNoCompression;
-  }();
-  return best;
+// The first of `preferred` that this RocksDB build supports (none: no compression).
+rocksdb::CompressionType firstSupported(std::initializer_list<rocksdb::CompressionType> preferred) {
+  static const auto supported = rocksdb::GetSupportedCompressions();
+  for (auto c : preferred)
+    if (std::find(supported.begin(), supported.end(), c) != supported.end()) return c;
+  return rocksdb::kNoCompression;
 }
 
 }  // namespace
@@ -1229,9 +1228,11 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   const bool values = family == kValuesByProfile || family == kValuesByNode || family == kRegionEvents;
   t.block_size = values ? 64 * 1024 : 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  const auto supported = rocksdb::GetSupportedCompressions();
-  const bool lz4 = std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
-  o.compression = family == kValuesByProfile && lz4 ? rocksdb::kLZ4Compression : bestCompression();
+  // ZSTD where the build has it; the values by profile, read one profile at a time, LZ4 first
+  // (database-format.md, "Conventions").
+  o.compression = family == kValuesByProfile
+                      ? firstSupported({rocksdb::kLZ4Compression, rocksdb::kZSTD, rocksdb::kSnappyCompression})
+                      : firstSupported({rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression});
   o.bottommost_compression = o.compression;
   // Ingested files land in the bottommost level, so its options are the ones that count. Level 1
   // (ZSTD's fastest positive level) measured as small as the default level 3 on packed value

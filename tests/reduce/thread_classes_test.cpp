@@ -97,7 +97,8 @@ ScopeKey callSite(StringTable& strings) { return ScopeKey{ScopeKind::CallSite, 0
 // the C and C++ runtimes; nothing below the truncated-paths frame.
 TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
   StringTable strings;
-  EntryTracker t(strings);
+  const LocalCct tree(strings);  // names the node ids below
+  EntryTracker t(strings, tree.numbering());
   auto proc = [&](const char* name, const char* module) { return procFrame(strings, name, module); };
   const ScopeKey site = callSite(strings);
   // clone3 (libc) -> start_thread (libc) -> execute_native_thread_routine (libstdc++) -> worker (app) -> kernel (app)
@@ -123,7 +124,7 @@ TEST(ThreadClasses, EntryTrackerSkipsThreadStartsAndRuntimeTrampolines) {
 
 // Entries depend on a node's path only: a tracker of the same tree (numbering) finds those of the
 // profiles before it, answers the same for the nodes it reaches again and finds new ones; a
-// tracker of another tree (or of none) finds none of them.
+// tracker of another tree finds none of them, and neither does the first tree's after it.
 TEST(ThreadClasses, EntryTrackerKeepsEntriesForTheNextProfileOfTheSameTreeOnly) {
   StringTable strings;
   LocalCct cct(strings), other(strings);
@@ -158,14 +159,11 @@ TEST(ThreadClasses, EntryTrackerKeepsEntriesForTheNextProfileOfTheSameTreeOnly) 
     t.edge(0, proc("main", "/opt/app"), 4);
     EXPECT_EQ(t.entryOf(4), 4u);
   }
-  {  // no tree: nothing kept from the trackers before, and nothing kept after
-    EntryTracker t(strings);
-    EXPECT_EQ(t.entryOf(4), kNoIndex);
-    t.edge(0, proc("solver", "/opt/app"), 7);
-    EXPECT_EQ(t.entryOf(7), 7u);
-  }
-  EntryTracker t(strings, cct.numbering());  // the first tree again: its table was cleared for the other
-  EXPECT_EQ(t.entryOf(7), kNoIndex);
+  // The first tree again: its table was cleared for the other, whose entry of node 4 does not
+  // hold here either.
+  EntryTracker t(strings, cct.numbering());
+  EXPECT_EQ(t.entryOf(4), kNoIndex);
+  EXPECT_EQ(t.entryOf(6), kNoIndex);
   t.edge(0, proc("main", "/opt/app"), 5);
   EXPECT_EQ(t.entryOf(5), 5u);
 }
@@ -177,7 +175,7 @@ TEST(ThreadClasses, FeaturesFindTheEntryWithMostWorkAmongFewOrMany) {
   for (const std::uint32_t procedures : {3u, 40u}) {
     StringTable strings;
     LocalCct cct(strings);
-    EntryTracker entries(strings);
+    EntryTracker entries(strings, cct.numbering());
     auto lookup = cct.lookup();
     ThreadProfile p;
     p.identity.hostname = "h";

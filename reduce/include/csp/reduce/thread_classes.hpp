@@ -62,15 +62,15 @@ std::vector<storage::ThreadClassInfo> classifyThreads(const std::vector<ThreadFe
 // ...: kThreadEntries), not in a module of trampolines (the C and C++ runtimes, the loader) and
 // no placeholder (kPlaceholderModuleName), and marks nodes below the truncated-paths frame as
 // having none.
-// Nodes are numbered densely by the CCT they come from: the tracker keeps a table by node, taken
-// from a per-thread pool and handed back with only the entries it set cleared, so that a
-// profile costs what it touches (a node table per profile, or a hash map, cost a tenth of
-// csp-prof-mpi's reading in allocations). A node's entry depends on its path only: given the
-// tree's `numbering` (LocalCct::numbering), the table keeps its entries for the next profile of
-// the same tree, which then finds most of its nodes known (0: ids of no such tree, cleared).
+// Nodes are numbered densely by the CCT they come from, `numbering` (LocalCct::numbering) names
+// that tree. A node's entry depends on its path only, so the tracker keeps a table by node for
+// the tree, taken from a per-thread pool and handed back as it is: the next profile of the same
+// tree finds most of its nodes known and learns only the others (a node table per profile, or a
+// hash map, cost a tenth of csp-prof-mpi's reading in allocations). A table of another tree is
+// cleared first.
 class EntryTracker {
  public:
-  explicit EntryTracker(const StringTable& strings, std::uint64_t numbering = 0);
+  EntryTracker(const StringTable& strings, std::uint64_t numbering);
   ~EntryTracker();
   EntryTracker(const EntryTracker&) = delete;
   EntryTracker& operator=(const EntryTracker&) = delete;
@@ -87,9 +87,8 @@ class EntryTracker {
   }
 
   struct Table {
-    std::vector<std::uint32_t> entry;    // node -> entry node (kNoIndex: none yet; kUnset: not reached)
-    std::vector<std::uint32_t> touched;  // nodes whose entry is set (numbering 0 only)
-    std::uint64_t numbering = 0;         // the tree whose entries `entry` keeps (0: none kept)
+    std::vector<std::uint32_t> entry;  // node -> entry node (kNoIndex: none yet; kUnset: not reached)
+    std::uint64_t numbering = 0;       // the tree whose entries `entry` holds (0: none yet)
   };
 
  private:
