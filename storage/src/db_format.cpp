@@ -1228,11 +1228,15 @@ rocksdb::ColumnFamilyOptions familyOptions(const std::string& family) {
   const bool values = family == kValuesByProfile || family == kValuesByNode || family == kRegionEvents;
   t.block_size = values ? 64 * 1024 : 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  // ZSTD where the build has it; the values by profile, read one profile at a time, LZ4 first
-  // (database-format.md, "Conventions").
-  o.compression = family == kValuesByProfile
-                      ? firstSupported({rocksdb::kLZ4Compression, rocksdb::kZSTD, rocksdb::kSnappyCompression})
-                      : firstSupported({rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression});
+  // ZSTD where the build has it, except for the two value families, which are most of the bytes
+  // written (database-format.md, "Conventions"): the values by profile, read one profile at a
+  // time, are stored as encoded; the values by node, read by every view, with LZ4 first.
+  if (family == kValuesByProfile)
+    o.compression = rocksdb::kNoCompression;
+  else if (family == kValuesByNode)
+    o.compression = firstSupported({rocksdb::kLZ4Compression, rocksdb::kZSTD, rocksdb::kSnappyCompression});
+  else
+    o.compression = firstSupported({rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression});
   o.bottommost_compression = o.compression;
   // Ingested files land in the bottommost level, so its options are the ones that count. Level 1
   // (ZSTD's fastest positive level) measured as small as the default level 3 on packed value

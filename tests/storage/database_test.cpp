@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <rocksdb/db.h>
 #include <map>
+#include <set>
 
 #include <atomic>
 #include <bit>
@@ -94,6 +95,35 @@ TEST(DatabaseRoundTrip, EveryColumnFamilySurvives) {
   }
   // No temporary directory left next to the database.
   EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+}
+
+// Each family's tables are compressed as docs/database-format.md ("Conventions") says: the values
+// by profile not at all, the values by node with LZ4, every other family with ZSTD (Debian's
+// RocksDB has both). RocksDB names the compression of every table it wrote.
+TEST(DatabaseRoundTrip, FamiliesAreCompressedAsDocumented) {
+  TempDir tmp;
+  const Synthetic s{.seed = 5, .profiles = 8, .nodes = 120};
+  const fs::path target = tmp.path() / "db";
+  test::buildInProcess(target, s, "compression");
+  std::vector<std::string> families;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), target.string(), &families).ok());
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), target.string(), descriptors, &handles, &raw).ok());
+  std::map<std::string, std::set<std::string>> compressions;  // family -> its tables' compressions
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    rocksdb::TablePropertiesCollection tables;
+    ASSERT_TRUE(raw->GetPropertiesOfAllTables(handles[i], &tables).ok());
+    for (const auto& [file, properties] : tables) compressions[families[i]].insert(properties->compression_name);
+  }
+  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+  EXPECT_EQ(compressions[format::kValuesByProfile], std::set<std::string>{"NoCompression"});
+  EXPECT_EQ(compressions[format::kValuesByNode], std::set<std::string>{"LZ4"});
+  EXPECT_EQ(compressions[format::kSummaries], std::set<std::string>{"ZSTD"});
+  EXPECT_EQ(compressions[format::kCctNodes], std::set<std::string>{"ZSTD"});
 }
 
 // Format 2.0 stores a metric's values in units of a scale (its period): a value need not be a
