@@ -275,9 +275,8 @@ class ValueScale {
   [[gnu::always_inline]] std::uint64_t read(ByteReader<Error>& r) const {
     const std::uint64_t x = r.u64(), s = scale();
     if (s == 1) return x;
-    const std::uint64_t q = x >> 1;
-    if (q > UINT64_MAX / s) r.fail("scaled value out of range");
-    std::uint64_t v = q * s;
+    std::uint64_t v = 0;  // (x >> 1) * s, checked without a division
+    if (__builtin_mul_overflow(x >> 1, s, &v)) r.fail("scaled value out of range");
     if (x & 1) {
       const std::uint64_t rest = r.u64();
       if (rest == 0 || rest >= s) r.fail("remainder of a scaled value out of range");
