@@ -744,14 +744,21 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
 
   rocksdb::DBOptions dbOptions = format::instanceOptions();
   dbOptions.create_if_missing = true;
-  dbOptions.create_missing_column_families = true;
   dbOptions.error_if_exists = true;
+  // The families are created together after the open: RocksDB writes (and reads back) its options
+  // file once for them, instead of once per family (0.04 s of a root's CPU time here).
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, format::familyOptions(rocksdb::kDefaultColumnFamilyName));
-  for (const auto& name : databaseColumnFamilies()) descriptors.emplace_back(name, format::familyOptions(name));
   rocksdb::DB* raw = nullptr;
   d.check(rocksdb::DB::Open(dbOptions, d.temp.string(), descriptors, &d.handles, &raw), "creating the database");
   d.db.reset(raw);
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const auto& name : databaseColumnFamilies()) families.emplace_back(name, format::familyOptions(name));
+  std::vector<rocksdb::ColumnFamilyHandle*> created;
+  const auto status = d.db->CreateColumnFamilies(families, &created);
+  d.handles.insert(d.handles.end(), created.begin(), created.end());  // whatever was made is closed
+  d.check(status, "creating the database's column families");
+  descriptors.insert(descriptors.end(), families.begin(), families.end());
   for (std::size_t i = 0; i < descriptors.size(); ++i) d.families[descriptors[i].name] = d.handles[i];
   d.step("created");
 }
