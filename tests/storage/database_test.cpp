@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "common/address_space_cap.hpp"
@@ -260,6 +261,73 @@ TEST(ProfileBlockCodec, Format4PatternsNameRepeatedColumns) {
   });
   ASSERT_EQ(blocks.size(), 1u);
   EXPECT_EQ(out, values);
+}
+
+// A profile's columns with every metric below 32 take encodeProfileBlocks' own path (the block's
+// state in locals); it writes the bytes of the general writer, which the list form of the same
+// values takes: random profiles of many blocks, with zeros, leaves (mirrored groups), more column
+// sets than a block can name, scaled and unscaled metrics, values of every size, and profiles
+// whose last entries are zeros.
+TEST(ProfileBlockCodec, NarrowColumnsEncodeAsTheGeneralWriter) {
+  std::mt19937_64 random(11);
+  const std::vector<ValueScale> scales = {ValueScale(1000), ValueScale(1), ValueScale(7), ValueScale(1u << 20)};
+  std::size_t narrowBlocks = 0;
+  for (int round = 0; round < 40; ++round) {
+    const auto metrics = static_cast<MetricId>(1 + round % 6 + (round == 39 ? 25 : 0));  // up to metric 30
+    std::vector<NodeId> node;
+    std::vector<MetricId> metric;
+    std::vector<std::uint64_t> exclusive, inclusive;
+    std::vector<ProfileValue> list;
+    NodeId n = static_cast<NodeId>(random() % 3);
+    for (int g = 0, groups = static_cast<int>(random() % 3000); g < groups; ++g) {
+      n += 1 + static_cast<NodeId>(random() % (g % 50 == 0 ? 5000 : 4));
+      const bool leaf = random() % 3 == 0;
+      for (MetricId m = 0; m < metrics; ++m) {
+        if (random() % 4 == 0) continue;
+        auto value = [&]() -> std::uint64_t {
+          switch (random() % 6) {
+            case 0:
+              return 0;
+            case 1:
+              return random() % 8;
+            case 2:
+              return (random() % 100) * 1000;
+            case 3:
+              return random() >> (random() % 64);
+            default:
+              return 1 + random() % 300;
+          }
+        };
+        const std::uint64_t e = value(), i = leaf ? e : value();
+        node.push_back(n);
+        metric.push_back(m);
+        exclusive.push_back(e);
+        inclusive.push_back(i);
+        list.push_back({n, m, MetricScope::Exclusive, e});
+        list.push_back({n, m, MetricScope::Inclusive, i});
+      }
+    }
+    for (int tail = static_cast<int>(random() % 3); tail > 0; --tail) {  // zeros at the end
+      node.push_back(++n);
+      metric.push_back(0);
+      exclusive.push_back(0);
+      inclusive.push_back(0);
+    }
+    std::erase_if(list, [](const ProfileValue& v) { return v.value == 0; });
+    const std::span<const ValueScale> scaled =
+        round % 2 ? std::span<const ValueScale>(scales) : std::span<const ValueScale>();
+    using Blocks = std::vector<std::pair<std::string, std::string>>;
+    Blocks fromColumns, fromList;
+    const auto written =
+        format::encodeProfileBlocks(5, ProfileValueColumns{node, metric, exclusive, inclusive}, scaled,
+                                    [&](const std::string& k, std::string_view v) { fromColumns.emplace_back(k, v); });
+    format::encodeProfileBlocks(5, list, scaled,
+                                [&](const std::string& k, std::string_view v) { fromList.emplace_back(k, v); });
+    ASSERT_EQ(fromColumns, fromList) << "round " << round;
+    EXPECT_EQ(written, list.size()) << "round " << round;
+    narrowBlocks += fromColumns.size();
+  }
+  EXPECT_GT(narrowBlocks, 100u);
 }
 
 // Format 4.0's node blocks: the scale (1: unscaled), then layout 0 and (profile delta, value)
