@@ -54,24 +54,38 @@ void expectOpenFails(const fs::path& dir, const std::string& needle) {
   expectOpenFailsWith(dir, Database::Mode::ReadOnly, needle);
 }
 
-// Opens a built database with RocksDB itself and lets `change` edit one column family: damage
-// that CSP's writer never makes, for the open tests.
-void editFamily(const fs::path& dir, const std::string& family,
-                const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+using RawFamiliesUse = std::function<void(rocksdb::DB*, const std::vector<std::string>& families,
+                                          const std::vector<rocksdb::ColumnFamilyHandle*>& handles)>;
+
+// Opens a built database with RocksDB itself (every column family, RocksDB's default options) and
+// hands it to `use` with the families' names and handles: read-only, or to edit (flushed after).
+void withRawFamilies(const fs::path& dir, bool readOnly, const RawFamiliesUse& use) {
   std::vector<std::string> families;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.string(), &families).ok());
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.string(), descriptors, &handles, &raw).ok());
-  for (std::size_t i = 0; i < families.size(); ++i)
-    if (families[i] == family) change(raw, handles[i]);
+  const rocksdb::DBOptions options;
+  ASSERT_TRUE((readOnly ? rocksdb::DB::OpenForReadOnly(options, dir.string(), descriptors, &handles, &raw)
+                        : rocksdb::DB::Open(options, dir.string(), descriptors, &handles, &raw))
+                  .ok());
+  use(raw, families, handles);
   for (auto* h : handles) {
-    raw->Flush(rocksdb::FlushOptions(), h);
+    if (!readOnly) raw->Flush(rocksdb::FlushOptions(), h);
     raw->DestroyColumnFamilyHandle(h);
   }
   delete raw;
+}
+
+// Lets `change` edit one column family of a built database: damage that CSP's writer never
+// makes, for the open tests.
+void editFamily(const fs::path& dir, const std::string& family,
+                const std::function<void(rocksdb::DB*, rocksdb::ColumnFamilyHandle*)>& change) {
+  withRawFamilies(dir, false, [&](rocksdb::DB* raw, const auto& families, const auto& handles) {
+    for (std::size_t i = 0; i < families.size(); ++i)
+      if (families[i] == family) change(raw, handles[i]);
+  });
 }
 
 }  // namespace
@@ -106,21 +120,14 @@ TEST(DatabaseRoundTrip, FamiliesAreCompressedAsDocumented) {
   const Synthetic s{.seed = 5, .profiles = 8, .nodes = 120};
   const fs::path target = tmp.path() / "db";
   test::buildInProcess(target, s, "compression");
-  std::vector<std::string> families;
-  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), target.string(), &families).ok());
-  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-  for (const auto& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), target.string(), descriptors, &handles, &raw).ok());
   std::map<std::string, std::set<std::string>> compressions;  // family -> its tables' compressions
-  for (std::size_t i = 0; i < families.size(); ++i) {
-    rocksdb::TablePropertiesCollection tables;
-    ASSERT_TRUE(raw->GetPropertiesOfAllTables(handles[i], &tables).ok());
-    for (const auto& [file, properties] : tables) compressions[families[i]].insert(properties->compression_name);
-  }
-  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  delete raw;
+  withRawFamilies(target, true, [&](rocksdb::DB* raw, const auto& families, const auto& handles) {
+    for (std::size_t i = 0; i < families.size(); ++i) {
+      rocksdb::TablePropertiesCollection tables;
+      ASSERT_TRUE(raw->GetPropertiesOfAllTables(handles[i], &tables).ok());
+      for (const auto& [file, properties] : tables) compressions[families[i]].insert(properties->compression_name);
+    }
+  });
   EXPECT_EQ(compressions[format::kValuesByProfile], std::set<std::string>{"NoCompression"});
   EXPECT_EQ(compressions[format::kValuesByNode], std::set<std::string>{"LZ4"});
   EXPECT_EQ(compressions[format::kSummaries], std::set<std::string>{"ZSTD"});
