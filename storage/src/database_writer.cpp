@@ -718,22 +718,12 @@ struct DatabaseBuilder::Impl {
   }
 };
 
-DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(std::make_unique<Impl>()) {
-  auto& d = *impl_;
-  d.target = publicationTarget(std::move(target));
-  d.options = std::move(options);
-  d.checkTarget();
-  const fs::path parent = temporaryDirectoryFor(d.target).parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw DatabaseError(parent, "cannot create: " + ec.message());
-  d.leftovers = cleanupLeftovers(d.target);
+namespace {
 
-  d.temp = temporaryDirectoryFor(d.target);
-  if (!claimBuildDirectory(d.temp))
-    throw DatabaseError(d.target, "another build of this database is under way in this process");
-  d.registered = true;
-  if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
+// The build directory's contents: its owner file, the staging directory and the RocksDB instance
+// with every column family; then the step "created".
+void createBuildContents(DatabaseBuilder::Impl& d) {
+  std::error_code ec;
   try {
     writeBuildOwner(d.temp);
   } catch (const PublishError& e) {
@@ -761,6 +751,38 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
   descriptors.insert(descriptors.end(), families.begin(), families.end());
   for (std::size_t i = 0; i < descriptors.size(); ++i) d.families[descriptors[i].name] = d.handles[i];
   d.step("created");
+}
+
+}  // namespace
+
+DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(std::make_unique<Impl>()) {
+  auto& d = *impl_;
+  d.target = publicationTarget(std::move(target));
+  d.options = std::move(options);
+  d.checkTarget();
+  const fs::path parent = temporaryDirectoryFor(d.target).parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw DatabaseError(parent, "cannot create: " + ec.message());
+  d.leftovers = cleanupLeftovers(d.target);
+
+  d.temp = temporaryDirectoryFor(d.target);
+  if (!claimBuildDirectory(d.temp))
+    throw DatabaseError(d.target, "another build of this database is under way in this process");
+  d.registered = true;
+  if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
+  // The destructor does not run for a constructor that throws: from here on a failure closes the
+  // database and removes the directory before it is reported.
+  try {
+    createBuildContents(d);
+  } catch (...) {
+    try {
+      d.closeDb();
+    } catch (...) {  // the first error is the one to report
+    }
+    fs::remove_all(d.temp, ec);
+    throw;
+  }
 }
 
 DatabaseBuilder::~DatabaseBuilder() {

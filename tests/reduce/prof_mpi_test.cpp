@@ -384,6 +384,16 @@ TEST_P(ProfFailurePhase, EachRankFailingStopsTheJobWithItsMessage) {
 INSTANTIATE_TEST_SUITE_P(Phases, ProfFailurePhase,
                          ::testing::Values("read", "structure", "metrics", "exchange", "merge", "publish"));
 
+// The root failing right after it created the database (fault point "output", reached by the
+// root only): the database is closed before the error travels (RocksDB's own checks would abort
+// the process on a database deleted with its column families open), and the job ends cleanly.
+TEST_F(ProfFailure, RootFailingRightAfterCreatingTheDatabaseStopsTheJob) {
+  const auto o = prof(3, "0:output", "db-output");
+  expectCleanFailure(o, "db-output", "rank 0 fails in output");
+  EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase 'output'"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("(reported by rank 0 of 3 processes)"), std::string::npos) << o.output;
+}
+
 TEST_F(ProfFailure, SeveralFailingRanks) {
   // The same phase: both ranks named, the message once.
   auto o = prof(4, "1:read,3:read", "db");

@@ -735,6 +735,32 @@ TEST(DatabasePublication, AbandonedBuildLeavesNothing) {
   EXPECT_TRUE(dirEntries(tmp.path()).empty());
 }
 
+// A failure right after the database is created (csp-prof-mpi's "output" fault point is there)
+// closes it and removes the build directory before the constructor throws: no column family
+// handle outlives the database (Debian's RocksDB aborts the process on that), nothing is left,
+// and the target can be built again in the same process.
+TEST(DatabasePublication, FailureRightAfterCreationClosesTheDatabase) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  auto failAtCreated = [](std::string_view s) {
+    if (s == "created") throw std::runtime_error("injected at created");
+  };
+  EXPECT_THROW(DatabaseBuilder(target, {.force = false, .onStep = failAtCreated}), std::runtime_error);
+  EXPECT_TRUE(dirEntries(tmp.path()).empty());
+  {
+    DatabaseBuilder b(target);
+    EXPECT_TRUE(b.leftovers().empty());
+    ShardWriter w(b.stagingDir(), 0);
+    Synthetic{}.writeShard(w, 0, 1);
+    w.finish();
+    b.writeMetadata(Synthetic{}.metadata("again"));
+    b.ingestShards(1);
+    b.publish();
+  }
+  EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+  EXPECT_EQ(Database::open(target)->formatVersion().major, kDatabaseFormatMajor);
+}
+
 TEST(DatabasePublication, LeftoversOfDeadRunsAreRemovedLiveOnesReported) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";
