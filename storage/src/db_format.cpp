@@ -345,7 +345,7 @@ namespace {
 // encodeProfileBlocks of a profile whose metrics are all below 32, so that every group's columns
 // fit a 64-bit mask (the common case): the bytes of ProfileBlockWriter's mask path, with the
 // block's state in locals instead of a writer's fields, which the compiler keeps in memory
-// around the calls that grow the buffer and emit a block (a third of the instructions of
+// around the calls that grow the buffer and emit a block (a fifth fewer instructions for
 // encoding by profile). Tests compare both paths' blocks.
 std::uint64_t encodeNarrowProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                         std::span<const ValueScale> scales, const EmitBlock& emit) {
