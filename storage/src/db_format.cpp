@@ -342,11 +342,20 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
 
 namespace {
 
+// Where a profile's values end: the entries from there on are all zero, so the group that reaches
+// it is the profile's last and closes its block.
+std::size_t valuesEndOf(const ProfileValueColumns& values) {
+  std::size_t end = values.node.size();
+  while (end > 0 && values.exclusive[end - 1] == 0 && values.inclusive[end - 1] == 0) --end;
+  return end;
+}
+
 // encodeProfileBlocks of a profile whose metrics are all below 32, so that every group's columns
 // fit a 64-bit mask (the common case): the bytes of ProfileBlockWriter's mask path, with the
 // block's state in locals instead of a writer's fields, which the compiler keeps in memory
 // around the calls that grow the buffer and emit a block (a fifth fewer instructions for
-// encoding by profile). Tests compare both paths' blocks.
+// encoding by profile). Tests compare both paths' blocks. Its scan of a group repeats the general
+// path's on purpose: shared through a helper it cost 0.5 % of csp-prof-mpi's instructions.
 std::uint64_t encodeNarrowProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                         std::span<const ValueScale> scales, const EmitBlock& emit) {
   const std::vector<char> header = profileBlockHeader(scales);
@@ -361,8 +370,7 @@ std::uint64_t encodeNarrowProfileBlocks(ProfileId profile, const ProfileValueCol
   const MetricId* metrics = values.metric.data();
   const std::uint64_t* exclusive = values.exclusive.data();
   const std::uint64_t* inclusive = values.inclusive.data();
-  std::size_t valuesEnd = size;  // the entries from here on are all zero
-  while (valuesEnd > 0 && exclusive[valuesEnd - 1] == 0 && inclusive[valuesEnd - 1] == 0) --valuesEnd;
+  const std::size_t valuesEnd = valuesEndOf(values);
   struct Pattern {
     std::uint64_t mask;
     bool mirrored;
@@ -455,10 +463,7 @@ std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& 
   auto nonZeroAt = [&](std::size_t k) {
     return std::size_t{values.exclusive[k] != 0} + std::size_t{values.inclusive[k] != 0};
   };
-  // Where the values end: the entries from here on are all zero, so the group that reaches it is
-  // the profile's last and closes its block.
-  std::size_t valuesEnd = size;
-  while (valuesEnd > 0 && nonZeroAt(valuesEnd - 1) == 0) --valuesEnd;
+  const std::size_t valuesEnd = valuesEndOf(values);
   std::size_t i = 0;
   while (i < size) {
     const NodeId node = values.node[i];

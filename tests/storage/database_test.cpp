@@ -280,7 +280,7 @@ TEST(ProfileBlockCodec, NarrowColumnsEncodeAsTheGeneralWriter) {
   const std::vector<ValueScale> scales = {ValueScale(1000), ValueScale(1), ValueScale(7), ValueScale(1u << 20)};
   std::size_t narrowBlocks = 0;
   for (int round = 0; round < 40; ++round) {
-    const auto metrics = static_cast<MetricId>(1 + round % 6 + (round == 39 ? 25 : 0));  // up to metric 30
+    const auto metrics = static_cast<MetricId>(1 + round % 6 + (round == 39 ? 25 : 0));  // metric ids up to 29
     std::vector<NodeId> node;
     std::vector<MetricId> metric;
     std::vector<std::uint64_t> exclusive, inclusive;
