@@ -2,6 +2,7 @@
 // union, metric propagation) relies on these invariants instead of re-checking them.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -23,6 +24,14 @@ void checkParents(const std::vector<std::uint32_t>& parent, const char* what, co
   if (parent.empty()) fail(name, fmt::format("{} has no root node", what));
   if (parent[0] != kNoIndex) fail(name, fmt::format("{} node 0 must be the root (parent {})", what, parent[0]));
   const std::size_t n = parent.size();
+  // Every parent precedes its child, in one branch-free pass (kNoIndex and parents beyond the
+  // last node do not precede it either); only a column with a defect is walked again to name it.
+  if (n <= kNoIndex) {
+    std::uint32_t defects = 0;
+    const std::uint32_t* column = parent.data();
+    for (std::uint32_t i = 1; i < static_cast<std::uint32_t>(n); ++i) defects |= column[i] >= i ? 1U : 0U;
+    if (defects == 0) return;
+  }
   for (std::size_t i = 1; i < n; ++i) {
     const std::uint32_t p = parent[i];
     if (p == kNoIndex) fail(name, fmt::format("{} node {} has no parent (only node 0 may be a root)", what, i));
@@ -227,6 +236,45 @@ void checkLogicalContexts(const ThreadProfile& p, const std::string& name) {
   }
 }
 
+// The value checks of validateProfile for the common profile, whose metrics all count and whose
+// counts are below 2^32, column by column without a branch per value: true when every value lies
+// at a node other than the root, names a metric, is non-zero and follows the one before in (node,
+// metric) order, and every metric's total count times its period fits 64 bits; `totals` then
+// holds each metric's total count. False leaves the exact checks to name the defect. Not inlined:
+// inside validateProfile, whose other checks throw, GCC 12 vectorizes none of the loops (the
+// values' checks took 40 instructions per value, now about 10, a third of them the totals).
+[[gnu::noinline]] bool plainValuesValid(const ThreadProfile& p, std::size_t nodes, std::vector<std::uint64_t>& totals) {
+  const std::size_t v = p.values.node.size();
+  const std::size_t metrics = p.metrics.size();
+  if (v == 0 || v >= (std::size_t{1} << 32) || metrics == 0 || metrics > 0xFFFF || nodes < 2 || nodes > kNoIndex)
+    return false;
+  for (const auto& m : p.metrics)
+    if (m.valueType != ValueType::Count) return false;
+  const std::uint32_t* node = p.values.node.data();
+  const std::uint16_t* metric = p.values.metric.data();
+  const std::uint64_t* count = p.values.count.data();
+  const auto lastNode = static_cast<std::uint32_t>(nodes - 2);  // valid nodes: 1 .. nodes - 1
+  std::uint32_t defects = 0;
+  for (std::size_t i = 0; i < v; ++i) defects |= node[i] - 1U > lastNode ? 1U : 0U;
+  const auto metricEnd = static_cast<std::uint16_t>(metrics);
+  for (std::size_t i = 0; i < v; ++i) defects |= metric[i] >= metricEnd ? 1U : 0U;
+  // The counts' bits together, and those of each count minus one: both below 2^32 when every
+  // count is non-zero and below 2^32 (a zero count minus one has every bit set).
+  std::uint64_t high = 0;
+  for (std::size_t i = 0; i < v; ++i) high |= count[i] | (count[i] - 1);
+  for (std::size_t i = 1; i < v; ++i) {  // strictly ascending (node, metric)
+    const std::uint32_t before = node[i] < node[i - 1] ? 1U : 0U;
+    const std::uint32_t same = node[i] == node[i - 1] ? 1U : 0U;
+    const std::uint32_t notAfter = metric[i] <= metric[i - 1] ? 1U : 0U;
+    defects |= before | (same & notAfter);
+  }
+  if (defects != 0 || (high >> 32) != 0) return false;
+  for (std::size_t i = 0; i < v; ++i) totals[metric[i]] += count[i];  // below 2^32 values below 2^32: no wrap
+  for (std::size_t m = 0; m < metrics; ++m)
+    if (static_cast<Uint128>(totals[m]) * p.metrics[m].period > std::numeric_limits<std::uint64_t>::max()) return false;
+  return true;
+}
+
 }  // namespace
 
 void validateProfile(const ThreadProfile& p, const std::string& name) {
@@ -278,7 +326,11 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   const std::size_t n = p.cct.size();
   const std::size_t frames = p.frameCount();
   if (p.cct.frame[0] != kNoIndex) fail(name, "CCT root names a frame");
-  for (std::size_t i = 1; i < n; ++i) {
+  std::uint32_t badFrames = frames > kNoIndex ? 1U : 0U;  // one branch-free pass; the loop below names a defect
+  const auto frameEnd = static_cast<std::uint32_t>(std::min<std::size_t>(frames, kNoIndex));
+  for (std::size_t i = 1; i < n; ++i) badFrames |= p.cct.frame[i] >= frameEnd ? 1U : 0U;
+  const bool framesExist = badFrames == 0;
+  for (std::size_t i = 1; i < n && !framesExist; ++i) {
     if (p.cct.frame[i] >= frames)
       fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
   }
@@ -294,7 +346,9 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   // (period >= 1).
   std::vector<std::uint64_t> totals(p.metrics.size(), 0), valueTotals(p.metrics.size(), 0);
   constexpr Uint128 kMaxValue = std::numeric_limits<std::uint64_t>::max();
-  for (std::size_t i = 0; i < v; ++i) {
+  const bool plain = plainValuesValid(p, n, totals);
+  if (!plain) std::fill(totals.begin(), totals.end(), 0);
+  for (std::size_t i = 0; i < v && !plain; ++i) {
     const auto node = p.values.node[i];
     const auto metric = p.values.metric[i];
     if (node >= n) fail(name, fmt::format("value {} is at CCT node {}, which does not exist ({} nodes)", i, node, n));

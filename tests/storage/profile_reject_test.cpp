@@ -277,6 +277,78 @@ TEST(ProfileReject, DuplicateMetricName) {
             "metric name 'cpu-time' appears twice");
 }
 
+// Validation takes a vectorized pass over the values of a profile whose metrics all count and
+// whose counts are below 2^32, and the exact checks only when that pass finds something (they
+// name the defect). The fixture's counts reach 2^32 (so its profile always takes the exact
+// checks): here every defect of the values once more with small counts, where it must be the
+// vectorized pass that sends the profile to the exact checks.
+ThreadProfile smallCountProfile() {
+  ThreadProfile p = test::fullSymbolicProfile();
+  for (std::size_t i = 0; i < p.values.size(); ++i)
+    if (p.values.metric[i] == 2) p.values.count[i] = 12345;  // "instructions", counted: no samples
+  return p;
+}
+
+std::string smallCountError(const std::function<void(ThreadProfile&)>& mutate) {
+  ThreadProfile p = smallCountProfile();
+  mutate(p);
+  return parseError(storage::serializeProfileUnchecked(p));
+}
+
+TEST(ProfileReject, ValueDefectsWithSmallCounts) {
+  EXPECT_EQ(smallCountError([](ThreadProfile&) {}), "");
+  const std::string nodes = std::to_string(smallCountProfile().cct.size());
+  EXPECT_EQ(smallCountError([](ThreadProfile& p) { p.values.metric.back() = 3; }),
+            "value 4 has metric id 3, out of range (3 metrics)");
+  EXPECT_EQ(smallCountError([](ThreadProfile& p) { p.values.node.back() = 500; }),
+            "value 4 is at CCT node 500, which does not exist (" + nodes + " nodes)");
+  EXPECT_EQ(smallCountError([&](ThreadProfile& p) { p.values.node.back() = static_cast<std::uint32_t>(p.cct.size()); }),
+            "value 4 is at CCT node " + nodes + ", which does not exist (" + nodes + " nodes)");
+  EXPECT_EQ(smallCountError([](ThreadProfile& p) { p.values.node[0] = 0; }), "value 0 is at the CCT root");
+  EXPECT_EQ(smallCountError([](ThreadProfile& p) {
+              p.stats.samples -= p.values.count[0];
+              p.values.count[0] = 0;
+            }),
+            "value 0 is zero (zeros are never stored)");
+  EXPECT_NE(smallCountError([](ThreadProfile& p) {
+              std::swap(p.values.node.front(), p.values.node.back());
+            }).find("not sorted"),
+            std::string::npos);
+  // The same (node, metric) twice.
+  const std::string repeat = smallCountError([](ThreadProfile& p) {
+    p.values.metric[1] = p.values.metric[0];
+    p.values.node[1] = p.values.node[0];
+  });
+  EXPECT_NE(repeat.find("not sorted by (node, metric) or repeat at value 1"), std::string::npos) << repeat;
+  // Same node, metric ids descending.
+  const std::string descending =
+      smallCountError([](ThreadProfile& p) { std::swap(p.values.metric[0], p.values.metric[1]); });
+  EXPECT_NE(descending.find("repeat at value 1"), std::string::npos) << descending;
+  // Small counts whose total times the period is beyond 64 bits.
+  const std::string beyond = smallCountError([](ThreadProfile& p) {
+    p.metrics[2].period = std::uint64_t{1} << 50;
+    for (std::size_t i = 0; i < p.values.size(); ++i)
+      if (p.values.metric[i] == 2) p.values.count[i] = 1 << 15;
+  });
+  EXPECT_NE(beyond.find("beyond 2^64 - 1"), std::string::npos) << beyond;
+  // A real-valued metric takes the exact checks too; a count of 2^32 exactly is valid.
+  EXPECT_EQ(smallCountError([](ThreadProfile& p) {
+              for (std::size_t i = 0; i < p.values.size(); ++i)
+                if (p.values.metric[i] == 2) p.values.count[i] = std::uint64_t{1} << 32;
+            }),
+            "");
+}
+
+TEST(ProfileReject, ParentDefectsAreNamed) {
+  // The vectorized pass over the parents sends a column with a defect to the exact checks.
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent.back() = static_cast<std::uint32_t>(p.cct.size() - 1); }),
+            "CCT has a cycle through node " + std::to_string(test::fullSymbolicProfile().cct.size() - 1) +
+                " and its parent " + std::to_string(test::fullSymbolicProfile().cct.size() - 1));
+  EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.frame.back() = 4000; }),
+            "CCT node " + std::to_string(test::fullSymbolicProfile().cct.size() - 1) + " refers to frame 4000 (" +
+                std::to_string(test::fullSymbolicProfile().symbolicFrames.size()) + " frames)");
+}
+
 TEST(ProfileReject, WriterRefusesInvalidProfiles) {
   ThreadProfile p = test::fullSymbolicProfile();
   p.cct.parent[2] = 3;
