@@ -86,6 +86,28 @@ TEST(IntAccumulator, NodePresentInOneOfManyProfiles) {
   EXPECT_EQ(all.imbalance, 4);
 }
 
+TEST(IntAccumulator, AscendingFeedEqualsTheGeneralOne) {
+  // Ties with both extremes, a value of 2^64 - 1 first (the empty minimum's own value), zeros,
+  // and squares that carry into the high word: the same accumulator either way.
+  const std::vector<std::vector<std::uint64_t>> feeds = {
+      {5, 3, 0, 3, 9, 9, 1, 1, 9},
+      {UINT64_MAX, 7, UINT64_MAX, 0, 7},
+      {0, UINT64_MAX, UINT64_MAX},
+      {0, 0, 4},
+      {UINT64_MAX / 3, UINT64_MAX / 3, 2, UINT64_MAX / 3},
+  };
+  for (const auto& feed : feeds) {
+    IntAccumulator general, ascending;
+    for (std::uint32_t i = 0; i < feed.size(); ++i) {
+      general.accumulate(10 + 3 * i, feed[i]);
+      ascending.accumulateAscending(10 + 3 * i, feed[i]);
+    }
+    EXPECT_EQ(ascending, general) << "feed of " << feed.size() << " values, first " << feed[0];
+    EXPECT_EQ(ascending.argmin(), general.argmin());
+    EXPECT_EQ(ascending.argmax(), general.argmax());
+  }
+}
+
 TEST(IntAccumulator, ZeroIsAbsence) {
   IntAccumulator a;
   a.accumulate(0, 0);

@@ -147,6 +147,20 @@ class IntAccumulator {
     detail::mergeExtremes(min_, argmin_, max_, argmax_, value, profile, value, profile);
   }
 
+  // accumulate() for a caller that gives each accumulator its profiles in ascending id order, each
+  // once, none of them kNoIndex (csp-prof-mpi's summaries): a value equal to an extreme already
+  // held comes from a larger id, which never takes it over, so no tie is compared.
+  void accumulateAscending(std::uint32_t profile, std::uint64_t value) {
+    if (value == 0) return;
+    ++count_;
+    sum_ += value;
+    const Uint128 square = static_cast<Uint128>(value) * value;
+    sumSqLow_ += square;
+    if (sumSqLow_ < square) ++sumSqHigh_;
+    if (value < min_ || count_ == 1) min_ = value, argmin_ = profile;
+    if (value > max_) max_ = value, argmax_ = profile;
+  }
+
   // Merges a partial over other profiles of the same CCT instances. Throws std::invalid_argument
   // if the instance counts differ (that would be combineInstance's job).
   void combine(const IntAccumulator& other);

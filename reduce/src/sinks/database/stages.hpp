@@ -126,7 +126,7 @@ class SummaryTable {
   // when they are packed (exact: integer sums, extremes by (value, profile), counts per bin),
   // instead of adding every value twice.
   void addCount(std::uint32_t id, std::size_t at, std::size_t slot, std::uint64_t value) {
-    countAcc_[at].accumulate(id, value);
+    countAcc_[at].accumulateAscending(id, value);  // a cell's profiles ascend (beginBatch)
     countHist_[at].add(periods_[slot].divide(value));
   }
   void addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive);
@@ -156,6 +156,7 @@ class SummaryTable {
   // The batch being fed: its index, its profiles' ids and class slices (0: none), and the current
   // node's leaf accumulators of the real-valued metrics by (slice, slot, scope), in profile order.
   std::size_t batchIndex_ = 0;
+  std::uint32_t lastId_ = kNoIndex;  // the last profile of the batches so far
   std::vector<std::uint32_t> batchIds_;
   std::vector<std::uint8_t> batchSlices_;
   std::vector<metrics::RealAccumulator> batchLeaf_;

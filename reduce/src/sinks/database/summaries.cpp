@@ -218,7 +218,12 @@ void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInf
   batchIndex_ = batchIndex;
   batchIds_.resize(batch.size());
   batchSlices_.resize(batch.size());
+  // A node's values come in profile order (NodeValueSink) and the batches in id order: every
+  // count cell sees its profiles in ascending id order (IntAccumulator::accumulateAscending).
   for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].id == kNoIndex || (lastId_ != kNoIndex && batch[i].id <= lastId_))
+      throw std::logic_error(fmt::format("summaries: profile {} after profile {}", batch[i].id, lastId_));
+    lastId_ = batch[i].id;
     batchIds_[i] = batch[i].id;
     batchSlices_[i] = sliceOf_[classOf_.at(batch[i].id)];
   }
