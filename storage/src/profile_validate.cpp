@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -90,8 +91,28 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
   const auto& parent = p.cct.parent;
   const std::size_t n = parent.size();
   std::vector<ScopeKind> scope(n, ScopeKind::Root);
-  std::vector<std::uint8_t> underProc(n, 0);
+  // The rules below as a table of which scope may lie below which, for one pass without a branch
+  // per node; only a tree it refuses is walked again to name the defect. A node passing the rules
+  // is inside a procedure frame, so "inside a procedure frame" means "not below the root".
+  // Rows: the node's scope, columns: its parent's (ScopeKind's values, 6 and 7 unknown).
+  static constexpr std::array<std::uint8_t, 64> kAllowed = [] {
+    std::array<std::uint8_t, 64> a{};
+    auto at = [](ScopeKind s, ScopeKind ps) { return static_cast<std::size_t>(s) * 8 + static_cast<std::size_t>(ps); };
+    for (const ScopeKind ps : {ScopeKind::Root, ScopeKind::CallSite}) a[at(ScopeKind::ProcFrame, ps)] = 1;
+    for (const ScopeKind s : {ScopeKind::Alien, ScopeKind::Loop, ScopeKind::CallSite, ScopeKind::Stmt})
+      for (const ScopeKind ps : {ScopeKind::ProcFrame, ScopeKind::Alien, ScopeKind::Loop}) a[at(s, ps)] = 1;
+    return a;
+  }();
+  std::uint32_t refused = 0;
   for (std::size_t i = 1; i < n; ++i) {
+    const ScopeKind s = p.symbolicFrames[p.cct.frame[i]].scope;
+    const ScopeKind ps = scope[parent[i]];
+    scope[i] = s;
+    refused |= kAllowed[(static_cast<std::size_t>(s) & 7) * 8 + (static_cast<std::size_t>(ps) & 7)] ^ 1U;
+    refused |= static_cast<std::uint32_t>(s) >> 3;
+  }
+  std::vector<std::uint8_t> underProc(refused != 0 ? n : 0, 0);
+  for (std::size_t i = 1; i < n && refused != 0; ++i) {
     const ScopeKind s = p.symbolicFrames[p.cct.frame[i]].scope;
     const ScopeKind ps = scope[parent[i]];
     scope[i] = s;

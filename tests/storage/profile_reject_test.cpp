@@ -339,6 +339,40 @@ TEST(ProfileReject, ValueDefectsWithSmallCounts) {
             "");
 }
 
+TEST(ProfileReject, EveryScopeRuleIsNamed) {
+  // Validation checks the scopes' nesting with a table in one pass and walks the tree again only
+  // to name a defect it found: a new leaf below a node of scope `above`, of scope `scope`.
+  auto addLeaf = [](ScopeKind above, ScopeKind scope) {
+    return mutatedError([=](ThreadProfile& p) {
+      std::uint32_t frame = 0, parent = 0;
+      for (std::uint32_t f = 0; f < p.symbolicFrames.size(); ++f)
+        if (p.symbolicFrames[f].scope == scope) frame = f;
+      for (std::uint32_t n = 1; n < p.cct.size() && above != ScopeKind::Root; ++n)
+        if (p.symbolicFrames[p.cct.frame[n]].scope == above) parent = n;
+      p.cct.parent.push_back(parent);
+      p.cct.frame.push_back(frame);
+    });
+  };
+  const std::string leaf = std::to_string(test::fullSymbolicProfile().cct.size());
+  EXPECT_EQ(addLeaf(ScopeKind::Root, ScopeKind::Stmt),
+            "CCT node " + leaf + ": a statement must lie inside a procedure frame");
+  EXPECT_EQ(addLeaf(ScopeKind::Root, ScopeKind::Loop),
+            "CCT node " + leaf + ": a loop must lie inside a procedure frame");
+  EXPECT_EQ(addLeaf(ScopeKind::CallSite, ScopeKind::Loop),
+            "CCT node " + leaf + ": a call site may only be followed by a procedure frame, not a loop");
+  EXPECT_EQ(addLeaf(ScopeKind::CallSite, ScopeKind::Stmt),
+            "CCT node " + leaf + ": a call site may only be followed by a procedure frame, not a statement");
+  EXPECT_EQ(addLeaf(ScopeKind::Loop, ScopeKind::ProcFrame),
+            "CCT node " + leaf +
+                ": a procedure frame must be an outermost frame or follow a call site (its parent is a loop)");
+  EXPECT_EQ(addLeaf(ScopeKind::Stmt, ScopeKind::Loop),
+            "CCT node " + leaf + " lies below a statement (statements are leaves)");
+  // Allowed: a loop in a loop, a call site in an inlined scope, a procedure frame after a call site.
+  EXPECT_EQ(addLeaf(ScopeKind::Loop, ScopeKind::Loop), "");
+  EXPECT_EQ(addLeaf(ScopeKind::Alien, ScopeKind::CallSite), "");
+  EXPECT_EQ(addLeaf(ScopeKind::CallSite, ScopeKind::ProcFrame), "");
+}
+
 TEST(ProfileReject, ParentDefectsAreNamed) {
   // The vectorized pass over the parents sends a column with a defect to the exact checks.
   EXPECT_EQ(mutatedError([](ThreadProfile& p) { p.cct.parent.back() = static_cast<std::uint32_t>(p.cct.size() - 1); }),
