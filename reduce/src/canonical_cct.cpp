@@ -125,6 +125,12 @@ class EdgeCache {
       }
     }
   }
+  // Asks for every line of the table: reading and validating a profile pushes much of it out of
+  // the core's cache, and the profile's lookups would then wait for their slots one by one.
+  void warm() const {
+    const auto* bytes = reinterpret_cast<const char*>(slots_.data());
+    for (std::size_t at = 0; at < slots_.size() * sizeof(Slot); at += 64) __builtin_prefetch(bytes + at);
+  }
   void insert(std::size_t hash, std::uint32_t id) {
     if (2 * (used_ + 1) > slots_.size()) grow();
     insertWithHash(hash, id);
@@ -176,9 +182,16 @@ LocalCct::LocalCct(StringTable& strings)
 
 LocalCct::~LocalCct() = default;
 
-std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) { return lookup().child(parent, key); }
+std::uint32_t LocalCct::child(std::uint32_t parent, const ScopeKey& key) {
+  return Lookup(*this, impl_->caches.local()).child(parent, key);
+}
 
-LocalCct::Lookup LocalCct::lookup() { return Lookup(*this, impl_->caches.local()); }
+// The index is warmed for the many lookups of a profile (a single one would not pay for it).
+LocalCct::Lookup LocalCct::lookup() {
+  EdgeCache& cache = impl_->caches.local();
+  cache.warm();
+  return Lookup(*this, cache);
+}
 
 std::uint32_t LocalCct::Lookup::child(std::uint32_t parent, const ScopeKey& key) {
   LocalCct::Impl& impl = *cct_.impl_;

@@ -36,8 +36,8 @@ class LocalCct {
 
   // Thread-safe insert-or-find of `parent`'s child with this key. The root is node 0.
   std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
-  // The same through the calling thread's index of edges, looked up once: for the many lookups
-  // of one profile. Used on the thread that made it only.
+  // The same through the calling thread's index of edges, looked up once and asked into the
+  // core's cache: for the many lookups of one profile. Used on the thread that made it only.
   class Lookup {
    public:
     std::uint32_t child(std::uint32_t parent, const ScopeKey& key);
