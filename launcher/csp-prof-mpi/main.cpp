@@ -181,6 +181,13 @@ void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
                c.hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
                h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
   fmt::print("  time {:.2f} s:{}\n", secs, phases);
+  if (s.slowest.size() == s.phases.size() && !s.slowest.empty()) {
+    std::string slowest;
+    for (std::size_t i = 0; i < s.phases.size(); ++i)
+      slowest += fmt::format(" {} {:.2f}s (rank {}),", s.phases[i].phase, s.slowest[i].seconds, s.slowest[i].rank);
+    slowest.pop_back();
+    fmt::print("  slowest rank per phase:{}\n", slowest);
+  }
 }
 
 // glibc's allocator hands memory back to the system whenever more than its trim threshold is

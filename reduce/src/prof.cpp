@@ -10,6 +10,28 @@ namespace csp::reduce {
 
 namespace {
 
+// Every rank's phase times to the root, which keeps per phase the slowest rank (the first of
+// equals). Every rank runs the same phases; a rank whose list differs is left out.
+std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::vector<PhaseTime>& phases) {
+  if (comm.size() == 1) return {};
+  Packer p;
+  p.u64(phases.size());
+  for (const auto& t : phases) p.real(t.seconds);
+  const auto parts = comm.gather(p.take());
+  std::vector<ProfSummary::SlowestRank> slowest;
+  if (comm.rank() != 0) return slowest;
+  slowest.assign(phases.size(), {});
+  for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
+    Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
+    if (u.u64() != phases.size()) continue;
+    for (auto& s : slowest) {
+      const double seconds = u.real();
+      if (r == 0 || seconds > s.seconds) s = {r, seconds};
+    }
+  }
+  return slowest;
+}
+
 // The stages on this rank. Any exception ends them here; runProf turns it into the job-wide
 // failure. The sinks live in the caller so that their temporary files are removed only once
 // every rank has stopped writing into them.
@@ -29,6 +51,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   summary.phases = pipeline.phaseTimes();
   for (const auto& sink : options.sinks) sink->finish(comm, pipeline, summary);
   for (const auto& sink : options.sinks) sink->publish(comm, summary);
+  summary.slowest = slowestRanks(comm, summary.phases);
 
   summary.inputs = pipeline.inputCount();
   summary.profiles = pipeline.profileCount();

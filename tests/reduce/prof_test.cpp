@@ -272,6 +272,34 @@ TEST_F(Prof, LargeProfilesGetSmallerBatchesOnEveryProcess) {
             2);
 }
 
+// The items "name 1.23s" or "name 1.23s (rank 2)", separated by commas, of a summary line after
+// its colon.
+struct PhaseItem {
+  std::string name;
+  double seconds = 0;
+  int rank = -1;  // -1: none given
+};
+std::vector<PhaseItem> phaseItems(const std::string& text) {
+  std::vector<PhaseItem> items;
+  std::size_t at = text.find(':') + 1;
+  while (at < text.size()) {
+    const auto end = std::min(text.find(',', at), text.size());
+    std::string item = text.substr(at, end - at);
+    PhaseItem out;
+    if (const auto open = item.find(" (rank "); open != std::string::npos) {
+      out.rank = std::stoi(item.substr(open + 7));
+      item.erase(open);
+    }
+    const auto space = item.rfind(' ');
+    out.name = item.substr(0, space);
+    out.name.erase(0, out.name.find_first_not_of(' '));
+    out.seconds = std::stod(item.substr(space + 1));
+    items.push_back(out);
+    at = end + 1;
+  }
+  return items;
+}
+
 // The summary's time line breaks the run down by kind of work (issue 28): reading + validating,
 // attributing + merging, encoding and storing each order, accumulating. Busy seconds are
 // measured inside their phase, so on w workers they cannot exceed w times its wall seconds,
@@ -286,20 +314,12 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
   const auto r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -j 2 --batch 16 " + meas.string() + " -o " +
                      (dir / "db").string());
   ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.output.find("slowest rank"), std::string::npos) << "one process has no slowest rank:\n" << r.output;
   const auto line = r.output.find("  time ");
   ASSERT_NE(line, std::string::npos) << r.output;
   const std::string text = r.output.substr(line, r.output.find('\n', line) - line);
-  std::map<std::string, double> phase;  // "name 1.23s" items separated by commas
-  std::size_t at = text.find(':') + 1;
-  while (at < text.size()) {
-    const auto end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    const auto space = item.rfind(' ');
-    auto name = item.substr(0, space);
-    name.erase(0, name.find_first_not_of(' '));
-    phase[name] = std::stod(item.substr(space + 1));
-    at = end + 1;
-  }
+  std::map<std::string, double> phase;
+  for (const auto& item : phaseItems(text)) phase[item.name] = item.seconds;
   for (const char* name :
        {"read + attribute", "busy reading + validating", "busy attributing + merging", "metrics",
         "of which: write + accumulate", "busy encoding values by profile", "busy storing values by profile",
@@ -319,6 +339,36 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
             writing)
       << text;
   EXPECT_LE(phase["busy accumulating region summaries"], writing) << text;
+}
+
+// With several processes the summary also names, per phase, the rank that took longest and its
+// time: the job waits for it. The same phases in the same order as rank 0's time line; each time
+// at least rank 0's; every rank one of the job's.
+TEST_F(Prof, SummaryNamesTheSlowestRankOfEachPhase) {
+  const auto meas = dir / "meas";
+  ASSERT_EQ(
+      run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 12 --threads 2 --nodes 200 --seed 9 -o " + meas.string())
+          .status,
+      0);
+  const auto r = run("timeout -k 5 120 " + csp::test::mpirun(3) + tool("csp-prof-mpi") + " -j 1 --batch 4 " +
+                     meas.string() + " -o " + (dir / "db").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto lineOf = [&](const std::string& start) {
+    const auto at = r.output.find(start);
+    return at == std::string::npos ? std::string() : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  const auto own = phaseItems(lineOf("  time "));
+  const std::string slowestLine = lineOf("  slowest rank per phase:");
+  ASSERT_FALSE(slowestLine.empty()) << r.output;
+  const auto slowest = phaseItems(slowestLine);
+  ASSERT_EQ(slowest.size(), own.size()) << slowestLine;
+  ASSERT_GT(own.size(), 5u);
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    EXPECT_EQ(slowest[i].name, own[i].name);
+    EXPECT_GE(slowest[i].rank, 0) << slowest[i].name;
+    EXPECT_LT(slowest[i].rank, 3) << slowest[i].name;
+    EXPECT_GE(slowest[i].seconds, own[i].seconds) << slowest[i].name;
+  }
 }
 
 // Identities are kept per profile as the thread's own parts plus an index into the parts the

@@ -29,7 +29,14 @@ struct ProfSummary {
   std::size_t metrics = 0;
   std::uint32_t regions = 0;
   std::vector<PhaseTime> phases;  // rank 0's: the pipeline's, then the sinks'
-  AttributionStats attribution;   // rank 0's
+  // Per phase of `phases`, the rank that took longest in it and its time (rank 0; empty with one
+  // process). The job waits for its slowest rank: a spread between ranks shows here.
+  struct SlowestRank {
+    int rank = 0;
+    double seconds = 0;
+  };
+  std::vector<SlowestRank> slowest;
+  AttributionStats attribution;  // rank 0's
   // From the CSP database sink:
   std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
   std::uint64_t databaseBytes = 0;
