@@ -388,6 +388,11 @@ class Suite:
             # "name 1.23s" items separated by commas; names have spaces ("read + attribute").
             res["phases"] = {k.strip(): float(v)
                              for k, v in re.findall(r"([^,]+?) ([\d.]+)s(?:,|$)", m.group(2).strip())}
+        # Several processes: per phase the slowest rank's seconds ("name 1.23s (rank 1)").
+        m = re.search(r"slowest rank per phase:(.*)", out)
+        if m:
+            res["slowest_phases"] = {k.strip(): float(v) for k, v in
+                                     re.findall(r"([^,]+?) ([\d.]+)s \(rank \d+\)(?:,|$)", m.group(1).strip())}
         return res
 
     @staticmethod
@@ -452,6 +457,12 @@ class Suite:
                     for k, v in x.get("phases", {}).items():
                         phases.setdefault(k, []).append(v)
                 fig["phases_s"] = {k: statistics.median(v) for k, v in phases.items()}
+            if rs and all("slowest_phases" in x for x in rs):
+                slowest = {}
+                for x in rs:
+                    for k, v in x["slowest_phases"].items():
+                        slowest.setdefault(k, []).append(v)
+                fig["slowest_phases_s"] = {k: statistics.median(v) for k, v in slowest.items()}
             result[np] = fig
         if len(nps) > 1 and 1 in raw:
             base = [x["wall"] for x in raw[1]]
@@ -1156,6 +1167,12 @@ def markdown(rep):
                     [fmt(f.get("phases_s", {}).get(k)) for k in phases]
                     for size in s["sizes"] for np, f in size["by_np"].items()]
             out.append(table(["profiles", "-np", "total"] + phases, rows))
+            rows = [[f"{size['profiles']:,}", np] + [fmt(f["slowest_phases_s"].get(k)) for k in phases]
+                    for size in s["sizes"] for np, f in size["by_np"].items() if f.get("slowest_phases_s")]
+            if rows:
+                out.append("The slowest rank's time per phase (medians, s; the other ranks wait for it at the next "
+                           "collective step, in unify structure and combine + metadata):\n")
+                out.append(table(["profiles", "-np"] + phases, rows))
         if s.get("loglog_slopes"):
             out.append("Log-log slopes over the profile count (1 = linear, 0 = flat):\n")
             out.append(table(["-np", "wall time", "CPU time", "peak MiB per process"],
