@@ -257,6 +257,24 @@ void checkLogicalContexts(const ThreadProfile& p, const std::string& name) {
   }
 }
 
+// The CCT's columns: as long as each other, a tree rooted in node 0, every other node naming a
+// frame that exists.
+void checkCct(const ThreadProfile& p, const std::string& name) {
+  if (p.cct.frame.size() != p.cct.parent.size())
+    fail(name, fmt::format("CCT has {} parents but {} frames", p.cct.parent.size(), p.cct.frame.size()));
+  checkParents(p.cct.parent, "CCT", name);
+  const std::size_t n = p.cct.size();
+  const std::size_t frames = p.frameCount();
+  if (p.cct.frame[0] != kNoIndex) fail(name, "CCT root names a frame");
+  std::uint32_t badFrames = frames > kNoIndex ? 1U : 0U;  // one branch-free pass; the loop below names a defect
+  const auto frameEnd = static_cast<std::uint32_t>(std::min<std::size_t>(frames, kNoIndex));
+  for (std::size_t i = 1; i < n; ++i) badFrames |= p.cct.frame[i] >= frameEnd ? 1U : 0U;
+  for (std::size_t i = 1; i < n && badFrames != 0; ++i) {
+    if (p.cct.frame[i] >= frames)
+      fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
+  }
+}
+
 // The value checks of validateProfile for the common profile, whose metrics all count and whose
 // counts are below 2^32, column by column without a branch per value: true when every value lies
 // at a node other than the root, names a metric, is non-zero and follows the one before in (node,
@@ -341,20 +359,8 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   }
 
   // CCT.
-  if (p.cct.frame.size() != p.cct.parent.size())
-    fail(name, fmt::format("CCT has {} parents but {} frames", p.cct.parent.size(), p.cct.frame.size()));
-  checkParents(p.cct.parent, "CCT", name);
+  checkCct(p, name);
   const std::size_t n = p.cct.size();
-  const std::size_t frames = p.frameCount();
-  if (p.cct.frame[0] != kNoIndex) fail(name, "CCT root names a frame");
-  std::uint32_t badFrames = frames > kNoIndex ? 1U : 0U;  // one branch-free pass; the loop below names a defect
-  const auto frameEnd = static_cast<std::uint32_t>(std::min<std::size_t>(frames, kNoIndex));
-  for (std::size_t i = 1; i < n; ++i) badFrames |= p.cct.frame[i] >= frameEnd ? 1U : 0U;
-  const bool framesExist = badFrames == 0;
-  for (std::size_t i = 1; i < n && !framesExist; ++i) {
-    if (p.cct.frame[i] >= frames)
-      fail(name, fmt::format("CCT node {} refers to frame {} ({} frames)", i, p.cct.frame[i], frames));
-  }
   checkUnwindNotes(p, name);
   checkPathStarts(p, name);
 

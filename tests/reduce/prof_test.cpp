@@ -98,6 +98,16 @@ class Prof : public ::testing::Test {
     EXPECT_EQ(r.status, 0) << r.output;
     return storage::Database::open(db);
   }
+
+  // csp-prof-mpi's output (its summary) on a csp-gen input of `shape`, under `launcher` ("": one
+  // process), with `options`.
+  test::RunResult summaryOf(const std::string& shape, const std::string& launcher, const std::string& options) {
+    const auto meas = dir / "meas";
+    const auto made = run("timeout -k 5 120 " + tool("csp-gen") + " -q " + shape + " -o " + meas.string());
+    if (made.status != 0) return made;
+    return run("timeout -k 5 120 " + launcher + tool("csp-prof-mpi") + " " + options + " " + meas.string() + " -o " +
+               (dir / "db").string());
+  }
 };
 
 TEST_F(Prof, Figure75ExclusiveInclusiveAndStatistics) {
@@ -306,13 +316,7 @@ std::vector<PhaseItem> phaseItems(const std::string& text) {
 // however loaded the machine. (Nothing asserts that one is above zero: printed to 0.01 s, this
 // small run's reading rounds to 0.00 on a fast machine.)
 TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
-  const auto meas = dir / "meas";
-  ASSERT_EQ(
-      run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 32 --threads 4 --nodes 300 --seed 5 -o " + meas.string())
-          .status,
-      0);
-  const auto r = run("timeout -k 5 120 " + tool("csp-prof-mpi") + " -j 2 --batch 16 " + meas.string() + " -o " +
-                     (dir / "db").string());
+  const auto r = summaryOf("--ranks 32 --threads 4 --nodes 300 --seed 5", "", "-j 2 --batch 16");
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_EQ(r.output.find("slowest rank"), std::string::npos) << "one process has no slowest rank:\n" << r.output;
   const auto line = r.output.find("  time ");
@@ -345,13 +349,7 @@ TEST_F(Prof, SummaryBreaksTheTimeDownByKindOfWork) {
 // time: the job waits for it. The same phases in the same order as rank 0's time line; each time
 // at least rank 0's; every rank one of the job's.
 TEST_F(Prof, SummaryNamesTheSlowestRankOfEachPhase) {
-  const auto meas = dir / "meas";
-  ASSERT_EQ(
-      run("timeout -k 5 120 " + tool("csp-gen") + " -q --ranks 12 --threads 2 --nodes 200 --seed 9 -o " + meas.string())
-          .status,
-      0);
-  const auto r = run("timeout -k 5 120 " + csp::test::mpirun(3) + tool("csp-prof-mpi") + " -j 1 --batch 4 " +
-                     meas.string() + " -o " + (dir / "db").string());
+  const auto r = summaryOf("--ranks 12 --threads 2 --nodes 200 --seed 9", csp::test::mpirun(3), "-j 1 --batch 4");
   ASSERT_EQ(r.status, 0) << r.output;
   auto lineOf = [&](const std::string& start) {
     const auto at = r.output.find(start);

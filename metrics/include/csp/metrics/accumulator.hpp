@@ -139,11 +139,7 @@ class IntAccumulator {
   void accumulate(std::uint32_t profile, std::uint64_t value) {
     if (profile == kNoIndex) refuseReservedProfile();
     if (value == 0) return;
-    ++count_;
-    sum_ += value;
-    const Uint128 square = static_cast<Uint128>(value) * value;
-    sumSqLow_ += square;
-    if (sumSqLow_ < square) ++sumSqHigh_;
+    addMoments(value);
     detail::mergeExtremes(min_, argmin_, max_, argmax_, value, profile, value, profile);
   }
 
@@ -152,11 +148,7 @@ class IntAccumulator {
   // held comes from a larger id, which never takes it over, so no tie is compared.
   void accumulateAscending(std::uint32_t profile, std::uint64_t value) {
     if (value == 0) return;
-    ++count_;
-    sum_ += value;
-    const Uint128 square = static_cast<Uint128>(value) * value;
-    sumSqLow_ += square;
-    if (sumSqLow_ < square) ++sumSqHigh_;
+    addMoments(value);
     if (value < min_ || count_ == 1) min_ = value, argmin_ = profile;
     if (value > max_) max_ = value, argmax_ = profile;
   }
@@ -186,6 +178,14 @@ class IntAccumulator {
 
  private:
   friend class AccumulatorCodec;
+  // A present value's share of the count, the sum and the sum of squares (its 192 bits).
+  void addMoments(std::uint64_t value) {
+    ++count_;
+    sum_ += value;
+    const Uint128 square = static_cast<Uint128>(value) * value;
+    sumSqLow_ += square;
+    if (sumSqLow_ < square) ++sumSqHigh_;
+  }
   void merge(const IntAccumulator& other);
   [[noreturn]] static void refuseReservedProfile();
 
