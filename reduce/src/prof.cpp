@@ -11,7 +11,9 @@ namespace csp::reduce {
 namespace {
 
 // Every rank's phase times to the root, which keeps per phase the slowest rank (the first of
-// equals). Every rank runs the same phases; a rank whose list differs is left out.
+// equals). Every rank runs the same phases; a rank whose list differs is left out. The database
+// is published by then: nothing here may fail the job, so a part the root cannot read leaves
+// the line out (none is expected: every rank packs the same way).
 std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::vector<PhaseTime>& phases) {
   if (comm.size() == 1) return {};
   Packer p;
@@ -21,13 +23,17 @@ std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::
   std::vector<ProfSummary::SlowestRank> slowest;
   if (comm.rank() != 0) return slowest;
   slowest.assign(phases.size(), {});
-  for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
-    Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
-    if (u.u64() != phases.size()) continue;
-    for (auto& s : slowest) {
-      const double seconds = u.real();
-      if (r == 0 || seconds > s.seconds) s = {r, seconds};
+  try {
+    for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
+      Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
+      if (u.u64() != phases.size()) continue;
+      for (auto& s : slowest) {
+        const double seconds = u.real();
+        if (r == 0 || seconds > s.seconds) s = {r, seconds};
+      }
     }
+  } catch (const std::exception&) {
+    return {};
   }
   return slowest;
 }
