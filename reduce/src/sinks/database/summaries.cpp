@@ -262,30 +262,41 @@ void SummaryTable::pushRealLeaves(std::uint32_t node) {
 // accumulator and histogram (count metrics: one) or the pieces (level, index, encoded
 // accumulator) of a real-valued metric.
 void SummaryTable::packNode(Packer& p, std::uint32_t n) const {
-  std::vector<metrics::IntAccumulator> acc(population_.size());
-  std::vector<metrics::LogLinearHistogram> histogram(population_.size());
+  const std::size_t slices = population_.size();
+  std::vector<metrics::IntAccumulator> acc(slices);
+  std::vector<metrics::LogLinearHistogram> histogram(slices);
+  std::vector<std::string> accBytes(slices), histogramBytes(slices);
   for (std::size_t slot = 0; slot < counts_.size(); ++slot) {
     for (std::size_t scope = 0; scope < kScopes; ++scope) {
-      // Slice 0 (all threads) holds the values of profiles without a class slice; it becomes the
-      // sum of every slice (addCount), each builder's histogram made once.
-      for (std::size_t slice = 0; slice < population_.size(); ++slice) {
-        if (!hasCountCells(slice)) {
-          acc[slice] = {};
-          histogram[slice] = {};
-          continue;
+      // A leaf's inclusive summaries are its exclusive ones, one cell: encoded once, packed under
+      // both scopes' keys.
+      if (scope == 0 || !leaf_[n]) {
+        // Slice 0 (all threads) holds the values of profiles without a class slice; it becomes
+        // the sum of every slice (addCount), each builder's histogram made once.
+        for (std::size_t slice = 0; slice < slices; ++slice) {
+          if (!hasCountCells(slice)) {
+            acc[slice] = {};
+            histogram[slice] = {};
+            continue;
+          }
+          acc[slice] = countAcc_[countIndex(slice, n, slot, heldIn(n, scope))];
+          histogram[slice] = countHist_[countIndex(slice, n, slot, heldIn(n, scope))].histogram();
+          if (slice == 0) continue;
+          acc[0].combine(acc[slice]);
+          histogram[0].merge(histogram[slice]);
         }
-        acc[slice] = countAcc_[countIndex(slice, n, slot, heldIn(n, scope))];
-        histogram[slice] = countHist_[countIndex(slice, n, slot, heldIn(n, scope))].histogram();
-        if (slice == 0) continue;
-        acc[0].combine(acc[slice]);
-        histogram[0].merge(histogram[slice]);
+        for (std::size_t slice = 0; slice < slices; ++slice) {
+          if (acc[slice].count() == 0) continue;
+          accBytes[slice] = metrics::encode(acc[slice]);
+          histogramBytes[slice] = metrics::encode(histogram[slice]);
+        }
       }
-      for (std::size_t slice = 0; slice < population_.size(); ++slice) {
+      for (std::size_t slice = 0; slice < slices; ++slice) {
         if (acc[slice].count() == 0) continue;
         packKey(p, {n, counts_[slot], static_cast<std::uint8_t>(scope), population_[slice]});
         p.u64(1);
-        p.text(metrics::encode(acc[slice]));
-        p.text(metrics::encode(histogram[slice]));
+        p.text(accBytes[slice]);
+        p.text(histogramBytes[slice]);
       }
     }
   }
