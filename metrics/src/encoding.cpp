@@ -32,19 +32,24 @@ class AccumulatorCodec {
  public:
   // IntAccumulator v1: tag, count, instances; if count > 0: sum, sumSqLow, sumSqHigh, min,
   // max - min, argmin, argmax. An empty accumulator needs no more: its other fields are fixed.
+  // Made in a buffer of the largest size and copied into the string once (appended varint by
+  // varint, the string grew twice for most accumulators).
   static std::string encode(const IntAccumulator& a) {
-    std::string out(1, static_cast<char>(kIntAccumulatorTag));
-    putVarint(out, a.count_);
-    putVarint(out, a.instances_);
-    if (a.count_ == 0) return out;
-    putVarint(out, a.sum_);
-    putVarint(out, a.sumSqLow_);
-    putVarint(out, a.sumSqHigh_);
-    putVarint(out, a.min_);
-    putVarint(out, a.max_ - a.min_);
-    putVarint(out, a.argmin_);
-    putVarint(out, a.argmax_);
-    return out;
+    char bytes[1 + 10 + 10 + 19 + 19 + 10 + 10 + 10 + 5 + 5];
+    char* at = bytes;
+    *at++ = static_cast<char>(kIntAccumulatorTag);
+    at = storage::varintAt(at, a.count_);
+    at = storage::varintAt(at, a.instances_);
+    if (a.count_ != 0) {
+      at = storage::varint128At(at, a.sum_);
+      at = storage::varint128At(at, a.sumSqLow_);
+      at = storage::varintAt(at, a.sumSqHigh_);
+      at = storage::varintAt(at, a.min_);
+      at = storage::varintAt(at, a.max_ - a.min_);
+      at = storage::varintAt(at, std::uint64_t{a.argmin_});
+      at = storage::varintAt(at, std::uint64_t{a.argmax_});
+    }
+    return {bytes, static_cast<std::size_t>(at - bytes)};
   }
 
   static IntAccumulator decodeInt(std::string_view bytes) {
@@ -125,14 +130,17 @@ class AccumulatorCodec {
   // Histogram v1: tag, number of bins n; n times (gap, count) where gap is the bin index for the
   // first entry and (bin - previous bin - 1) after it, so bins strictly increase by construction.
   static std::string encode(const LogLinearHistogram& h) {
-    std::string out(1, static_cast<char>(kHistogramTag));
-    putVarint(out, h.bins_.size());
+    std::string out(1 + 10 + 20 * h.bins_.size(), '\0');  // room for the largest bins, cut below
+    char* at = out.data();
+    *at++ = static_cast<char>(kHistogramTag);
+    at = storage::varintAt(at, std::uint64_t{h.bins_.size()});
     std::uint32_t next = 0;
     for (const auto& [bin, count] : h.bins_) {
-      putVarint(out, bin - next);
-      putVarint(out, count);
+      at = storage::varintAt(at, std::uint64_t{bin - next});
+      at = storage::varintAt(at, count);
       next = bin + 1;
     }
+    out.resize(static_cast<std::size_t>(at - out.data()));
     return out;
   }
 

@@ -76,6 +76,39 @@ void expectDamageRejectedOrCanonical(const std::string& bytes, Decode decode) {
 
 }  // namespace
 
+// The bytes of the format (docs/database-format.md), spelled out here: the encoders write them
+// into a buffer at once, and a database of every earlier version must still read the same.
+namespace {
+std::string varintBytes(Uint128 v) {
+  std::string out;
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((static_cast<unsigned>(v) & 0x7f) | 0x80));
+  out.push_back(static_cast<char>(v));
+  return out;
+}
+}  // namespace
+
+TEST(Encoding, BytesAreTheFormatsVarints) {
+  const IntAccumulator a = sampleInt();  // sums beyond 64 bits, squares beyond 128
+  const std::string expected = std::string(1, static_cast<char>(kIntAccumulatorTag)) + varintBytes(a.count()) +
+                               varintBytes(a.instances()) + varintBytes(a.sum()) + varintBytes(a.sumSquaresLow()) +
+                               varintBytes(a.sumSquaresHigh()) + varintBytes(a.min()) + varintBytes(a.max() - a.min()) +
+                               varintBytes(a.argmin()) + varintBytes(a.argmax());
+  EXPECT_EQ(encode(a), expected);
+  EXPECT_EQ(encode(IntAccumulator{}),
+            std::string(1, static_cast<char>(kIntAccumulatorTag)) + varintBytes(0) + varintBytes(1));
+  H h;
+  for (const std::uint64_t v : {std::uint64_t{0}, std::uint64_t{3}, std::uint64_t{3}, std::uint64_t{1000}, UINT64_MAX})
+    h.add(v);
+  std::string hist = std::string(1, static_cast<char>(kHistogramTag)) + varintBytes(h.bins().size());
+  std::uint32_t next = 0;
+  for (const auto& [bin, count] : h.bins()) {
+    hist += varintBytes(bin - next) + varintBytes(count);
+    next = bin + 1;
+  }
+  EXPECT_EQ(encode(h), hist);
+  EXPECT_EQ(encode(H{}), std::string(1, static_cast<char>(kHistogramTag)) + varintBytes(0));
+}
+
 TEST(Encoding, IntAccumulatorRoundTrips) {
   for (const IntAccumulator& a : {IntAccumulator(), IntAccumulator::forCombinedNode(), sampleInt()}) {
     const std::string bytes = encode(a);

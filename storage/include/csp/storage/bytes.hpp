@@ -99,12 +99,15 @@ requires(sizeof(T) <= 8) inline void putVarint(std::string& out, T value) {
   char bytes[10];
   out.append(bytes, static_cast<std::size_t>(varintAt(bytes, value) - bytes));
 }
+// The same for 128 bits (at most 19 bytes).
+inline char* varint128At(char* out, Uint128 v) {
+  for (; v >= 0x80; v >>= 7) *out++ = static_cast<char>((static_cast<unsigned>(v) & 0x7f) | 0x80);
+  *out++ = static_cast<char>(v);
+  return out;
+}
 inline void putVarint(std::string& out, Uint128 v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((static_cast<unsigned>(v) & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
+  char bytes[19];
+  out.append(bytes, static_cast<std::size_t>(varint128At(bytes, v) - bytes));
 }
 inline void putDouble(std::string& out, double v) {
   auto bits = std::bit_cast<std::uint64_t>(v);
