@@ -181,9 +181,9 @@ void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
                c.hpctoolkit, h->profiles, h->contexts, h->bytes / 1048576.0,
                h->values ? double(h->bytes) / double(h->values) : 0.0, h->seconds);
   fmt::print("  time {:.2f} s:{}\n", secs, phases);
-  if (s.slowest.size() == s.phases.size() && !s.slowest.empty()) {
+  if (!s.slowest.empty() && s.slowest.size() <= s.phases.size()) {
     std::string slowest;
-    for (std::size_t i = 0; i < s.phases.size(); ++i)
+    for (std::size_t i = 0; i < s.slowest.size(); ++i)
       slowest += fmt::format(" {} {:.2f}s (rank {}),", s.phases[i].phase, s.slowest[i].seconds, s.slowest[i].rank);
     slowest.pop_back();
     fmt::print("  slowest rank per phase:{}\n", slowest);

@@ -10,10 +10,10 @@ namespace csp::reduce {
 
 namespace {
 
-// Every rank's phase times to the root, which keeps per phase the slowest rank (the first of
-// equals). Every rank runs the same phases; a rank whose list differs is left out. The database
-// is published by then: nothing here may fail the job, so a part the root cannot read leaves
-// the line out (none is expected: every rank packs the same way).
+// Every rank's phase times so far to the root, which keeps per phase the slowest rank (the first
+// of equals). Every rank runs the same phases; a rank whose list differs is left out. Taken
+// before the outputs are published, so that a failure here is the job's like any other, not one
+// after its database became visible.
 std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::vector<PhaseTime>& phases) {
   if (comm.size() == 1) return {};
   Packer p;
@@ -23,17 +23,13 @@ std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::
   std::vector<ProfSummary::SlowestRank> slowest;
   if (comm.rank() != 0) return slowest;
   slowest.assign(phases.size(), {});
-  try {
-    for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
-      Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
-      if (u.u64() != phases.size()) continue;
-      for (auto& s : slowest) {
-        const double seconds = u.real();
-        if (r == 0 || seconds > s.seconds) s = {r, seconds};
-      }
+  for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
+    Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
+    if (u.u64() != phases.size()) continue;
+    for (auto& s : slowest) {
+      const double seconds = u.real();
+      if (r == 0 || seconds > s.seconds) s = {r, seconds};
     }
-  } catch (const std::exception&) {
-    return {};
   }
   return slowest;
 }
@@ -56,8 +52,8 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   });
   summary.phases = pipeline.phaseTimes();
   for (const auto& sink : options.sinks) sink->finish(comm, pipeline, summary);
+  summary.slowest = slowestRanks(comm, summary.phases);  // the phases up to publication
   for (const auto& sink : options.sinks) sink->publish(comm, summary);
-  summary.slowest = slowestRanks(comm, summary.phases);
 
   summary.inputs = pipeline.inputCount();
   summary.profiles = pipeline.profileCount();

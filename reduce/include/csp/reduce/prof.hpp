@@ -29,8 +29,9 @@ struct ProfSummary {
   std::size_t metrics = 0;
   std::uint32_t regions = 0;
   std::vector<PhaseTime> phases;  // rank 0's: the pipeline's, then the sinks'
-  // Per phase of `phases`, the rank that took longest in it and its time (rank 0; empty with one
-  // process). The job waits for its slowest rank: a spread between ranks shows here.
+  // Per phase of `phases` up to publication (the first slowest.size() of them), the rank that
+  // took longest in it and its time (rank 0; empty with one process). The job waits for its
+  // slowest rank: a spread between ranks shows here.
   struct SlowestRank {
     int rank = 0;
     double seconds = 0;

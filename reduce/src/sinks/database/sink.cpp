@@ -199,6 +199,9 @@ void DatabaseSink::finish(const Comm& comm, Pipeline& pipeline, ProfSummary& sum
   else
     w.mainShard.finish();
   clock_.mark("combine + metadata");
+  // Its phases so far into the summary now: the slowest ranks are found before publication.
+  summary.phases.insert(summary.phases.end(), clock_.phases.begin(), clock_.phases.end());
+  clock_.phases.clear();
 }
 
 void DatabaseSink::writeRoot(Pipeline& pipeline, const std::vector<std::vector<std::byte>>& regionParts,
