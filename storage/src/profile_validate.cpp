@@ -279,9 +279,10 @@ void checkCct(const ThreadProfile& p, const std::string& name) {
 // counts are below 2^32, column by column without a branch per value: true when every value lies
 // at a node other than the root, names a metric, is non-zero and follows the one before in (node,
 // metric) order, and every metric's total count times its period fits 64 bits; `totals` then
-// holds each metric's total count. False leaves the exact checks to name the defect. Not inlined:
-// inside validateProfile, whose other checks throw, GCC 12 vectorizes none of the loops (the
-// values' checks took 40 instructions per value, now about 10, a third of them the totals).
+// holds each metric's total count (zero ones are expected, and left zero on false). False leaves
+// the exact checks to name the defect. Not inlined: inside validateProfile, whose other checks
+// throw, GCC 12 vectorizes none of the loops (the values' checks took 40 instructions per value,
+// now about 10, a third of them the totals).
 [[gnu::noinline]] bool plainValuesValid(const ThreadProfile& p, std::size_t nodes, std::vector<std::uint64_t>& totals) {
   const std::size_t v = p.values.node.size();
   const std::size_t metrics = p.metrics.size();
@@ -309,8 +310,12 @@ void checkCct(const ThreadProfile& p, const std::string& name) {
   }
   if (defects != 0 || (high >> 32) != 0) return false;
   for (std::size_t i = 0; i < v; ++i) totals[metric[i]] += count[i];  // below 2^32 values below 2^32: no wrap
-  for (std::size_t m = 0; m < metrics; ++m)
-    if (static_cast<Uint128>(totals[m]) * p.metrics[m].period > std::numeric_limits<std::uint64_t>::max()) return false;
+  for (std::size_t m = 0; m < metrics; ++m) {
+    if (static_cast<Uint128>(totals[m]) * p.metrics[m].period > std::numeric_limits<std::uint64_t>::max()) {
+      std::fill(totals.begin(), totals.end(), 0);
+      return false;
+    }
+  }
   return true;
 }
 
@@ -374,7 +379,6 @@ void validateProfile(const ThreadProfile& p, const std::string& name) {
   std::vector<std::uint64_t> totals(p.metrics.size(), 0), valueTotals(p.metrics.size(), 0);
   constexpr Uint128 kMaxValue = std::numeric_limits<std::uint64_t>::max();
   const bool plain = plainValuesValid(p, n, totals);
-  if (!plain) std::fill(totals.begin(), totals.end(), 0);
   for (std::size_t i = 0; i < v && !plain; ++i) {
     const auto node = p.values.node[i];
     const auto metric = p.values.metric[i];
