@@ -370,8 +370,18 @@ static int threadChurn(long n, long iterations) {
 // ---- immediate-exit -----------------------------------------------------------------------
 
 extern "C" __attribute__((noinline)) double exit_worker(double x) { return csp_test::spin(100'000, x); }
-extern "C" __attribute__((noinline)) double exit_main(double x) { return csp_test::spin(100'000, x); }
-extern "C" __attribute__((noinline)) double exit_child_work(double x) { return csp_test::spin(100'000, x); }
+// Compute until the thread has used `seconds` of CPU time: the clock's system calls are made
+// from inside, so that every sample of the work has the function on its call path.
+extern "C" __attribute__((noinline)) double exit_main(double seconds) {
+  double x = 1.0;
+  while (cpuSeconds() < seconds) x = csp_test::spin(100'000, x);
+  return x;
+}
+extern "C" __attribute__((noinline)) double exit_child_work(double seconds) {
+  double x = 1.0;
+  while (cpuSeconds() < seconds) x = csp_test::spin(100'000, x);
+  return x;
+}
 
 static int immediateExit(const std::string& how, double cpu) {
   for (int i = 0; i < 2; ++i) {
@@ -388,38 +398,35 @@ static int immediateExit(const std::string& how, double cpu) {
   }
   const pid_t child = fork();
   if (child == 0) {
-    double x = 1.0;
-    while (cpuSeconds() < 0.1) x = exit_child_work(x);
+    const double x = exit_child_work(0.1);
     _exit(x == 0 ? 1 : 0);
   }
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
-  double x = 1.0;
-  while (cpuSeconds() < cpu) x = exit_main(x);
-  if (x == 0) std::printf("impossible\n");
+  if (exit_main(cpu) == 0) std::printf("impossible\n");
   if (how == "_Exit") _Exit(7);
   if (how == "quick_exit") quick_exit(9);
   _exit(5);
 }
 
-extern "C" __attribute__((noinline)) double forked_child_work(double x) { return csp_test::spin(100'000, x); }
+// The fork child's whole life: it says so once it has computed for 50 ms of its CPU time,
+// however loaded the machine, and computes until it is ended.
+extern "C" __attribute__((noinline)) void forked_child_work(int ready) {
+  double x = 1.0;
+  while (cpuSeconds() < 0.05) x = csp_test::spin(100'000, x);
+  if (write(ready, "r", 1) != 1) _exit(1);
+  for (;;) x = csp_test::spin(100'000, x);
+}
 
 static int forkTerminate() {
   int ready[2];
   if (pipe(ready) != 0) return 1;
   const pid_t child = fork();
-  if (child == 0) {
-    // Says so once it has computed for 50 ms of its CPU time, however loaded the machine.
-    double x = 1.0;
-    while (cpuSeconds() < 0.05) x = forked_child_work(x);
-    if (write(ready[1], "r", 1) != 1) _exit(1);
-    for (;;) x = forked_child_work(x);
-  }
+  if (child == 0) forked_child_work(ready[1]);
   if (child < 0) return 1;
   char byte = 0;
   if (read(ready[0], &byte, 1) != 1) return 1;
-  double x = 1.0;
-  while (cpuSeconds() < 0.3) x = exit_main(x);
+  const double x = exit_main(0.3);
   kill(child, SIGTERM);
   int status = 0;
   if (waitpid(child, &status, 0) != child) return 1;
