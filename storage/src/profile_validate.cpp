@@ -112,10 +112,9 @@ void checkSymbolicStructure(const ThreadProfile& p, const std::string& name) {
     refused |= static_cast<std::uint32_t>(s) >> 3;
   }
   std::vector<std::uint8_t> underProc(refused != 0 ? n : 0, 0);
-  for (std::size_t i = 1; i < n && refused != 0; ++i) {
-    const ScopeKind s = p.symbolicFrames[p.cct.frame[i]].scope;
+  for (std::size_t i = 1; i < n && refused != 0; ++i) {  // `scope` is complete: the pass above filled it
+    const ScopeKind s = scope[i];
     const ScopeKind ps = scope[parent[i]];
-    scope[i] = s;
     if (ps == ScopeKind::Stmt) fail(name, fmt::format("CCT node {} lies below a statement (statements are leaves)", i));
     switch (s) {
       case ScopeKind::ProcFrame:
