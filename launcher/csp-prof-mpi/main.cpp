@@ -65,6 +65,9 @@ void defineOptions(CLI::App& app, CommandLine& c) {
       ->capture_default_str();
   app.add_flag("--skip-invalid", c.o.pipeline.skipInvalid,
                "skip unreadable profiles (they are listed in the database and the summary) instead of failing");
+  app.add_flag("--no-balance{false}", c.o.pipeline.balanceRead,
+               "each process reads exactly its static share of the profiles, instead of neighbouring processes on "
+               "one host taking over batches from each other while they read (docs/postprocessing.md, Balancing)");
   app.add_flag("--physical", c.o.pipeline.physical,
                "OpenMP: keep the native call paths of worker threads (below the runtime's thread start) instead "
                "of placing each parallel region's and task's samples below the context that created it");
@@ -144,6 +147,9 @@ void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
   fmt::print("  post-processing ranks {}, profiles read {} of {}, skipped {}, batches of {} profiles\n", size,
              s.profiles, s.inputs, s.skipped.size(), s.batchProfiles);
   for (const auto& k : s.skipped) fmt::print("    skipped {}: {}\n", k.path, k.reason);
+  if (size > 1)
+    fmt::print("  profiles per rank {} to {}{}\n", s.profilesPerRank.first, s.profilesPerRank.second,
+               c.o.pipeline.balanceRead ? " (balanced in the read between ranks on one host)" : " (static shares)");
   fmt::print("  canonical CCT {} nodes, {} metrics, {} regions\n", s.cctNodes, s.metrics,
              s.regions > 0 ? s.regions - 1 : 0);
   fmt::print(

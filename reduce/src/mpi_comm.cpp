@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -379,6 +380,46 @@ std::uint64_t Comm::sum(std::uint64_t value) const {
 }
 
 void Comm::barrier() const { check(); }
+
+Comm::NeighbourWords Comm::shareWithNeighbours() const {
+  NeighbourWords words;
+  if (size_ == 1) return words;
+  check();
+  mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &words.host), "Comm_split_type");
+  std::uint64_t* mine = nullptr;
+  mpiCheck(MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, words.host, &mine,
+                                   &words.window),
+           "Win_allocate_shared");
+  std::atomic_ref<std::uint64_t>(*mine).store(0);
+  // The neighbours' ranks on this host (MPI_UNDEFINED: on another host).
+  MPI_Group all = MPI_GROUP_NULL, host = MPI_GROUP_NULL;
+  mpiCheck(MPI_Comm_group(comm_, &all), "Comm_group");
+  mpiCheck(MPI_Comm_group(words.host, &host), "Comm_group");
+  const int neighbours[2] = {rank_ > 0 ? rank_ - 1 : MPI_PROC_NULL, rank_ + 1 < size_ ? rank_ + 1 : MPI_PROC_NULL};
+  int there[2] = {MPI_UNDEFINED, MPI_UNDEFINED};
+  mpiCheck(MPI_Group_translate_ranks(all, 2, neighbours, host, there), "Group_translate_ranks");
+  MPI_Group_free(&all);
+  MPI_Group_free(&host);
+  if (there[0] != MPI_UNDEFINED && there[0] != MPI_PROC_NULL) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* base = nullptr;
+    mpiCheck(MPI_Win_shared_query(words.window, there[0], &bytes, &unit, &base), "Win_shared_query");
+    words.lower = static_cast<std::uint64_t*>(base);
+  }
+  if (there[1] != MPI_UNDEFINED && there[1] != MPI_PROC_NULL) words.upper = mine;
+  // Every word is zero before any rank claims from it.
+  mpiCheck(MPI_Barrier(words.host), "Barrier");
+  return words;
+}
+
+void Comm::release(NeighbourWords& words) const {
+  if (words.window == MPI_WIN_NULL) return;
+  check();
+  mpiCheck(MPI_Win_free(&words.window), "Win_free");
+  mpiCheck(MPI_Comm_free(&words.host), "Comm_free");
+  words.lower = words.upper = nullptr;
+}
 
 void Comm::reduceTree(const std::function<void(const std::vector<std::byte>&)>& absorb,
                       const std::function<std::vector<std::byte>()>& produce) const {

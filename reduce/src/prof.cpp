@@ -10,28 +10,33 @@ namespace csp::reduce {
 
 namespace {
 
-// Every rank's phase times so far to the root, which keeps per phase the slowest rank (the first
-// of equals). Every rank runs the same phases; a rank whose list differs is left out. Taken
-// before the outputs are published, so that a failure here is the job's like any other, not one
-// after its database became visible.
-std::vector<ProfSummary::SlowestRank> slowestRanks(const Comm& comm, const std::vector<PhaseTime>& phases) {
-  if (comm.size() == 1) return {};
+// Every rank's phase times so far and its profile count to the root, which keeps per phase the
+// slowest rank (the first of equals) and the fewest and most profiles of a rank. Every rank runs
+// the same phases; a rank whose list differs is left out of the phases. Taken before the outputs
+// are published, so that a failure here is the job's like any other, not one after its database
+// became visible.
+void gatherRankFigures(const Comm& comm, const std::vector<PhaseTime>& phases, std::uint32_t profiles,
+                       ProfSummary& summary) {
+  if (comm.size() == 1) return;
   Packer p;
+  p.u64(profiles);
   p.u64(phases.size());
   for (const auto& t : phases) p.real(t.seconds);
   const auto parts = comm.gather(p.take());
-  std::vector<ProfSummary::SlowestRank> slowest;
-  if (comm.rank() != 0) return slowest;
+  if (comm.rank() != 0) return;
+  auto& slowest = summary.slowest;
   slowest.assign(phases.size(), {});
+  summary.profilesPerRank = {UINT32_MAX, 0};
   for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
     Unpacker u(parts[static_cast<std::size_t>(r)], "phase times");
+    const auto n = static_cast<std::uint32_t>(u.u64());
+    summary.profilesPerRank = {std::min(summary.profilesPerRank.first, n), std::max(summary.profilesPerRank.second, n)};
     if (u.u64() != phases.size()) continue;
     for (auto& s : slowest) {
       const double seconds = u.real();
       if (r == 0 || seconds > s.seconds) s = {r, seconds};
     }
   }
-  return slowest;
 }
 
 // The stages on this rank. Any exception ends them here; runProf turns it into the job-wide
@@ -52,7 +57,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   });
   summary.phases = pipeline.phaseTimes();
   for (const auto& sink : options.sinks) sink->finish(comm, pipeline, summary);
-  summary.slowest = slowestRanks(comm, summary.phases);  // the phases up to publication
+  gatherRankFigures(comm, summary.phases, pipeline.localProfileCount(), summary);  // the phases up to publication
   for (const auto& sink : options.sinks) sink->publish(comm, summary);
 
   summary.inputs = pipeline.inputCount();

@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/cpu_hogs.hpp"
 #include "common/db_dump.hpp"
@@ -320,6 +321,52 @@ TEST(ProfWaits, ARankWaitingForASlowPeerDoesNotTakeACore) {
   ASSERT_TRUE(std::regex_search(children, m, std::regex(R"((\d+)m([0-9.]+)s (\d+)m([0-9.]+)s)"))) << children;
   const double cpu = 60 * std::stod(m[1]) + std::stod(m[2]) + 60 * std::stod(m[3]) + std::stod(m[4]);
   EXPECT_LT(cpu, 1.0) << "rank 0 used " << cpu << " s of CPU while it waited 3 s for rank 1";
+}
+
+// The read's balancing (docs/postprocessing.md, "Balancing"): a rank that starts reading late
+// (1.5 s, CSP_FAULT_INJECT sleep) finds the batches it shares with its neighbours taken by them,
+// and the database is still the one-process one. 64 profiles of about equal size in batches of 4:
+// static shares of 8 batches at -np 2, the middle 8 shared. With --no-balance the shares stay.
+TEST(ProfBalance, ALateRankLeavesItsSharedBatchesToItsNeighbours) {
+  TempDir dir("prof-balance");
+  const auto meas = dir / "meas";
+  const auto gen = run(tool("csp-gen") + " -q --ranks 16 --threads 4 --nodes 300 --seed 11 -o " + meas.string());
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  auto prof = [&](int ranks, const std::string& inject, const std::string& options, const std::string& name) {
+    const auto r =
+        run((inject.empty() ? "" : "CSP_FAULT_INJECT=" + inject + " ") + limited(60, ranks) + tool("csp-prof-mpi") +
+            " -j 1 --batch 4 " + options + " " + meas.string() + " -o " + (dir / name).string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.output;
+  };
+  // "profiles per rank A to B (...)": the fewest and the most profiles of a rank.
+  auto perRank = [](const std::string& output) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(output, m, std::regex(R"(profiles per rank (\d+) to (\d+) \(([a-z ]+))"))) << output;
+    return m.empty() ? std::tuple<int, int, std::string>{-1, -1, ""}
+                     : std::tuple<int, int, std::string>{std::stoi(m[1]), std::stoi(m[2]), m[3]};
+  };
+  prof(1, "", "-q", "np1");
+  const auto reference = csp::test::dumpDatabase(dir / "np1");
+  ASSERT_FALSE(reference.empty());
+
+  // Two ranks, rank 1 late: rank 0 reads its own quarter and the shared half (48 profiles).
+  const auto [fewest, most, how] = perRank(prof(2, "1:read:sleep1500", "", "np2"));
+  EXPECT_EQ(how, "balanced in the read between ranks on one host");
+  EXPECT_EQ(fewest + most, 64);
+  EXPECT_GE(most - fewest, 16) << "rank 0 did not take over rank 1's shared batches";
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "np2"), reference);
+
+  // The same without balancing: each rank reads its static share, about half.
+  const auto [staticFewest, staticMost, staticHow] = perRank(prof(2, "1:read:sleep1500", "--no-balance", "np2s"));
+  EXPECT_EQ(staticHow, "static shares");
+  EXPECT_LE(staticMost - staticFewest, 8);
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "np2s"), reference);
+
+  // Three ranks, the middle one late: both its sides are shared, its neighbours read them all.
+  const auto [middleFewest, middleMost, middleHow] = perRank(prof(3, "1:read:sleep1500", "", "np3"));
+  EXPECT_EQ(middleFewest, 0) << "the late middle rank still read profiles";
+  EXPECT_EQ(csp::test::dumpDatabase(dir / "np3"), reference);
 }
 
 class ProfFailure : public ::testing::Test {

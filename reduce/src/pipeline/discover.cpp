@@ -182,23 +182,29 @@ std::size_t sourceIndex(const ProfileSources& sources, const ProfileSource* sour
 Discovery discover(const Comm& comm, const PipelineOptions& options) {
   Listing listing;
   if (comm.rank() == 0) listing = listInputs(options);
-  // Rank 0 to each rank: the count of all inputs, where its share begins and ends, and the share's
-  // paths, sizes and sources (each source as its index in the options).
+  // Rank 0 to each rank: the count of all inputs, the batch size, its static share and the
+  // intervals it may share with its neighbours (in batches: BatchClaims), and the paths, sizes
+  // and sources (each source as its index in the options) of every input it may read.
   std::vector<std::vector<std::byte>> outgoing(static_cast<std::size_t>(comm.size()));
   if (comm.rank() == 0) {
     const auto& sources = options.sources;
     const std::size_t batch = batchProfilesFor(listing.inputs, options.batchProfiles, options.batchBudget);
     const auto starts = shareStarts(listing.inputs, batch, comm.size());
-    for (int r = 0; r < comm.size(); ++r) {
-      const std::size_t begin = starts[static_cast<std::size_t>(r)];
-      const std::size_t end = starts[static_cast<std::size_t>(r) + 1];
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    std::vector<std::size_t> low(ranks + 1), middle(ranks);  // in batches
+    for (std::size_t r = 0; r <= ranks; ++r) low[r] = (starts[r] + batch - 1) / batch;
+    for (std::size_t r = 0; r < ranks; ++r) middle[r] = low[r] + (low[r + 1] - low[r]) / 2;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t lowerMiddle = options.balanceRead && r > 0 ? middle[r - 1] : low[r];
+      const std::size_t upperMiddle = options.balanceRead && r + 1 < ranks ? middle[r + 1] : low[r + 1];
+      const std::size_t begin = std::min(lowerMiddle * batch, listing.inputs.size());
+      const std::size_t end = std::min(upperMiddle * batch, listing.inputs.size());
       Packer p;
       p.u64(listing.inputs.size());
       p.u64(batch);
-      p.u64(begin);
-      p.u64(end);
+      for (const std::size_t b : {low[r], low[r + 1], lowerMiddle, middle[r], upperMiddle}) p.u64(b);
       for (std::size_t i = begin; i < end; ++i) putInput(p, listing.inputs[i], sources);
-      outgoing[static_cast<std::size_t>(r)] = p.take();
+      outgoing[r] = p.take();
     }
     listing.inputs = {};
   }
@@ -209,8 +215,16 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   d.total = u.u64();
   d.batchProfiles = u.u64();
   if (d.batchProfiles == 0) throw std::logic_error("a batch of no profiles");
-  d.begin = u.u64();
-  d.end = u.u64();
+  d.shareLow = u.u64();
+  d.shareHigh = u.u64();
+  d.lowerMiddle = u.u64();
+  d.middle = u.u64();
+  d.upperMiddle = u.u64();
+  if (!(d.lowerMiddle <= d.shareLow && d.shareLow <= d.middle && d.middle <= d.shareHigh &&
+        d.shareHigh <= d.upperMiddle))
+    throw std::logic_error("discovery: a share outside the intervals around it");
+  d.begin = std::min(d.lowerMiddle * d.batchProfiles, d.total);
+  d.end = std::min(d.upperMiddle * d.batchProfiles, d.total);
   for (std::size_t i = d.begin; i < d.end; ++i) d.inputs.add(getInput(u, options.sources));
   u.expectDone();
   d.inputs.shrinkToFit();

@@ -26,6 +26,7 @@ struct Pipeline::Impl {
   std::unique_ptr<ProjectionSpill> spill;  // buildStructure to computeMetrics
   std::unique_ptr<SpillFile> kept;         // from buildStructure: the profiles (LocalProfiles), thread classes
   std::vector<std::uint32_t> finalIdOf;    // buildStructure: per local CCT node
+  Comm::NeighbourWords neighbourWords;     // discover to buildStructure: the read's balancing
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -53,6 +54,9 @@ Pipeline::~Pipeline() = default;
 void Pipeline::discover() {
   Stopwatch watch;
   impl_->discovery = stages::discover(impl_->comm, impl_->options);
+  // Before the read phase begins, so that a rank that starts reading late finds the shared
+  // batches already taken instead of holding up the others here.
+  if (impl_->options.balanceRead) impl_->neighbourWords = impl_->comm.shareWithNeighbours();
   impl_->workers.record("discover", watch.seconds());
 }
 
@@ -63,9 +67,10 @@ void Pipeline::buildStructure() {
   RegionUnion regionUnion;
   s.spill = std::make_unique<ProjectionSpill>();
   s.kept = std::make_unique<SpillFile>("profile spool");
-  ReadResult read =
-      readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion, *s.kept);
+  ReadResult read = readAndAttribute(s.discovery, s.options, s.workers, s.attribution(), localCct, regionUnion, *s.kept,
+                                     s.neighbourWords);
   Stopwatch unify;
+  s.comm.release(s.neighbourWords);  // every rank has finished claiming
   s.profiles = tabulateProfiles(s.comm, s.discovery, read, s.options, *s.kept);
   s.threadClasses = stages::classifyThreads(s.comm, s.profiles, s.options.threadClasses, *s.kept);
   if (s.threadClasses.classOf.size() != s.profiles.count)

@@ -156,43 +156,124 @@ std::vector<Identity> CommonIdentities::take() {
   return std::move(entries_);
 }
 
-ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
-                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept) {
+BatchClaims::BatchClaims(Side lower, Side upper)
+    : queues_{{lower.shared ? lower.shared : &own_[0], lower.begin, lower.end, lower.shared != nullptr},
+              {upper.shared ? upper.shared : &own_[1], upper.begin, upper.end, false}},
+      shared_{lower.shared != nullptr, upper.shared != nullptr} {
+  if (lower.end != upper.begin || lower.begin > lower.end || upper.begin > upper.end)
+    throw std::logic_error("batch claims: the two sides must meet at the middle");
+  for (const auto& q : queues_)
+    if (q.end - q.begin > UINT32_MAX) throw std::logic_error("batch claims: more than 2^32 batches");
+}
+
+std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
+  const std::uint64_t w = std::atomic_ref<std::uint64_t>(*q.word).load();
+  return top ? w >> 32 : w & UINT32_MAX;
+}
+
+std::optional<std::size_t> BatchClaims::take(const Queue& q) {
+  std::atomic_ref<std::uint64_t> word(*q.word);
+  std::uint64_t w = word.load();
+  for (;;) {
+    const std::uint64_t bottom = w & UINT32_MAX, top = w >> 32;
+    if (bottom + top >= q.end - q.begin) return std::nullopt;
+    if (word.compare_exchange_weak(w, q.fromTop ? w + (std::uint64_t{1} << 32) : w + 1))
+      return q.fromTop ? q.end - 1 - top : q.begin + bottom;
+  }
+}
+
+std::optional<std::size_t> BatchClaims::next() {
+  for (std::size_t s = 0; s < 2; ++s)
+    if (!shared_[s])
+      if (const auto b = take(queues_[s])) return b;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::size_t s = (turn_ + k) % 2;
+    if (!shared_[s]) continue;
+    if (const auto b = take(queues_[s])) {
+      turn_ = 1 - s;
+      return b;
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t BatchClaims::first() const {
+  const Queue& q = queues_[0];
+  return q.fromTop ? q.end - taken(q, true) : q.begin;
+}
+
+std::size_t BatchClaims::last() const {
+  const Queue& q = queues_[1];
+  return q.begin + taken(q, false);
+}
+
+ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options, Workers& workers,
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept,
+                            const Comm::NeighbourWords& words) {
   Stopwatch watch;
-  const std::size_t count = discovery.end - discovery.begin;
+  const std::size_t batch = discovery.batchProfiles;
+  auto inputOf = [&](std::size_t b) { return std::min(b * batch, discovery.total); };  // a batch's first input
+  // Both ranks of a pair see the same words, so they agree on whether they share the interval
+  // between their middles; if not, each reads its own part of it, up to their shares' boundary.
+  const bool lowerShared = words.lower != nullptr, upperShared = words.upper != nullptr;
+  BatchClaims claims(
+      {lowerShared ? words.lower : nullptr, lowerShared ? discovery.lowerMiddle : discovery.shareLow, discovery.middle},
+      {upperShared ? words.upper : nullptr, discovery.middle,
+       upperShared ? discovery.upperMiddle : discovery.shareHigh});
   ReadResult out;
-  out.profiles.assign(count, KeptProfile{});  // MT: one element per worker iteration
+  out.profiles.assign(discovery.end - discovery.begin, KeptProfile{});  // MT: one element per worker iteration
   std::mutex errorsMutex;
   std::vector<std::string> errors;  // MT: under errorsMutex, as out.skipped
   BusyTimes busy;
   CommonIdentities common;
   MetricLists metricLists;
-  workers.begin("read + attribute", count);
-  workers.forEach(count, [&](std::size_t i) {
-    const auto input = discovery.inputs[i];
-    try {
-      const ReadProfile profile =
-          readOne(input, discovery.begin + i, attribution, localCct, regions, common, metricLists, busy);
-      const std::string bytes = encodeReadProfile(profile);
-      const SpillRef where = kept.write(bytes.data(), bytes.size());
-      out.profiles[i] = {where.offset, static_cast<std::uint32_t>(where.size), profile.metrics};
-    } catch (const storage::ProfileError& e) {
-      std::lock_guard lock(errorsMutex);
-      if (options.skipInvalid)
-        out.skipped.push_back({e.file(), e.defect()});
-      else
-        errors.push_back(e.what());
-    } catch (const std::exception& e) {
-      std::lock_guard lock(errorsMutex);
-      errors.push_back(fmt::format("{}: {}", input.path, e.what()));
-    }
-  });
+  const std::size_t share = inputOf(discovery.shareHigh) - inputOf(discovery.shareLow);
+  workers.begin("read + attribute", share);
+  std::atomic<std::uint64_t> done{0};
+  while (const auto b = claims.next()) {
+    const std::size_t first = inputOf(*b), count = inputOf(*b + 1) - first;
+    workers.forEach(
+        count,
+        [&](std::size_t k) {
+          const std::size_t i = first + k - discovery.begin;
+          const auto input = discovery.inputs[i];
+          try {
+            const ReadProfile profile =
+                readOne(input, first + k, attribution, localCct, regions, common, metricLists, busy);
+            const std::string bytes = encodeReadProfile(profile);
+            const SpillRef where = kept.write(bytes.data(), bytes.size());
+            out.profiles[i] = {where.offset, static_cast<std::uint32_t>(where.size), profile.metrics};
+          } catch (const storage::ProfileError& e) {
+            std::lock_guard lock(errorsMutex);
+            if (options.skipInvalid)
+              out.skipped.push_back({e.file(), e.defect()});
+            else
+              errors.push_back(e.what());
+          } catch (const std::exception& e) {
+            std::lock_guard lock(errorsMutex);
+            errors.push_back(fmt::format("{}: {}", input.path, e.what()));
+          }
+        },
+        done, share);
+  }
   workers.end("read + attribute", watch);
   workers.record("  busy reading + validating", 1e-9 * static_cast<double>(busy.readNs.load()));
   workers.record("  busy attributing + merging", 1e-9 * static_cast<double>(busy.attributeNs.load()));
   std::sort(errors.begin(), errors.end());
   throwIfAny(errors);
   std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  // From here on the rank's inputs are the ones it read.
+  const std::size_t begin = inputOf(claims.first()), end = inputOf(claims.last());
+  if (begin < discovery.begin || end > discovery.end || begin > end)
+    throw std::logic_error("read: claimed batches outside the inputs sent");
+  out.profiles.erase(out.profiles.begin() + static_cast<std::ptrdiff_t>(end - discovery.begin), out.profiles.end());
+  out.profiles.erase(out.profiles.begin(), out.profiles.begin() + static_cast<std::ptrdiff_t>(begin - discovery.begin));
+  InputList mine;
+  for (std::size_t i = begin; i < end; ++i) mine.add(discovery.input(i));
+  mine.shrinkToFit();
+  std::swap(discovery.inputs, mine);
+  discovery.begin = begin;
+  discovery.end = end;
   out.common = common.take();
   out.metricLists = metricLists.take();
   return out;

@@ -71,17 +71,23 @@ class Workers {
   template <typename F>
   void forEach(std::size_t count, F&& body) {
     std::atomic<std::uint64_t> done{0};
+    forEach(count, std::forward<F>(body), done, count);
+  }
+  // The same as one part of a phase: `done` counts the phase's items so far, shown against
+  // `total` (at most: a rank may do more than its share).
+  template <typename F>
+  void forEach(std::size_t count, F&& body, std::atomic<std::uint64_t>& done, std::uint64_t total) {
     arena_.execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, 1), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
           body(i);
           const auto d = ++done;
           // Updates come from workers; the sink only redraws when the percentage moves.
-          if (progress_ && std::this_thread::get_id() == main_) progress_->update(d);
+          if (progress_ && std::this_thread::get_id() == main_) progress_->update(std::min<std::uint64_t>(d, total));
         }
       });
     });
-    if (progress_) progress_->update(count);
+    if (progress_) progress_->update(std::min<std::uint64_t>(done, total));
   }
 
  private:
@@ -98,12 +104,19 @@ void throwIfAny(const std::vector<std::string>& errors);
 // --- discover (discover.cpp) -------------------------------------------------------------------
 
 struct Discovery {
-  InputList inputs;                              // this rank's share: inputs[i] is input begin + i;
-                                                 // released once the structure is built
-  std::size_t begin = 0, end = 0;                // this rank's inputs, of all ranks' in id order
+  InputList inputs;  // inputs[i] is input begin + i; released once the
+                     // structure is built
+  // This rank's inputs, of all ranks' in id order: until the read, every input it may read (the
+  // batches [lowerMiddle, upperMiddle)); from then on, the ones it read (readAndAttribute).
+  std::size_t begin = 0, end = 0;
   std::size_t total = 0;                         // the inputs of all ranks
   std::size_t batchProfiles = 1;                 // profiles per batch (batchProfilesFor), all ranks alike
   std::vector<std::string> leftoverTemporaries;  // rank 0: unfinished profiles in the directories
+  // The read's balancing (read.cpp), in batches of all ranks' inputs: this rank's static share
+  // is [shareLow, shareHigh) and `middle` splits it. [lowerMiddle, middle) is the interval it may
+  // share with rank - 1 (from rank - 1's middle), [middle, upperMiddle) the one with rank + 1.
+  // Without balancing, lowerMiddle = shareLow and upperMiddle = shareHigh.
+  std::size_t shareLow = 0, shareHigh = 0, lowerMiddle = 0, middle = 0, upperMiddle = 0;
   // Input `index` (of all ranks' inputs), which must be in this rank's share.
   InputProfile input(std::size_t index) const { return inputs[index - begin]; }
 };
@@ -312,8 +325,51 @@ struct Attribution {
 
 // Reads this rank's inputs in parallel, attributes them and unions their contexts into
 // `localCct` and their region trees into `regions`; what is kept of each profile goes to `kept`.
-ReadResult readAndAttribute(const Discovery& discovery, const PipelineOptions& options, Workers& workers,
-                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept);
+// Balanced between neighbouring ranks on one host through `words` (Comm::shareWithNeighbours;
+// no shared word: each rank reads its static share): afterwards `discovery` holds the inputs
+// this rank read, a contiguous range of whole batches.
+ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options, Workers& workers,
+                            Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept,
+                            const Comm::NeighbourWords& words);
+
+// The batches a rank reads, claimed one at a time (docs/postprocessing.md, "Balancing"). The
+// interval between the middles of two neighbours' static shares is a queue of batches with two
+// ends: the lower rank takes from its bottom, the upper rank from its top, both counted in one
+// word they share (the low half: taken from the bottom; the high half: from the top). Where they
+// meet follows the ranks' speeds, and each rank's batches stay one contiguous range. A side
+// whose neighbour runs on another host (or that has none) is the rank's own part of its static
+// share, counted in a word of its own. The rank's own parts come first, then the shared sides
+// by turns, from its middle outwards. MT: next() from one thread.
+class BatchClaims {
+ public:
+  struct Side {
+    std::uint64_t* shared = nullptr;  // the word shared with the neighbour; null: this rank's alone
+    std::size_t begin = 0, end = 0;   // the interval's batches
+  };
+  // `lower`: the side below the middle (this rank takes from its top when it is shared), `upper`
+  // the side above (taken from its bottom).
+  BatchClaims(Side lower, Side upper);
+  BatchClaims(const BatchClaims&) = delete;
+  BatchClaims& operator=(const BatchClaims&) = delete;
+  // The next batch; none when both sides are spent.
+  std::optional<std::size_t> next();
+  // Once next() has returned none: the batches this rank took, [first, last).
+  std::size_t first() const;
+  std::size_t last() const;
+
+ private:
+  struct Queue {
+    std::uint64_t* word;
+    std::size_t begin, end;
+    bool fromTop;
+  };
+  static std::optional<std::size_t> take(const Queue& q);
+  static std::uint64_t taken(const Queue& q, bool top);
+  std::uint64_t own_[2] = {0, 0};
+  Queue queues_[2];  // lower, upper
+  bool shared_[2];
+  std::size_t turn_ = 0;
+};
 
 // The JIT symbols of a profile's process, if its source keeps them.
 const PerfMap* jitSymbolsOf(Attributor& attributor, const InputProfile& input, const ThreadProfile& profile);

@@ -129,6 +129,25 @@ class Comm {
   // A check with no data: every rank is past the same point without failure.
   void barrier() const;
 
+  // A word of memory shared by each pair of neighbouring ranks (r, r + 1) that run on the same
+  // host, for claims by compare-and-swap that never wait for the other rank: balancing the read
+  // between neighbours (docs/postprocessing.md, "Balancing"). MPI_Win_allocate_shared on the
+  // host's communicator (MPI_Comm_split_type), so a rank that fails or stalls cannot block its
+  // neighbour's claims. `upper` is this rank's own word, shared with rank + 1; `lower` is
+  // rank - 1's, shared with this rank; null where that neighbour runs on another host or does
+  // not exist. Both start at zero.
+  struct NeighbourWords {
+    std::uint64_t* lower = nullptr;
+    std::uint64_t* upper = nullptr;
+    MPI_Win window = MPI_WIN_NULL;
+    MPI_Comm host = MPI_COMM_NULL;
+  };
+  // Collective. Without MPI or with one process: no shared word.
+  NeighbourWords shareWithNeighbours() const;
+  // Collective: frees the words once no rank claims any more. Not called on the failure path: a
+  // window left allocated ends with MPI_Finalize or MPI_Abort.
+  void release(NeighbourWords& words) const;
+
   // The failure path, called once on every rank after its work threw (`message` says why) or a
   // collective threw PeerFailure (`message` empty). Returns, on rank 0, the non-empty messages of
   // the ranks that failed, in rank order; empty elsewhere. Aborts the job (after printing and the

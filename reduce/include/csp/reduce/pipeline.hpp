@@ -51,6 +51,9 @@ struct PipelineOptions {
   unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
   bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
   bool physical = false;                      // OpenMP: native call paths, not logical ones (--physical)
+  // Neighbouring ranks on one host balance the read by claiming batches between their shares
+  // (docs/postprocessing.md, "Balancing"); false: each rank reads exactly its share (--no-balance).
+  bool balanceRead = true;
   AttributionOptions attribution;
   // Profiles per metrics batch; 0: automatic (at most 256, fewer for large profiles:
   // stages::batchProfilesFor).

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "csp/reduce/pipeline.hpp"
@@ -37,6 +38,9 @@ struct ProfSummary {
     double seconds = 0;
   };
   std::vector<SlowestRank> slowest;
+  // The fewest and the most profiles a rank post-processed (rank 0; zeros with one process): the
+  // read's balancing moves whole batches between neighbouring ranks on one host.
+  std::pair<std::uint32_t, std::uint32_t> profilesPerRank{0, 0};
   AttributionStats attribution;  // rank 0's
   // From the CSP database sink:
   std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
