@@ -381,16 +381,17 @@ std::uint64_t Comm::sum(std::uint64_t value) const {
 
 void Comm::barrier() const { check(); }
 
-Comm::NeighbourWords Comm::shareWithNeighbours() const {
+Comm::NeighbourWords Comm::shareWithNeighbours(std::size_t count) const {
   NeighbourWords words;
-  if (size_ == 1) return words;
+  if (size_ == 1 || count == 0) return words;
   check();
   mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &words.host), "Comm_split_type");
   std::uint64_t* mine = nullptr;
-  mpiCheck(MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, words.host, &mine,
-                                   &words.window),
+  mpiCheck(MPI_Win_allocate_shared(static_cast<MPI_Aint>(count * sizeof(std::uint64_t)), sizeof(std::uint64_t),
+                                   MPI_INFO_NULL, words.host, &mine, &words.window),
            "Win_allocate_shared");
-  std::atomic_ref<std::uint64_t>(*mine).store(0);
+  for (std::size_t i = 0; i < count; ++i) std::atomic_ref<std::uint64_t>(mine[i]).store(0);
+  words.mine = mine;
   // The neighbours' ranks on this host (MPI_UNDEFINED: on another host).
   MPI_Group all = MPI_GROUP_NULL, host = MPI_GROUP_NULL;
   mpiCheck(MPI_Comm_group(comm_, &all), "Comm_group");
@@ -400,15 +401,16 @@ Comm::NeighbourWords Comm::shareWithNeighbours() const {
   mpiCheck(MPI_Group_translate_ranks(all, 2, neighbours, host, there), "Group_translate_ranks");
   MPI_Group_free(&all);
   MPI_Group_free(&host);
-  if (there[0] != MPI_UNDEFINED && there[0] != MPI_PROC_NULL) {
+  std::uint64_t** into[2] = {&words.lower, &words.upper};
+  for (int side = 0; side < 2; ++side) {
+    if (there[side] == MPI_UNDEFINED || there[side] == MPI_PROC_NULL) continue;
     MPI_Aint bytes = 0;
     int unit = 0;
     void* base = nullptr;
-    mpiCheck(MPI_Win_shared_query(words.window, there[0], &bytes, &unit, &base), "Win_shared_query");
-    words.lower = static_cast<std::uint64_t*>(base);
+    mpiCheck(MPI_Win_shared_query(words.window, there[side], &bytes, &unit, &base), "Win_shared_query");
+    *into[side] = static_cast<std::uint64_t*>(base);
   }
-  if (there[1] != MPI_UNDEFINED && there[1] != MPI_PROC_NULL) words.upper = mine;
-  // Every word is zero before any rank claims from it.
+  // Every word is zero before any rank uses it.
   mpiCheck(MPI_Barrier(words.host), "Barrier");
   return words;
 }
@@ -418,7 +420,7 @@ void Comm::release(NeighbourWords& words) const {
   check();
   mpiCheck(MPI_Win_free(&words.window), "Win_free");
   mpiCheck(MPI_Comm_free(&words.host), "Comm_free");
-  words.lower = words.upper = nullptr;
+  words.mine = words.lower = words.upper = nullptr;
 }
 
 void Comm::reduceTree(const std::function<void(const std::vector<std::byte>&)>& absorb,

@@ -27,6 +27,11 @@ command is paired with the baseline run just before it, and the ratio is taken p
             baseline: copying the database it wrote (`cp -r`, page cache to disk)
   hpctoolkit  the HPCToolkit database of 4,096 profiles (postproc's shape): csp-prof-mpi
             --hpctoolkit and csp-export; baseline: csp-prof-mpi alone
+  balance   the read's balancing between neighbouring processes: csp-prof-mpi -np 2 on postproc's
+            largest input (full mode 4,096 profiles, quick 1,024), with the processes' cores idle
+            and with a CPU hog (`yes`) pinned to the second process's core (a node shared with
+            another job), each with balancing and with --no-balance; per-process profile counts;
+            baseline: --no-balance on the same machine state
   hpcrun    HPCToolkit's measurements as input: csp-prof-mpi -np 2 on 1,024 and 4,096 *.hpcrun
             files of postproc's shape (quick: 256 / 1,024), written by tests/bench/hpcrun_bench
             --write with the same profiles in CSP's format; with and without --hpctoolkit; peak
@@ -78,7 +83,7 @@ MODES = {
                  dbwrite=dict(profiles=64, nodes=300, writers=2), hpctoolkit_profiles=64,
                  hpcrun_profiles=[16, 64]),
 }
-SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite", "hpctoolkit", "hpcrun"]
+SCENARIOS = ["postproc", "growth", "views", "overhead", "diff", "dbwrite", "hpctoolkit", "hpcrun", "balance"]
 
 # Reference figures of docs/benchmarks.md, "Targets" (hpcprof on this kind of machine; not measured here).
 REFERENCE = {
@@ -374,6 +379,9 @@ class Suite:
                # that fault in fresh pages for every profile fall behind the others).
                "page_faults_max": max(faults), "page_fault_spread": max(faults) / max(min(faults), 1),
                "db_bytes": self.dir_bytes(db)}
+        m = re.search(r"profiles per rank (\d+) to (\d+)", out)
+        if m:  # the fewest and the most profiles of a process
+            res["profiles_per_rank"] = [int(m.group(1)), int(m.group(2))]
         m = re.search(r"canonical CCT (\d+) nodes", out)
         res["canonical_nodes"] = int(m.group(1)) if m else None
         m = re.search(r"per-thread values (\d+) \(each stored by profile and by node\)", out)
@@ -877,6 +885,46 @@ class Suite:
             json.dump(info, f, indent=1)
         return d, info
 
+    def scenario_balance(self):
+        if self.cores < 2 or self.workers != 1:
+            raise NotRun(f"needs 2 cores and one worker per process (here {self.cores} cores, -j {self.workers})")
+        if not shutil.which("taskset", path=self.env.get("PATH")):
+            raise NotRun("tool missing: taskset (package util-linux)")
+        profiles = min(max(self.p["profiles"]), 4096)
+        meas, info = self.inputs(profiles, self.p["nodes"])
+        hog_core = sorted(os.sched_getaffinity(0))[1]  # mpirun --bind-to core puts rank 1 there
+        self.floor(meas)  # warm the page cache
+        states = {}
+        for state in ("idle", "hog on rank 1's core"):
+            hog = None
+            if state != "idle":
+                hog = subprocess.Popen(["taskset", "-c", str(hog_core), "yes"], stdout=subprocess.DEVNULL)
+            try:
+                raw = {"balanced": [], "static": []}
+                variants = [("static", ["--no-balance"]), ("balanced", [])]
+                for r in range(self.p["runs"]):
+                    for name, extra in variants if r % 2 == 0 else variants[::-1]:  # alternating order
+                        log(f"balance: {state}, run {r + 1}/{self.p['runs']}, {name}")
+                        db = os.path.join(self.tmp, "db-balance")
+                        raw[name].append(self.prof(meas, 2, db, "balance", extra=extra))
+                        shutil.rmtree(db, ignore_errors=True)
+            finally:
+                if hog:
+                    hog.kill()
+                    hog.wait()
+            walls = {k: [x["wall"] for x in v] for k, v in raw.items()}
+            states[state] = {
+                "wall_s": {k: stat(v, "s") for k, v in walls.items()},
+                "balanced_over_static": stat(ratios(walls["balanced"], walls["static"]), "x"),
+                "profiles_per_rank": {k: [x.get("profiles_per_rank") for x in v] for k, v in raw.items()},
+                "slowest_phases_s": {k: {p: statistics.median(x["slowest_phases"][p] for x in v)
+                                         for p in ("read + attribute", "metrics")
+                                         if all(p in x.get("slowest_phases", {}) for x in v)}
+                                     for k, v in raw.items()}}
+        return {"baseline": "csp-prof-mpi --no-balance (static shares) in the same machine state",
+                "profiles": profiles, "input_mib": info["bytes"] / 1048576.0, "hog_core": hog_core,
+                "states": states}
+
     def scenario_hpcrun(self):
         """csp-prof-mpi on *.hpcrun files against the same profiles in CSP's format (the baseline),
         and with --hpctoolkit, interleaved per round, at two profile counts."""
@@ -1275,6 +1323,20 @@ def markdown(rep):
         out.append(f"\nLog-log slope of peak memory per process over the profile count: CSP format "
                    f"{fmt(sl['csp'])}, hpcrun {fmt(sl['hpcrun'])}, hpcrun --hpctoolkit {fmt(sl['hpcrun_hpctoolkit'])} "
                    "(0: flat).\n")
+
+    s = header("balance", "Balancing the read between neighbouring processes (csp-prof-mpi -np 2)")
+    if s:
+        out.append(f"{s['profiles']:,} profiles ({s['input_mib']:.0f} MiB); the ratio is balanced / --no-balance "
+                   f"within each round; a hog is `yes` pinned to core {s['hog_core']} (rank 1's).\n\n")
+        rows = []
+        for state, x in s["states"].items():
+            counts = x["profiles_per_rank"]["balanced"]
+            rows.append([state, mmm(x["wall_s"]["static"]), mmm(x["wall_s"]["balanced"]), mmm(x["balanced_over_static"]),
+                         ", ".join(f"{c[0]}–{c[1]}" for c in counts if c),
+                         fmt(x["slowest_phases_s"]["static"].get("metrics")),
+                         fmt(x["slowest_phases_s"]["balanced"].get("metrics"))])
+        out.append(table(["cores", "--no-balance s", "balanced s", "balanced / static", "profiles per rank (balanced)",
+                          "slowest metrics s: static", "balanced"], rows))
 
     if rep["problems"]:
         out.append("\n## Problems\n\n" + "\n".join(f"- {p}" for p in rep["problems"]) + "\n")

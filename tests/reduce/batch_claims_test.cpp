@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -23,8 +24,9 @@ std::vector<std::size_t> drain(BatchClaims& claims) {
 }
 
 // `ranks` ranks over `batches` batches in equal static shares, each pair of neighbours sharing
-// the interval between their middles; every rank claims on its own thread. `slow` (if any)
-// starts only once the others have claimed everything they could.
+// the interval between their middles; every rank claims on its own thread, reading each batch in
+// about the same time. `slow` (if any) starts only once the others have claimed everything they
+// could.
 struct Outcome {
   std::vector<std::vector<std::size_t>> taken;  // per rank, in claim order
   std::vector<std::pair<std::size_t, std::size_t>> range;
@@ -33,17 +35,12 @@ Outcome claimConcurrently(std::size_t ranks, std::size_t batches, int slow = -1)
   std::vector<std::size_t> low(ranks + 1), middle(ranks);
   for (std::size_t r = 0; r <= ranks; ++r) low[r] = batches * r / ranks;
   for (std::size_t r = 0; r < ranks; ++r) middle[r] = low[r] + (low[r + 1] - low[r]) / 2;
-  std::vector<std::uint64_t> words(ranks, 0);  // words[r]: shared by r and r + 1
-  std::vector<std::unique_ptr<BatchClaims>> claims;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const BatchClaims::Side lower = r == 0 ? BatchClaims::Side{nullptr, low[0], middle[0]}
-                                           : BatchClaims::Side{&words[r - 1], middle[r - 1], middle[r]};
-    const BatchClaims::Side upper = r + 1 == ranks ? BatchClaims::Side{nullptr, middle[r], low[ranks]}
-                                                   : BatchClaims::Side{&words[r], middle[r], middle[r + 1]};
-    claims.push_back(std::make_unique<BatchClaims>(lower, upper));
-  }
+  constexpr std::size_t kWords = BatchClaims::kWords;
+  std::vector<std::uint64_t> words(ranks * kWords, 0);  // rank r's at r * kWords, as in a shared window
+  auto of = [&](std::size_t r) { return words.data() + r * kWords; };
   Outcome out;
   out.taken.resize(ranks);
+  out.range.resize(ranks);
   std::atomic<std::size_t> finished{0};
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
@@ -52,12 +49,24 @@ Outcome claimConcurrently(std::size_t ranks, std::size_t batches, int slow = -1)
       while (!go) std::this_thread::yield();
       if (static_cast<int>(r) == slow)
         while (finished < ranks - 1) std::this_thread::yield();
-      out.taken[r] = drain(*claims[r]);
+      const BatchClaims::Side lower =
+          r == 0 ? BatchClaims::Side{nullptr, nullptr, low[0], middle[0], low[0]}
+                 : BatchClaims::Side{of(r - 1) + BatchClaims::kQueue, of(r - 1), middle[r - 1], middle[r], low[r]};
+      const BatchClaims::Side upper =
+          r + 1 == ranks
+              ? BatchClaims::Side{nullptr, nullptr, middle[r], low[ranks], low[ranks]}
+              : BatchClaims::Side{of(r) + BatchClaims::kQueue, of(r + 1), middle[r], middle[r + 1], low[r + 1]};
+      BatchClaims claims(lower, upper, of(r));
+      while (const auto b = claims.next()) {
+        out.taken[r].push_back(*b);
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // reading the batch
+        claims.finished();
+      }
+      out.range[r] = {claims.first(), claims.last()};
       ++finished;
     });
   go = true;
   for (auto& t : threads) t.join();
-  for (const auto& c : claims) out.range.emplace_back(c->first(), c->last());
   return out;
 }
 
@@ -86,7 +95,7 @@ void expectPartition(const Outcome& o, std::size_t batches) {
 }  // namespace
 
 TEST(BatchClaims, ARankAloneReadsItsShareInOrder) {
-  BatchClaims claims({nullptr, 3, 7}, {nullptr, 7, 12});
+  BatchClaims claims({nullptr, nullptr, 3, 7, 3}, {nullptr, nullptr, 7, 12, 12});
   std::vector<std::size_t> expected;
   for (std::size_t b = 3; b < 12; ++b) expected.push_back(b);
   EXPECT_EQ(drain(claims), expected);
@@ -96,28 +105,62 @@ TEST(BatchClaims, ARankAloneReadsItsShareInOrder) {
 }
 
 TEST(BatchClaims, OwnPartsFirstThenTheSharedSidesOutwardsByTurns) {
-  std::uint64_t below = 0, above = 0;
-  BatchClaims claims({&below, 2, 6}, {&above, 6, 9});
+  // Neighbours that have not begun reading: this rank takes their batches too.
+  std::uint64_t below[BatchClaims::kWords] = {}, above[BatchClaims::kWords] = {};
+  BatchClaims claims({below, below, 2, 6, 4}, {above, above, 6, 9, 8});
   EXPECT_EQ(drain(claims), (std::vector<std::size_t>{5, 6, 4, 7, 3, 8, 2}));
   EXPECT_EQ(claims.first(), 2U);
   EXPECT_EQ(claims.last(), 9U);
   // A rank with its own lower part and a shared upper side: its own part first, ascending.
-  std::uint64_t word = 0;
-  BatchClaims edge({nullptr, 0, 3}, {&word, 3, 5});
+  std::uint64_t next[BatchClaims::kWords] = {};
+  BatchClaims edge({nullptr, nullptr, 0, 3, 0}, {next, next, 3, 5, 4});
   EXPECT_EQ(drain(edge), (std::vector<std::size_t>{0, 1, 2, 3, 4}));
 }
 
+// Beyond the static boundary a batch is taken only while this rank would still end first: with
+// the neighbour as fast (10 time units a batch each), the shares stay; slower, or not reading
+// yet, it loses the batch.
+TEST(BatchClaims, ANeighboursBatchIsTakenOnlyWhenThatEndsTheReadSooner) {
+  struct Case {
+    std::uint64_t theirStart, theirDone;
+    bool taken;
+  };
+  for (const Case c : {Case{10, 3, false}, Case{1, 1, true}, Case{0, 0, true}, Case{30, 0, false}, Case{5, 0, true}}) {
+    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart << ", read " << c.theirDone);
+    std::uint64_t clock = 0;
+    // The upper neighbour has claimed 7, 6, 5 of the shared [0, 8) (boundary 4): batch 4 is its last.
+    std::uint64_t queue[BatchClaims::kWords] = {std::uint64_t{3} << 32};
+    std::uint64_t theirs[BatchClaims::kWords] = {0, c.theirStart, c.theirDone, 3};
+    BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
+    for (std::size_t b = 0; b < 4; ++b) {
+      EXPECT_EQ(claims.next(), b);
+      clock += 10;
+      claims.finished();
+    }
+    // At 40: this rank 4 batches in 40; taking batch 4 ends it at 50. The neighbour ends at
+    // 4 × its time per batch.
+    const auto b = claims.next();
+    EXPECT_EQ(b.has_value(), c.taken);
+    EXPECT_EQ(claims.last(), c.taken ? 5U : 4U);
+    EXPECT_FALSE(claims.next());
+  }
+}
+
 TEST(BatchClaims, EmptyIntervalsGiveAnEmptyRangeAtTheMiddle) {
-  std::uint64_t word = 0;
-  BatchClaims claims({&word, 4, 4}, {nullptr, 4, 4});
+  std::uint64_t words[BatchClaims::kWords] = {};
+  BatchClaims claims({words, words, 4, 4, 4}, {nullptr, nullptr, 4, 4, 4});
   EXPECT_FALSE(claims.next());
   EXPECT_EQ(claims.first(), 4U);
   EXPECT_EQ(claims.last(), 4U);
 }
 
 TEST(BatchClaims, SidesThatDoNotMeetAreRefused) {
-  EXPECT_THROW(BatchClaims({nullptr, 0, 4}, {nullptr, 5, 8}), std::logic_error);
-  EXPECT_THROW(BatchClaims({nullptr, 4, 2}, {nullptr, 2, 8}), std::logic_error);
+  EXPECT_THROW(BatchClaims({nullptr, nullptr, 0, 4, 0}, {nullptr, nullptr, 5, 8, 8}), std::logic_error);
+  EXPECT_THROW(BatchClaims({nullptr, nullptr, 4, 2, 4}, {nullptr, nullptr, 2, 8, 8}), std::logic_error);
+  std::uint64_t words[BatchClaims::kWords] = {};
+  EXPECT_THROW(BatchClaims({nullptr, nullptr, 0, 4, 0}, {words, nullptr, 4, 8, 6}), std::logic_error);  // no neighbour
+  EXPECT_THROW(BatchClaims({nullptr, nullptr, 0, 4, 0}, {words, words, 4, 8, 9}),
+               std::logic_error);  // boundary outside
 }
 
 // Two to eight ranks claiming at once, many times: whatever the interleaving, a partition into

@@ -56,7 +56,7 @@ void Pipeline::discover() {
   impl_->discovery = stages::discover(impl_->comm, impl_->options);
   // Before the read phase begins, so that a rank that starts reading late finds the shared
   // batches already taken instead of holding up the others here.
-  if (impl_->options.balanceRead) impl_->neighbourWords = impl_->comm.shareWithNeighbours();
+  if (impl_->options.balanceRead) impl_->neighbourWords = impl_->comm.shareWithNeighbours(BatchClaims::kWords);
   impl_->workers.record("discover", watch.seconds());
 }
 

@@ -156,14 +156,28 @@ std::vector<Identity> CommonIdentities::take() {
   return std::move(entries_);
 }
 
-BatchClaims::BatchClaims(Side lower, Side upper)
-    : queues_{{lower.shared ? lower.shared : &own_[0], lower.begin, lower.end, lower.shared != nullptr},
-              {upper.shared ? upper.shared : &own_[1], upper.begin, upper.end, false}},
-      shared_{lower.shared != nullptr, upper.shared != nullptr} {
+std::uint64_t BatchClaims::steadyNanoseconds() {
+  // CLOCK_MONOTONIC: one clock for every process of a host.
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+BatchClaims::BatchClaims(Side lower, Side upper, std::uint64_t* mine, Clock now)
+    : mine_(mine ? mine : own_),
+      now_(std::move(now)),
+      queues_{{lower.queue ? lower.queue : &own_[kWords], lower.neighbour, lower.begin, lower.end, lower.boundary,
+               lower.queue != nullptr, lower.queue != nullptr},
+              {upper.queue ? upper.queue : &own_[kWords + 1], upper.neighbour, upper.begin, upper.end, upper.boundary,
+               false, upper.queue != nullptr}} {
   if (lower.end != upper.begin || lower.begin > lower.end || upper.begin > upper.end)
     throw std::logic_error("batch claims: the two sides must meet at the middle");
-  for (const auto& q : queues_)
+  for (const auto& q : queues_) {
     if (q.end - q.begin > UINT32_MAX) throw std::logic_error("batch claims: more than 2^32 batches");
+    if (q.shared && (q.neighbour == nullptr || q.boundary < q.begin || q.boundary > q.end))
+      throw std::logic_error("batch claims: a shared side needs its neighbour and a boundary inside it");
+  }
+  std::atomic_ref<std::uint64_t>(mine_[kStart]).store(std::max<std::uint64_t>(now_(), 1));
 }
 
 std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
@@ -171,24 +185,55 @@ std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
   return top ? w >> 32 : w & UINT32_MAX;
 }
 
-std::optional<std::size_t> BatchClaims::take(const Queue& q) {
+// Taking batch b of the neighbour's share now: this rank ends after its claimed batches and b,
+// the neighbour after its own and the `unclaimed` left, b among them, at the seconds per batch
+// each has shown so far. Worth it when this rank would still end first. A neighbour that has
+// not begun reading gets nothing more; one that has read no batch yet has taken at least as long
+// for its first as it has been reading.
+bool BatchClaims::worthTaking(const Queue& q, std::uint64_t unclaimed) const {
+  auto load = [](const std::uint64_t* w, Word i) { return std::atomic_ref<const std::uint64_t>(w[i]).load(); };
+  const std::uint64_t theirStart = load(q.neighbour, kStart);
+  if (theirStart == 0) return true;
+  const std::uint64_t now = now_();
+  auto perBatch = [now](std::uint64_t start, std::uint64_t done) {
+    const double elapsed = now > start ? static_cast<double>(now - start) : 0.0;
+    return elapsed / static_cast<double>(std::max<std::uint64_t>(done, 1));
+  };
+  const double theirs = perBatch(theirStart, load(q.neighbour, kDone));
+  const std::uint64_t myDone = load(mine_, kDone);
+  const double mine = myDone > 0 ? perBatch(load(mine_, kStart), myDone) : theirs;
+  const auto myClaims = static_cast<double>(load(mine_, kClaimed) + 1);
+  const auto theirClaims = static_cast<double>(load(q.neighbour, kClaimed) + unclaimed);
+  return myClaims * mine < theirClaims * theirs;
+}
+
+std::optional<std::size_t> BatchClaims::take(Queue& q) {
+  if (q.closed) return std::nullopt;
   std::atomic_ref<std::uint64_t> word(*q.word);
   std::uint64_t w = word.load();
   for (;;) {
-    const std::uint64_t bottom = w & UINT32_MAX, top = w >> 32;
-    if (bottom + top >= q.end - q.begin) return std::nullopt;
-    if (word.compare_exchange_weak(w, q.fromTop ? w + (std::uint64_t{1} << 32) : w + 1))
-      return q.fromTop ? q.end - 1 - top : q.begin + bottom;
+    const std::uint64_t bottom = w & UINT32_MAX, top = w >> 32, size = q.end - q.begin;
+    if (bottom + top >= size) return std::nullopt;
+    const std::size_t b = q.fromTop ? q.end - 1 - top : q.begin + bottom;
+    const bool theirs = q.shared && (q.fromTop ? b < q.boundary : b >= q.boundary);
+    if (theirs && !worthTaking(q, size - bottom - top)) {
+      q.closed = true;
+      return std::nullopt;
+    }
+    if (word.compare_exchange_weak(w, q.fromTop ? w + (std::uint64_t{1} << 32) : w + 1)) {
+      std::atomic_ref<std::uint64_t>(mine_[kClaimed]).fetch_add(1);
+      return b;
+    }
   }
 }
 
 std::optional<std::size_t> BatchClaims::next() {
-  for (std::size_t s = 0; s < 2; ++s)
-    if (!shared_[s])
-      if (const auto b = take(queues_[s])) return b;
+  for (auto& q : queues_)
+    if (!q.shared)
+      if (const auto b = take(q)) return b;
   for (std::size_t k = 0; k < 2; ++k) {
     const std::size_t s = (turn_ + k) % 2;
-    if (!shared_[s]) continue;
+    if (!queues_[s].shared) continue;
     if (const auto b = take(queues_[s])) {
       turn_ = 1 - s;
       return b;
@@ -196,6 +241,8 @@ std::optional<std::size_t> BatchClaims::next() {
   }
   return std::nullopt;
 }
+
+void BatchClaims::finished() { std::atomic_ref<std::uint64_t>(mine_[kDone]).fetch_add(1); }
 
 std::size_t BatchClaims::first() const {
   const Queue& q = queues_[0];
@@ -213,13 +260,18 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
   Stopwatch watch;
   const std::size_t batch = discovery.batchProfiles;
   auto inputOf = [&](std::size_t b) { return std::min(b * batch, discovery.total); };  // a batch's first input
-  // Both ranks of a pair see the same words, so they agree on whether they share the interval
+  // Both ranks of a pair see each other's words, so they agree on whether they share the interval
   // between their middles; if not, each reads its own part of it, up to their shares' boundary.
-  const bool lowerShared = words.lower != nullptr, upperShared = words.upper != nullptr;
-  BatchClaims claims(
-      {lowerShared ? words.lower : nullptr, lowerShared ? discovery.lowerMiddle : discovery.shareLow, discovery.middle},
-      {upperShared ? words.upper : nullptr, discovery.middle,
-       upperShared ? discovery.upperMiddle : discovery.shareHigh});
+  using W = BatchClaims::Word;
+  const BatchClaims::Side lower =
+      words.lower ? BatchClaims::Side{words.lower + W::kQueue, words.lower, discovery.lowerMiddle, discovery.middle,
+                                      discovery.shareLow}
+                  : BatchClaims::Side{nullptr, nullptr, discovery.shareLow, discovery.middle, discovery.shareLow};
+  const BatchClaims::Side upper =
+      words.upper ? BatchClaims::Side{words.mine + W::kQueue, words.upper, discovery.middle, discovery.upperMiddle,
+                                      discovery.shareHigh}
+                  : BatchClaims::Side{nullptr, nullptr, discovery.middle, discovery.shareHigh, discovery.shareHigh};
+  BatchClaims claims(lower, upper, words.mine);
   ReadResult out;
   out.profiles.assign(discovery.end - discovery.begin, KeptProfile{});  // MT: one element per worker iteration
   std::mutex errorsMutex;
@@ -255,6 +307,7 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
           }
         },
         done, share);
+    claims.finished();
   }
   workers.end("read + attribute", watch);
   workers.record("  busy reading + validating", 1e-9 * static_cast<double>(busy.readNs.load()));

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -335,24 +336,38 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
 // The batches a rank reads, claimed one at a time (docs/postprocessing.md, "Balancing"). The
 // interval between the middles of two neighbours' static shares is a queue of batches with two
 // ends: the lower rank takes from its bottom, the upper rank from its top, both counted in one
-// word they share (the low half: taken from the bottom; the high half: from the top). Where they
-// meet follows the ranks' speeds, and each rank's batches stay one contiguous range. A side
-// whose neighbour runs on another host (or that has none) is the rank's own part of its static
-// share, counted in a word of its own. The rank's own parts come first, then the shared sides
-// by turns, from its middle outwards. MT: next() from one thread.
+// word they share (the low half: taken from the bottom; the high half: from the top), so each
+// rank's batches stay one contiguous range. Up to the boundary of the static shares a rank
+// takes its own batches; beyond it, one of its neighbour's only while it would still finish
+// before the neighbour, judged from the progress both publish (their seconds per batch so far,
+// the batches they have claimed, what is left in the queue): a whole batch moves the metrics
+// work that follows it too, so two ranks of the same speed keep their shares. A side whose
+// neighbour runs on another host (or that has none) is the rank's own part of its static share.
+// The own parts come first, then the shared sides by turns, from the middle outwards.
+// MT: next() and finished() from one thread.
 class BatchClaims {
  public:
+  // A rank's words (Comm::shareWithNeighbours): its queue with rank + 1, then what it publishes
+  // of its read: when it began (Clock; 0: not yet), the batches it has read and has claimed.
+  enum Word : std::size_t { kQueue = 0, kStart = 1, kDone = 2, kClaimed = 3, kWords = 4 };
   struct Side {
-    std::uint64_t* shared = nullptr;  // the word shared with the neighbour; null: this rank's alone
-    std::size_t begin = 0, end = 0;   // the interval's batches
+    std::uint64_t* queue = nullptr;            // the word shared with the neighbour; null: this rank's alone
+    const std::uint64_t* neighbour = nullptr;  // the neighbour's words (with `queue`)
+    std::size_t begin = 0, end = 0;            // the interval's batches
+    std::size_t boundary = 0;                  // where the static shares meet in it (with `queue`)
   };
-  // `lower`: the side below the middle (this rank takes from its top when it is shared), `upper`
-  // the side above (taken from its bottom).
-  BatchClaims(Side lower, Side upper);
+  using Clock = std::function<std::uint64_t()>;  // nanoseconds, one clock for the ranks of a host
+  static std::uint64_t steadyNanoseconds();
+  // `lower`: the side below the middle (taken from its top when it is shared), `upper` the side
+  // above (taken from its bottom). `mine`: this rank's words (null: kept here). Reading begins.
+  BatchClaims(Side lower, Side upper, std::uint64_t* mine = nullptr, Clock now = steadyNanoseconds);
   BatchClaims(const BatchClaims&) = delete;
   BatchClaims& operator=(const BatchClaims&) = delete;
-  // The next batch; none when both sides are spent.
+  // The next batch; none when both sides are spent (or their rest is better left to the
+  // neighbours).
   std::optional<std::size_t> next();
+  // The batch next() gave last is read.
+  void finished();
   // Once next() has returned none: the batches this rank took, [first, last).
   std::size_t first() const;
   std::size_t last() const;
@@ -360,14 +375,18 @@ class BatchClaims {
  private:
   struct Queue {
     std::uint64_t* word;
-    std::size_t begin, end;
-    bool fromTop;
+    const std::uint64_t* neighbour;
+    std::size_t begin, end, boundary;
+    bool fromTop, shared;
+    bool closed = false;  // its rest is left to the neighbour
   };
-  static std::optional<std::size_t> take(const Queue& q);
+  std::optional<std::size_t> take(Queue& q);
+  bool worthTaking(const Queue& q, std::uint64_t unclaimed) const;
   static std::uint64_t taken(const Queue& q, bool top);
-  std::uint64_t own_[2] = {0, 0};
+  std::uint64_t own_[kWords + 2] = {};  // this rank's words when not shared, and its own queues
+  std::uint64_t* mine_;
+  Clock now_;
   Queue queues_[2];  // lower, upper
-  bool shared_[2];
   std::size_t turn_ = 0;
 };
 

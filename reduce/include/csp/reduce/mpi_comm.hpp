@@ -129,23 +129,24 @@ class Comm {
   // A check with no data: every rank is past the same point without failure.
   void barrier() const;
 
-  // A word of memory shared by each pair of neighbouring ranks (r, r + 1) that run on the same
-  // host, for claims by compare-and-swap that never wait for the other rank: balancing the read
-  // between neighbours (docs/postprocessing.md, "Balancing"). MPI_Win_allocate_shared on the
-  // host's communicator (MPI_Comm_split_type), so a rank that fails or stalls cannot block its
-  // neighbour's claims. `upper` is this rank's own word, shared with rank + 1; `lower` is
-  // rank - 1's, shared with this rank; null where that neighbour runs on another host or does
-  // not exist. Both start at zero.
+  // Words of memory that neighbouring ranks running on the same host share, for claims by
+  // compare-and-swap that never wait for the other rank, and progress each publishes for the
+  // other: balancing the read between neighbours (docs/postprocessing.md, "Balancing").
+  // MPI_Win_allocate_shared on the host's communicator (MPI_Comm_split_type), so a rank that fails
+  // or stalls cannot block its neighbour. `mine` is this rank's `count` words; `lower` and
+  // `upper` are rank - 1's and rank + 1's, null where that neighbour runs on another host or does
+  // not exist. Every word starts at zero.
   struct NeighbourWords {
+    std::uint64_t* mine = nullptr;
     std::uint64_t* lower = nullptr;
     std::uint64_t* upper = nullptr;
     MPI_Win window = MPI_WIN_NULL;
     MPI_Comm host = MPI_COMM_NULL;
   };
-  // Collective. Without MPI or with one process: no shared word.
-  NeighbourWords shareWithNeighbours() const;
-  // Collective: frees the words once no rank claims any more. Not called on the failure path: a
-  // window left allocated ends with MPI_Finalize or MPI_Abort.
+  // Collective. Without MPI or with one process: no word at all.
+  NeighbourWords shareWithNeighbours(std::size_t count) const;
+  // Collective: frees the words once no rank uses them any more. Not called on the failure path:
+  // a window left allocated ends with MPI_Finalize or MPI_Abort.
   void release(NeighbourWords& words) const;
 
   // The failure path, called once on every rank after its work threw (`message` says why) or a
