@@ -698,7 +698,7 @@ struct DatabaseBuilder::Impl {
   }
 
   void requireOpen(const char* what) const {
-    if (!db) throw std::logic_error(fmt::format("DatabaseBuilder::{} after publish()", what));
+    if (!db) throw std::logic_error(fmt::format("DatabaseBuilder::{} before openDatabase() or after publish()", what));
   }
 
   // Checks made at construction and again just before the rename.
@@ -722,7 +722,7 @@ namespace {
 
 // The build directory's contents: its owner file, the staging directory and the RocksDB instance
 // with every column family; then the step "created".
-void createBuildContents(DatabaseBuilder::Impl& d) {
+void createBuildDirectory(DatabaseBuilder::Impl& d) {
   std::error_code ec;
   try {
     writeBuildOwner(d.temp);
@@ -731,7 +731,9 @@ void createBuildContents(DatabaseBuilder::Impl& d) {
   }
   fs::create_directory(d.temp / kStagingName, ec);
   if (ec) throw DatabaseError(d.temp, "cannot create the staging directory: " + ec.message());
+}
 
+void createDatabase(DatabaseBuilder::Impl& d) {
   rocksdb::DBOptions dbOptions = format::instanceOptions();
   dbOptions.create_if_missing = true;
   dbOptions.error_if_exists = true;
@@ -774,7 +776,8 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
   // The destructor does not run for a constructor that throws: from here on a failure closes the
   // database and removes the directory before it is reported.
   try {
-    createBuildContents(d);
+    createBuildDirectory(d);
+    if (!d.options.openLater) createDatabase(d);
   } catch (...) {
     try {
       d.closeDb();
@@ -806,6 +809,20 @@ fs::path DatabaseBuilder::temporaryDirectoryFor(const fs::path& target) {
 
 fs::path DatabaseBuilder::stagingDirIn(const fs::path& temporaryDirectory) { return temporaryDirectory / kStagingName; }
 const std::vector<LeftoverReport>& DatabaseBuilder::leftovers() const { return impl_->leftovers; }
+
+void DatabaseBuilder::openDatabase() {
+  auto& d = *impl_;
+  if (d.db || d.published) throw std::logic_error("DatabaseBuilder::openDatabase: the database is already open");
+  try {
+    createDatabase(d);
+  } catch (...) {
+    try {
+      d.closeDb();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+}
 
 void DatabaseBuilder::writeMetadata(const DatabaseMetadata& metadata) {
   auto& d = *impl_;

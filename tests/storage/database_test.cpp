@@ -761,6 +761,46 @@ TEST(DatabasePublication, FailureRightAfterCreationClosesTheDatabase) {
   EXPECT_EQ(Database::open(target)->formatVersion().major, kDatabaseFormatMajor);
 }
 
+// BuildOptions::openLater (csp-prof-mpi's root creates its database beside the read): the
+// constructor makes the directories only, openDatabase() on another thread makes the RocksDB
+// instance while a shard is written; the result is the same database. Using the database before
+// it is opened, or opening it twice, is refused; a failure while opening leaves nothing.
+TEST(DatabasePublication, DatabaseOpenedLaterOnAnotherThread) {
+  TempDir tmp;
+  const fs::path target = tmp.path() / "db";
+  std::vector<std::string> steps;
+  {
+    DatabaseBuilder b(
+        target, {.force = false, .onStep = [&](std::string_view s) { steps.emplace_back(s); }, .openLater = true});
+    EXPECT_TRUE(fs::is_directory(b.stagingDir()));
+    EXPECT_TRUE(steps.empty());
+    EXPECT_THROW(b.writeMetadata(Synthetic{}.metadata("early")), std::logic_error);
+    std::thread opening([&] { b.openDatabase(); });
+    ShardWriter w(b.stagingDir(), 0);
+    Synthetic{}.writeShard(w, 0, 1);
+    w.finish();
+    opening.join();
+    EXPECT_THROW(b.openDatabase(), std::logic_error);
+    b.writeMetadata(Synthetic{}.metadata("later"));
+    b.ingestShards(1);
+    b.publish();
+  }
+  EXPECT_EQ(steps.front(), "created");
+  EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+  EXPECT_EQ(Database::open(target)->metadata().title, "later");
+
+  const fs::path second = tmp.path() / "second";
+  auto failAtCreated = [](std::string_view s) {
+    if (s == "created") throw std::runtime_error("injected at created");
+  };
+  {
+    DatabaseBuilder b(second, {.force = false, .onStep = failAtCreated, .openLater = true});
+    EXPECT_THROW(b.openDatabase(), std::runtime_error);
+    EXPECT_THROW(b.writeMetadata(Synthetic{}.metadata("x")), std::logic_error);
+  }
+  EXPECT_EQ(dirEntries(tmp.path()), std::vector<std::string>{"db"});
+}
+
 TEST(DatabasePublication, LeftoversOfDeadRunsAreRemovedLiveOnesReported) {
   TempDir tmp;
   const fs::path target = tmp.path() / "db";

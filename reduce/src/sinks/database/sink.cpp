@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <optional>
 
 #include "csp/storage/database_writer.hpp"
@@ -84,6 +85,7 @@ class DatabaseSink final : public OutputSink {
   void open(const Comm& comm) override { staging_ = openOutput(comm); }
 
   void begin(const Comm& comm, Pipeline& pipeline) override {
+    if (opening_.valid()) opening_.get();  // the root's database, created while the others read
     pipeline_ = &pipeline;
     writers_.emplace(comm, staging_, pipeline);
   }
@@ -112,6 +114,7 @@ class DatabaseSink final : public OutputSink {
   void stop() noexcept override { writers_.reset(); }
   void abandon() noexcept override {
     writers_.reset();
+    if (opening_.valid()) opening_.wait();  // its error, if any, is not the one to report
     builder_.reset();
   }
 
@@ -134,6 +137,9 @@ class DatabaseSink final : public OutputSink {
   fs::path staging_;
   // Lives until every rank has stopped writing into its temporary directory (abandon()).
   std::optional<storage::DatabaseBuilder> builder_;  // root only
+  // The root's builder creating its database (openDatabase) beside discovery and the read;
+  // joined in begin(). Declared after builder_: destroyed (waited for) first.
+  std::future<void> opening_;
   std::optional<Writers> writers_;
   Pipeline* pipeline_ = nullptr;
   // The batches' writing, and each writer's share (they run side by side: the shares overlap).
@@ -167,10 +173,14 @@ fs::path DatabaseSink::openOutput(const Comm& comm) {
     auto step = [&comm](std::string_view s) {
       if (s == "created") faultPoint(comm, "output");
     };
-    builder_.emplace(options_.output, storage::BuildOptions{options_.force, step});
+    builder_.emplace(options_.output, storage::BuildOptions{options_.force, step, /*openLater=*/true});
     if (options_.onLeftover)
       for (const auto& l : builder_->leftovers())
         options_.onLeftover(l.removed, fmt::format("{}: {}", l.path.string(), l.reason));
+    // The target is checked and the directories exist (a bad target has failed by now); the
+    // RocksDB instance, tens of milliseconds of files and fsyncs, is made while the ranks list and
+    // read their inputs instead of before.
+    opening_ = std::async(std::launch::async, [builder = &*builder_] { builder->openDatabase(); });
   }
   return storage::DatabaseBuilder::stagingDirIn(tempDir);
 }

@@ -178,6 +178,10 @@ struct BuildOptions {
   // Called at each step of building and publishing ("created", "ingested", "closed",
   // "manifest", "published", ...): progress output, and crash tests kill the process there.
   std::function<void(std::string_view step)> onStep;
+  // The constructor checks the target and makes the temporary directory and its staging area
+  // only; openDatabase() then creates the RocksDB instance (its files and their fsyncs, tens of
+  // milliseconds), for instance on another thread while the shards are being written.
+  bool openLater = false;
 };
 
 class DatabaseBuilder {
@@ -200,6 +204,11 @@ class DatabaseBuilder {
   static std::filesystem::path temporaryDirectoryFor(const std::filesystem::path& target);
   static std::filesystem::path stagingDirIn(const std::filesystem::path& temporaryDirectory);
   const std::vector<LeftoverReport>& leftovers() const;
+
+  // With BuildOptions::openLater: creates the RocksDB instance (once; the "created" step). May
+  // run on another thread than the rest, before any of the calls below; on failure the database
+  // is closed, and the destructor removes the directory.
+  void openDatabase();
 
   // Small metadata, written directly. Call once.
   void writeMetadata(const DatabaseMetadata& metadata);
