@@ -144,6 +144,22 @@ TEST(BatchClaims, ANeighboursBatchIsTakenOnlyWhenThatEndsTheReadSooner) {
     EXPECT_EQ(claims.last(), c.taken ? 5U : 4U);
     EXPECT_FALSE(claims.next());
   }
+  // A neighbour with much left (its claims on its other side count: 5, and 3 unclaimed here),
+  // slower per batch: taken only when it is slower by more than kSlowerBy (12 against 9.75 is
+  // not; 15 is).
+  for (const Case c : {Case{28, 1, false}, Case{25, 1, true}}) {
+    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart);
+    std::uint64_t clock = 0;
+    std::uint64_t queue[BatchClaims::kWords] = {std::uint64_t{1} << 32};
+    std::uint64_t theirs[BatchClaims::kWords] = {0, c.theirStart, c.theirDone, 5};
+    BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
+    for (std::size_t b = 0; b < 4; ++b) {
+      EXPECT_EQ(claims.next(), b);
+      clock += 10;
+      claims.finished();
+    }
+    EXPECT_EQ(claims.next().has_value(), c.taken);
+  }
 }
 
 TEST(BatchClaims, EmptyIntervalsGiveAnEmptyRangeAtTheMiddle) {

@@ -460,7 +460,8 @@ TEST_F(ProfFailure, SeveralFailingRanks) {
 
 TEST_F(ProfFailure, StuckPeerAbortsTheJobAfterTheGracePeriod) {
   // Rank 1 is busy for minutes while rank 2 fails: rank 2 cannot wait for it and aborts the job.
-  for (const std::string phase : {"metrics", "exchange", "publish"}) {
+  // In the read, rank 0 meanwhile reads the batches it shares with rank 1 (the balancing).
+  for (const std::string phase : {"read", "metrics", "exchange", "publish"}) {
     const auto o = prof(3, "1:" + phase + ":stall,2:" + phase, "db", "CSP_FAILURE_GRACE_SECONDS=2");
     expectCleanFailure(o, "db", "stall in " + phase);
     EXPECT_NE(o.output.find("csp-prof-mpi: error: injected failure in phase '" + phase +
@@ -473,7 +474,8 @@ TEST_F(ProfFailure, StuckPeerAbortsTheJobAfterTheGracePeriod) {
 }
 
 TEST_F(ProfFailure, KilledRankEndsTheJob) {
-  for (const auto& inject : {"2:metrics:kill", "0:merge:kill", "1:exchange:kill", "0:publish:kill"}) {
+  // 1:read:kill: rank 1 dies before it claims a batch; ranks 0 and 2 take its shared batches.
+  for (const auto& inject : {"1:read:kill", "2:metrics:kill", "0:merge:kill", "1:exchange:kill", "0:publish:kill"}) {
     const auto o = prof(3, inject, "db");
     expectCleanFailure(o, "db", inject);
   }

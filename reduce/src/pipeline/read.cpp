@@ -187,9 +187,11 @@ std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
 
 // Taking batch b of the neighbour's share now: this rank ends after its claimed batches and b,
 // the neighbour after its own and the `unclaimed` left, b among them, at the seconds per batch
-// each has shown so far. Worth it when this rank would still end first. A neighbour that has
-// not begun reading gets nothing more; one that has read no batch yet has taken at least as long
-// for its first as it has been reading.
+// each has shown so far. Worth it when this rank would still end first, and the neighbour is
+// clearly the slower (kSlowerBy): the metrics work follows the batches, and only a lasting
+// difference (a core shared with another program) still holds in the metrics phase. A neighbour
+// that has not begun reading gets nothing more; one that has read no batch yet has taken at least
+// as long for its first as it has been reading.
 bool BatchClaims::worthTaking(const Queue& q, std::uint64_t unclaimed) const {
   auto load = [](const std::uint64_t* w, Word i) { return std::atomic_ref<const std::uint64_t>(w[i]).load(); };
   const std::uint64_t theirStart = load(q.neighbour, kStart);
@@ -204,7 +206,7 @@ bool BatchClaims::worthTaking(const Queue& q, std::uint64_t unclaimed) const {
   const double mine = myDone > 0 ? perBatch(load(mine_, kStart), myDone) : theirs;
   const auto myClaims = static_cast<double>(load(mine_, kClaimed) + 1);
   const auto theirClaims = static_cast<double>(load(q.neighbour, kClaimed) + unclaimed);
-  return myClaims * mine < theirClaims * theirs;
+  return theirs > kSlowerBy * mine && myClaims * mine < theirClaims * theirs;
 }
 
 std::optional<std::size_t> BatchClaims::take(Queue& q) {

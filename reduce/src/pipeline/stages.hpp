@@ -350,6 +350,13 @@ class BatchClaims {
   // A rank's words (Comm::shareWithNeighbours): its queue with rank + 1, then what it publishes
   // of its read: when it began (Clock; 0: not yet), the batches it has read and has claimed.
   enum Word : std::size_t { kQueue = 0, kStart = 1, kDone = 2, kClaimed = 3, kWords = 4 };
+  // How much longer per batch a neighbour must take before its batches are taken over. The
+  // cores of a virtual machine change speed by 10-20 % for seconds at a time, so a smaller
+  // difference in the read need not hold in the metrics phase that follows (at 65,536 profiles,
+  // -np 2, without this threshold: 14 batches moved to the faster reader, and the slowest
+  // rank's metrics then took 29.6 s against 23-25 s with the static shares); a core shared with
+  // another program takes about twice as long.
+  static constexpr double kSlowerBy = 1.25;
   struct Side {
     std::uint64_t* queue = nullptr;            // the word shared with the neighbour; null: this rank's alone
     const std::uint64_t* neighbour = nullptr;  // the neighbour's words (with `queue`)
