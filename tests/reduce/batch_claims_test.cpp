@@ -117,48 +117,46 @@ TEST(BatchClaims, OwnPartsFirstThenTheSharedSidesOutwardsByTurns) {
   EXPECT_EQ(drain(edge), (std::vector<std::size_t>{0, 1, 2, 3, 4}));
 }
 
-// Beyond the static boundary a batch is taken only while this rank would still end first: with
-// the neighbour as fast (10 time units a batch each), the shares stay; slower, or not reading
-// yet, it loses the batch.
+// Beyond the static boundary a batch is taken only while this rank would still end first and
+// the neighbour is clearly slower. This rank (clock: 10 time units a batch) reads its own 0..3 of
+// the shared [0, 8) (boundary 4); the upper neighbour has claimed `theirTaken` from the top and
+// `theirClaims` in all. Returns whether this rank then takes batch 4, and the end of its range
+// once it has claimed all it would.
+std::pair<bool, std::size_t> takesBatch4(std::uint64_t theirTaken, std::uint64_t theirClaims, std::uint64_t theirStart,
+                                         std::uint64_t theirDone) {
+  std::uint64_t clock = 0;
+  std::uint64_t queue[BatchClaims::kWords] = {theirTaken << 32};
+  std::uint64_t theirs[BatchClaims::kWords] = {0, theirStart, theirDone, theirClaims};
+  BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
+  for (std::size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(claims.next(), b);
+    clock += 10;
+    claims.finished();
+  }
+  const bool taken = claims.next().has_value();
+  if (taken) claims.finished();
+  while (claims.next()) claims.finished();
+  return {taken, claims.last()};
+}
+
 TEST(BatchClaims, ANeighboursBatchIsTakenOnlyWhenThatEndsTheReadSooner) {
   struct Case {
     std::uint64_t theirStart, theirDone;
     bool taken;
   };
+  // The neighbour has claimed 7, 6, 5: batch 4 is its last. At 40 this rank has read 4 batches
+  // in 40 (9.75 a batch from its start at 1); taking batch 4 ends it near 50, the neighbour ends
+  // at 4 x its time per batch. As fast: the shares stay; slower, or not reading yet: taken.
   for (const Case c : {Case{10, 3, false}, Case{1, 1, true}, Case{0, 0, true}, Case{30, 0, false}, Case{5, 0, true}}) {
     SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart << ", read " << c.theirDone);
-    std::uint64_t clock = 0;
-    // The upper neighbour has claimed 7, 6, 5 of the shared [0, 8) (boundary 4): batch 4 is its last.
-    std::uint64_t queue[BatchClaims::kWords] = {std::uint64_t{3} << 32};
-    std::uint64_t theirs[BatchClaims::kWords] = {0, c.theirStart, c.theirDone, 3};
-    BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
-    for (std::size_t b = 0; b < 4; ++b) {
-      EXPECT_EQ(claims.next(), b);
-      clock += 10;
-      claims.finished();
-    }
-    // At 40: this rank 4 batches in 40; taking batch 4 ends it at 50. The neighbour ends at
-    // 4 × its time per batch.
-    const auto b = claims.next();
-    EXPECT_EQ(b.has_value(), c.taken);
-    EXPECT_EQ(claims.last(), c.taken ? 5U : 4U);
-    EXPECT_FALSE(claims.next());
+    EXPECT_EQ(takesBatch4(3, 3, c.theirStart, c.theirDone), std::make_pair(c.taken, c.taken ? 5UL : 4UL));
   }
-  // A neighbour with much left (its claims on its other side count: 5, and 3 unclaimed here),
-  // slower per batch: taken only when it is slower by more than kSlowerBy (12 against 9.75 is
-  // not; 15 is).
+  // A neighbour with much left (claims on its other side count: 5 in all, and 3 unclaimed
+  // here), slower per batch: taken only when it is slower by more than kSlowerBy (12 against
+  // 9.75 is not; 15 is).
   for (const Case c : {Case{28, 1, false}, Case{25, 1, true}}) {
     SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart);
-    std::uint64_t clock = 0;
-    std::uint64_t queue[BatchClaims::kWords] = {std::uint64_t{1} << 32};
-    std::uint64_t theirs[BatchClaims::kWords] = {0, c.theirStart, c.theirDone, 5};
-    BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
-    for (std::size_t b = 0; b < 4; ++b) {
-      EXPECT_EQ(claims.next(), b);
-      clock += 10;
-      claims.finished();
-    }
-    EXPECT_EQ(claims.next().has_value(), c.taken);
+    EXPECT_EQ(takesBatch4(1, 5, c.theirStart, c.theirDone).first, c.taken);
   }
 }
 
