@@ -193,7 +193,7 @@ std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
 // that has not begun reading gets nothing more; one that has read no batch yet has taken at least
 // as long for its first as it has been reading.
 bool BatchClaims::worthTaking(const Queue& q, std::uint64_t unclaimed) const {
-  auto load = [](const std::uint64_t* w, Word i) { return std::atomic_ref<const std::uint64_t>(w[i]).load(); };
+  auto load = [](std::uint64_t* w, Word i) { return std::atomic_ref<std::uint64_t>(w[i]).load(); };
   const std::uint64_t theirStart = load(q.neighbour, kStart);
   if (theirStart == 0) return true;
   const std::uint64_t now = now_();

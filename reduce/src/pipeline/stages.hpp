@@ -358,10 +358,10 @@ class BatchClaims {
   // another program takes about twice as long.
   static constexpr double kSlowerBy = 1.25;
   struct Side {
-    std::uint64_t* queue = nullptr;            // the word shared with the neighbour; null: this rank's alone
-    const std::uint64_t* neighbour = nullptr;  // the neighbour's words (with `queue`)
-    std::size_t begin = 0, end = 0;            // the interval's batches
-    std::size_t boundary = 0;                  // where the static shares meet in it (with `queue`)
+    std::uint64_t* queue = nullptr;      // the word shared with the neighbour; null: this rank's alone
+    std::uint64_t* neighbour = nullptr;  // the neighbour's words (with `queue`; only read)
+    std::size_t begin = 0, end = 0;      // the interval's batches
+    std::size_t boundary = 0;            // where the static shares meet in it (with `queue`)
   };
   using Clock = std::function<std::uint64_t()>;  // nanoseconds, one clock for the ranks of a host
   static std::uint64_t steadyNanoseconds();
@@ -382,7 +382,7 @@ class BatchClaims {
  private:
   struct Queue {
     std::uint64_t* word;
-    const std::uint64_t* neighbour;
+    std::uint64_t* neighbour;
     std::size_t begin, end, boundary;
     bool fromTop, shared;
     bool closed = false;  // its rest is left to the neighbour
