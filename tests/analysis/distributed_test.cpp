@@ -310,9 +310,11 @@ namespace {
 // The fast run differs from the slow one by 25 % of R and by what the machine did to each: R's
 // sleeps overshoot (R took fastR, not 0.75 slowR) and the rest of the run (barriers, messages,
 // start-up) took a different time. Both are measured in the two runs. A pair that a loaded
-// machine disturbed by more than 5 points is measured again (at most 3 pairs; the least disturbed
+// machine disturbed by more than 5 points is measured again (at most 5 pairs; the least disturbed
 // is checked): in a CI run beside the sanitizer build, the rest differed by 14 points, and Q,
-// delayed beyond its slack, was on the critical path long enough to predict 1.75 %.
+// delayed beyond its slack, was on the critical path long enough to predict 1.75 %; in another
+// (a cold build's), all of 3 pairs were disturbed by 7.4-17 points and the least disturbed one
+// missed by 2.4 points more than its disturbances.
 void checkWhatIf(const std::string& name, const std::string& mode) {
   TempDir tmp(name);
   struct Pair {
@@ -322,7 +324,7 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
     double disturbance() const { return overshoot + rest; }
   };
   Pair best;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
     Pair pair;
     pair.dir = tmp / ("pair" + std::to_string(attempt));
     fs::create_directories(pair.dir / "slow");
