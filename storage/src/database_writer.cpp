@@ -773,16 +773,12 @@ DatabaseBuilder::DatabaseBuilder(fs::path target, BuildOptions options) : impl_(
     throw DatabaseError(d.target, "another build of this database is under way in this process");
   d.registered = true;
   if (!fs::create_directory(d.temp, ec) || ec) throw DatabaseError(d.temp, "cannot create: " + ec.message());
-  // The destructor does not run for a constructor that throws: from here on a failure closes the
-  // database and removes the directory before it is reported.
+  // The destructor does not run for a constructor that throws: from here on a failure removes
+  // the directory before it is reported (openDatabase has closed the database by then).
   try {
     createBuildDirectory(d);
-    if (!d.options.openLater) createDatabase(d);
+    if (!d.options.openLater) openDatabase();
   } catch (...) {
-    try {
-      d.closeDb();
-    } catch (...) {  // the first error is the one to report
-    }
     fs::remove_all(d.temp, ec);
     throw;
   }

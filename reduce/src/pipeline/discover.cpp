@@ -223,8 +223,8 @@ Discovery discover(const Comm& comm, const PipelineOptions& options) {
   if (!(d.lowerMiddle <= d.shareLow && d.shareLow <= d.middle && d.middle <= d.shareHigh &&
         d.shareHigh <= d.upperMiddle))
     throw std::logic_error("discovery: a share outside the intervals around it");
-  d.begin = std::min(d.lowerMiddle * d.batchProfiles, d.total);
-  d.end = std::min(d.upperMiddle * d.batchProfiles, d.total);
+  d.begin = d.firstInputOf(d.lowerMiddle);
+  d.end = d.firstInputOf(d.upperMiddle);
   for (std::size_t i = d.begin; i < d.end; ++i) d.inputs.add(getInput(u, options.sources));
   u.expectDone();
   d.inputs.shrinkToFit();

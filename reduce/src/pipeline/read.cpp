@@ -260,8 +260,6 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
                             Attribution attribution, LocalCct& localCct, RegionUnion& regions, SpillFile& kept,
                             const Comm::NeighbourWords& words) {
   Stopwatch watch;
-  const std::size_t batch = discovery.batchProfiles;
-  auto inputOf = [&](std::size_t b) { return std::min(b * batch, discovery.total); };  // a batch's first input
   // Both ranks of a pair see each other's words, so they agree on whether they share the interval
   // between their middles; if not, each reads its own part of it, up to their shares' boundary.
   using W = BatchClaims::Word;
@@ -281,11 +279,11 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
   BusyTimes busy;
   CommonIdentities common;
   MetricLists metricLists;
-  const std::size_t share = inputOf(discovery.shareHigh) - inputOf(discovery.shareLow);
+  const std::size_t share = discovery.firstInputOf(discovery.shareHigh) - discovery.firstInputOf(discovery.shareLow);
   workers.begin("read + attribute", share);
   std::atomic<std::uint64_t> done{0};
   while (const auto b = claims.next()) {
-    const std::size_t first = inputOf(*b), count = inputOf(*b + 1) - first;
+    const std::size_t first = discovery.firstInputOf(*b), count = discovery.firstInputOf(*b + 1) - first;
     workers.forEach(
         count,
         [&](std::size_t k) {
@@ -318,7 +316,7 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
   throwIfAny(errors);
   std::sort(out.skipped.begin(), out.skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   // From here on the rank's inputs are the ones it read.
-  const std::size_t begin = inputOf(claims.first()), end = inputOf(claims.last());
+  const std::size_t begin = discovery.firstInputOf(claims.first()), end = discovery.firstInputOf(claims.last());
   if (begin < discovery.begin || end > discovery.end || begin > end)
     throw std::logic_error("read: claimed batches outside the inputs sent");
   out.profiles.erase(out.profiles.begin() + static_cast<std::ptrdiff_t>(end - discovery.begin), out.profiles.end());

@@ -20,6 +20,7 @@
 // shares with the threads of its parallel loops is marked `// MT:`.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -120,6 +121,8 @@ struct Discovery {
   std::size_t shareLow = 0, shareHigh = 0, lowerMiddle = 0, middle = 0, upperMiddle = 0;
   // Input `index` (of all ranks' inputs), which must be in this rank's share.
   InputProfile input(std::size_t index) const { return inputs[index - begin]; }
+  // The first input of batch `b` (`total` for the batches past the last).
+  std::size_t firstInputOf(std::size_t b) const { return std::min(b * batchProfiles, total); }
 };
 
 // The values pass's batch size for these inputs (all of the run's, in id order): `requested`
