@@ -14,6 +14,16 @@ function(csp_target_defaults target)
   endif()
 endfunction()
 
+# csp_release_O2(<target>...): -O2 instead of -O3 in Release builds, for libraries off the hot paths
+# that the benchmarks measure (post-processing, measurement, the database's encoders): the views,
+# the analyses, the web server and the synthetic generator answer a query or write a test input
+# once. -O2 compiles them in about four fifths of -O3's time, the larger part of a fresh build.
+function(csp_release_O2)
+  foreach(target ${ARGN})
+    target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O2>)
+  endforeach()
+endfunction()
+
 option(CSP_WERROR "Treat warnings in CSP's own code as errors" OFF)
 
 if(CSP_SANITIZE OR CSP_FUZZ)

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, runs every test. Usable on a fresh Debian 12.
-#   scripts/test.sh            everything: the Release suite (unit and integration tests, real
-#                              mpirun, RocksDB, a private Slurm), the ASan/UBSan suite, a short
-#                              fuzz run
+#   scripts/test.sh            the Release suite: every ctest test (unit and integration tests,
+#                              real mpirun, RocksDB, a private Slurm, the browser tests, a smoke
+#                              run of the benchmarks), the code format, clang-tidy on the last
+#                              commit's changes
+#   scripts/test.sh --all      also the ASan/UBSan suite (built and run beside the Release tests)
+#                              and a short fuzz run after them: what CI runs (.ci/run)
 #   scripts/test.sh --quick    the edit-test loop: the Release build and the tests without whole
 #                              measured programs, batch jobs or benchmarks (labels integration,
 #                              batch, slurm, bench left out)
-#   CSP_FUZZ_SECONDS=N         length of each fuzz run (default 10; 0 skips them)
+#   CSP_FUZZ_SECONDS=N         with --all: length of each fuzz run (default 10; 0 skips them)
 #   CSP_TEST_JOBS=N            tests run side by side (default: 3 per core; most tests wait for
 #                              the processes they start more than they compute)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-quick=0
+quick=0 all=0
 for arg in "$@"; do
   case $arg in
     --quick) quick=1 ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "test.sh: unknown argument '$arg' (--quick, --help)" >&2; exit 2 ;;
+    --all) all=1 ;;
+    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (--all, --quick, --help)" >&2; exit 2 ;;
   esac
 done
+if [[ $quick == 1 && $all == 1 ]]; then
+  echo "test.sh: --quick and --all exclude each other" >&2
+  exit 2
+fi
 jobs=${CSP_TEST_JOBS:-$(($(nproc) * 3))}
 started=$SECONDS
 stage() { echo "== [$((SECONDS - started)) s] $*"; }
@@ -69,12 +77,17 @@ finish() {  # finish NAME TITLE: waits for the job, shows its output, stops the 
   unset "pids[$1]"
 }
 background tidy bash scripts/lint.sh HEAD~1
-background sanitize bash scripts/sanitize.sh
+beside="clang-tidy runs beside them"
+if [[ $all == 1 ]]; then
+  background sanitize bash scripts/sanitize.sh
+  beside="clang-tidy and the sanitizer tree's build and tests run beside them"
+fi
 
-stage "unit and integration tests (Release; clang-tidy and the sanitizer tree's build and tests run beside them)"
+stage "unit and integration tests (Release; $beside)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 finish tidy "clang-tidy (.clang-tidy) on the library and tool sources the last commit changed"
+[[ $all == 1 ]] || { stage "done (scripts/test.sh --all also runs the sanitizer suite and the fuzzers)"; exit 0; }
 finish sanitize "profile reader, generator, database, metrics and loop-recovery tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang; scripts/sanitize.sh)"
 if [[ "$fuzz_seconds" -gt 0 ]]; then
   # After the tests: the fuzzers run for a wall-clock time, which the tests' load would shorten.
