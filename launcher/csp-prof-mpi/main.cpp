@@ -179,6 +179,12 @@ void printSummary(const csp::reduce::ProfSummary& s, const CommandLine& c,
   for (const auto& w : s.attribution.warnings) fmt::print("  warning: {}\n", w);
   for (const auto& i : c.inputs)
     if (const auto n = csp::reduce::hpcrunNotRead(i); !n.empty()) fmt::print("  note: {}\n", n);
+  if (const unsigned jobs = c.o.pipeline.jobs; jobs > s.workerThreads)
+    fmt::print(
+        "  note: -j {} is more than the {} CPU(s) rank 0 may run on (its CPU binding), so it used {} thread(s); to "
+        "use more, bind each rank to more CPUs (mpirun --map-by slot:PE=N, srun --cpus-per-task=N) or to none "
+        "(mpirun --bind-to none)\n",
+        jobs, s.workerThreads, s.workerThreads);
   std::string phases;
   for (const auto& p : s.phases) phases += fmt::format(" {} {:.2f}s,", p.phase, p.seconds);
   if (!phases.empty()) phases.pop_back();

@@ -68,6 +68,7 @@ ProfSummary runStages(const Comm& comm, const ProfOptions& options, ProgressSink
   summary.metrics = pipeline.metrics().size();
   summary.regions = static_cast<std::uint32_t>(pipeline.regions().size());
   summary.attribution = pipeline.attributionStats();
+  summary.workerThreads = pipeline.workerThreads();
   return summary;
 }
 

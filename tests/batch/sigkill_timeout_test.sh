@@ -2,7 +2,8 @@
 # csp-measure.sbatch and csp-prof.sbatch give mpirun time between the SIGTERM it passes on (a
 # time limit) and its SIGKILL: OMPI_MCA_odls_base_sigkill_timeout=10 unless the environment sets
 # it (Open MPI's default, 1 s, lost whole ranks' profiles on a loaded node). mpirun passes the
-# variable on to its ranks, where the programs here read it.
+# variable on to its ranks, where the programs here read it. Also: csp-prof.sbatch -j T above 1
+# unbinds mpirun's processes (the stand-in csp-prof-mpi records the CPUs it may run on).
 #   sigkill_timeout_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1
@@ -24,6 +25,7 @@ mkdir -p "$work/bin"
 cat >"$work/bin/csp-prof-mpi" <<'EOS'
 #!/bin/sh
 echo "${OMPI_MCA_odls_base_sigkill_timeout:-unset}" >"$RECORD.$OMPI_COMM_WORLD_RANK"
+grep Cpus_allowed_list /proc/self/status | cut -f2 >"$RECORD.cpus.$OMPI_COMM_WORLD_RANK"
 for a; do out=$a; done
 mkdir -p "$out"
 EOS
@@ -51,5 +53,21 @@ for setting in default 4; do
   [[ $? -eq 0 ]] || { echo "FAIL: csp-prof.sbatch ($setting):"; echo "$out"; fail=1; }
   expect "csp-prof.sbatch, $setting, rank 0" "$work/prof-$setting.0" "$want"
 done
+# With more than one worker thread per process, csp-prof.sbatch leaves the placement to the
+# kernel (--bind-to none): Open MPI binds each of two processes to one core, where csp-prof-mpi
+# would run one thread. With a binding in the mpirun arguments, it adds none.
+if [[ $(nproc) -ge 2 ]]; then
+  for threads in 1 2; do
+    out=$(RECORD="$work/bind-$threads" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS=--oversubscribe timeout -k 5 120 \
+          bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 -j "$threads" --force "$work/run-default" 2>&1)
+    [[ $? -eq 0 ]] || { echo "FAIL: csp-prof.sbatch -j $threads:"; echo "$out"; fail=1; }
+    cpus=$(cat "$work/bind-$threads.cpus.0" 2>/dev/null || echo missing)
+    if [[ $threads == 1 && "$cpus" =~ [-,] ]]; then echo "FAIL: -j 1: rank 0 may run on CPUs $cpus, expected mpirun's one"; fail=1; fi
+    if [[ $threads == 2 && ! "$cpus" =~ [-,] ]]; then echo "FAIL: -j 2: rank 0 may run on CPUs '$cpus' only"; fail=1; fi
+  done
+  out=$(RECORD="$work/bound" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS="--oversubscribe --bind-to core" timeout -k 5 120 \
+        bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 -j 2 --force "$work/run-default" 2>&1)
+  [[ "$out" == *"--bind-to none"* ]] && { echo "FAIL: --bind-to none added to the user's binding:"; echo "$out"; fail=1; }
+fi
 [[ $fail == 0 ]] && echo "PASS"
 exit $fail

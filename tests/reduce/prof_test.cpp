@@ -90,11 +90,13 @@ class Prof : public ::testing::Test {
     return meas;
   }
 
+  // `mpirunOptions`: "--bind-to none " for -j above 1 (mpirun binds each of one or two processes to
+  // a core, where csp-prof-mpi runs one thread whatever -j says).
   std::unique_ptr<storage::Database> prof(const std::filesystem::path& meas, const std::string& name, int ranks = 1,
-                                          const std::string& extra = "") {
+                                          const std::string& extra = "", const std::string& mpirunOptions = "") {
     const auto db = dir / name;
-    auto r = run(csp::test::mpirun(ranks) + tool("csp-prof-mpi") + " -q " + extra + " " + meas.string() + " -o " +
-                 db.string());
+    auto r = run(csp::test::mpirun(ranks) + mpirunOptions + tool("csp-prof-mpi") + " -q " + extra + " " +
+                 meas.string() + " -o " + db.string());
     EXPECT_EQ(r.status, 0) << r.output;
     return storage::Database::open(db);
   }
@@ -228,14 +230,15 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
       0);
   // A per-thread derived metric too: its real-valued summaries must not depend on the split.
   const std::string derive = " --derive 'wait = `real-time` - `cpu-time`' --derive 'share = `cpu-time` / `real-time`'";
-  prof(meas, "np1", 1, "-j 2 --batch 16" + derive);
+  // Unbound: -j 2 runs two worker threads where the machine has two CPUs.
+  prof(meas, "np1", 1, "-j 2 --batch 16" + derive, "--bind-to none ");
   const auto reference = dumpDatabase(dir / "np1");
   ASSERT_GT(reference.size(), 1000u);
   // 256 profiles in batches of 16: several batches on every process.
   for (const auto& [ranks, extra, name] :
        {std::tuple{1, "-j 1 --batch 16", "np1j1"}, std::tuple{2, "-j 1 --batch 16", "np2"},
         std::tuple{4, "-j 1 --batch 16", "np4"}, std::tuple{2, "-j 2 --batch 16", "np2j2"}}) {
-    prof(meas, name, ranks, extra + derive);
+    prof(meas, name, ranks, extra + derive, "--bind-to none ");
     const auto other = dumpDatabase(dir / name);
     ASSERT_EQ(other.size(), reference.size()) << name;
     for (std::size_t i = 0; i < reference.size(); ++i) {
@@ -243,6 +246,31 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
       ASSERT_EQ(other[i].second, reference[i].second) << name << " key " << reference[i].first;
     }
   }
+}
+
+// More workers than the CPUs a process may run on (mpirun's or srun's binding; taskset here):
+// it uses those CPUs and says so once, instead of oneTBB refusing the extra workers with a warning
+// of its own on every rank. The database is the one of -j 1.
+TEST_F(Prof, MoreJobsThanBoundCpusUseTheCpusAndSaySo) {
+  const auto meas = dir / "meas";
+  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 8 --threads 2 --nodes 200 --seed 5 -o " + meas.string()).status, 0);
+  prof(meas, "j1", 1, "-j 1");
+  const auto reference = dumpDatabase(dir / "j1");
+  ASSERT_GT(reference.size(), 100u);
+  const std::string note = "note: -j 3 is more than the 1 CPU(s) rank 0 may run on (its CPU binding), so it used 1";
+  for (const auto& [launcher, name] : {std::pair{std::string("taskset -c 0 "), "one"},
+                                       std::pair{"taskset -c 0 " + csp::test::mpirun(2) + "--bind-to none ", "two"}}) {
+    const auto r = run("timeout -k 5 120 " + launcher + tool("csp-prof-mpi") + " -j 3 " + meas.string() + " -o " +
+                       (dir / name).string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(note), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("TBB Warning"), std::string::npos) << r.output;
+    EXPECT_EQ(dumpDatabase(dir / name), reference) << name;
+  }
+  // Within the CPUs: no note.
+  const auto r = run(tool("csp-prof-mpi") + " -j 1 " + meas.string() + " -o " + (dir / "quiet").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("note: -j"), std::string::npos) << r.output;
 }
 
 // Large profiles get smaller batches by default (two batches of per-thread values are in memory

@@ -125,6 +125,7 @@ bool Pipeline::physicalPaths() const { return impl_->options.physical; }
 const std::vector<std::string>& Pipeline::leftoverTemporaries() const { return impl_->discovery.leftoverTemporaries; }
 AttributionStats Pipeline::attributionStats() const { return impl_->attributor.stats(); }
 const std::vector<PhaseTime>& Pipeline::phaseTimes() const { return impl_->workers.phases(); }
+unsigned Pipeline::workerThreads() const { return impl_->workers.threads(); }
 tbb::task_arena& Pipeline::arena() { return impl_->workers.arena(); }
 
 }  // namespace csp::reduce

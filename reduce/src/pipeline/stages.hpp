@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include <tbb/info.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -54,8 +55,16 @@ class Stopwatch {
 // The worker threads of one rank, the progress of its phases (rank 0) and their times.
 class Workers {
  public:
+  // `jobs` (0: the CPUs this process may run on) at most those CPUs: more threads than a rank is
+  // bound to would share its cores, and oneTBB would refuse their workers with a warning of its
+  // own on every rank.
   Workers(unsigned jobs, ProgressSink* progress)
-      : arena_(jobs ? static_cast<int>(jobs) : tbb::task_arena::automatic), progress_(progress) {}
+      : threads_(workerThreadsFor(jobs)), arena_(static_cast<int>(threads_)), progress_(progress) {}
+  static unsigned workerThreadsFor(unsigned jobs) {
+    const auto cpus = static_cast<unsigned>(std::max(tbb::info::default_concurrency(), 1));
+    return jobs == 0 ? cpus : std::min(jobs, cpus);
+  }
+  unsigned threads() const { return threads_; }  // the arena's threads, the calling one included
   tbb::task_arena& arena() { return arena_; }
   ProgressSink* progress() const { return progress_; }
 
@@ -93,6 +102,7 @@ class Workers {
   }
 
  private:
+  unsigned threads_;
   tbb::task_arena arena_;
   ProgressSink* progress_;  // rank 0 only
   std::thread::id main_ = std::this_thread::get_id();

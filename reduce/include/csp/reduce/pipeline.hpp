@@ -48,9 +48,11 @@ struct PipelineOptions {
   // list: cspProfileSource() for csp-prof-mpi). A source's index identifies it between ranks.
   ProfileSources sources;
   std::vector<std::filesystem::path> inputs;  // measurement directories or profile files
-  unsigned jobs = 0;                          // TBB workers per process; 0 = all available cores
-  bool skipInvalid = false;                   // skip unreadable profiles (recorded) instead of failing
-  bool physical = false;                      // OpenMP: native call paths, not logical ones (--physical)
+  // TBB workers per process; 0 = all available cores. At most the CPUs the process may run on
+  // (its affinity: mpirun's or srun's binding): Pipeline::workerThreads().
+  unsigned jobs = 0;
+  bool skipInvalid = false;  // skip unreadable profiles (recorded) instead of failing
+  bool physical = false;     // OpenMP: native call paths, not logical ones (--physical)
   // Neighbouring ranks on one host balance the read by claiming batches between their shares
   // (docs/postprocessing.md, "Balancing"); false: each rank reads exactly its share (--no-balance).
   bool balanceRead = true;
@@ -245,6 +247,8 @@ class Pipeline {
   const std::vector<std::string>& leftoverTemporaries() const;
   AttributionStats attributionStats() const;
   const std::vector<PhaseTime>& phaseTimes() const;
+  // This rank's worker threads (PipelineOptions::jobs, at most the CPUs it may run on).
+  unsigned workerThreads() const;
   bool physicalPaths() const;  // PipelineOptions::physical
 
  private:

@@ -42,6 +42,7 @@ struct ProfSummary {
   // read's balancing moves whole batches between neighbouring ranks on one host.
   std::pair<std::uint32_t, std::uint32_t> profilesPerRank{0, 0};
   AttributionStats attribution;  // rank 0's
+  unsigned workerThreads = 0;    // rank 0's (Pipeline::workerThreads: -j, at most its CPUs)
   // From the CSP database sink:
   std::uint64_t valuesWritten = 0;  // distinct non-zero per-thread values (each is stored in both orders)
   std::uint64_t databaseBytes = 0;
