@@ -56,17 +56,21 @@ done
 # With more than one worker thread per process, csp-prof.sbatch leaves the placement to the
 # kernel (--bind-to none): Open MPI binds each of two processes to one core, where csp-prof-mpi
 # would run one thread. With a binding in the mpirun arguments, it adds none.
+prof_sbatch() {  # RECORD MPIRUN_ARGS SBATCH_ARGS...: csp-prof.sbatch on 2 processes of the stand-in; output in $out
+  local record=$1 mpirun_args=$2
+  shift 2
+  out=$(RECORD="$record" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS="$mpirun_args" timeout -k 5 120 \
+        bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 "$@" --force "$work/run-default" 2>&1)
+}
 if [[ $(nproc) -ge 2 ]]; then
   for threads in 1 2; do
-    out=$(RECORD="$work/bind-$threads" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS=--oversubscribe timeout -k 5 120 \
-          bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 -j "$threads" --force "$work/run-default" 2>&1)
-    [[ $? -eq 0 ]] || { echo "FAIL: csp-prof.sbatch -j $threads:"; echo "$out"; fail=1; }
+    prof_sbatch "$work/bind-$threads" --oversubscribe -j "$threads" ||
+      { echo "FAIL: csp-prof.sbatch -j $threads:"; echo "$out"; fail=1; }
     cpus=$(cat "$work/bind-$threads.cpus.0" 2>/dev/null || echo missing)
     if [[ $threads == 1 && "$cpus" =~ [-,] ]]; then echo "FAIL: -j 1: rank 0 may run on CPUs $cpus, expected mpirun's one"; fail=1; fi
     if [[ $threads == 2 && ! "$cpus" =~ [-,] ]]; then echo "FAIL: -j 2: rank 0 may run on CPUs '$cpus' only"; fail=1; fi
   done
-  out=$(RECORD="$work/bound" CSP_BIN="$work/bin" CSP_MPIRUN_ARGS="--oversubscribe --bind-to core" timeout -k 5 120 \
-        bash "$src/batch-scripts/csp-prof.sbatch" --launcher mpirun -n 2 -j 2 --force "$work/run-default" 2>&1)
+  prof_sbatch "$work/bound" "--oversubscribe --bind-to core" -j 2
   [[ "$out" == *"--bind-to none"* ]] && { echo "FAIL: --bind-to none added to the user's binding:"; echo "$out"; fail=1; }
 fi
 [[ $fail == 0 ]] && echo "PASS"

@@ -105,7 +105,7 @@ class Prof : public ::testing::Test {
   // process), with `options`.
   test::RunResult summaryOf(const std::string& shape, const std::string& launcher, const std::string& options) {
     const auto meas = dir / "meas";
-    const auto made = run("timeout -k 5 120 " + tool("csp-gen") + " -q " + shape + " -o " + meas.string());
+    const auto made = run("timeout -k 5 120 " + tool("csp-gen") + " -q --force " + shape + " -o " + meas.string());
     if (made.status != 0) return made;
     return run("timeout -k 5 120 " + launcher + tool("csp-prof-mpi") + " " + options + " " + meas.string() + " -o " +
                (dir / "db").string());
@@ -252,25 +252,22 @@ TEST_F(Prof, SameDatabaseForAnyProcessAndWorkerCount) {
 // it uses those CPUs and says so once, instead of oneTBB refusing the extra workers with a warning
 // of its own on every rank. The database is the one of -j 1.
 TEST_F(Prof, MoreJobsThanBoundCpusUseTheCpusAndSaySo) {
-  const auto meas = dir / "meas";
-  ASSERT_EQ(run(tool("csp-gen") + " -q --ranks 8 --threads 2 --nodes 200 --seed 5 -o " + meas.string()).status, 0);
-  prof(meas, "j1", 1, "-j 1");
-  const auto reference = dumpDatabase(dir / "j1");
+  const std::string shape = "--ranks 8 --threads 2 --nodes 200 --seed 5";
+  // Within the CPUs: no note.
+  const auto within = summaryOf(shape, "", "-j 1");
+  ASSERT_EQ(within.status, 0) << within.output;
+  EXPECT_EQ(within.output.find("note: -j"), std::string::npos) << within.output;
+  const auto reference = dumpDatabase(dir / "db");
   ASSERT_GT(reference.size(), 100u);
   const std::string note = "note: -j 3 is more than the 1 CPU(s) rank 0 may run on (its CPU binding), so it used 1";
-  for (const auto& [launcher, name] : {std::pair{std::string("taskset -c 0 "), "one"},
-                                       std::pair{"taskset -c 0 " + csp::test::mpirun(2) + "--bind-to none ", "two"}}) {
-    const auto r = run("timeout -k 5 120 " + launcher + tool("csp-prof-mpi") + " -j 3 " + meas.string() + " -o " +
-                       (dir / name).string());
+  for (const auto& launcher :
+       {std::string("taskset -c 0 "), "taskset -c 0 " + csp::test::mpirun(2) + "--bind-to none "}) {
+    const auto r = summaryOf(shape, launcher, "-j 3 --force");
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find(note), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("TBB Warning"), std::string::npos) << r.output;
-    EXPECT_EQ(dumpDatabase(dir / name), reference) << name;
+    EXPECT_EQ(dumpDatabase(dir / "db"), reference) << launcher;
   }
-  // Within the CPUs: no note.
-  const auto r = run(tool("csp-prof-mpi") + " -j 1 " + meas.string() + " -o " + (dir / "quiet").string());
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.output.find("note: -j"), std::string::npos) << r.output;
 }
 
 // Large profiles get smaller batches by default (two batches of per-thread values are in memory

@@ -60,10 +60,6 @@ class Workers {
   // own on every rank.
   Workers(unsigned jobs, ProgressSink* progress)
       : threads_(workerThreadsFor(jobs)), arena_(static_cast<int>(threads_)), progress_(progress) {}
-  static unsigned workerThreadsFor(unsigned jobs) {
-    const auto cpus = static_cast<unsigned>(std::max(tbb::info::default_concurrency(), 1));
-    return jobs == 0 ? cpus : std::min(jobs, cpus);
-  }
   unsigned threads() const { return threads_; }  // the arena's threads, the calling one included
   tbb::task_arena& arena() { return arena_; }
   ProgressSink* progress() const { return progress_; }
@@ -102,6 +98,10 @@ class Workers {
   }
 
  private:
+  static unsigned workerThreadsFor(unsigned jobs) {
+    const auto cpus = static_cast<unsigned>(std::max(tbb::info::default_concurrency(), 1));
+    return jobs == 0 ? cpus : std::min(jobs, cpus);
+  }
   unsigned threads_;
   tbb::task_arena arena_;
   ProgressSink* progress_;  // rank 0 only
