@@ -100,6 +100,17 @@ for line in sys.stdin:
         put("class-acc-%d" % i, b"\x00" + acc)
 ' "$work/metrics-corpus"
 fi
+# Seeds for the expression parser (selector 3) and the summary formulas (selector 4): without them
+# a 10-second run may never mutate its way to a valid definition ('name = expression' with quoted
+# statistic references), and the check below would fail on luck, not on a bug.
+i=0
+for e in 'a + b * 2' '(x - y) / `cpu-time` * 2' 'max(a, b) / min(1e6, -c)' '`cpu-time` / 1e9 - 0.5'; do
+  printf '\003%s' "$e" >"$work/metrics-corpus/expression-$((i += 1))"
+done
+for f in 'imb = `cpu-time.max` / `cpu-time.mean` - 1' 'r = `cpu-time.all.sum` / 2' \
+  'cv = `cpu-time.stddev` / `cpu-time.present.mean`' 's = (`a.sum` + `b.min`) * 1e-9'; do
+  printf '\004%s' "$f" >"$work/metrics-corpus/formula-$((i += 1))"
+done
 fuzz "profile reader" "$bdir"/tests/fuzz/profile_reader_fuzz "$work/corpus"
 fuzz "metrics decoders and expressions" "$bdir"/tests/metrics/metrics_fuzz "$work/metrics-corpus"
 verdict "profile reader"
