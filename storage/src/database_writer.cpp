@@ -720,8 +720,7 @@ struct DatabaseBuilder::Impl {
 
 namespace {
 
-// The build directory's contents: its owner file, the staging directory and the RocksDB instance
-// with every column family; then the step "created".
+// The build directory's contents before the database: its owner file and the staging directory.
 void createBuildDirectory(DatabaseBuilder::Impl& d) {
   std::error_code ec;
   try {
@@ -733,6 +732,7 @@ void createBuildDirectory(DatabaseBuilder::Impl& d) {
   if (ec) throw DatabaseError(d.temp, "cannot create the staging directory: " + ec.message());
 }
 
+// The RocksDB instance with every column family; then the step "created" (openDatabase).
 void createDatabase(DatabaseBuilder::Impl& d) {
   rocksdb::DBOptions dbOptions = format::instanceOptions();
   dbOptions.create_if_missing = true;

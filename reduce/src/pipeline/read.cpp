@@ -288,7 +288,7 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
         count,
         [&](std::size_t k) {
           const std::size_t i = first + k - discovery.begin;
-          const auto input = discovery.inputs[i];
+          const auto input = discovery.input(first + k);
           try {
             const ReadProfile profile =
                 readOne(input, first + k, attribution, localCct, regions, common, metricLists, busy);
