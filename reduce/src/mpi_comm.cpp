@@ -1,6 +1,10 @@
 #include "csp/reduce/mpi_comm.hpp"
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -125,6 +129,30 @@ bool networkDevicePresent() {
   return false;
 }
 
+std::size_t disableNagleOnTcpSockets() {
+  // The descriptors are listed first: the directory's own descriptor is open while it is read.
+  std::vector<int> fds;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int fd = -1;
+    if (std::sscanf(name.c_str(), "%d", &fd) == 1 && fd >= 0) fds.push_back(fd);
+  }
+  std::size_t changed = 0;
+  for (const int fd : fds) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    int value = 0;
+    socklen_t length = sizeof value;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &value, &length) != 0 || value != IPPROTO_TCP) continue;
+    length = sizeof value;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &value, &length) != 0 || value != 0) continue;
+    const int on = 1;
+    if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) == 0) ++changed;
+  }
+  return changed;
+}
+
 bool launchedByMpiLauncher() {
   // Open MPI's mpirun, PMIx (srun --mpi=pmix, prterun), PMI-1/2 (MPICH's and Intel MPI's hydra,
   // srun --mpi=pmi2), MVAPICH, Cray's aprun, and any srun task.
@@ -136,10 +164,12 @@ bool launchedByMpiLauncher() {
 
 MpiSession::MpiSession(int& argc, char**& argv) : started_(startMpi()) {
   if (!started_) return;
-  if (const std::string pml = pmlLeavingOutCm(transportFacts()); !pml.empty())
+  const TransportFacts facts = transportFacts();
+  if (const std::string pml = pmlLeavingOutCm(facts); !pml.empty())
     ::setenv("OMPI_MCA_pml", pml.c_str(), 0);  // read by MPI_Init (mca_base_var): before it
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (!facts.keep) disableNagleOnTcpSockets();
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }

@@ -83,6 +83,16 @@ std::string pmlOfParamFile(const std::filesystem::path& file);
 // /sys/class/infiniband (InfiniBand, RoCE, Omni-Path, EFA), /dev/hfi1_*, /dev/ipath* or /dev/cxi*.
 bool networkDevicePresent();
 
+// Sets TCP_NODELAY on every TCP socket this process has open and returns how many it changed.
+// Called once MPI has started (unless CSP_MPI_TRANSPORT=keep): the only TCP sockets then are
+// MPI's, among them the connection to the process manager's PMIx server (mpirun, or slurmd under
+// srun), which Open MPI 4.1's PMIx client opens over loopback TCP without it. Its exchanges are
+// short messages sent back to back: Nagle's algorithm holds each one until the previous one is
+// acknowledged, and the server acknowledges late (delayed ACKs, about 40 ms). MPI_Finalize, a few
+// such messages, took 45 ms here for that reason and 4 ms with the option set. Disabling Nagle
+// on a connection changes when its bytes go out, never what arrives.
+std::size_t disableNagleOnTcpSockets();
+
 // Whether this process was started by an MPI launcher (mpirun/mpiexec of Open MPI, MPICH, Intel
 // MPI, MVAPICH; srun; aprun): a rank or PMI variable one of them sets is in the environment.
 bool launchedByMpiLauncher();
