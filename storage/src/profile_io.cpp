@@ -5,6 +5,7 @@
 #include <capnp/any.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -656,6 +657,32 @@ ThreadProfile readProfile(const std::filesystem::path& path, const ParseOptions&
   return parseProfile(bytes.subspan(where.offset, bundleRecordLength(bytes, where.offset)), path.string(), options);
 }
 
+std::vector<DirectoryEntry> directoryEntries(const std::filesystem::path& dir, std::error_code& ec) {
+  ec.clear();
+  std::vector<DirectoryEntry> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    ec.assign(errno, std::generic_category());
+    return out;
+  }
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      if (errno != 0) ec.assign(errno, std::generic_category());
+      break;
+    }
+    const std::string_view name(e->d_name);
+    if (name == "." || name == "..") continue;
+    const auto kind = e->d_type == DT_REG                              ? DirectoryEntry::Kind::Regular
+                      : e->d_type == DT_UNKNOWN || e->d_type == DT_LNK ? DirectoryEntry::Kind::Unknown
+                                                                       : DirectoryEntry::Kind::Other;
+    out.push_back({std::string(name), kind});
+  }
+  ::closedir(d);
+  return out;
+}
+
 std::vector<std::string> listProfiles(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
@@ -665,11 +692,12 @@ std::vector<std::string> listProfiles(const std::filesystem::path& dir) {
   // Every entry named like a profile, whatever it is: one that is no regular file (a FIFO, a
   // directory, a dangling link, a link loop, a device) is reported when read, naming it, or
   // skipped and recorded with --skip-invalid; never silently left out.
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto ext = it->path().extension();
-    if (ext == kProfileExtension || ext == kBundleExtension) files.push_back(it->path().string());
-  }
+  const auto entries = directoryEntries(dir, ec);
   if (ec) throw ProfileError(dir.string(), "cannot list: " + ec.message());
+  const std::string prefix = (dir / "").string();  // the directory's paths as the iterator made them
+  for (const auto& e : entries)
+    if (hasExtension(e.name, kProfileExtension) || hasExtension(e.name, kBundleExtension))
+      files.push_back(prefix + e.name);
   std::sort(files.begin(), files.end());
   auto inBundle = [](const std::string& f) { return f.ends_with(kBundleExtension); };
   if (std::none_of(files.begin(), files.end(), inBundle)) return files;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <thread>
 
 #include "common/temp_dir.hpp"
@@ -216,6 +217,54 @@ TEST(ProfileNames, SortByIdTuple) {
   EXPECT_EQ(storage::profileFileName(a), "r000002-t0010.7.cspprof");
   EXPECT_LT(storage::profileFileName(a), storage::profileFileName(b));
   EXPECT_EQ(formatIdTuple(a.idTuple), "rank 2 thread 10");
+}
+
+// readdir's listing against std::filesystem's: the same names, what each entry is where the
+// directory says so, and extensions as path::extension() sees them.
+TEST(ListProfiles, DirectoryEntriesAreWhatTheFileSystemIteratorFinds) {
+  TempDir dir;
+  for (const char* name : {"a.cspprof", ".cspprof", ".hidden.cspprof", "b.cspbundles", "c.cspprof.tmp.1", "d", "..x"})
+    std::ofstream(dir.path() / name) << "x";
+  fs::create_directory(dir.path() / "sub.cspprof");
+  fs::create_symlink(dir.path() / "a.cspprof", dir.path() / "link.cspprof");
+  fs::create_symlink(dir.path() / "missing", dir.path() / "dangling.cspprof");
+
+  std::error_code ec;
+  const auto entries = storage::directoryEntries(dir.path(), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  std::set<std::string> names, expected;
+  for (const auto& e : entries) {
+    names.insert(e.name);
+    const fs::path path = dir.path() / e.name;
+    using Kind = storage::DirectoryEntry::Kind;
+    const auto status = fs::symlink_status(path);
+    if (e.kind == Kind::Regular) {
+      EXPECT_TRUE(fs::is_regular_file(status)) << e.name;
+    }
+    if (e.kind == Kind::Other) {
+      EXPECT_FALSE(fs::is_regular_file(status) || fs::is_symlink(status)) << e.name;
+    }
+    if (fs::is_symlink(status)) {
+      EXPECT_EQ(e.kind, Kind::Unknown) << e.name;
+    }
+    for (const char* ext : {".cspprof", ".cspbundle", ".tmp", ".x"})
+      EXPECT_EQ(storage::hasExtension(e.name, ext), fs::path(e.name).extension() == ext) << e.name << " " << ext;
+  }
+  for (const auto& e : fs::directory_iterator(dir.path())) expected.insert(e.path().filename().string());
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(names.size(), 10u);
+  // listProfiles keeps what it listed before: every entry named like a profile, whatever it is,
+  // as the path the iterator makes, sorted (bundles, whose records it lists, are tested below).
+  std::vector<std::string> listed = storage::listProfiles(dir.path());
+  std::vector<std::string> want;
+  for (const char* name : {".hidden.cspprof", "a.cspprof", "dangling.cspprof", "link.cspprof", "sub.cspprof"})
+    want.push_back((dir.path() / name).string());
+  EXPECT_EQ(listed.size(), want.size());
+  for (const auto& w : want) EXPECT_NE(std::find(listed.begin(), listed.end(), w), listed.end()) << w;
+  EXPECT_TRUE(std::is_sorted(listed.begin(), listed.end()));
+
+  storage::directoryEntries(dir.path() / "none", ec);
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
 }
 
 TEST(ListProfiles, MissingDirectoryIsAClearError) {

@@ -44,14 +44,13 @@ class CspProfileSource final : public ProfileSource {
   std::vector<std::string> unfinished(const fs::path& directory) const override {
     std::vector<std::string> found;
     std::error_code ec;
-    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      const auto tmp = name.find(".tmp.");
+    for (const auto& e : storage::directoryEntries(directory, ec)) {
+      const auto tmp = e.name.find(".tmp.");
       if (tmp == std::string::npos) continue;
-      const std::string_view stem(name.data(), tmp);
+      const std::string_view stem(e.name.data(), tmp);
       if (stem.ends_with(storage::kProfileExtension) || stem.ends_with(storage::kBundleExtension) ||
           (stem.starts_with("perf-") && stem.ends_with(".map")))
-        found.push_back(it->path().string());
+        found.push_back((directory / e.name).string());
     }
     std::sort(found.begin(), found.end());
     return found;

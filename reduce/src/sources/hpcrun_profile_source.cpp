@@ -988,9 +988,16 @@ class HpcrunProfileSource final : public ProfileSource {
   std::vector<std::string> list(const fs::path& directory) const override {
     std::vector<std::string> out;
     std::error_code ec;
-    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-      if (isProfile(it->path()) && it->is_regular_file()) out.push_back(it->path().string());
+    const auto entries = storage::directoryEntries(directory, ec);
     if (ec) throw storage::ProfileError(directory.string(), "cannot be listed: " + ec.message());
+    for (const auto& e : entries) {
+      if (!storage::hasExtension(e.name, ".hpcrun")) continue;
+      const fs::path path = directory / e.name;
+      std::error_code statError;
+      if (e.kind == storage::DirectoryEntry::Kind::Regular ||
+          (e.kind == storage::DirectoryEntry::Kind::Unknown && fs::is_regular_file(path, statError)))
+        out.push_back(path.string());
+    }
     std::sort(out.begin(), out.end());
     return out;
   }
@@ -1016,9 +1023,9 @@ class HpcrunProfileSource final : public ProfileSource {
 std::string hpcrunNotRead(const fs::path& directory) {
   std::error_code ec;
   std::size_t traces = 0, gpuBinaries = 0;
-  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-    traces += it->path().extension() == ".hpctrace" ? 1 : 0;
-  for (fs::directory_iterator it(directory / "gpubins", ec), end; !ec && it != end; it.increment(ec)) ++gpuBinaries;
+  for (const auto& e : storage::directoryEntries(directory, ec))
+    traces += storage::hasExtension(e.name, ".hpctrace") ? 1 : 0;
+  gpuBinaries = storage::directoryEntries(directory / "gpubins", ec).size();
   if (traces + gpuBinaries == 0) return {};
   std::string what;
   if (traces) what = fmt::format("{} trace file{} (*.hpctrace)", traces, traces == 1 ? "" : "s");

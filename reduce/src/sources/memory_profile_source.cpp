@@ -389,9 +389,10 @@ class MemoryProfileSource final : public ProfileSource {
   std::vector<std::string> list(const fs::path& directory) const override {
     std::vector<std::string> files;
     std::error_code ec;
-    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-      if (isProfile(it->path())) files.push_back(it->path().string());
+    const auto entries = storage::directoryEntries(directory, ec);
     if (ec) throw storage::ProfileError(directory.string(), "cannot list: " + ec.message());
+    for (const auto& e : entries)
+      if (storage::hasExtension(e.name, kExtension)) files.push_back((directory / e.name).string());
     std::sort(files.begin(), files.end());
     return files;
   }
@@ -403,8 +404,8 @@ class MemoryProfileSource final : public ProfileSource {
   std::vector<std::string> unfinished(const fs::path& directory) const override {
     std::vector<std::string> found;
     std::error_code ec;
-    for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().string().ends_with(std::string(kExtension) + ".tmp")) found.push_back(it->path().string());
+    for (const auto& e : storage::directoryEntries(directory, ec))
+      if (e.name.ends_with(std::string(kExtension) + ".tmp")) found.push_back((directory / e.name).string());
     std::sort(found.begin(), found.end());
     return found;
   }

@@ -7,6 +7,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "csp/storage/profile.hpp"
@@ -67,6 +69,25 @@ void validateProfile(const ThreadProfile& profile, const std::string& name);
 // What the data model holds but this format does not (real-valued metrics, GPU id kinds, path
 // starts: docs/profile-format.md): throws ProfileError naming `name` for a profile that has it.
 void checkStorable(const ThreadProfile& profile, const std::string& name);
+
+// One entry of a directory as readdir gives it: its name and what the directory says it is
+// (Unknown where the file system does not say, and for a symbolic link: ask stat).
+struct DirectoryEntry {
+  enum class Kind : std::uint8_t { Regular, Other, Unknown };
+  std::string name;
+  Kind kind = Kind::Unknown;
+};
+// The entries directly inside `dir` (not "." and ".."), in the file system's order, from one
+// readdir pass. std::filesystem::directory_iterator builds a path of every entry and splits it
+// into components; over a measurement directory of 4,096 profiles that cost 3.5 ms per pass, and
+// discovery passes over it once per input format and once more for each format's unfinished
+// files. Sets `ec` when `dir` cannot be opened or read (the entries read until then are returned).
+std::vector<DirectoryEntry> directoryEntries(const std::filesystem::path& dir, std::error_code& ec);
+// Whether a directory entry's name has `extension` as std::filesystem::path::extension() sees it
+// (".cspprof" alone is a hidden file without an extension).
+inline bool hasExtension(std::string_view name, std::string_view extension) {
+  return name.size() > extension.size() && name.ends_with(extension);
+}
 
 // The profiles directly inside `dir`: every *.cspprof file and every record of every *.cspbundle
 // file (as the entry "BUNDLE@OFFSET"), files sorted by name, records in the order they were
