@@ -307,21 +307,36 @@ namespace {
 // dCOZ on mpi_causal MODE: R -25 % predicted from the slow run against the fast run's measured
 // speed-up, Q's ~0, R first in the ranking.
 //
-// The fast run differs from the slow one by 25 % of R and by what the machine did to each: R's
-// sleeps overshoot (R took fastR, not 0.75 slowR) and the rest of the run (barriers, messages,
-// start-up) took a different time. Both are measured in the two runs. A pair that a loaded
-// machine disturbed by more than 5 points is measured again (at most 5 pairs; the least disturbed
-// is checked): in a CI run beside the sanitizer build, the rest differed by 14 points, and Q,
-// delayed beyond its slack, was on the critical path long enough to predict 1.75 %; in another
-// (a cold build's), all of 3 pairs were disturbed by 7.4-17 points and the least disturbed one
-// missed by 2.4 points more than its disturbances.
+// The fast run differs from the slow one by 25 % of R and by what the machine did to each, and
+// each difference is measured:
+// - R's sleeps overshoot (R took fastR, not 0.75 slowR);
+// - the rest of the run (barriers, messages, start-up) took a different time;
+// - the runs' critical paths differ: a delay that a loaded machine put off R's path, within R's
+//   slack, makes the analysis of that run predict less than all of R's cut (the cut would expose
+//   it), and the other run need not have it. Each run's analysis measures its own share of R's
+//   cut that shortens it (its prediction over the most a 25 % cut can give): 1 on a quiet machine.
+//   Once, beside the sanitizer build of a cold CI run, the slow run's share was 0.84 (predicted
+//   19.10 % of 22.76 % at most) while the fast run realized all of it.
+// A pair disturbed by more than 5 points, or whose slow run put Q on its critical path, is measured
+// again (at most 5 pairs; the least disturbed one is checked). A systematic error of the analysis
+// moves both runs' shares alike, so it still fails the check.
 void checkWhatIf(const std::string& name, const std::string& mode) {
   TempDir tmp(name);
   struct Pair {
     fs::path dir;
-    nlohmann::json onPath;  // the slow run's --what-if 'R=-25%'
-    double slowRun = 0, slowR = 0, fastRun = 0, fastR = 0, overshoot = 0, rest = 0;
-    double disturbance() const { return overshoot + rest; }
+    nlohmann::json onPath, offPath;  // the slow run's --what-if 'R=-25%' and 'Q=-25%'
+    double slowRun = 0, slowR = 0, fastRun = 0, fastR = 0, overshoot = 0, rest = 0, paths = 0;
+    double disturbance() const { return overshoot + rest + paths; }
+    bool qOffPath() const { return std::abs(row(offPath, "predicted speed-up")) <= 0.01; }
+    bool betterThan(const Pair& other) const {
+      if (qOffPath() != other.qOffPath()) return qOffPath();
+      return disturbance() < other.disturbance();
+    }
+  };
+  // The share of a 25 % cut of R that shortens a run, by its own analysis.
+  auto shareOfCut = [](const nlohmann::json& whatIf) {
+    const double most = 100 * 0.25 * row(whatIf, "region compute time") / row(whatIf, "run time");
+    return most > 0 ? row(whatIf, "predicted speed-up") / most : 0.0;
   };
   Pair best;
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -333,27 +348,32 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
     measureAndReduce(pair.dir / "fast", 3, "", mode + "6 60 10 25");
     if (::testing::Test::HasFatalFailure()) return;
     pair.onPath = query(pair.dir / "slow" / "db", "--what-if 'R=-25%'");
-    const auto fast = query(pair.dir / "fast" / "db", "--what-if 'R=-1%'");
+    pair.offPath = query(pair.dir / "slow" / "db", "--what-if 'Q=-25%'");
+    const auto fast = query(pair.dir / "fast" / "db", "--what-if 'R=-25%'");
     pair.slowRun = row(pair.onPath, "run time");
     pair.slowR = row(pair.onPath, "region compute time");
     pair.fastRun = row(fast, "run time");
     pair.fastR = row(fast, "region compute time");
     pair.overshoot = 100 * std::abs(pair.fastR - 0.75 * pair.slowR) / pair.slowRun;
     pair.rest = 100 * std::abs((pair.slowRun - pair.slowR) - (pair.fastRun - pair.fastR)) / pair.slowRun;
-    std::printf("%spair %d: disturbances: R's overshoot %.2f points, the rest %.2f points\n", mode.c_str(), attempt,
-                pair.overshoot, pair.rest);
-    if (attempt == 0 || pair.disturbance() < best.disturbance()) best = pair;
-    if (best.disturbance() <= 5) break;
+    const double most = 100 * 0.25 * pair.slowR / pair.slowRun;
+    pair.paths = most * std::abs(shareOfCut(pair.onPath) - shareOfCut(fast));
+    std::printf(
+        "%spair %d: disturbances: R's overshoot %.2f points, the rest %.2f points, the critical paths %.2f points "
+        "(shares of R's cut: slow run %.3f, fast run %.3f); Q -25%%: %.3f %%\n",
+        mode.c_str(), attempt, pair.overshoot, pair.rest, pair.paths, shareOfCut(pair.onPath), shareOfCut(fast),
+        row(pair.offPath, "predicted speed-up"));
+    if (attempt == 0 || pair.betterThan(best)) best = pair;
+    if (best.disturbance() <= 5 && best.qOffPath()) break;
   }
   const fs::path slowDb = best.dir / "slow" / "db";
   const nlohmann::json& onPath = best.onPath;
-  const auto offPath = query(slowDb, "--what-if 'Q=-25%'");
   const double measured = 100 * (best.slowRun - best.fastRun) / best.slowRun;
   const double predicted = row(onPath, "predicted speed-up");
   const double most = 100 * 0.25 * best.slowR / best.slowRun;
   std::printf("%sR -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; Q -25%%: %.3f %%\n",
               mode.c_str(), predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"),
-              measured, most, row(offPath, "predicted speed-up"));
+              measured, most, row(best.offPath, "predicted speed-up"));
   EXPECT_GT(predicted, 0);
   EXPECT_LE(predicted, most + 1e-9);
   EXPECT_LE(row(onPath, "speed-up lower bound"), predicted);
@@ -361,8 +381,8 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
   // Right up to the disturbances and 5 % of the prediction (not of the measurement: a loaded fast
   // run can come out slower than the slow one, measured -1.7 % once, with the rest of its run
   // 24.8 points longer).
-  EXPECT_NEAR(predicted, measured, 0.05 * predicted + best.overshoot + best.rest);
-  EXPECT_NEAR(row(offPath, "predicted speed-up"), 0, 0.01);
+  EXPECT_NEAR(predicted, measured, 0.05 * predicted + best.disturbance());
+  EXPECT_NEAR(row(best.offPath, "predicted speed-up"), 0, 0.01);
   // The ranking puts R first.
   const auto ranking = query(slowDb, "--what-if-rank=-25%");
   ASSERT_FALSE(ranking["rows"].empty());
