@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.hpp"
+#include "csp/reduce/profile_source.hpp"
+#include "csp/storage/profile_io.hpp"
 #include "stages.hpp"
+#include "storage/profile_fixtures.hpp"
 
 using namespace csp;
 using csp::reduce::InputList;
@@ -232,4 +237,43 @@ TEST(ThreadClassification, EntriesAndReasonsComeBackPerProfile) {
   reduce::stages::ThreadClassification other;  // a rank other than 0 keeps no texts
   other.classOf = {0, 1};
   EXPECT_TRUE(other.infos().empty());
+}
+
+// Discovery's facts of an entry (ProfileSource::facts): CSP's format takes the size and the file
+// from one stat; it must give what the two looks of the default give, for a profile file, a
+// bundle's records, a link to a profile, a directory named like a profile and a missing file.
+TEST(SourceFacts, OneStatGivesWhatSizeAndPlaceGive) {
+  csp::test::TempDir dir("source-facts");
+  storage::writeProfile(test::fullAddressProfile(), dir.path() / "a.cspprof");
+  {
+    storage::ProfileBundleWriter bundle(dir.path() / "b.cspbundle");
+    bundle.append(test::fullAddressProfile());
+    bundle.append(test::fullAddressProfile());
+  }
+  std::filesystem::create_symlink(dir.path() / "a.cspprof", dir.path() / "link.cspprof");
+  std::filesystem::create_directory(dir.path() / "d.cspprof");
+  auto entries = storage::listProfiles(dir.path());
+  entries.push_back((dir.path() / "missing.cspprof").string());
+  ASSERT_EQ(entries.size(), 6u);  // a, two records of b, d, link, missing
+
+  const auto source = reduce::cspProfileSource();
+  std::size_t found = 0, sized = 0;
+  for (const auto& e : entries) {
+    const auto one = source->facts(e);
+    const auto two = source->ProfileSource::facts(e);  // place(), a stat, bytes()
+    EXPECT_EQ(one.bytes, two.bytes) << e;
+    EXPECT_EQ(one.offset, two.offset) << e;
+    EXPECT_EQ(one.found, two.found) << e;
+    EXPECT_EQ(one.device, two.device) << e;
+    EXPECT_EQ(one.inode, two.inode) << e;
+    found += one.found ? 1 : 0;
+    sized += one.bytes > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(found, 5u);  // all but the missing one
+  EXPECT_EQ(sized, 4u);  // the profile, the link to it and the bundle's two records
+  // The link is the profile's file: the same device and inode, which the same-file check compares.
+  const auto a = source->facts((dir.path() / "a.cspprof").string());
+  const auto link = source->facts((dir.path() / "link.cspprof").string());
+  EXPECT_EQ(a.inode, link.inode);
+  EXPECT_EQ(a.device, link.device);
 }

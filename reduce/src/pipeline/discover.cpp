@@ -1,7 +1,6 @@
 // The inputs: listed by rank 0 through the sources, each rank's contiguous share of them sent to
 // that rank alone.
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <tuple>
@@ -18,7 +17,12 @@ __extension__ using Uint128 = unsigned __int128;
 
 struct Listing {
   InputList inputs;
+  std::vector<ProfileSource::EntryFacts> facts;  // of each input, for checkListedOnce
   std::vector<std::string> leftoverTemporaries;
+  void add(std::string path, const ProfileSource* source) {
+    facts.push_back(source->facts(path));
+    inputs.add({std::move(path), facts.back().bytes, source});
+  }
 };
 
 // The profiles of one measurement directory, from every source, and what they left unfinished.
@@ -26,10 +30,7 @@ void listDirectory(const fs::path& dir, const ProfileSources& sources, Listing& 
   try {
     const std::size_t before = out.inputs.size();
     for (const auto& source : sources)
-      for (auto& f : source->list(dir)) {
-        const auto bytes = source->bytes(f);
-        out.inputs.add({std::move(f), bytes, source.get()});
-      }
+      for (auto& f : source->list(dir)) out.add(std::move(f), source.get());
     if (out.inputs.size() == before)
       errors.push_back(fmt::format("{}: no profiles ({}) in this directory", dir.string(), profilePatterns(sources)));
     for (const auto& source : sources)
@@ -41,15 +42,14 @@ void listDirectory(const fs::path& dir, const ProfileSources& sources, Listing& 
 
 // A file listed twice (a directory given twice, a profile given beside its directory, links)
 // would count every value twice.
-void checkListedOnce(const InputList& inputs, std::vector<std::string>& errors) {
-  std::vector<std::tuple<dev_t, ino_t, std::uint64_t, std::size_t>> places;  // the last: the input
+void checkListedOnce(const Listing& listing, std::vector<std::string>& errors) {
+  const InputList& inputs = listing.inputs;
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::size_t>> places;  // the last: the input
   places.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto f = inputs[i];
-    const auto [file, offset] = f.source->place(f.path);  // a bundle holds several profiles
-    struct stat st {};
-    if (::stat(file.c_str(), &st) != 0) continue;  // reported when it is read
-    places.emplace_back(st.st_dev, st.st_ino, offset, i);
+    const auto& f = listing.facts[i];  // a bundle holds several profiles: its records' offsets differ
+    if (!f.found) continue;            // reported when it is read
+    places.emplace_back(f.device, f.inode, f.offset, i);
   }
   std::sort(places.begin(), places.end());
   std::vector<std::pair<std::size_t, std::size_t>> twice;  // (input, the first input at its place)
@@ -79,7 +79,7 @@ Listing listInputs(const PipelineOptions& options) {
       listDirectory(input, sources, out, errors);
     } else if (const auto* source = sourceFor(sources, input);
                source && fs::exists(fs::symlink_status(input, ec)) && !fs::is_directory(input, ec)) {
-      out.inputs.add({input.string(), source->bytes(input), source});
+      out.add(input.string(), source);
     } else if (!fs::exists(input, ec)) {
       errors.push_back(fmt::format("{}: no such file or directory", input.string()));
     } else {
@@ -89,7 +89,8 @@ Listing listInputs(const PipelineOptions& options) {
   }
   if (options.inputs.empty()) errors.push_back("no measurement directory given");
   throwIfAny(errors);
-  checkListedOnce(out.inputs, errors);
+  checkListedOnce(out, errors);
+  std::vector<ProfileSource::EntryFacts>().swap(out.facts);
   throwIfAny(errors);
   return out;
 }

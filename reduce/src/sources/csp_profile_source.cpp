@@ -1,6 +1,8 @@
 // CSP's own per-thread profiles (Cap'n Proto, docs/profile-format.md), written by csp-run and
 // csp-gen: files of one profile each and bundles (one file per process of the threads that
 // ended while it ran).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <string_view>
 #include <system_error>
@@ -28,6 +30,22 @@ class CspProfileSource final : public ProfileSource {
     return {where.file, where.offset};
   }
   std::uint64_t bytes(const fs::path& entry) const override { return storage::profileBytes(entry); }
+  // A profile file's size is its profile's: one stat for both (a bundle's record reads its header).
+  EntryFacts facts(const fs::path& entry) const override {
+    const auto where = storage::locateProfile(entry);
+    EntryFacts f;
+    f.offset = where.offset;
+    struct stat st {};
+    if (::stat(where.file.c_str(), &st) != 0) return f;  // bytes 0, as profileBytes gives it
+    f.found = true;
+    f.device = static_cast<std::uint64_t>(st.st_dev);
+    f.inode = static_cast<std::uint64_t>(st.st_ino);
+    if (where.inBundle)
+      f.bytes = storage::profileBytes(entry);
+    else
+      f.bytes = S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;  // as file_size
+    return f;
+  }
   std::vector<std::string> list(const fs::path& directory) const override { return storage::listProfiles(directory); }
   // The pipeline validates.
   ThreadProfile read(const fs::path& entry) const override { return storage::readProfile(entry, {.validate = false}); }

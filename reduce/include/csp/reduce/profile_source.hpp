@@ -54,6 +54,18 @@ class ProfileSource {
   }
   // Size of the entry's profile in bytes (it balances the work between ranks); 0 if unknown.
   virtual std::uint64_t bytes(const std::filesystem::path& entry) const;
+  // What discovery needs of every entry: bytes(), and the file it is in (place()) as the device
+  // and inode that tell one file reached by two paths. found: that file could be stat'ed (if not,
+  // reading the entry reports why). By default place(), a stat and bytes(); a format whose size is
+  // the file's takes both from one stat (at 65,536 profiles the second stat of every input cost
+  // rank 0 0.16 s while the others waited).
+  struct EntryFacts {
+    std::uint64_t bytes = 0;
+    std::uint64_t offset = 0;  // place(entry).second
+    bool found = false;
+    std::uint64_t device = 0, inode = 0;
+  };
+  virtual EntryFacts facts(const std::filesystem::path& entry) const;
   // Reads one profile. Throws storage::ProfileError (file and defect) for bad input, so that
   // --skip-invalid can record it. Called from several threads at once.
   virtual ThreadProfile read(const std::filesystem::path& entry) const = 0;
