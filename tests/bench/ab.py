@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from run import mpi_environment, mpirun_placement  # the suite's, so that both place processes alike
+
 
 def die(message, code=2):
     print(f"ab: error: {message}", file=sys.stderr)
@@ -43,10 +45,7 @@ def children_cpu():
 class Runner:
     def __init__(self, args):
         self.args = args
-        self.env = dict(os.environ)
-        if os.geteuid() == 0:  # Open MPI refuses root without these
-            self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        self.env = mpi_environment()
         self.cores = sorted(os.sched_getaffinity(0))
         self.cpu = args.cpu if args.cpu is not None else self.cores[-1]
         if args.cpu is not None and args.cpu not in self.cores:
@@ -58,12 +57,7 @@ class Runner:
         prof = [binary, "-j", str(self.args.jobs), self.args.input, "-o", db, "--force", "-q", *extra]
         if self.args.np == 1:
             return prof
-        cmd = ["mpirun", "-np", str(self.args.np)]
-        if self.args.jobs == 1 and self.args.np <= len(self.cores):
-            cmd += ["--bind-to", "core"]
-        else:
-            cmd += ["--oversubscribe", "--bind-to", "none"]
-        return cmd + prof
+        return ["mpirun", "-np", str(self.args.np)] + mpirun_placement(self.args.np, self.args.jobs, len(self.cores)) + prof
 
     def run(self, binary, db, extra):
         """One run: (wall seconds, CPU seconds of the process and its children)."""

@@ -107,6 +107,24 @@ class NotRun(Exception):
         self.tool = tool
 
 
+def mpi_environment():
+    """The environment for mpirun: Open MPI refuses to run as root without these two."""
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def mpirun_placement(np, workers, cores):
+    """mpirun's placement options. By default one worker thread per process, one core per process
+    when the machine has them: -np is the number of cores used. More workers or more processes
+    than cores: unbound (and oversubscribed if need be)."""
+    if workers == 1 and np <= cores:
+        return ["--bind-to", "core"]
+    return ["--oversubscribe", "--bind-to", "none"]
+
+
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
@@ -244,10 +262,7 @@ class Suite:
         self.work = os.path.abspath(args.work or os.path.join(self.build, "bench-work"))
         self.out = os.path.abspath(args.out or os.path.join(self.build, "bench-report"))
         self.tmp = os.path.join(self.work, f"tmp-{os.getpid()}")
-        self.env = dict(os.environ)
-        if os.geteuid() == 0:
-            self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            self.env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        self.env = mpi_environment()
         self.cores = len(os.sched_getaffinity(0))
         self.workers = args.workers
         self.expect = set(t for t in (args.expect or "").split(",") if t)
@@ -276,15 +291,7 @@ class Suite:
         mpirun = shutil.which("mpirun", path=self.env.get("PATH"))
         if not mpirun:
             raise NotRun("tool missing: mpirun (Open MPI, package openmpi-bin)")
-        cmd = [mpirun, "-np", str(np)]
-        # By default one worker thread per process, one core per process when the machine has
-        # them: -np is the number of cores used. More workers or more processes than cores:
-        # unbound (and oversubscribed if need be).
-        if self.workers == 1 and np <= self.cores:
-            cmd += ["--bind-to", "core"]
-        else:
-            cmd += ["--oversubscribe", "--bind-to", "none"]
-        return cmd
+        return [mpirun, "-np", str(np)] + mpirun_placement(np, self.workers, self.cores)
 
     # inputs -----------------------------------------------------------------------------------
 
