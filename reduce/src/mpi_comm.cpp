@@ -18,6 +18,8 @@
 #include <string_view>
 #include <thread>
 
+#include "csp/storage/profile_io.hpp"
+
 namespace csp::reduce {
 
 namespace {
@@ -131,15 +133,11 @@ bool networkDevicePresent() {
 
 std::size_t disableNagleOnTcpSockets() {
   // The descriptors are listed first: the directory's own descriptor is open while it is read.
-  std::vector<int> fds;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    int fd = -1;
-    if (std::sscanf(name.c_str(), "%d", &fd) == 1 && fd >= 0) fds.push_back(fd);
-  }
   std::size_t changed = 0;
-  for (const int fd : fds) {
+  for (const auto& entry : storage::directoryEntries("/proc/self/fd", ec)) {
+    int fd = -1;
+    if (std::sscanf(entry.name.c_str(), "%d", &fd) != 1 || fd < 0) continue;
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
     int value = 0;

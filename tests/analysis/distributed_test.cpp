@@ -334,9 +334,13 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
       return disturbance() < other.disturbance();
     }
   };
-  // The share of a 25 % cut of R that shortens a run, by its own analysis.
-  auto shareOfCut = [](const nlohmann::json& whatIf) {
-    const double most = 100 * 0.25 * row(whatIf, "region compute time") / row(whatIf, "run time");
+  // The most a 25 % cut of R can shorten a run (%), and the share of it that does, by the run's
+  // own analysis.
+  auto mostOf = [](const nlohmann::json& whatIf) {
+    return 100 * 0.25 * row(whatIf, "region compute time") / row(whatIf, "run time");
+  };
+  auto shareOfCut = [&](const nlohmann::json& whatIf) {
+    const double most = mostOf(whatIf);
     return most > 0 ? row(whatIf, "predicted speed-up") / most : 0.0;
   };
   Pair best;
@@ -357,8 +361,7 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
     pair.fastR = row(fast, "region compute time");
     pair.overshoot = 100 * std::abs(pair.fastR - 0.75 * pair.slowR) / pair.slowRun;
     pair.rest = 100 * std::abs((pair.slowRun - pair.slowR) - (pair.fastRun - pair.fastR)) / pair.slowRun;
-    const double most = 100 * 0.25 * pair.slowR / pair.slowRun;
-    pair.paths = most * std::abs(shareOfCut(pair.onPath) - shareOfCut(fast));
+    pair.paths = mostOf(pair.onPath) * std::abs(shareOfCut(pair.onPath) - shareOfCut(fast));
     std::printf(
         "%spair %d: disturbances: R's overshoot %.2f points, the rest %.2f points, the critical paths %.2f points "
         "(shares of R's cut: slow run %.3f, fast run %.3f); Q -25%%: %.3f %%\n",
@@ -371,7 +374,7 @@ void checkWhatIf(const std::string& name, const std::string& mode) {
   const nlohmann::json& onPath = best.onPath;
   const double measured = 100 * (best.slowRun - best.fastRun) / best.slowRun;
   const double predicted = row(onPath, "predicted speed-up");
-  const double most = 100 * 0.25 * best.slowR / best.slowRun;
+  const double most = mostOf(onPath);
   std::printf("%sR -25%%: predicted %.2f %% [%.2f, %.2f], measured %.2f %%, at most %.2f %%; Q -25%%: %.3f %%\n",
               mode.c_str(), predicted, row(onPath, "speed-up lower bound"), row(onPath, "speed-up upper bound"),
               measured, most, row(best.offPath, "predicted speed-up"));
