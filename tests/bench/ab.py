@@ -23,13 +23,12 @@ import os
 import resource
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from run import mpi_environment, mpirun_placement  # the suite's, so that both place processes alike
+from run import mpi_environment, mpirun_placement, stat  # the suite's: both place and summarize runs alike
 
 
 def die(message, code=2):
@@ -80,7 +79,9 @@ def dump_digest(dump, db):
 
 
 def spread(values):
-    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+    """'median (min-max)', three decimals: the changes compared here are a few per cent."""
+    s = stat(values, "")
+    return f"{s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})"
 
 
 def main():
