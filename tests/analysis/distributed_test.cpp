@@ -235,6 +235,26 @@ double widths(const fs::path& db) {
   return slack;
 }
 
+// Rank 0's receives waiting for rank 1's sends, by the true clocks of the run (-1 when the logs
+// do not hold `iterations` of each).
+double lateSenderTruth(const fs::path& measurement, std::size_t iterations) {
+  const auto profiles = profilesByRank(measurement);
+  auto recvs = eventsByRank(profiles, CommKind::Recv);
+  auto sends = eventsByRank(profiles, CommKind::Send);
+  EXPECT_EQ(recvs[0].size(), iterations);
+  EXPECT_EQ(sends[1].size(), iterations);
+  if (recvs[0].size() != iterations || sends[1].size() != iterations) return -1;
+  double lateSender = 0;
+  for (std::size_t k = 0; k < iterations; ++k) {
+    const auto [ri, r] = recvs[0][k];
+    const auto [si, s] = sends[1][k];
+    const std::int64_t end = trueTime(0, r->commLog.endNs[ri]), begin = trueTime(0, r->commLog.beginNs[ri]);
+    lateSender +=
+        static_cast<double>(std::max<std::int64_t>(0, std::min(trueTime(1, s->commLog.beginNs[si]), end) - begin));
+  }
+  return lateSender;
+}
+
 }  // namespace
 
 // Rank 0's late-sender bounds (--mpi-waits) hold the truth of the same run up to the rounding of
@@ -254,27 +274,26 @@ void expectLateSenderBounds(const nlohmann::json& j, double truth, double slack,
 TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
   TempDir tmp("dcsp-waits");
   constexpr int kIterations = 4;
-  measureAndReduce(tmp.path(), 3, kSkew, "4 30 10");
-  const auto j = query(tmp / "db", "--mpi-waits");
+  // A loaded machine can delay rank 0 past rank 1's sends in every iteration (once beside the
+  // sanitizer build of a cold CI run: a late-sender truth of 0 ns): such a run, which has no late
+  // sender to find, is measured again (at most 3 runs).
+  fs::path dir;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    dir = tmp / ("run" + std::to_string(attempt));
+    fs::create_directories(dir);
+    measureAndReduce(dir, 3, kSkew, "4 30 10");
+    if (::testing::Test::HasFatalFailure()) return;
+    if (lateSenderTruth(dir / "m", kIterations) > 0) break;
+  }
+  const auto j = query(dir / "db", "--mpi-waits");
   ASSERT_EQ(j["processes"].size(), 3u);  // ranks 0, 1, 2
   for (const std::string figure : {"late-sender", "late-receiver", "collective-wait"})
     for (std::size_t c = 0; c < 3; ++c) EXPECT_LE(row(j, figure + " lower", c), row(j, figure + " upper", c));
   // The truths, from the true clocks of the same run (a loaded machine stretches the sleeps, so
   // nominal times cannot be compared with): rank 0's receives waiting for rank 1's sends (R 30 ms
   // against Q 10 ms), every rank's barrier waits for the last entry, and who entered last.
-  const auto profiles = profilesByRank(tmp / "m");
-  const auto recvs = eventsByRank(profiles, CommKind::Recv);
-  const auto sends = eventsByRank(profiles, CommKind::Send);
-  ASSERT_EQ(recvs.at(0).size(), static_cast<std::size_t>(kIterations));
-  ASSERT_EQ(sends.at(1).size(), static_cast<std::size_t>(kIterations));
-  double lateSender = 0;
-  for (std::size_t k = 0; k < kIterations; ++k) {
-    const auto [ri, r] = recvs.at(0)[k];
-    const auto [si, s] = sends.at(1)[k];
-    const std::int64_t end = trueTime(0, r->commLog.endNs[ri]), begin = trueTime(0, r->commLog.beginNs[ri]);
-    lateSender +=
-        static_cast<double>(std::max<std::int64_t>(0, std::min(trueTime(1, s->commLog.beginNs[si]), end) - begin));
-  }
+  const auto profiles = profilesByRank(dir / "m");
+  const double lateSender = lateSenderTruth(dir / "m", kIterations);
   std::map<std::uint64_t, std::map<std::int64_t, std::int64_t>> barriers;  // instance -> rank -> true entry
   for (const auto& [rank, events] : eventsByRank(profiles, CommKind::Collective))
     for (const auto& [i, t] : events) barriers[t->commLog.sequence[i]][rank] = trueTime(rank, t->commLog.beginNs[i]);
@@ -287,7 +306,7 @@ TEST(Distributed, MpiWaitsNameTheLateSenderAndTheWaitingRank) {
       enteredLast[rank] += entry == last ? 1 : 0;
     }
   }
-  const double slack = widths(tmp / "db");
+  const double slack = widths(dir / "db");
   expectLateSenderBounds(j, lateSender, slack, kIterations);
   for (std::size_t c = 0; c < 3; ++c) {
     const auto rank = static_cast<std::int64_t>(c);
