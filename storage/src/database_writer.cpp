@@ -280,7 +280,10 @@ std::uint64_t NodeValueBlocks::drain(NodeId node,
     const auto scope = static_cast<MetricScope>(c & 1);
     for (std::size_t b = 0; b < col.sealedCount; ++b)
       emit(format::nodeBlockKey(node, metric, scope, col.sealed[b].first), col.sealed[b].second);
-    if (col.count > 0) emit(format::nodeBlockKey(node, metric, scope, col.profiles[0]), encodeOpen(col));
+    if (col.count > 0) {
+      if (visitor_) visitor_(metric, scope, {col.profiles.data(), col.count}, {col.values.data(), col.count});
+      emit(format::nodeBlockKey(node, metric, scope, col.profiles[0]), encodeOpen(col));
+    }
     values += col.count + col.sealedCount * std::uint64_t{blockValues_};
     col.count = 0;
     col.sealedCount = 0;
@@ -307,6 +310,11 @@ void NodeValueBlocks::widen(std::size_t column) {
 }
 
 void NodeValueBlocks::seal(Column& column) {
+  if (visitor_) {
+    const auto c = static_cast<std::size_t>(&column - columns_.data());
+    visitor_(static_cast<MetricId>(c >> 1), static_cast<MetricScope>(c & 1), {column.profiles.data(), column.count},
+             {column.values.data(), column.count});
+  }
   if (column.sealedCount == column.sealed.size()) column.sealed.emplace_back();
   auto& slot = column.sealed[column.sealedCount++];
   slot.first = column.profiles[0];

@@ -98,13 +98,29 @@ TEST(IntAccumulator, AscendingFeedEqualsTheGeneralOne) {
   };
   for (const auto& feed : feeds) {
     IntAccumulator general, ascending;
+    std::vector<std::uint32_t> profiles;
     for (std::uint32_t i = 0; i < feed.size(); ++i) {
       general.accumulate(10 + 3 * i, feed[i]);
       ascending.accumulateAscending(10 + 3 * i, feed[i]);
+      profiles.push_back(10 + 3 * i);
     }
     EXPECT_EQ(ascending, general) << "feed of " << feed.size() << " values, first " << feed[0];
     EXPECT_EQ(ascending.argmin(), general.argmin());
     EXPECT_EQ(ascending.argmax(), general.argmax());
+    // As blocks (csp-prof-mpi's summaries): the whole feed at once, and split after each value.
+    IntAccumulator whole;
+    whole.accumulateAscending(std::span(profiles), std::span(feed));
+    EXPECT_EQ(whole, general);
+    EXPECT_EQ(whole.argmin(), general.argmin());
+    EXPECT_EQ(whole.argmax(), general.argmax());
+    for (std::size_t cut = 0; cut <= feed.size(); ++cut) {
+      IntAccumulator two;
+      two.accumulateAscending(std::span(profiles).first(cut), std::span(feed).first(cut));
+      two.accumulateAscending(std::span(profiles).subspan(cut), std::span(feed).subspan(cut));
+      EXPECT_EQ(two, general) << "cut after " << cut;
+      EXPECT_EQ(two.argmin(), general.argmin());
+      EXPECT_EQ(two.argmax(), general.argmax());
+    }
   }
 }
 

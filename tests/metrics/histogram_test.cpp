@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 
 #include "csp/metrics/histogram.hpp"
 
@@ -148,6 +149,32 @@ TEST(Histogram, BuilderGivesTheSameHistogramAsAddingOneByOne) {
     EXPECT_EQ(builder.histogram().total(), static_cast<std::uint64_t>(n));
   }
   EXPECT_EQ(HistogramBuilder().histogram(), H());
+}
+
+// csp-prof-mpi adds a block of a node's values at a time (addDivided): the same histogram as
+// adding each value divided by the period, whichever way the range widens inside a block and
+// between blocks, for periods of 1 (no division), 3 and 10^6.
+TEST(Histogram, BuilderTakesBlocksOfValuesDividedByThePeriod) {
+  std::mt19937_64 rng(2811);
+  for (const std::uint64_t period : {std::uint64_t{1}, std::uint64_t{3}, std::uint64_t{1000000}}) {
+    const PeriodDivisor divisor(period);
+    for (int round = 0; round < 30; ++round) {
+      HistogramBuilder one, blocks;
+      std::vector<std::uint64_t> values(1 + rng() % 300);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = rng() >> (rng() % 64);
+        if (i % 41 == 3) values[i] = UINT64_MAX;
+        if (i % 29 == 4) values[i] = period;  // one sample
+        one.add(divisor.divide(values[i]));
+      }
+      for (std::size_t at = 0; at < values.size();) {  // blocks of 1 to 64 values
+        const std::size_t n = std::min<std::size_t>(values.size() - at, 1 + rng() % 64);
+        blocks.addDivided(std::span(values).subspan(at, n), divisor);
+        at += n;
+      }
+      EXPECT_EQ(blocks.histogram(), one.histogram()) << "period " << period << ", round " << round;
+    }
+  }
 }
 
 // The summaries divide every value by its metric's period through PeriodDivisor: the quotient

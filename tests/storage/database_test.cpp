@@ -455,6 +455,16 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
       } else {
         w.putProfileColumns(7, ProfileValueColumns{columns.node, columns.metric, columns.exclusive, columns.inclusive});
         NodeValueBlocks blocks(valueScales);
+        // Every block's values are shown to a visitor before it is encoded (csp-prof-mpi's
+        // summaries): 2,000 non-zero values per column make a full block and an open one.
+        std::vector<NodeValue> visited;
+        std::size_t visits = 0;
+        blocks.visitBlocks([&](MetricId metric, MetricScope scope, std::span<const ProfileId> profiles,
+                               std::span<const std::uint64_t> values) {
+          ASSERT_EQ(profiles.size(), values.size());
+          ++visits;
+          for (std::size_t k = 0; k < values.size(); ++k) visited.push_back({metric, scope, profiles[k], values[k]});
+        });
         for (std::size_t p = 0; p < 2500; ++p)  // dealt out profile by profile, as csp-prof-mpi does
           for (std::size_t column = 0; column < 4; ++column) {
             const auto& v = node[column * 2500 + p];
@@ -462,6 +472,15 @@ TEST(ShardWriterContract, ColumnsAndDealtBlocksStoreTheBytesOfTheLists) {
           }
         w.putNodeBlocks(4, blocks);
         EXPECT_TRUE(blocks.empty());
+        // The full blocks are shown as they fill (all columns side by side), the open ones when
+        // the node is written: per column, its values in profile order, zeros left out.
+        std::stable_sort(visited.begin(), visited.end(), [](const NodeValue& a, const NodeValue& b) {
+          return std::pair(a.metric, a.scope) < std::pair(b.metric, b.scope);
+        });
+        auto nonZero = node;
+        std::erase_if(nonZero, [](const NodeValue& v) { return v.value == 0; });
+        EXPECT_EQ(visited, nonZero);
+        EXPECT_EQ(visits, 4 * 2u);
       }
       w.finish();
     }

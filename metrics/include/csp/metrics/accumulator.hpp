@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -151,6 +152,28 @@ class IntAccumulator {
     addMoments(value);
     if (value < min_ || count_ == 1) min_ = value, argmin_ = profile;
     if (value > max_) max_ = value, argmax_ = profile;
+  }
+
+  // accumulateAscending() for each profile of a run (ascending ids) and its value, with the
+  // accumulator held in locals through the loop (a block of a node's values in csp-prof-mpi).
+  void accumulateAscending(std::span<const std::uint32_t> profiles, std::span<const std::uint64_t> values) {
+    std::uint64_t count = count_, sumSqHigh = sumSqHigh_, min = min_, max = max_;
+    Uint128 sum = sum_, sumSqLow = sumSqLow_;
+    std::uint32_t argmin = argmin_, argmax = argmax_;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      const std::uint64_t value = values[k];
+      if (value == 0) continue;
+      ++count;  // addMoments() on the copies
+      sum += value;
+      const Uint128 square = static_cast<Uint128>(value) * value;
+      sumSqLow += square;
+      sumSqHigh += sumSqLow < square ? 1 : 0;
+      if (value < min || count == 1) min = value, argmin = profiles[k];
+      if (value > max) max = value, argmax = profiles[k];
+    }
+    count_ = count, sumSqHigh_ = sumSqHigh, min_ = min, max_ = max;
+    sum_ = sum, sumSqLow_ = sumSqLow;
+    argmin_ = argmin, argmax_ = argmax;
   }
 
   // Merges a partial over other profiles of the same CCT instances. Throws std::invalid_argument

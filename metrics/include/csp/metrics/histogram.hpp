@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,22 @@ class HistogramBuilder {
       ++counts_[bin - first_];
     else
       widen(bin);
+  }
+  // add(divisor.divide(v)) for each v of `values`, with the builder's range held in locals
+  // through the loop (a block of a node's values in csp-prof-mpi).
+  void addDivided(std::span<const std::uint64_t> values, const PeriodDivisor& divisor) {
+    std::uint32_t first = first_;
+    std::uint32_t* counts = counts_.data();
+    std::size_t size = counts_.size();
+    for (const std::uint64_t value : values) {
+      const std::uint32_t bin = LogLinearHistogram::binOf(divisor.divide(value));
+      if (bin - first < size) {
+        ++counts[bin - first];
+        continue;
+      }
+      widen(bin);
+      first = first_, counts = counts_.data(), size = counts_.size();
+    }
   }
   bool empty() const { return counts_.empty(); }
   LogLinearHistogram histogram() const;

@@ -55,44 +55,29 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
 // threads of two or more classes, each class present gets a population of its own (the
 // `distributions` family).
 //
-// A batch is fed node by node, as the by-node writer deals it out (NodeValueSink::write): the
-// accumulators of a node stay in cache while every profile of the batch adds its values there,
-// and the values are walked once for both.
+// A batch is fed node by node, as the by-node writer deals it out (NodeValueSink::write): each
+// block of a node's values that the writer completes (one per metric and scope, in profile order)
+// is added to the node's accumulators before it is encoded, while both are in cache, in one tight
+// loop per block instead of a call per value as it is dealt out.
 class SummaryTable {
  public:
   // `leaf`: per node of the canonical CCT, whether it has no children. Such a node has the same
-  // inclusive and exclusive value in every profile (SummaryTable checks it), so its inclusive
+  // inclusive and exclusive value in every profile (the by-node writer checks it), so its inclusive
   // summaries are its exclusive ones, accumulated once.
   SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vector<MetricDescriptor>& metrics,
                const std::vector<std::uint8_t>& threadClassOf);
   // The batch whose values add() takes next.
   void beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch);
-  // Profile `i` of the batch: its values of `metric` at `node`. A node's values come in profile
-  // order, and all of them before endNode(node).
-  void add(std::uint32_t i, std::uint32_t node, std::uint16_t metric, std::uint64_t exclusive,
-           std::uint64_t inclusive) {
-    add(at(i, node), metric, exclusive, inclusive);
-  }
-  // The same in two steps, for the values of one profile at one node: where they go, then each.
-  struct Place {
-    std::uint32_t i, node, id;
-    bool leaf;
-    std::size_t cells;  // the node's first count cell in the profile's slice
-  };
-  Place at(std::uint32_t i, std::uint32_t node) const {
-    return {i, node, batchIds_[i], leaf_[node] != 0, countSliceStart_[batchSlices_[i]] + nodeCells_[node]};
-  }
-  void add(const Place& p, std::uint16_t metric, std::uint64_t exclusive, std::uint64_t inclusive) {
-    const std::size_t slot = slotOf_[metric];
-    if (p.leaf && inclusive != exclusive) leafMismatch(p.node);
-    if (isReal_[metric]) {
-      addReal(p.i, slot, exclusive, p.leaf ? 0 : inclusive);
-      return;
-    }
-    const std::size_t at = p.cells + (p.leaf ? slot : 2 * slot);
-    if (exclusive != 0) addCount(p.id, at, slot, exclusive);
-    if (inclusive != 0 && !p.leaf) addCount(p.id, at + 1, slot, inclusive);
-  }
+  // The node whose values addBlock() takes next (nodes ascend within a batch).
+  void beginNode(std::uint32_t node) { node_ = node; }
+  // A block of the current node's values of `metric` in `scope`: the batch's profiles that have
+  // a non-zero value there, ascending, and their values (NodeValueBlocks::visitBlocks: the
+  // by-node writer's blocks, read once they are complete instead of value by value as they are
+  // dealt out). A leaf has exclusive blocks only: they are its inclusive values too.
+  void addBlock(storage::MetricId metric, storage::MetricScope scope, std::span<const storage::ProfileId> profiles,
+                std::span<const std::uint64_t> values);
+  // A node without children whose inclusive value in some profile differs from its exclusive one.
+  [[noreturn]] static void leafMismatch(std::uint32_t node);
   // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
   void endNode(std::uint32_t node) {
     if (!reals_.empty()) pushRealLeaves(node);
@@ -125,13 +110,10 @@ class SummaryTable {
   // All threads' accumulator and histogram are then the sum of the slices, taken once per node
   // when they are packed (exact: integer sums, extremes by (value, profile), counts per bin),
   // instead of adding every value twice.
-  void addCount(std::uint32_t id, std::size_t at, std::size_t slot, std::uint64_t value) {
-    countAcc_[at].accumulateAscending(id, value);  // a cell's profiles ascend (beginBatch)
-    countHist_[at].add(periods_[slot].divide(value));
-  }
-  void addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive);
+  void addRealBlock(std::size_t slot, std::size_t scope, std::span<const storage::ProfileId> profiles,
+                    std::span<const std::uint64_t> values);
+  std::size_t sliceOf(storage::ProfileId profile) const { return sliceOfProfile_[profile]; }  // classes kept apart
   void pushRealLeaves(std::uint32_t node);
-  [[noreturn]] static void leafMismatch(std::uint32_t node);
   // The scope whose accumulators hold `scope`'s values at `node` (a leaf's inclusive: exclusive).
   std::size_t heldIn(std::uint32_t node, std::size_t scope) const { return leaf_[node] ? 0 : scope; }
 
@@ -144,6 +126,7 @@ class SummaryTable {
   const std::vector<std::uint8_t>& classOf_;     // profile id -> storage::ThreadClass
   std::vector<std::uint8_t> population_;         // slice -> population tag (0: all threads, else the class)
   std::uint8_t sliceOf_[storage::kThreadClassCount + 1] = {};  // class -> slice (0: not kept apart)
+  std::vector<std::uint8_t> sliceOfProfile_;                   // profile id -> slice, when classes are kept apart
   // The count metrics' cells: per slice where its cells start (kNoCells: all threads' slice when
   // classes are kept apart and every profile has one, so that nothing is added there), per node
   // where its cells start within a slice (nodes_ + 1 entries).
@@ -153,12 +136,11 @@ class SummaryTable {
   std::vector<metrics::IntAccumulator> countAcc_;
   std::vector<metrics::HistogramBuilder> countHist_;
   std::vector<std::vector<Piece>> realStacks_;
-  // The batch being fed: its index, its profiles' ids and class slices (0: none), and the current
-  // node's leaf accumulators of the real-valued metrics by (slice, slot, scope), in profile order.
+  // The batch being fed: its index, the node being fed, and that node's leaf accumulators of the
+  // real-valued metrics by (slice, slot, scope), in profile order.
   std::size_t batchIndex_ = 0;
   std::uint32_t lastId_ = kNoIndex;  // the last profile of the batches so far
-  std::vector<std::uint32_t> batchIds_;
-  std::vector<std::uint8_t> batchSlices_;
+  std::uint32_t node_ = 0;
   std::vector<metrics::RealAccumulator> batchLeaf_;
   std::vector<std::uint8_t> batchLeafUsed_;
 };
@@ -173,7 +155,8 @@ class NodeValueSink {
   // its exclusive ones: they are encoded once, and their blocks written for both scopes).
   NodeValueSink(std::filesystem::path stagingDir, const ShardPlan& plan, const std::vector<std::uint8_t>& leaf,
                 std::vector<std::uint64_t> valueScales);
-  // Also feeds every value to `summaries` (beginBatch is the caller's), node by node.
+  // Also feeds every value to `summaries` (beginBatch is the caller's), node by node, block by
+  // block (SummaryTable::addBlock).
   void write(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values, SummaryTable& summaries);
   void merge(const Comm& comm);                          // after the last batch
   double storeSeconds() const { return storeSeconds_; }  // writing the batches' runs
@@ -183,10 +166,13 @@ class NodeValueSink {
                      storage::NodeRunWriter& run, SummaryTable& summaries);
   void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                           std::size_t entries, storage::NodeRunWriter& run, SummaryTable& summaries);
-  void deal(std::uint32_t profile, const ThreadValues& v, std::uint32_t k, bool leaf) {
+  void deal(std::uint32_t node, std::uint32_t profile, const ThreadValues& v, std::uint32_t k, bool leaf) {
     const std::uint16_t m = v.metric[k];
     blocks_.add(m, storage::MetricScope::Exclusive, profile, v.exclusive[k]);
-    if (!leaf) blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
+    if (!leaf)
+      blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
+    else if (v.inclusive[k] != v.exclusive[k])
+      SummaryTable::leafMismatch(node);
   }
   void putNode(std::uint32_t node, storage::NodeRunWriter& run);
   std::filesystem::path staging_;

@@ -189,6 +189,8 @@ SummaryTable::SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vec
       sliceOf_[c] = static_cast<std::uint8_t>(population_.size());
       population_.push_back(c);
     }
+    sliceOfProfile_.reserve(classOf_.size());
+    for (auto c : classOf_) sliceOfProfile_.push_back(c <= storage::kThreadClassCount ? sliceOf_[c] : 0);
   }
   const std::size_t slices = population_.size();
   // Count cells: a leaf's inclusive summaries are its exclusive ones (one scope), and all
@@ -216,28 +218,54 @@ SummaryTable::SummaryTable(const std::vector<std::uint8_t>& leaf, const std::vec
 
 void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInfo> batch) {
   batchIndex_ = batchIndex;
-  batchIds_.resize(batch.size());
-  batchSlices_.resize(batch.size());
   // A node's values come in profile order (NodeValueSink) and the batches in id order: every
   // count cell sees its profiles in ascending id order (IntAccumulator::accumulateAscending).
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].id == kNoIndex || (lastId_ != kNoIndex && batch[i].id <= lastId_))
-      throw std::logic_error(fmt::format("summaries: profile {} after profile {}", batch[i].id, lastId_));
-    lastId_ = batch[i].id;
-    batchIds_[i] = batch[i].id;
-    batchSlices_[i] = sliceOf_[classOf_.at(batch[i].id)];
+  for (const ProfileInfo& p : batch) {
+    if (p.id == kNoIndex || p.id >= classOf_.size() || (lastId_ != kNoIndex && p.id <= lastId_))
+      throw std::logic_error(fmt::format("summaries: profile {} after profile {}", p.id, lastId_));
+    lastId_ = p.id;
+  }
+}
+
+void SummaryTable::addBlock(storage::MetricId metric, storage::MetricScope scope,
+                            std::span<const storage::ProfileId> profiles, std::span<const std::uint64_t> values) {
+  const std::size_t slot = slotOf_.at(metric);
+  const auto s = static_cast<std::size_t>(scope);
+  const bool leaf = leaf_[node_] != 0;
+  if (leaf && scope != storage::MetricScope::Exclusive)
+    throw std::logic_error(fmt::format("summaries: inclusive values of leaf node {}", node_));
+  if (isReal_[metric]) {
+    addRealBlock(slot, s, profiles, values);
+    return;
+  }
+  // A count cell: the node's cells in the profile's slice, then the slot's (a leaf's one scope).
+  const std::size_t within = nodeCells_[node_] + (leaf ? slot : 2 * slot + s);
+  const metrics::PeriodDivisor period = periods_[slot];
+  if (population_.size() == 1) {  // one slice, whose cells start at 0
+    countAcc_[within].accumulateAscending(profiles, values);
+    countHist_[within].addDivided(values, period);
+    return;
+  }
+  // Classes kept apart: each value into its profile's class slice only.
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const std::size_t at = countSliceStart_[sliceOf(profiles[k])] + within;
+    countAcc_[at].accumulateAscending(profiles[k], values[k]);
+    countHist_[at].add(period.divide(values[k]));
   }
 }
 
 // Real-valued metrics go into all threads' slice and the class's: a sum of the classes' would
 // add the doubles in another order than the all-threads accumulator's.
-void SummaryTable::addReal(std::uint32_t i, std::size_t slot, std::uint64_t exclusive, std::uint64_t inclusive) {
-  const std::size_t extra = batchSlices_[i];
-  for (std::size_t slice : {std::size_t{0}, extra}) {
-    const std::size_t at = (slice * reals_.size() + slot) * kScopes;
-    if (exclusive != 0) batchLeaf_[at].accumulate(batchIds_[i], fromBits(exclusive)), batchLeafUsed_[at] = 1;
-    if (inclusive != 0) batchLeaf_[at + 1].accumulate(batchIds_[i], fromBits(inclusive)), batchLeafUsed_[at + 1] = 1;
-    if (extra == 0) break;
+void SummaryTable::addRealBlock(std::size_t slot, std::size_t scope, std::span<const storage::ProfileId> profiles,
+                                std::span<const std::uint64_t> values) {
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const std::size_t extra = population_.size() == 1 ? 0 : sliceOf(profiles[k]);
+    for (std::size_t slice : {std::size_t{0}, extra}) {
+      const std::size_t at = (slice * reals_.size() + slot) * kScopes + scope;
+      batchLeaf_[at].accumulate(profiles[k], fromBits(values[k]));
+      batchLeafUsed_[at] = 1;
+      if (extra == 0) break;
+    }
   }
 }
 

@@ -44,6 +44,16 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
   storage::NodeRunWriter run(runs_.back());
   std::size_t entries = 0;
   for (const auto& v : values) entries += v.size();
+  // The summaries take each block as it is completed; the visitor goes with the batch.
+  blocks_.visitBlocks([&summaries](storage::MetricId metric, storage::MetricScope scope,
+                                   std::span<const storage::ProfileId> profiles,
+                                   std::span<const std::uint64_t> blockValues) {
+    summaries.addBlock(metric, scope, profiles, blockValues);
+  });
+  struct Unvisit {
+    storage::NodeValueBlocks& blocks;
+    ~Unvisit() { blocks.visitBlocks({}); }
+  } unvisit{blocks_};
   // Walking every node with one cursor per profile reads each profile's values in order (they
   // are sorted by node) and needs no index; it costs nodes x profiles steps, so a batch whose
   // profiles are sparse on a big tree is sorted by node instead.
@@ -83,15 +93,13 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
     }
     if (found == 0) continue;
     const bool leaf = leaf_[node] != 0;
+    summaries.beginNode(node);
     for (std::uint32_t j = 0; j < found; ++j) {
       const std::uint32_t i = here[j];
       const ThreadValues& v = values[i];
-      const auto place = summaries.at(i, node);
+      const std::uint32_t id = batch[i].id;
       std::uint32_t k = at[i];
-      for (; k < v.size() && v.node[k] == node; ++k) {
-        deal(batch[i].id, v, k, leaf);
-        summaries.add(place, v.metric[k], v.exclusive[k], v.inclusive[k]);
-      }
+      for (; k < v.size() && v.node[k] == node; ++k) deal(node, id, v, k, leaf);
       at[i] = k;
       next[i] = k < v.size() ? v.node[k] : kDone;
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
@@ -125,11 +133,10 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
     const bool leaf = leaf_[node] != 0;
+    summaries.beginNode(node);
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
       const auto [i, k] = items[at];
-      const ThreadValues& v = values[i];
-      deal(batch[i].id, v, k, leaf);
-      summaries.add(i, node, v.metric[k], v.exclusive[k], v.inclusive[k]);
+      deal(node, batch[i].id, values[i], k, leaf);
     }
     putNode(node, run);
     summaries.endNode(node);

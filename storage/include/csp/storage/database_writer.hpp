@@ -59,6 +59,13 @@ class NodeValueBlocks {
     if (++col.count == blockValues_) seal(col);
   }
   bool empty() const;
+  // Called with every block's profiles and values just before the block is encoded (when it is
+  // full, or when the node is written), in the order the blocks are encoded: a reader of the
+  // values that wants them grouped by (metric, scope) as the blocks hold them (the summaries of
+  // csp-prof-mpi) instead of one at a time as they are dealt out. Empty: none.
+  using BlockVisitor = std::function<void(MetricId metric, MetricScope scope, std::span<const ProfileId> profiles,
+                                          std::span<const std::uint64_t> values)>;
+  void visitBlocks(BlockVisitor visitor) { visitor_ = std::move(visitor); }
 
  private:
   friend class ShardWriter;
@@ -85,6 +92,7 @@ class NodeValueBlocks {
   std::vector<std::uint64_t> scales_;  // by metric
   std::vector<Column> columns_;
   std::vector<char> buffer_;  // a block being encoded
+  BlockVisitor visitor_;
 };
 
 class ShardWriter {
