@@ -284,27 +284,31 @@ void ValueScratch::learnStaticScopes(const FinalCct& cct) {
   }
 }
 
-void ValueScratch::addStatement(const StmtValue& v) {
-  const std::size_t m = v.metric;
-  add(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
-  add(inclusive_[v.node * metrics_ + m], m, v.value);
-  // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
-  // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
-  // procedure frame of (only loops and inlined scopes lie between).
-  if (loopParent_[v.node] != kNoIndex) add(exclusive_[loopParent_[v.node] * metrics_ + m], m, v.value);
-  if (proc_[v.node] != kNoIndex) add(exclusive_[proc_[v.node] * metrics_ + m], m, v.value);
-  // Mark the path to the root; stop at the first node already on a marked path.
-  for (std::uint32_t a = v.node; a != kNoIndex; a = parent_[a]) {
-    std::uint64_t& word = touched_[a / 64];
-    const std::uint64_t bit = std::uint64_t{1} << (a % 64);
-    if (word & bit) break;
-    word |= bit;
-    ++touchedCount_;
+template <bool AnyReal>
+void ValueScratch::addStatements(const std::vector<StmtValue>& values) {
+  for (const StmtValue& v : values) {
+    const std::size_t m = v.metric;
+    add<AnyReal>(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
+    add<AnyReal>(inclusive_[v.node * metrics_ + m], m, v.value);
+    // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
+    // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
+    // procedure frame of (only loops and inlined scopes lie between).
+    if (loopParent_[v.node] != kNoIndex) add<AnyReal>(exclusive_[loopParent_[v.node] * metrics_ + m], m, v.value);
+    if (proc_[v.node] != kNoIndex) add<AnyReal>(exclusive_[proc_[v.node] * metrics_ + m], m, v.value);
+    // Mark the path to the root; stop at the first node already on a marked path.
+    for (std::uint32_t a = v.node; a != kNoIndex; a = parent_[a]) {
+      std::uint64_t& word = touched_[a / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (a % 64);
+      if (word & bit) break;
+      word |= bit;
+      ++touchedCount_;
+    }
   }
 }
 
 // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
 // propagate in one pass over the touched nodes in decreasing id order.
+template <bool AnyReal>
 void ValueScratch::propagateInclusive() {
   for (std::size_t w = touched_.size(); w-- > 0;) {
     for (std::uint64_t bits = touched_[w]; bits != 0; bits &= ~(std::uint64_t{1} << (63 - __builtin_clzll(bits)))) {
@@ -312,7 +316,7 @@ void ValueScratch::propagateInclusive() {
       const std::uint32_t parent = parent_[node];
       if (parent == kNoIndex) continue;
       for (std::size_t m = 0; m < metrics_; ++m)
-        add(inclusive_[parent * metrics_ + m], m, inclusive_[node * metrics_ + m]);
+        add<AnyReal>(inclusive_[parent * metrics_ + m], m, inclusive_[node * metrics_ + m]);
     }
   }
 }
@@ -359,8 +363,13 @@ ThreadValues ValueScratch::collect() {
 
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
   if (loopParent_.size() != cct.size()) learnStaticScopes(cct);
-  for (const StmtValue& v : values) addStatement(v);
-  propagateInclusive();
+  if (anyReal_) {
+    addStatements<true>(values);
+    propagateInclusive<true>();
+  } else {
+    addStatements<false>(values);
+    propagateInclusive<false>();
+  }
   return collect();
 }
 

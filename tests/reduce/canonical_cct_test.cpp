@@ -75,6 +75,14 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
     EXPECT_EQ(w.exclusive[i], 2 * v.exclusive[i]);
     EXPECT_EQ(w.inclusive[i], 2 * v.inclusive[i]);
   }
+  // With a real-valued metric among the metrics the passes test each metric's type (the other
+  // form adds integers only): the count metric's values are the same either way.
+  ValueScratch mixed(r.cct.size(), {false, true});
+  const ThreadValues x = mixed.compute(r.cct, r.values[0]);
+  EXPECT_EQ(x.node, v.node);
+  EXPECT_EQ(x.metric, v.metric);
+  EXPECT_EQ(x.exclusive, v.exclusive);
+  EXPECT_EQ(x.inclusive, v.inclusive);
 }
 
 TEST(CanonicalCct, RecursionCountsEachSampleOncePerAncestor) {

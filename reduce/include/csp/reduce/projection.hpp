@@ -104,11 +104,16 @@ class ValueScratch {
   ThreadValues compute(const FinalCct& cct, const std::vector<StmtValue>& values);
 
  private:
+  // The passes come in two forms: with real-valued metrics among the metrics, and without (then
+  // every value is added as an integer, with no test per value).
+  template <bool AnyReal>
   void add(std::uint64_t& into, std::size_t metric, std::uint64_t value) const {
-    into = anyReal_ && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
+    into = AnyReal && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
   }
   void learnStaticScopes(const FinalCct& cct);
-  void addStatement(const StmtValue& v);
+  template <bool AnyReal>
+  void addStatements(const std::vector<StmtValue>& values);
+  template <bool AnyReal>
   void propagateInclusive();
   ThreadValues collect();
   std::size_t metrics_;
@@ -122,7 +127,7 @@ class ValueScratch {
   // that is a Loop or Alien, and its nearest ProcFrame above it (kNoIndex: none).
   std::vector<std::uint32_t> loopParent_, proc_;
   // Per node, its parent: a copy narrower than the CCT's nodes, so that the walks towards the
-  // root of addStatement and propagateInclusive stay in cache.
+  // root of addStatements and propagateInclusive stay in cache.
   std::vector<std::uint32_t> parent_;
 };
 
