@@ -287,6 +287,7 @@ std::uint64_t NodeValueBlocks::drain(NodeId node,
     values += col.count + col.sealedCount * std::uint64_t{blockValues_};
     col.count = 0;
     col.sealedCount = 0;
+    col.next = 0;
   }
   return values;
 }
@@ -302,6 +303,7 @@ bool NodeValueBlocks::empty() const {
 void NodeValueBlocks::widen(std::size_t column) {
   const std::size_t from = columns_.size();
   columns_.resize(column + 1);
+  columnCount_ = columns_.size();
   for (std::size_t c = from; c < columns_.size(); ++c) {
     if ((c >> 1) < scales_.size()) columns_[c].scale = ValueScale(scales_[c >> 1]);
     columns_[c].profiles.resize(blockValues_);

@@ -51,12 +51,16 @@ class NodeValueBlocks {
   void add(MetricId metric, MetricScope scope, ProfileId profile, std::uint64_t value) {
     if (value == 0) return;
     const std::size_t c = std::size_t{metric} << 1 | static_cast<std::size_t>(scope);
-    if (c >= columns_.size()) widen(c);
+    if (c >= columnCount_) widen(c);
     Column& col = columns_[c];
-    if (col.count != 0 && profile <= col.profiles[col.count - 1]) refuse(profile, col.profiles[col.count - 1]);
-    col.profiles[col.count] = profile;
-    col.values[col.count] = value;
-    if (++col.count == blockValues_) seal(col);
+    // Profiles ascend per column through the node's blocks (`next`: the least one allowed).
+    if (profile < col.next) refuse(profile, static_cast<ProfileId>(col.next - 1));
+    col.next = std::uint64_t{profile} + 1;
+    const std::uint32_t at = col.count;  // in a local: the stores below may alias the fields
+    col.profiles[at] = profile;
+    col.values[at] = value;
+    col.count = at + 1;
+    if (at + 1 == blockValues_) seal(col);
   }
   bool empty() const;
   // Called with every block's profiles and values just before the block is encoded (when it is
@@ -75,6 +79,7 @@ class NodeValueBlocks {
     std::vector<ProfileId> profiles;
     std::vector<std::uint64_t> values;
     std::uint32_t count = 0;
+    std::uint64_t next = 0;                                 // the least profile the node's next value may have
     std::vector<std::pair<ProfileId, std::string>> sealed;  // full blocks before it
     std::size_t sealedCount = 0;                            // sealed[0, sealedCount) are in use
     ValueScale scale;                                       // of the column's metric
@@ -91,7 +96,8 @@ class NodeValueBlocks {
   std::uint32_t blockValues_;
   std::vector<std::uint64_t> scales_;  // by metric
   std::vector<Column> columns_;
-  std::vector<char> buffer_;  // a block being encoded
+  std::size_t columnCount_ = 0;  // columns_.size()
+  std::vector<char> buffer_;     // a block being encoded
   BlockVisitor visitor_;
 };
 
