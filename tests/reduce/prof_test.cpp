@@ -307,6 +307,36 @@ TEST_F(Prof, LargeProfilesGetSmallerBatchesOnEveryProcess) {
             2);
 }
 
+// A batch of more profiles than a node block holds (1,024 values): the by-node writer seals full
+// blocks in the middle of a node, and the summaries take each block then
+// (SummaryTable::addBlock). The summaries and distributions of count metrics are exact whatever
+// the batches: the same as with batches of 64 on two processes, with one thread class (the
+// summaries' block loops) and with a main thread and workers per process (value by value into
+// each class).
+TEST_F(Prof, SummariesOfBatchesBeyondOneNodeBlock) {
+  for (const int threads : {1, 3}) {
+    const auto meas = dir / fmt::format("meas{}", threads);
+    ASSERT_EQ(
+        run(tool("csp-gen") +
+            fmt::format(" -q --ranks {} --threads {} --nodes 40 --metrics 2 --seed 4 -o ", 1200 / threads, threads) +
+            meas.string())
+            .status,
+        0);
+    const auto whole = fmt::format("whole{}", threads), small = fmt::format("small{}", threads);
+    prof(meas, whole, 1, "-j 2 --batch 1200");
+    prof(meas, small, 2, "-j 1 --batch 64");
+    auto summaries = [&](const std::string& name) {
+      std::vector<std::pair<std::string, std::string>> out;
+      for (auto& e : dumpDatabase(dir / name))
+        if (e.first.starts_with("summaries:") || e.first.starts_with("distributions:")) out.push_back(std::move(e));
+      return out;
+    };
+    const auto reference = summaries(small);
+    ASSERT_GT(reference.size(), 100u);
+    EXPECT_EQ(summaries(whole), reference) << threads << " thread(s) per process";
+  }
+}
+
 // The items "name 1.23s" or "name 1.23s (rank 2)", separated by commas, of a summary line after
 // its colon.
 struct PhaseItem {
