@@ -163,11 +163,7 @@ class IntAccumulator {
     for (std::size_t k = 0; k < values.size(); ++k) {
       const std::uint64_t value = values[k];
       if (value == 0) continue;
-      ++count;  // addMoments() on the copies
-      sum += value;
-      const Uint128 square = static_cast<Uint128>(value) * value;
-      sumSqLow += square;
-      sumSqHigh += sumSqLow < square ? 1 : 0;
+      addMoments(count, sum, sumSqLow, sumSqHigh, value);
       if (value < min || count == 1) min = value, argmin = profiles[k];
       if (value > max) max = value, argmax = profiles[k];
     }
@@ -201,14 +197,17 @@ class IntAccumulator {
 
  private:
   friend class AccumulatorCodec;
-  // A present value's share of the count, the sum and the sum of squares (its 192 bits).
-  void addMoments(std::uint64_t value) {
-    ++count_;
-    sum_ += value;
+  // A present value's share of the count, the sum and the sum of squares (its 192 bits), on the
+  // members or on a loop's copies of them.
+  static void addMoments(std::uint64_t& count, Uint128& sum, Uint128& sumSqLow, std::uint64_t& sumSqHigh,
+                         std::uint64_t value) {
+    ++count;
+    sum += value;
     const Uint128 square = static_cast<Uint128>(value) * value;
-    sumSqLow_ += square;
-    if (sumSqLow_ < square) ++sumSqHigh_;
+    sumSqLow += square;
+    if (sumSqLow < square) ++sumSqHigh;
   }
+  void addMoments(std::uint64_t value) { addMoments(count_, sum_, sumSqLow_, sumSqHigh_, value); }
   void merge(const IntAccumulator& other);
   [[noreturn]] static void refuseReservedProfile();
 

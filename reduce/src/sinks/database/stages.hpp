@@ -76,8 +76,6 @@ class SummaryTable {
   // dealt out). A leaf has exclusive blocks only: they are its inclusive values too.
   void addBlock(storage::MetricId metric, storage::MetricScope scope, std::span<const storage::ProfileId> profiles,
                 std::span<const std::uint64_t> values);
-  // A node without children whose inclusive value in some profile differs from its exclusive one.
-  [[noreturn]] static void leafMismatch(std::uint32_t node);
   // The batch's last value at `node` is in (real-valued metrics: its leaf block is complete).
   void endNode(std::uint32_t node) {
     if (!reals_.empty()) pushRealLeaves(node);
@@ -172,8 +170,10 @@ class NodeValueSink {
     if (!leaf)
       blocks_.add(m, storage::MetricScope::Inclusive, profile, v.inclusive[k]);
     else if (v.inclusive[k] != v.exclusive[k])
-      SummaryTable::leafMismatch(node);
+      leafMismatch(node);
   }
+  // A node without children whose inclusive value in some profile differs from its exclusive one.
+  [[noreturn]] static void leafMismatch(std::uint32_t node);
   void putNode(std::uint32_t node, storage::NodeRunWriter& run);
   std::filesystem::path staging_;
   ShardPlan plan_;

@@ -221,7 +221,9 @@ void SummaryTable::beginBatch(std::size_t batchIndex, std::span<const ProfileInf
   // A node's values come in profile order (NodeValueSink) and the batches in id order: every
   // count cell sees its profiles in ascending id order (IntAccumulator::accumulateAscending).
   for (const ProfileInfo& p : batch) {
-    if (p.id == kNoIndex || p.id >= classOf_.size() || (lastId_ != kNoIndex && p.id <= lastId_))
+    if (p.id == kNoIndex || p.id >= classOf_.size())
+      throw std::logic_error(fmt::format("summaries: profile {} has no thread class", p.id));
+    if (lastId_ != kNoIndex && p.id <= lastId_)
       throw std::logic_error(fmt::format("summaries: profile {} after profile {}", p.id, lastId_));
     lastId_ = p.id;
   }
@@ -267,10 +269,6 @@ void SummaryTable::addRealBlock(std::size_t slot, std::size_t scope, std::span<c
       if (extra == 0) break;
     }
   }
-}
-
-void SummaryTable::leafMismatch(std::uint32_t node) {
-  throw std::logic_error(fmt::format("node {} has no children but an inclusive value unlike its exclusive one", node));
 }
 
 // The batch's leaf of every (slice, real metric, scope) the node has values of, onto its stack.

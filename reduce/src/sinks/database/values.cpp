@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "stages.hpp"
 
@@ -70,6 +71,10 @@ void NodeValueSink::write(std::span<const ProfileInfo> batch, const std::vector<
 // scope) order.
 void NodeValueSink::putNode(std::uint32_t node, storage::NodeRunWriter& run) {
   run.putNodeBlocks(node, blocks_, leaf_[node] != 0);
+}
+
+void NodeValueSink::leafMismatch(std::uint32_t node) {
+  throw std::logic_error(fmt::format("node {} has no children but an inclusive value unlike its exclusive one", node));
 }
 
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,

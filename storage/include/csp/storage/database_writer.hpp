@@ -96,8 +96,10 @@ class NodeValueBlocks {
   std::uint32_t blockValues_;
   std::vector<std::uint64_t> scales_;  // by metric
   std::vector<Column> columns_;
-  std::size_t columnCount_ = 0;  // columns_.size()
-  std::vector<char> buffer_;     // a block being encoded
+  // columns_.size(), kept by widen(): a Column is no power of two bytes long, and size() divides
+  // by its size for every value added (13 million instructions of csp-prof-mpi at 256 profiles).
+  std::size_t columnCount_ = 0;
+  std::vector<char> buffer_;  // a block being encoded
   BlockVisitor visitor_;
 };
 
