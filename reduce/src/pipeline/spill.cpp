@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <span>
+#include <utility>
 
 #include "csp/storage/bytes.hpp"
 #include "stages.hpp"
@@ -81,13 +83,25 @@ void SpillFile::read(const SpillRef& ref, std::vector<char>& out) const {
   }
 }
 
+namespace {
+
+// How many low bits of a value's first varint name its metric: codes below the mask are the
+// metric, the mask itself is an escape (the metric follows as a varint of its own). Enough bits
+// for every metric of the record and the escape, e.g. two for CSP's usual two metrics.
+// Metric ids are 16 bits wide, so 16 bits are always enough.
+unsigned metricBits(std::size_t metrics) { return std::min(16u, static_cast<unsigned>(std::bit_width(metrics))); }
+
+}  // namespace
+
 SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, const std::vector<StmtValue>& stmt) {
   // Written in place, in the varints of storage::ByteWriter (a name is its length, then its
-  // bytes, then the metric's period); room for the worst case, two varints of at most 10 bytes
-  // and a scaled value of at most 20 per value. A value is written in units of its metric's
-  // period (storage::ValueScale): statement values are sample counts times the period, so most
-  // take one byte instead of three or four, and reading them back is mostly one-byte varints.
-  std::size_t most = 20 + 40 * stmt.size();
+  // bytes, then the metric's period); room for the worst case, three varints of at most 10 bytes
+  // and a scaled value of at most 20 per value. Each value is one varint of the node's step from
+  // the previous value's node (zigzag) with its metric in the low bits, then the value in units
+  // of its metric's period (storage::ValueScale): statement values are sample counts times the
+  // period, so most take one byte instead of three or four, and reading a value back is mostly
+  // two one-byte varints.
+  std::size_t most = 20 + 50 * stmt.size();
   for (const auto& m : metrics) most += 20 + m.name.size();
   auto& bytes = spillBuffer;
   if (bytes.size() < most) bytes.resize(most);
@@ -101,15 +115,80 @@ SpillRef ProjectionSpill::put(const std::vector<MetricDescriptor>& metrics, cons
     scales.emplace_back(m.period);
   }
   out = storage::varintAt(out, stmt.size());
+  const unsigned bits = metricBits(metrics.size());
+  const std::uint64_t escape = (std::uint64_t{1} << bits) - 1;
+  const std::uint64_t direct = std::min<std::uint64_t>(escape, scales.size());  // metrics below it
   std::int64_t previous = 0;
   for (const auto& v : stmt) {
-    out = storage::varintAt(out, zigzag(static_cast<std::int64_t>(v.node) - previous));
+    const std::uint64_t step = zigzag(static_cast<std::int64_t>(v.node) - previous) << bits;
     previous = v.node;
-    out = storage::varintAt(out, v.metric);
-    out = v.metric < scales.size() ? scales[v.metric].put(out, v.value) : storage::varintAt(out, v.value);
+    if (v.metric < direct) {
+      out = storage::varintAt(out, step | v.metric);
+      out = scales[v.metric].put(out, v.value);
+    } else {
+      out = storage::varintAt(out, step | escape);
+      out = storage::varintAt(out, v.metric);
+      out = v.metric < scales.size() ? scales[v.metric].put(out, v.value) : storage::varintAt(out, v.value);
+    }
   }
   return file_.write(bytes.data(), static_cast<std::size_t>(out - bytes.data()));
 }
+
+namespace {
+
+[[noreturn, gnu::cold]] void spillCorrupt(const char* problem) {
+  throw std::runtime_error(fmt::format("projection spill file: {}", problem));
+}
+
+// The values of a record, read with the pointer and its end in registers (storage::ByteReader
+// keeps its position in memory, which doubled the cost of reading a value back); the same checks.
+class SpillCursor {
+ public:
+  SpillCursor(const char* begin, const char* end)
+      : p_(reinterpret_cast<const unsigned char*>(begin)), end_(reinterpret_cast<const unsigned char*>(end)) {}
+  [[gnu::always_inline]] std::uint64_t u64() {
+    if (p_ < end_ && *p_ < 0x80) return *p_++;  // most are one byte
+    const auto [v, next] = longVarint(p_, end_);
+    p_ = next;
+    return v;
+  }
+  // A value in units of its scale, as storage::ValueScale::put wrote it.
+  [[gnu::always_inline]] std::uint64_t scaled(std::uint64_t scale) {
+    const std::uint64_t x = u64();
+    if (scale == 1) return x;
+    std::uint64_t v = 0;
+    if (__builtin_mul_overflow(x >> 1, scale, &v)) spillCorrupt("scaled value out of range");
+    if (x & 1) {
+      const std::uint64_t rest = u64();
+      if (rest == 0 || rest >= scale || v > UINT64_MAX - rest) spillCorrupt("remainder of a scaled value out of range");
+      v += rest;
+    }
+    return v;
+  }
+  std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
+  const char* position() const { return reinterpret_cast<const char*>(p_); }
+
+ private:
+  // Out of line and on copies, so that the reading loop keeps its pointer in a register.
+  [[gnu::noinline]] static std::pair<std::uint64_t, const unsigned char*> longVarint(const unsigned char* p,
+                                                                                     const unsigned char* end) {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (p >= end) spillCorrupt("truncated varint");
+      const unsigned byte = *p++;
+      if (shift == 63 && byte > 1) spillCorrupt("varint does not fit 64 bits");
+      v |= std::uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && shift > 0) spillCorrupt("overlong varint");
+        return {v, p};
+      }
+    }
+  }
+  const unsigned char* p_;
+  const unsigned char* end_;
+};
+
+}  // namespace
 
 ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   auto& bytes = spillBuffer;
@@ -120,24 +199,34 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   const std::uint64_t names = r.u64();
   if (names > r.remaining()) r.fail("more metric names than bytes");
   out.metrics.resize(names);
-  std::vector<storage::ValueScale> scales;
+  std::vector<std::uint64_t> scales;
   scales.reserve(names);
   for (auto& name : out.metrics) {
     name = r.text();
-    scales.emplace_back(r.u64());
+    scales.push_back(storage::ValueScale(r.u64()).scale());
   }
   const std::uint64_t count = r.u64();
-  if (count > r.remaining() / 3) r.fail("more values than bytes");
+  if (count > r.remaining() / 2) r.fail("more values than bytes");
   out.stmt.resize(count);
+  SpillCursor c(bytes.data() + (ref.size - r.remaining()), bytes.data() + ref.size);
+  const unsigned bits = metricBits(names);
+  const std::uint64_t escape = (std::uint64_t{1} << bits) - 1;
   std::int64_t previous = 0;
   for (auto& v : out.stmt) {
-    previous += unzigzag(r.u64());
+    const std::uint64_t head = c.u64();
+    previous += unzigzag(head >> bits);
     v.node = static_cast<std::uint32_t>(previous);
-    const std::uint64_t metric = r.u64();
+    std::uint64_t metric = head & escape;
+    if (metric == escape) {
+      metric = c.u64();
+      if (metric > UINT16_MAX) spillCorrupt("metric id out of range");
+    } else if (metric >= names) {
+      spillCorrupt("metric id out of range");
+    }
     v.metric = static_cast<std::uint16_t>(metric);
-    v.value = metric < scales.size() ? scales[metric].read(r) : r.u64();
+    v.value = c.scaled(metric < names ? scales[metric] : 1);
   }
-  r.expectDone();
+  if (c.remaining() != 0) spillCorrupt("trailing bytes");
   return out;
 }
 
