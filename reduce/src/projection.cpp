@@ -1,9 +1,12 @@
 #include "csp/reduce/projection.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "csp/reduce/logical.hpp"
 
@@ -321,12 +324,16 @@ void ValueScratch::propagateInclusive() {
   }
 }
 
-// The touched nodes in ascending order, the scratch space cleared behind them.
-ThreadValues ValueScratch::collect() {
+// The touched nodes in ascending order, the scratch space cleared behind them; each node's values
+// also to `perNode(node, exclusive, inclusive)` first. `Metrics`: metrics_ when it is one of the
+// few counts the loops are unrolled for, 0 otherwise.
+template <std::size_t Metrics, typename PerNode>
+[[gnu::always_inline]] inline ThreadValues ValueScratch::gather(PerNode&& perNode) {
+  const std::size_t metrics = Metrics != 0 ? Metrics : metrics_;
   // Room for every touched node's values, not zero-filled (ValueColumn), written in place and
   // then cut to what was written.
   ThreadValues out;
-  const std::size_t room = touchedCount_ * metrics_;
+  const std::size_t room = touchedCount_ * metrics;
   out.node.resize(room);
   out.metric.resize(room);
   out.exclusive.resize(room);
@@ -335,23 +342,28 @@ ThreadValues ValueScratch::collect() {
   std::uint16_t* metric = out.metric.data();
   std::uint64_t* exclusive = out.exclusive.data();
   std::uint64_t* inclusive = out.inclusive.data();
+  std::uint64_t* scratchExclusive = exclusive_.data();
+  std::uint64_t* scratchInclusive = inclusive_.data();
+  std::uint64_t* touched = touched_.data();
+  const std::size_t words = touched_.size();
   std::size_t used = 0;
-  for (std::size_t w = 0; w < touched_.size(); ++w) {
-    for (std::uint64_t bits = touched_[w]; bits != 0; bits &= bits - 1) {
+  for (std::size_t w = 0; w < words; ++w) {
+    for (std::uint64_t bits = touched[w]; bits != 0; bits &= bits - 1) {
       const auto n = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
-      for (std::size_t m = 0; m < metrics_; ++m) {
-        const std::size_t at = n * metrics_ + m;
-        const std::uint64_t e = exclusive_[at], i = inclusive_[at];
+      std::uint64_t* e = scratchExclusive + std::size_t{n} * metrics;
+      std::uint64_t* i = scratchInclusive + std::size_t{n} * metrics;
+      perNode(n, e, i);
+      for (std::size_t m = 0; m < metrics; ++m) {
         // Written whatever they hold; kept only when one is non-zero.
         node[used] = n;
         metric[used] = static_cast<std::uint16_t>(m);
-        exclusive[used] = e;
-        inclusive[used] = i;
-        used += (e | i) != 0 ? 1 : 0;
-        exclusive_[at] = inclusive_[at] = 0;
+        exclusive[used] = e[m];
+        inclusive[used] = i[m];
+        used += (e[m] | i[m]) != 0 ? 1 : 0;
+        e[m] = i[m] = 0;
       }
     }
-    touched_[w] = 0;
+    touched[w] = 0;
   }
   touchedCount_ = 0;
   out.node.resize(used);
@@ -361,7 +373,39 @@ ThreadValues ValueScratch::collect() {
   return out;
 }
 
-ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values) {
+// With `byProfile`, the values by profile are encoded node by node as they are gathered; the
+// encoding's state is a local of this function, so that it stays in registers.
+template <std::size_t Metrics>
+ThreadValues ValueScratch::collect(storage::ProfileBlockEncoder* byProfile) {
+  if (byProfile == nullptr) return gather<Metrics>([](std::uint32_t, const std::uint64_t*, const std::uint64_t*) {});
+  auto encoding = byProfile->begin();
+  ThreadValues out = gather<Metrics>([&encoding](std::uint32_t n, const std::uint64_t* e, const std::uint64_t* i) {
+    encoding.addNode<Metrics>(n, e, i);
+  });
+  out.byProfile = byProfile->finish(encoding);
+  return out;
+}
+
+ThreadValues ValueScratch::collect(storage::ProfileBlockEncoder* byProfile) {
+  switch (metrics_) {
+    case 1:
+      return collect<1>(byProfile);
+    case 2:
+      return collect<2>(byProfile);
+    case 3:
+      return collect<3>(byProfile);
+    case 4:
+      return collect<4>(byProfile);
+    default:
+      return collect<0>(byProfile);
+  }
+}
+
+ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values,
+                                   storage::ProfileBlockEncoder* byProfile) {
+  if (byProfile && byProfile->metrics() != metrics_)
+    throw std::logic_error(
+        fmt::format("ValueScratch: {} metrics, the by-profile encoder's {}", metrics_, byProfile->metrics()));
   if (loopParent_.size() != cct.size()) learnStaticScopes(cct);
   if (anyReal_) {
     addStatements<true>(values);
@@ -370,7 +414,7 @@ ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtVa
     addStatements<false>(values);
     propagateInclusive<false>();
   }
-  return collect();
+  return collect(byProfile);
 }
 
 }  // namespace csp::reduce

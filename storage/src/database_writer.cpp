@@ -128,6 +128,13 @@ struct ShardWriter::Impl {
     throw std::logic_error(fmt::format("no shard family {}", name));
   }
 
+  // Values by profile come in ascending profile order.
+  void nextProfile(ProfileId profile) {
+    if (lastProfile && profile <= *lastProfile)
+      throw std::logic_error(
+          fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *lastProfile));
+    lastProfile = profile;
+  }
   void put(const char* familyName, const std::string& key, std::string_view value) {
     if (finished) throw std::logic_error("ShardWriter: put after finish()");
     Family& f = family(familyName);
@@ -206,10 +213,7 @@ void ShardWriter::putDistribution(NodeId node, MetricId metric, MetricScope scop
 }
 
 void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileValue> values) {
-  if (impl_->lastProfile && profile <= *impl_->lastProfile)
-    throw std::logic_error(
-        fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *impl_->lastProfile));
-  impl_->lastProfile = profile;
+  impl_->nextProfile(profile);
   auto& nonZero = impl_->profileScratch;
   nonZero.clear();
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -229,10 +233,7 @@ void ShardWriter::putProfileValues(ProfileId profile, std::span<const ProfileVal
 }
 
 void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns& values) {
-  if (impl_->lastProfile && profile <= *impl_->lastProfile)
-    throw std::logic_error(
-        fmt::format("ShardWriter: profile {} after profile {}; profiles must ascend", profile, *impl_->lastProfile));
-  impl_->lastProfile = profile;
+  impl_->nextProfile(profile);
   const std::size_t n = values.node.size();
   if (values.metric.size() != n || values.exclusive.size() != n || values.inclusive.size() != n)
     throw std::logic_error(fmt::format("ShardWriter: value columns of profile {} differ in length", profile));
@@ -245,6 +246,15 @@ void ShardWriter::putProfileColumns(ProfileId profile, const ProfileValueColumns
         const StoreTimer timer(impl_->storeSeconds);
         impl_->put(format::kValuesByProfile, k, v);
       });
+}
+
+void ShardWriter::putProfileBlocks(ProfileId profile, const ProfileBlocks& blocks) {
+  impl_->nextProfile(profile);
+  if (!blocks.made) throw std::logic_error(fmt::format("ShardWriter: profile {}: its blocks were not made", profile));
+  impl_->values += format::emitProfileBlocks(profile, blocks, [&](const std::string& k, std::string_view v) {
+    const StoreTimer timer(impl_->storeSeconds);
+    impl_->put(format::kValuesByProfile, k, v);
+  });
 }
 
 void ShardWriter::putNodeValues(NodeId node, std::span<const NodeValue> values) {

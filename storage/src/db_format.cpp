@@ -168,12 +168,6 @@ std::uint32_t column(MetricId metric, MetricScope scope) {
 
 namespace {
 
-// Format 4.0: a profile block's group starts with varint node delta << kPatternBits | pattern;
-// pattern kNewPattern spells the group's columns out, and the others (also the number of patterns
-// a block can name) refer to the block's earlier spelled-out ones.
-constexpr unsigned kPatternBits = 3;
-constexpr std::size_t kNewPattern = (std::size_t{1} << kPatternBits) - 1;
-
 // The header of every profile block: how many metrics are scaled (maybe none), then each one's id
 // and scale.
 std::vector<char> profileBlockHeader(std::span<const ValueScale> scales) {
@@ -186,6 +180,44 @@ std::vector<char> profileBlockHeader(std::span<const ValueScale> scales) {
   header.resize(static_cast<std::size_t>(out - header.data()));
   return header;
 }
+
+}  // namespace
+
+}  // namespace csp::storage::format
+
+namespace csp::storage {
+
+ProfileBlockEncoder::ProfileBlockEncoder(std::span<const ValueScale> scales)
+    : metrics_(scales.size()), header_(format::profileBlockHeader(scales)), bytes_(4096) {
+  if (scales.size() > kMaxMetrics)
+    throw std::invalid_argument(
+        fmt::format("ProfileBlockEncoder: {} metrics, more than {}", scales.size(), kMaxMetrics));
+  for (std::size_t m = 0; m < scales.size(); ++m) {
+    scale_[m] = scales[m];
+    if (scales[m].scale() != 1) scaled_ |= std::uint32_t{1} << m;
+  }
+}
+
+ProfileBlockEncoder::Grown ProfileBlockEncoder::grow(std::size_t used, std::size_t room) {
+  if (bytes_.size() - used < room) bytes_.resize(2 * bytes_.size() + room);
+  return {bytes_.data(), bytes_.data() + used, bytes_.data() + bytes_.size()};
+}
+
+ProfileBlocks ProfileBlockEncoder::finish(Profile profile) {
+  if (profile.inBlock_ > 0) profile.closeBlock();
+  ProfileBlocks out;
+  out.bytes.assign(profile.base_, profile.out_);
+  out.blocks = blocks_;
+  out.values = profile.values_;
+  out.made = true;
+  return out;
+}
+
+}  // namespace csp::storage
+
+namespace csp::storage::format {
+
+namespace {
 
 // A profile's blocks, node group by node group: the cut rule (a block closes after the group that
 // brings it to kProfileBlockValues), the node deltas and the groups' column patterns (format 4.0),
@@ -340,6 +372,15 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
   }
 }
 
+std::uint64_t emitProfileBlocks(ProfileId profile, const ProfileBlocks& blocks, const EmitBlock& emit) {
+  std::uint32_t start = 0;
+  for (const auto& b : blocks.blocks) {
+    emit(profileBlockKey(profile, b.firstNode), std::string_view(blocks.bytes.data() + start, b.end - start));
+    start = b.end;
+  }
+  return blocks.values;
+}
+
 namespace {
 
 // Where a profile's values end: the entries from there on are all zero, so the group that reaches
@@ -350,112 +391,40 @@ std::size_t valuesEndOf(const ProfileValueColumns& values) {
   return end;
 }
 
-// encodeProfileBlocks of a profile whose metrics are all below 32, so that every group's columns
-// fit a 64-bit mask (the common case): the bytes of ProfileBlockWriter's mask path, with the
-// block's state in locals instead of a writer's fields, which the compiler keeps in memory
-// around the calls that grow the buffer and emit a block (a fifth fewer instructions for
-// encoding by profile). Tests compare both paths' blocks. Its scan of a group repeats the general
-// path's on purpose: shared through a helper it cost 0.5 % of csp-prof-mpi's instructions.
+// encodeProfileBlocks of a profile whose metrics all have a scale (1 for none) and are below
+// ProfileBlockEncoder::kMaxMetrics (the common case): each node's values are spread out by metric
+// and handed to the encoder that csp-prof-mpi's values pass feeds directly.
 std::uint64_t encodeNarrowProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                         std::span<const ValueScale> scales, const EmitBlock& emit) {
-  const std::vector<char> header = profileBlockHeader(scales);
-  std::array<const ValueScale*, 32> scaleOf{};  // null: written as plain varints
-  for (std::size_t m = 0; m < scaleOf.size() && m < scales.size(); ++m)
-    if (scales[m].scale() != 1) scaleOf[m] = &scales[m];
-  auto put = [&](char* out, std::size_t metric, std::uint64_t v) {
-    return scaleOf[metric] ? scaleOf[metric]->put(out, v) : varintAt(out, v);
-  };
+  ProfileBlockEncoder encoder(scales);
+  auto encoding = encoder.begin();
+  std::array<std::uint64_t, ProfileBlockEncoder::kMaxMetrics> exclusive{}, inclusive{};
   const std::size_t size = values.node.size();
-  const NodeId* nodes = values.node.data();
-  const MetricId* metrics = values.metric.data();
-  const std::uint64_t* exclusive = values.exclusive.data();
-  const std::uint64_t* inclusive = values.inclusive.data();
-  const std::size_t valuesEnd = valuesEndOf(values);
-  struct Pattern {
-    std::uint64_t mask;
-    bool mirrored;
-  };
-  std::array<Pattern, kNewPattern> patterns{};
-  std::size_t patternCount = 0, lastPattern = 0, inBlock = 0;
-  NodeId first = 0, previous = 0;
-  std::vector<char> bytes(4096);
-  char* out = bytes.data();
-  std::uint64_t written = 0;
   for (std::size_t i = 0, end = 0; i < size; i = end) {
-    const NodeId node = nodes[i];
-    std::size_t n = 0;
-    bool mirrored = true;
-    std::uint64_t exclusiveMask = 0, inclusiveMask = 0;
-    for (end = i; end < size && nodes[end] == node; ++end) {
-      n += std::size_t{exclusive[end] != 0} + std::size_t{inclusive[end] != 0};
-      mirrored = mirrored && exclusive[end] == inclusive[end];
-      const unsigned c = unsigned{metrics[end]} << 1;
-      exclusiveMask |= std::uint64_t{exclusive[end] != 0} << c;
-      inclusiveMask |= std::uint64_t{inclusive[end] != 0} << (c + 1);
+    const NodeId node = values.node[i];
+    for (end = i; end < size && values.node[end] == node; ++end) {
+      exclusive[values.metric[end]] = values.exclusive[end];
+      inclusive[values.metric[end]] = values.inclusive[end];
     }
-    if (n == 0) continue;
-    const std::uint64_t mask = mirrored ? exclusiveMask : exclusiveMask | inclusiveMask;
-    const std::size_t columns = mirrored ? n / 2 : n;
-    const std::size_t room = header.size() + 40 * (columns + 1);
-    if (bytes.size() - static_cast<std::size_t>(out - bytes.data()) < room) {
-      const auto used = static_cast<std::size_t>(out - bytes.data());
-      bytes.resize(2 * bytes.size() + room);
-      out = bytes.data() + used;
-    }
-    if (inBlock == 0) {
-      first = previous = node;
-      out = std::copy(header.begin(), header.end(), out);
-      patternCount = 0;
-    }
-    std::size_t known = patternCount;
-    if (lastPattern < patternCount && patterns[lastPattern].mask == mask && patterns[lastPattern].mirrored == mirrored)
-      known = lastPattern;
-    for (std::size_t p = 0; p < patternCount && known == patternCount; ++p)
-      if (patterns[p].mask == mask && patterns[p].mirrored == mirrored) known = p;
-    const std::uint64_t delta = std::uint64_t{node - previous} << kPatternBits;
-    if (known < patternCount) {
-      out = varintAt(out, delta | known);
-      lastPattern = known;
-    } else {
-      out = varintAt(out, delta | kNewPattern);
-      out = varintAt(out, std::uint64_t{columns} << 1 | (mirrored ? 1 : 0));
-      std::uint64_t rest = mask;
-      std::uint32_t last = 0;
-      for (std::size_t j = 0; j < columns; ++j) {
-        const auto c = static_cast<std::uint32_t>(std::countr_zero(rest));
-        rest &= rest - 1;
-        out = varintAt(out, j == 0 ? c : c - last - 1);
-        last = c;
-      }
-      if (patternCount < kNewPattern) {
-        patterns[patternCount] = {mask, mirrored};
-        lastPattern = patternCount++;
-      }
-    }
-    previous = node;
-    inBlock += n;
-    for (std::size_t k = i; k < end; ++k) {
-      if (exclusive[k]) out = put(out, metrics[k], exclusive[k]);
-      if (inclusive[k] && !mirrored) out = put(out, metrics[k], inclusive[k]);
-    }
-    written += n;
-    if (inBlock >= kProfileBlockValues || end >= valuesEnd) {
-      emit(profileBlockKey(profile, first),
-           std::string_view(bytes.data(), static_cast<std::size_t>(out - bytes.data())));
-      out = bytes.data();
-      inBlock = 0;
-    }
+    encoding.addNode(node, exclusive.data(), inclusive.data());
+    for (std::size_t k = i; k < end; ++k) exclusive[values.metric[k]] = inclusive[values.metric[k]] = 0;
   }
-  return written;
+  return emitProfileBlocks(profile, encoder.finish(encoding), emit);
 }
 
 }  // namespace
 
 std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                   std::span<const ValueScale> scales, const EmitBlock& emit) {
-  std::uint32_t anyMetric = 0;  // the metrics' bits together: below 32 when every metric is
-  for (const MetricId m : values.metric) anyMetric |= m;
-  if (anyMetric < 32) return encodeNarrowProfileBlocks(profile, values, scales, emit);
+  MetricId most = 0;  // the largest metric id
+  for (const MetricId m : values.metric) most = std::max(most, m);
+  if (scales.size() <= ProfileBlockEncoder::kMaxMetrics && most < ProfileBlockEncoder::kMaxMetrics) {
+    if (most < scales.size()) return encodeNarrowProfileBlocks(profile, values, scales, emit);
+    // Metrics beyond the scales are written unscaled, as with a scale of 1.
+    std::vector<ValueScale> padded(scales.begin(), scales.end());
+    padded.resize(std::size_t{most} + 1);
+    return encodeNarrowProfileBlocks(profile, values, padded, emit);
+  }
   ProfileBlockWriter w(profile, scales, emit);
   const std::size_t size = values.node.size();
   std::uint64_t written = 0;

@@ -16,6 +16,7 @@
 
 #include "csp/storage/bytes.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/profile_blocks.hpp"
 
 namespace csp::storage::format {
 
@@ -47,8 +48,8 @@ class FormatError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Blocks are cut after this many values so that a block stays a few KiB.
-inline constexpr std::size_t kProfileBlockValues = 512;
+// Node blocks are cut after this many values so that a block stays a few KiB (profile blocks:
+// kProfileBlockValues, profile_blocks.hpp).
 inline constexpr std::size_t kNodeBlockValues = 1024;
 
 // --- primitive encodings: the one byte codec (csp/storage/bytes.hpp) ---------------------------
@@ -104,6 +105,8 @@ void encodeProfileBlocks(ProfileId profile, const std::vector<ProfileValue>& val
 // the number of non-zero values written.
 std::uint64_t encodeProfileBlocks(ProfileId profile, const ProfileValueColumns& values,
                                   std::span<const ValueScale> scales, const EmitBlock& emit);
+// Blocks a ProfileBlockEncoder made, each with its key; returns the number of non-zero values.
+std::uint64_t emitProfileBlocks(ProfileId profile, const ProfileBlocks& blocks, const EmitBlock& emit);
 // `formatMajor`: the database's format major version, which fixes the block layout (3.0: mirrored
 // groups; 4.0: column patterns).
 void decodeProfileBlock(std::string_view key, std::string_view value, std::vector<ProfileValue>& out,

@@ -38,6 +38,14 @@ void reduce(Reduced& out, const std::vector<ThreadProfile>& profiles) {
   }
 }
 
+// Synthetic profiles of ranks x threads (synth::makeSyntheticProfile).
+std::vector<ThreadProfile> syntheticProfiles(const synth::SyntheticOptions& o) {
+  std::vector<ThreadProfile> profiles;
+  for (std::uint32_t r = 0; r < o.ranks; ++r)
+    for (std::uint32_t t = 0; t < o.threads; ++t) profiles.push_back(synth::makeSyntheticProfile(o, r, t));
+  return profiles;
+}
+
 std::string pathOf(const Reduced& r, std::uint32_t id) {
   std::string s;
   for (; id != 0; id = r.cct.node(id).parent)
@@ -85,6 +93,66 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
   EXPECT_EQ(x.inclusive, v.inclusive);
 }
 
+// The values by profile encoded while the values are collected (the values pass with a database
+// to write) are the blocks the same values give from their columns, for every metric count the
+// collecting loop is unrolled for and one it is not; the values themselves are unchanged. (That
+// the encoder writes the general writer's bytes is ProfileBlockCodec's test.)
+TEST(CanonicalCct, ValuesEncodedByProfileWhileCollected) {
+  synth::SyntheticOptions o;
+  o.ranks = 3;
+  o.threads = 2;
+  o.nodes = 3000;
+  Reduced r;
+  reduce(r, syntheticProfiles(o));
+  for (std::size_t metrics : {1, 2, 3, 4, 5}) {
+    std::vector<storage::ValueScale> scales;
+    for (std::size_t m = 0; m < metrics; ++m) scales.emplace_back(m % 2 == 0 ? 1 : 1000);
+    storage::ProfileBlockEncoder encoder(scales), fromColumns(scales);
+    ValueScratch scratch(r.cct.size(), std::vector<bool>(metrics, false));
+    for (std::size_t p = 0; p < r.values.size(); ++p) {
+      auto stmt = r.values[p];
+      for (std::size_t k = 0; k < stmt.size(); ++k) {  // spread over the metrics, some scaled values not whole
+        stmt[k].metric = static_cast<std::uint16_t>((stmt[k].node + k) % metrics);
+        stmt[k].value = stmt[k].value * 1000 + (k % 7 == 0 ? 3 : 0);
+      }
+      const ThreadValues plain = scratch.compute(r.cct, stmt);
+      const ThreadValues encoded = scratch.compute(r.cct, stmt, &encoder);
+      EXPECT_FALSE(plain.byProfile.made);
+      ASSERT_TRUE(encoded.byProfile.made);
+      EXPECT_EQ(encoded.node, plain.node);
+      EXPECT_EQ(encoded.metric, plain.metric);
+      EXPECT_EQ(encoded.exclusive, plain.exclusive);
+      EXPECT_EQ(encoded.inclusive, plain.inclusive);
+      auto encoding = fromColumns.begin();
+      std::vector<std::uint64_t> e(metrics), i(metrics);
+      std::uint64_t nonZero = 0;
+      for (std::size_t k = 0, end = 0; k < plain.size(); k = end) {
+        std::fill(e.begin(), e.end(), 0);
+        std::fill(i.begin(), i.end(), 0);
+        for (end = k; end < plain.size() && plain.node[end] == plain.node[k]; ++end) {
+          e[plain.metric[end]] = plain.exclusive[end];
+          i[plain.metric[end]] = plain.inclusive[end];
+          nonZero += (plain.exclusive[end] != 0 ? 1 : 0) + (plain.inclusive[end] != 0 ? 1 : 0);
+        }
+        encoding.addNode(plain.node[k], e.data(), i.data());
+      }
+      const storage::ProfileBlocks expected = fromColumns.finish(encoding);
+      EXPECT_EQ(encoded.byProfile.bytes, expected.bytes) << metrics << " metrics, profile " << p;
+      ASSERT_EQ(encoded.byProfile.blocks.size(), expected.blocks.size()) << metrics << " metrics, profile " << p;
+      for (std::size_t b = 0; b < expected.blocks.size(); ++b) {
+        EXPECT_EQ(encoded.byProfile.blocks[b].firstNode, expected.blocks[b].firstNode);
+        EXPECT_EQ(encoded.byProfile.blocks[b].end, expected.blocks[b].end);
+      }
+      EXPECT_EQ(encoded.byProfile.values, nonZero);
+      EXPECT_GT(expected.blocks.size(), 1u);
+    }
+  }
+  // An encoder for other metrics than the scratch's is a caller's error.
+  storage::ProfileBlockEncoder three(std::vector<storage::ValueScale>(3));
+  ValueScratch two(r.cct.size(), {false, false});
+  EXPECT_THROW(two.compute(r.cct, r.values[0], &three), std::logic_error);
+}
+
 TEST(CanonicalCct, RecursionCountsEachSampleOncePerAncestor) {
   const char* spec = R"({"metrics": [{"name": "t"}], "threads": [{"id": {"rank": 0}, "samples": [
     {"path": [{"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "f"}, {"callsite": "f.c:3"}, {"proc": "f"}, {"stmt": "f.c:2"}],
@@ -109,9 +177,7 @@ TEST(CanonicalCct, FinalIdsDoNotDependOnOrderOrSplit) {
   o.threads = 2;
   o.nodes = 800;
   o.groups = 3;
-  std::vector<ThreadProfile> profiles;
-  for (std::uint32_t r = 0; r < o.ranks; ++r)
-    for (std::uint32_t t = 0; t < o.threads; ++t) profiles.push_back(synth::makeSyntheticProfile(o, r, t));
+  const std::vector<ThreadProfile> profiles = syntheticProfiles(o);
 
   auto finalBytes = [](std::vector<ThreadProfile> ps, std::size_t parts) {
     StringTable strings;

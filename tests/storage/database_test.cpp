@@ -270,17 +270,24 @@ TEST(ProfileBlockCodec, Format4PatternsNameRepeatedColumns) {
   EXPECT_EQ(out, values);
 }
 
-// A profile's columns with every metric below 32 take encodeProfileBlocks' own path (the block's
-// state in locals); it writes the bytes of the general writer, which the list form of the same
-// values takes: random profiles of many blocks, with zeros, leaves (mirrored groups), more column
-// sets than a block can name, scaled and unscaled metrics, values of every size, and profiles
-// whose last entries are zeros.
+// A profile's columns with every metric below 32 take encodeProfileBlocks' own path (through
+// ProfileBlockEncoder, fed node by node), and csp-prof-mpi's values pass feeds that encoder
+// itself as it collects each node's values; both write the bytes of the general writer, which the
+// list form of the same values takes: random profiles of many blocks, with zeros, leaves
+// (mirrored groups), more column sets than a block can name, scaled and unscaled metrics (also
+// metrics beyond the scales given), values of every size, and profiles whose last entries are
+// zeros.
 TEST(ProfileBlockCodec, NarrowColumnsEncodeAsTheGeneralWriter) {
   std::mt19937_64 random(11);
   const std::vector<ValueScale> scales = {ValueScale(1000), ValueScale(1), ValueScale(7), ValueScale(1u << 20)};
   std::size_t narrowBlocks = 0;
   for (int round = 0; round < 40; ++round) {
     const auto metrics = static_cast<MetricId>(1 + round % 6 + (round == 39 ? 25 : 0));  // metric ids up to 29
+    // Scales for every metric (cycling through `scales`), for the first four, or none.
+    std::vector<ValueScale> perMetric;
+    if (round % 4 == 1)
+      for (MetricId m = 0; m < metrics; ++m) perMetric.push_back(scales[m % scales.size()]);
+    if (round % 4 == 3) perMetric = scales;
     std::vector<NodeId> node;
     std::vector<MetricId> metric;
     std::vector<std::uint64_t> exclusive, inclusive;
@@ -321,10 +328,9 @@ TEST(ProfileBlockCodec, NarrowColumnsEncodeAsTheGeneralWriter) {
       inclusive.push_back(0);
     }
     std::erase_if(list, [](const ProfileValue& v) { return v.value == 0; });
-    const std::span<const ValueScale> scaled =
-        round % 2 ? std::span<const ValueScale>(scales) : std::span<const ValueScale>();
+    const std::span<const ValueScale> scaled(perMetric);
     using Blocks = std::vector<std::pair<std::string, std::string>>;
-    Blocks fromColumns, fromList;
+    Blocks fromColumns, fromList, fromEncoder;
     const auto written =
         format::encodeProfileBlocks(5, ProfileValueColumns{node, metric, exclusive, inclusive}, scaled,
                                     [&](const std::string& k, std::string_view v) { fromColumns.emplace_back(k, v); });
@@ -332,9 +338,44 @@ TEST(ProfileBlockCodec, NarrowColumnsEncodeAsTheGeneralWriter) {
                                 [&](const std::string& k, std::string_view v) { fromList.emplace_back(k, v); });
     ASSERT_EQ(fromColumns, fromList) << "round " << round;
     EXPECT_EQ(written, list.size()) << "round " << round;
+    // Node by node, dense by metric (the values pass's form), with a scale for every metric; the
+    // loops unrolled for a known metric count where the values pass unrolls them.
+    std::vector<ValueScale> dense(perMetric);
+    dense.resize(std::max<std::size_t>(dense.size(), metrics));
+    ProfileBlockEncoder encoder(dense);
+    for (int twice = 0; twice < 2; ++twice) {  // the encoder is reused from profile to profile
+      auto encoding = encoder.begin();
+      std::vector<std::uint64_t> e(dense.size()), i(dense.size());
+      for (std::size_t k = 0, end = 0; k < node.size(); k = end) {
+        std::fill(e.begin(), e.end(), 0);
+        std::fill(i.begin(), i.end(), 0);
+        for (end = k; end < node.size() && node[end] == node[k]; ++end) {
+          e[metric[end]] = exclusive[end];
+          i[metric[end]] = inclusive[end];
+        }
+        switch (dense.size()) {
+          case 2:
+            encoding.addNode<2>(node[k], e.data(), i.data());
+            break;
+          case 3:
+            encoding.addNode<3>(node[k], e.data(), i.data());
+            break;
+          default:
+            encoding.addNode(node[k], e.data(), i.data());
+        }
+      }
+      const ProfileBlocks blocks = encoder.finish(encoding);
+      EXPECT_TRUE(blocks.made);
+      EXPECT_EQ(blocks.values, list.size()) << "round " << round;
+      fromEncoder.clear();
+      format::emitProfileBlocks(5, blocks,
+                                [&](const std::string& k, std::string_view v) { fromEncoder.emplace_back(k, v); });
+      ASSERT_EQ(fromEncoder, fromList) << "round " << round << " profile " << twice;
+    }
     narrowBlocks += fromColumns.size();
   }
   EXPECT_GT(narrowBlocks, 100u);
+  EXPECT_THROW(ProfileBlockEncoder(std::vector<ValueScale>(33)), std::invalid_argument);
 }
 
 // Format 4.0's node blocks: the scale (1: unscaled), then layout 0 and (profile delta, value)
@@ -530,6 +571,66 @@ TEST(ShardWriterContract, RejectsUnsortedInput) {
   EXPECT_THROW(w2.putCct(badTree), std::logic_error);
   w.finish();
   EXPECT_THROW(w.putNode(9, CctNode{}), std::logic_error);
+}
+
+// Blocks a ProfileBlockEncoder made (csp-prof-mpi's values pass) store what the same values
+// stored from their columns do; they are refused out of profile order or when none were made.
+TEST(ShardWriterContract, EncodedProfileBlocksStoreTheBytesOfTheColumns) {
+  TempDir tmp;
+  const std::vector<std::uint64_t> scales = {1000, 1, 7};
+  const std::vector<ValueScale> valueScales = {ValueScale(1000), ValueScale(1), ValueScale(7)};
+  std::vector<NodeId> node;
+  std::vector<MetricId> metric;
+  std::vector<std::uint64_t> exclusive, inclusive;
+  for (NodeId n = 0; n < 2000; ++n)
+    for (MetricId m = 0; m < 3; ++m) {
+      if ((n + m) % 5 == 0) continue;
+      node.push_back(n);
+      metric.push_back(m);
+      exclusive.push_back(n % 3 == 0 ? 0 : (n + 1) * 1000 + m);
+      inclusive.push_back(n % 4 == 0 ? exclusive.back() : (n + 1) * 7000);
+    }
+  auto build = [&](const fs::path& target, bool encoded) {
+    DatabaseBuilder b(target);
+    {
+      ShardWriter w(b.stagingDir(), 0, {.valueScales = scales});
+      for (ProfileId profile : {ProfileId{3}, ProfileId{9}}) {
+        if (!encoded) {
+          w.putProfileColumns(profile, ProfileValueColumns{node, metric, exclusive, inclusive});
+          continue;
+        }
+        ProfileBlockEncoder encoder(valueScales);
+        auto encoding = encoder.begin();
+        for (std::size_t k = 0, end = 0; k < node.size(); k = end) {
+          std::uint64_t e[3] = {}, i[3] = {};
+          for (end = k; end < node.size() && node[end] == node[k]; ++end) {
+            e[metric[end]] = exclusive[end];
+            i[metric[end]] = inclusive[end];
+          }
+          encoding.addNode<3>(node[k], e, i);
+        }
+        const ProfileBlocks blocks = encoder.finish(encoding);
+        w.putProfileBlocks(profile, blocks);
+        EXPECT_THROW(w.putProfileBlocks(profile, blocks), std::logic_error);  // not ascending
+      }
+      EXPECT_THROW(w.putProfileBlocks(10, ProfileBlocks{}), std::logic_error);  // not made
+      w.finish();
+    }
+    test::publishBare(b, 1);
+  };
+  build(tmp.path() / "columns", false);
+  build(tmp.path() / "encoded", true);
+  auto entries = [](const fs::path& target) {
+    std::vector<std::pair<std::string, std::string>> out;
+    Database::open(target)->forEachEntry("values_by_profile",
+                                         [&](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
+    return out;
+  };
+  const auto columns = entries(tmp.path() / "columns");
+  EXPECT_GT(columns.size(), 10u);
+  EXPECT_EQ(entries(tmp.path() / "encoded"), columns);
+  EXPECT_EQ(Database::open(tmp.path() / "encoded")->profileValues(9),
+            Database::open(tmp.path() / "columns")->profileValues(9));
 }
 
 TEST(ShardWriterContract, OverlappingShardsAreRejected) {

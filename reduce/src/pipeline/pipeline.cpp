@@ -16,17 +16,18 @@ struct Pipeline::Impl {
   Workers workers;
 
   // Stage results, each set once by its stage.
-  Discovery discovery;                     // discover
-  ProfileTable profiles;                   // buildStructure
-  ThreadClassification threadClasses;      // buildStructure
-  MetricPlan metrics;                      // buildStructure
-  FinalCct cct;                            // buildStructure
-  std::vector<std::uint8_t> overheadNode;  // buildStructure: per final node, when `overhead` is computed
-  RegionTree regions;                      // buildStructure
-  std::unique_ptr<ProjectionSpill> spill;  // buildStructure to computeMetrics
-  std::unique_ptr<SpillFile> kept;         // from buildStructure: the profiles (LocalProfiles), thread classes
-  std::vector<std::uint32_t> finalIdOf;    // buildStructure: per local CCT node
-  Comm::NeighbourWords neighbourWords;     // discover to buildStructure: the read's balancing
+  Discovery discovery;                         // discover
+  ProfileTable profiles;                       // buildStructure
+  ThreadClassification threadClasses;          // buildStructure
+  MetricPlan metrics;                          // buildStructure
+  FinalCct cct;                                // buildStructure
+  std::vector<std::uint8_t> overheadNode;      // buildStructure: per final node, when `overhead` is computed
+  RegionTree regions;                          // buildStructure
+  std::unique_ptr<ProjectionSpill> spill;      // buildStructure to computeMetrics
+  std::vector<std::uint64_t> byProfileScales;  // encodeValuesByProfile's
+  std::unique_ptr<SpillFile> kept;             // from buildStructure: the profiles (LocalProfiles), thread classes
+  std::vector<std::uint32_t> finalIdOf;        // buildStructure: per local CCT node
+  Comm::NeighbourWords neighbourWords;         // discover to buildStructure: the read's balancing
 
   Impl(const Comm& c, PipelineOptions o, ProgressSink* p)
       : comm(c),
@@ -92,9 +93,11 @@ void Pipeline::computeMetrics(const BatchConsumer& consume) {
   Impl& s = *impl_;
   faultPoint(s.comm, "metrics");
   computeValues(s.profiles, s.options, s.workers, s.attribution(),
-                {s.cct, s.finalIdOf, s.metrics, s.overheadNode, s.regions}, consume);
+                {s.cct, s.finalIdOf, s.metrics, s.overheadNode, s.regions, s.byProfileScales}, consume);
   s.spill.reset();
 }
+
+void Pipeline::encodeValuesByProfile(std::vector<std::uint64_t> scales) { impl_->byProfileScales = std::move(scales); }
 
 std::size_t Pipeline::inputCount() const { return impl_->discovery.total; }
 std::size_t Pipeline::batchProfiles() const { return impl_->discovery.batchProfiles; }

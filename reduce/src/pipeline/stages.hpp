@@ -556,6 +556,9 @@ struct ValueInputs {
   const MetricPlan& plan;
   const std::vector<std::uint8_t>& overheadNode;  // per final node; empty without `overhead`
   const RegionTree& regions;
+  // Per metric, the units of the values by profile (storage::ShardOptions::valueScales) to encode
+  // them in as they are collected (ThreadValues::byProfile); empty: not encoded.
+  const std::vector<std::uint64_t>& byProfileScales;
 };
 
 // Takes this rank's profiles from the projection spill (re-reads those with regions) batch by

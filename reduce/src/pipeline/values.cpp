@@ -36,6 +36,12 @@ class ProfileValues {
     for (std::size_t m = 0; m < in.plan.metrics.size(); ++m)
       globalMetric_[in.plan.metrics[m].name] = static_cast<std::uint16_t>(m);
     for (const auto& m : in.plan.metrics) real_.push_back(m.valueType == ValueType::Real);
+    // Encoded while collected only when the collected values are the ones stored: derived
+    // metrics are added after (withDerived), and more metrics than a group's mask holds take the
+    // by-profile writer's general path.
+    if (!in.byProfileScales.empty() && in.plan.derived.empty() && in.byProfileScales.size() == in.plan.metrics.size() &&
+        in.byProfileScales.size() <= storage::ProfileBlockEncoder::kMaxMetrics)
+      for (const std::uint64_t scale : in.byProfileScales) byProfileScales_.emplace_back(scale);
   }
 
   void compute(const InputProfile& input, const SpillRef& spilled, ThreadValues& values, RegionValues& regionValues) {
@@ -51,7 +57,10 @@ class ProfileValues {
     addStateValues(stmt, in_.plan.state, in_.overheadNode);
     auto& mine = scratch_.local();
     if (!mine) mine = std::make_unique<ValueScratch>(in_.cct.size(), real_);
-    values = mine->compute(in_.cct, stmt);
+    auto& encoder = encoder_.local();
+    if (!encoder && !byProfileScales_.empty())
+      encoder = std::make_unique<storage::ProfileBlockEncoder>(byProfileScales_);
+    values = mine->compute(in_.cct, stmt, encoder.get());
     if (!in_.plan.derived.empty()) values = withDerived(values, in_.plan);
   }
 
@@ -84,6 +93,8 @@ class ProfileValues {
   std::map<std::string, std::uint16_t> globalMetric_;  // MT: read-only
   std::vector<bool> real_;                             // MT: read-only; per global metric
   tbb::enumerable_thread_specific<std::unique_ptr<ValueScratch>> scratch_;
+  std::vector<storage::ValueScale> byProfileScales_;  // empty: values by profile not encoded here
+  tbb::enumerable_thread_specific<std::unique_ptr<storage::ProfileBlockEncoder>> encoder_;
 };
 
 }  // namespace

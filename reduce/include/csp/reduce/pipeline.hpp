@@ -207,6 +207,11 @@ class Pipeline {
   using BatchConsumer = std::function<void(std::size_t batchIndex, std::span<const ProfileInfo>,
                                            std::vector<ThreadValues>&, std::vector<RegionValues>&)>;
   void computeMetrics(const BatchConsumer& consume);
+  // Before computeMetrics: also encode each profile's values for the values by profile while
+  // they are collected (ThreadValues::byProfile), in these units per metric
+  // (storage::ShardOptions::valueScales). Skipped where the collected values are not the ones
+  // stored (derived metrics) or the metrics are too many for the encoder.
+  void encodeValuesByProfile(std::vector<std::uint64_t> scales);
   tbb::task_arena& arena();
 
   // Results, valid after the stage that produces them.

@@ -12,6 +12,7 @@
 #include "csp/reduce/attribution.hpp"
 #include "csp/reduce/canonical_cct.hpp"
 #include "csp/storage/profile.hpp"
+#include "csp/storage/profile_blocks.hpp"
 
 namespace csp::reduce {
 
@@ -90,6 +91,9 @@ struct ThreadValues {
   ValueColumn<std::uint16_t> metric;
   ValueColumn<std::uint64_t> exclusive;
   ValueColumn<std::uint64_t> inclusive;
+  // The same values encoded for the values by profile as they were collected, when a sink asked
+  // for it (Pipeline::encodeValuesByProfile); `made` false otherwise.
+  storage::ProfileBlocks byProfile;
   std::size_t size() const { return node.size(); }
 };
 
@@ -101,7 +105,10 @@ struct ThreadValues {
 class ValueScratch {
  public:
   ValueScratch(std::size_t nodes, std::vector<bool> real);
-  ThreadValues compute(const FinalCct& cct, const std::vector<StmtValue>& values);
+  // `byProfile`: also encode the values by profile, node by node as they are collected (its
+  // metrics are this scratch's).
+  ThreadValues compute(const FinalCct& cct, const std::vector<StmtValue>& values,
+                       storage::ProfileBlockEncoder* byProfile = nullptr);
 
  private:
   // The passes come in two forms: with real-valued metrics among the metrics, and without (then
@@ -115,7 +122,11 @@ class ValueScratch {
   void addStatements(const std::vector<StmtValue>& values);
   template <bool AnyReal>
   void propagateInclusive();
-  ThreadValues collect();
+  ThreadValues collect(storage::ProfileBlockEncoder* byProfile);
+  template <std::size_t Metrics>
+  ThreadValues collect(storage::ProfileBlockEncoder* byProfile);
+  template <std::size_t Metrics, typename PerNode>
+  ThreadValues gather(PerNode&& perNode);
   std::size_t metrics_;
   std::vector<std::uint8_t> real_;
   bool anyReal_ = false;

@@ -88,6 +88,7 @@ class DatabaseSink final : public OutputSink {
     if (opening_.valid()) opening_.get();  // the root's database, created while the others read
     pipeline_ = &pipeline;
     writers_.emplace(comm, staging_, pipeline);
+    pipeline.encodeValuesByProfile(writers_->scales);  // encoded in the values pass, in the shard's units
   }
 
   // Each batch goes to the writers side by side: values by profile; values by node with the

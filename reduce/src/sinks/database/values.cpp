@@ -21,7 +21,10 @@ void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileIn
                           const std::vector<ThreadValues>& values) {
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const ThreadValues& v = values[i];
-    shard.putProfileColumns(batch[i].id, storage::ProfileValueColumns{v.node, v.metric, v.exclusive, v.inclusive});
+    if (v.byProfile.made)
+      shard.putProfileBlocks(batch[i].id, v.byProfile);
+    else
+      shard.putProfileColumns(batch[i].id, storage::ProfileValueColumns{v.node, v.metric, v.exclusive, v.inclusive});
   }
 }
 

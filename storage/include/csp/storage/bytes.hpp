@@ -246,8 +246,9 @@ class ExactDivisor {
   std::uint64_t divisor() const { return d_; }
   // The product's high word shifted by 63 + l - 64: one multiply and one shift of 64 bits (a
   // 128-bit shift by a variable count costs three more dependent instructions per value).
-  std::uint64_t divide(std::uint64_t v) const {
-    if (d_ == 1) return v;
+  std::uint64_t divide(std::uint64_t v) const { return d_ == 1 ? v : divideNotByOne(v); }
+  // divide() of a divisor known not to be 1.
+  std::uint64_t divideNotByOne(std::uint64_t v) const {
     if (v >> 63 != 0) return v / d_;
     return static_cast<std::uint64_t>((static_cast<Uint128>(v) * magic_) >> 64) >> highShift_;
   }
@@ -266,10 +267,10 @@ class ValueScale {
  public:
   explicit ValueScale(std::uint64_t scale = 1) : divisor_(scale) {}
   std::uint64_t scale() const { return divisor_.divisor(); }
-  char* put(char* out, std::uint64_t v) const {
-    const std::uint64_t s = scale();
-    if (s == 1) return varintAt(out, v);
-    const std::uint64_t q = divisor_.divide(v), r = v - q * s;
+  char* put(char* out, std::uint64_t v) const { return scale() == 1 ? varintAt(out, v) : putScaled(out, v); }
+  // put() of a scale known not to be 1 (the caller tested it once for many values).
+  char* putScaled(char* out, std::uint64_t v) const {
+    const std::uint64_t q = divisor_.divideNotByOne(v), r = v - q * scale();
     out = varintAt(out, q << 1 | (r != 0 ? 1 : 0));
     return r != 0 ? varintAt(out, r) : out;
   }

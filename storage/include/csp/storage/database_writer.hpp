@@ -21,6 +21,7 @@
 
 #include "csp/storage/bytes.hpp"
 #include "csp/storage/database.hpp"
+#include "csp/storage/profile_blocks.hpp"
 #include "csp/storage/publish.hpp"  // publication and cleanup of leftovers, used by the builder
 
 namespace csp::storage {
@@ -122,6 +123,8 @@ class ShardWriter {
   // One profile's values sorted by (node, metric, scope), no duplicates. Zeros are dropped.
   void putProfileValues(ProfileId profile, std::span<const ProfileValue> values);
   void putProfileColumns(ProfileId profile, const ProfileValueColumns& values);
+  // The same values as blocks a ProfileBlockEncoder made with this shard's valueScales.
+  void putProfileBlocks(ProfileId profile, const ProfileBlocks& blocks);
   // One node's values across profiles sorted by (metric, scope, profile). Zeros are dropped.
   void putNodeValues(NodeId node, std::span<const NodeValue> values);
   // The same from blocks filled value by value; empties `blocks`. Nothing is written for a node
