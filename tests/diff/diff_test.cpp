@@ -152,6 +152,39 @@ class Diff : public ::testing::Test {
     EXPECT_EQ(r.status, expectStatus) << r.output;
     return r.output;
   }
+
+  // The scaling app measured by csp-run (`runOptions`) at 2 and 4 ranks, each reduced into
+  // PREFIX-pN/db, replacing an earlier measurement. Call through ASSERT_NO_FATAL_FAILURE.
+  void measureScalingApp(const std::string& prefix, const std::string& runOptions, const std::string& appArgs) {
+    const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
+    for (int ranks : {2, 4}) {
+      const auto runDir = dir / (prefix + "-p" + std::to_string(ranks));
+      std::filesystem::remove_all(runDir);
+      auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + runOptions + " -o " + (runDir / "meas").string() +
+                   " -- " + app + " " + appArgs);
+      ASSERT_EQ(r.status, 0) << r.output;
+      r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " + (runDir / "db").string());
+      ASSERT_EQ(r.status, 0) << r.output;
+    }
+  }
+
+  // How the scaling app's growing work split between procedures: replicated_setup's inclusive
+  // excess and its p run's sum, and the inclusive excess of `other` (a procedure that should not
+  // grow).
+  struct WorkSplit {
+    double setup = 0, setupP = 0, other = 0;
+    // The split holds: setup carries at least 0.6 of the p run's setup, `other` stays small beside it.
+    bool holds() const { return setup > 0.6 * setupP && std::fabs(other) < 0.25 * setup; }
+  };
+  static WorkSplit workSplit(const analysis::ScalingDiff& d, const std::string& other) {
+    WorkSplit w;
+    for (const auto& n : d.nodes) {
+      if (n.kind != ScopeKind::ProcFrame) continue;
+      if (n.name == "replicated_setup") w.setup += n.inclusive.excess, w.setupP += n.inclusive.sumP;
+      if (n.name == other) w.other += n.inclusive.excess;
+    }
+    return w;
+  }
 };
 
 struct Expect {
@@ -615,7 +648,6 @@ TEST_F(Diff, CallersViewOfANegativeTotalShowsTheLargestContributors) {
 
 TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   ASSERT_TRUE(std::filesystem::exists(tool("csp-run"))) << "csp-run is not built";
-  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
   // On a loaded machine CPU-time timer signals arrive late and the missed periods' weight lands in
   // the code that follows (docs/measurement.md, "Limits"): a cold CI run beside the sanitizer
   // build once moved 0.2 s of solve's time into its neighbours. As in the test below, the split
@@ -623,30 +655,17 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   // asserted on the last measurement taken.
   std::string out;
   analysis::ScalingDiff d;
-  double setup = 0, setupP = 0, solve = 0;
+  WorkSplit split;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    for (int ranks : {2, 4}) {
-      const auto runDir = dir / ("run-p" + std::to_string(ranks));
-      std::filesystem::remove_all(runDir);
-      auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " -o " + (runDir / "meas").string() + " -- " + app +
-                   " 400 300");
-      ASSERT_EQ(r.status, 0) << r.output;
-      r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " + (runDir / "db").string());
-      ASSERT_EQ(r.status, 0) << r.output;
-    }
+    ASSERT_NO_FATAL_FAILURE(measureScalingApp("run", "", "400 300"));
     std::filesystem::remove_all(dir / "scaling-db");
     out = csp_diff((dir / "run-p2").string() + " " + (dir / "run-p4").string() + " -o " + (dir / "scaling-db").string(),
                    0);
     d = diff(dir / "run-p2" / "db", dir / "run-p4" / "db");
-    setup = setupP = solve = 0;
-    for (const auto& n : d.nodes) {
-      if (n.kind != ScopeKind::ProcFrame) continue;
-      if (n.name == "replicated_setup") setup += n.inclusive.excess, setupP += n.inclusive.sumP;
-      if (n.name == "solve") solve += n.inclusive.excess;
-    }
-    if (setup > 0.6 * setupP && std::fabs(solve) < 0.25 * setup) break;
+    split = workSplit(d, "solve");
+    if (split.holds()) break;
     std::printf("attempt %d: the work's split moved (setup excess %.3g of the p run's %.3g, solve's %.3g)\n", attempt,
-                setup, setupP, solve);
+                split.setup, split.setupP, split.other);
   }
   EXPECT_NE(out.find("p = 2 -> q = 4 (ranks)"), std::string::npos) << out;
   // The hot path of the loss ends in replicated_setup; solve is not on it.
@@ -659,9 +678,9 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
   // Library view: replicated_setup holds most of the loss; solve's excess is small beside it.
   // 4 x 300 - 2 x 300 units of CPU time more in setup, as much as the p run's setup in all;
   // solve ideally 0. (Relations, not nominal times: the machine may be loaded.)
-  EXPECT_GT(setup, 0.5 * d.total().excess) << out;
-  EXPECT_GT(setup, 0.6 * setupP) << out;
-  EXPECT_LT(std::fabs(solve), 0.25 * setup) << out;
+  EXPECT_GT(split.setup, 0.5 * d.total().excess) << out;
+  EXPECT_GT(split.setup, 0.6 * split.setupP) << out;
+  EXPECT_LT(std::fabs(split.other), 0.25 * split.setup) << out;
   EXPECT_TRUE(storage::Database::open(dir / "scaling-db"));
 }
 
@@ -672,7 +691,6 @@ TEST_F(Diff, EndToEndWithCspRunNamesTheNonScalingPart) {
 // the report's "Waiting and compute" section gives the totals.
 TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
   ASSERT_TRUE(std::filesystem::exists(tool("csp-run"))) << "csp-run is not built";
-  const std::string app = std::string(CSP_BINARY_DIR) + "/tests/diff/csp-diff-scaling-app";
   const auto p = dir / "wait-p2" / "db", q = dir / "wait-p4" / "db";
   analysis::DiffOptions waitOptions;
   waitOptions.metric = "mpi-wait";
@@ -685,28 +703,15 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
   // The split is therefore taken from the first of three measurements in which it holds; every
   // relation, the split's included, is asserted on the last measurement taken.
   analysis::ScalingDiff waiting, compute;
-  double setup = 0, setupP = 0, root = 0;
+  WorkSplit split;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    for (int ranks : {2, 4}) {
-      const auto runDir = dir / ("wait-p" + std::to_string(ranks));
-      std::filesystem::remove_all(runDir);
-      auto r = run(csp::test::mpirun(ranks) + tool("csp-run") + " --idleness -o " + (runDir / "meas").string() +
-                   " -- " + app + " 200 150 300 block");
-      ASSERT_EQ(r.status, 0) << r.output;
-      r = run(tool("csp-prof-mpi") + " -q " + (runDir / "meas").string() + " -o " + (runDir / "db").string());
-      ASSERT_EQ(r.status, 0) << r.output;
-    }
+    ASSERT_NO_FATAL_FAILURE(measureScalingApp("wait", " --idleness", "200 150 300 block"));
     waiting = diff(p, q, waitOptions);
     compute = diff(p, q, workOptions);
-    setup = setupP = root = 0;
-    for (const auto& n : compute.nodes) {
-      if (n.kind != ScopeKind::ProcFrame) continue;
-      if (n.name == "replicated_setup") setup += n.inclusive.excess, setupP += n.inclusive.sumP;
-      if (n.name == "root_only") root += n.inclusive.excess;
-    }
-    if (setup > 0.6 * setupP && std::fabs(root) < 0.25 * setup) break;
+    split = workSplit(compute, "root_only");
+    if (split.holds()) break;
     std::printf("attempt %d: the work's split moved (setup excess %.3g of the p run's %.3g, root_only's %.3g)\n",
-                attempt, setup, setupP, root);
+                attempt, split.setup, split.setupP, split.other);
   }
   double rootWorkP = 0, rootWorkQ = 0;
   for (const auto& n : compute.nodes)
@@ -732,8 +737,8 @@ TEST_F(Diff, EndToEndSeparatesWaitingFromCompute) {
 
   // 4 x 150 - 2 x 150 units more of replicated setup, as much as the p run's setup in all;
   // root_only is the same in both runs.
-  EXPECT_GT(setup, 0.6 * setupP);
-  EXPECT_LT(std::fabs(root), 0.25 * setup);
+  EXPECT_GT(split.setup, 0.6 * split.setupP);
+  EXPECT_LT(std::fabs(split.other), 0.25 * split.setup);
 
   // The report of any metric gives both totals side by side.
   const auto out = csp_diff(p.string() + " " + q.string(), 0);

@@ -141,7 +141,8 @@ namespace {
 }
 
 // The values of a record, read with the pointer and its end in registers (storage::ByteReader
-// keeps its position in memory, which doubled the cost of reading a value back); the same checks.
+// keeps its position in memory, which doubled the cost of reading a value back); the same checks,
+// scaled values through storage::ValueScale::read.
 class SpillCursor {
  public:
   SpillCursor(const char* begin, const char* end)
@@ -152,21 +153,8 @@ class SpillCursor {
     p_ = next;
     return v;
   }
-  // A value in units of its scale, as storage::ValueScale::put wrote it.
-  [[gnu::always_inline]] std::uint64_t scaled(std::uint64_t scale) {
-    const std::uint64_t x = u64();
-    if (scale == 1) return x;
-    std::uint64_t v = 0;
-    if (__builtin_mul_overflow(x >> 1, scale, &v)) spillCorrupt("scaled value out of range");
-    if (x & 1) {
-      const std::uint64_t rest = u64();
-      if (rest == 0 || rest >= scale || v > UINT64_MAX - rest) spillCorrupt("remainder of a scaled value out of range");
-      v += rest;
-    }
-    return v;
-  }
+  [[noreturn]] static void fail(const char* problem) { spillCorrupt(problem); }  // for storage::ValueScale::read
   std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
-  const char* position() const { return reinterpret_cast<const char*>(p_); }
 
  private:
   // Out of line and on copies, so that the reading loop keeps its pointer in a register.
@@ -199,16 +187,16 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
   const std::uint64_t names = r.u64();
   if (names > r.remaining()) r.fail("more metric names than bytes");
   out.metrics.resize(names);
-  std::vector<std::uint64_t> scales;
+  std::vector<storage::ValueScale> scales;
   scales.reserve(names);
   for (auto& name : out.metrics) {
     name = r.text();
-    scales.push_back(storage::ValueScale(r.u64()).scale());
+    scales.emplace_back(r.u64());
   }
   const std::uint64_t count = r.u64();
   if (count > r.remaining() / 2) r.fail("more values than bytes");
   out.stmt.resize(count);
-  SpillCursor c(bytes.data() + (ref.size - r.remaining()), bytes.data() + ref.size);
+  SpillCursor c(bytes.data() + r.position(), bytes.data() + ref.size);
   const unsigned bits = metricBits(names);
   const std::uint64_t escape = (std::uint64_t{1} << bits) - 1;
   std::int64_t previous = 0;
@@ -224,7 +212,7 @@ ProjectionSpill::Projected ProjectionSpill::get(const SpillRef& ref) const {
       spillCorrupt("metric id out of range");
     }
     v.metric = static_cast<std::uint16_t>(metric);
-    v.value = c.scaled(metric < names ? scales[metric] : 1);
+    v.value = metric < names ? scales[metric].read(c) : c.u64();
   }
   if (c.remaining() != 0) spillCorrupt("trailing bytes");
   return out;

@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <span>
+#include <stdexcept>
 
 #include "stages.hpp"
 
@@ -39,7 +40,10 @@ class ProfileValues {
     // Encoded while collected only when the collected values are the ones stored: derived
     // metrics are added after (withDerived), and more metrics than a group's mask holds take the
     // by-profile writer's general path.
-    if (!in.byProfileScales.empty() && in.plan.derived.empty() && in.byProfileScales.size() == in.plan.metrics.size() &&
+    if (!in.byProfileScales.empty() && in.byProfileScales.size() != in.plan.metrics.size())
+      throw std::logic_error(fmt::format("values by profile: {} scales for {} metrics", in.byProfileScales.size(),
+                                         in.plan.metrics.size()));
+    if (!in.byProfileScales.empty() && in.plan.derived.empty() &&
         in.byProfileScales.size() <= storage::ProfileBlockEncoder::kMaxMetrics)
       for (const std::uint64_t scale : in.byProfileScales) byProfileScales_.emplace_back(scale);
   }

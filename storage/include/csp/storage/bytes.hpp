@@ -275,8 +275,9 @@ class ValueScale {
     return r != 0 ? varintAt(out, r) : out;
   }
   // Always inlined into the loops that read values (a call per value cost a third of the loop).
-  template <class Error>
-  [[gnu::always_inline]] std::uint64_t read(ByteReader<Error>& r) const {
+  // `Reader`: a ByteReader, or a reader of its own with u64() and a [[noreturn]] fail(problem).
+  template <class Reader>
+  [[gnu::always_inline]] std::uint64_t read(Reader& r) const {
     const std::uint64_t x = r.u64(), s = scale();
     if (s == 1) return x;
     std::uint64_t v = 0;  // (x >> 1) * s, checked without a division

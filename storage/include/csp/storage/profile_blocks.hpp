@@ -131,7 +131,6 @@ class ProfileBlockEncoder {
       values_ += n;
       if (inBlock_ >= format::kProfileBlockValues) closeBlock();
     }
-    std::size_t metrics() const { return metrics_; }
 
    private:
     friend class ProfileBlockEncoder;
