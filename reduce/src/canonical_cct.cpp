@@ -194,14 +194,20 @@ LocalCct::Lookup LocalCct::lookup() {
 }
 
 std::uint32_t LocalCct::Lookup::child(std::uint32_t parent, const ScopeKey& key) {
-  LocalCct::Impl& impl = *cct_.impl_;
   const Edge edge{parent, key};
   const std::size_t hash = EdgeHashCompare::hash(edge);
-  if (const auto id = cache_.find(edge, hash, impl.nodes); id != kNoIndex) return id;
+  if (const auto id = cache_.find(edge, hash, cct_.impl_->nodes); id != kNoIndex) return id;
+  return shared(parent, key, hash);
+}
+
+// Out of line: the shared map's accessor made every lookup save and restore the registers it
+// needs, though nearly every lookup finds its edge in the thread's own index.
+std::uint32_t LocalCct::Lookup::shared(std::uint32_t parent, const ScopeKey& key, std::size_t hash) {
+  LocalCct::Impl& impl = *cct_.impl_;
   std::uint32_t id = kNoIndex;
   {
     decltype(impl.edges)::accessor acc;
-    if (impl.edges.insert(acc, edge)) {
+    if (impl.edges.insert(acc, Edge{parent, key})) {
       auto it = impl.nodes.push_back(CctNode{parent, key});
       acc->second = static_cast<std::uint32_t>(it - impl.nodes.begin());
     }

@@ -233,6 +233,55 @@ TEST(CanonicalCct, ChildrenAreListedInIdOrderAndFindable) {
 // Threads insert and look up the same edges concurrently, each through its own edge index,
 // which grows several times (20,000 edges) and whose 32-bit tags must never stand for the edge
 // itself: every lookup of an edge gives the one id it got, and every id names its own edge.
+// The edge hash feeds open-addressing tables (FinalCct's, LocalCct's per-thread index): the low
+// bits are the home slot and the high half the tag. Edges that differ in one field only, as a
+// tree's siblings (lines, names) and its levels (parents) do, must still spread over the slots and
+// get distinct tags: a weak mix of one field would pile them into a few slots.
+TEST(CanonicalCct, EdgeHashSpreadsEveryFieldOverSlotsAndTags) {
+  constexpr std::uint32_t kEdges = 1 << 16;
+  constexpr std::size_t kSlots = std::size_t{1} << 18;  // as the tables: at most half full
+  auto field = [](std::uint32_t which, std::uint32_t i) {
+    ScopeKey key{ScopeKind::Stmt, 3, 5, 7, 11};
+    std::uint32_t parent = 13;
+    switch (which) {
+      case 0:
+        parent = i;
+        break;
+      case 1:
+        key.name = i;
+        break;
+      case 2:
+        key.file = i;
+        break;
+      case 3:
+        key.line = i;
+        break;
+      case 4:
+        key.module = i;
+        break;
+      default:
+        key.line = i & 0xFF, key.name = i >> 8, key.kind = static_cast<ScopeKind>(1 + i % 5);
+        break;
+    }
+    return FinalCct::edgeHash(parent, key);
+  };
+  for (std::uint32_t which = 0; which <= 5; ++which) {
+    std::vector<std::uint32_t> load(kSlots, 0);
+    std::vector<std::uint32_t> tags;
+    for (std::uint32_t i = 0; i < kEdges; ++i) {
+      const std::size_t h = field(which, i);
+      ++load[h & (kSlots - 1)];
+      tags.push_back(static_cast<std::uint32_t>(std::uint64_t{h} >> 32));
+    }
+    // A uniform hash puts at most about 8 of 65,536 keys into one of 262,144 slots; a field that
+    // reaches only some bits would put hundreds there.
+    EXPECT_LE(*std::max_element(load.begin(), load.end()), 12u) << "field " << which;
+    std::sort(tags.begin(), tags.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(tags.begin(), tags.end()) - tags.begin());
+    EXPECT_GE(distinct, kEdges - 16) << "field " << which;  // 32-bit tags: about 0.5 collisions expected
+  }
+}
+
 TEST(CanonicalCct, ConcurrentLookupsAgreeWithTheNodeList) {
   StringTable s;
   LocalCct local(s);
