@@ -244,20 +244,33 @@ std::vector<StmtValue> projectProfile(const ThreadProfile& raw, StringTable& str
     placeSymbolic(p, strings, step, at);
   else
     placeAddresses(p, strings, attributor, step, context.jit, at);
-  std::vector<StmtValue> out;
-  out.reserve(p.values.size());
-  std::uint64_t truncatedSamples = 0, scannedSamples = 0, recoveredSamples = 0;
-  for (std::size_t v = 0; v < p.values.size(); ++v) {
-    const auto metric = p.values.metric[v];
-    const auto node = p.values.node[v];
-    const auto& m = p.metrics[metric];
-    // (A real-valued metric has period 1: its bit pattern stays as it is.)
-    out.push_back({at.leaf[node], metric, p.values.count[v] * m.period});
-    if (m.kind != MetricKind::Sampled || m.valueType != ValueType::Count) continue;
-    if (!at.partialLeaf.empty() && at.partialLeaf[node]) truncatedSamples += p.values.count[v];
-    if (!at.scannedLeaf.empty() && at.scannedLeaf[node] != 0) scannedSamples += p.values.count[v];
-    if (!at.scannedLeaf.empty() && at.scannedLeaf[node] == 1) recoveredSamples += p.values.count[v];
+  // One statement value per value of the profile, in its order (a loop that only copies, over
+  // arrays: the per-metric facts looked up once); the samples on incomplete or scanned paths are
+  // counted in loops of their own, only when the placement recorded such paths.
+  const std::size_t n = p.values.size();
+  std::vector<std::uint64_t> period(p.metrics.size());
+  std::vector<std::uint8_t> sampledCount(p.metrics.size());
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    period[m] = p.metrics[m].period;  // (a real-valued metric has period 1: its bit pattern stays as it is)
+    sampledCount[m] = p.metrics[m].kind == MetricKind::Sampled && p.metrics[m].valueType == ValueType::Count;
   }
+  std::vector<StmtValue> out;
+  out.reserve(n);
+  const std::uint32_t* node = p.values.node.data();
+  const std::uint16_t* metric = p.values.metric.data();
+  const std::uint64_t* count = p.values.count.data();
+  const std::uint32_t* leaf = at.leaf.data();
+  for (std::size_t v = 0; v < n; ++v) out.push_back({leaf[node[v]], metric[v], count[v] * period[metric[v]]});
+  std::uint64_t truncatedSamples = 0, scannedSamples = 0, recoveredSamples = 0;
+  if (!at.partialLeaf.empty())
+    for (std::size_t v = 0; v < n; ++v)
+      if (sampledCount[metric[v]] && at.partialLeaf[node[v]]) truncatedSamples += count[v];
+  if (!at.scannedLeaf.empty())
+    for (std::size_t v = 0; v < n; ++v) {
+      if (!sampledCount[metric[v]]) continue;
+      if (at.scannedLeaf[node[v]] != 0) scannedSamples += count[v];
+      if (at.scannedLeaf[node[v]] == 1) recoveredSamples += count[v];
+    }
   if (context.truncatedSamples) *context.truncatedSamples = truncatedSamples;
   if (context.scannedSamples) *context.scannedSamples = scannedSamples;
   if (context.recoveredSamples) *context.recoveredSamples = recoveredSamples;

@@ -59,14 +59,20 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   ThreadFeatures f;
   identify(p.identity, f);
   std::optional<std::uint16_t> work;
-  std::vector<char> wait(p.metrics.size(), 0);  // the program's own waits, measured with --idleness
-  std::vector<char> count(p.metrics.size(), 0);
   std::vector<storage::ExactDivisor> period;
   for (std::size_t m = 0; m < p.metrics.size(); ++m) {
     if (!workMetric.empty() && p.metrics[m].name == workMetric) work = static_cast<std::uint16_t>(m);
-    wait[m] = isProgramWaitMetric(p.metrics[m].name);
-    count[m] = p.metrics[m].valueType == ValueType::Count;
     period.emplace_back(std::max<std::uint64_t>(p.metrics[m].period, 1));
+  }
+  // Per metric what its values count for, looked up once per value: the program's own waits
+  // (measured with --idleness), work (the work metric's samples, or every count metric's when the
+  // profile lacks it); real-valued metrics count for neither.
+  constexpr std::uint8_t kWait = 1, kWork = 2;
+  std::vector<std::uint8_t> role(p.metrics.size(), 0);
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    if (p.metrics[m].valueType != ValueType::Count) continue;
+    role[m] = static_cast<std::uint8_t>((isProgramWaitMetric(p.metrics[m].name) ? kWait : 0) |
+                                        (!work || m == *work ? kWork : 0));
   }
   std::uint64_t waitedNs = 0;
   // Samples per entry procedure: a profile has a few, and its statements come by node, so most
@@ -88,9 +94,9 @@ ThreadFeatures threadFeatures(const ThreadProfile& p, const std::string& workMet
   };
   std::size_t last = 0;
   for (const auto& v : stmt) {
-    if (!count[v.metric]) continue;
-    if (wait[v.metric]) waitedNs += v.value;
-    if (work && v.metric != *work) continue;
+    const std::uint8_t r = role[v.metric];
+    if (r & kWait) waitedNs += v.value;
+    if ((r & kWork) == 0) continue;
     const std::uint64_t samples = period[v.metric].divide(v.value);
     f.work += samples;
     const auto entry = entries.entryOf(v.node);

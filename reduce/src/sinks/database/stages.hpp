@@ -162,6 +162,8 @@ class NodeValueSink {
  private:
   void dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                      storage::NodeRunWriter& run, SummaryTable& summaries);
+  static std::uint32_t profilesAt(const std::uint32_t* next, std::uint32_t count, std::uint32_t node,
+                                  std::uint32_t* here);
   void dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                           std::size_t entries, storage::NodeRunWriter& run, SummaryTable& summaries);
   void deal(std::uint32_t node, std::uint32_t profile, const ThreadValues& v, std::uint32_t k, bool leaf) {
