@@ -282,6 +282,43 @@ TEST(CanonicalCct, EdgeHashSpreadsEveryFieldOverSlotsAndTags) {
   }
 }
 
+// Interning goes through each thread's own index first (scope.cpp): threads that intern the same
+// texts concurrently, in their own orders and with two tables in turn (and a table made where a
+// destroyed one was), get one id per text and table, and every id names its text.
+TEST(StringTable, ThreadsAndTablesInTurnAgreeOnIds) {
+  constexpr std::uint32_t kTexts = 3000, kThreads = 4;
+  auto textOf = [](std::uint32_t i) { return "name-" + std::to_string(i); };
+  for (int round = 0; round < 2; ++round) {  // the second round's tables may reuse the first's memory
+    StringTable a, b;
+    std::vector<std::vector<std::uint32_t>> idsA(kThreads, std::vector<std::uint32_t>(kTexts)), idsB = idsA;
+    std::vector<std::thread> threads;
+    for (std::uint32_t t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        for (int pass = 0; pass < 2; ++pass)
+          for (std::uint32_t k = 0; k < kTexts; ++k) {
+            const std::uint32_t i = (k * 7919 + t * 104729) % kTexts;
+            const auto idA = a.intern(textOf(i));
+            const auto idB = b.intern(textOf(kTexts - 1 - i));
+            if (pass == 0) idsA[t][i] = idA, idsB[t][kTexts - 1 - i] = idB;
+            if (pass == 1 && (idsA[t][i] != idA || idsB[t][kTexts - 1 - i] != idB)) idsA[t][i] = kNoIndex;
+          }
+      });
+    for (auto& th : threads) th.join();
+    ASSERT_EQ(a.size(), kTexts + 1);  // and ""
+    ASSERT_EQ(b.size(), kTexts + 1);
+    for (std::uint32_t i = 0; i < kTexts; ++i) {
+      for (std::uint32_t t = 1; t < kThreads; ++t) {
+        ASSERT_EQ(idsA[t][i], idsA[0][i]) << i;
+        ASSERT_EQ(idsB[t][i], idsB[0][i]) << i;
+      }
+      ASSERT_EQ(a.text(idsA[0][i]), textOf(i));
+      ASSERT_EQ(b.text(idsB[0][i]), textOf(i));
+      ASSERT_EQ(a.intern(textOf(i)), idsA[0][i]);
+    }
+    EXPECT_EQ(a.intern(""), 0u);
+  }
+}
+
 TEST(CanonicalCct, ConcurrentLookupsAgreeWithTheNodeList) {
   StringTable s;
   LocalCct local(s);
