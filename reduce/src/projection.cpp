@@ -300,17 +300,20 @@ void ValueScratch::learnStaticScopes(const FinalCct& cct) {
   }
 }
 
-template <bool AnyReal>
+// `Metrics`: metrics_ when it is one of the few counts the passes are compiled for (a constant
+// row width: no multiplication by a loaded count, the inclusive loop unrolled), 0 otherwise.
+template <bool AnyReal, std::size_t Metrics>
 void ValueScratch::addStatements(const std::vector<StmtValue>& values) {
+  const std::size_t metrics = Metrics != 0 ? Metrics : metrics_;
   for (const StmtValue& v : values) {
     const std::size_t m = v.metric;
-    add<AnyReal>(exclusive_[v.node * metrics_ + m], m, v.value);  // a statement (dynamic scope): its own value
-    add<AnyReal>(inclusive_[v.node * metrics_ + m], m, v.value);
+    add<AnyReal>(exclusive_[v.node * metrics + m], m, v.value);  // a statement (dynamic scope): its own value
+    add<AnyReal>(inclusive_[v.node * metrics + m], m, v.value);
     // Enclosing static scopes: a Loop or Alien counts its statement children; the nearest
     // ProcFrame counts every statement not behind a call site, i.e. those it is the nearest
     // procedure frame of (only loops and inlined scopes lie between).
-    if (loopParent_[v.node] != kNoIndex) add<AnyReal>(exclusive_[loopParent_[v.node] * metrics_ + m], m, v.value);
-    if (proc_[v.node] != kNoIndex) add<AnyReal>(exclusive_[proc_[v.node] * metrics_ + m], m, v.value);
+    if (loopParent_[v.node] != kNoIndex) add<AnyReal>(exclusive_[loopParent_[v.node] * metrics + m], m, v.value);
+    if (proc_[v.node] != kNoIndex) add<AnyReal>(exclusive_[proc_[v.node] * metrics + m], m, v.value);
     // Mark the path to the root; stop at the first node already on a marked path.
     for (std::uint32_t a = v.node; a != kNoIndex; a = parent_[a]) {
       std::uint64_t& word = touched_[a / 64];
@@ -324,15 +327,16 @@ void ValueScratch::addStatements(const std::vector<StmtValue>& values) {
 
 // Final ids are preorder numbers, so a parent's id is below its children's: inclusive values
 // propagate in one pass over the touched nodes in decreasing id order.
-template <bool AnyReal>
+template <bool AnyReal, std::size_t Metrics>
 void ValueScratch::propagateInclusive() {
+  const std::size_t metrics = Metrics != 0 ? Metrics : metrics_;
   for (std::size_t w = touched_.size(); w-- > 0;) {
     for (std::uint64_t bits = touched_[w]; bits != 0; bits &= ~(std::uint64_t{1} << (63 - __builtin_clzll(bits)))) {
       const auto node = static_cast<std::uint32_t>(w * 64 + 63 - static_cast<std::size_t>(__builtin_clzll(bits)));
       const std::uint32_t parent = parent_[node];
       if (parent == kNoIndex) continue;
-      for (std::size_t m = 0; m < metrics_; ++m)
-        add<AnyReal>(inclusive_[parent * metrics_ + m], m, inclusive_[node * metrics_ + m]);
+      for (std::size_t m = 0; m < metrics; ++m)
+        add<AnyReal>(inclusive_[parent * metrics + m], m, inclusive_[node * metrics + m]);
     }
   }
 }
@@ -399,35 +403,36 @@ ThreadValues ValueScratch::collect(storage::ProfileBlockEncoder* byProfile) {
   return out;
 }
 
-ThreadValues ValueScratch::collect(storage::ProfileBlockEncoder* byProfile) {
-  switch (metrics_) {
-    case 1:
-      return collect<1>(byProfile);
-    case 2:
-      return collect<2>(byProfile);
-    case 3:
-      return collect<3>(byProfile);
-    case 4:
-      return collect<4>(byProfile);
-    default:
-      return collect<0>(byProfile);
-  }
-}
-
 ThreadValues ValueScratch::compute(const FinalCct& cct, const std::vector<StmtValue>& values,
                                    storage::ProfileBlockEncoder* byProfile) {
   if (byProfile && byProfile->metrics() != metrics_)
     throw std::logic_error(
         fmt::format("ValueScratch: {} metrics, the by-profile encoder's {}", metrics_, byProfile->metrics()));
   if (loopParent_.size() != cct.size()) learnStaticScopes(cct);
-  if (anyReal_) {
-    addStatements<true>(values);
-    propagateInclusive<true>();
-  } else {
-    addStatements<false>(values);
-    propagateInclusive<false>();
+  switch (metrics_) {
+    case 1:
+      return compute<1>(values, byProfile);
+    case 2:
+      return compute<2>(values, byProfile);
+    case 3:
+      return compute<3>(values, byProfile);
+    case 4:
+      return compute<4>(values, byProfile);
+    default:
+      return compute<0>(values, byProfile);
   }
-  return collect(byProfile);
+}
+
+template <std::size_t Metrics>
+ThreadValues ValueScratch::compute(const std::vector<StmtValue>& values, storage::ProfileBlockEncoder* byProfile) {
+  if (anyReal_) {
+    addStatements<true, Metrics>(values);
+    propagateInclusive<true, Metrics>();
+  } else {
+    addStatements<false, Metrics>(values);
+    propagateInclusive<false, Metrics>();
+  }
+  return collect<Metrics>(byProfile);
 }
 
 }  // namespace csp::reduce

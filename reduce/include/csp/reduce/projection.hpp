@@ -118,11 +118,12 @@ class ValueScratch {
     into = AnyReal && real_[metric] ? realBits(realValue(into) + realValue(value)) : into + value;
   }
   void learnStaticScopes(const FinalCct& cct);
-  template <bool AnyReal>
+  template <std::size_t Metrics>
+  ThreadValues compute(const std::vector<StmtValue>& values, storage::ProfileBlockEncoder* byProfile);
+  template <bool AnyReal, std::size_t Metrics>
   void addStatements(const std::vector<StmtValue>& values);
-  template <bool AnyReal>
+  template <bool AnyReal, std::size_t Metrics>
   void propagateInclusive();
-  ThreadValues collect(storage::ProfileBlockEncoder* byProfile);
   template <std::size_t Metrics>
   ThreadValues collect(storage::ProfileBlockEncoder* byProfile);
   template <std::size_t Metrics, typename PerNode>
