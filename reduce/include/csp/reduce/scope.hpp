@@ -17,17 +17,12 @@ namespace csp::reduce {
 // order, so they never leave the process: persisted and exchanged forms use the text.
 class StringTable {
  public:
-  StringTable();
-  StringTable(const StringTable&) = delete;
-  StringTable& operator=(const StringTable&) = delete;
+  StringTable() { intern(""); }
   std::uint32_t intern(std::string_view text);
   const std::string& text(std::uint32_t id) const;
   std::size_t size() const;
 
  private:
-  // The shared map's entry of `text` (the view into texts_), inserted if new.
-  std::pair<std::string_view, std::uint32_t> internShared(std::string_view text);
-  std::uint64_t serial_;  // unique in the process to this table: what a thread's own index holds ids of
   mutable std::shared_mutex mutex_;
   std::deque<std::string> texts_;  // deque: references stay valid while it grows
   std::unordered_map<std::string_view, std::uint32_t> ids_;
