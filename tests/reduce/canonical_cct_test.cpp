@@ -282,9 +282,9 @@ TEST(CanonicalCct, EdgeHashSpreadsEveryFieldOverSlotsAndTags) {
   }
 }
 
-// Interning goes through each thread's own index first (scope.cpp): threads that intern the same
-// texts concurrently, in their own orders and with two tables in turn (and a table made where a
-// destroyed one was), get one id per text and table, and every id names its text.
+// Threads that intern the same texts concurrently, in their own orders and into two tables in
+// turn (and tables made where destroyed ones were), get one id per text and table, and every id
+// names its text.
 TEST(StringTable, ThreadsAndTablesInTurnAgreeOnIds) {
   constexpr std::uint32_t kTexts = 3000, kThreads = 4;
   auto textOf = [](std::uint32_t i) { return "name-" + std::to_string(i); };

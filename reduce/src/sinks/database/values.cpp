@@ -2,7 +2,9 @@
 // (a provisional run per batch, merged into the rank's by-node shard).
 #include <fmt/format.h>
 
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -132,6 +134,14 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
 // last match, `next` is padded to whole groups of four with kDone).
 std::uint32_t NodeValueSink::profilesAt(const std::uint32_t* next, std::uint32_t count, std::uint32_t node,
                                         std::uint32_t* here) {
+#if !defined(__SSE2__)  // one profile at a time, still without a branch per profile
+  std::uint32_t found = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    here[found] = i;
+    found += next[i] == node ? 1 : 0;
+  }
+  return found;
+#else
   struct Lanes {
     alignas(16) std::uint32_t offset[4];
     std::uint32_t matches;
@@ -158,6 +168,7 @@ std::uint32_t NodeValueSink::profilesAt(const std::uint32_t* next, std::uint32_t
     found += lanes.matches;
   }
   return found;
+#endif
 }
 
 void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
