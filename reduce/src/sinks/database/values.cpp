@@ -88,8 +88,14 @@ void NodeValueSink::leafMismatch(std::uint32_t node) {
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                                   storage::NodeRunWriter& run, SummaryTable& summaries) {
   constexpr std::uint32_t kDone = UINT32_MAX;
-  auto& at = start_;  // per profile: its first entry not dealt out yet
-  at.assign(batch.size(), 0);
+  auto& cursors = cursors_;
+  cursors.resize(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const ThreadValues& v = values[i];
+    cursors[i] = {
+        v.node.data(), v.metric.data(), v.exclusive.data(), v.inclusive.data(), 0, static_cast<std::uint32_t>(v.size()),
+        batch[i].id};
+  }
   // Per profile: the node of its next entry (kDone: none left). Finding a node's profiles reads
   // this one small array instead of every profile's columns, most of which have no value there.
   auto& next = next_;
@@ -108,19 +114,22 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
     summaries.beginNode(node);
     for (std::uint32_t j = 0; j < found; ++j) {
       const std::uint32_t i = here[j];
-      const ThreadValues& v = values[i];
-      const std::uint32_t id = batch[i].id;
-      std::uint32_t k = at[i];
-      for (; k < v.size() && v.node[k] == node; ++k) deal(node, id, v, k, leaf);
-      at[i] = k;
-      next[i] = k < v.size() ? v.node[k] : kDone;
+      Cursor& c = cursors[i];
+      // In locals: the blocks' stores (32-bit profile ids among them) may alias the cursor's
+      // 32-bit fields.
+      const std::uint32_t* nodes = c.node;
+      const std::uint32_t size = c.size, id = c.id;
+      std::uint32_t k = c.at;
+      for (; k < size && nodes[k] == node; ++k) deal(node, id, c, k, leaf);
+      c.at = k;
+      next[i] = k < size ? nodes[k] : kDone;
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
       // cursor's next lines while the other profiles are dealt out.
-      const std::size_t ahead = std::min<std::size_t>(k + 8, v.size() - 1);
-      __builtin_prefetch(v.node.data() + ahead);
-      __builtin_prefetch(v.metric.data() + ahead);
-      __builtin_prefetch(v.exclusive.data() + ahead);
-      __builtin_prefetch(v.inclusive.data() + ahead);
+      const std::size_t ahead = std::min<std::size_t>(k + 8, size - 1);
+      __builtin_prefetch(nodes + ahead);
+      __builtin_prefetch(c.metric + ahead);
+      __builtin_prefetch(c.exclusive + ahead);
+      __builtin_prefetch(c.inclusive + ahead);
     }
     putNode(node, run);
     summaries.endNode(node);
