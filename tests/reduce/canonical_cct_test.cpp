@@ -230,9 +230,6 @@ TEST(CanonicalCct, ChildrenAreListedInIdOrderAndFindable) {
   }
 }
 
-// Threads insert and look up the same edges concurrently, each through its own edge index,
-// which grows several times (20,000 edges) and whose 32-bit tags must never stand for the edge
-// itself: every lookup of an edge gives the one id it got, and every id names its own edge.
 // The edge hash feeds open-addressing tables (FinalCct's, LocalCct's per-thread index): the low
 // bits are the home slot and the high half the tag. Edges that differ in one field only, as a
 // tree's siblings (lines, names) and its levels (parents) do, must still spread over the slots and
@@ -319,6 +316,9 @@ TEST(StringTable, ThreadsAndTablesInTurnAgreeOnIds) {
   }
 }
 
+// Threads insert and look up the same edges concurrently, each through its own edge index,
+// which grows several times (20,000 edges) and whose 32-bit tags must never stand for the edge
+// itself: every lookup of an edge gives the one id it got, and every id names its own edge.
 TEST(CanonicalCct, ConcurrentLookupsAgreeWithTheNodeList) {
   StringTable s;
   LocalCct local(s);

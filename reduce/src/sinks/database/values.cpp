@@ -88,25 +88,23 @@ void NodeValueSink::leafMismatch(std::uint32_t node) {
 void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std::vector<ThreadValues>& values,
                                   storage::NodeRunWriter& run, SummaryTable& summaries) {
   constexpr std::uint32_t kDone = UINT32_MAX;
+  const auto count = static_cast<std::uint32_t>(batch.size());
   auto& cursors = cursors_;
-  cursors.resize(batch.size());
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  cursors.resize(count);
+  // Per profile: the node of its next entry (kDone: none left). Finding a node's profiles reads
+  // this one small array instead of every profile's columns, most of which have no value there.
+  // Padded to whole groups of four with a node no loop reaches (profilesAt).
+  auto& next = next_;
+  next.assign((count + 3) / 4 * 4, kDone);
+  for (std::uint32_t i = 0; i < count; ++i) {
     const ThreadValues& v = values[i];
     cursors[i] = {
         v.node.data(), v.metric.data(), v.exclusive.data(), v.inclusive.data(), 0, static_cast<std::uint32_t>(v.size()),
         batch[i].id};
+    if (v.size() != 0) next[i] = v.node[0];
   }
-  // Per profile: the node of its next entry (kDone: none left). Finding a node's profiles reads
-  // this one small array instead of every profile's columns, most of which have no value there.
-  auto& next = next_;
-  next.resize(batch.size());
-  for (std::size_t i = 0; i < batch.size(); ++i) next[i] = values[i].size() ? values[i].node[0] : kDone;
-  auto& here = here_;  // the profiles with values at the node, ascending
-  const auto count = static_cast<std::uint32_t>(batch.size());
-  // Room for the scan's four-wide stores past the last match; `next` padded to whole groups of
-  // four with a node no loop reaches.
-  here.resize(batch.size() + 4);
-  next.resize((batch.size() + 3) / 4 * 4, kDone);
+  auto& here = here_;      // the profiles with values at the node, ascending
+  here.resize(count + 4);  // room for the scan's four-wide stores past the last match
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     const std::uint32_t found = profilesAt(next.data(), count, node, here.data());
     if (found == 0) continue;
