@@ -120,13 +120,20 @@ TEST(BatchClaims, OwnPartsFirstThenTheSharedSidesOutwardsByTurns) {
 // Beyond the static boundary a batch is taken only while this rank would still end first and
 // the neighbour is clearly slower. This rank (clock: 10 time units a batch) reads its own 0..3 of
 // the shared [0, 8) (boundary 4); the upper neighbour has claimed `theirTaken` from the top and
-// `theirClaims` in all. Returns whether this rank then takes batch 4, and the end of its range
-// once it has claimed all it would.
-std::pair<bool, std::size_t> takesBatch4(std::uint64_t theirTaken, std::uint64_t theirClaims, std::uint64_t theirStart,
-                                         std::uint64_t theirDone) {
+// `theirClaims` in all, began at `theirStart` and finished its `theirDone`-th batch at
+// `theirLast` (0: its start). Returns whether this rank then takes batch 4 (at 40), and the end of
+// its range once it has claimed all it would.
+struct Neighbour {
+  std::uint64_t start, done, last = 0;
+};
+std::pair<bool, std::size_t> takesBatch4(std::uint64_t theirTaken, std::uint64_t theirClaims, Neighbour n) {
   std::uint64_t clock = 0;
   std::uint64_t queue[BatchClaims::kWords] = {theirTaken << 32};
-  std::uint64_t theirs[BatchClaims::kWords] = {0, theirStart, theirDone, theirClaims};
+  std::uint64_t theirs[BatchClaims::kWords] = {};
+  theirs[BatchClaims::kStart] = n.start;
+  theirs[BatchClaims::kDone] = n.done;
+  theirs[BatchClaims::kClaimed] = theirClaims;
+  theirs[BatchClaims::kLast] = n.last != 0 ? n.last : n.start;
   BatchClaims claims({nullptr, nullptr, 0, 0, 0}, {queue, theirs, 0, 8, 4}, nullptr, [&] { return clock; });
   for (std::size_t b = 0; b < 4; ++b) {
     EXPECT_EQ(claims.next(), b);
@@ -141,22 +148,48 @@ std::pair<bool, std::size_t> takesBatch4(std::uint64_t theirTaken, std::uint64_t
 
 TEST(BatchClaims, ANeighboursBatchIsTakenOnlyWhenThatEndsTheReadSooner) {
   struct Case {
-    std::uint64_t theirStart, theirDone;
+    Neighbour neighbour;
     bool taken;
   };
   // The neighbour has claimed 7, 6, 5: batch 4 is its last. At 40 this rank has read 4 batches
   // in 40 (9.75 a batch from its start at 1); taking batch 4 ends it near 50, the neighbour ends
   // at 4 x its time per batch. As fast: the shares stay; slower, or not reading yet: taken.
-  for (const Case c : {Case{10, 3, false}, Case{1, 1, true}, Case{0, 0, true}, Case{30, 0, false}, Case{5, 0, true}}) {
-    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart << ", read " << c.theirDone);
-    EXPECT_EQ(takesBatch4(3, 3, c.theirStart, c.theirDone), std::make_pair(c.taken, c.taken ? 5UL : 4UL));
+  for (const Case c : {Case{{10, 3, 40}, false}, Case{{1, 1, 40}, true}, Case{{0, 0}, true}, Case{{30, 0}, false},
+                       Case{{5, 0}, true}}) {
+    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.neighbour.start << ", read " << c.neighbour.done);
+    EXPECT_EQ(takesBatch4(3, 3, c.neighbour), std::make_pair(c.taken, c.taken ? 5UL : 4UL));
   }
   // A neighbour with much left (claims on its other side count: 5 in all, and 3 unclaimed
   // here), slower per batch: taken only when it is slower by more than kSlowerBy (12 against
   // 9.75 is not; 15 is).
-  for (const Case c : {Case{28, 1, false}, Case{25, 1, true}}) {
-    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.theirStart);
-    EXPECT_EQ(takesBatch4(1, 5, c.theirStart, c.theirDone).first, c.taken);
+  for (const Case c : {Case{{28, 1, 40}, false}, Case{{25, 1, 40}, true}}) {
+    SCOPED_TRACE(testing::Message() << "neighbour began at " << c.neighbour.start);
+    EXPECT_EQ(takesBatch4(1, 5, c.neighbour).first, c.taken);
+  }
+}
+
+// A neighbour's seconds per batch are those of the batches it has finished: the part of the
+// batch it is reading does not count as if it were finished ones, unless that batch has already
+// taken longer than they did.
+TEST(BatchClaims, ANeighboursRateCountsOnlyItsFinishedBatches) {
+  struct Case {
+    Neighbour neighbour;
+    bool taken;
+  };
+  for (const Case c : {
+           // 3 batches from 1 to 34 (11 each, within kSlowerBy of 9.75), 6 into its fourth:
+           // (40 - 1) / 3 = 13 a batch would count it slower.
+           Case{{1, 3, 34}, false},
+           // 2 batches by 25 (12 each), 15 into its third: already longer than kSlowerBy x 9.75.
+           Case{{1, 2, 25}, true},
+           // 1 batch by 11 (10), stalled since: 29 and counting.
+           Case{{1, 1, 11}, true},
+           // 3 batches by 40 (13 each): slower.
+           Case{{1, 3, 40}, true},
+       }) {
+    SCOPED_TRACE(testing::Message() << "neighbour read " << c.neighbour.done << ", the last ending at "
+                                    << c.neighbour.last);
+    EXPECT_EQ(takesBatch4(1, 5, c.neighbour).first, c.taken);
   }
 }
 

@@ -177,7 +177,9 @@ BatchClaims::BatchClaims(Side lower, Side upper, std::uint64_t* mine, Clock now)
     if (q.shared && (q.neighbour == nullptr || q.boundary < q.begin || q.boundary > q.end))
       throw std::logic_error("batch claims: a shared side needs its neighbour and a boundary inside it");
   }
-  std::atomic_ref<std::uint64_t>(mine_[kStart]).store(std::max<std::uint64_t>(now_(), 1));
+  const std::uint64_t start = std::max<std::uint64_t>(now_(), 1);
+  std::atomic_ref<std::uint64_t>(mine_[kLast]).store(start);
+  std::atomic_ref<std::uint64_t>(mine_[kStart]).store(start);
 }
 
 std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
@@ -189,21 +191,32 @@ std::uint64_t BatchClaims::taken(const Queue& q, bool top) {
 // the neighbour after its own and the `unclaimed` left, b among them, at the seconds per batch
 // each has shown so far. Worth it when this rank would still end first, and the neighbour is
 // clearly the slower (kSlowerBy): the metrics work follows the batches, and only a lasting
-// difference (a core shared with another program) still holds in the metrics phase. A neighbour
-// that has not begun reading gets nothing more; one that has read no batch yet has taken at least
-// as long for its first as it has been reading.
+// difference (a core shared with another program) still holds in the metrics phase. A rank's
+// seconds per batch are those of the batches it has finished (from its start to the end of its
+// last one), or the time its current batch has taken so far if that is longer: time since the
+// start over the batches finished would count the current batch's part as if it were the
+// finished ones' (a neighbour half-way through its seventh batch would look 8 % slower than it
+// is, which with the passing differences of a virtual machine's cores moved batches between
+// ranks of the same speed). A neighbour that has not begun reading gets nothing more; one that
+// has read no batch yet has taken at least as long for its first as it has been reading.
 bool BatchClaims::worthTaking(const Queue& q, std::uint64_t unclaimed) const {
   auto load = [](std::uint64_t* w, Word i) { return std::atomic_ref<std::uint64_t>(w[i]).load(); };
   const std::uint64_t theirStart = load(q.neighbour, kStart);
   if (theirStart == 0) return true;
   const std::uint64_t now = now_();
-  auto perBatch = [now](std::uint64_t start, std::uint64_t done) {
-    const double elapsed = now > start ? static_cast<double>(now - start) : 0.0;
-    return elapsed / static_cast<double>(std::max<std::uint64_t>(done, 1));
+  auto since = [now](std::uint64_t t) { return now > t ? static_cast<double>(now - t) : 0.0; };
+  auto perBatch = [&](std::uint64_t* words) {
+    // finished() counts a batch before it publishes its end, and the end is read here before
+    // the count: a pair read across a finished() holds the end of the batch before with one batch
+    // more, a rank that looks faster than it is (never one that looks slower).
+    const std::uint64_t start = load(words, kStart), last = std::max(load(words, kLast), start);
+    const std::uint64_t done = load(words, kDone);
+    const double finished = done > 0 ? static_cast<double>(last - start) / static_cast<double>(done) : 0.0;
+    return std::max(finished, since(last));
   };
-  const double theirs = perBatch(theirStart, load(q.neighbour, kDone));
+  const double theirs = perBatch(q.neighbour);
   const std::uint64_t myDone = load(mine_, kDone);
-  const double mine = myDone > 0 ? perBatch(load(mine_, kStart), myDone) : theirs;
+  const double mine = myDone > 0 ? perBatch(mine_) : theirs;
   const auto myClaims = static_cast<double>(load(mine_, kClaimed) + 1);
   const auto theirClaims = static_cast<double>(load(q.neighbour, kClaimed) + unclaimed);
   return theirs > kSlowerBy * mine && myClaims * mine < theirClaims * theirs;
@@ -244,7 +257,10 @@ std::optional<std::size_t> BatchClaims::next() {
   return std::nullopt;
 }
 
-void BatchClaims::finished() { std::atomic_ref<std::uint64_t>(mine_[kDone]).fetch_add(1); }
+void BatchClaims::finished() {
+  std::atomic_ref<std::uint64_t>(mine_[kDone]).fetch_add(1);
+  std::atomic_ref<std::uint64_t>(mine_[kLast]).store(now_());
+}
 
 std::size_t BatchClaims::first() const {
   const Queue& q = queues_[0];

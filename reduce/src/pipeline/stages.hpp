@@ -361,8 +361,9 @@ ReadResult readAndAttribute(Discovery& discovery, const PipelineOptions& options
 class BatchClaims {
  public:
   // A rank's words (Comm::shareWithNeighbours): its queue with rank + 1, then what it publishes
-  // of its read: when it began (Clock; 0: not yet), the batches it has read and has claimed.
-  enum Word : std::size_t { kQueue = 0, kStart = 1, kDone = 2, kClaimed = 3, kWords = 4 };
+  // of its read: when it began (Clock; 0: not yet), the batches it has read and has claimed, and
+  // when it finished the last batch it read (its start until then).
+  enum Word : std::size_t { kQueue = 0, kStart = 1, kDone = 2, kClaimed = 3, kLast = 4, kWords = 5 };
   // How much longer per batch a neighbour must take before its batches are taken over. The
   // cores of a virtual machine change speed by 10-20 % for seconds at a time, so a smaller
   // difference in the read need not hold in the metrics phase that follows (at 65,536 profiles,
