@@ -347,18 +347,11 @@ void ValueScratch::propagateInclusive() {
 template <std::size_t Metrics, typename PerNode>
 [[gnu::always_inline]] inline ThreadValues ValueScratch::gather(PerNode&& perNode) {
   const std::size_t metrics = Metrics != 0 ? Metrics : metrics_;
-  // Room for every touched node's values, not zero-filled (ValueColumn), written in place and
-  // then cut to what was written.
+  // Room for every touched node's values, not zero-filled (UninitializedAllocator), written in
+  // place and then cut to what was written.
   ThreadValues out;
-  const std::size_t room = touchedCount_ * metrics;
-  out.node.resize(room);
-  out.metric.resize(room);
-  out.exclusive.resize(room);
-  out.inclusive.resize(room);
-  std::uint32_t* node = out.node.data();
-  std::uint16_t* metric = out.metric.data();
-  std::uint64_t* exclusive = out.exclusive.data();
-  std::uint64_t* inclusive = out.inclusive.data();
+  out.rows.resize(touchedCount_ * metrics);
+  ThreadValue* row = out.rows.data();
   std::uint64_t* scratchExclusive = exclusive_.data();
   std::uint64_t* scratchInclusive = inclusive_.data();
   std::uint64_t* touched = touched_.data();
@@ -372,10 +365,7 @@ template <std::size_t Metrics, typename PerNode>
       perNode(n, e, i);
       for (std::size_t m = 0; m < metrics; ++m) {
         // Written whatever they hold; kept only when one is non-zero.
-        node[used] = n;
-        metric[used] = static_cast<std::uint16_t>(m);
-        exclusive[used] = e[m];
-        inclusive[used] = i[m];
+        row[used] = {n, static_cast<std::uint16_t>(m), e[m], i[m]};
         used += (e[m] | i[m]) != 0 ? 1 : 0;
         e[m] = i[m] = 0;
       }
@@ -383,10 +373,7 @@ template <std::size_t Metrics, typename PerNode>
     touched[w] = 0;
   }
   touchedCount_ = 0;
-  out.node.resize(used);
-  out.metric.resize(used);
-  out.exclusive.resize(used);
-  out.inclusive.resize(used);
+  out.rows.resize(used);
   return out;
 }
 

@@ -60,7 +60,7 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
   ValueScratch scratch(r.cct.size(), {false});
   const ThreadValues v = scratch.compute(r.cct, r.values[0]);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
-  for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};
+  for (const ThreadValue& t : v.rows) byPath[pathOf(r, t.node)] = {t.exclusive, t.inclusive};
   using P = std::pair<std::uint64_t, std::uint64_t>;
   const std::string main = "procedure main (fig75) main.c:1";
   EXPECT_EQ(byPath[""], P(0, 111));  // root: the thread's total
@@ -79,22 +79,19 @@ TEST(CanonicalCct, Figure75ExclusiveAndInclusive) {
   const ThreadValues w = scratch.compute(r.cct, r.values[1]);
   ASSERT_EQ(w.size(), v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    EXPECT_EQ(w.node[i], v.node[i]);
-    EXPECT_EQ(w.exclusive[i], 2 * v.exclusive[i]);
-    EXPECT_EQ(w.inclusive[i], 2 * v.inclusive[i]);
+    EXPECT_EQ(w.rows[i].node, v.rows[i].node);
+    EXPECT_EQ(w.rows[i].exclusive, 2 * v.rows[i].exclusive);
+    EXPECT_EQ(w.rows[i].inclusive, 2 * v.rows[i].inclusive);
   }
   // With a real-valued metric among the metrics the passes test each metric's type (the other
   // form adds integers only): the count metric's values are the same either way.
   ValueScratch mixed(r.cct.size(), {false, true});
   const ThreadValues x = mixed.compute(r.cct, r.values[0]);
-  EXPECT_EQ(x.node, v.node);
-  EXPECT_EQ(x.metric, v.metric);
-  EXPECT_EQ(x.exclusive, v.exclusive);
-  EXPECT_EQ(x.inclusive, v.inclusive);
+  EXPECT_EQ(x.rows, v.rows);
 }
 
 // The values by profile encoded while the values are collected (the values pass with a database
-// to write) are the blocks the same values give from their columns, for every metric count the
+// to write) are the blocks the same values give from their rows, for every metric count the
 // collecting loop is unrolled for and one it is not; the values themselves are unchanged. (That
 // the encoder writes the general writer's bytes is ProfileBlockCodec's test.)
 TEST(CanonicalCct, ValuesEncodedByProfileWhileCollected) {
@@ -107,7 +104,7 @@ TEST(CanonicalCct, ValuesEncodedByProfileWhileCollected) {
   for (std::size_t metrics : {1, 2, 3, 4, 5}) {
     std::vector<storage::ValueScale> scales;
     for (std::size_t m = 0; m < metrics; ++m) scales.emplace_back(m % 2 == 0 ? 1 : 1000);
-    storage::ProfileBlockEncoder encoder(scales), fromColumns(scales);
+    storage::ProfileBlockEncoder encoder(scales), fromRows(scales);
     ValueScratch scratch(r.cct.size(), std::vector<bool>(metrics, false));
     for (std::size_t p = 0; p < r.values.size(); ++p) {
       auto stmt = r.values[p];
@@ -119,24 +116,22 @@ TEST(CanonicalCct, ValuesEncodedByProfileWhileCollected) {
       const ThreadValues encoded = scratch.compute(r.cct, stmt, &encoder);
       EXPECT_FALSE(plain.byProfile.made);
       ASSERT_TRUE(encoded.byProfile.made);
-      EXPECT_EQ(encoded.node, plain.node);
-      EXPECT_EQ(encoded.metric, plain.metric);
-      EXPECT_EQ(encoded.exclusive, plain.exclusive);
-      EXPECT_EQ(encoded.inclusive, plain.inclusive);
-      auto encoding = fromColumns.begin();
+      EXPECT_EQ(encoded.rows, plain.rows);
+      auto encoding = fromRows.begin();
       std::vector<std::uint64_t> e(metrics), i(metrics);
       std::uint64_t nonZero = 0;
       for (std::size_t k = 0, end = 0; k < plain.size(); k = end) {
         std::fill(e.begin(), e.end(), 0);
         std::fill(i.begin(), i.end(), 0);
-        for (end = k; end < plain.size() && plain.node[end] == plain.node[k]; ++end) {
-          e[plain.metric[end]] = plain.exclusive[end];
-          i[plain.metric[end]] = plain.inclusive[end];
-          nonZero += (plain.exclusive[end] != 0 ? 1 : 0) + (plain.inclusive[end] != 0 ? 1 : 0);
+        for (end = k; end < plain.size() && plain.rows[end].node == plain.rows[k].node; ++end) {
+          const ThreadValue& t = plain.rows[end];
+          e[t.metric] = t.exclusive;
+          i[t.metric] = t.inclusive;
+          nonZero += (t.exclusive != 0 ? 1 : 0) + (t.inclusive != 0 ? 1 : 0);
         }
-        encoding.addNode(plain.node[k], e.data(), i.data());
+        encoding.addNode(plain.rows[k].node, e.data(), i.data());
       }
-      const storage::ProfileBlocks expected = fromColumns.finish(encoding);
+      const storage::ProfileBlocks expected = fromRows.finish(encoding);
       EXPECT_EQ(encoded.byProfile.bytes, expected.bytes) << metrics << " metrics, profile " << p;
       ASSERT_EQ(encoded.byProfile.blocks.size(), expected.blocks.size()) << metrics << " metrics, profile " << p;
       for (std::size_t b = 0; b < expected.blocks.size(); ++b) {
@@ -163,7 +158,7 @@ TEST(CanonicalCct, RecursionCountsEachSampleOncePerAncestor) {
   ValueScratch scratch(r.cct.size(), {false});
   const ThreadValues v = scratch.compute(r.cct, r.values[0]);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> byPath;
-  for (std::size_t i = 0; i < v.size(); ++i) byPath[pathOf(r, v.node[i])] = {v.exclusive[i], v.inclusive[i]};
+  for (const ThreadValue& t : v.rows) byPath[pathOf(r, t.node)] = {t.exclusive, t.inclusive};
   using P = std::pair<std::uint64_t, std::uint64_t>;
   const std::string f = "procedure f (app)";
   EXPECT_EQ(byPath[f], P(1, 5));

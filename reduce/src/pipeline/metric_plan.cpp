@@ -217,27 +217,22 @@ ThreadValues withDerived(const ThreadValues& v, const MetricPlan& plan) {
     return plan.metrics[m].valueType == ValueType::Real ? realValue(stored) : static_cast<double>(stored);
   };
   for (std::size_t k = 0; k < v.size();) {
-    const auto node = v.node[k];
+    const auto node = v.rows[k].node;
     in.clear();
-    for (; k < v.size() && v.node[k] == node; ++k) {
-      out.node.push_back(node);
-      out.metric.push_back(v.metric[k]);
-      out.exclusive.push_back(v.exclusive[k]);
-      out.inclusive.push_back(v.inclusive[k]);
-      in.exclusive[v.metric[k]] = number(v.metric[k], v.exclusive[k]);
-      in.inclusive[v.metric[k]] = number(v.metric[k], v.inclusive[k]);
-      in.presentE[v.metric[k]] = v.exclusive[k] != 0;
-      in.presentI[v.metric[k]] = v.inclusive[k] != 0;
+    for (; k < v.size() && v.rows[k].node == node; ++k) {
+      const ThreadValue& r = v.rows[k];
+      out.rows.push_back(r);
+      in.exclusive[r.metric] = number(r.metric, r.exclusive);
+      in.inclusive[r.metric] = number(r.metric, r.inclusive);
+      in.presentE[r.metric] = r.exclusive != 0;
+      in.presentI[r.metric] = r.inclusive != 0;
     }
     for (std::size_t d = 0; d < plan.derived.size(); ++d) {
       const auto de = evaluate(plan.derived[d], in.exclusive, in.presentE, args);
       const auto di = evaluate(plan.derived[d], in.inclusive, in.presentI, args);
       const std::uint64_t be = de ? realBits(*de) : 0, bi = di ? realBits(*di) : 0;
       if (be == 0 && bi == 0) continue;  // +0.0 is absence, like a raw zero
-      out.node.push_back(node);
-      out.metric.push_back(static_cast<std::uint16_t>(plan.raw + d));
-      out.exclusive.push_back(be);
-      out.inclusive.push_back(bi);
+      out.rows.push_back({node, static_cast<std::uint16_t>(plan.raw + d), be, bi});
     }
   }
   return out;

@@ -59,13 +59,13 @@ struct ProjectionContext {
 std::vector<StmtValue> projectProfile(const ThreadProfile& profile, StringTable& strings, Attributor& attributor,
                                       const CctStep& step, const ProjectionContext& context = {});
 
-// The allocator of ThreadValues' columns: std::allocator, except that an element made without a
-// value is left uninitialized (numbers only), so that resize() makes room for columns that are
+// The allocator of ThreadValues' rows: std::allocator, except that an element made without a
+// value is left uninitialized (trivial types only), so that resize() makes room for rows that are
 // then written in place without first zero-filling them (ValueScratch::collect: every profile's
-// values, about 22 bytes per node).
+// values, 24 bytes per node and metric).
 template <typename T>
 struct UninitializedAllocator : std::allocator<T> {
-  static_assert(std::is_arithmetic_v<T>);
+  static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>);
   using std::allocator<T>::allocator;
   template <typename U>
   struct rebind {
@@ -80,21 +80,27 @@ struct UninitializedAllocator : std::allocator<T> {
     ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
   }
 };
-template <typename T>
-using ValueColumn = std::vector<T, UninitializedAllocator<T>>;
+
+// One node's values of one metric in a thread. Values of real-valued metrics are bit patterns of
+// doubles (ValueType::Real).
+struct ThreadValue {
+  std::uint32_t node;
+  std::uint16_t metric;
+  std::uint64_t exclusive;
+  std::uint64_t inclusive;
+  bool operator==(const ThreadValue&) const = default;
+};
 
 // Per-thread exclusive and inclusive values at canonical nodes, sorted by (node, metric).
 // Nodes with both values zero are absent; the root carries the thread's totals as inclusive.
-// Values of real-valued metrics are bit patterns of doubles (ValueType::Real).
+// Rows, not a column per field: the by-node writer reads a batch's profiles side by side, one
+// cursor each, and a row is one stream per profile for the cores' prefetchers instead of four.
 struct ThreadValues {
-  ValueColumn<std::uint32_t> node;
-  ValueColumn<std::uint16_t> metric;
-  ValueColumn<std::uint64_t> exclusive;
-  ValueColumn<std::uint64_t> inclusive;
+  std::vector<ThreadValue, UninitializedAllocator<ThreadValue>> rows;
   // The same values encoded for the values by profile as they were collected, when a sink asked
   // for it (Pipeline::encodeValuesByProfile); `made` false otherwise.
   storage::ProfileBlocks byProfile;
-  std::size_t size() const { return node.size(); }
+  std::size_t size() const { return rows.size(); }
 };
 
 // Reusable per-worker scratch space for the per-thread values (dense over nodes x metrics, reset

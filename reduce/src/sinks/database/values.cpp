@@ -24,12 +24,28 @@ ShardPlan::ShardPlan(const Comm& comm)
 
 void writeValuesByProfile(storage::ShardWriter& shard, std::span<const ProfileInfo> batch,
                           const std::vector<ThreadValues>& values) {
+  // Values not encoded while they were collected (derived metrics, or more metrics than the
+  // encoder's masks hold) go through the general writer, which takes columns.
+  std::vector<std::uint32_t> node;
+  std::vector<std::uint16_t> metric;
+  std::vector<std::uint64_t> exclusive, inclusive;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const ThreadValues& v = values[i];
-    if (v.byProfile.made)
+    if (v.byProfile.made) {
       shard.putProfileBlocks(batch[i].id, v.byProfile);
-    else
-      shard.putProfileColumns(batch[i].id, storage::ProfileValueColumns{v.node, v.metric, v.exclusive, v.inclusive});
+      continue;
+    }
+    node.resize(v.size());
+    metric.resize(v.size());
+    exclusive.resize(v.size());
+    inclusive.resize(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k) {
+      node[k] = v.rows[k].node;
+      metric[k] = v.rows[k].metric;
+      exclusive[k] = v.rows[k].exclusive;
+      inclusive[k] = v.rows[k].inclusive;
+    }
+    shard.putProfileColumns(batch[i].id, storage::ProfileValueColumns{node, metric, exclusive, inclusive});
   }
 }
 
@@ -98,10 +114,8 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
   next.assign((count + 3) / 4 * 4, kDone);
   for (std::uint32_t i = 0; i < count; ++i) {
     const ThreadValues& v = values[i];
-    cursors[i] = {
-        v.node.data(), v.metric.data(), v.exclusive.data(), v.inclusive.data(), 0, static_cast<std::uint32_t>(v.size()),
-        batch[i].id};
-    if (v.size() != 0) next[i] = v.node[0];
+    cursors[i] = {v.rows.data(), 0, static_cast<std::uint32_t>(v.size()), batch[i].id};
+    if (v.size() != 0) next[i] = v.rows[0].node;
   }
   auto& here = here_;      // the profiles with values at the node, ascending
   here.resize(count + 4);  // room for the scan's four-wide stores past the last match
@@ -115,19 +129,15 @@ void NodeValueSink::dealByCursors(std::span<const ProfileInfo> batch, const std:
       Cursor& c = cursors[i];
       // In locals: the blocks' stores (32-bit profile ids among them) may alias the cursor's
       // 32-bit fields.
-      const std::uint32_t* nodes = c.node;
+      const ThreadValue* rows = c.rows;
       const std::uint32_t size = c.size, id = c.id;
       std::uint32_t k = c.at;
-      for (; k < size && nodes[k] == node; ++k) deal(node, id, c, k, leaf);
+      for (; k < size && rows[k].node == node; ++k) deal(node, id, rows[k], leaf);
       c.at = k;
-      next[i] = k < size ? nodes[k] : kDone;
+      next[i] = k < size ? rows[k].node : kDone;
       // A batch's profiles are too many streams for the hardware prefetcher: ask for each
-      // cursor's next lines while the other profiles are dealt out.
-      const std::size_t ahead = std::min<std::size_t>(k + 8, size - 1);
-      __builtin_prefetch(nodes + ahead);
-      __builtin_prefetch(c.metric + ahead);
-      __builtin_prefetch(c.exclusive + ahead);
-      __builtin_prefetch(c.inclusive + ahead);
+      // cursor's next line while the other profiles are dealt out.
+      __builtin_prefetch(rows + std::min<std::size_t>(k + 4, size - 1));
     }
     putNode(node, run);
     summaries.endNode(node);
@@ -184,14 +194,14 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
   auto& start = start_;
   start.assign(std::size_t{nodes_} + 1, 0);
   for (const auto& v : values)
-    for (auto n : v.node) ++start[n + 1];
+    for (const ThreadValue& r : v.rows) ++start[r.node + 1];
   for (std::uint32_t n = 0; n < nodes_; ++n) start[n + 1] += start[n];
   auto& items = items_;  // (profile in batch, entry)
   items.resize(entries);
   {
     std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
     for (std::uint32_t i = 0; i < batch.size(); ++i)
-      for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].node[k]]++] = {i, k};
+      for (std::uint32_t k = 0; k < values[i].size(); ++k) items[fill[values[i].rows[k].node]++] = {i, k};
   }
   for (std::uint32_t node = 0; node < nodes_; ++node) {
     if (start[node] == start[node + 1]) continue;
@@ -199,7 +209,7 @@ void NodeValueSink::dealByCountingSort(std::span<const ProfileInfo> batch, const
     summaries.beginNode(node);
     for (std::uint32_t at = start[node]; at < start[node + 1]; ++at) {
       const auto [i, k] = items[at];
-      deal(node, batch[i].id, values[i], k, leaf);
+      deal(node, batch[i].id, values[i].rows[k], leaf);
     }
     putNode(node, run);
     summaries.endNode(node);
