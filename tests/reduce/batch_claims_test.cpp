@@ -120,9 +120,9 @@ TEST(BatchClaims, OwnPartsFirstThenTheSharedSidesOutwardsByTurns) {
 // Beyond the static boundary a batch is taken only while this rank would still end first and
 // the neighbour is clearly slower. This rank (clock: 10 time units a batch) reads its own 0..3 of
 // the shared [0, 8) (boundary 4); the upper neighbour has claimed `theirTaken` from the top and
-// `theirClaims` in all, began at `theirStart` and finished its `theirDone`-th batch at
-// `theirLast` (0: its start). Returns whether this rank then takes batch 4 (at 40), and the end of
-// its range once it has claimed all it would.
+// `theirClaims` in all; it began at `n.start` and finished its `n.done`-th batch at `n.last` (0:
+// at its start). Returns whether this rank then takes batch 4 (at 40), and the end of its range
+// once it has claimed all it would.
 struct Neighbour {
   std::uint64_t start, done, last = 0;
 };
